@@ -1,0 +1,1 @@
+//! CRI (`runtime.v1`) client and the live pod inventory.

@@ -26,6 +26,7 @@ pub enum DetectError {
 /// directories (`cpu`, `memory`, ...) is v1. Hybrid mode (v1 controllers
 /// plus a v2 mount at `unified`) counts as v1: the controllers qosd
 /// needs live in the v1 hierarchies.
+#[allow(clippy::unnecessary_cast)] // f_type's width differs between libcs
 pub fn detect_version(cgroupfs: &Path) -> Result<CgroupVersion, DetectError> {
     let st = nix::sys::statfs::statfs(cgroupfs).map_err(|e| DetectError::Io {
         path: cgroupfs.to_path_buf(),

@@ -153,6 +153,14 @@ pub fn write(path: &Path, value: &str) -> Result<()> {
     }
 }
 
+/// The typed error for an interface file that is absent (`ENOENT`): the
+/// same classification [`write`] uses (controller not enabled on v2, no such
+/// file on v1, cgroup gone when the directory is missing). `value` is the
+/// value that was to be written.
+pub fn missing_file_error(path: &Path, value: &str) -> CgroupFsError {
+    classify_write_error(path, value, std::io::Error::from(ErrorKind::NotFound))
+}
+
 fn classify_write_error(path: &Path, value: &str, source: std::io::Error) -> CgroupFsError {
     let p = path.to_path_buf();
     let v = value.to_string();
@@ -384,6 +392,7 @@ pub fn remove_cgroup(dir: &Path, bases: &[PathBuf]) -> Result<()> {
 
 /// Whether `dir` is on a regular filesystem (a test's fake cgroup tree)
 /// rather than cgroupfs/cgroup2.
+#[allow(clippy::unnecessary_cast)] // f_type's width differs between libcs
 fn is_fake_tree(dir: &Path) -> bool {
     const CGROUP_SUPER_MAGIC: i64 = 0x0027_e0eb;
     const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;

@@ -1,1 +1,784 @@
-//! (to be written)
+//! The project's own thin, typed cgroupfs layer.
+//!
+//! Every function takes absolute paths (so tests can point them at a temp
+//! dir) and every error carries the path, and the value for writes.
+//!
+//! Rules this module enforces:
+//! * interface files are opened for writing **without** `O_CREAT`: a missing
+//!   file is an error, never a new regular file (on cgroup v2 a missing file in
+//!   an existing cgroup means the controller is not enabled in the parent's
+//!   `cgroup.subtree_control`; with `O_CREAT` the kernel would answer with a
+//!   misleading `EACCES`);
+//! * directories are created and removed only below an allowed base
+//!   (the kubepods tree); removal is leaf first and never of a cgroup that
+//!   still holds processes.
+
+use std::fs::OpenOptions;
+use std::io::{ErrorKind, Write};
+use std::path::{Component, Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Errors of cgroupfs operations. Every variant names the path.
+#[derive(Debug, thiserror::Error)]
+pub enum CgroupFsError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot write {value:?} to {path}: {source}")]
+    Write {
+        path: PathBuf,
+        value: String,
+        source: std::io::Error,
+    },
+    #[error(
+        "cannot write {value:?} to {path}: controller {controller} not enabled in parent's \
+         cgroup.subtree_control"
+    )]
+    ControllerNotEnabled {
+        path: PathBuf,
+        value: String,
+        controller: String,
+    },
+    #[error("cannot write {value:?} to {path}: no such interface file in this cgroup")]
+    NoSuchFile { path: PathBuf, value: String },
+    #[error("cannot write {value:?} to {path}: the cgroup does not exist (vanished?)")]
+    CgroupGone { path: PathBuf, value: String },
+    #[error(
+        "cannot write {value:?} to {path}: device or resource busy (limit below current usage?)"
+    )]
+    Busy { path: PathBuf, value: String },
+    #[error("refusing to touch {path}: outside the allowed cgroup base {base}")]
+    OutsideBase { path: PathBuf, base: String },
+    #[error("cannot create cgroup {path}: {source}")]
+    Mkdir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("refusing to remove cgroup {path}: it still has processes {pids:?}")]
+    NotEmpty { path: PathBuf, pids: Vec<i32> },
+    #[error("cannot remove cgroup {path}: {source}")]
+    Rmdir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "controller {controller} is not available in {path} (cgroup.controllers: {available:?})"
+    )]
+    ControllerUnavailable {
+        path: PathBuf,
+        controller: String,
+        available: String,
+    },
+    #[error("bad pid {value:?} in {path}")]
+    BadPid { path: PathBuf, value: String },
+    #[error("cannot kill pid {pid} of {path}: {source}")]
+    Kill {
+        path: PathBuf,
+        pid: i32,
+        source: std::io::Error,
+    },
+    #[error("processes {pids:?} still in {path} after {waited:?}")]
+    KillTimeout {
+        path: PathBuf,
+        pids: Vec<i32>,
+        waited: Duration,
+    },
+}
+
+impl CgroupFsError {
+    /// The path the error is about.
+    pub fn path(&self) -> &Path {
+        match self {
+            CgroupFsError::Read { path, .. }
+            | CgroupFsError::Write { path, .. }
+            | CgroupFsError::ControllerNotEnabled { path, .. }
+            | CgroupFsError::NoSuchFile { path, .. }
+            | CgroupFsError::CgroupGone { path, .. }
+            | CgroupFsError::Busy { path, .. }
+            | CgroupFsError::OutsideBase { path, .. }
+            | CgroupFsError::Mkdir { path, .. }
+            | CgroupFsError::NotEmpty { path, .. }
+            | CgroupFsError::Rmdir { path, .. }
+            | CgroupFsError::ControllerUnavailable { path, .. }
+            | CgroupFsError::BadPid { path, .. }
+            | CgroupFsError::Kill { path, .. }
+            | CgroupFsError::KillTimeout { path, .. } => path,
+        }
+    }
+}
+
+pub type Result<T> = std::result::Result<T, CgroupFsError>;
+
+/// Read an interface file, trimmed of surrounding whitespace.
+pub fn read(path: &Path) -> Result<String> {
+    std::fs::read_to_string(path)
+        .map(|s| s.trim().to_string())
+        .map_err(|source| CgroupFsError::Read {
+            path: path.to_path_buf(),
+            source,
+        })
+}
+
+/// The controller an interface file belongs to (`memory.max` → `memory`),
+/// `None` for core files (`cgroup.*`) and files without a dot.
+pub fn controller_of(file: &Path) -> Option<&str> {
+    let name = file.file_name()?.to_str()?;
+    let (ctrl, _) = name.split_once('.')?;
+    (ctrl != "cgroup" && !ctrl.is_empty()).then_some(ctrl)
+}
+
+/// Whether `dir` is a cgroup v2 directory (has `cgroup.controllers`).
+pub fn is_v2_dir(dir: &Path) -> bool {
+    dir.join("cgroup.controllers").is_file()
+}
+
+/// Write `value` to an existing interface file (never creates it).
+///
+/// Maps the kernel's answers to typed errors: a missing file in an existing
+/// v2 cgroup → [`CgroupFsError::ControllerNotEnabled`]; in an existing v1
+/// cgroup → [`CgroupFsError::NoSuchFile`]; a missing directory →
+/// [`CgroupFsError::CgroupGone`]; `EBUSY` → [`CgroupFsError::Busy`].
+pub fn write(path: &Path, value: &str) -> Result<()> {
+    // O_TRUNC as runc does (harmless on cgroupfs; keeps fake trees exact).
+    let res = OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(path)
+        .and_then(|mut f| f.write_all(value.as_bytes()));
+    match res {
+        Ok(()) => Ok(()),
+        Err(source) => Err(classify_write_error(path, value, source)),
+    }
+}
+
+/// The typed error for an interface file that is absent (`ENOENT`): the
+/// same classification [`write`] uses (controller not enabled on v2, no such
+/// file on v1, cgroup gone when the directory is missing). `value` is the
+/// value that was to be written.
+pub fn missing_file_error(path: &Path, value: &str) -> CgroupFsError {
+    classify_write_error(path, value, std::io::Error::from(ErrorKind::NotFound))
+}
+
+fn classify_write_error(path: &Path, value: &str, source: std::io::Error) -> CgroupFsError {
+    let p = path.to_path_buf();
+    let v = value.to_string();
+    if source.kind() == ErrorKind::NotFound {
+        // ENOENT from open(2) without O_CREAT: the file or its directory is missing.
+        let dir = path.parent().unwrap_or(Path::new("/"));
+        if !dir.is_dir() {
+            return CgroupFsError::CgroupGone { path: p, value: v };
+        }
+        if is_v2_dir(dir) {
+            if let Some(c) = controller_of(path) {
+                return CgroupFsError::ControllerNotEnabled {
+                    path: p,
+                    value: v,
+                    controller: c.to_string(),
+                };
+            }
+        }
+        return CgroupFsError::NoSuchFile { path: p, value: v };
+    }
+    if source.raw_os_error() == Some(libc::EBUSY) {
+        return CgroupFsError::Busy { path: p, value: v };
+    }
+    if source.raw_os_error() == Some(libc::ENODEV) {
+        // Writing into a cgroup being removed.
+        return CgroupFsError::CgroupGone { path: p, value: v };
+    }
+    CgroupFsError::Write {
+        path: p,
+        value: v,
+        source,
+    }
+}
+
+/// Lexically normalise an absolute path (drop `.`); `None` when it contains
+/// `..` or is relative: such paths are never accepted.
+fn normalise(path: &Path) -> Option<PathBuf> {
+    if !path.is_absolute() {
+        return None;
+    }
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::RootDir => out.push("/"),
+            Component::CurDir => {}
+            Component::Normal(s) => out.push(s),
+            Component::ParentDir | Component::Prefix(_) => return None,
+        }
+    }
+    Some(out)
+}
+
+/// Whether `path` is `base` or below it (lexically; `..` is never allowed).
+pub fn is_within(path: &Path, base: &Path) -> bool {
+    match (normalise(path), normalise(base)) {
+        (Some(p), Some(b)) => p.starts_with(&b),
+        _ => false,
+    }
+}
+
+/// The first base of `bases` that contains `path`.
+pub fn base_of<'a>(path: &Path, bases: &'a [PathBuf]) -> Option<&'a PathBuf> {
+    bases.iter().find(|b| is_within(path, b))
+}
+
+fn outside(path: &Path, bases: &[PathBuf]) -> CgroupFsError {
+    CgroupFsError::OutsideBase {
+        path: path.to_path_buf(),
+        base: bases
+            .iter()
+            .map(|b| b.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+    }
+}
+
+/// `mkdir -p` of a cgroup directory, only when `dir` is at or below one of
+/// `bases`. Only the part at or below that base is created: the base's parent
+/// must exist. Returns the directories created, top first.
+pub fn mkdir_cgroup(dir: &Path, bases: &[PathBuf]) -> Result<Vec<PathBuf>> {
+    let base = base_of(dir, bases).ok_or_else(|| outside(dir, bases))?;
+    let dir = normalise(dir).ok_or_else(|| outside(dir, bases))?;
+    let base = normalise(base).ok_or_else(|| outside(&dir, bases))?;
+    let mut missing = Vec::new();
+    let mut cur = dir.as_path();
+    while !cur.is_dir() {
+        missing.push(cur.to_path_buf());
+        if cur == base {
+            break;
+        }
+        match cur.parent() {
+            Some(p) => cur = p,
+            None => break,
+        }
+    }
+    missing.reverse();
+    if let Some(top) = missing.first() {
+        let parent = top.parent().unwrap_or(Path::new("/"));
+        if !parent.is_dir() {
+            return Err(CgroupFsError::Mkdir {
+                path: top.clone(),
+                source: std::io::Error::new(
+                    ErrorKind::NotFound,
+                    format!(
+                        "parent {} of the allowed base does not exist",
+                        parent.display()
+                    ),
+                ),
+            });
+        }
+    }
+    for d in &missing {
+        match std::fs::create_dir(d) {
+            Ok(()) => {}
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
+            Err(source) => {
+                return Err(CgroupFsError::Mkdir {
+                    path: d.clone(),
+                    source,
+                })
+            }
+        }
+    }
+    Ok(missing)
+}
+
+/// Pids listed in `dir/cgroup.procs`. A missing cgroup has no pids.
+pub fn list_pids(dir: &Path) -> Result<Vec<i32>> {
+    let path = dir.join("cgroup.procs");
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == ErrorKind::NotFound && !dir.exists() => return Ok(Vec::new()),
+        Err(source) => return Err(CgroupFsError::Read { path, source }),
+    };
+    text.split_whitespace()
+        .map(|s| {
+            s.parse::<i32>().map_err(|_| CgroupFsError::BadPid {
+                path: path.clone(),
+                value: s.to_string(),
+            })
+        })
+        .collect()
+}
+
+/// Child cgroup directories of `dir` (sorted). A missing dir has none.
+pub fn child_cgroups(dir: &Path) -> Result<Vec<PathBuf>> {
+    let rd = match std::fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(source) => {
+            return Err(CgroupFsError::Read {
+                path: dir.to_path_buf(),
+                source,
+            })
+        }
+    };
+    let mut out = Vec::new();
+    for ent in rd {
+        let ent = ent.map_err(|source| CgroupFsError::Read {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        let ft = ent.file_type().map_err(|source| CgroupFsError::Read {
+            path: ent.path(),
+            source,
+        })?;
+        if ft.is_dir() {
+            out.push(ent.path());
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// `dir` and all cgroups below it, leaves first (post-order).
+pub fn walk_leaf_first(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    fn rec(d: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+        for c in child_cgroups(d)? {
+            rec(&c, out)?;
+        }
+        out.push(d.to_path_buf());
+        Ok(())
+    }
+    if dir.is_dir() {
+        rec(dir, &mut out)?;
+    }
+    Ok(out)
+}
+
+/// Remove one cgroup directory. Refuses when it is outside `bases` or its
+/// `cgroup.procs` is not empty. A cgroup already gone is fine.
+///
+/// On a real cgroupfs `rmdir` removes the interface files with the dir; on a
+/// fake tree (a temp dir with regular files) the files are removed first so
+/// tests behave like the kernel.
+pub fn remove_cgroup(dir: &Path, bases: &[PathBuf]) -> Result<()> {
+    if base_of(dir, bases).is_none() {
+        return Err(outside(dir, bases));
+    }
+    if !dir.is_dir() {
+        return Ok(());
+    }
+    let pids = list_pids(dir)?;
+    if !pids.is_empty() {
+        return Err(CgroupFsError::NotEmpty {
+            path: dir.to_path_buf(),
+            pids,
+        });
+    }
+    match std::fs::remove_dir(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
+        Err(e) if is_fake_tree(dir) => {
+            // Fake tree: plain files inside; remove them, then the dir.
+            let _ = e;
+            remove_fake_files(dir)?;
+            std::fs::remove_dir(dir).map_err(|source| CgroupFsError::Rmdir {
+                path: dir.to_path_buf(),
+                source,
+            })
+        }
+        Err(source) => Err(CgroupFsError::Rmdir {
+            path: dir.to_path_buf(),
+            source,
+        }),
+    }
+}
+
+/// Whether `dir` is on a regular filesystem (a test's fake cgroup tree)
+/// rather than cgroupfs/cgroup2.
+#[allow(clippy::unnecessary_cast)] // f_type's width differs between libcs
+fn is_fake_tree(dir: &Path) -> bool {
+    const CGROUP_SUPER_MAGIC: i64 = 0x0027_e0eb;
+    const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
+    match nix::sys::statfs::statfs(dir) {
+        Ok(st) => {
+            let t = st.filesystem_type().0 as i64;
+            t != CGROUP_SUPER_MAGIC && t != CGROUP2_SUPER_MAGIC
+        }
+        Err(_) => false,
+    }
+}
+
+fn remove_fake_files(dir: &Path) -> Result<()> {
+    let rd = std::fs::read_dir(dir).map_err(|source| CgroupFsError::Rmdir {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    for ent in rd.flatten() {
+        if ent.file_type().map(|t| t.is_file()).unwrap_or(false) {
+            std::fs::remove_file(ent.path()).map_err(|source| CgroupFsError::Rmdir {
+                path: ent.path(),
+                source,
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// Remove `dir` and every cgroup below it, leaf first, if none of them holds
+/// a process. Nothing is removed when any does (the check covers the whole
+/// tree before the first rmdir). Returns the removed dirs in removal order.
+pub fn remove_cgroup_tree_if_empty(dir: &Path, bases: &[PathBuf]) -> Result<Vec<PathBuf>> {
+    if base_of(dir, bases).is_none() {
+        return Err(outside(dir, bases));
+    }
+    let order = walk_leaf_first(dir)?;
+    for d in &order {
+        let pids = list_pids(d)?;
+        if !pids.is_empty() {
+            return Err(CgroupFsError::NotEmpty {
+                path: d.clone(),
+                pids,
+            });
+        }
+    }
+    let mut removed = Vec::new();
+    for d in order {
+        remove_cgroup(&d, bases)?;
+        removed.push(d);
+    }
+    Ok(removed)
+}
+
+/// cgroup v2: make `controllers` available in `to` by adding them to
+/// `cgroup.subtree_control` of every directory from `from` down to the parent
+/// of `to` (both must be on one path; `from` is typically the parent of the
+/// kubepods base). With `include_to`, `to`'s own subtree_control too (for
+/// cgroups that get children). Only missing controllers are written, never
+/// removed. Returns the (file, value) pairs written.
+pub fn enable_controllers_v2(
+    from: &Path,
+    to: &Path,
+    controllers: &[&str],
+    include_to: bool,
+) -> Result<Vec<(PathBuf, String)>> {
+    let (Some(from_n), Some(to_n)) = (normalise(from), normalise(to)) else {
+        return Err(outside(to, &[from.to_path_buf()]));
+    };
+    if !to_n.starts_with(&from_n) {
+        return Err(outside(to, &[from.to_path_buf()]));
+    }
+    let mut dirs = Vec::new();
+    let mut cur = if include_to {
+        Some(to_n.as_path())
+    } else {
+        to_n.parent()
+    };
+    while let Some(d) = cur {
+        if !d.starts_with(&from_n) {
+            break;
+        }
+        dirs.push(d.to_path_buf());
+        if d == from_n {
+            break;
+        }
+        cur = d.parent();
+    }
+    dirs.reverse();
+    let mut written = Vec::new();
+    for d in dirs {
+        let sc_path = d.join("cgroup.subtree_control");
+        let enabled = read(&sc_path)?;
+        let enabled: Vec<&str> = enabled.split_whitespace().collect();
+        let missing: Vec<&str> = controllers
+            .iter()
+            .copied()
+            .filter(|c| !enabled.contains(c))
+            .collect();
+        if missing.is_empty() {
+            continue;
+        }
+        let avail_s = read(&d.join("cgroup.controllers"))?;
+        let avail: Vec<&str> = avail_s.split_whitespace().collect();
+        if let Some(c) = missing.iter().find(|c| !avail.contains(c)) {
+            return Err(CgroupFsError::ControllerUnavailable {
+                path: d.clone(),
+                controller: c.to_string(),
+                available: avail_s.clone(),
+            });
+        }
+        let value = missing
+            .iter()
+            .map(|c| format!("+{c}"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        write(&sc_path, &value)?;
+        written.push((sc_path, value));
+    }
+    Ok(written)
+}
+
+/// cgroup v2: kill every process in `dir` and below with `cgroup.kill`
+/// (Linux ≥ 5.14), then wait up to `deadline` for `cgroup.procs` to empty.
+pub fn kill_v2(dir: &Path, deadline: Duration) -> Result<()> {
+    write(&dir.join("cgroup.kill"), "1")?;
+    wait_empty(dir, deadline)
+}
+
+/// cgroup v1 (or v2 without `cgroup.kill`): SIGKILL every pid in
+/// `cgroup.procs` of `dir` and of every cgroup below it, repeated until all
+/// are empty (catching forks in flight) or `deadline` passes. Returns the
+/// number of kill(2) calls made.
+pub fn kill_all_v1(dir: &Path, deadline: Duration) -> Result<usize> {
+    let start = Instant::now();
+    let mut kills = 0usize;
+    loop {
+        let mut remaining = Vec::new();
+        for d in walk_leaf_first(dir)? {
+            for pid in list_pids(&d)? {
+                remaining.push(pid);
+                match nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                ) {
+                    Ok(()) => kills += 1,
+                    Err(nix::errno::Errno::ESRCH) => {}
+                    Err(e) => {
+                        return Err(CgroupFsError::Kill {
+                            path: d.clone(),
+                            pid,
+                            source: std::io::Error::from(e),
+                        })
+                    }
+                }
+            }
+        }
+        if remaining.is_empty() {
+            return Ok(kills);
+        }
+        if start.elapsed() >= deadline {
+            return Err(CgroupFsError::KillTimeout {
+                path: dir.to_path_buf(),
+                pids: remaining,
+                waited: start.elapsed(),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Wait until `dir` and all cgroups below it have no processes.
+pub fn wait_empty(dir: &Path, deadline: Duration) -> Result<()> {
+    let start = Instant::now();
+    loop {
+        let mut remaining = Vec::new();
+        for d in walk_leaf_first(dir)? {
+            remaining.extend(list_pids(&d)?);
+        }
+        if remaining.is_empty() {
+            return Ok(());
+        }
+        if start.elapsed() >= deadline {
+            return Err(CgroupFsError::KillTimeout {
+                path: dir.to_path_buf(),
+                pids: remaining,
+                waited: start.elapsed(),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+
+    fn touch(p: &Path, content: &str) {
+        fs::write(p, content).unwrap();
+    }
+
+    #[test]
+    fn read_trims_and_reports_path() {
+        let t = tempfile::tempdir().unwrap();
+        touch(&t.path().join("cpu.shares"), " 1024\n");
+        assert_eq!(read(&t.path().join("cpu.shares")).unwrap(), "1024");
+        let e = read(&t.path().join("nope")).unwrap_err();
+        assert!(e.to_string().contains("nope"), "{e}");
+    }
+
+    #[test]
+    fn write_never_creates() {
+        let t = tempfile::tempdir().unwrap();
+        let f = t.path().join("cpu.shares");
+        let e = write(&f, "2").unwrap_err();
+        assert!(matches!(e, CgroupFsError::NoSuchFile { .. }), "{e:?}");
+        assert!(!f.exists());
+        touch(&f, "1024\n");
+        write(&f, "2").unwrap();
+        assert_eq!(fs::read_to_string(&f).unwrap(), "2");
+    }
+
+    #[test]
+    fn write_v2_missing_controller() {
+        let t = tempfile::tempdir().unwrap();
+        touch(&t.path().join("cgroup.controllers"), "cpu pids\n");
+        let e = write(&t.path().join("memory.max"), "100").unwrap_err();
+        match &e {
+            CgroupFsError::ControllerNotEnabled {
+                controller, value, ..
+            } => {
+                assert_eq!(controller, "memory");
+                assert_eq!(value, "100");
+            }
+            other => panic!("{other:?}"),
+        }
+        let msg = e.to_string();
+        assert!(
+            msg.contains("controller memory not enabled in parent's cgroup.subtree_control"),
+            "{msg}"
+        );
+        assert!(msg.contains("memory.max"), "{msg}");
+    }
+
+    #[test]
+    fn write_gone_cgroup() {
+        let t = tempfile::tempdir().unwrap();
+        let e = write(&t.path().join("gone/cpu.shares"), "2").unwrap_err();
+        assert!(matches!(e, CgroupFsError::CgroupGone { .. }), "{e:?}");
+    }
+
+    #[test]
+    fn controller_names() {
+        let cases = [
+            ("a/memory.max", Some("memory")),
+            ("a/cpu.cfs_quota_us", Some("cpu")),
+            ("a/cgroup.procs", None),
+            ("a/tasks", None),
+            ("a/hugetlb.2MB.limit_in_bytes", Some("hugetlb")),
+        ];
+        for (p, want) in cases {
+            assert_eq!(controller_of(Path::new(p)), want, "{p}");
+        }
+    }
+
+    #[test]
+    fn within_base() {
+        let b = Path::new("/sys/fs/cgroup/kubepods");
+        assert!(is_within(Path::new("/sys/fs/cgroup/kubepods"), b));
+        assert!(is_within(Path::new("/sys/fs/cgroup/kubepods/./pod1"), b));
+        assert!(!is_within(Path::new("/sys/fs/cgroup/kubepods/../x"), b));
+        assert!(!is_within(Path::new("/sys/fs/cgroup/kubepods2"), b));
+        assert!(!is_within(Path::new("/sys/fs/cgroup"), b));
+        assert!(!is_within(Path::new("kubepods"), b));
+    }
+
+    #[test]
+    fn mkdir_only_below_base() {
+        let t = tempfile::tempdir().unwrap();
+        let base = t.path().join("kubepods");
+        let bases = vec![base.clone()];
+        let created = mkdir_cgroup(&base.join("burstable/pod1"), &bases).unwrap();
+        assert_eq!(
+            created,
+            vec![
+                base.clone(),
+                base.join("burstable"),
+                base.join("burstable/pod1")
+            ]
+        );
+        assert!(mkdir_cgroup(&base.join("burstable/pod1"), &bases)
+            .unwrap()
+            .is_empty());
+        let e = mkdir_cgroup(&t.path().join("other"), &bases).unwrap_err();
+        assert!(matches!(e, CgroupFsError::OutsideBase { .. }));
+        assert!(!t.path().join("other").exists());
+        let e = mkdir_cgroup(&base.join("../escape"), &bases).unwrap_err();
+        assert!(matches!(e, CgroupFsError::OutsideBase { .. }));
+        // The base's parent must exist: never create above the base.
+        let deep = vec![t.path().join("a/b/kubepods")];
+        assert!(mkdir_cgroup(&deep[0].join("x"), &deep).is_err());
+        assert!(!t.path().join("a").exists());
+    }
+
+    #[test]
+    fn remove_refuses_busy_and_outside() {
+        let t = tempfile::tempdir().unwrap();
+        let base = t.path().join("kubepods");
+        let bases = vec![base.clone()];
+        let pod = base.join("besteffort/podx");
+        mkdir_cgroup(&pod.join("ctr"), &bases).unwrap();
+        touch(&pod.join("cgroup.procs"), "");
+        touch(&pod.join("ctr/cgroup.procs"), "123\n456\n");
+        let e = remove_cgroup_tree_if_empty(&pod, &bases).unwrap_err();
+        match e {
+            CgroupFsError::NotEmpty { pids, path } => {
+                assert_eq!(pids, vec![123, 456]);
+                assert_eq!(path, pod.join("ctr"));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(pod.join("ctr").is_dir());
+        touch(&pod.join("ctr/cgroup.procs"), "");
+        let removed = remove_cgroup_tree_if_empty(&pod, &bases).unwrap();
+        assert_eq!(removed, vec![pod.join("ctr"), pod.clone()]);
+        assert!(!pod.exists());
+        assert!(base.join("besteffort").is_dir());
+        let e = remove_cgroup(t.path(), &bases).unwrap_err();
+        assert!(matches!(e, CgroupFsError::OutsideBase { .. }));
+    }
+
+    #[test]
+    fn enable_controllers_fake_tree() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path();
+        let kp = root.join("kubepods");
+        let pod = kp.join("pod1");
+        fs::create_dir_all(&pod).unwrap();
+        for d in [root, kp.as_path()] {
+            touch(&d.join("cgroup.controllers"), "cpu io memory pids\n");
+            touch(&d.join("cgroup.subtree_control"), "");
+        }
+        touch(&root.join("cgroup.subtree_control"), "cpu\n");
+        let w = enable_controllers_v2(root, &pod, &["cpu", "memory"], false).unwrap();
+        assert_eq!(
+            w,
+            vec![
+                (root.join("cgroup.subtree_control"), "+memory".to_string()),
+                (
+                    kp.join("cgroup.subtree_control"),
+                    "+cpu +memory".to_string()
+                ),
+            ]
+        );
+        let e = enable_controllers_v2(root, &pod, &["hugetlb"], false).unwrap_err();
+        assert!(
+            matches!(e, CgroupFsError::ControllerUnavailable { .. }),
+            "{e:?}"
+        );
+        assert!(enable_controllers_v2(&kp, root, &["cpu"], false).is_err());
+    }
+
+    #[test]
+    fn pids_and_walk() {
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path().join("a");
+        fs::create_dir_all(d.join("b/c")).unwrap();
+        fs::create_dir_all(d.join("d")).unwrap();
+        touch(&d.join("cgroup.procs"), "1\n2\n");
+        assert_eq!(list_pids(&d).unwrap(), vec![1, 2]);
+        assert_eq!(list_pids(&t.path().join("zz")).unwrap(), Vec::<i32>::new());
+        touch(&d.join("cgroup.procs"), "x\n");
+        assert!(matches!(
+            list_pids(&d).unwrap_err(),
+            CgroupFsError::BadPid { .. }
+        ));
+        assert_eq!(
+            walk_leaf_first(&d).unwrap(),
+            vec![d.join("b/c"), d.join("b"), d.join("d"), d.clone()]
+        );
+    }
+
+    #[test]
+    fn kill_all_on_empty_fake_tree_is_immediate() {
+        let t = tempfile::tempdir().unwrap();
+        touch(&t.path().join("cgroup.procs"), "");
+        assert_eq!(kill_all_v1(t.path(), Duration::from_millis(10)).unwrap(), 0);
+    }
+}

@@ -1,0 +1,384 @@
+//! The applier on this machine's real cgroup v1 hierarchies, under a unique
+//! prefix `/qosd-test-<pid>-<rand>` in the cpu and memory hierarchies
+//! (removed leaf first by a Drop guard, also when a check panics).
+//!
+//! Skips with the reason when not root or without v1 cpu+memory controllers.
+
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use qosd::cgroup::apply::{self, Applier, Mode};
+use qosd::cgroup::detect::{self, CgroupLayout};
+use qosd::cgroup::fs::{self, CgroupFsError};
+use qosd::model::{CgroupLevel, CgroupVersion, CgroupWrite};
+
+struct Env {
+    cpu: PathBuf,
+    mem: PathBuf,
+    guard: Guard,
+}
+
+/// Kills our children, then removes our prefix trees leaf first.
+struct Guard {
+    prefixes: Vec<PathBuf>,
+    children: Vec<Child>,
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        for p in &self.prefixes {
+            if let Ok(order) = fs::walk_leaf_first(p) {
+                for d in order {
+                    if let Err(e) = std::fs::remove_dir(&d) {
+                        eprintln!("cleanup: cannot remove {}: {e}", d.display());
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn layout() -> Result<CgroupLayout, String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err("not root".into());
+    }
+    let l = detect::detect_layout(Path::new("/proc/self/mountinfo")).map_err(|e| e.to_string())?;
+    if l.version != CgroupVersion::V1 || l.v1_dir("memory").is_none() || l.v1_dir("cpu").is_none() {
+        return Err(format!(
+            "no cgroup v1 cpu+memory controllers mounted (layout {l:?})"
+        ));
+    }
+    Ok(l)
+}
+
+fn setup(tag: &str) -> Option<Env> {
+    let l = match layout() {
+        Ok(l) => l,
+        Err(why) => {
+            eprintln!("SKIP (cgroup v1 integration): {why}");
+            return None;
+        }
+    };
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    let name = format!("qosd-test-{}-{nanos:x}-{tag}", std::process::id());
+    let cpu = l.v1_dir("cpu").unwrap().join(&name);
+    let mem = l.v1_dir("memory").unwrap().join(&name);
+    let mut guard = Guard {
+        prefixes: Vec::new(),
+        children: Vec::new(),
+    };
+    for p in [&cpu, &mem] {
+        std::fs::create_dir(p).unwrap_or_else(|e| panic!("mkdir {}: {e}", p.display()));
+        guard.prefixes.push(p.clone());
+    }
+    Some(Env { cpu, mem, guard })
+}
+
+fn w(dir: &Path, file: &str, value: &str, level: CgroupLevel) -> CgroupWrite {
+    CgroupWrite {
+        file: dir.join(file),
+        value: value.to_string(),
+        dir: dir.to_path_buf(),
+        cgroup: String::new(),
+        level,
+    }
+}
+
+fn read(p: &Path) -> String {
+    fs::read(p).unwrap()
+}
+
+const POD: &str = "pod0a0a0a0a-1111-2222-3333-444444444444";
+
+/// A plan like the kubelet's for one Burstable pod with cpu limit 500m and
+/// memory limit 256Mi.
+fn plan(cpu: &Path, mem: &Path) -> Vec<CgroupWrite> {
+    let (ck, mk) = (cpu.join("kubepods"), mem.join("kubepods"));
+    let (cb, mb) = (ck.join("burstable"), mk.join("burstable"));
+    let (cp, mp) = (cb.join(POD), mb.join(POD));
+    vec![
+        w(&ck, "cpu.shares", "2048", CgroupLevel::Node),
+        w(
+            &mk,
+            "memory.limit_in_bytes",
+            "1073741824",
+            CgroupLevel::Node,
+        ),
+        w(&cb, "cpu.shares", "512", CgroupLevel::Qos),
+        w(&mb, "memory.limit_in_bytes", "-1", CgroupLevel::Qos),
+        w(&cp, "cpu.shares", "512", CgroupLevel::Pod),
+        w(&cp, "cpu.cfs_period_us", "100000", CgroupLevel::Pod),
+        w(&cp, "cpu.cfs_quota_us", "50000", CgroupLevel::Pod),
+        w(&mp, "memory.limit_in_bytes", "268435456", CgroupLevel::Pod),
+    ]
+}
+
+fn applier(env: &Env) -> Applier {
+    Applier::with_bases(
+        Mode::Real,
+        vec![env.cpu.join("kubepods"), env.mem.join("kubepods")],
+    )
+}
+
+#[test]
+fn values_steady_state_and_drift() {
+    let Some(env) = setup("values") else { return };
+    let plan = plan(&env.cpu, &env.mem);
+    let mut a = applier(&env);
+
+    let t = Instant::now();
+    let r = a.apply(&plan);
+    eprintln!(
+        "first pass: {} writes in {:?}",
+        r.write_count(),
+        t.elapsed()
+    );
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    assert_eq!(r.created_dirs.len(), 6, "{:?}", r.created_dirs);
+    let cp = env.cpu.join("kubepods/burstable").join(POD);
+    let mp = env.mem.join("kubepods/burstable").join(POD);
+    assert_eq!(read(&env.cpu.join("kubepods/cpu.shares")), "2048");
+    assert_eq!(read(&env.cpu.join("kubepods/burstable/cpu.shares")), "512");
+    assert_eq!(read(&cp.join("cpu.cfs_quota_us")), "50000");
+    assert_eq!(read(&cp.join("cpu.cfs_period_us")), "100000");
+    assert_eq!(read(&mp.join("memory.limit_in_bytes")), "268435456");
+    assert_eq!(
+        read(&env.mem.join("kubepods/burstable/memory.limit_in_bytes")),
+        apply::V1_MEMORY_UNLIMITED.to_string()
+    );
+
+    // Steady state: zero writes, and it is cheap.
+    let n = 50;
+    let t = Instant::now();
+    for _ in 0..n {
+        let r = a.apply(&plan);
+        assert_eq!(r.write_count(), 0, "{:?}", r.written);
+        assert_eq!(r.unchanged, plan.len());
+    }
+    let per = t.elapsed() / (n * plan.len() as u32);
+    eprintln!("MEASURE v1 steady-state read+compare per planned file: {per:?}");
+
+    // Drift by someone else: exactly one corrective write.
+    fs::write(&env.cpu.join("kubepods/burstable/cpu.shares"), "4096").unwrap();
+    let r = a.apply(&plan);
+    assert_eq!(r.write_count(), 1, "{:?}", r.written);
+    assert_eq!(r.previous[0].as_deref(), Some("4096"));
+    assert_eq!(read(&env.cpu.join("kubepods/burstable/cpu.shares")), "512");
+
+    // Cost of a real write through the applier (read, compare, write).
+    let f = "cpu.shares";
+    let n = 200u32;
+    let t = Instant::now();
+    for i in 0..n {
+        let v = if i % 2 == 0 { "100" } else { "200" };
+        let r = a.apply(&[w(&cp, f, v, CgroupLevel::Pod)]);
+        assert_eq!(r.write_count(), 1);
+    }
+    eprintln!(
+        "MEASURE v1 applier cost per changed write: {:?}",
+        t.elapsed() / n
+    );
+
+    // Dry run writes nothing.
+    let r = Applier::with_bases(Mode::DryRun, vec![env.cpu.join("kubepods")]).apply(&[w(
+        &cp,
+        f,
+        "1000",
+        CgroupLevel::Pod,
+    )]);
+    assert_eq!(r.write_count(), 1);
+    assert_eq!(read(&cp.join(f)), "200");
+
+    // Nothing outside the allowed bases.
+    let r = a.apply(&[w(&env.cpu, "cpu.shares", "3", CgroupLevel::Node)]);
+    assert!(matches!(
+        r.errors[0].error,
+        CgroupFsError::OutsideBase { .. }
+    ));
+    assert_eq!(read(&env.cpu.join("cpu.shares")), "1024");
+}
+
+#[test]
+fn quota_ordering_children_first_when_lowering() {
+    let Some(env) = setup("order") else { return };
+    let ck = env.cpu.join("kubepods");
+    let cp = ck.join(POD);
+    let mut a = applier(&env);
+    let start = vec![
+        w(&ck, "cpu.cfs_quota_us", "400000", CgroupLevel::Node),
+        w(&cp, "cpu.cfs_quota_us", "200000", CgroupLevel::Pod),
+    ];
+    let r = a.apply(&start);
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+
+    // The kernel (v1) refuses a parent quota below a child's: lowering the
+    // parent first fails...
+    let naive = fs::write(&ck.join("cpu.cfs_quota_us"), "100000");
+    assert!(naive.is_err(), "kernel accepted parent quota below child's");
+    assert_eq!(read(&ck.join("cpu.cfs_quota_us")), "400000");
+
+    // ...so the applier lowers the child first, whatever the plan order.
+    let lower = vec![
+        w(&ck, "cpu.cfs_quota_us", "100000", CgroupLevel::Node),
+        w(&cp, "cpu.cfs_quota_us", "50000", CgroupLevel::Pod),
+    ];
+    let r = a.apply(&lower);
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    let order: Vec<_> = r.written.iter().map(|x| x.dir.clone()).collect();
+    assert_eq!(order, vec![cp.clone(), ck.clone()]);
+    assert_eq!(read(&cp.join("cpu.cfs_quota_us")), "50000");
+    assert_eq!(read(&ck.join("cpu.cfs_quota_us")), "100000");
+
+    // Raising: parent first, even when the plan lists the child first.
+    let raise = vec![
+        w(&cp, "cpu.cfs_quota_us", "300000", CgroupLevel::Pod),
+        w(&ck, "cpu.cfs_quota_us", "-1", CgroupLevel::Node),
+    ];
+    let r = a.apply(&raise);
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    let order: Vec<_> = r.written.iter().map(|x| x.dir.clone()).collect();
+    assert_eq!(order, vec![ck.clone(), cp.clone()]);
+    assert_eq!(read(&ck.join("cpu.cfs_quota_us")), "-1");
+    assert_eq!(a.apply(&raise).write_count(), 0);
+}
+
+/// A child that allocates and touches `mib` MiB once it reads a line on
+/// stdin (so it can be moved into a cgroup first), then sleeps.
+fn spawn_hog(mib: u32) -> Option<Child> {
+    let prog =
+        format!("$| = 1; <STDIN>; $x = \"a\" x ({mib} * 1048576); print \"ready\\n\"; sleep 120;");
+    Command::new("perl")
+        .args(["-e", &prog])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .ok()
+}
+
+#[test]
+fn memory_limit_below_usage_is_ebusy_reported_once() {
+    let Some(mut env) = setup("ebusy") else {
+        return;
+    };
+    let mk = env.mem.join("kubepods");
+    let mp = mk.join(POD);
+    let mut a = applier(&env);
+    let r = a.apply(&[w(
+        &mp,
+        "memory.limit_in_bytes",
+        "268435456",
+        CgroupLevel::Pod,
+    )]);
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+
+    let Some(mut hog) = spawn_hog(64) else {
+        eprintln!("SKIP (EBUSY case): perl not available");
+        return;
+    };
+    let pid = hog.id();
+    let mut stdin = hog.stdin.take().unwrap();
+    let mut stdout = hog.stdout.take().unwrap();
+    env.guard.children.push(hog);
+    fs::write(&mp.join("cgroup.procs"), &pid.to_string()).unwrap();
+    assert_eq!(fs::list_pids(&mp).unwrap(), vec![pid as i32]);
+    writeln!(stdin, "go").unwrap();
+    let mut buf = [0u8; 6];
+    std::io::Read::read_exact(&mut stdout, &mut buf).unwrap();
+    let usage: u64 = read(&mp.join("memory.usage_in_bytes")).parse().unwrap();
+    assert!(usage >= 64 << 20, "usage {usage}");
+
+    let target = w(&mp, "memory.limit_in_bytes", "16777216", CgroupLevel::Pod);
+    let t = Instant::now();
+    let r = a.apply(std::slice::from_ref(&target));
+    eprintln!("EBUSY write returned after {:?}", t.elapsed());
+    assert_eq!(r.write_count(), 0);
+    assert_eq!(r.errors.len(), 1, "{:?}", r.errors);
+    let e = &r.errors[0];
+    assert!(
+        matches!(e.error, CgroupFsError::Busy { .. }),
+        "{:?}",
+        e.error
+    );
+    let msg = e.to_string();
+    assert!(
+        msg.contains("memory.limit_in_bytes") && msg.contains("16777216"),
+        "{msg}"
+    );
+    assert_eq!(read(&mp.join("memory.limit_in_bytes")), "268435456");
+
+    // The process survives (no OOM kill from a refused limit); kill_all_v1
+    // empties the pod cgroup.
+    let t = Instant::now();
+    let kills = fs::kill_all_v1(&mp, Duration::from_secs(5)).unwrap();
+    eprintln!("MEASURE v1 kill-all until empty: {:?}", t.elapsed());
+    assert!(kills >= 1);
+    assert!(fs::list_pids(&mp).unwrap().is_empty());
+    let mut hog = env.guard.children.pop().unwrap();
+    let st = hog.wait().unwrap();
+    assert!(!st.success());
+
+    // Now the limit can be lowered.
+    let r = a.apply(&[target]);
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    assert_eq!(read(&mp.join("memory.limit_in_bytes")), "16777216");
+}
+
+#[test]
+fn orphans_removed_only_when_empty() {
+    let Some(mut env) = setup("orphan") else {
+        return;
+    };
+    let kp = env.cpu.join("kubepods");
+    let bases = vec![kp.clone()];
+    let live_uid = "11111111-aaaa-bbbb-cccc-000000000001";
+    let dead_uid = "11111111-aaaa-bbbb-cccc-000000000002";
+    let busy_uid = "11111111-aaaa-bbbb-cccc-000000000003";
+    for d in [
+        kp.join(format!("besteffort/pod{live_uid}")),
+        kp.join(format!("besteffort/pod{dead_uid}/ctr")),
+        kp.join(format!("burstable/pod{busy_uid}/ctr")),
+    ] {
+        fs::mkdir_cgroup(&d, &bases).unwrap();
+    }
+    let sleeper = Command::new("sleep").arg("120").spawn().unwrap();
+    let spid = sleeper.id();
+    env.guard.children.push(sleeper);
+    let busy = kp.join(format!("burstable/pod{busy_uid}"));
+    fs::write(&busy.join("ctr/cgroup.procs"), &spid.to_string()).unwrap();
+
+    let live: BTreeSet<String> = [live_uid.to_string()].into();
+    let orphans = apply::scan_orphans(std::slice::from_ref(&kp), &live).unwrap();
+    let uids: Vec<_> = orphans.iter().map(|o| o.uid.as_str()).collect();
+    assert_eq!(uids, vec![dead_uid, busy_uid]);
+    let mut removed = Vec::new();
+    let mut refused = Vec::new();
+    for o in &orphans {
+        match apply::remove_cgroup_tree_if_empty(&o.dir, &bases) {
+            Ok(r) => removed.extend(r),
+            Err(CgroupFsError::NotEmpty { pids, .. }) => refused.push(pids),
+            Err(e) => panic!("{e}"),
+        }
+    }
+    let dead = kp.join(format!("besteffort/pod{dead_uid}"));
+    assert_eq!(removed, vec![dead.join("ctr"), dead.clone()]);
+    assert_eq!(refused, vec![vec![spid as i32]]);
+    assert!(busy.join("ctr").is_dir());
+    assert!(kp.join(format!("besteffort/pod{live_uid}")).is_dir());
+
+    // Kill the busy one's processes; then it goes.
+    apply::kill_cgroup(&busy, Duration::from_secs(5)).unwrap();
+    let _ = env.guard.children.pop().unwrap().wait();
+    let r = apply::remove_cgroup_tree_if_empty(&busy, &bases).unwrap();
+    assert_eq!(r, vec![busy.join("ctr"), busy.clone()]);
+}

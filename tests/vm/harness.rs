@@ -1,0 +1,191 @@
+//! Rust side of the cgroup v2 VM harness (see docs/cgroup-v2-vm.md).
+//!
+//! Include it from an integration test with
+//! `#[path = "vm/harness.rs"] mod vm;` and then:
+//!
+//! ```ignore
+//! let bins = match vm::static_bins(&["qosd", "qosd-vmtest"]) { Ok(b) => b, Err(s) => return vm::skip(&s) };
+//! let out = match vm::run_script("qosd-vmtest scenario-v2\n", &bins, &[], Duration::from_secs(180)) {
+//!     vm::VmOutcome::Ran(r) => r,
+//!     vm::VmOutcome::Skipped(why) => return vm::skip(&why),
+//! };
+//! assert_eq!(out.code, 0, "{}", out.output);
+//! ```
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// The result of a VM run whose script ran (or timed out).
+#[derive(Debug)]
+pub struct VmRun {
+    /// The script's exit code (124: timeout, 125: harness failure).
+    pub code: i32,
+    /// Everything the VM printed on its console (the script's stdout and
+    /// stderr included), plus the harness's stderr at the end.
+    pub output: String,
+    /// Wall time of the whole run (initramfs build, boot, script, poweroff).
+    pub elapsed: Duration,
+}
+
+#[derive(Debug)]
+pub enum VmOutcome {
+    Ran(VmRun),
+    /// The VM cannot run here (no qemu, no python3, downloads unavailable).
+    Skipped(String),
+}
+
+/// Repository root (the crate's manifest dir).
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The harness script.
+pub fn script_path() -> PathBuf {
+    repo().join("tests/vm/qosd_vm.py")
+}
+
+/// When `QOSD_VM_REQUIRED=1` (set it in CI), a skip is a test failure.
+pub fn skip(reason: &str) {
+    if std::env::var("QOSD_VM_REQUIRED").as_deref() == Ok("1") {
+        panic!("cgroup v2 VM test required (QOSD_VM_REQUIRED=1) but cannot run: {reason}");
+    }
+    eprintln!("SKIP (cgroup v2 VM): {reason}");
+}
+
+static BUILD_LOCK: Mutex<()> = Mutex::new(());
+
+/// Build the crate's binaries `names` statically (glibc, `+crt-static`)
+/// into `target/vm-static` (its own target dir, so it never invalidates the
+/// normal build) and return their paths. `Err` = reason to skip.
+/// Set `QOSD_VM_BIN_DIR` to use prebuilt static binaries from that dir.
+pub fn static_bins(names: &[&str]) -> Result<Vec<PathBuf>, String> {
+    if let Ok(dir) = std::env::var("QOSD_VM_BIN_DIR") {
+        return names
+            .iter()
+            .map(|n| {
+                let p = Path::new(&dir).join(n);
+                if p.is_file() {
+                    Ok(p)
+                } else {
+                    Err(format!("{} missing", p.display()))
+                }
+            })
+            .collect();
+    }
+    let _g = BUILD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let target_dir = repo().join("target/vm-static");
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(repo())
+        .args(["build", "--target", "x86_64-unknown-linux-gnu"])
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .env("RUSTFLAGS", "-C target-feature=+crt-static")
+        .env("CARGO_TARGET_DIR", &target_dir)
+        .env("CARGO_PROFILE_DEV_DEBUG", "0")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for n in names {
+        cmd.args(["--bin", n]);
+    }
+    let t = Instant::now();
+    let out = cmd.output().map_err(|e| format!("cannot run cargo: {e}"))?;
+    if !out.status.success() {
+        // A build failure is a real failure, not a skip.
+        panic!(
+            "static build of {names:?} failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    eprintln!(
+        "static build of {names:?}: {:.1}s",
+        t.elapsed().as_secs_f64()
+    );
+    Ok(names
+        .iter()
+        .map(|n| target_dir.join("x86_64-unknown-linux-gnu/debug").join(n))
+        .collect())
+}
+
+/// Run `script` (POSIX sh, run by busybox as `/test/run.sh` with
+/// `PATH=/test/bin:/bin`) in a fresh VM with `bins` in `/test/bin` and
+/// `files` (host path, path inside the VM such as `test/plan.json`).
+pub fn run_script(
+    script: &str,
+    bins: &[PathBuf],
+    files: &[(PathBuf, String)],
+    timeout: Duration,
+) -> VmOutcome {
+    run_script_with(script, bins, files, timeout, &[])
+}
+
+/// [`run_script`] with extra harness arguments (e.g. `["--mem", "2048"]`,
+/// `["--append", "foo=1"]`).
+pub fn run_script_with(
+    script: &str,
+    bins: &[PathBuf],
+    files: &[(PathBuf, String)],
+    timeout: Duration,
+    extra: &[&str],
+) -> VmOutcome {
+    if Command::new("python3").arg("--version").output().is_err() {
+        return VmOutcome::Skipped("python3 not found".into());
+    }
+    let dir = match tempfile::tempdir() {
+        Ok(d) => d,
+        Err(e) => return VmOutcome::Skipped(format!("no temp dir: {e}")),
+    };
+    let script_file = dir.path().join("run.sh");
+    std::fs::write(&script_file, script).expect("write run.sh");
+    let mut cmd = Command::new("python3");
+    cmd.arg(script_path())
+        .arg("run")
+        .arg("--script")
+        .arg(&script_file)
+        .arg("--timeout")
+        .arg(timeout.as_secs().to_string());
+    for b in bins {
+        cmd.arg("--bin").arg(b);
+    }
+    for (src, dest) in files {
+        cmd.arg("--file").arg(format!("{}:{}", src.display(), dest));
+    }
+    cmd.args(extra);
+    if std::env::var_os("QOSD_VM_CACHE").is_none() {
+        cmd.env("QOSD_VM_CACHE", repo().join("target/vm-cache"));
+    }
+    let t = Instant::now();
+    let out = match cmd.stdin(Stdio::null()).output() {
+        Ok(o) => o,
+        Err(e) => return VmOutcome::Skipped(format!("cannot run the harness: {e}")),
+    };
+    let elapsed = t.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let code = out.status.code().unwrap_or(-1);
+    if code == 77 {
+        let why = stderr
+            .lines()
+            .find_map(|l| l.strip_prefix("VMHARNESS_SKIP: "))
+            .unwrap_or("harness reported skip")
+            .to_string();
+        return VmOutcome::Skipped(why);
+    }
+    let mut output = String::from_utf8_lossy(&out.stdout).into_owned();
+    output.push_str("\n--- harness stderr ---\n");
+    output.push_str(&stderr);
+    VmOutcome::Ran(VmRun {
+        code,
+        output,
+        elapsed,
+    })
+}
+
+/// Lines of `output` starting with `prefix`, prefix removed.
+pub fn lines_with<'a>(output: &'a str, prefix: &str) -> Vec<&'a str> {
+    output
+        .lines()
+        .filter_map(|l| l.trim_end_matches('\r').strip_prefix(prefix))
+        .collect()
+}

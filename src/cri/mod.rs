@@ -1,5 +1,10 @@
 //! CRI (`runtime.v1`) client and the live pod inventory.
-//! (stub: the cri branch writes it)
+
+/// Code generated from `proto/runtime/v1/cri.proto` (package `runtime.v1`).
+#[allow(clippy::all, clippy::pedantic, missing_docs)]
+pub mod proto {
+    tonic::include_proto!("runtime.v1");
+}
 
 use crate::model::Pod;
 

@@ -179,6 +179,8 @@ async fn pods_classify_each_qos_class() {
     assert_eq!(side["oom_score_adj"], 999);
     let ml = app(&memlimit.uid, "app");
     assert_eq!(bytes(&ml["limits"]["memory"]), 96 * MI);
+    // API-server defaulting: request = limit, consistent with oom_score_adj.
+    assert_eq!(bytes(&ml["requests"]["memory"]), 96 * MI);
     let inf = &pods[&inferred.uid];
     assert!(
         inf["notes"]

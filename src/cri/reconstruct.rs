@@ -375,12 +375,30 @@ pub fn reconstruct(
                         .and_then(|cap| memory_request_from_oom_score_adj(a, cap))
                     {
                         Some(m) => {
-                            res.requests
-                                .insert("memory".into(), Quantity::from_value(m));
-                            notes.push(format!(
-                                "container {}: memory request ~{m} bytes inferred from oom_score_adj {a}",
-                                c.name
-                            ));
+                            // adj pins the request to [m, m + capacity/1000); a limit
+                            // inside that band means the API server's default
+                            // (request = limit) is the likely value.
+                            let band = memory_capacity_bytes.unwrap_or(0) / 1000 + 1;
+                            match c.memory_limit_bytes {
+                                Some(l) if l >= m && l - m <= band => {
+                                    res.requests
+                                        .insert("memory".into(), Quantity::from_value(l));
+                                    notes.push(format!(
+                                        "container {}: memory request taken as the limit {l} \
+                                         (consistent with oom_score_adj {a})",
+                                        c.name
+                                    ));
+                                }
+                                _ => {
+                                    res.requests
+                                        .insert("memory".into(), Quantity::from_value(m));
+                                    notes.push(format!(
+                                        "container {}: memory request ~{m} bytes inferred from \
+                                         oom_score_adj {a} (lower bound, +{band})",
+                                        c.name
+                                    ));
+                                }
+                            }
                         }
                         None => notes.push(format!(
                             "container {}: memory request unknown (oom_score_adj {a}{})",
@@ -710,6 +728,18 @@ mod tests {
         );
         assert!(!b.containers[0].resources.requests.contains_key("memory"));
         assert!(b.notes.iter().any(|n| n.contains("capacity not given")));
+
+        // Memory limit only: request defaulted to the limit, within adj's band.
+        let lim = 96 * MI;
+        let b = reconstruct(
+            Some(QosClass::Burstable),
+            &[settings(2, 0, lim, Some(burstable_adj(lim, cap)), None)],
+            Some(cap),
+        );
+        assert_eq!(
+            b.containers[0].resources.requests["memory"].value_ceil(),
+            lim
+        );
 
         let e = reconstruct(
             Some(QosClass::BestEffort),

@@ -38,7 +38,7 @@ impl Default for RetryPolicy {
     fn default() -> Self {
         RetryPolicy {
             initial_delay: Duration::from_millis(100),
-            max_delay: Duration::from_secs(2),
+            max_delay: Duration::from_secs(1),
             max_elapsed: Duration::from_secs(10),
         }
     }

@@ -42,6 +42,32 @@ the kubelet's 10-second loop."
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// Log format on stderr: human text, or one JSON object per line.
+    #[arg(long, global = true, value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Logs go to stderr; the level comes from `QOSD_LOG` (e.g. `debug`,
+/// `qosd=trace`), default `info`.
+fn init_logging(format: LogFormat) {
+    use std::io::IsTerminal;
+    let filter = tracing_subscriber::EnvFilter::try_from_env("QOSD_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+        LogFormat::Text => builder
+            .with_ansi(std::io::stderr().is_terminal())
+            .try_init(),
+    };
 }
 
 #[derive(Debug, Subcommand)]
@@ -67,6 +93,7 @@ pub enum Command {
 /// Parse arguments, run, and map errors to exit codes.
 pub fn main() -> i32 {
     let cli = Cli::parse();
+    init_logging(cli.log_format);
     let result = match cli.command {
         Command::Plan(a) => plan::run(a),
         Command::Classify(a) => classify::run(a),

@@ -277,7 +277,8 @@ mod tests {
         let mut r = Reconciler::new(c.clone(), false, Duration::from_secs(0));
         let first = r.reconcile(&pods, None, Instant::now());
         assert!(first.errors.is_empty(), "{:?}", first.errors);
-        assert_eq!(first.writes.len(), first.planned.len());
+        assert!(!first.writes.is_empty());
+        assert_eq!(first.writes.len() + first.unchanged, first.planned.len());
         let second = r.reconcile(&pods, None, Instant::now());
         assert_eq!(second.writes.len(), 0, "steady state must not write");
         let weight = c.layout.file(

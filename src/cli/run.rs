@@ -40,7 +40,8 @@ pub struct Args {
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
     pub relist_interval: Duration,
     /// How long a pod cgroup must stay orphaned (sandbox gone) and empty before it is removed.
-    #[arg(long, value_name = "DURATION", default_value = "1m", value_parser = parse_duration)]
+    /// `0s` removes them on the first pass that finds them empty.
+    #[arg(long, value_name = "DURATION", default_value = "1m", value_parser = parse_duration_or_zero)]
     pub orphan_grace_period: Duration,
     #[command(flatten)]
     pub options: PlanOptions,
@@ -53,6 +54,11 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         return Err(format!("{s:?}: must be greater than zero"));
     }
     Ok(d)
+}
+
+/// Like [`parse_duration`], zero allowed.
+pub fn parse_duration_or_zero(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s).map_err(|e| format!("{s:?}: {e}"))
 }
 
 pub fn run(args: Args) -> anyhow::Result<i32> {

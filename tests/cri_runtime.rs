@@ -68,9 +68,13 @@ async fn runtime_restart_while_qosd_retries() {
     }
     let mut env = Containerd::start();
     let pod = env
-        .run_pod(&PodSpec::new("survivor").container(
-            ContainerSpec::pause("app").cpu(Some(100), None).memory(Some(64 * MI), None),
-        ))
+        .run_pod(
+            &PodSpec::new("survivor").container(
+                ContainerSpec::pause("app")
+                    .cpu(Some(100), None)
+                    .memory(Some(64 * MI), None),
+            ),
+        )
         .await;
 
     // 1. A connected client whose runtime restarts: the next call retries
@@ -86,7 +90,10 @@ async fn runtime_restart_while_qosd_retries() {
     tokio::time::sleep(Duration::from_millis(800)).await;
     env.start_again();
     let up = stopped.elapsed();
-    let listed = call.await.unwrap().expect("call retried across the restart");
+    let listed = call
+        .await
+        .unwrap()
+        .expect("call retried across the restart");
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].id, pod.sandbox_id);
     eprintln!(
@@ -99,7 +106,15 @@ async fn runtime_restart_while_qosd_retries() {
     let t = Instant::now();
     let ep = env.endpoint.clone();
     let cli = std::thread::spawn(move || {
-        qosd(&["pods", "--runtime-endpoint", &ep, "--output", "json", "--retry-for", "30s"])
+        qosd(&[
+            "pods",
+            "--runtime-endpoint",
+            &ep,
+            "--output",
+            "json",
+            "--retry-for",
+            "30s",
+        ])
     });
     std::thread::sleep(Duration::from_millis(1500));
     env.start_again();
@@ -127,11 +142,13 @@ async fn sandbox_removed_between_list_and_status() {
         .run_pod(&PodSpec::new("gone").container(ContainerSpec::pause("app")))
         .await;
     let stays = env
-        .run_pod(&PodSpec::new("stays").container(
-            ContainerSpec::pause("app")
-                .cpu(Some(300), Some(300))
-                .memory(Some(32 * MI), Some(32 * MI)),
-        ))
+        .run_pod(
+            &PodSpec::new("stays").container(
+                ContainerSpec::pause("app")
+                    .cpu(Some(300), Some(300))
+                    .memory(Some(32 * MI), Some(32 * MI)),
+            ),
+        )
         .await;
     let client = CriClient::connect(
         &env.endpoint,
@@ -179,7 +196,13 @@ async fn notready_sandbox_is_reported_not_planned() {
     assert_eq!(inv.pods.len(), 1);
     assert_eq!(inv.pods[0].state, qosd::cri::SandboxState::NotReady);
     assert!(inv.ready_pods().is_empty());
-    let (code, out, err) = qosd(&["pods", "--runtime-endpoint", &env.endpoint, "--output", "json"]);
+    let (code, out, err) = qosd(&[
+        "pods",
+        "--runtime-endpoint",
+        &env.endpoint,
+        "--output",
+        "json",
+    ]);
     assert_eq!(code, 0, "{err}");
     let doc: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(doc["pods"][0]["state"], "notready");

@@ -17,6 +17,9 @@ pub mod client;
 pub mod inventory;
 pub mod reconstruct;
 
+#[cfg(test)]
+mod fake_tests;
+
 use std::path::Path;
 
 pub use client::{ConnectOptions, CriClient, CriError, RetryPolicy, DEFAULT_ENDPOINT};

@@ -146,33 +146,29 @@ impl Applier {
                 report.errors.push(err(w, e));
                 continue;
             }
-            // The cgroup directory.
-            let dir_exists = w.dir.is_dir() && !would_create.contains(&w.dir);
-            if !dir_exists {
-                if !self.create_levels.contains(&w.level) {
-                    report.errors.push(err(
-                        w,
-                        CgroupFsError::CgroupGone {
-                            path: w.file.clone(),
-                            value: w.value.clone(),
-                        },
-                    ));
+            if would_create.contains(&w.dir) {
+                // Dry run: its cgroup would be created by an earlier write.
+                pending.push((w, None));
+                continue;
+            }
+            // The current value; a missing cgroup (read fails, dir absent)
+            // is created when its level allows, then read again. Steady
+            // state: one read per planned file, nothing else.
+            let mut current = self.read_current(w, &mut report);
+            if matches!(current, Err(CgroupFsError::CgroupGone { .. }))
+                && self.create_levels.contains(&w.level)
+            {
+                if let Err(e) = self.create_dir(&w.dir, &mut report, &mut would_create) {
+                    report.errors.push(err(w, e));
                     continue;
-                }
-                match self.create_dir(&w.dir, &mut report, &mut would_create) {
-                    Ok(()) => {}
-                    Err(e) => {
-                        report.errors.push(err(w, e));
-                        continue;
-                    }
                 }
                 if self.mode == Mode::DryRun {
                     pending.push((w, None));
                     continue;
                 }
+                current = self.read_current(w, &mut report);
             }
-            // The current value.
-            match self.read_current(w, &mut report) {
+            match current {
                 Ok(Some(cur)) => {
                     if values_equal(&w.file, &cur, &w.value) {
                         report.unchanged += 1;

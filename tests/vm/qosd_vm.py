@@ -153,8 +153,16 @@ def is_static_elf(path):
 
 
 def prepare():
-    """Ensure kernel and busybox are in the cache; return a dict of paths."""
+    """Ensure kernel and busybox are in the cache; return a dict of paths.
+    Serialised by a lock file: parallel test runs share one cache."""
+    import fcntl
     cache = cache_dir()
+    with open(os.path.join(cache, ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _prepare_locked(cache)
+
+
+def _prepare_locked(cache):
     manifest = os.path.join(cache, "prepared.json")
     if os.path.exists(manifest):
         info = json.load(open(manifest))

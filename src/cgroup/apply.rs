@@ -201,7 +201,7 @@ impl Applier {
     }
 
     fn check_allowed(&self, w: &CgroupWrite) -> Result<(), CgroupFsError> {
-        let in_base = |p: &Path| fs::base_of(p, &self.bases).is_some();
+        let in_base = |p: &Path| fs::match_base(p, &self.bases).is_some();
         if !in_base(&w.file) || !in_base(&w.dir) || w.file.parent() != Some(w.dir.as_path()) {
             return Err(CgroupFsError::OutsideBase {
                 path: w.file.clone(),
@@ -225,9 +225,9 @@ impl Applier {
         if self.mode == Mode::DryRun {
             // Record the missing dirs down from the first existing ancestor
             // inside the base, without creating anything.
-            let base = fs::base_of(dir, &self.bases).cloned().unwrap_or_default();
+            let (dir, base) = fs::match_base(dir, &self.bases).unwrap_or_default();
             let mut missing = Vec::new();
-            let mut cur = Some(dir);
+            let mut cur = Some(dir.as_path());
             while let Some(d) = cur {
                 if (d.is_dir() && !would_create.contains(d)) || !fs::is_within(d, &base) {
                     break;

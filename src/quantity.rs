@@ -241,6 +241,19 @@ impl Quantity {
         }
     }
 
+    /// The exact value in nano-units (for exact sums of quantities).
+    pub fn nanos(&self) -> i128 {
+        self.nanos
+    }
+
+    /// A quantity from an exact nano-unit value (text: the value in nano units).
+    pub fn from_nanos(nanos: i128) -> Quantity {
+        Quantity {
+            nanos,
+            text: format!("{nanos}n"),
+        }
+    }
+
     /// The value in milli-units, rounded up (kubelet `MilliValue()`), saturating.
     pub fn milli_ceil(&self) -> i64 {
         let m = ceil_div(self.nanos, 1_000_000);

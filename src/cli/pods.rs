@@ -1,8 +1,187 @@
-//! (to be written)
+//! `qosd pods`: the live pods of the container runtime (CRI) with their QoS
+//! classes, how each class was derived, cgroup parents and container settings.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::cri::{
+    self, ConnectOptions, Inventory, InventoryOptions, LiveContainer, LivePod, RetryPolicy,
+};
+use crate::model::ResourceList;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Output {
+    Text,
+    Json,
+}
 
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// CRI endpoint of the container runtime (unix socket).
+    #[arg(long, env = "CONTAINER_RUNTIME_ENDPOINT", default_value = cri::DEFAULT_ENDPOINT)]
+    pub runtime_endpoint: String,
+    /// Output format.
+    #[arg(long, short, value_enum, default_value_t = Output::Text)]
+    pub output: Output,
+    /// How long to keep retrying while the runtime is down or restarting
+    /// (Go-style duration, e.g. 5s, 500ms; 0s: one attempt).
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    pub retry_for: Duration,
+    /// Deadline of each CRI call.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub timeout: Duration,
+    /// meminfo file giving the node memory capacity (to infer Burstable
+    /// memory requests from oom_score_adj).
+    #[arg(long, default_value = "/proc/meminfo")]
+    pub meminfo: PathBuf,
+}
 
-pub fn run(_args: Args) -> anyhow::Result<i32> {
-    anyhow::bail!("not implemented yet")
+pub fn run(args: Args) -> anyhow::Result<i32> {
+    let capacity = cri::memory_capacity_from_meminfo(&args.meminfo).ok();
+    let opts = ConnectOptions {
+        connect_timeout: Duration::from_secs(2).min(args.timeout),
+        call_timeout: args.timeout,
+        retry: RetryPolicy {
+            max_elapsed: args.retry_for,
+            ..RetryPolicy::default()
+        },
+    };
+    let inv = match cri::inventory_blocking(
+        &args.runtime_endpoint,
+        opts,
+        InventoryOptions {
+            memory_capacity_bytes: capacity,
+        },
+    ) {
+        Ok(inv) => inv,
+        Err(e @ cri::CriError::BadEndpoint { .. }) => return Err(crate::cli::bad_input(e)),
+        Err(e) => {
+            return Err(anyhow::Error::new(e).context(format!(
+                "listing pods of the container runtime at {}",
+                args.runtime_endpoint
+            )))
+        }
+    };
+    match args.output {
+        Output::Json => println!("{}", serde_json::to_string_pretty(&to_json(&inv))?),
+        Output::Text => print!("{}", to_text(&inv)),
+    }
+    Ok(0)
+}
+
+fn resource_list(l: &ResourceList) -> Value {
+    Value::Object(
+        l.iter()
+            .map(|(k, q)| (k.clone(), Value::String(q.to_string())))
+            .collect(),
+    )
+}
+
+fn container_json(p: &LivePod, c: &LiveContainer) -> Value {
+    let mut v = json!({
+        "id": c.id,
+        "name": c.name,
+        "state": c.state,
+        "attempt": c.attempt,
+        "cpu_shares": c.cpu_shares,
+        "cpu_quota": c.cpu_quota,
+        "cpu_period": c.cpu_period,
+        "memory_limit_bytes": c.memory_limit_bytes,
+        "oom_score_adj": c.oom_score_adj,
+        "memory_min_bytes": c.memory_min_bytes,
+        "resources_origin": c.resources_origin,
+        "counted": c.counted,
+    });
+    if c.counted {
+        if let Some(m) = p.pod.containers.iter().find(|m| m.name == c.name) {
+            v["requests"] = resource_list(&m.resources.requests);
+            v["limits"] = resource_list(&m.resources.limits);
+        }
+    }
+    v
+}
+
+/// The `qosd pods --output json` document (a stable contract, see docs/cri.md).
+pub fn to_json(inv: &Inventory) -> Value {
+    let pods: Vec<Value> = inv
+        .pods
+        .iter()
+        .map(|p| {
+            json!({
+                "uid": p.pod.uid,
+                "namespace": p.pod.namespace,
+                "name": p.pod.name,
+                "sandbox_id": p.sandbox_id,
+                "state": p.state.as_str(),
+                "qos_class": p.qos_class.as_str(),
+                "qos_source": p.qos_source.as_str(),
+                "cgroup_parent": p.cgroup_parent.clone().unwrap_or_default(),
+                "containers": p.containers.iter().map(|c| container_json(p, c)).collect::<Vec<_>>(),
+                "notes": p.notes,
+                "warnings": p.warnings,
+            })
+        })
+        .collect();
+    json!({ "pods": pods, "skipped": inv.skipped })
+}
+
+fn opt(v: Option<i64>) -> String {
+    v.map_or_else(|| "-".to_string(), |v| v.to_string())
+}
+
+fn short(id: &str) -> &str {
+    &id[..id.len().min(13)]
+}
+
+/// Human-readable listing: one line per pod, then its containers.
+pub fn to_text(inv: &Inventory) -> String {
+    let mut s = String::new();
+    if inv.pods.is_empty() {
+        s.push_str("no pod sandboxes\n");
+    }
+    for p in &inv.pods {
+        s.push_str(&format!(
+            "{}  uid={}  {}  {} ({})  cgroup-parent={}  sandbox={}\n",
+            p.pod.key(),
+            p.pod.uid,
+            p.state.as_str(),
+            p.qos_class,
+            p.qos_source,
+            p.cgroup_parent.as_deref().unwrap_or("-"),
+            short(&p.sandbox_id),
+        ));
+        for c in &p.containers {
+            s.push_str(&format!(
+                "  {}  {}  {}{}  cpu_shares={} cpu_quota={} cpu_period={} memory_limit={} oom_score_adj={}{}\n",
+                c.name,
+                short(&c.id),
+                c.state,
+                if c.counted { "" } else { " (not counted)" },
+                opt(c.cpu_shares),
+                opt(c.cpu_quota),
+                opt(c.cpu_period),
+                opt(c.memory_limit_bytes),
+                opt(c.oom_score_adj),
+                c.memory_min_bytes
+                    .map(|m| format!(" memory.min={m}"))
+                    .unwrap_or_default(),
+            ));
+        }
+        for n in &p.notes {
+            s.push_str(&format!("  note: {n}\n"));
+        }
+        for w in &p.warnings {
+            s.push_str(&format!("  warning: {w}\n"));
+        }
+    }
+    for k in &inv.skipped {
+        s.push_str(&format!(
+            "skipped sandbox {}: {}\n",
+            short(&k.sandbox_id),
+            k.reason
+        ));
+    }
+    s
 }

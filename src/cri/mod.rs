@@ -1,11 +1,103 @@
 //! CRI (`runtime.v1`) client and the live pod inventory.
-//! (stub: the cri branch writes it)
+//!
+//! * [`client`]: [`CriClient::connect`] over a UNIX socket, with a connect
+//!   timeout, per-call deadline and retries with backoff while the runtime
+//!   is down or restarting; checks `Version` (runtime.v1).
+//! * [`inventory`]: sandboxes joined with their containers → [`LivePod`]s.
+//! * [`reconstruct`]: pure logic turning CRI container settings back into
+//!   requests, limits and a QoS class (docs/cri.md).
+
+/// Code generated from `proto/runtime/v1/cri.proto` (package `runtime.v1`).
+#[allow(clippy::all, clippy::pedantic, missing_docs)]
+pub mod proto {
+    tonic::include_proto!("runtime.v1");
+}
+
+pub mod client;
+pub mod inventory;
+pub mod reconstruct;
+
+use std::path::Path;
+
+pub use client::{ConnectOptions, CriClient, CriError, RetryPolicy, DEFAULT_ENDPOINT};
+pub use inventory::{
+    inventory, inventory_of, Inventory, InventoryOptions, LiveContainer, LivePod, SandboxState,
+    Skipped,
+};
+pub use reconstruct::QosSource;
 
 use crate::model::Pod;
 
+/// Node memory capacity (`MemTotal`, bytes) from a meminfo file (normally
+/// `/proc/meminfo`).
+pub fn memory_capacity_from_meminfo(path: &Path) -> std::io::Result<i64> {
+    let text = std::fs::read_to_string(path)?;
+    text.lines()
+        .find_map(|l| {
+            let rest = l.strip_prefix("MemTotal:")?;
+            let kib: i64 = rest.trim().trim_end_matches("kB").trim().parse().ok()?;
+            kib.checked_mul(1024)
+        })
+        .ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("{}: no MemTotal line", path.display()),
+            )
+        })
+}
+
+/// Connect (with the default options and `retry`), take the inventory and
+/// close, on a private current-thread tokio runtime. For CLI commands.
+pub fn inventory_blocking(
+    endpoint: &str,
+    opts: ConnectOptions,
+    inv: InventoryOptions,
+) -> Result<Inventory, CriError> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio current-thread runtime");
+    rt.block_on(async {
+        let client = CriClient::connect(endpoint, opts).await?;
+        inventory(&client, &inv).await
+    })
+}
+
 /// Connect to the runtime at `endpoint` (e.g. `unix:///run/containerd/containerd.sock`)
 /// and return its READY pods as [`Pod`]s (class from the cgroup parent in `qos_override`).
-/// Blocking convenience for the CLI.
-pub fn live_pods_blocking(_endpoint: &str) -> anyhow::Result<Vec<Pod>> {
-    anyhow::bail!("CRI client not built yet")
+/// Blocking convenience for the CLI. Sandboxes skipped (vanished, bad uid)
+/// and per-pod warnings are logged with `tracing::warn!`.
+pub fn live_pods_blocking(endpoint: &str) -> anyhow::Result<Vec<Pod>> {
+    let inv = inventory_blocking(
+        endpoint,
+        ConnectOptions::default(),
+        InventoryOptions {
+            memory_capacity_bytes: memory_capacity_from_meminfo(Path::new("/proc/meminfo")).ok(),
+        },
+    )?;
+    for s in &inv.skipped {
+        tracing::warn!(sandbox = %s.sandbox_id, "skipped: {}", s.reason);
+    }
+    for p in &inv.pods {
+        for w in &p.warnings {
+            tracing::warn!(pod = %p.pod.key(), "{w}");
+        }
+    }
+    Ok(inv.ready_pods())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn meminfo() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("meminfo");
+        std::fs::write(&f, "MemTotal:       24576000 kB\nMemFree: 1 kB\n").unwrap();
+        assert_eq!(memory_capacity_from_meminfo(&f).unwrap(), 24_576_000 * 1024);
+        std::fs::write(&f, "MemFree: 1 kB\n").unwrap();
+        assert!(memory_capacity_from_meminfo(&f).is_err());
+        assert!(memory_capacity_from_meminfo(&d.path().join("missing")).is_err());
+    }
 }

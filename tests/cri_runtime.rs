@@ -1,0 +1,186 @@
+//! The runtime misbehaving: down (clear error, exit 1), restarting while
+//! qosd retries, a sandbox removed between list and status.
+//! The "down" tests need no root; the others start containerd (root).
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use qosd::cri::{inventory_of, ConnectOptions, CriClient, InventoryOptions, RetryPolicy};
+use serde_json::Value;
+use support::*;
+
+#[test]
+fn runtime_down_socket_missing() {
+    let dir = tempfile::tempdir().unwrap();
+    let ep = format!("unix://{}/containerd.sock", dir.path().display());
+    let t = Instant::now();
+    let (code, out, err) = qosd(&["pods", "--runtime-endpoint", &ep, "--retry-for", "0s"]);
+    let took = t.elapsed();
+    assert_eq!(code, 1, "stdout: {out}\nstderr: {err}");
+    assert!(out.is_empty(), "{out}");
+    assert!(err.contains("not reachable"), "{err}");
+    assert!(err.contains("does not exist"), "{err}");
+    assert!(err.contains(&ep), "{err}");
+    assert!(took < Duration::from_secs(2), "took {took:?}");
+    eprintln!("down (missing socket, no retry): {took:?}: {err}");
+}
+
+#[test]
+fn runtime_down_connection_refused_retries_then_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("stale.sock");
+    // A socket file nobody listens on: ECONNREFUSED, like a crashed runtime.
+    drop(std::os::unix::net::UnixListener::bind(&sock).unwrap());
+    let ep = format!("unix://{}", sock.display());
+    let t = Instant::now();
+    let (code, _out, err) = qosd(&["pods", "--runtime-endpoint", &ep, "--retry-for", "1s"]);
+    let took = t.elapsed();
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("not reachable"), "{err}");
+    assert!(!err.contains("does not exist"), "{err}");
+    // It retried for about the budget, not much longer.
+    assert!(
+        took >= Duration::from_millis(600) && took < Duration::from_secs(4),
+        "took {took:?}"
+    );
+    let attempts: u32 = err
+        .split(" attempt(s)")
+        .next()
+        .and_then(|s| s.rsplit('(').next())
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0);
+    assert!(attempts >= 3, "expected several attempts: {err}");
+    eprintln!("down (refused, 1s budget): {took:?}: {err}");
+}
+
+#[test]
+fn bad_endpoint_is_bad_input() {
+    let (code, _, err) = qosd(&["pods", "--runtime-endpoint", "tcp://127.0.0.1:1"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("only unix://"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runtime_restart_while_qosd_retries() {
+    if !require_root("runtime_restart_while_qosd_retries") {
+        return;
+    }
+    let mut env = Containerd::start();
+    let pod = env
+        .run_pod(&PodSpec::new("survivor").container(
+            ContainerSpec::pause("app").cpu(Some(100), None).memory(Some(64 * MI), None),
+        ))
+        .await;
+
+    // 1. A connected client whose runtime restarts: the next call retries
+    //    over the re-established connection.
+    let client = env.client().await;
+    assert_eq!(client.list_pod_sandboxes().await.unwrap().len(), 1);
+    env.stop();
+    let stopped = Instant::now();
+    let call = tokio::spawn({
+        let client = client.clone();
+        async move { client.list_pod_sandboxes().await }
+    });
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    env.start_again();
+    let up = stopped.elapsed();
+    let listed = call.await.unwrap().expect("call retried across the restart");
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].id, pod.sandbox_id);
+    eprintln!(
+        "client call across restart finished {:?} after the stop (runtime back after {up:?})",
+        stopped.elapsed()
+    );
+
+    // 2. `qosd pods` started while the runtime is down waits for it.
+    env.stop();
+    let t = Instant::now();
+    let ep = env.endpoint.clone();
+    let cli = std::thread::spawn(move || {
+        qosd(&["pods", "--runtime-endpoint", &ep, "--output", "json", "--retry-for", "30s"])
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    env.start_again();
+    let (code, out, err) = cli.join().unwrap();
+    assert_eq!(code, 0, "{err}\n{}", env.log());
+    let doc: Value = serde_json::from_str(&out).unwrap();
+    let pods = doc["pods"].as_array().unwrap();
+    assert_eq!(pods.len(), 1, "{out}");
+    assert_eq!(pods[0]["uid"], pod.spec.uid.as_str());
+    assert_eq!(pods[0]["qos_class"], "Burstable");
+    assert_eq!(pods[0]["state"], "ready");
+    let took = t.elapsed();
+    assert!(took >= Duration::from_millis(1500), "{took:?}");
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    eprintln!("qosd pods across a 1.5 s outage: {took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sandbox_removed_between_list_and_status() {
+    if !require_root("sandbox_removed_between_list_and_status") {
+        return;
+    }
+    let env = Containerd::start();
+    let gone = env
+        .run_pod(&PodSpec::new("gone").container(ContainerSpec::pause("app")))
+        .await;
+    let stays = env
+        .run_pod(&PodSpec::new("stays").container(
+            ContainerSpec::pause("app")
+                .cpu(Some(300), Some(300))
+                .memory(Some(32 * MI), Some(32 * MI)),
+        ))
+        .await;
+    let client = CriClient::connect(
+        &env.endpoint,
+        ConnectOptions {
+            retry: RetryPolicy::none(),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let listed = client.list_pod_sandboxes().await.unwrap();
+    assert_eq!(listed.len(), 2);
+    env.remove_pod(&gone).await;
+
+    let inv = inventory_of(&client, listed, &InventoryOptions::default())
+        .await
+        .expect("a vanished sandbox is no error");
+    assert_eq!(inv.pods.len(), 1);
+    assert_eq!(inv.pods[0].sandbox_id, stays.sandbox_id);
+    assert_eq!(inv.pods[0].qos_class, qosd::model::QosClass::Guaranteed);
+    assert_eq!(inv.skipped.len(), 1, "{:?}", inv.skipped);
+    assert_eq!(inv.skipped[0].sandbox_id, gone.sandbox_id);
+    assert!(
+        inv.skipped[0].reason.contains("removed between"),
+        "{}",
+        inv.skipped[0].reason
+    );
+    eprintln!("skipped: {:?}", inv.skipped[0]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notready_sandbox_is_reported_not_planned() {
+    if !require_root("notready_sandbox_is_reported_not_planned") {
+        return;
+    }
+    let env = Containerd::start();
+    let stopped = env
+        .run_pod(&PodSpec::new("stopped").container(ContainerSpec::pause("app")))
+        .await;
+    let client = env.client().await;
+    client.stop_pod_sandbox(&stopped.sandbox_id).await.unwrap();
+    let inv = qosd::cri::inventory(&client, &InventoryOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(inv.pods.len(), 1);
+    assert_eq!(inv.pods[0].state, qosd::cri::SandboxState::NotReady);
+    assert!(inv.ready_pods().is_empty());
+    let (code, out, err) = qosd(&["pods", "--runtime-endpoint", &env.endpoint, "--output", "json"]);
+    assert_eq!(code, 0, "{err}");
+    let doc: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(doc["pods"][0]["state"], "notready");
+}

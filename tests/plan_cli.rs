@@ -1,0 +1,202 @@
+//! CLI behaviour of `qosd plan` / `qosd classify`: bad input exits 2 with
+//! the file and field in the message and nothing on stdout; flags map to
+//! the plan.
+
+use std::path::PathBuf;
+
+use assert_cmd::Command;
+use predicates::prelude::*;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn qosd() -> Command {
+    let mut c = Command::cargo_bin("qosd").unwrap();
+    c.current_dir(root());
+    c
+}
+
+const NODE: &[&str] = &[
+    "--node-cpu",
+    "4",
+    "--node-memory",
+    "8Gi",
+    "--cgroup-version",
+    "v2",
+];
+
+#[test]
+fn bad_manifests_exit_2_naming_file_and_field() {
+    let cases = [
+        (
+            "fixtures/bad/bad-quantity.yaml",
+            "fixtures/bad/bad-quantity.yaml: spec.containers[0].resources.limits.cpu: invalid quantity \"1.2.3\"",
+        ),
+        (
+            "fixtures/bad/bad-suffix.yaml",
+            "fixtures/bad/bad-suffix.yaml: spec.containers[0].resources.requests.memory: invalid quantity \"10Qi\"",
+        ),
+        (
+            "fixtures/bad/wrong-type.yaml",
+            "fixtures/bad/wrong-type.yaml: spec.containers: expected a list, got a mapping",
+        ),
+        (
+            "fixtures/bad/request-over-limit.yaml",
+            "fixtures/bad/request-over-limit.yaml: spec.containers[0].resources.requests.memory: request 2Gi must be less than or equal to the memory limit 1Gi",
+        ),
+        ("fixtures/bad/not-yaml.yaml", "fixtures/bad/not-yaml.yaml: invalid YAML"),
+        (
+            "fixtures/bad/bad-in-list.json",
+            "fixtures/bad/bad-in-list.json: items[1].spec.containers[0].resources.requests.cpu: expected a quantity (string or number), got a boolean",
+        ),
+        ("fixtures/bad/missing.yaml", "fixtures/bad/missing.yaml: cannot read"),
+    ];
+    for (file, message) in cases {
+        for cmd in ["plan", "classify"] {
+            let mut args = vec![cmd, "--pods", "fixtures/pods", file, "--output", "json"];
+            if cmd == "plan" {
+                args.extend_from_slice(NODE);
+            }
+            qosd()
+                .args(&args)
+                .assert()
+                .code(2)
+                .stdout(predicate::str::is_empty())
+                .stderr(predicate::str::contains(message));
+        }
+    }
+}
+
+#[test]
+fn bad_flags_exit_2() {
+    for extra in [
+        &["--node-cpu", "1.2.3"][..],
+        &["--node-memory", "10Qi"][..],
+        &["--system-reserved", "cpu=abc"][..],
+        &["--qos-reserved", "memory=150%"][..],
+        &["--cgroup-version", "v3"][..],
+        &["--cpu-cfs-quota-period", "forever"][..],
+    ] {
+        let mut args = vec!["plan", "--node-cpu", "4", "--node-memory", "8Gi"];
+        args.extend_from_slice(extra);
+        qosd()
+            .args(&args)
+            .assert()
+            .code(2)
+            .stdout(predicate::str::is_empty());
+    }
+}
+
+#[test]
+fn plan_without_pods_uses_the_embedded_examples() {
+    qosd()
+        .args([
+            "plan",
+            "--node-cpu",
+            "2",
+            "--node-memory",
+            "4Gi",
+            "--cgroup-version",
+            "v1",
+        ])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("qos-example/qos-demo  Guaranteed"))
+        .stdout(predicate::str::contains(
+            "/sys/fs/cgroup/cpu/kubepods/cpu.shares = 2048",
+        ))
+        .stderr(predicate::str::contains("embedded example pods"));
+}
+
+#[test]
+fn plan_detects_the_node_and_version_by_default() {
+    // No flags at all: the README's first command. Works on any machine
+    // (falls back to v2 with a warning when /sys/fs/cgroup is not a cgroupfs).
+    let out = qosd().args(["plan", "--output", "json"]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["node"]["cpu_millis"].as_i64().unwrap() >= 1000);
+    assert!(v["node"]["memory_bytes"].as_i64().unwrap() > 0);
+}
+
+#[test]
+fn fake_proc_and_cgroupfs() {
+    let d = tempfile::tempdir().unwrap();
+    let proc_ = d.path().join("proc");
+    std::fs::create_dir(&proc_).unwrap();
+    std::fs::write(proc_.join("meminfo"), "MemTotal: 4194304 kB\n").unwrap();
+    std::fs::write(proc_.join("cpuinfo"), "processor : 0\nprocessor : 1\n").unwrap();
+    let cg = d.path().join("cgroup");
+    std::fs::create_dir(&cg).unwrap();
+    std::fs::write(cg.join("cgroup.controllers"), "cpu memory pids\n").unwrap();
+    let out = qosd()
+        .args([
+            "plan",
+            "--pods",
+            "fixtures/pods/01-qos-demo.yaml",
+            "--output",
+            "json",
+        ])
+        .arg("--proc-root")
+        .arg(&proc_)
+        .arg("--cgroupfs")
+        .arg(&cg)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["node"]["cpu_millis"], 2000);
+    assert_eq!(v["node"]["memory_bytes"], 4i64 << 30);
+    assert_eq!(v["node"]["cgroup_version"], "v2");
+    let first = v["writes"][0]["file"].as_str().unwrap();
+    assert_eq!(first, cg.join("kubepods/cpu.weight").to_str().unwrap());
+    // dry run: nothing was created under the fake cgroupfs
+    assert!(!cg.join("kubepods").exists());
+}
+
+#[test]
+fn cri_without_runtime_is_a_runtime_failure() {
+    qosd()
+        .args([
+            "plan",
+            "--cri",
+            "--runtime-endpoint",
+            "unix:///nonexistent/qosd-test.sock",
+        ])
+        .args(NODE)
+        .assert()
+        .code(1)
+        .stdout(predicate::str::is_empty());
+    qosd()
+        .args(["plan", "--cri", "--pods", "fixtures/pods"])
+        .assert()
+        .code(2);
+}
+
+#[test]
+fn classify_says_why() {
+    qosd()
+        .args([
+            "classify",
+            "--pods",
+            "fixtures/pods/02-qos-demo-2.yaml",
+            "fixtures/pods/13-no-uid.yaml",
+            "--output",
+            "json",
+        ])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(
+            "\"reason\": \"container qos-demo-2-ctr: memory request 100Mi != limit 200Mi\"",
+        ))
+        .stdout(predicate::str::contains("\"uid_derived\": true"));
+}

@@ -1,0 +1,900 @@
+//! A real, private containerd for integration tests (reusable by every
+//! tests/*.rs: add `mod support;`).
+//!
+//! # API
+//! * [`require_root`]`("test name") -> bool`: false (and prints why) when the
+//!   test must skip: not root. As root, missing tools (containerd, ctr, runc,
+//!   gcc, python3) are a test FAILURE with an apt hint, unless
+//!   `QOSD_TEST_ALLOW_SKIP=1` is set (so CI never skips silently).
+//! * [`images`]`()`: builds (once per test binary, cached by source hash in
+//!   `$CARGO_TARGET_TMPDIR/qosd-images/`) static `pause` and `memhog` from
+//!   tests/images/*.c and packs OCI image tarballs with tests/images/mkimage.py.
+//!   Image names: [`PAUSE_IMAGE`], [`MEMHOG_IMAGE`].
+//! * [`Containerd::start`]`()`: containerd with its own config, root, state,
+//!   socket under a temp dir (config per docs/test-environments: CRI plugin,
+//!   cgroupfs driver, `restrict_oom_score_adj = true`, overlayfs, no AppArmor,
+//!   private CNI dirs), images imported with `ctr -n k8s.io images import`,
+//!   and a test-unique cgroup root `/qosd-test-<pid>-<n>` for its pods.
+//!   * `.endpoint` (`unix:///…/containerd.sock`), `.socket`, `.cgroup_root`, `.pid()`
+//!   * `.client().await -> CriClient`
+//!   * `.run_pod(&PodSpec).await -> RunningPod`: RunPodSandbox + CreateContainer +
+//!     StartContainer the way the kubelet does for the pod's QoS class
+//!     (cgroup parent `<cgroup_root>/kubepods[/burstable|/besteffort]/pod<uid>`,
+//!     network NODE, empty hostname, `io.kubernetes.*` labels, linux resources
+//!     cpu_shares / cpu_quota / cpu_period / memory_limit_in_bytes / oom_score_adj
+//!     from the requests/limits with the kubelet's formulas).
+//!   * `.remove_pod(&RunningPod).await`: StopPodSandbox + RemovePodSandbox.
+//!   * `.stop()` (SIGTERM by PID, then SIGKILL after 10 s) / `.start_again()`:
+//!     simulate a runtime restart (pods survive it).
+//!   * `.cgroup_dir(controller, &RunningPod) -> PathBuf`: the pod's cgroup in
+//!     a v1 hierarchy (or the v2 tree when `controller` is "").
+//!   * `.log() -> String`: containerd's log.
+//!   * Drop: removes every sandbox it created (restarting containerd if it is
+//!     down), stops containerd by PID, kills leftover processes in its own
+//!     cgroups, removes every cgroup under its prefix leaf-first in all
+//!     hierarchies, unmounts leftovers under its temp dir, removes the dir.
+//! * [`PodSpec`] / [`ContainerSpec`]: builders (`PodSpec::new("web")
+//!   .container(ContainerSpec::pause("app").cpu(100, Some(500)).memory(Some(32 * MI), Some(128 * MI)))`),
+//!   [`ContainerSpec::memhog`] for a container that allocates memory
+//!   (`memhog <initial MiB> [<step MiB> <interval ms> <max MiB>]`, SIGUSR1 grows
+//!   one step, SIGUSR2 shrinks back and stops growing).
+//! * [`kubelet`]: the kubelet's formulas used (shares, quota, oom_score_adj, class).
+//!
+//! Many Containerd instances may run at once (own dirs, sockets, cgroup roots).
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use qosd::cri::proto;
+use qosd::cri::{ConnectOptions, CriClient};
+use qosd::model::QosClass;
+
+pub const PAUSE_IMAGE: &str = "qosd.test/pause:1";
+pub const MEMHOG_IMAGE: &str = "qosd.test/memhog:1";
+pub const MI: i64 = 1 << 20;
+pub const GI: i64 = 1 << 30;
+
+static COUNTER: AtomicUsize = AtomicUsize::new(0);
+
+fn unique() -> usize {
+    COUNTER.fetch_add(1, Ordering::SeqCst)
+}
+
+/// False (after printing why) when the test cannot run here. See module docs.
+pub fn require_root(test: &str) -> bool {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipping {test}: needs root (starts containerd and creates cgroups)");
+        return false;
+    }
+    let missing: Vec<&str> = ["containerd", "ctr", "runc", "gcc", "python3"]
+        .into_iter()
+        .filter(|t| which(t).is_none())
+        .collect();
+    if !missing.is_empty() {
+        let msg = format!(
+            "{test}: missing tools {missing:?} (apt-get install -y containerd runc gcc libc6-dev python3)"
+        );
+        if std::env::var_os("QOSD_TEST_ALLOW_SKIP").is_some() {
+            eprintln!("skipping {msg}");
+            return false;
+        }
+        panic!("{msg}; set QOSD_TEST_ALLOW_SKIP=1 to skip instead");
+    }
+    true
+}
+
+pub fn which(tool: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin", "/sbin"].map(PathBuf::from))
+        .map(|d| d.join(tool))
+        .find(|p| p.is_file())
+}
+
+// ------------------------------------------------------------------ images
+
+/// Paths of the built image tarballs.
+#[derive(Debug, Clone)]
+pub struct Images {
+    pub pause_tar: PathBuf,
+    pub memhog_tar: PathBuf,
+}
+
+fn repo_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn run_ok(cmd: &mut Command) {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed ({}):\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Build the pause and memhog images (once per process; cached on disk).
+pub fn images() -> &'static Images {
+    static IMAGES: OnceLock<Images> = OnceLock::new();
+    IMAGES.get_or_init(|| {
+        use std::hash::{Hash, Hasher};
+        let src = repo_dir().join("tests/images");
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        for f in ["pause.c", "memhog.c", "mkimage.py"] {
+            std::fs::read(src.join(f)).unwrap().hash(&mut h);
+        }
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+            .join("qosd-images")
+            .join(format!("{:016x}", h.finish()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let images = Images {
+            pause_tar: dir.join("pause.tar"),
+            memhog_tar: dir.join("memhog.tar"),
+        };
+        for (name, image, tar) in [
+            ("pause", PAUSE_IMAGE, &images.pause_tar),
+            ("memhog", MEMHOG_IMAGE, &images.memhog_tar),
+        ] {
+            if tar.is_file() {
+                continue;
+            }
+            // Build in a private dir, then rename: parallel test binaries race safely.
+            let work = tempfile::Builder::new()
+                .prefix(&format!("build-{name}-"))
+                .tempdir_in(&dir)
+                .unwrap();
+            let bin = work.path().join(name);
+            run_ok(
+                Command::new("gcc")
+                    .args(["-static", "-O2", "-Wall", "-o"])
+                    .arg(&bin)
+                    .arg(src.join(format!("{name}.c"))),
+            );
+            let out = work.path().join(format!("{name}.tar"));
+            run_ok(
+                Command::new("python3")
+                    .arg(src.join("mkimage.py"))
+                    .arg(&bin)
+                    .arg(image)
+                    .arg(&out),
+            );
+            std::fs::rename(&out, tar).unwrap();
+        }
+        images
+    })
+}
+
+// ---------------------------------------------------------------- kubelet
+
+/// The kubelet's formulas (pkg/kubelet/cm/helpers_linux.go, pkg/kubelet/qos).
+pub mod kubelet {
+    use super::*;
+
+    pub const PERIOD: i64 = 100_000;
+
+    pub fn shares(milli: i64) -> i64 {
+        if milli == 0 {
+            return 2;
+        }
+        (milli * 1024 / 1000).clamp(2, 262_144)
+    }
+
+    pub fn quota(milli: i64) -> i64 {
+        (milli * PERIOD / 1000).max(1000)
+    }
+
+    /// GetPodQOS on the test spec.
+    pub fn class(pod: &PodSpec) -> QosClass {
+        let mut guaranteed = !pod.containers.is_empty();
+        let mut any = false;
+        for c in &pod.containers {
+            let (cr, cl) = c.cpu_effective();
+            let (mr, ml) = c.memory_effective();
+            any |= cr.is_some() || cl.is_some() || mr.is_some() || ml.is_some();
+            if !(cl.is_some() && ml.is_some() && cr == cl && mr == ml) {
+                guaranteed = false;
+            }
+        }
+        if guaranteed {
+            QosClass::Guaranteed
+        } else if any {
+            QosClass::Burstable
+        } else {
+            QosClass::BestEffort
+        }
+    }
+
+    /// GetContainerOOMScoreAdjust.
+    pub fn oom_score_adj(class: QosClass, memory_request: Option<i64>, capacity: i64) -> i64 {
+        match class {
+            QosClass::Guaranteed => -997,
+            QosClass::BestEffort => 1000,
+            QosClass::Burstable => {
+                let req = memory_request.unwrap_or(0) as i128;
+                let a = 1000 - (1000 * req / capacity as i128) as i64;
+                if a < 3 {
+                    3
+                } else if a == 1000 {
+                    999
+                } else {
+                    a
+                }
+            }
+        }
+    }
+
+    /// Node MemTotal in bytes.
+    pub fn memory_capacity() -> i64 {
+        qosd::cri::memory_capacity_from_meminfo(Path::new("/proc/meminfo")).unwrap()
+    }
+}
+
+// ------------------------------------------------------------------- specs
+
+#[derive(Debug, Clone)]
+pub struct ContainerSpec {
+    pub name: String,
+    pub image: String,
+    pub args: Vec<String>,
+    pub cpu_request_milli: Option<i64>,
+    pub cpu_limit_milli: Option<i64>,
+    pub memory_request: Option<i64>,
+    pub memory_limit: Option<i64>,
+}
+
+impl ContainerSpec {
+    /// A container running the pause binary (no resources yet).
+    pub fn pause(name: &str) -> ContainerSpec {
+        ContainerSpec {
+            name: name.to_string(),
+            image: PAUSE_IMAGE.to_string(),
+            args: Vec::new(),
+            cpu_request_milli: None,
+            cpu_limit_milli: None,
+            memory_request: None,
+            memory_limit: None,
+        }
+    }
+
+    /// A memhog container: `args` as for memhog (`["64"]`, or
+    /// `["16", "8", "100", "256"]` to grow 8 MiB every 100 ms up to 256 MiB).
+    pub fn memhog(name: &str, args: &[&str]) -> ContainerSpec {
+        ContainerSpec {
+            image: MEMHOG_IMAGE.to_string(),
+            args: args.iter().map(|s| s.to_string()).collect(),
+            ..ContainerSpec::pause(name)
+        }
+    }
+
+    pub fn cpu(mut self, request_milli: Option<i64>, limit_milli: Option<i64>) -> Self {
+        self.cpu_request_milli = request_milli;
+        self.cpu_limit_milli = limit_milli;
+        self
+    }
+
+    pub fn memory(mut self, request: Option<i64>, limit: Option<i64>) -> Self {
+        self.memory_request = request;
+        self.memory_limit = limit;
+        self
+    }
+
+    /// Request and limit after the API server's defaulting (request = limit
+    /// when only a limit is given).
+    pub fn cpu_effective(&self) -> (Option<i64>, Option<i64>) {
+        let l = self.cpu_limit_milli.filter(|v| *v > 0);
+        (self.cpu_request_milli.filter(|v| *v > 0).or(l), l)
+    }
+
+    pub fn memory_effective(&self) -> (Option<i64>, Option<i64>) {
+        let l = self.memory_limit.filter(|v| *v > 0);
+        (self.memory_request.filter(|v| *v > 0).or(l), l)
+    }
+
+    /// The CRI resources the kubelet sets for this container.
+    pub fn linux_resources(
+        &self,
+        class: QosClass,
+        capacity: i64,
+    ) -> proto::LinuxContainerResources {
+        let (cr, cl) = self.cpu_effective();
+        let (mr, ml) = self.memory_effective();
+        proto::LinuxContainerResources {
+            cpu_shares: kubelet::shares(cr.unwrap_or(0)),
+            cpu_quota: cl.map(kubelet::quota).unwrap_or(0),
+            cpu_period: if cl.is_some() { kubelet::PERIOD } else { 0 },
+            memory_limit_in_bytes: ml.unwrap_or(0),
+            oom_score_adj: kubelet::oom_score_adj(class, mr, capacity),
+            ..Default::default()
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct PodSpec {
+    pub name: String,
+    pub namespace: String,
+    /// Unique per test process and pod.
+    pub uid: String,
+    pub containers: Vec<ContainerSpec>,
+    /// Overrides the kubelet-style cgroup parent (relative to the env's
+    /// cgroup root), e.g. "custom/pod<uid>" for a parent without QoS segment.
+    pub cgroup_parent_override: Option<String>,
+    /// Overrides the `io.kubernetes.pod.uid` label (bad-label tests).
+    pub uid_label_override: Option<String>,
+    pub labels: HashMap<String, String>,
+    pub annotations: HashMap<String, String>,
+}
+
+impl PodSpec {
+    pub fn new(name: &str) -> PodSpec {
+        let n = unique();
+        let pid = std::process::id();
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos();
+        PodSpec {
+            name: name.to_string(),
+            namespace: "qosd-test".to_string(),
+            uid: format!(
+                "{pid:08x}-{:04x}-4{:03x}-8000-{nanos:012x}",
+                n & 0xffff,
+                n & 0xfff
+            ),
+            containers: Vec::new(),
+            cgroup_parent_override: None,
+            uid_label_override: None,
+            labels: HashMap::new(),
+            annotations: HashMap::new(),
+        }
+    }
+
+    pub fn namespace(mut self, ns: &str) -> Self {
+        self.namespace = ns.to_string();
+        self
+    }
+
+    pub fn container(mut self, c: ContainerSpec) -> Self {
+        self.containers.push(c);
+        self
+    }
+
+    pub fn class(&self) -> QosClass {
+        kubelet::class(self)
+    }
+
+    /// The kubelet's cgroup parent under `root`.
+    pub fn cgroup_parent(&self, root: &str) -> String {
+        if let Some(p) = &self.cgroup_parent_override {
+            return format!("{root}/{p}");
+        }
+        match self.class().cgroup_segment() {
+            Some(seg) => format!("{root}/kubepods/{seg}/pod{}", self.uid),
+            None => format!("{root}/kubepods/pod{}", self.uid),
+        }
+    }
+}
+
+/// A pod started by [`Containerd::run_pod`].
+#[derive(Debug, Clone)]
+pub struct RunningPod {
+    pub spec: PodSpec,
+    pub sandbox_id: String,
+    pub cgroup_parent: String,
+    pub class: QosClass,
+    /// (name, container id, resources set)
+    pub containers: Vec<(String, String, proto::LinuxContainerResources)>,
+}
+
+// -------------------------------------------------------------- containerd
+
+pub struct Containerd {
+    dir: tempfile::TempDir,
+    pub socket: PathBuf,
+    pub endpoint: String,
+    /// Test-unique cgroup root, e.g. `/qosd-test-1234-0`.
+    pub cgroup_root: String,
+    child: Option<Child>,
+    sandboxes: Mutex<Vec<String>>,
+}
+
+fn config_toml(d: &Path) -> String {
+    let d = d.display();
+    format!(
+        r#"version = 2
+root = "{d}/root"
+state = "{d}/state"
+temp = "{d}/tmp"
+disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs", "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
+
+[grpc]
+  address = "{d}/containerd.sock"
+[ttrpc]
+  address = "{d}/containerd.sock.ttrpc"
+[debug]
+  address = "{d}/debug.sock"
+[plugins."io.containerd.internal.v1.opt"]
+  path = "{d}/opt"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{PAUSE_IMAGE}"
+  systemd_cgroup = false
+  disable_apparmor = true
+  disable_hugetlb_controller = true
+  tolerate_missing_hugetlb_controller = true
+  restrict_oom_score_adj = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  netns_mounts_under_state_dir = true
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "{d}/cni/bin"
+    conf_dir = "{d}/cni/conf"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+        Root = "{d}/runc"
+"#
+    )
+}
+
+fn block_on<F: std::future::Future + Send>(f: F) -> F::Output
+where
+    F::Output: Send,
+{
+    // Works inside or outside a tokio runtime (Drop may run in either).
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(f)
+        })
+        .join()
+        .unwrap()
+    })
+}
+
+impl Containerd {
+    /// Start a private containerd and import the test images. Panics (with
+    /// the log) if it does not come up.
+    pub fn start() -> Containerd {
+        let images = images().clone();
+        let dir = tempfile::Builder::new()
+            .prefix("qosd-ctrd-")
+            .tempdir_in("/tmp")
+            .unwrap();
+        for sub in ["cni/bin", "cni/conf", "opt"] {
+            std::fs::create_dir_all(dir.path().join(sub)).unwrap();
+        }
+        std::fs::write(dir.path().join("config.toml"), config_toml(dir.path())).unwrap();
+        let socket = dir.path().join("containerd.sock");
+        let mut env = Containerd {
+            endpoint: format!("unix://{}", socket.display()),
+            socket,
+            cgroup_root: format!("/qosd-test-{}-{}", std::process::id(), unique()),
+            dir,
+            child: None,
+            sandboxes: Mutex::new(Vec::new()),
+        };
+        env.start_again();
+        let t = Instant::now();
+        for tar in [&images.pause_tar, &images.memhog_tar] {
+            run_ok(
+                Command::new("ctr")
+                    .arg("--address")
+                    .arg(&env.socket)
+                    .args(["-n", "k8s.io", "images", "import"])
+                    .arg(tar),
+            );
+        }
+        eprintln!(
+            "support: containerd pid {} at {} (images imported in {:?})",
+            env.pid().unwrap(),
+            env.endpoint,
+            t.elapsed()
+        );
+        env
+    }
+
+    /// (Re)start the containerd process on the same dirs; waits for the socket.
+    pub fn start_again(&mut self) {
+        assert!(self.child.is_none(), "containerd already running");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("containerd.log"))
+            .unwrap();
+        let child = Command::new(which("containerd").expect("containerd"))
+            .arg("--config")
+            .arg(self.dir.path().join("config.toml"))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("spawn containerd");
+        self.child = Some(child);
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(20) {
+            if std::os::unix::net::UnixStream::connect(&self.socket).is_ok() {
+                return;
+            }
+            if let Some(st) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                self.child = None;
+                panic!("containerd exited ({st}):\n{}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("containerd socket did not appear in 20 s:\n{}", self.log());
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Stop containerd (SIGTERM by PID, SIGKILL after 10 s). Pods keep
+    /// running (their shims survive), as in a real runtime restart.
+    pub fn stop(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let t = Instant::now();
+        loop {
+            if child.try_wait().unwrap().is_some() {
+                break;
+            }
+            if t.elapsed() > Duration::from_secs(10) {
+                let _ = child.kill();
+                let _ = child.wait();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = std::fs::remove_file(&self.socket);
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("containerd.log")).unwrap_or_default()
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// A client with short retries (tests fail fast).
+    pub async fn client(&self) -> CriClient {
+        CriClient::connect(&self.endpoint, ConnectOptions::default())
+            .await
+            .unwrap_or_else(|e| panic!("connect {}: {e}", self.endpoint))
+    }
+
+    /// Start a pod the way the kubelet does for its QoS class.
+    pub async fn run_pod(&self, spec: &PodSpec) -> RunningPod {
+        let client = self.client().await;
+        let mut rs = client.runtime_service();
+        let class = spec.class();
+        let capacity = kubelet::memory_capacity();
+        let cgroup_parent = spec.cgroup_parent(&self.cgroup_root);
+        let mut labels = spec.labels.clone();
+        labels.insert("io.kubernetes.pod.name".into(), spec.name.clone());
+        labels.insert("io.kubernetes.pod.namespace".into(), spec.namespace.clone());
+        labels.insert(
+            "io.kubernetes.pod.uid".into(),
+            spec.uid_label_override.clone().unwrap_or(spec.uid.clone()),
+        );
+        let mut annotations = spec.annotations.clone();
+        annotations
+            .entry("kubernetes.io/config.source".into())
+            .or_insert("api".into());
+        let ns = proto::NamespaceOption {
+            network: proto::NamespaceMode::Node as i32,
+            pid: proto::NamespaceMode::Container as i32,
+            ipc: proto::NamespaceMode::Pod as i32,
+            ..Default::default()
+        };
+        let config = proto::PodSandboxConfig {
+            metadata: Some(proto::PodSandboxMetadata {
+                name: spec.name.clone(),
+                uid: spec.uid.clone(),
+                namespace: spec.namespace.clone(),
+                attempt: 0,
+            }),
+            hostname: String::new(),
+            labels: labels.clone(),
+            annotations,
+            linux: Some(proto::LinuxPodSandboxConfig {
+                cgroup_parent: cgroup_parent.clone(),
+                security_context: Some(proto::LinuxSandboxSecurityContext {
+                    namespace_options: Some(ns.clone()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let sandbox_id = rs
+            .run_pod_sandbox(proto::RunPodSandboxRequest {
+                config: Some(config.clone()),
+                runtime_handler: String::new(),
+            })
+            .await
+            .unwrap_or_else(|e| panic!("RunPodSandbox {}: {e}\n{}", spec.name, self.log_tail()))
+            .into_inner()
+            .pod_sandbox_id;
+        self.sandboxes.lock().unwrap().push(sandbox_id.clone());
+        let mut containers = Vec::new();
+        for c in &spec.containers {
+            let res = c.linux_resources(class, capacity);
+            let mut clabels = labels.clone();
+            clabels.insert("io.kubernetes.container.name".into(), c.name.clone());
+            let cfg = proto::ContainerConfig {
+                metadata: Some(proto::ContainerMetadata {
+                    name: c.name.clone(),
+                    attempt: 0,
+                }),
+                image: Some(proto::ImageSpec {
+                    image: c.image.clone(),
+                    ..Default::default()
+                }),
+                args: c.args.clone(),
+                labels: clabels,
+                linux: Some(proto::LinuxContainerConfig {
+                    resources: Some(res.clone()),
+                    security_context: Some(proto::LinuxContainerSecurityContext {
+                        namespace_options: Some(ns.clone()),
+                        ..Default::default()
+                    }),
+                }),
+                ..Default::default()
+            };
+            let id = rs
+                .create_container(proto::CreateContainerRequest {
+                    pod_sandbox_id: sandbox_id.clone(),
+                    config: Some(cfg),
+                    sandbox_config: Some(config.clone()),
+                })
+                .await
+                .unwrap_or_else(|e| panic!("CreateContainer {}: {e}\n{}", c.name, self.log_tail()))
+                .into_inner()
+                .container_id;
+            rs.start_container(proto::StartContainerRequest {
+                container_id: id.clone(),
+            })
+            .await
+            .unwrap_or_else(|e| panic!("StartContainer {}: {e}\n{}", c.name, self.log_tail()));
+            containers.push((c.name.clone(), id, res));
+        }
+        RunningPod {
+            spec: spec.clone(),
+            sandbox_id,
+            cgroup_parent,
+            class,
+            containers,
+        }
+    }
+
+    /// StopPodSandbox + RemovePodSandbox.
+    pub async fn remove_pod(&self, pod: &RunningPod) {
+        let client = self.client().await;
+        client.stop_pod_sandbox(&pod.sandbox_id).await.unwrap();
+        client.remove_pod_sandbox(&pod.sandbox_id).await.unwrap();
+        self.sandboxes
+            .lock()
+            .unwrap()
+            .retain(|s| s != &pod.sandbox_id);
+    }
+
+    /// The pod's cgroup directory in the hierarchy of `controller` (v1, e.g.
+    /// "memory"); "" for the cgroup v2 tree at /sys/fs/cgroup.
+    pub fn cgroup_dir(&self, controller: &str, pod: &RunningPod) -> PathBuf {
+        let base = Path::new("/sys/fs/cgroup").join(controller);
+        base.join(pod.cgroup_parent.trim_start_matches('/'))
+    }
+
+    fn log_tail(&self) -> String {
+        let log = self.log();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(15)..].join("\n")
+    }
+
+    /// Cgroup hierarchy roots: each v1 controller mount and the v2 tree.
+    fn hierarchy_roots() -> Vec<PathBuf> {
+        let base = Path::new("/sys/fs/cgroup");
+        let mut roots = vec![base.to_path_buf()];
+        if let Ok(rd) = std::fs::read_dir(base) {
+            for e in rd.flatten() {
+                let p = e.path();
+                // Skip symlinks (cpu -> cpu,cpuacct) so each hierarchy is seen once.
+                if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                    roots.push(p);
+                }
+            }
+        }
+        roots
+    }
+
+    /// Remove every cgroup under this env's prefix, leaf first, killing
+    /// leftover processes in them (all of which this env caused).
+    fn remove_cgroups(&self) {
+        let prefix = self.cgroup_root.trim_start_matches('/');
+        assert!(
+            prefix.starts_with("qosd-test-"),
+            "refusing to touch {prefix}"
+        );
+        for attempt in 0..50 {
+            let mut left = Vec::new();
+            for root in Self::hierarchy_roots() {
+                let top = root.join(prefix);
+                if !top.is_dir() {
+                    continue;
+                }
+                let mut dirs = Vec::new();
+                collect_dirs(&top, &mut dirs);
+                // Deepest first.
+                dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
+                for d in dirs {
+                    if std::fs::remove_dir(&d).is_err() && d.exists() {
+                        if attempt > 5 {
+                            kill_procs(&d);
+                        }
+                        left.push(d);
+                    }
+                }
+            }
+            if left.is_empty() {
+                return;
+            }
+            if attempt == 49 {
+                eprintln!("support: could not remove cgroups: {left:?}");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn unmount_leftovers(&self) {
+        let dir = self.dir.path().to_string_lossy().to_string();
+        let Ok(mi) = std::fs::read_to_string("/proc/self/mountinfo") else {
+            return;
+        };
+        let mut points: Vec<String> = mi
+            .lines()
+            .filter_map(|l| l.split(' ').nth(4).map(str::to_string))
+            .filter(|p| p.starts_with(&dir))
+            .collect();
+        points.sort_by_key(|p| std::cmp::Reverse(p.len()));
+        for p in points {
+            let _ = nix::mount::umount2(p.as_str(), nix::mount::MntFlags::MNT_DETACH);
+        }
+    }
+}
+
+fn collect_dirs(dir: &Path, out: &mut Vec<PathBuf>) {
+    out.push(dir.to_path_buf());
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                collect_dirs(&e.path(), out);
+            }
+        }
+    }
+}
+
+fn kill_procs(cgroup: &Path) {
+    for f in ["cgroup.procs", "tasks"] {
+        if let Ok(s) = std::fs::read_to_string(cgroup.join(f)) {
+            for pid in s.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        }
+    }
+}
+
+impl Drop for Containerd {
+    fn drop(&mut self) {
+        let sandboxes: Vec<String> = self.sandboxes.lock().unwrap().clone();
+        if !sandboxes.is_empty() {
+            if self.child.is_none() {
+                // Bring it back to clean up the pods it still knows.
+                let r =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.start_again()));
+                if r.is_err() {
+                    eprintln!("support: could not restart containerd for clean-up");
+                }
+            }
+            if self.child.is_some() {
+                let endpoint = self.endpoint.clone();
+                block_on(async move {
+                    let opts = ConnectOptions {
+                        retry: qosd::cri::RetryPolicy {
+                            max_elapsed: Duration::from_secs(5),
+                            ..Default::default()
+                        },
+                        ..Default::default()
+                    };
+                    if let Ok(c) = CriClient::connect(&endpoint, opts).await {
+                        for id in sandboxes {
+                            let _ = c.stop_pod_sandbox(&id).await;
+                            if let Err(e) = c.remove_pod_sandbox(&id).await {
+                                eprintln!("support: RemovePodSandbox {id}: {e}");
+                            }
+                        }
+                    }
+                });
+            }
+        }
+        self.stop();
+        self.remove_cgroups();
+        self.unmount_leftovers();
+    }
+}
+
+// ----------------------------------------------------------------- helpers
+
+/// Run the qosd binary with `args`; returns (exit code, stdout, stderr).
+pub fn qosd(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_qosd"))
+        .args(args)
+        .env_remove("CONTAINER_RUNTIME_ENDPOINT")
+        .output()
+        .expect("run qosd");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Check a JSON document with the shared contract checker when it is
+/// available (../shared/contracts/check-json.py or $QOSD_CHECK_JSON).
+pub fn check_contract(kind: &str, json: &str) {
+    let script = std::env::var_os("QOSD_CHECK_JSON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_dir().join("../../shared/contracts/check-json.py"));
+    let script = if script.is_file() {
+        script
+    } else {
+        let alt = PathBuf::from("/work/shared/contracts/check-json.py");
+        if !alt.is_file() {
+            eprintln!("support: contract checker not found; shape checked by the test only");
+            return;
+        }
+        alt
+    };
+    use std::io::Write;
+    let mut child = Command::new("python3")
+        .arg(&script)
+        .arg(kind)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(json.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "contract {kind}: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}

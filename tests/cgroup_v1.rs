@@ -382,3 +382,29 @@ fn orphans_removed_only_when_empty() {
     let r = apply::remove_cgroup_tree_if_empty(&busy, &bases).unwrap();
     assert_eq!(r, vec![busy.join("ctr"), busy.clone()]);
 }
+
+#[test]
+fn layout_of_this_machine() {
+    let l = match layout() {
+        Ok(l) => l,
+        Err(why) => return eprintln!("SKIP (cgroup v1 layout): {why}"),
+    };
+    // Every v1 controller dir found in mountinfo is a real cgroup v1 mount
+    // holding that controller's files.
+    assert!(l.v1_dir("cpu").unwrap().join("cpu.shares").is_file());
+    assert!(l
+        .v1_dir("memory")
+        .unwrap()
+        .join("memory.limit_in_bytes")
+        .is_file());
+    assert_eq!(
+        detect::detect_version(l.v1_dir("memory").unwrap().parent().unwrap()).unwrap(),
+        CgroupVersion::V1
+    );
+    if let Some(v2) = &l.v2 {
+        assert!(l.hybrid);
+        assert!(v2.join("cgroup.controllers").is_file());
+    }
+    let all = l.dirs_all("kubepods");
+    assert!(all.len() >= 2, "{all:?}");
+}

@@ -24,9 +24,9 @@ cat > /tmp/plan.json <<EOF
 EOF
 qosd-vmtest apply --base $P/kubepods --enable-from /sys/fs/cgroup /tmp/plan.json > /tmp/r1.json
 qosd-vmtest apply --base $P/kubepods --enable-from /sys/fs/cgroup /tmp/plan.json > /tmp/r2.json
-echo "APPLY1 $(cat /tmp/r1.json)"
-echo "APPLY2 $(cat /tmp/r2.json)"
-echo "PIDSMAX $(cat $P/kubepods/burstable/pod1/pids.max)"
+echo "APPLY1 $(cat /tmp/r1.json)" > $VMTEST_RESULTS
+echo "APPLY2 $(cat /tmp/r2.json)" > $VMTEST_RESULTS
+echo "PIDSMAX $(cat $P/kubepods/burstable/pod1/pids.max)" > $VMTEST_RESULTS
 rmdir $P/kubepods/burstable/pod1 $P/kubepods/burstable $P/kubepods $P
 "#;
 
@@ -50,11 +50,14 @@ fn applier_on_real_cgroup_v2() {
     assert!(vm::lines_with(out, "CHECK FAILED").is_empty(), "{out}");
     assert!(vm::lines_with(out, "CHECK ok: ").len() >= 20, "{out}");
 
-    let r1: serde_json::Value = serde_json::from_str(vm::lines_with(out, "APPLY1 ")[0]).unwrap();
-    let r2: serde_json::Value = serde_json::from_str(vm::lines_with(out, "APPLY2 ")[0]).unwrap();
+    // Structured results come over the clean second serial port.
+    let res = &run.results;
+    assert!(res.ends_with("VMTEST_EXIT=0\n"), "{res}");
+    let r1: serde_json::Value = serde_json::from_str(vm::lines_with(res, "APPLY1 ")[0]).unwrap();
+    let r2: serde_json::Value = serde_json::from_str(vm::lines_with(res, "APPLY2 ")[0]).unwrap();
     assert_eq!(r1["writes"].as_array().unwrap().len(), 2, "{r1}"); // memory.max is already max
     assert_eq!(r1["unchanged"], 1, "{r1}");
     assert_eq!(r2["writes"].as_array().unwrap().len(), 0, "{r2}");
     assert_eq!(r2["unchanged"], 3, "{r2}");
-    assert_eq!(vm::lines_with(out, "PIDSMAX "), vec!["100"], "{out}");
+    assert_eq!(vm::lines_with(res, "PIDSMAX "), vec!["100"], "{res}");
 }

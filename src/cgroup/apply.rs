@@ -146,33 +146,29 @@ impl Applier {
                 report.errors.push(err(w, e));
                 continue;
             }
-            // The cgroup directory.
-            let dir_exists = w.dir.is_dir() && !would_create.contains(&w.dir);
-            if !dir_exists {
-                if !self.create_levels.contains(&w.level) {
-                    report.errors.push(err(
-                        w,
-                        CgroupFsError::CgroupGone {
-                            path: w.file.clone(),
-                            value: w.value.clone(),
-                        },
-                    ));
+            if would_create.contains(&w.dir) {
+                // Dry run: its cgroup would be created by an earlier write.
+                pending.push((w, None));
+                continue;
+            }
+            // The current value; a missing cgroup (read fails, dir absent)
+            // is created when its level allows, then read again. Steady
+            // state: one read per planned file, nothing else.
+            let mut current = self.read_current(w, &mut report);
+            if matches!(current, Err(CgroupFsError::CgroupGone { .. }))
+                && self.create_levels.contains(&w.level)
+            {
+                if let Err(e) = self.create_dir(&w.dir, &mut report, &mut would_create) {
+                    report.errors.push(err(w, e));
                     continue;
-                }
-                match self.create_dir(&w.dir, &mut report, &mut would_create) {
-                    Ok(()) => {}
-                    Err(e) => {
-                        report.errors.push(err(w, e));
-                        continue;
-                    }
                 }
                 if self.mode == Mode::DryRun {
                     pending.push((w, None));
                     continue;
                 }
+                current = self.read_current(w, &mut report);
             }
-            // The current value.
-            match self.read_current(w, &mut report) {
+            match current {
                 Ok(Some(cur)) => {
                     if values_equal(&w.file, &cur, &w.value) {
                         report.unchanged += 1;
@@ -205,7 +201,7 @@ impl Applier {
     }
 
     fn check_allowed(&self, w: &CgroupWrite) -> Result<(), CgroupFsError> {
-        let in_base = |p: &Path| fs::base_of(p, &self.bases).is_some();
+        let in_base = |p: &Path| fs::match_base(p, &self.bases).is_some();
         if !in_base(&w.file) || !in_base(&w.dir) || w.file.parent() != Some(w.dir.as_path()) {
             return Err(CgroupFsError::OutsideBase {
                 path: w.file.clone(),
@@ -229,9 +225,9 @@ impl Applier {
         if self.mode == Mode::DryRun {
             // Record the missing dirs down from the first existing ancestor
             // inside the base, without creating anything.
-            let base = fs::base_of(dir, &self.bases).cloned().unwrap_or_default();
+            let (dir, base) = fs::match_base(dir, &self.bases).unwrap_or_default();
             let mut missing = Vec::new();
-            let mut cur = Some(dir);
+            let mut cur = Some(dir.as_path());
             while let Some(d) = cur {
                 if (d.is_dir() && !would_create.contains(d)) || !fs::is_within(d, &base) {
                     break;
@@ -901,8 +897,72 @@ mod tests {
         assert_eq!(pod_uid_from_dir_name("kubepods-burstable.slice"), None);
     }
 
+    #[test]
+    fn gone_cgroup_does_not_stop_the_batch() {
+        let t = tempfile::tempdir().unwrap();
+        let (kp, qos, pod) = fake_v1(t.path());
+        let gone = qos.join("podgone");
+        let plan = vec![
+            wr(&qos, "cpu.shares", "100", CgroupLevel::Qos),
+            wr(&gone, "cpu.shares", "2", CgroupLevel::Pod),
+            wr(&pod, "cpu.shares", "50", CgroupLevel::Pod),
+        ];
+        let r = Applier::new(Mode::Real, kp)
+            .create_levels(&[CgroupLevel::Node, CgroupLevel::Qos])
+            .apply(&plan);
+        assert_eq!(r.errors.len(), 1);
+        let msg = r.errors[0].to_string();
+        assert!(
+            msg.contains("podgone/cpu.shares") && msg.contains("\"2\""),
+            "{msg}"
+        );
+        assert_eq!(r.write_count(), 2);
+        assert_eq!(sfs::read_to_string(pod.join("cpu.shares")).unwrap(), "50");
+    }
+
+    #[test]
+    fn fake_v2_tree_zero_writes_second_pass() {
+        let t = tempfile::tempdir().unwrap();
+        let kp = t.path().join("kubepods");
+        let pod = kp.join("pod1");
+        sfs::create_dir_all(&pod).unwrap();
+        for d in [&kp, &pod] {
+            for (f, v) in [
+                ("cgroup.controllers", "cpu memory pids\n"),
+                ("cpu.max", "max 100000\n"),
+                ("cpu.weight", "100\n"),
+                ("memory.max", "max\n"),
+                ("pids.max", "max\n"),
+            ] {
+                sfs::write(d.join(f), v).unwrap();
+            }
+        }
+        let plan = vec![
+            wr(&kp, "memory.max", "-1", CgroupLevel::Node),
+            wr(&pod, "cpu.max", "max", CgroupLevel::Pod),
+            wr(&pod, "cpu.weight", "39", CgroupLevel::Pod),
+            wr(&pod, "memory.max", "1073741824", CgroupLevel::Pod),
+            wr(&pod, "pids.max", "-1", CgroupLevel::Pod),
+        ];
+        let mut a = Applier::new(Mode::Real, kp.clone());
+        let r = a.apply(&plan);
+        assert!(r.errors.is_empty(), "{:?}", r.errors);
+        assert_eq!(r.write_count(), 2);
+        assert_eq!(r.unchanged, 3);
+        // The fake kernel stores exactly what was written; the real one
+        // would show "max" for "-1": both compare equal.
+        assert_eq!(a.apply(&plan).write_count(), 0);
+    }
+
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+        #[test]
+        fn prop_normalise_idempotent(v in "(-1|max|[0-9]{1,20}|max [0-9]{1,7}| *[0-9]{1,6} *)", f in proptest::sample::select(vec!["memory.max", "memory.limit_in_bytes", "cpu.max", "cpu.cfs_quota_us", "cpu.shares", "cpu.weight", "pids.max", "cpu.cfs_period_us"])) {
+            let once = normalise(f, &v);
+            proptest::prop_assert_eq!(normalise(f, &once), once.clone());
+            proptest::prop_assert!(values_equal(Path::new(f), &v, &once));
+        }
         /// Whatever the current values, after one pass a second pass makes
         /// zero writes, and the applied order puts every lowering write of a
         /// deeper cgroup before that of a shallower one.

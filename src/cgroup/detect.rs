@@ -114,6 +114,28 @@ impl CgroupLayout {
     }
 }
 
+impl CgroupLayout {
+    /// Dirs of the cgroup `rel` in **every** mounted hierarchy (each distinct
+    /// v1 mount, named ones like `name=systemd` included, plus the cgroup2
+    /// mount). runc creates a pod's cgroup in all of them, so orphan cleanup
+    /// has to look in all of them.
+    pub fn dirs_all(&self, rel: &str) -> Vec<PathBuf> {
+        let rel = rel.trim_start_matches('/');
+        let mut out: Vec<PathBuf> = Vec::new();
+        for m in self.v1.values() {
+            let d = m.join(rel);
+            if !out.contains(&d) {
+                out.push(d);
+            }
+        }
+        if let Some(m) = &self.v2 {
+            out.push(m.join(rel));
+        }
+        out.sort();
+        out
+    }
+}
+
 /// The v1 controllers qosd writes to.
 pub const V1_CONTROLLERS: &[&str] = &["cpu", "memory", "pids", "hugetlb", "cpuset"];
 

@@ -221,9 +221,44 @@ pub fn is_within(path: &Path, base: &Path) -> bool {
     }
 }
 
-/// The first base of `bases` that contains `path`.
+/// The first base of `bases` that contains `path` (lexically).
 pub fn base_of<'a>(path: &Path, bases: &'a [PathBuf]) -> Option<&'a PathBuf> {
     bases.iter().find(|b| is_within(path, b))
+}
+
+/// Canonicalise the longest existing ancestor of `p` (resolving symlinks such
+/// as `/sys/fs/cgroup/cpu` → `cpu,cpuacct`) and re-append the rest.
+pub fn resolve_existing(p: &Path) -> Option<PathBuf> {
+    let p = normalise(p)?;
+    let mut rest = Vec::new();
+    let mut cur = p.as_path();
+    loop {
+        if let Ok(c) = std::fs::canonicalize(cur) {
+            let mut out = c;
+            for r in rest.iter().rev() {
+                out.push(r);
+            }
+            return Some(out);
+        }
+        rest.push(cur.file_name()?.to_os_string());
+        cur = cur.parent()?;
+    }
+}
+
+/// `path` and the base containing it, in one consistent form: lexically when
+/// `path` is written below a base as given; else both with symlinks resolved
+/// (a plan using `/sys/fs/cgroup/cpu/...` against a base under the real mount
+/// `/sys/fs/cgroup/cpu,cpuacct/...`, or the other way round). The resolved
+/// check is also the stricter one: a symlink out of the base is refused.
+pub fn match_base(path: &Path, bases: &[PathBuf]) -> Option<(PathBuf, PathBuf)> {
+    if let Some(b) = base_of(path, bases) {
+        return Some((normalise(path)?, normalise(b)?));
+    }
+    let rp = resolve_existing(path)?;
+    bases.iter().find_map(|b| {
+        let rb = resolve_existing(b)?;
+        rp.starts_with(&rb).then(|| (rp.clone(), rb))
+    })
 }
 
 fn outside(path: &Path, bases: &[PathBuf]) -> CgroupFsError {
@@ -241,9 +276,7 @@ fn outside(path: &Path, bases: &[PathBuf]) -> CgroupFsError {
 /// `bases`. Only the part at or below that base is created: the base's parent
 /// must exist. Returns the directories created, top first.
 pub fn mkdir_cgroup(dir: &Path, bases: &[PathBuf]) -> Result<Vec<PathBuf>> {
-    let base = base_of(dir, bases).ok_or_else(|| outside(dir, bases))?;
-    let dir = normalise(dir).ok_or_else(|| outside(dir, bases))?;
-    let base = normalise(base).ok_or_else(|| outside(&dir, bases))?;
+    let (dir, base) = match_base(dir, bases).ok_or_else(|| outside(dir, bases))?;
     let mut missing = Vec::new();
     let mut cur = dir.as_path();
     while !cur.is_dir() {
@@ -358,7 +391,7 @@ pub fn walk_leaf_first(dir: &Path) -> Result<Vec<PathBuf>> {
 /// fake tree (a temp dir with regular files) the files are removed first so
 /// tests behave like the kernel.
 pub fn remove_cgroup(dir: &Path, bases: &[PathBuf]) -> Result<()> {
-    if base_of(dir, bases).is_none() {
+    if match_base(dir, bases).is_none() {
         return Err(outside(dir, bases));
     }
     if !dir.is_dir() {
@@ -405,12 +438,51 @@ fn is_fake_tree(dir: &Path) -> bool {
     }
 }
 
+/// Whether a file name looks like a cgroup interface file.
+fn is_interface_file_name(name: &str) -> bool {
+    const PREFIXES: &[&str] = &[
+        "cgroup",
+        "cpu",
+        "cpuacct",
+        "cpuset",
+        "memory",
+        "pids",
+        "io",
+        "hugetlb",
+        "blkio",
+        "devices",
+        "freezer",
+        "net_cls",
+        "net_prio",
+        "perf_event",
+        "rdma",
+        "misc",
+    ];
+    matches!(name, "tasks" | "notify_on_release" | "release_agent")
+        || name
+            .split_once('.')
+            .is_some_and(|(p, _)| PREFIXES.contains(&p))
+}
+
+/// Fake trees only: remove the regular files of `dir`, which must all look
+/// like cgroup interface files (anything else: refuse, it is not a cgroup).
 fn remove_fake_files(dir: &Path) -> Result<()> {
     let rd = std::fs::read_dir(dir).map_err(|source| CgroupFsError::Rmdir {
         path: dir.to_path_buf(),
         source,
     })?;
-    for ent in rd.flatten() {
+    let ents: Vec<_> = rd.flatten().collect();
+    for ent in &ents {
+        let name = ent.file_name().to_string_lossy().into_owned();
+        let is_file = ent.file_type().map(|t| t.is_file()).unwrap_or(false);
+        if is_file && !is_interface_file_name(&name) {
+            return Err(CgroupFsError::Rmdir {
+                path: ent.path(),
+                source: std::io::Error::other("not a cgroup interface file; refusing to remove"),
+            });
+        }
+    }
+    for ent in ents {
         if ent.file_type().map(|t| t.is_file()).unwrap_or(false) {
             std::fs::remove_file(ent.path()).map_err(|source| CgroupFsError::Rmdir {
                 path: ent.path(),
@@ -425,7 +497,7 @@ fn remove_fake_files(dir: &Path) -> Result<()> {
 /// a process. Nothing is removed when any does (the check covers the whole
 /// tree before the first rmdir). Returns the removed dirs in removal order.
 pub fn remove_cgroup_tree_if_empty(dir: &Path, bases: &[PathBuf]) -> Result<Vec<PathBuf>> {
-    if base_of(dir, bases).is_none() {
+    if match_base(dir, bases).is_none() {
         return Err(outside(dir, bases));
     }
     let order = walk_leaf_first(dir)?;
@@ -695,6 +767,43 @@ mod tests {
         let deep = vec![t.path().join("a/b/kubepods")];
         assert!(mkdir_cgroup(&deep[0].join("x"), &deep).is_err());
         assert!(!t.path().join("a").exists());
+    }
+
+    #[test]
+    fn symlinked_hierarchy_matches_base() {
+        let t = tempfile::tempdir().unwrap();
+        let real = t.path().join("cpu,cpuacct");
+        fs::create_dir(&real).unwrap();
+        std::os::unix::fs::symlink("cpu,cpuacct", t.path().join("cpu")).unwrap();
+        let bases = vec![real.join("kubepods")];
+        let via_link = t.path().join("cpu/kubepods/burstable");
+        let created = mkdir_cgroup(&via_link, &bases).unwrap();
+        assert_eq!(
+            created,
+            vec![real.join("kubepods"), real.join("kubepods/burstable")]
+        );
+        let bases2 = vec![t.path().join("cpu/kubepods")];
+        assert!(match_base(&real.join("kubepods/x"), &bases2).is_some());
+        // A symlink inside the base pointing outside is refused.
+        fs::create_dir(t.path().join("elsewhere")).unwrap();
+        std::os::unix::fs::symlink(t.path().join("elsewhere"), real.join("kubepods/esc")).unwrap();
+        assert!(
+            match_base(&real.join("kubepods/esc/x"), &bases).is_some(),
+            "lexical match"
+        );
+        assert!(match_base(&t.path().join("cpu/kubepods/esc/x"), &bases).is_none());
+    }
+
+    #[test]
+    fn fake_tree_removal_refuses_foreign_files() {
+        let t = tempfile::tempdir().unwrap();
+        let base = t.path().join("kubepods");
+        let bases = vec![base.clone()];
+        fs::create_dir_all(base.join("pod1")).unwrap();
+        touch(&base.join("pod1/cgroup.procs"), "");
+        touch(&base.join("pod1/important.txt"), "keep me");
+        assert!(remove_cgroup(&base.join("pod1"), &bases).is_err());
+        assert!(base.join("pod1/important.txt").exists());
     }
 
     #[test]

@@ -26,6 +26,10 @@ pub struct VmRun {
     /// Everything the VM printed on its console (the script's stdout and
     /// stderr included), plus the harness's stderr at the end.
     pub output: String,
+    /// What the script wrote to `$VMTEST_RESULTS` (the VM's /dev/ttyS1, a
+    /// second serial port: no kernel messages interleaved), ending with
+    /// `VMTEST_EXIT=<rc>`.
+    pub results: String,
     /// Wall time of the whole run (initramfs build, boot, script, poweroff).
     pub elapsed: Duration,
 }
@@ -138,12 +142,15 @@ pub fn run_script_with(
         Err(e) => return VmOutcome::Skipped(format!("no temp dir: {e}")),
     };
     let script_file = dir.path().join("run.sh");
+    let results_file = dir.path().join("results.txt");
     std::fs::write(&script_file, script).expect("write run.sh");
     let mut cmd = Command::new("python3");
     cmd.arg(script_path())
         .arg("run")
         .arg("--script")
         .arg(&script_file)
+        .arg("--results")
+        .arg(&results_file)
         .arg("--timeout")
         .arg(timeout.as_secs().to_string());
     for b in bins {
@@ -175,9 +182,11 @@ pub fn run_script_with(
     let mut output = String::from_utf8_lossy(&out.stdout).into_owned();
     output.push_str("\n--- harness stderr ---\n");
     output.push_str(&stderr);
+    let results = std::fs::read_to_string(&results_file).unwrap_or_default();
     VmOutcome::Ran(VmRun {
         code,
         output,
+        results,
         elapsed,
     })
 }

@@ -15,7 +15,9 @@ Usage (see docs/cgroup-v2-vm.md):
       PATH=/test/bin:/bin; prints VMTEST_EXIT=<rc> and powers off.
       Binaries given with --bin land in /test/bin/<name> (static binaries, or
       ship their libraries with --file). The console output is streamed to
-      stdout (and to --log).
+      stdout (and to --log). What the script writes to $VMTEST_RESULTS
+      (/dev/ttyS1, a second serial port: no kernel messages interleaved) goes
+      to the --results file.
 
 Exit codes of `run`: the script's exit code; 124 timeout; 77 the VM cannot be
 run here (qemu or the downloads unavailable: reason on stderr as
@@ -151,8 +153,16 @@ def is_static_elf(path):
 
 
 def prepare():
-    """Ensure kernel and busybox are in the cache; return a dict of paths."""
+    """Ensure kernel and busybox are in the cache; return a dict of paths.
+    Serialised by a lock file: parallel test runs share one cache."""
+    import fcntl
     cache = cache_dir()
+    with open(os.path.join(cache, ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _prepare_locked(cache)
+
+
+def _prepare_locked(cache):
     manifest = os.path.join(cache, "prepared.json")
     if os.path.exists(manifest):
         info = json.load(open(manifest))
@@ -251,6 +261,9 @@ INIT = r"""#!/bin/busybox sh
 /bin/busybox mount -t tmpfs tmpfs /tmp
 /bin/busybox mount -t cgroup2 cgroup2 /sys/fs/cgroup
 export PATH=/test/bin:/bin:/sbin HOME=/tmp TMPDIR=/tmp
+# Second serial port: a clean channel for results (no kernel messages).
+export VMTEST_RESULTS=/dev/ttyS1
+stty -F /dev/ttyS1 raw -echo 2>/dev/null
 for c in cpu memory pids io; do
   echo "+$c" > /sys/fs/cgroup/cgroup.subtree_control 2>/dev/null || echo "VMTEST_WARN: cannot enable $c"
 done
@@ -259,6 +272,7 @@ cd /test
 sh /test/run.sh
 rc=$?
 echo "VMTEST_EXIT=$rc"
+echo "VMTEST_EXIT=$rc" > /dev/ttyS1 2>/dev/null
 sync
 poweroff -f
 """
@@ -337,6 +351,8 @@ def run_vm(args):
         "-nographic", "-no-reboot", "-nic", "none",
         "-kernel", info["vmlinux"], "-initrd", initrd, "-append", append,
     ]
+    results = args.results or os.path.join(work, f"results-{os.getpid()}.txt")
+    cmd += ["-serial", "mon:stdio", "-serial", f"file:{results}"]
     if accel == "kvm":
         cmd[1:1] = ["-cpu", "host"]
     log(f"initrd {size // 1024} KiB built in {t_initrd:.2f}s; booting ({accel}): {' '.join(cmd)}")
@@ -389,6 +405,16 @@ def run_vm(args):
     if m:
         rc = int(m[-1])
     log(f"qemu finished in {elapsed:.2f}s (boot+test+poweroff), test rc={rc}, timed_out={timed_out}")
+    if not args.results:
+        # Not kept: echo the results channel so CLI users see it.
+        try:
+            res = open(results, "rb").read().decode("utf-8", "replace")
+            os.unlink(results)
+            if res.strip():
+                print("--- results (ttyS1) ---")
+                print(res.replace("\r\n", "\n"), end="")
+        except OSError:
+            pass
     print(f"VMHARNESS_ELAPSED={elapsed:.2f}", flush=True)
     if timed_out:
         print(f"VMHARNESS_ERROR: timeout after {args.timeout}s", file=sys.stderr)
@@ -412,6 +438,7 @@ def main():
     r.add_argument("--smp", type=int, default=2)
     r.add_argument("--append", default="")
     r.add_argument("--log")
+    r.add_argument("--results", help="file receiving what the script writes to $VMTEST_RESULTS (/dev/ttyS1)")
     r.add_argument("--accel")
     args = ap.parse_args()
     try:

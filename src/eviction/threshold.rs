@@ -129,7 +129,10 @@ impl Signal {
 
     /// Whether values of this signal are bytes (for display).
     pub fn is_bytes(self) -> bool {
-        matches!(self.resource(), SignalResource::Memory | SignalResource::Disk)
+        matches!(
+            self.resource(),
+            SignalResource::Memory | SignalResource::Disk
+        )
     }
 }
 
@@ -745,7 +748,8 @@ pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
         let int_v: u128 = if int.is_empty() {
             0
         } else {
-            int.parse().map_err(|_| format!("number too large: {num}"))?
+            int.parse()
+                .map_err(|_| format!("number too large: {num}"))?
         };
         let mut part = int_v
             .checked_mul(scale)
@@ -822,7 +826,13 @@ mod tests {
         for s in Signal::ALL {
             assert_eq!(Signal::parse(s.as_str()), Some(s));
         }
-        for bad in ["memory.Available", "memory", "", "pid.Available", "cpu.available"] {
+        for bad in [
+            "memory.Available",
+            "memory",
+            "",
+            "pid.Available",
+            "cpu.available",
+        ] {
             assert_eq!(Signal::parse(bad), None, "{bad}");
         }
     }
@@ -830,23 +840,51 @@ mod tests {
     #[test]
     fn signal_conditions_and_resources() {
         let table = [
-            (Signal::MemoryAvailable, NodeCondition::MemoryPressure, SignalResource::Memory),
+            (
+                Signal::MemoryAvailable,
+                NodeCondition::MemoryPressure,
+                SignalResource::Memory,
+            ),
             (
                 Signal::AllocatableMemoryAvailable,
                 NodeCondition::MemoryPressure,
                 SignalResource::Memory,
             ),
-            (Signal::NodeFsAvailable, NodeCondition::DiskPressure, SignalResource::Disk),
-            (Signal::NodeFsInodesFree, NodeCondition::DiskPressure, SignalResource::Inodes),
-            (Signal::ImageFsAvailable, NodeCondition::DiskPressure, SignalResource::Disk),
-            (Signal::ImageFsInodesFree, NodeCondition::DiskPressure, SignalResource::Inodes),
-            (Signal::ContainerFsAvailable, NodeCondition::DiskPressure, SignalResource::Disk),
+            (
+                Signal::NodeFsAvailable,
+                NodeCondition::DiskPressure,
+                SignalResource::Disk,
+            ),
+            (
+                Signal::NodeFsInodesFree,
+                NodeCondition::DiskPressure,
+                SignalResource::Inodes,
+            ),
+            (
+                Signal::ImageFsAvailable,
+                NodeCondition::DiskPressure,
+                SignalResource::Disk,
+            ),
+            (
+                Signal::ImageFsInodesFree,
+                NodeCondition::DiskPressure,
+                SignalResource::Inodes,
+            ),
+            (
+                Signal::ContainerFsAvailable,
+                NodeCondition::DiskPressure,
+                SignalResource::Disk,
+            ),
             (
                 Signal::ContainerFsInodesFree,
                 NodeCondition::DiskPressure,
                 SignalResource::Inodes,
             ),
-            (Signal::PidAvailable, NodeCondition::PIDPressure, SignalResource::Pids),
+            (
+                Signal::PidAvailable,
+                NodeCondition::PIDPressure,
+                SignalResource::Pids,
+            ),
         ];
         for (s, c, r) in table {
             assert_eq!(s.node_condition(), c, "{s}");
@@ -875,8 +913,8 @@ mod tests {
 
     #[test]
     fn explicit_hard_replaces_defaults() {
-        let c = EvictionConfig::from_raw(&raw_flags(Some("memory.available<1Gi"), "", "", ""))
-            .unwrap();
+        let c =
+            EvictionConfig::from_raw(&raw_flags(Some("memory.available<1Gi"), "", "", "")).unwrap();
         assert_eq!(c.thresholds.len(), 1);
         assert_eq!(c.thresholds[0].value, ThresholdValue::Quantity(1024 * MI));
         // explicitly empty: no hard thresholds at all
@@ -944,13 +982,18 @@ mod tests {
             ("memory.available<=100Mi", "bad operator"),
             ("memory.available<<100Mi", "bad operator"),
             ("memory.available", "bad operator"),
-            ("memory.avail<100Mi", "unknown eviction signal \"memory.avail\""),
+            (
+                "memory.avail<100Mi",
+                "unknown eviction signal \"memory.avail\"",
+            ),
             ("<100Mi", "malformed"),
             ("memory.available<", "malformed"),
             ("memory.available<1Gi,memory.available<2Gi", "given twice"),
         ];
         for (s, want) in table {
-            let e = parse_threshold_flag("eviction-hard", s).expect_err(s).to_string();
+            let e = parse_threshold_flag("eviction-hard", s)
+                .expect_err(s)
+                .to_string();
             assert!(e.contains(want), "{s}: {e}");
         }
         let ok = parse_threshold_flag(
@@ -971,14 +1014,17 @@ mod tests {
         .unwrap();
         assert_eq!(m.len(), 2);
         for bad in ["memory.available", "=1m", "memory.available=", "foo=1m"] {
-            assert!(parse_assignment_flag("eviction-soft-grace-period", bad).is_err(), "{bad}");
+            assert!(
+                parse_assignment_flag("eviction-soft-grace-period", bad).is_err(),
+                "{bad}"
+            );
         }
     }
 
     #[test]
     fn soft_needs_grace() {
-        let e = EvictionConfig::from_raw(&raw_flags(None, "memory.available<1Gi", "", ""))
-            .unwrap_err();
+        let e =
+            EvictionConfig::from_raw(&raw_flags(None, "memory.available<1Gi", "", "")).unwrap_err();
         assert!(matches!(e, ThresholdError::SoftWithoutGrace { .. }), "{e}");
         assert!(e.to_string().contains("memory.available<1Gi"));
         // grace for another signal does not help
@@ -1154,7 +1200,11 @@ evictionPressureTransitionPeriod: "1m0s"
             (500, true, false),
         ];
         for (avail, was, want) in table {
-            assert_eq!(t.is_met(avail, 1000, was), want, "avail {avail} was_met {was}");
+            assert_eq!(
+                t.is_met(avail, 1000, was),
+                want,
+                "avail {avail} was_met {was}"
+            );
         }
     }
 
@@ -1168,7 +1218,10 @@ evictionPressureTransitionPeriod: "1m0s"
             .collect();
         assert_eq!(alloc.len(), 1);
         assert_eq!(alloc[0].value, ThresholdValue::Quantity(100 * MI));
-        assert_eq!(c.hard_line(Signal::AllocatableMemoryAvailable, 0), Some(100 * MI));
+        assert_eq!(
+            c.hard_line(Signal::AllocatableMemoryAvailable, 0),
+            Some(100 * MI)
+        );
         // idempotent
         let again = c.clone().with_allocatable_thresholds();
         assert_eq!(again, c);
@@ -1196,7 +1249,18 @@ evictionPressureTransitionPeriod: "1m0s"
                 "{s}"
             );
         }
-        for bad in ["", "1", "10", "s", "1x", "-1s", "1.2.3s", "1m-1s", "ms", "9999999999h"] {
+        for bad in [
+            "",
+            "1",
+            "10",
+            "s",
+            "1x",
+            "-1s",
+            "1.2.3s",
+            "1m-1s",
+            "ms",
+            "9999999999h",
+        ] {
             assert!(parse_go_duration(bad).is_err(), "{bad}");
         }
     }

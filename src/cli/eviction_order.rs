@@ -1,8 +1,334 @@
-//! (to be written)
+//! `qosd eviction-order`: the order in which qosd would evict pods now for
+//! a signal, with the reason for each position ("what if" with a usage file).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+
+use crate::cli::bad_input;
+use crate::eviction::rank::{self, Candidate, PodStats, Ranking};
+use crate::eviction::threshold::{Signal, SignalResource};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Output {
+    Text,
+    Json,
+}
 
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+#[command(
+    after_help = "Usage file format: {\"pods\": {\"<uid>\": {\"memory_working_set_bytes\": N, \
+\"ephemeral_storage_bytes\": N, \"processes\": N}}} (\"inodes\" too). Pods missing from it have no \
+stats, and the kubelet ranks pods without stats first."
+)]
+pub struct Args {
+    /// Eviction signal to rank for (memory.available, allocatableMemory.available,
+    /// nodefs.available, nodefs.inodesFree, imagefs.*, containerfs.*, pid.available).
+    #[arg(long, default_value = "memory.available")]
+    pub signal: String,
+    /// Pod manifests (files or directories) instead of the live runtime.
+    #[arg(long, num_args = 1.., value_name = "PATH", conflicts_with = "cri")]
+    pub pods: Vec<PathBuf>,
+    /// JSON file with per-pod usage (see below).
+    #[arg(long, value_name = "FILE")]
+    pub usage: Option<PathBuf>,
+    /// Rank the live pods of the container runtime.
+    #[arg(long)]
+    pub cri: bool,
+    /// CRI endpoint for --cri.
+    #[arg(
+        long,
+        env = "CONTAINER_RUNTIME_ENDPOINT",
+        default_value = "unix:///run/containerd/containerd.sock"
+    )]
+    pub runtime_endpoint: String,
+    #[arg(long, value_enum, default_value = "text")]
+    pub output: Output,
+}
 
-pub fn run(_args: Args) -> anyhow::Result<i32> {
-    anyhow::bail!("not implemented yet")
+/// The usage file.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UsageFile {
+    pub pods: BTreeMap<String, PodStats>,
+}
+
+/// One row of the JSON output (contract: ../shared/contracts, kind eviction-order).
+#[derive(Debug, Serialize, PartialEq)]
+pub struct OrderEntry {
+    pub rank: usize,
+    pub uid: String,
+    pub namespace: String,
+    pub name: String,
+    pub qos_class: String,
+    pub priority: i32,
+    /// Usage in the signal's unit (bytes; inodes; processes for pid.available); 0 when unknown.
+    pub usage_bytes: u64,
+    pub usage_known: bool,
+    pub request_bytes: i64,
+    pub reason: String,
+}
+
+#[derive(Debug, Serialize, PartialEq)]
+pub struct NeverEntry {
+    pub uid: String,
+    pub namespace: String,
+    pub name: String,
+    pub reason: String,
+}
+
+#[derive(Debug, Serialize, PartialEq)]
+pub struct OrderDoc {
+    pub signal: String,
+    pub usage_unit: &'static str,
+    pub order: Vec<OrderEntry>,
+    pub never_evicted: Vec<NeverEntry>,
+}
+
+/// Build the output document from a ranking (pure).
+pub fn document(signal: Signal, r: &Ranking) -> OrderDoc {
+    OrderDoc {
+        signal: signal.to_string(),
+        usage_unit: match signal.resource() {
+            SignalResource::Memory | SignalResource::Disk => "bytes",
+            SignalResource::Inodes => "inodes",
+            SignalResource::Pids => "processes",
+        },
+        order: r
+            .order
+            .iter()
+            .map(|x| OrderEntry {
+                rank: x.rank,
+                uid: x.candidate.uid.clone(),
+                namespace: x.candidate.namespace.clone(),
+                name: x.candidate.name.clone(),
+                qos_class: x.candidate.qos.to_string(),
+                priority: x.candidate.priority,
+                usage_bytes: x.usage.unwrap_or(0),
+                usage_known: x.usage.is_some(),
+                request_bytes: x.request,
+                reason: x.reason.clone(),
+            })
+            .collect(),
+        never_evicted: r
+            .never_evicted
+            .iter()
+            .map(|(c, why)| NeverEntry {
+                uid: c.uid.clone(),
+                namespace: c.namespace.clone(),
+                name: c.name.clone(),
+                reason: why.clone(),
+            })
+            .collect(),
+    }
+}
+
+/// Render the text form.
+pub fn render_text(doc: &OrderDoc) -> String {
+    let mut out = format!(
+        "Eviction order for {} (first is evicted first):\n",
+        doc.signal
+    );
+    let bytes = doc.usage_unit == "bytes";
+    let show = |v: i128| {
+        if bytes {
+            rank::fmt_bytes(v)
+        } else {
+            v.to_string()
+        }
+    };
+    let rows: Vec<[String; 7]> = doc
+        .order
+        .iter()
+        .map(|e| {
+            [
+                e.rank.to_string(),
+                format!("{}/{}", e.namespace, e.name),
+                e.qos_class.clone(),
+                e.priority.to_string(),
+                if e.usage_known {
+                    show(e.usage_bytes.into())
+                } else {
+                    "-".into()
+                },
+                show(e.request_bytes.into()),
+                e.reason.clone(),
+            ]
+        })
+        .collect();
+    let head = [
+        "RANK", "POD", "QOS", "PRIORITY", "USAGE", "REQUEST", "REASON",
+    ];
+    let mut w = head.map(str::len);
+    for r in &rows {
+        for (i, c) in r.iter().enumerate().take(6) {
+            w[i] = w[i].max(c.chars().count());
+        }
+    }
+    let line = |cells: [&str; 7]| {
+        let mut s = String::new();
+        for (i, c) in cells.iter().enumerate() {
+            if i < 6 {
+                s.push_str(&format!("{:<width$}  ", c, width = w[i]));
+            } else {
+                s.push_str(c);
+            }
+        }
+        s.trim_end().to_string() + "\n"
+    };
+    if rows.is_empty() {
+        out.push_str("  (no evictable pod)\n");
+    } else {
+        out.push_str(&line(head));
+        for r in &rows {
+            out.push_str(&line([&r[0], &r[1], &r[2], &r[3], &r[4], &r[5], &r[6]]));
+        }
+    }
+    if !doc.never_evicted.is_empty() {
+        out.push_str("Never evicted:\n");
+        for n in &doc.never_evicted {
+            out.push_str(&format!(
+                "  {}/{} ({}): {}\n",
+                n.namespace, n.name, n.uid, n.reason
+            ));
+        }
+    }
+    out
+}
+
+pub fn run(args: Args) -> anyhow::Result<i32> {
+    let signal: Signal = args.signal.parse().map_err(bad_input)?;
+    if args.pods.is_empty() && !args.cri {
+        return Err(bad_input(
+            "give --pods PATH... (manifests) or --cri (live pods)",
+        ));
+    }
+    let usage = match &args.usage {
+        None => UsageFile::default(),
+        Some(p) => {
+            let text = std::fs::read_to_string(p)
+                .with_context(|| format!("cannot read usage file {}", p.display()))
+                .map_err(|e| bad_input(format!("{e:#}")))?;
+            serde_json::from_str::<UsageFile>(&text)
+                .map_err(|e| bad_input(format!("usage file {}: {e}", p.display())))?
+        }
+    };
+    let pods = if args.cri {
+        // Live pods from the runtime; usage from the --usage file for now
+        // (the daemon reads it from the pod cgroups).
+        crate::cri::live_pods_blocking(&args.runtime_endpoint).with_context(|| {
+            format!(
+                "eviction-order --cri requires a reachable CRI runtime at {}",
+                args.runtime_endpoint
+            )
+        })?
+    } else {
+        crate::manifest::load_paths(&args.pods).map_err(bad_input)?
+    };
+    for uid in usage.pods.keys() {
+        if !pods.iter().any(|p| &p.uid == uid) {
+            eprintln!("qosd: warning: usage file names pod uid {uid}, which is not among the pods");
+        }
+    }
+    let candidates: Vec<Candidate> = pods
+        .iter()
+        .map(|p| Candidate::from_pod(p, usage.pods.get(&p.uid).copied()))
+        .collect();
+    let ranking = rank::rank(signal, &candidates);
+    let doc = document(signal, &ranking);
+    match args.output {
+        Output::Json => println!("{}", serde_json::to_string_pretty(&doc)?),
+        Output::Text => print!("{}", render_text(&doc)),
+    }
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::QosClass;
+
+    fn cand(uid: &str, qos: QosClass, prio: i32, req: i64, usage: Option<u64>) -> Candidate {
+        Candidate {
+            uid: uid.into(),
+            namespace: "default".into(),
+            name: format!("pod-{uid}"),
+            qos,
+            priority: prio,
+            static_or_mirror: false,
+            memory_request_bytes: req,
+            ephemeral_storage_request_bytes: 0,
+            termination_grace_period_seconds: None,
+            sandbox_id: None,
+            cgroup_dirs: vec![],
+            stats: usage.map(|u| PodStats {
+                memory_working_set_bytes: Some(u),
+                ..Default::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn document_shape_and_text() {
+        let mut crit = cand("c", QosClass::Guaranteed, 2_000_000_000, 10, Some(5));
+        crit.name = "kube-proxy".into();
+        let cands = vec![
+            cand("g", QosClass::Guaranteed, 0, 1 << 30, Some(1 << 29)),
+            cand("be", QosClass::BestEffort, 0, 0, Some(300 << 20)),
+            cand("n", QosClass::Burstable, 0, 100, None),
+            crit,
+        ];
+        let doc = document(
+            Signal::MemoryAvailable,
+            &rank::rank(Signal::MemoryAvailable, &cands),
+        );
+        let v = serde_json::to_value(&doc).unwrap();
+        assert_eq!(v["signal"], "memory.available");
+        let uids: Vec<&str> = v["order"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["uid"].as_str().unwrap())
+            .collect();
+        assert_eq!(uids, ["n", "be", "g"]);
+        assert_eq!(v["order"][0]["usage_known"], false);
+        assert_eq!(v["order"][1]["usage_bytes"], 300u64 << 20);
+        assert_eq!(v["order"][1]["qos_class"], "BestEffort");
+        assert_eq!(v["never_evicted"][0]["uid"], "c");
+        for k in [
+            "uid",
+            "namespace",
+            "name",
+            "qos_class",
+            "priority",
+            "usage_bytes",
+            "request_bytes",
+            "reason",
+        ] {
+            assert!(v["order"][2].get(k).is_some(), "{k}");
+        }
+        let text = render_text(&doc);
+        assert!(text.contains("RANK  POD"), "{text}");
+        assert!(text.contains("default/pod-be"));
+        assert!(text.contains("300.0MiB"));
+        assert!(text.contains("Never evicted:\n  default/kube-proxy (c): priority 2000000000"));
+    }
+
+    #[test]
+    fn usage_file_parse() {
+        let u: UsageFile = serde_json::from_str(
+            r#"{"pods": {"a": {"memory_working_set_bytes": 5, "processes": 2}, "b": {}}}"#,
+        )
+        .unwrap();
+        assert_eq!(u.pods["a"].memory_working_set_bytes, Some(5));
+        assert_eq!(u.pods["a"].processes, Some(2));
+        assert_eq!(u.pods["b"], PodStats::default());
+        assert!(serde_json::from_str::<UsageFile>(r#"{"pod": {}}"#).is_err());
+        assert!(serde_json::from_str::<UsageFile>(
+            r#"{"pods": {"a": {"memory_working_set_bytes": -1}}}"#
+        )
+        .is_err());
+    }
 }

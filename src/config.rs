@@ -484,9 +484,51 @@ impl RawConfig {
             .map(Option::unwrap_or_default)
             .map_err(|e| ConfigError::Parse {
                 file: None,
-                message: e.to_string(),
+                message: with_suggestion(e.to_string()),
             })
     }
+}
+
+/// Append "did you mean `x`?" to an unknown-field message when a known
+/// field is a few edits away.
+fn with_suggestion(message: String) -> String {
+    let Some(rest) = message.split("unknown field `").nth(1) else {
+        return message;
+    };
+    let Some(unknown) = rest.split('`').next() else {
+        return message;
+    };
+    let Some(list) = message.split("expected one of ").nth(1) else {
+        return message;
+    };
+    let best = list
+        .split(", ")
+        .map(|f| f.trim().trim_matches('`'))
+        .map(|f| {
+            (
+                edit_distance(&unknown.to_ascii_lowercase(), &f.to_ascii_lowercase()),
+                f,
+            )
+        })
+        .min();
+    match best {
+        Some((d, f)) if d <= 3 && d < unknown.len() => format!("{message}; did you mean `{f}`?"),
+        _ => message,
+    }
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let sub = prev[j] + usize::from(ca != *cb);
+            cur[j + 1] = sub.min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
 }
 
 // ---------------------------------------------------------------------------

@@ -329,6 +329,177 @@ impl StatusDoc {
     }
 }
 
+impl StatusDoc {
+    /// A human-readable table (what `qosd status` prints without `--output json`).
+    pub fn to_table(&self, now_ms: u64) -> String {
+        use std::fmt::Write as _;
+        let mut o = String::new();
+        let yes = |b: bool| if b { "yes" } else { "no" };
+        let _ = writeln!(
+            o,
+            "qosd {}  mode {}  cgroup {}/{}  alive {}  ready {}",
+            or_dash(&self.version),
+            or_dash(&self.mode),
+            or_dash(&self.cgroup_version),
+            or_dash(&self.cgroup_driver),
+            yes(self.alive),
+            yes(self.ready),
+        );
+        if let Some(why) = &self.not_ready_reason {
+            let _ = writeln!(o, "not ready: {why}");
+        }
+        let _ = writeln!(o);
+        let _ = writeln!(
+            o,
+            "{:<30} {:>12} {:>12}  THRESHOLDS",
+            "SIGNAL", "OBSERVED", "CAPACITY"
+        );
+        for sig in &self.signals {
+            let fmt = |v: Option<i64>| v.map_or("-".to_string(), |v| signal_value(&sig.signal, v));
+            let th: Vec<String> = sig
+                .thresholds
+                .iter()
+                .map(|t| {
+                    let mut x = format!(
+                        "{} <{} ({})",
+                        t.kind,
+                        t.threshold,
+                        signal_value(&sig.signal, t.value)
+                    );
+                    if let Some(g) = &t.grace_period {
+                        x.push_str(&format!(" grace {g}"));
+                    }
+                    if t.met {
+                        x.push_str(" MET");
+                    }
+                    x
+                })
+                .collect();
+            let _ = writeln!(
+                o,
+                "{:<30} {:>12} {:>12}  {}",
+                sig.signal,
+                fmt(sig.observed),
+                fmt(sig.capacity),
+                if th.is_empty() {
+                    "-".to_string()
+                } else {
+                    th.join(", ")
+                }
+            );
+        }
+        let _ = writeln!(o);
+        let conds: Vec<String> = self
+            .conditions
+            .iter()
+            .map(|c| {
+                format!(
+                    "{}={}",
+                    c.condition,
+                    if c.active { "True" } else { "False" }
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            o,
+            "conditions: {}",
+            if conds.is_empty() {
+                "-".to_string()
+            } else {
+                conds.join("  ")
+            }
+        );
+        let _ = writeln!(
+            o,
+            "pods: Guaranteed {}  Burstable {}  BestEffort {}  (total {})",
+            self.pods.guaranteed,
+            self.pods.burstable,
+            self.pods.best_effort,
+            self.pods.total()
+        );
+        match &self.last_reconcile {
+            Some(r) => {
+                let _ = writeln!(
+                    o,
+                    "last reconcile: {} ago, {:.1} ms, {} writes, {} errors, {} pods",
+                    ago(now_ms, r.at_ms),
+                    r.duration_ms,
+                    r.writes,
+                    r.errors,
+                    r.pods
+                );
+            }
+            None => {
+                let _ = writeln!(o, "last reconcile: none yet");
+            }
+        }
+        if self.last_evictions.is_empty() {
+            let _ = writeln!(o, "evictions: none");
+        } else {
+            let _ = writeln!(o, "\nrecent evictions (newest first):");
+            let _ = writeln!(
+                o,
+                "  {:<10} {:<40} {:<11} {:<28} {:>12} {:>12}  BACKEND",
+                "WHEN", "POD", "QOS", "SIGNAL", "OBSERVED", "THRESHOLD"
+            );
+            for e in &self.last_evictions {
+                let _ = writeln!(
+                    o,
+                    "  {:<10} {:<40} {:<11} {:<28} {:>12} {:>12}  {}",
+                    ago(now_ms, e.at_ms),
+                    format!("{}/{}", e.namespace, e.name),
+                    e.qos_class,
+                    format!("{} ({})", e.signal, or_dash(&e.threshold_kind)),
+                    signal_value(&e.signal, e.observed),
+                    signal_value(&e.signal, e.threshold),
+                    or_dash(&e.backend)
+                );
+            }
+        }
+        o
+    }
+}
+
+fn or_dash(s: &str) -> &str {
+    if s.is_empty() {
+        "-"
+    } else {
+        s
+    }
+}
+
+/// Bytes in binary units for byte signals; plain counts for inodes/PIDs.
+fn signal_value(signal: &str, v: i64) -> String {
+    if signal.contains("inodes") || signal.starts_with("pid.") {
+        return v.to_string();
+    }
+    const UNITS: [&str; 6] = ["", "Ki", "Mi", "Gi", "Ti", "Pi"];
+    let mut x = v as f64;
+    let mut u = 0;
+    while x.abs() >= 1024.0 && u < UNITS.len() - 1 {
+        x /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{v}")
+    } else {
+        format!("{x:.1}{}", UNITS[u])
+    }
+}
+
+fn ago(now_ms: u64, at_ms: u64) -> String {
+    if at_ms == 0 {
+        return "-".into();
+    }
+    let d = now_ms.saturating_sub(at_ms);
+    match d {
+        0..=999 => format!("{d}ms"),
+        1000..=119_999 => format!("{}s", d / 1000),
+        120_000..=7_199_999 => format!("{}m", d / 60_000),
+        _ => format!("{}h", d / 3_600_000),
+    }
+}
+
 /// Unix time in milliseconds.
 pub fn now_ms() -> u64 {
     SystemTime::now()
@@ -610,6 +781,67 @@ mod tests {
     }
 
     #[test]
+    fn status_table_shows_signals_pods_and_evictions() {
+        let mut d = StatusDoc::new();
+        d.mode = "enforce".into();
+        d.signals.push(SignalStatus {
+            signal: "memory.available".into(),
+            observed: Some(50 << 20),
+            capacity: Some(8 << 30),
+            thresholds: vec![ThresholdStatus {
+                kind: "hard".into(),
+                threshold: "100Mi".into(),
+                value: 100 << 20,
+                met: true,
+                ..Default::default()
+            }],
+        });
+        d.signals.push(SignalStatus {
+            signal: "nodefs.inodesFree".into(),
+            observed: Some(12345),
+            ..Default::default()
+        });
+        d.conditions.push(ConditionStatus {
+            condition: "MemoryPressure".into(),
+            active: true,
+            ..Default::default()
+        });
+        d.pods = PodCounts {
+            guaranteed: 1,
+            burstable: 2,
+            best_effort: 3,
+        };
+        d.push_eviction(EvictionRecord {
+            at_ms: 1_000,
+            namespace: "default".into(),
+            name: "hog".into(),
+            qos_class: "BestEffort".into(),
+            signal: "memory.available".into(),
+            threshold_kind: "hard".into(),
+            observed: 50 << 20,
+            threshold: 100 << 20,
+            backend: "kill".into(),
+            ..Default::default()
+        });
+        let t = d.to_table(6_000);
+        for piece in [
+            "mode enforce",
+            "memory.available",
+            "50.0Mi",
+            "8.0Gi",
+            "hard <100Mi (100.0Mi) MET",
+            "12345",
+            "MemoryPressure=True",
+            "(total 6)",
+            "default/hog",
+            "5s",
+            "last reconcile: none yet",
+        ] {
+            assert!(t.contains(piece), "{piece:?} missing from\n{t}");
+        }
+    }
+
+    #[test]
     fn parses_chunked_and_plain_responses() {
         let plain = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 3\r\n\r\nno\n";
         let r = parse_response(plain).unwrap();
@@ -620,5 +852,49 @@ mod tests {
         assert_eq!(r.body, "abcde");
         assert_eq!(r.header("Transfer-Encoding"), Some("chunked"));
         assert!(parse_response(b"garbage").is_err());
+    }
+}
+
+// ---------------------------------------------------------------------------
+// systemd notification (Type=notify, WatchdogSec=)
+
+/// sd_notify messages for `systemd/qosd.service`. Every function is a no-op
+/// (returning `Ok`) when qosd does not run under systemd (`NOTIFY_SOCKET`
+/// unset), so the daemon calls them unconditionally.
+pub mod systemd {
+    use std::time::Duration;
+
+    use sd_notify::NotifyState;
+
+    /// `READY=1` (after the first successful reconcile) with a status line.
+    pub fn ready(status: &str) -> std::io::Result<()> {
+        sd_notify::notify(&[NotifyState::Ready, NotifyState::Status(status)])
+    }
+
+    /// `WATCHDOG=1`: call at least every [`watchdog_interval`].
+    pub fn watchdog() -> std::io::Result<()> {
+        sd_notify::notify(&[NotifyState::Watchdog])
+    }
+
+    /// `STATUS=…`: a one-line status shown by `systemctl status`.
+    pub fn status(status: &str) -> std::io::Result<()> {
+        sd_notify::notify(&[NotifyState::Status(status)])
+    }
+
+    /// `RELOADING=1` before re-reading the config on SIGHUP; send
+    /// [`ready`] when done.
+    pub fn reloading() -> std::io::Result<()> {
+        sd_notify::notify(&[NotifyState::Reloading])
+    }
+
+    /// `STOPPING=1` on SIGTERM.
+    pub fn stopping() -> std::io::Result<()> {
+        sd_notify::notify(&[NotifyState::Stopping])
+    }
+
+    /// How often to send [`watchdog`]: half of `WATCHDOG_USEC`, or `None`
+    /// when the watchdog is off (not under systemd, or no `WatchdogSec=`).
+    pub fn watchdog_interval() -> Option<Duration> {
+        sd_notify::watchdog_enabled().map(|d| d / 2)
     }
 }

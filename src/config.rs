@@ -383,6 +383,21 @@ impl Config {
         )
     }
 
+    /// Names of the fields (as in the file) whose values differ between
+    /// `self` and `new`: for logging a SIGHUP reload, and for refusing
+    /// changes that need a restart (e.g. `metricsAddress`, `cgroupfs`).
+    pub fn changed_fields(&self, new: &Config) -> Vec<String> {
+        let a = serde_json::to_value(self).unwrap_or_default();
+        let b = serde_json::to_value(new).unwrap_or_default();
+        let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
+            return Vec::new();
+        };
+        a.iter()
+            .filter(|(k, v)| b.get(*k) != Some(v))
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
     /// `qosReserved.memory` as a percentage, if set.
     pub fn qos_reserved_memory(&self) -> Option<u32> {
         self.qos_reserved.get("memory").map(|p| p.0)
@@ -1482,6 +1497,16 @@ mod tests {
             c.runtime_socket_path(),
             PathBuf::from("/run/containerd/containerd.sock")
         );
+    }
+
+    #[test]
+    fn changed_fields_lists_differences() {
+        let a = Config::default();
+        let mut b = a.clone();
+        assert!(a.changed_fields(&b).is_empty());
+        b.mode = Mode::DryRun;
+        b.eviction_hard.remove("memory.available");
+        assert_eq!(a.changed_fields(&b), ["evictionHard", "mode"]);
     }
 
     #[test]

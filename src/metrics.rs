@@ -387,6 +387,77 @@ impl Metrics {
     }
 }
 
+/// Rate limit for repeated log lines (e.g. the same cgroup write failing on
+/// every pass): the first occurrence of a key is logged, then at most one
+/// per `interval`, reporting how many were suppressed in between.
+///
+/// ```
+/// # use qosd::metrics::LogLimiter;
+/// # use std::time::Duration;
+/// let lim = LogLimiter::new(Duration::from_secs(60));
+/// if let Some(suppressed) = lim.check("cgroup_write:/sys/fs/cgroup/x") {
+///     // tracing::warn!(suppressed, "write failed ...");
+///     assert_eq!(suppressed, 0);
+/// }
+/// assert_eq!(lim.check("cgroup_write:/sys/fs/cgroup/x"), None);
+/// ```
+#[derive(Debug)]
+pub struct LogLimiter {
+    interval: Duration,
+    state: std::sync::Mutex<std::collections::HashMap<String, (std::time::Instant, u64)>>,
+}
+
+impl LogLimiter {
+    /// Keys are forgotten when more than this many accumulate (oldest first).
+    const MAX_KEYS: usize = 4096;
+
+    pub fn new(interval: Duration) -> LogLimiter {
+        LogLimiter {
+            interval,
+            state: std::sync::Mutex::new(std::collections::HashMap::new()),
+        }
+    }
+
+    /// `Some(suppressed)` when this occurrence should be logged.
+    pub fn check(&self, key: &str) -> Option<u64> {
+        self.check_at(key, std::time::Instant::now())
+    }
+
+    /// [`LogLimiter::check`] at a given time (tests).
+    pub fn check_at(&self, key: &str, now: std::time::Instant) -> Option<u64> {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((last, suppressed)) = st.get_mut(key) {
+            if now.saturating_duration_since(*last) >= self.interval {
+                let n = *suppressed;
+                *last = now;
+                *suppressed = 0;
+                return Some(n);
+            }
+            *suppressed += 1;
+            return None;
+        }
+        if st.len() >= Self::MAX_KEYS {
+            if let Some(oldest) = st
+                .iter()
+                .min_by_key(|(_, (t, _))| *t)
+                .map(|(k, _)| k.clone())
+            {
+                st.remove(&oldest);
+            }
+        }
+        st.insert(key.to_string(), (now, 0));
+        Some(0)
+    }
+
+    /// Forget a key (e.g. the failure stopped): its next occurrence logs at once.
+    pub fn clear(&self, key: &str) {
+        self.state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(key);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -442,6 +513,20 @@ mod tests {
         );
         assert_eq!(sample(&fresh, "qosd_reconciles_total"), Some(0.0));
         assert!(fresh.contains("qosd_build_info{version="));
+    }
+
+    #[test]
+    fn log_limiter_suppresses_and_reports() {
+        let lim = LogLimiter::new(Duration::from_secs(10));
+        let t0 = std::time::Instant::now();
+        assert_eq!(lim.check_at("a", t0), Some(0));
+        assert_eq!(lim.check_at("a", t0 + Duration::from_secs(1)), None);
+        assert_eq!(lim.check_at("a", t0 + Duration::from_secs(2)), None);
+        assert_eq!(lim.check_at("b", t0 + Duration::from_secs(2)), Some(0));
+        assert_eq!(lim.check_at("a", t0 + Duration::from_secs(10)), Some(2));
+        assert_eq!(lim.check_at("a", t0 + Duration::from_secs(11)), None);
+        lim.clear("a");
+        assert_eq!(lim.check_at("a", t0 + Duration::from_secs(12)), Some(0));
     }
 
     #[test]

@@ -1,14 +1,276 @@
-//! (to be written)
+//! `qosd config check|default`, and [`ConfigFlags`]: the command-line flags
+//! that override the config file (flattened into `qosd run` and friends).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crate::config::{self, Config, ConfigError, Overrides};
 
 #[derive(Debug, clap::Subcommand)]
 pub enum ConfigCommand {
     /// Validate a config file and print the effective configuration.
+    ///
+    /// Exit 0 when valid (effective config on stdout); exit 2 with every bad
+    /// field, its value and what is allowed when not.
     Check {
         /// Config file (YAML).
-        file: std::path::PathBuf,
+        file: PathBuf,
+        /// Output format of the effective configuration.
+        #[arg(long, value_enum, default_value_t = Format::Yaml)]
+        output: Format,
+        /// Print nothing when valid.
+        #[arg(long, short)]
+        quiet: bool,
+    },
+    /// Print the built-in defaults (the kubelet's plus qosd's) as YAML.
+    Default {
+        #[arg(long, value_enum, default_value_t = Format::Yaml)]
+        output: Format,
     },
 }
 
-pub fn run(_cmd: ConfigCommand) -> anyhow::Result<i32> {
-    anyhow::bail!("not implemented yet")
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Yaml,
+    Json,
+}
+
+fn render(c: &Config, f: Format) -> anyhow::Result<String> {
+    Ok(match f {
+        Format::Yaml => c.to_effective_yaml(),
+        Format::Json => serde_json::to_string_pretty(c)? + "\n",
+    })
+}
+
+pub fn run(cmd: ConfigCommand) -> anyhow::Result<i32> {
+    match cmd {
+        ConfigCommand::Check {
+            file,
+            output,
+            quiet,
+        } => {
+            let c = load_or_bad_input(Some(&file), &Overrides::default())?;
+            if !quiet {
+                print!("{}", render(&c, output)?);
+            }
+            Ok(0)
+        }
+        ConfigCommand::Default { output } => {
+            print!("{}", render(&Config::default(), output)?);
+            Ok(0)
+        }
+    }
+}
+
+/// Load a config, mapping problems in the user's input (syntax, unknown or
+/// bad fields, missing file) to exit code 2.
+pub fn load_or_bad_input(path: Option<&Path>, o: &Overrides) -> anyhow::Result<Config> {
+    Config::load_with(path, o).map_err(|e| match e {
+        ConfigError::Read { .. } | ConfigError::Parse { .. } | ConfigError::Invalid { .. } => {
+            crate::cli::bad_input(e)
+        }
+    })
+}
+
+/// Flags that override the config file, with the kubelet's flag names where
+/// the kubelet has one. Flatten into a subcommand's `Args`:
+///
+/// ```ignore
+/// #[derive(clap::Args)]
+/// pub struct Args {
+///     #[command(flatten)]
+///     pub config: crate::cli::config_check::ConfigFlags,
+/// }
+/// let cfg = args.config.load()?; // exit 2 on bad input
+/// ```
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct ConfigFlags {
+    /// Config file (YAML). Without it, built-in defaults; flags override either.
+    #[arg(long, env = "QOSD_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Log and count what would be written or evicted; change nothing (mode: dry-run).
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Operating mode: enforce | dry-run.
+    #[arg(long, value_name = "MODE")]
+    pub mode: Option<String>,
+    /// Hard eviction thresholds, e.g. memory.available<100Mi,nodefs.available<10%.
+    #[arg(long, value_name = "SIGNAL<VALUE,...", value_parser = config::parse_langle_map)]
+    pub eviction_hard: Option<BTreeMap<String, String>>,
+    /// Soft eviction thresholds, e.g. memory.available<300Mi.
+    #[arg(long, value_name = "SIGNAL<VALUE,...", value_parser = config::parse_langle_map)]
+    pub eviction_soft: Option<BTreeMap<String, String>>,
+    /// Soft threshold grace periods, e.g. memory.available=1m30s.
+    #[arg(long, value_name = "SIGNAL=DURATION,...", value_parser = config::parse_eq_map)]
+    pub eviction_soft_grace_period: Option<BTreeMap<String, String>>,
+    /// Minimum reclaim per signal, e.g. memory.available=0Mi,nodefs.available=500Mi.
+    #[arg(long, value_name = "SIGNAL=VALUE,...", value_parser = config::parse_eq_map)]
+    pub eviction_minimum_reclaim: Option<BTreeMap<String, String>>,
+    /// Maximum pod grace period (seconds) for soft evictions.
+    #[arg(long, value_name = "SECONDS")]
+    pub eviction_max_pod_grace_period: Option<String>,
+    /// How long a node condition is held after its threshold clears (e.g. 5m0s).
+    #[arg(long, value_name = "DURATION")]
+    pub eviction_pressure_transition_period: Option<String>,
+    /// cgroup driver: cgroupfs | systemd.
+    #[arg(long, value_name = "DRIVER")]
+    pub cgroup_driver: Option<String>,
+    /// Parent cgroup of kubepods (kubelet --cgroup-root), e.g. / or /qosd-test-1.
+    #[arg(long, value_name = "PATH")]
+    pub cgroup_root: Option<String>,
+    /// Resources reserved for the system, e.g. cpu=500m,memory=1Gi.
+    #[arg(long, value_name = "RES=QTY,...", value_parser = config::parse_eq_map)]
+    pub system_reserved: Option<BTreeMap<String, String>>,
+    /// Resources reserved for Kubernetes daemons, e.g. cpu=100m,memory=500Mi.
+    #[arg(long, value_name = "RES=QTY,...", value_parser = config::parse_eq_map)]
+    pub kube_reserved: Option<BTreeMap<String, String>>,
+    /// QoS memory reservation, e.g. memory=50%.
+    #[arg(long, value_name = "memory=PCT", value_parser = config::parse_eq_map)]
+    pub qos_reserved: Option<BTreeMap<String, String>>,
+    /// CFS quota period (1ms..1s), e.g. 100ms.
+    #[arg(long = "cpu-cfs-quota-period", value_name = "DURATION")]
+    pub cpu_cfs_quota_period: Option<String>,
+    /// cgroup filesystem mount point (default /sys/fs/cgroup).
+    #[arg(long, value_name = "DIR")]
+    pub cgroupfs: Option<String>,
+    /// cgroup version: auto | v1 | v2.
+    #[arg(long, value_name = "VERSION")]
+    pub cgroup_version: Option<String>,
+    /// CRI endpoint, e.g. unix:///run/containerd/containerd.sock.
+    #[arg(long, alias = "container-runtime-endpoint", value_name = "ENDPOINT")]
+    pub runtime_endpoint: Option<String>,
+    /// Periodic reconcile interval (e.g. 10s).
+    #[arg(long, value_name = "DURATION")]
+    pub reconcile_interval: Option<String>,
+    /// Pod relist interval when the runtime has no event stream (e.g. 1s).
+    #[arg(long, value_name = "DURATION")]
+    pub relist_interval: Option<String>,
+    /// HTTP address for /metrics, /healthz, /readyz, /status (IP:port).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_address: Option<String>,
+    /// Kubelet root directory (nodefs signals).
+    #[arg(long, value_name = "DIR")]
+    pub root_dir: Option<String>,
+    /// Filesystem path for imagefs signals.
+    #[arg(long, value_name = "DIR")]
+    pub imagefs_path: Option<String>,
+    /// memory.available source: workingset | meminfo.
+    #[arg(long, value_name = "SOURCE")]
+    pub memory_available_source: Option<String>,
+    /// cgroup v2 cpu.weight formula: kubelet | runc.
+    #[arg(long, value_name = "FORMULA")]
+    pub cpu_weight_formula: Option<String>,
+    /// Node CPU capacity override (quantity).
+    #[arg(long, value_name = "QTY")]
+    pub node_cpu: Option<String>,
+    /// Node memory capacity override (quantity).
+    #[arg(long, value_name = "QTY")]
+    pub node_memory: Option<String>,
+    /// Log format: text | json.
+    #[arg(long, value_name = "FORMAT")]
+    pub log_format: Option<String>,
+    /// Eviction backend: kill | cri | dry-run.
+    #[arg(long, value_name = "BACKEND")]
+    pub eviction_backend: Option<String>,
+}
+
+impl ConfigFlags {
+    /// The overrides these flags make (`--dry-run` sets `mode: dry-run`).
+    pub fn overrides(&self) -> Overrides {
+        Overrides {
+            eviction_hard: self.eviction_hard.clone(),
+            eviction_soft: self.eviction_soft.clone(),
+            eviction_soft_grace_period: self.eviction_soft_grace_period.clone(),
+            eviction_minimum_reclaim: self.eviction_minimum_reclaim.clone(),
+            eviction_max_pod_grace_period: self.eviction_max_pod_grace_period.clone(),
+            eviction_pressure_transition_period: self.eviction_pressure_transition_period.clone(),
+            cgroup_driver: self.cgroup_driver.clone(),
+            cgroup_root: self.cgroup_root.clone(),
+            system_reserved: self.system_reserved.clone(),
+            kube_reserved: self.kube_reserved.clone(),
+            qos_reserved: self.qos_reserved.clone(),
+            cpu_cfs_quota_period: self.cpu_cfs_quota_period.clone(),
+            cgroupfs: self.cgroupfs.clone(),
+            cgroup_version: self.cgroup_version.clone(),
+            runtime_endpoint: self.runtime_endpoint.clone(),
+            mode: if self.dry_run {
+                Some("dry-run".into())
+            } else {
+                self.mode.clone()
+            },
+            reconcile_interval: self.reconcile_interval.clone(),
+            relist_interval: self.relist_interval.clone(),
+            metrics_address: self.metrics_address.clone(),
+            root_dir: self.root_dir.clone(),
+            imagefs_path: self.imagefs_path.clone(),
+            memory_available_source: self.memory_available_source.clone(),
+            cpu_weight_formula: self.cpu_weight_formula.clone(),
+            node_cpu: self.node_cpu.clone(),
+            node_memory: self.node_memory.clone(),
+            log_format: self.log_format.clone(),
+            eviction_backend: self.eviction_backend.clone(),
+            ..Overrides::default()
+        }
+    }
+
+    /// Load `--config` (or the defaults), apply the flags, validate.
+    /// Bad input (missing file, syntax, bad values) → exit code 2.
+    pub fn load(&self) -> anyhow::Result<Config> {
+        load_or_bad_input(self.config.as_deref(), &self.overrides())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct T {
+        #[command(flatten)]
+        flags: ConfigFlags,
+    }
+
+    #[test]
+    fn flags_override_defaults() {
+        let t = T::try_parse_from([
+            "t",
+            "--dry-run",
+            "--eviction-hard",
+            "memory.available<1Gi",
+            "--system-reserved",
+            "cpu=1,memory=2Gi",
+            "--relist-interval",
+            "250ms",
+            "--container-runtime-endpoint",
+            "/run/k3s/containerd/containerd.sock",
+        ])
+        .unwrap();
+        let c = t.flags.load().unwrap();
+        assert_eq!(c.mode, config::Mode::DryRun);
+        assert_eq!(c.eviction_hard.len(), 1);
+        assert_eq!(c.eviction_hard["memory.available"], "1Gi");
+        assert_eq!(c.system_reserved["memory"].value_ceil(), 2 << 30);
+        assert_eq!(c.relist_interval, std::time::Duration::from_millis(250));
+        assert_eq!(
+            c.runtime_endpoint,
+            "unix:///run/k3s/containerd/containerd.sock"
+        );
+    }
+
+    #[test]
+    fn bad_flag_names_the_flag_origin() {
+        let t = T::try_parse_from(["t", "--mode", "yolo"]).unwrap();
+        let e = t.flags.load().unwrap_err();
+        let msg = format!("{e:#}");
+        assert!(msg.contains("mode (from command-line flag)"), "{msg}");
+        assert!(msg.contains("\"yolo\""), "{msg}");
+        assert!(msg.contains("enforce | dry-run"), "{msg}");
+        assert!(e.chain().any(|c| c.is::<crate::cli::BadInput>()));
+    }
+
+    #[test]
+    fn malformed_map_flag_is_a_usage_error() {
+        assert!(T::try_parse_from(["t", "--eviction-hard", "memory.available=1Gi"]).is_err());
+    }
 }

@@ -674,6 +674,21 @@ spec:
         assert!(e.to_string().contains("cannot read"));
     }
 
+    proptest::proptest! {
+        #[test]
+        fn never_panics(s in "\\PC{0,64}") {
+            let _ = parse_str(&s, "fuzz.yaml");
+            let _ = parse_str(&s, "fuzz.json");
+        }
+
+        #[test]
+        fn quantities_round_trip_through_yaml(m in 0i64..10_000_000) {
+            let text = format!("kind: Pod\nmetadata: {{name: a}}\nspec:\n  containers:\n  - name: c\n    resources: {{requests: {{cpu: {m}m}}}}\n");
+            let p = parse_str(&text, "t.yaml").unwrap();
+            proptest::prop_assert_eq!(p[0].containers[0].resources.requests["cpu"].milli_ceil(), m);
+        }
+    }
+
     #[test]
     fn examples_parse() {
         let pods = example_pods();

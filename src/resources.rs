@@ -122,6 +122,14 @@ fn ceil_to(n: i128, d: i128) -> i64 {
     q.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
 }
 
+/// Container-level aggregate request of `name` (app + sidecar + init rule),
+/// without pod-level resources and overhead; `None` when no container
+/// requests it. Used for the API server's pod-level request defaulting.
+pub fn aggregate_container_request(pod: &Pod, name: &str) -> Option<Quantity> {
+    let i = NAMES.iter().position(|n| *n == name)?;
+    aggregate(pod, requests_of, |_| {})[i].map(Quantity::from_nanos)
+}
+
 fn milli(n: i128) -> i64 {
     ceil_to(n, 1_000_000)
 }

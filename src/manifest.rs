@@ -410,7 +410,7 @@ fn pod(o: &Obj, at: &At, source: &str) -> Result<Pod, String> {
     let pod_resources = match get(spec, "resources") {
         None => None,
         Some(r) => {
-            let r = requirements(r, &sat.field("resources"))?;
+            let r = requirements_with(r, &sat.field("resources"), false)?;
             (!r.requests.is_empty() || !r.limits.is_empty()).then_some(r)
         }
     };
@@ -432,7 +432,7 @@ fn pod(o: &Obj, at: &At, source: &str) -> Result<Pod, String> {
     p.uid_derived = uid.is_none();
     p.containers = containers;
     p.init_containers = init_containers;
-    p.pod_resources = pod_resources;
+    p.pod_resources = pod_resources.map(|r| default_pod_level_requests(&p, r));
     p.overhead = overhead;
     p.priority = priority;
     p.priority_class_name = opt_str(spec, "priorityClassName", &sat)?;
@@ -440,6 +440,27 @@ fn pod(o: &Obj, at: &At, source: &str) -> Result<Pod, String> {
     p.annotations = annotations;
     p.origin = PodOrigin::Manifest(source.to_string());
     Ok(p)
+}
+
+/// API-server defaulting of pod-level requests (`defaultPodRequests`),
+/// only when pod-level limits are set: an unset cpu/memory request becomes
+/// the containers' aggregate request when some container requests that
+/// resource, else the pod-level limit.
+fn default_pod_level_requests(pod: &Pod, mut r: ResourceRequirements) -> ResourceRequirements {
+    if r.limits.is_empty() {
+        return r;
+    }
+    for name in [crate::resources::CPU, crate::resources::MEMORY] {
+        if r.requests.contains_key(name) {
+            continue;
+        }
+        let value = crate::resources::aggregate_container_request(pod, name)
+            .or_else(|| r.limits.get(name).cloned());
+        if let Some(v) = value {
+            r.requests.insert(name.to_string(), v);
+        }
+    }
+    r
 }
 
 fn containers_init(spec: &Obj, sat: &At) -> Result<Vec<Container>, String> {
@@ -484,6 +505,14 @@ fn containers(spec: &Obj, field: &str, sat: &At, init: bool) -> Result<Vec<Conta
 /// `resources: {requests, limits}` with API-server defaulting (request :=
 /// limit when unset) and validation (non-negative, request ≤ limit).
 fn requirements(v: &Value, at: &At) -> Result<ResourceRequirements, String> {
+    requirements_with(v, at, true)
+}
+
+fn requirements_with(
+    v: &Value,
+    at: &At,
+    default_requests: bool,
+) -> Result<ResourceRequirements, String> {
     let o = as_obj(v, at)?;
     let mut requests = match get(o, "requests") {
         None => ResourceList::new(),
@@ -502,8 +531,10 @@ fn requirements(v: &Value, at: &At) -> Result<ResourceRequirements, String> {
             }
         }
     }
-    for (name, lim) in &limits {
-        requests.entry(name.clone()).or_insert_with(|| lim.clone());
+    if default_requests {
+        for (name, lim) in &limits {
+            requests.entry(name.clone()).or_insert_with(|| lim.clone());
+        }
     }
     Ok(ResourceRequirements { requests, limits })
 }
@@ -618,6 +649,22 @@ spec:
     }
 
     #[test]
+    fn pod_level_request_defaulting() {
+        let p = one("kind: Pod\nmetadata: {name: a}\nspec:\n  resources: {limits: {cpu: 2, memory: 1Gi}}\n  containers:\n  - {name: c, resources: {requests: {cpu: 300m}}}\n  - {name: d, resources: {requests: {cpu: 200m}}}\n");
+        let r = p.pod_resources.as_ref().unwrap();
+        assert_eq!(r.requests["cpu"].milli_ceil(), 500, "from the containers");
+        assert_eq!(
+            r.requests["memory"].value_ceil(),
+            1 << 30,
+            "from the pod limit"
+        );
+        assert_eq!(classify(&p).class, QosClass::Burstable);
+        let p = one("kind: Pod\nmetadata: {name: a}\nspec:\n  resources: {requests: {cpu: 1}}\n  containers: [{name: c}]\n");
+        let r = p.pod_resources.as_ref().unwrap();
+        assert!(r.limits.is_empty() && r.requests.len() == 1);
+    }
+
+    #[test]
     fn init_and_sidecars() {
         let p = one("kind: Pod\nmetadata: {name: a}\nspec:\n  initContainers:\n  - {name: proxy, restartPolicy: Always}\n  - {name: setup}\n  containers: [{name: c}]\n");
         assert!(p.init_containers[0].restartable);
@@ -672,6 +719,21 @@ spec:
         let e = load_paths(std::slice::from_ref(&missing)).unwrap_err();
         assert_eq!(e.file, missing);
         assert!(e.to_string().contains("cannot read"));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn never_panics(s in "\\PC{0,64}") {
+            let _ = parse_str(&s, "fuzz.yaml");
+            let _ = parse_str(&s, "fuzz.json");
+        }
+
+        #[test]
+        fn quantities_round_trip_through_yaml(m in 0i64..10_000_000) {
+            let text = format!("kind: Pod\nmetadata: {{name: a}}\nspec:\n  containers:\n  - name: c\n    resources: {{requests: {{cpu: {m}m}}}}\n");
+            let p = parse_str(&text, "t.yaml").unwrap();
+            proptest::prop_assert_eq!(p[0].containers[0].resources.requests["cpu"].milli_ceil(), m);
+        }
     }
 
     #[test]

@@ -219,12 +219,20 @@ fn render(
     out: &mut Vec<CgroupWrite>,
 ) {
     let l = &cfg.layout;
+    // One directory per controller (v1) or one for all (v2), computed once.
+    let mut dirs: [Option<std::path::PathBuf>; 3] = [None, None, None];
     let mut push = |file: &str, value: String| {
         let controller = file.split('.').next().unwrap_or(file);
+        let slot = match (l.version, controller) {
+            (CgroupVersion::V2, _) | (_, "cpu") => 0,
+            (_, "memory") => 1,
+            _ => 2,
+        };
+        let dir = dirs[slot].get_or_insert_with(|| l.dir(cgroup, controller));
         out.push(CgroupWrite {
-            file: l.file(cgroup, file),
+            file: dir.join(file),
             value,
-            dir: l.dir(cgroup, controller),
+            dir: dir.clone(),
             cgroup: cgroup.to_string(),
             level,
         });
@@ -442,23 +450,30 @@ fn pod_values(cfg: &PlanConfig, class: QosClass, r: &PodResources) -> Values {
 pub fn pod_writes(cfg: &PlanConfig, pod: &Pod, class: QosClass) -> Vec<CgroupWrite> {
     let r = pod_resources(pod);
     let mut out = Vec::new();
-    pod_writes_into(cfg, pod, class, &r, &mut out);
+    let cgroup = cfg.layout.pod_cgroup(class, &pod.uid);
+    pod_writes_into(cfg, &cgroup, class, &r, &mut out);
     out
 }
 
 fn pod_writes_into(
     cfg: &PlanConfig,
-    pod: &Pod,
+    cgroup: &str,
     class: QosClass,
     r: &PodResources,
     out: &mut Vec<CgroupWrite>,
 ) {
-    let cg = cfg.layout.pod_cgroup(class, &pod.uid);
-    render(cfg, &cg, CgroupLevel::Pod, &pod_values(cfg, class, r), out);
+    render(
+        cfg,
+        cgroup,
+        CgroupLevel::Pod,
+        &pod_values(cfg, class, r),
+        out,
+    );
 }
 
 /// Plan every write for `pods`: node level, QoS level, then each pod.
 pub fn build(cfg: &PlanConfig, pods: &[Pod]) -> Plan {
+    let namer = cfg.layout.pod_namer();
     let mut planned = Vec::with_capacity(pods.len());
     let mut classified = Vec::with_capacity(pods.len());
     for p in pods {
@@ -472,15 +487,15 @@ pub fn build(cfg: &PlanConfig, pods: &[Pod]) -> Plan {
             name: p.name.clone(),
             qos_class: c.class,
             reason: c.reason,
-            cgroup: cfg.layout.pod_cgroup(c.class, &p.uid),
+            cgroup: namer.pod_cgroup(c.class, &p.uid),
             resources: r,
         });
     }
     let mut writes = node_level_writes(cfg);
     writes.extend(qos_level_writes_from(cfg, &classified));
     writes.reserve(pods.len() * 4);
-    for (p, (class, r)) in pods.iter().zip(&classified) {
-        pod_writes_into(cfg, p, *class, r, &mut writes);
+    for (pp, (class, r)) in planned.iter().zip(&classified) {
+        pod_writes_into(cfg, &pp.cgroup, *class, r, &mut writes);
     }
     let (cpu, mem) = cfg.node_cgroup_resources();
     Plan {

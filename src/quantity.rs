@@ -246,12 +246,17 @@ impl Quantity {
         self.nanos
     }
 
-    /// A quantity from an exact nano-unit value (text: the value in nano units).
+    /// A quantity from an exact nano-unit value (text: whole units, milli
+    /// units or nano units, the first that is exact).
     pub fn from_nanos(nanos: i128) -> Quantity {
-        Quantity {
-            nanos,
-            text: format!("{nanos}n"),
-        }
+        let text = if nanos % NANO == 0 {
+            format!("{}", nanos / NANO)
+        } else if nanos % 1_000_000 == 0 {
+            format!("{}m", nanos / 1_000_000)
+        } else {
+            format!("{nanos}n")
+        };
+        Quantity { nanos, text }
     }
 
     /// The value in milli-units, rounded up (kubelet `MilliValue()`), saturating.

@@ -116,12 +116,26 @@ fn aggregate(pod: &Pod, of: fn(&Container) -> Sums, mut each: impl FnMut(&Sums))
     total
 }
 
+/// ceil(n / d), saturating to i64 (what `Quantity::milli_ceil`/`value_ceil` do).
+fn ceil_to(n: i128, d: i128) -> i64 {
+    let q = n.div_euclid(d) + i128::from(n.rem_euclid(d) != 0);
+    q.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
+}
+
+/// Container-level aggregate request of `name` (app + sidecar + init rule),
+/// without pod-level resources and overhead; `None` when no container
+/// requests it. Used for the API server's pod-level request defaulting.
+pub fn aggregate_container_request(pod: &Pod, name: &str) -> Option<Quantity> {
+    let i = NAMES.iter().position(|n| *n == name)?;
+    aggregate(pod, requests_of, |_| {})[i].map(Quantity::from_nanos)
+}
+
 fn milli(n: i128) -> i64 {
-    Quantity::from_nanos(n).milli_ceil()
+    ceil_to(n, 1_000_000)
 }
 
 fn value(n: i128) -> i64 {
-    Quantity::from_nanos(n).value_ceil()
+    ceil_to(n, 1_000_000_000)
 }
 
 /// The pod's effective resources (`PodRequests`/`PodLimits` with overhead,

@@ -150,6 +150,27 @@ impl CgroupLayout {
         self.render(&self.pod_components(class, uid))
     }
 
+    /// Precomputed names for naming many pods quickly (the planner).
+    pub fn pod_namer(&self) -> PodNamer {
+        let classes = [
+            QosClass::Guaranteed,
+            QosClass::Burstable,
+            QosClass::BestEffort,
+        ];
+        PodNamer {
+            driver: self.driver,
+            qos: classes.map(|c| self.qos_cgroup(c)),
+            slice_prefix: classes.map(|c| {
+                let parts: Vec<String> = self
+                    .qos_components(c)
+                    .iter()
+                    .map(|p| p.replace('-', "_"))
+                    .collect();
+                parts.join("-")
+            }),
+        }
+    }
+
     /// What the kubelet hands the runtime as `cgroup_parent` for a pod:
     /// cgroupfs `/kubepods/burstable/pod<uid>`; systemd the slice's name
     /// `kubepods-burstable-pod<uid>.slice`.
@@ -191,11 +212,36 @@ impl CgroupLayout {
 }
 
 fn join_rel(base: &Path, rel: &str) -> PathBuf {
-    let mut p = base.to_path_buf();
-    for part in rel.split('/').filter(|s| !s.is_empty()) {
-        p.push(part);
+    let rel = rel.trim_matches('/');
+    if rel.is_empty() {
+        base.to_path_buf()
+    } else {
+        base.join(rel)
     }
-    p
+}
+
+/// Pod cgroup names from precomputed QoS prefixes
+/// ([`CgroupLayout::pod_namer`]); same result as [`CgroupLayout::pod_cgroup`].
+#[derive(Debug, Clone)]
+pub struct PodNamer {
+    driver: CgroupDriver,
+    qos: [String; 3],
+    slice_prefix: [String; 3],
+}
+
+impl PodNamer {
+    pub fn pod_cgroup(&self, class: QosClass, uid: &str) -> String {
+        let i = class as usize;
+        match self.driver {
+            CgroupDriver::Cgroupfs => format!("{}/pod{uid}", self.qos[i]),
+            CgroupDriver::Systemd => format!(
+                "{}/{}-pod{}.slice",
+                self.qos[i],
+                self.slice_prefix[i],
+                uid.replace('-', "_")
+            ),
+        }
+    }
 }
 
 /// `CgroupName.ToSystemd()` + `ExpandSlice`, without the leading `/`.
@@ -290,6 +336,23 @@ mod tests {
             sd.pod_cgroup(Guaranteed, UID),
             "kubepods.slice/kubepods-pod1234_abcd_5678.slice"
         );
+    }
+
+    #[test]
+    fn pod_namer_agrees() {
+        for driver in [Cgroupfs, Systemd] {
+            for root in ["/", "/qosd-test-1", "/a-b/c", "/foo.slice/foo-bar.slice"] {
+                let l = CgroupLayout::new(V2, driver).with_cgroup_root(root);
+                let n = l.pod_namer();
+                for class in [Guaranteed, Burstable, BestEffort] {
+                    assert_eq!(
+                        n.pod_cgroup(class, UID),
+                        l.pod_cgroup(class, UID),
+                        "{driver} {root}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -151,9 +151,16 @@ impl PlanOptions {
             DriverArg::Cgroupfs => CgroupDriver::Cgroupfs,
             DriverArg::Systemd => CgroupDriver::Systemd,
         };
-        let layout = CgroupLayout::new(version, driver)
+        let mut layout = CgroupLayout::new(version, driver)
             .with_cgroupfs(self.cgroupfs.clone())
             .with_cgroup_root(self.cgroup_root.clone());
+        if version == CgroupVersion::V1 {
+            // A co-mounted `cpu,cpuacct` without the usual `cpu` symlink.
+            let fs = &self.cgroupfs;
+            if !fs.join("cpu").exists() && fs.join("cpu,cpuacct").is_dir() {
+                layout.v1_dirs.cpu = "cpu,cpuacct".to_string();
+            }
+        }
         let node = self.node_resources()?;
         let period = humantime::parse_duration(&self.cpu_cfs_quota_period).map_err(|e| {
             bad_input(format!(
@@ -359,6 +366,27 @@ mod tests {
         assert_eq!(
             o.to_config_or_fallback().unwrap().layout.version,
             CgroupVersion::V2
+        );
+    }
+
+    #[test]
+    fn v1_comounted_cpu_without_symlink() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir(d.path().join("cpu,cpuacct")).unwrap();
+        std::fs::create_dir(d.path().join("memory")).unwrap();
+        let o = opts(&[
+            "--cgroupfs",
+            d.path().to_str().unwrap(),
+            "--node-cpu",
+            "1",
+            "--node-memory",
+            "1Gi",
+        ]);
+        let c = o.to_config().unwrap();
+        assert_eq!(c.layout.version, CgroupVersion::V1);
+        assert_eq!(
+            c.layout.file("kubepods", "cpu.shares"),
+            d.path().join("cpu,cpuacct/kubepods/cpu.shares")
         );
     }
 

@@ -240,6 +240,13 @@ mod tests {
     }
 
     #[test]
+    fn flags_are_well_formed() {
+        use clap::CommandFactory;
+        T::command().debug_assert();
+        crate::cli::Cli::command().debug_assert();
+    }
+
+    #[test]
     fn flags_override_defaults() {
         let t = T::try_parse_from([
             "t",

@@ -222,3 +222,172 @@ fn security_exposure_is_at_most_4() {
         "bare {bare_score} vs hardened {score}"
     );
 }
+
+// --- System call filter ------------------------------------------------------
+
+/// Expand a `SystemCallFilter=` group (or a plain name) with
+/// `systemd-analyze syscall-filter`.
+fn expand(item: &str, out: &mut std::collections::BTreeSet<String>) {
+    if !item.starts_with('@') {
+        out.insert(item.to_string());
+        return;
+    }
+    let o = Command::new("systemd-analyze")
+        .args(["syscall-filter", "--no-pager", item])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "syscall-filter {item} failed");
+    let text = String::from_utf8_lossy(&o.stdout).to_string();
+    for line in text.lines().skip(1) {
+        let l = line.trim();
+        if l.is_empty() || l.starts_with('#') {
+            continue;
+        }
+        if l.starts_with('@') {
+            expand(l, out);
+        } else {
+            out.insert(l.to_string());
+        }
+    }
+}
+
+/// The system calls the unit's `SystemCallFilter=` lines allow: the first
+/// (allow) list minus every later `~` (deny) list, plus later allow lines.
+pub fn allowed_syscalls(unit_text: &str) -> std::collections::BTreeSet<String> {
+    let mut allowed = std::collections::BTreeSet::new();
+    for (i, f) in value(&directives(unit_text), "SystemCallFilter")
+        .into_iter()
+        .enumerate()
+    {
+        let (deny, list) = match f.strip_prefix('~') {
+            Some(rest) => (true, rest),
+            None => (false, f),
+        };
+        assert!(
+            i > 0 || !deny,
+            "first SystemCallFilter= should be an allow list"
+        );
+        let mut set = std::collections::BTreeSet::new();
+        for item in list.split_whitespace() {
+            expand(item, &mut set);
+        }
+        if deny {
+            allowed.retain(|s| !set.contains(s));
+        } else {
+            allowed.extend(set);
+        }
+    }
+    allowed
+}
+
+/// System calls made by `cmd` (and its threads), traced with strace.
+fn traced_syscalls(cmd: &mut Command) -> std::collections::BTreeSet<String> {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("strace.txt");
+    let program = cmd.get_program().to_owned();
+    let args: Vec<_> = cmd.get_args().map(|a| a.to_owned()).collect();
+    let out = Command::new("strace")
+        .args(["-f", "-qq", "-o"])
+        .arg(&log)
+        .arg("--")
+        .arg(program)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "traced command failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&log).unwrap();
+    text.lines()
+        .filter_map(|l| l.split_once(' ').map(|(_, rest)| rest.trim_start()))
+        .filter(|rest| {
+            !rest.starts_with('<') && !rest.starts_with("+++") && !rest.starts_with("---")
+        })
+        .filter_map(|rest| rest.split_once('(').map(|(name, _)| name.to_string()))
+        .filter(|name| name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+        .collect()
+}
+
+#[test]
+fn traced_syscalls_pass_the_units_filter() {
+    if systemd_analyze().is_none() {
+        eprintln!("skipping: systemd-analyze not installed");
+        return;
+    }
+    if Command::new("strace").arg("-V").output().is_err() {
+        eprintln!("skipping: strace not installed (apt-get install strace)");
+        return;
+    }
+    let allowed = allowed_syscalls(&unit_text());
+    for must in [
+        "kill",
+        "epoll_wait",
+        "openat",
+        "write",
+        "connect",
+        "eventfd2",
+        "inotify_add_watch",
+    ] {
+        assert!(allowed.contains(must), "{must} not allowed by the filter");
+    }
+    for denied in [
+        "mount",
+        "reboot",
+        "init_module",
+        "setuid",
+        "ptrace",
+        "setrlimit",
+    ] {
+        assert!(!allowed.contains(denied), "{denied} should be filtered");
+    }
+    // Representative workloads: config loading, and the tokio/axum HTTP
+    // server answering real requests (the ship_http test binary).
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut used = traced_syscalls(
+        Command::new(env!("CARGO_BIN_EXE_qosd"))
+            .args(["config", "check", "-q"])
+            .arg(manifest.join("config/qosd.yaml")),
+    );
+    let http_test = std::env::current_exe()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .read_dir()
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| {
+            let n = p.file_name().unwrap().to_string_lossy();
+            n.starts_with("ship_http-") && p.extension().is_none()
+        });
+    match http_test {
+        Some(bin) => used.extend(traced_syscalls(Command::new(bin).args([
+            "endpoints_follow_daemon_state",
+            "--exact",
+            "--test-threads=1",
+        ]))),
+        None => eprintln!("note: ship_http test binary not built; tracing config check only"),
+    }
+    // Extra syscalls of a `qosd run --once` trace, when the caller supplies one
+    // (QOSD_TRACE_RUN="run --once --dry-run ...").
+    if let Ok(args) = std::env::var("QOSD_TRACE_RUN") {
+        used.extend(traced_syscalls(
+            Command::new(env!("CARGO_BIN_EXE_qosd")).args(args.split_whitespace()),
+        ));
+    }
+    println!("{} distinct syscalls traced: {used:?}", used.len());
+    assert!(used.len() > 20 && (used.contains("epoll_wait") || used.contains("epoll_pwait")));
+    // The comparison can fail: a unit denying @io-event would block tokio.
+    let stricter = format!("{}\nSystemCallFilter=~@io-event\n", unit_text());
+    let strict_allowed = allowed_syscalls(&stricter);
+    assert!(used.iter().any(|s| !strict_allowed.contains(s)));
+
+    let blocked: Vec<&String> = used.iter().filter(|s| !allowed.contains(*s)).collect();
+    // The test harness itself may use a few extra calls; list them precisely.
+    assert!(
+        blocked.is_empty(),
+        "syscalls the unit would refuse: {blocked:?} (used: {used:?})"
+    );
+}

@@ -130,6 +130,12 @@ pub struct ConfigFlags {
     /// CFS quota period (1ms..1s), e.g. 100ms.
     #[arg(long = "cpu-cfs-quota-period", value_name = "DURATION")]
     pub cpu_cfs_quota_period: Option<String>,
+    /// Enforce CPU limits with CFS quota (true|false).
+    #[arg(long = "cpu-cfs-quota", value_name = "BOOL")]
+    pub cpu_cfs_quota: Option<bool>,
+    /// Set memory.min/memory.high like the kubelet's MemoryQoS (true|false).
+    #[arg(long = "memory-qos", value_name = "BOOL")]
+    pub memory_qos: Option<bool>,
     /// cgroup filesystem mount point (default /sys/fs/cgroup).
     #[arg(long, value_name = "DIR")]
     pub cgroupfs: Option<String>,
@@ -189,7 +195,9 @@ impl ConfigFlags {
             system_reserved: self.system_reserved.clone(),
             kube_reserved: self.kube_reserved.clone(),
             qos_reserved: self.qos_reserved.clone(),
+            cpu_cfs_quota: self.cpu_cfs_quota,
             cpu_cfs_quota_period: self.cpu_cfs_quota_period.clone(),
+            memory_qos: self.memory_qos,
             cgroupfs: self.cgroupfs.clone(),
             cgroup_version: self.cgroup_version.clone(),
             runtime_endpoint: self.runtime_endpoint.clone(),
@@ -232,6 +240,13 @@ mod tests {
     }
 
     #[test]
+    fn flags_are_well_formed() {
+        use clap::CommandFactory;
+        T::command().debug_assert();
+        crate::cli::Cli::command().debug_assert();
+    }
+
+    #[test]
     fn flags_override_defaults() {
         let t = T::try_parse_from([
             "t",
@@ -244,6 +259,8 @@ mod tests {
             "250ms",
             "--container-runtime-endpoint",
             "/run/k3s/containerd/containerd.sock",
+            "--cpu-cfs-quota",
+            "false",
         ])
         .unwrap();
         let c = t.flags.load().unwrap();
@@ -252,6 +269,7 @@ mod tests {
         assert_eq!(c.eviction_hard["memory.available"], "1Gi");
         assert_eq!(c.system_reserved["memory"].value_ceil(), 2 << 30);
         assert_eq!(c.relist_interval, std::time::Duration::from_millis(250));
+        assert!(!c.cpu_cfs_quota);
         assert_eq!(
             c.runtime_endpoint,
             "unix:///run/k3s/containerd/containerd.sock"

@@ -42,9 +42,6 @@ the kubelet's 10-second loop."
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
-    /// Log format on stderr: human text, or one JSON object per line.
-    #[arg(long, global = true, value_enum, default_value = "text")]
-    pub log_format: LogFormat,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -55,7 +52,7 @@ pub enum LogFormat {
 
 /// Logs go to stderr; the level comes from `QOSD_LOG` (e.g. `debug`,
 /// `qosd=trace`), default `info`.
-fn init_logging(format: LogFormat) {
+pub fn init_logging(format: LogFormat) {
     use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_env("QOSD_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
@@ -93,7 +90,10 @@ pub enum Command {
 /// Parse arguments, run, and map errors to exit codes.
 pub fn main() -> i32 {
     let cli = Cli::parse();
-    init_logging(cli.log_format);
+    // `qosd run` sets up logging itself once its config (logFormat) is read.
+    if !matches!(cli.command, Command::Run(_)) {
+        init_logging(LogFormat::Text);
+    }
     let result = match cli.command {
         Command::Plan(a) => plan::run(a),
         Command::Classify(a) => classify::run(a),

@@ -1,75 +1,117 @@
 //! `qosd run`: the enforcement daemon (see [`crate::daemon`]).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
 
+use crate::cgroup::paths::CgroupLayout;
 use crate::cli::bad_input;
-use crate::cli::plan::{OutputFormat, PlanOptions};
+use crate::cli::config_check::ConfigFlags;
+use crate::cli::plan::OutputFormat;
+use crate::config::{self, Config};
 use crate::daemon::{self, Outcome, PodSourceSpec, RunOptions};
+use crate::node::{NodeResources, Reserved};
+use crate::plan::{CpuWeightFormula, PlanConfig};
 
 #[derive(Debug, clap::Args)]
 #[command(
     long_about = "Run the enforcement daemon: keep the kubepods cgroups at the kubelet's \
 values for the live pods, reconcile on a timer and when pods change, correct drift, remove \
 orphaned pod cgroups, and evict pods under pressure.\n\n\
---dry-run logs every write (and eviction) it would make and makes none; --once does one \
-reconcile, prints the writes and exits (0 on success, 1 when a write failed)."
+Settings come from --config (KubeletConfiguration field names) and the flags below, which \
+override the file. --dry-run logs every write (and eviction) it would make and makes none; \
+--once does one reconcile, prints the writes and exits (0 on success, 1 when a write failed)."
 )]
 pub struct Args {
-    /// Log every write it would make; write nothing, evict nothing.
-    #[arg(long)]
-    pub dry_run: bool,
     /// One reconcile, print the writes made, exit.
     #[arg(long)]
     pub once: bool,
     /// Output of --once.
     #[arg(long, value_enum, default_value = "text")]
     pub output: OutputFormat,
-    /// CRI endpoint of the container runtime.
-    #[arg(long, value_name = "URL", default_value = crate::cri::DEFAULT_ENDPOINT)]
-    pub runtime_endpoint: String,
     /// Take pods from manifests instead of the CRI (nodes without a CRI runtime, tests).
     #[arg(long, value_name = "PATH", num_args = 1..)]
     pub pods: Vec<PathBuf>,
-    /// Full reconcile period.
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
-    pub reconcile_interval: Duration,
-    /// How often to relist sandboxes to notice pod changes.
-    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
-    pub relist_interval: Duration,
-    /// How long a pod cgroup must stay orphaned (sandbox gone) and empty before it is removed.
+    /// How long a pod cgroup must stay orphaned (sandbox gone) and empty before it is removed;
     /// `0s` removes them on the first pass that finds them empty.
-    #[arg(long, value_name = "DURATION", default_value = "1m", value_parser = parse_duration_or_zero)]
+    #[arg(long, value_name = "DURATION", default_value = "1m", value_parser = config::parse_go_duration)]
     pub orphan_grace_period: Duration,
+    /// Where /proc is (node capacity, signals).
+    #[arg(long, value_name = "DIR", default_value = "/proc", hide = true)]
+    pub proc_root: PathBuf,
     #[command(flatten)]
-    pub options: PlanOptions,
+    pub config: ConfigFlags,
 }
 
-/// Go/humantime durations (`10s`, `1m30s`, `500ms`); zero is refused.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let d = humantime::parse_duration(s).map_err(|e| format!("{s:?}: {e}"))?;
-    if d.is_zero() {
-        return Err(format!("{s:?}: must be greater than zero"));
-    }
-    Ok(d)
-}
-
-/// Like [`parse_duration`], zero allowed.
-pub fn parse_duration_or_zero(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s).map_err(|e| format!("{s:?}: {e}"))
+/// The planner config a daemon config describes (detecting the cgroup
+/// version and the node's capacity where the config leaves them open).
+pub fn plan_config(cfg: &Config, proc_root: &Path) -> anyhow::Result<PlanConfig> {
+    let version = match cfg.cgroup_version.forced() {
+        Some(v) => v,
+        None => crate::cgroup::detect::detect_version(&cfg.cgroupfs).with_context(|| {
+            format!(
+                "cannot detect the cgroup version at {} (set cgroupVersion / --cgroup-version)",
+                cfg.cgroupfs.display()
+            )
+        })?,
+    };
+    let layout = CgroupLayout::new(version, cfg.cgroup_driver)
+        .with_cgroupfs(cfg.cgroupfs.clone())
+        .with_cgroup_root(cfg.cgroup_root.clone());
+    let cpu = match &cfg.node_cpu {
+        Some(q) => q.milli_ceil(),
+        None => crate::node::detect_cpu_millis(proc_root)
+            .context("cannot detect the node's cpus (set nodeCPU)")?,
+    };
+    let mem = match &cfg.node_memory {
+        Some(q) => q.value_ceil(),
+        None => crate::node::detect_memory_bytes(proc_root)
+            .context("cannot detect the node's memory (set nodeMemory)")?,
+    };
+    let reserved = |list: &crate::model::ResourceList| Reserved {
+        cpu_millis: list.get("cpu").map(|q| q.milli_ceil()).unwrap_or(0),
+        memory_bytes: list.get("memory").map(|q| q.value_ceil()).unwrap_or(0),
+    };
+    let hard_memory = cfg
+        .eviction_hard
+        .get("memory.available")
+        .and_then(|v| crate::quantity::Quantity::parse(v).ok())
+        .map(|q| q.value_ceil())
+        .unwrap_or(0);
+    let node = NodeResources::new(
+        cpu,
+        mem,
+        reserved(&cfg.system_reserved).plus(reserved(&cfg.kube_reserved)),
+        hard_memory,
+    );
+    let mut plan = PlanConfig::new(layout, node);
+    plan.cpu_cfs_period_us = cfg.cpu_cfs_quota_period.as_micros() as u64;
+    plan.enforce_cpu_limits = cfg.cpu_cfs_quota;
+    plan.cpu_weight_formula = match cfg.cpu_weight_formula {
+        config::CpuWeightFormula::Kubelet => CpuWeightFormula::Kubelet,
+        config::CpuWeightFormula::Runc => CpuWeightFormula::Runc,
+    };
+    plan.memory_qos = cfg.memory_qos;
+    plan.memory_throttling_factor = cfg.memory_throttling_factor;
+    plan.qos_reserved_memory_percent = cfg.qos_reserved_memory();
+    Ok(plan)
 }
 
 pub fn run(args: Args) -> anyhow::Result<i32> {
-    let plan = args.options.to_config()?;
+    let cfg = args.config.load()?;
+    crate::cli::init_logging(match cfg.log_format {
+        config::LogFormat::Text => crate::cli::LogFormat::Text,
+        config::LogFormat::Json => crate::cli::LogFormat::Json,
+    });
+    let plan = plan_config(&cfg, &args.proc_root)?;
     // Like the kubelet, the cgroup root must exist: qosd creates kubepods
     // under it but never the root itself.
     for base in daemon::kubepods_dirs(&plan) {
         let parent = base.parent().unwrap_or(&base);
         if !parent.is_dir() {
             anyhow::bail!(
-                "cgroup root {:?} does not exist at {} (create it, or pass --cgroup-root / --cgroupfs)",
+                "cgroup root {:?} does not exist at {} (create it, or set cgroupRoot / cgroupfs)",
                 plan.layout.cgroup_root,
                 parent.display()
             );
@@ -77,20 +119,21 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     }
     let source = if args.pods.is_empty() {
         PodSourceSpec::Cri {
-            endpoint: args.runtime_endpoint.clone(),
+            endpoint: cfg.runtime_endpoint.clone(),
         }
     } else {
         // Validate the manifests now: bad input must fail before any write.
         crate::manifest::load_paths(&args.pods).map_err(bad_input)?;
         PodSourceSpec::Manifests(args.pods.clone())
     };
+    let dry_run = cfg.mode == config::Mode::DryRun;
     let opts = RunOptions {
         plan,
         source,
-        dry_run: args.dry_run,
+        dry_run,
         once: args.once,
-        reconcile_interval: args.reconcile_interval,
-        relist_interval: args.relist_interval,
+        reconcile_interval: cfg.reconcile_interval,
+        relist_interval: cfg.relist_interval,
         orphan_grace: args.orphan_grace_period,
         connect: crate::cri::ConnectOptions::default(),
     };
@@ -104,7 +147,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     match outcome {
         Outcome::Stopped => Ok(0),
         Outcome::Once(report) => {
-            print_once(&report, args.output, args.dry_run)?;
+            print_once(&report, args.output, dry_run)?;
             Ok(if report.errors.is_empty() { 0 } else { 1 })
         }
     }

@@ -226,16 +226,7 @@ async fn memhog_grows_on_signal_and_is_oom_killed() {
         .await;
     assert_eq!(pod.class, qosd::model::QosClass::Guaranteed);
     let id = pod.containers[0].1.clone();
-    let usage_file = env
-        .container_cgroup_dir("memory", &pod, &id)
-        .join("memory.usage_in_bytes");
-    let usage = || -> i64 {
-        std::fs::read_to_string(&usage_file)
-            .unwrap_or_default()
-            .trim()
-            .parse()
-            .unwrap_or(0)
-    };
+    let usage = || env.container_memory_usage(&pod, &id).unwrap_or(0);
     let t = Instant::now();
     while usage() < 8 * MI && t.elapsed() < Duration::from_secs(5) {
         tokio::time::sleep(Duration::from_millis(20)).await;

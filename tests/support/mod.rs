@@ -28,7 +28,8 @@
 //!     simulate a runtime restart (pods survive it).
 //!   * `.cgroup_dir(controller, &RunningPod) -> PathBuf`: the pod's cgroup in
 //!     a v1 hierarchy (or the v2 tree when `controller` is ""), and
-//!     `.container_cgroup_dir(controller, &pod, id)`.
+//!     `.container_cgroup_dir(controller, &pod, id)`,
+//!     `.container_memory_usage(&pod, id)` (v1 or v2).
 //!   * `.container_pid(id)`, `.signal_container(id, Signal::SIGUSR1)`,
 //!     `.container_status(id)`, `.wait_exited(id, timeout)`.
 //!   * `.log() -> String`: containerd's log.
@@ -758,6 +759,21 @@ impl Containerd {
         container_id: &str,
     ) -> PathBuf {
         self.cgroup_dir(controller, pod).join(container_id)
+    }
+
+    /// A container's memory usage in bytes: v1 `memory.usage_in_bytes` in the
+    /// memory hierarchy, or v2 `memory.current`. `None` when not readable.
+    pub fn container_memory_usage(&self, pod: &RunningPod, container_id: &str) -> Option<i64> {
+        let v1 = self
+            .container_cgroup_dir("memory", pod, container_id)
+            .join("memory.usage_in_bytes");
+        let v2 = self
+            .container_cgroup_dir("", pod, container_id)
+            .join("memory.current");
+        [v1, v2]
+            .iter()
+            .find_map(|f| std::fs::read_to_string(f).ok())
+            .and_then(|s| s.trim().parse().ok())
     }
 
     /// The pod's cgroup directory in the hierarchy of `controller` (v1, e.g.

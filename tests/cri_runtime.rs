@@ -207,3 +207,83 @@ async fn notready_sandbox_is_reported_not_planned() {
     let doc: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(doc["pods"][0]["state"], "notready");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memhog_grows_on_signal_and_is_oom_killed() {
+    if !require_root("memhog_grows_on_signal_and_is_oom_killed") {
+        return;
+    }
+    let env = Containerd::start();
+    // 8 MiB at start, +16 MiB per SIGUSR1; limit 40 MiB.
+    let pod = env
+        .run_pod(
+            &PodSpec::new("hog").container(
+                ContainerSpec::memhog("hog", &["8", "16", "0", "4096"])
+                    .cpu(Some(100), Some(100))
+                    .memory(Some(40 * MI), Some(40 * MI)),
+            ),
+        )
+        .await;
+    assert_eq!(pod.class, qosd::model::QosClass::Guaranteed);
+    let id = pod.containers[0].1.clone();
+    let usage = || env.container_memory_usage(&pod, &id).unwrap_or(0);
+    let t = Instant::now();
+    while usage() < 8 * MI && t.elapsed() < Duration::from_secs(5) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let first = usage();
+    assert!(first >= 8 * MI, "usage {first}");
+    env.signal_container(&id, nix::sys::signal::Signal::SIGUSR1)
+        .await;
+    let t = Instant::now();
+    while usage() < 24 * MI && t.elapsed() < Duration::from_secs(5) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(usage() >= 24 * MI, "usage {} after one step", usage());
+    // The next step crosses the 40 MiB limit: the kernel OOM-kills it.
+    env.signal_container(&id, nix::sys::signal::Signal::SIGUSR1)
+        .await;
+    let st = env
+        .wait_exited(&id, Duration::from_secs(10))
+        .await
+        .expect("memhog exits");
+    assert_eq!(st.reason, "OOMKilled", "{st:?}");
+    assert_eq!(st.exit_code, 137);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inventory_of_twenty_pods_is_fast() {
+    if !require_root("inventory_of_twenty_pods_is_fast") {
+        return;
+    }
+    let env = Containerd::start();
+    let t = Instant::now();
+    for i in 0..20 {
+        let c = match i % 3 {
+            0 => ContainerSpec::pause("app")
+                .cpu(Some(100), Some(100))
+                .memory(Some(16 * MI), Some(16 * MI)),
+            1 => ContainerSpec::pause("app").cpu(Some(50), None),
+            _ => ContainerSpec::pause("app"),
+        };
+        env.run_pod(&PodSpec::new(&format!("p{i}")).container(c))
+            .await;
+    }
+    eprintln!("20 pods started in {:?}", t.elapsed());
+    let client = env.client().await;
+    let mut best = Duration::MAX;
+    for _ in 0..5 {
+        let t = Instant::now();
+        let inv = qosd::cri::inventory(&client, &InventoryOptions::default())
+            .await
+            .unwrap();
+        best = best.min(t.elapsed());
+        assert_eq!(inv.pods.len(), 20);
+    }
+    let t = Instant::now();
+    let stats = client.list_container_stats().await.unwrap();
+    let stats_took = t.elapsed();
+    assert_eq!(stats.len(), 20);
+    eprintln!("inventory of 20 pods: best {best:?}; ListContainerStats: {stats_took:?}");
+    assert!(best < Duration::from_secs(2), "{best:?}");
+}

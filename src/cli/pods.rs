@@ -185,3 +185,82 @@ pub fn to_text(inv: &Inventory) -> String {
     }
     s
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cri::inventory::ResourcesOrigin;
+    use crate::cri::{QosSource, SandboxState, Skipped};
+    use crate::model::{Pod, QosClass};
+
+    fn inv() -> Inventory {
+        let c = LiveContainer {
+            id: "c0ffee".into(),
+            name: "app".into(),
+            state: "running".into(),
+            attempt: 0,
+            cpu_shares: Some(2),
+            cpu_quota: None,
+            cpu_period: None,
+            memory_limit_bytes: None,
+            oom_score_adj: Some(1000),
+            memory_min_bytes: None,
+            resources_origin: ResourcesOrigin::Status,
+            counted: true,
+        };
+        let mut pod = Pod::new("u-1", "ns", "web");
+        pod.containers.push(crate::model::Container {
+            name: "app".into(),
+            ..Default::default()
+        });
+        Inventory {
+            pods: vec![LivePod {
+                pod,
+                sandbox_id: "5a4d".into(),
+                state: SandboxState::NotReady,
+                qos_class: QosClass::BestEffort,
+                qos_source: QosSource::Resources,
+                cgroup_parent: None,
+                containers: vec![c],
+                notes: vec!["n".into()],
+                warnings: vec![],
+            }],
+            skipped: vec![Skipped {
+                sandbox_id: "dead".into(),
+                reason: "removed".into(),
+            }],
+        }
+    }
+
+    #[test]
+    fn json_shape() {
+        let v = to_json(&inv());
+        let p = &v["pods"][0];
+        assert_eq!(p["state"], "notready");
+        assert_eq!(p["qos_class"], "BestEffort");
+        assert_eq!(p["qos_source"], "resources");
+        assert_eq!(p["cgroup_parent"], "");
+        let c = &p["containers"][0];
+        assert_eq!(c["cpu_shares"], 2);
+        assert!(c["cpu_quota"].is_null());
+        assert_eq!(c["resources_origin"], "status");
+        assert_eq!(c["requests"], serde_json::json!({}));
+        assert_eq!(v["skipped"][0]["reason"], "removed");
+    }
+
+    #[test]
+    fn text_lines() {
+        let t = to_text(&inv());
+        assert!(
+            t.starts_with("ns/web  uid=u-1  notready  BestEffort (resources)  cgroup-parent=-"),
+            "{t}"
+        );
+        assert!(
+            t.contains("  app  c0ffee  running  cpu_shares=2 cpu_quota=- "),
+            "{t}"
+        );
+        assert!(t.contains("  note: n\n"), "{t}");
+        assert!(t.contains("skipped sandbox dead: removed"), "{t}");
+        assert_eq!(to_text(&Inventory::default()), "no pod sandboxes\n");
+    }
+}

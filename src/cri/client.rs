@@ -600,9 +600,15 @@ fn call_error(method: &'static str, s: Status) -> CriError {
             message = format!("{message}: {chain}");
         }
     }
+    // tonic reports its own per-request timeout as Cancelled.
+    let code = if s.code() == Code::Cancelled && message.contains("Timeout expired") {
+        Code::DeadlineExceeded
+    } else {
+        s.code()
+    };
     CriError::Call {
         method,
-        code: s.code(),
+        code,
         message,
     }
 }

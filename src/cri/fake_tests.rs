@@ -16,6 +16,8 @@ use super::*;
 #[derive(Default, Clone)]
 struct Fake {
     api_version: String,
+    /// ListPodSandbox hangs this long (a stuck runtime).
+    list_delay: Duration,
     version_unimplemented: bool,
     sandboxes: Vec<PodSandbox>,
     not_found: HashSet<String>,
@@ -48,6 +50,7 @@ impl RuntimeService for Fake {
         &self,
         _r: Request<ListPodSandboxRequest>,
     ) -> Result<Response<ListPodSandboxResponse>, Status> {
+        tokio::time::sleep(self.list_delay).await;
         Ok(Response::new(ListPodSandboxResponse {
             items: self.sandboxes.clone(),
         }))
@@ -319,4 +322,30 @@ async fn inventory_edge_cases() {
     assert!(reason("evil").contains("not a plain UID"));
     assert!(reason("long").contains("at most 64"));
     assert_eq!(inv.skipped.len(), 3);
+}
+
+#[tokio::test]
+async fn a_hung_call_hits_its_deadline_and_is_not_retried() {
+    let d = tempfile::tempdir().unwrap();
+    let sock = d.path().join("hung.sock");
+    let _srv = serve(
+        Fake {
+            api_version: "v1".into(),
+            list_delay: Duration::from_secs(30),
+            ..Default::default()
+        },
+        &sock,
+    )
+    .await;
+    let mut o = quick();
+    o.call_timeout = Duration::from_millis(300);
+    let c = CriClient::connect(&endpoint(&sock), o).await.unwrap();
+    let t = Instant::now();
+    let e = c.list_pod_sandboxes().await.unwrap_err();
+    let took = t.elapsed();
+    assert!(e.is_unavailable(), "{e:?}");
+    assert!(
+        took >= Duration::from_millis(250) && took < Duration::from_secs(2),
+        "{took:?}: {e}"
+    );
 }

@@ -156,26 +156,31 @@ pub async fn inventory_of(
             .or_default()
             .push(c);
     }
-    let mut inv = Inventory::default();
-    for sb in sandboxes {
-        let status = match client.pod_sandbox_status(&sb.id, true).await {
-            Ok(s) => s,
-            Err(e) if e.is_not_found() => {
-                inv.skipped.push(Skipped {
-                    sandbox_id: sb.id.clone(),
-                    reason: format!("removed between ListPodSandbox and PodSandboxStatus ({e})"),
-                });
-                continue;
-            }
-            Err(e) => return Err(e),
-        };
+    // Sandboxes are examined concurrently (a few at a time): each needs one
+    // PodSandboxStatus and one ContainerStatus per container.
+    let limit = std::sync::Arc::new(tokio::sync::Semaphore::new(INVENTORY_CONCURRENCY));
+    let mut tasks = tokio::task::JoinSet::new();
+    for (idx, sb) in sandboxes.into_iter().enumerate() {
+        let client = client.clone();
+        let opts = *opts;
+        let limit = limit.clone();
         let containers = by_sandbox.remove(&sb.id).unwrap_or_default();
-        match build_pod(client, &sb, status, containers, opts).await? {
+        tasks.spawn(async move {
+            let _permit = limit.acquire_owned().await;
+            (idx, sandbox_entry(&client, sb, containers, &opts).await)
+        });
+    }
+    let mut results = Vec::new();
+    while let Some(joined) = tasks.join_next().await {
+        let (idx, r) = joined.expect("inventory task panicked");
+        results.push((idx, r?));
+    }
+    results.sort_by_key(|(idx, _)| *idx);
+    let mut inv = Inventory::default();
+    for (_, r) in results {
+        match r {
             Ok(p) => inv.pods.push(p),
-            Err(reason) => inv.skipped.push(Skipped {
-                sandbox_id: sb.id.clone(),
-                reason,
-            }),
+            Err(s) => inv.skipped.push(s),
         }
     }
     inv.pods.sort_by(|a, b| {
@@ -186,6 +191,34 @@ pub async fn inventory_of(
         ))
     });
     Ok(inv)
+}
+
+/// Sandboxes examined at once by [`inventory_of`].
+pub const INVENTORY_CONCURRENCY: usize = 8;
+
+/// One sandbox: its pod, or why it was skipped.
+async fn sandbox_entry(
+    client: &CriClient,
+    sb: proto::PodSandbox,
+    containers: Vec<proto::Container>,
+    opts: &InventoryOptions,
+) -> Result<Result<LivePod, Skipped>, CriError> {
+    let status = match client.pod_sandbox_status(&sb.id, true).await {
+        Ok(s) => s,
+        Err(e) if e.is_not_found() => {
+            return Ok(Err(Skipped {
+                sandbox_id: sb.id.clone(),
+                reason: format!("removed between ListPodSandbox and PodSandboxStatus ({e})"),
+            }))
+        }
+        Err(e) => return Err(e),
+    };
+    Ok(build_pod(client, &sb, status, containers, opts)
+        .await?
+        .map_err(|reason| Skipped {
+            sandbox_id: sb.id.clone(),
+            reason,
+        }))
 }
 
 /// Pull `linux.cgroup_parent` out of a verbose info map: containerd puts

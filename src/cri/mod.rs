@@ -68,22 +68,37 @@ pub fn inventory_blocking(
 
 /// Connect to the runtime at `endpoint` (e.g. `unix:///run/containerd/containerd.sock`)
 /// and return its READY pods as [`Pod`]s (class from the cgroup parent in `qos_override`).
-/// Blocking convenience for the CLI. Sandboxes skipped (vanished, bad uid)
-/// and per-pod warnings are logged with `tracing::warn!`.
+/// Blocking convenience for the CLI (retries up to 5 s while the runtime is
+/// down). Sandboxes skipped (vanished, bad uid) and per-pod warnings go to
+/// `tracing::warn!` and stderr.
 pub fn live_pods_blocking(endpoint: &str) -> anyhow::Result<Vec<Pod>> {
+    let opts = ConnectOptions {
+        retry: RetryPolicy {
+            max_elapsed: std::time::Duration::from_secs(5),
+            ..RetryPolicy::default()
+        },
+        ..ConnectOptions::default()
+    };
     let inv = inventory_blocking(
         endpoint,
-        ConnectOptions::default(),
+        opts,
         InventoryOptions {
             memory_capacity_bytes: memory_capacity_from_meminfo(Path::new("/proc/meminfo")).ok(),
         },
     )?;
+    // Printed (stderr) as well as logged: CLI commands may run without a
+    // tracing subscriber, and these must not go unseen.
     for s in &inv.skipped {
         tracing::warn!(sandbox = %s.sandbox_id, "skipped: {}", s.reason);
+        eprintln!(
+            "qosd: warning: skipped sandbox {}: {}",
+            s.sandbox_id, s.reason
+        );
     }
-    for p in &inv.pods {
+    for p in inv.pods.iter().filter(|p| p.state == SandboxState::Ready) {
         for w in &p.warnings {
             tracing::warn!(pod = %p.pod.key(), "{w}");
+            eprintln!("qosd: warning: pod {}: {w}", p.pod.key());
         }
     }
     Ok(inv.ready_pods())

@@ -300,7 +300,9 @@ pub fn reconstruct(
 
     let (class, source) = match parent_class {
         Some(p) => {
-            if p != resources_class {
+            if containers.is_empty() {
+                notes.push("no containers yet: class from the cgroup parent only".to_string());
+            } else if p != resources_class {
                 warnings.push(format!(
                     "cgroup parent places the pod in {p} but its container settings say \
                      {resources_class} (from {resources_source}); using {p}"
@@ -663,6 +665,14 @@ mod tests {
             assert_eq!(r.source, QosSource::CgroupParent, "{}", c.name);
             assert!(r.warnings.is_empty(), "{}: {:?}", c.name, r.warnings);
         }
+    }
+
+    #[test]
+    fn no_containers_yet_is_no_mismatch() {
+        let r = reconstruct(Some(QosClass::Guaranteed), &[], None);
+        assert_eq!(r.class, QosClass::Guaranteed);
+        assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+        assert!(r.notes.iter().any(|n| n.contains("no containers yet")));
     }
 
     #[test]

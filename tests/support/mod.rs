@@ -27,7 +27,11 @@
 //!   * `.stop()` (SIGTERM by PID, then SIGKILL after 10 s) / `.start_again()`:
 //!     simulate a runtime restart (pods survive it).
 //!   * `.cgroup_dir(controller, &RunningPod) -> PathBuf`: the pod's cgroup in
-//!     a v1 hierarchy (or the v2 tree when `controller` is "").
+//!     a v1 hierarchy (or the v2 tree when `controller` is ""), and
+//!     `.container_cgroup_dir(controller, &pod, id)`,
+//!     `.container_memory_usage(&pod, id)` (v1 or v2).
+//!   * `.container_pid(id)`, `.signal_container(id, Signal::SIGUSR1)`,
+//!     `.container_status(id)`, `.wait_exited(id, timeout)`.
 //!   * `.log() -> String`: containerd's log.
 //!   * Drop: removes every sandbox it created (restarting containerd if it is
 //!     down), stops containerd by PID, kills leftover processes in its own
@@ -696,6 +700,80 @@ impl Containerd {
             .lock()
             .unwrap()
             .retain(|s| s != &pod.sandbox_id);
+    }
+
+    /// The host PID of a container's main process (verbose ContainerStatus).
+    pub async fn container_pid(&self, container_id: &str) -> i32 {
+        let st = self
+            .client()
+            .await
+            .container_status(container_id, true)
+            .await
+            .unwrap();
+        let info = st.info.get("info").expect("verbose info");
+        let v: serde_json::Value = serde_json::from_str(info).unwrap();
+        v["pid"].as_i64().expect("pid in info") as i32
+    }
+
+    /// Send `sig` to a container's main process (memhog: SIGUSR1 grows one
+    /// step, SIGUSR2 shrinks back). Only processes of this env's pods.
+    pub async fn signal_container(&self, container_id: &str, sig: nix::sys::signal::Signal) {
+        let pid = self.container_pid(container_id).await;
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig).unwrap();
+    }
+
+    /// ContainerStatus (not verbose).
+    pub async fn container_status(&self, container_id: &str) -> proto::ContainerStatus {
+        self.client()
+            .await
+            .container_status(container_id, false)
+            .await
+            .unwrap()
+            .status
+            .unwrap()
+    }
+
+    /// Poll until the container has exited (or `timeout`); its final status.
+    pub async fn wait_exited(
+        &self,
+        container_id: &str,
+        timeout: Duration,
+    ) -> Option<proto::ContainerStatus> {
+        let t = Instant::now();
+        while t.elapsed() < timeout {
+            let st = self.container_status(container_id).await;
+            if st.state == proto::ContainerState::ContainerExited as i32 {
+                return Some(st);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        None
+    }
+
+    /// A container's cgroup directory in a v1 hierarchy (runc cgroupfs:
+    /// `<cgroup parent>/<container id>`).
+    pub fn container_cgroup_dir(
+        &self,
+        controller: &str,
+        pod: &RunningPod,
+        container_id: &str,
+    ) -> PathBuf {
+        self.cgroup_dir(controller, pod).join(container_id)
+    }
+
+    /// A container's memory usage in bytes: v1 `memory.usage_in_bytes` in the
+    /// memory hierarchy, or v2 `memory.current`. `None` when not readable.
+    pub fn container_memory_usage(&self, pod: &RunningPod, container_id: &str) -> Option<i64> {
+        let v1 = self
+            .container_cgroup_dir("memory", pod, container_id)
+            .join("memory.usage_in_bytes");
+        let v2 = self
+            .container_cgroup_dir("", pod, container_id)
+            .join("memory.current");
+        [v1, v2]
+            .iter()
+            .find_map(|f| std::fs::read_to_string(f).ok())
+            .and_then(|s| s.trim().parse().ok())
     }
 
     /// The pod's cgroup directory in the hierarchy of `controller` (v1, e.g.

@@ -570,3 +570,116 @@ pub async fn run_loop(opts: RunOptions, observer: &mut dyn Observer) -> anyhow::
         }
     }
 }
+
+// ------------------------------------------------- metrics, health, systemd
+
+/// The observer of a real `qosd run`: feeds metrics, health/readiness, the
+/// status document and systemd (READY after the first reconcile, watchdog).
+pub struct ServiceObserver {
+    pub metrics: std::sync::Arc<crate::metrics::Metrics>,
+    pub health: std::sync::Arc<crate::http::Health>,
+    pub limiter: crate::metrics::LogLimiter,
+    notified_ready: bool,
+    watchdog: Option<(Duration, Instant)>,
+    /// Called on SIGHUP to rebuild the planner config (reloads the file).
+    pub reloader: Option<Box<dyn FnMut() -> Option<PlanConfig> + Send>>,
+    /// Called after each reconcile with the listing (the eviction side
+    /// takes the pods from here).
+    pub on_listing: Option<Box<dyn FnMut(&Listing) + Send>>,
+}
+
+impl ServiceObserver {
+    pub fn new(
+        metrics: std::sync::Arc<crate::metrics::Metrics>,
+        health: std::sync::Arc<crate::http::Health>,
+        mode: &str,
+        plan: &PlanConfig,
+    ) -> ServiceObserver {
+        health.update_status(|d| {
+            d.mode = mode.to_string();
+            d.cgroup_version = plan.layout.version.to_string();
+            d.cgroup_driver = plan.layout.driver.to_string();
+        });
+        ServiceObserver {
+            metrics,
+            health,
+            limiter: crate::metrics::LogLimiter::new(Duration::from_secs(60)),
+            notified_ready: false,
+            watchdog: crate::http::systemd::watchdog_interval().map(|d| (d, Instant::now())),
+            reloader: None,
+            on_listing: None,
+        }
+    }
+}
+
+impl Observer for ServiceObserver {
+    fn reconciled(&mut self, report: &ReconcileReport, listing: &Listing) {
+        use crate::model::QosClass;
+        self.metrics.reconcile_done(report.duration);
+        self.metrics.cgroup_writes(report.writes.len() as u64);
+        self.metrics
+            .orphans_removed(report.orphans_removed.len() as u64);
+        for _ in &report.errors {
+            self.metrics.error("cgroup_write");
+        }
+        let mut counts = crate::http::PodCounts::default();
+        for p in &listing.pods {
+            match crate::qos::classify(p).class {
+                QosClass::Guaranteed => counts.guaranteed += 1,
+                QosClass::Burstable => counts.burstable += 1,
+                QosClass::BestEffort => counts.best_effort += 1,
+            }
+        }
+        self.metrics.pods(QosClass::Guaranteed, counts.guaranteed);
+        self.metrics.pods(QosClass::Burstable, counts.burstable);
+        self.metrics.pods(QosClass::BestEffort, counts.best_effort);
+        self.health.set_cri_reachable(true);
+        self.health.set_reconciled();
+        self.health.update_status(|d| {
+            d.generated_at_ms = crate::http::now_ms();
+            d.pods = counts.clone();
+            d.last_reconcile = Some(crate::http::ReconcileStatus {
+                at_ms: crate::http::now_ms(),
+                duration_ms: report.duration.as_secs_f64() * 1e3,
+                writes: report.writes.len() as u64,
+                errors: report.errors.len() as u64,
+                pods: report.pods,
+            });
+        });
+        if let Some(f) = self.on_listing.as_mut() {
+            f(listing);
+        }
+        if !self.notified_ready {
+            self.notified_ready = true;
+            let _ = crate::http::systemd::ready(&format!(
+                "reconciled {} pods, {} writes",
+                report.pods,
+                report.writes.len()
+            ));
+        }
+    }
+
+    fn source_failed(&mut self, error: &SourceError) {
+        self.metrics.error("pod_source");
+        if matches!(error, SourceError::Cri(_)) {
+            self.health.set_cri_reachable(false);
+        }
+    }
+
+    fn heartbeat(&mut self) {
+        self.health.beat();
+        if let Some((every, last)) = self.watchdog.as_mut() {
+            if last.elapsed() >= *every {
+                let _ = crate::http::systemd::watchdog();
+                *last = Instant::now();
+            }
+        }
+    }
+
+    fn reload(&mut self) -> Option<PlanConfig> {
+        let _ = crate::http::systemd::reloading();
+        let out = self.reloader.as_mut().and_then(|f| f());
+        let _ = crate::http::systemd::ready("configuration reloaded");
+        out
+    }
+}

@@ -10,9 +10,12 @@ use crate::cli::bad_input;
 use crate::cli::config_check::ConfigFlags;
 use crate::cli::plan::OutputFormat;
 use crate::config::{self, Config};
-use crate::daemon::{self, Outcome, PodSourceSpec, RunOptions};
+use crate::daemon::{self, Outcome, PodSourceSpec, RunOptions, ServiceObserver};
+use crate::http::{AppState, Health};
+use crate::metrics::Metrics;
 use crate::node::{NodeResources, Reserved};
 use crate::plan::{CpuWeightFormula, PlanConfig};
+use std::sync::Arc;
 
 #[derive(Debug, clap::Args)]
 #[command(
@@ -142,15 +145,68 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let mut observer = daemon::NoObserver;
-    let outcome = rt.block_on(daemon::run_loop(opts, &mut observer))?;
-    match outcome {
-        Outcome::Stopped => Ok(0),
-        Outcome::Once(report) => {
-            print_once(&report, args.output, dry_run)?;
-            Ok(if report.errors.is_empty() { 0 } else { 1 })
-        }
+    if args.once {
+        let outcome = rt.block_on(daemon::run_loop(opts, &mut daemon::NoObserver))?;
+        return match outcome {
+            Outcome::Stopped => Ok(0),
+            Outcome::Once(report) => {
+                print_once(&report, args.output, dry_run)?;
+                Ok(if report.errors.is_empty() { 0 } else { 1 })
+            }
+        };
     }
+
+    let metrics = Arc::new(Metrics::new());
+    // Liveness: the loop turns at least every relist interval.
+    let stale_after = (cfg.relist_interval * 3).max(cfg.reconcile_interval * 3);
+    let health = Arc::new(Health::new(stale_after));
+    let mode = if dry_run { "dry-run" } else { "enforce" };
+    let mut observer = ServiceObserver::new(metrics.clone(), health.clone(), mode, &opts.plan);
+    let flags = args.config.clone();
+    let proc_root = args.proc_root.clone();
+    let mut current = cfg.clone();
+    observer.reloader = Some(Box::new(move || match flags.load() {
+        Ok(new) => {
+            let changed = current.changed_fields(&new);
+            tracing::info!(?changed, "SIGHUP: config reloaded");
+            match plan_config(&new, &proc_root) {
+                Ok(p) => {
+                    current = new;
+                    Some(p)
+                }
+                Err(e) => {
+                    tracing::error!(error = %format!("{e:#}"), "SIGHUP: new config rejected; keeping the old one");
+                    None
+                }
+            }
+        }
+        Err(e) => {
+            tracing::error!(error = %format!("{e:#}"), "SIGHUP: config invalid; keeping the old one");
+            None
+        }
+    }));
+    let addr = cfg.metrics_address;
+    let result = rt.block_on(async {
+        let server = crate::http::spawn(
+            addr,
+            AppState {
+                metrics: metrics.clone(),
+                health: health.clone(),
+            },
+        )
+        .await
+        .with_context(|| format!("cannot serve metrics on {addr}"))?;
+        tracing::info!(address = %server.local_addr(), mode, "qosd running");
+        let outcome = daemon::run_loop(opts, &mut observer).await;
+        health.set_shutting_down();
+        let _ = crate::http::systemd::stopping();
+        let _ = tokio::time::timeout(Duration::from_millis(300), server.shutdown()).await;
+        outcome
+    });
+    // Do not wait for blocking tasks (a hung CRI call) on the way out.
+    rt.shutdown_timeout(Duration::from_millis(200));
+    result?;
+    Ok(0)
 }
 
 fn print_once(

@@ -102,7 +102,10 @@ fn spawn_hog(tree: &mut Tree, cgroup: &Path, rate_mib: u64, total_mib: u64) -> u
     f.write_at(&1u64.to_ne_bytes(), 8).unwrap();
     tree.files.push(progress.clone());
     let procs = CString::new(cgroup.join("cgroup.procs").as_os_str().as_encoded_bytes()).unwrap();
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_qosd-evict-bench"));
+    // QOSD_EVICT_BENCH_BIN: the hog binary elsewhere (e.g. inside the v2 VM)
+    let hog_bin = std::env::var("QOSD_EVICT_BENCH_BIN")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_qosd-evict-bench").to_string());
+    let mut cmd = std::process::Command::new(hog_bin);
     cmd.args([
         "--hog",
         &progress.display().to_string(),

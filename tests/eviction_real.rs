@@ -90,8 +90,13 @@ impl Drop for Tree {
 }
 
 fn spawn_hog(tree: &mut Tree, cgroup: &Path, rate_mib: u64, total_mib: u64) -> u32 {
-    let progress = PathBuf::from(format!(
-        "/dev/shm/qosd-test-{}-{}",
+    let shm = if Path::new("/dev/shm").is_dir() {
+        PathBuf::from("/dev/shm")
+    } else {
+        std::env::temp_dir()
+    };
+    let progress = shm.join(format!(
+        "qosd-test-{}-{}",
         std::process::id(),
         tree.files.len()
     ));

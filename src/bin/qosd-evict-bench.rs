@@ -50,6 +50,16 @@ const PAGE: usize = 4096;
 const MAX_RECORDS: usize = 1 << 17;
 const SHM_BYTES: usize = 64 + MAX_RECORDS * 16;
 
+/// Where the progress files live: /dev/shm, else /tmp (e.g. in the VM).
+fn shm_dir() -> PathBuf {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        shm.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    }
+}
+
 fn mono_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -325,10 +335,7 @@ fn one_run(
     write_file(&pod.join(limit_file), &limit.to_string())
         .map_err(|e| format!("{limit_file}: {e}"))?;
 
-    let progress = PathBuf::from(format!(
-        "/dev/shm/qosd-evict-bench-{}-{n}",
-        std::process::id()
-    ));
+    let progress = shm_dir().join(format!("qosd-evict-bench-{}-{n}", std::process::id()));
     let shm = Shm::map(&progress, true);
     let procs = CString::new(pod.join("cgroup.procs").as_os_str().as_encoded_bytes()).unwrap();
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;

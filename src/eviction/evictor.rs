@@ -678,6 +678,19 @@ mod tests {
     }
 
     #[test]
+    fn v2_uses_cgroup_kill() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("cgroup.kill"), "").unwrap();
+        std::fs::write(d.path().join("cgroup.procs"), "").unwrap();
+        let r = kill_cgroup_tree(d.path(), Duration::from_millis(30)).unwrap();
+        assert_eq!(r.method, KillMethod::CgroupKill);
+        assert_eq!(
+            std::fs::read_to_string(d.path().join("cgroup.kill")).unwrap(),
+            "1"
+        );
+    }
+
+    #[test]
     fn kill_backend_spawns_runtime_cleanup() {
         let d = tempfile::tempdir().unwrap();
         std::fs::write(d.path().join("cgroup.procs"), "").unwrap();

@@ -500,6 +500,7 @@ mod tests {
             eviction_minimum_reclaim: parse_assignment_flag("r", reclaim).unwrap(),
             eviction_max_pod_grace_period: Some(20),
             eviction_pressure_transition_period: Some(transition.into()),
+            merge_default_eviction_settings: false,
         })
         .unwrap()
     }

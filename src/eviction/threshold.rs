@@ -325,8 +325,11 @@ fn known_signals() -> String {
 /// Eviction settings as the user gave them, with KubeletConfiguration's
 /// field names for the config file. Flags fill the same struct through
 /// [`parse_threshold_flag`] and [`parse_assignment_flag`].
+///
+/// No `deny_unknown_fields` here so it can be `#[serde(flatten)]`ed into the
+/// daemon's config struct; the outer struct should reject unknown keys.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct RawEvictionConfig {
     /// `None`: nothing given, the kubelet's defaults apply. `Some(empty)`: no
     /// hard thresholds at all.
@@ -344,6 +347,20 @@ pub struct RawEvictionConfig {
     /// Go duration string, e.g. `5m0s`.
     #[serde(default)]
     pub eviction_pressure_transition_period: Option<String>,
+    /// KubeletConfiguration `mergeDefaultEvictionSettings`: a partial
+    /// `evictionHard` keeps the defaults of the signals it does not name.
+    #[serde(default)]
+    pub merge_default_eviction_settings: bool,
+}
+
+/// `hard` plus the kubelet's default hard thresholds of the signals it does
+/// not name (`mergeDefaultEvictionSettings: true`).
+pub fn merge_default_hard(hard: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    let mut m = hard.clone();
+    for (k, v) in DEFAULT_EVICTION_HARD {
+        m.entry(k.to_string()).or_insert_with(|| v.to_string());
+    }
+    m
 }
 
 /// Parsed, validated eviction settings.
@@ -377,25 +394,67 @@ impl Default for EvictionConfig {
 impl EvictionConfig {
     /// Validate raw settings into thresholds.
     pub fn from_raw(raw: &RawEvictionConfig) -> Result<EvictionConfig, ThresholdError> {
-        let default_hard: BTreeMap<String, String> = DEFAULT_EVICTION_HARD
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        let hard_map = raw.eviction_hard.as_ref().unwrap_or(&default_hard);
-
-        let mut grace: BTreeMap<Signal, Duration> = BTreeMap::new();
+        let mut grace: BTreeMap<String, Duration> = BTreeMap::new();
         for (k, v) in &raw.eviction_soft_grace_period {
-            let sig = parse_signal(k)?;
             let d = parse_go_duration(v.trim()).map_err(|reason| ThresholdError::BadDuration {
                 setting: "eviction-soft-grace-period".into(),
                 signal: Some(k.clone()),
                 value: v.clone(),
                 reason,
             })?;
-            grace.insert(sig, d);
+            grace.insert(k.clone(), d);
+        }
+        let pressure_transition_period = match &raw.eviction_pressure_transition_period {
+            None => DEFAULT_PRESSURE_TRANSITION_PERIOD,
+            Some(v) => {
+                parse_go_duration(v.trim()).map_err(|reason| ThresholdError::BadDuration {
+                    setting: "eviction-pressure-transition-period".into(),
+                    signal: None,
+                    value: v.clone(),
+                    reason,
+                })?
+            }
+        };
+        let hard = raw.eviction_hard.as_ref().map(|h| {
+            if raw.merge_default_eviction_settings {
+                merge_default_hard(h)
+            } else {
+                h.clone()
+            }
+        });
+        EvictionConfig::from_parts(
+            hard.as_ref(),
+            &raw.eviction_soft,
+            &grace,
+            &raw.eviction_minimum_reclaim,
+            raw.eviction_max_pod_grace_period.unwrap_or(0),
+            pressure_transition_period,
+        )
+    }
+
+    /// Build from already-typed pieces (e.g. the daemon's validated config:
+    /// maps of raw threshold strings, grace periods as durations). `hard`:
+    /// `None` = the kubelet defaults.
+    pub fn from_parts(
+        hard: Option<&BTreeMap<String, String>>,
+        soft: &BTreeMap<String, String>,
+        soft_grace_period: &BTreeMap<String, Duration>,
+        minimum_reclaim: &BTreeMap<String, String>,
+        max_pod_grace_period_seconds: i64,
+        pressure_transition_period: Duration,
+    ) -> Result<EvictionConfig, ThresholdError> {
+        let default_hard: BTreeMap<String, String> = DEFAULT_EVICTION_HARD
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let hard_map = hard.unwrap_or(&default_hard);
+
+        let mut grace: BTreeMap<Signal, Duration> = BTreeMap::new();
+        for (k, d) in soft_grace_period {
+            grace.insert(parse_signal(k)?, *d);
         }
         let mut reclaim: BTreeMap<Signal, ThresholdValue> = BTreeMap::new();
-        for (k, v) in &raw.eviction_minimum_reclaim {
+        for (k, v) in minimum_reclaim {
             let sig = parse_signal(k)?;
             if let Some(val) = parse_min_reclaim(sig, v.trim())? {
                 reclaim.insert(sig, val);
@@ -403,10 +462,7 @@ impl EvictionConfig {
         }
 
         let mut thresholds = Vec::new();
-        for (kind, map) in [
-            (ThresholdKind::Hard, hard_map),
-            (ThresholdKind::Soft, &raw.eviction_soft),
-        ] {
+        for (kind, map) in [(ThresholdKind::Hard, hard_map), (ThresholdKind::Soft, soft)] {
             let mut list = Vec::new();
             for (k, v) in map {
                 let sig = parse_signal(k)?;
@@ -440,22 +496,12 @@ impl EvictionConfig {
             thresholds.extend(list);
         }
 
-        let max_pod_grace_period = match raw.eviction_max_pod_grace_period {
-            None => Duration::ZERO,
-            Some(s) if s < 0 => return Err(ThresholdError::NegativeMaxPodGrace { value: s }),
-            Some(s) => Duration::from_secs(s as u64),
-        };
-        let pressure_transition_period = match &raw.eviction_pressure_transition_period {
-            None => DEFAULT_PRESSURE_TRANSITION_PERIOD,
-            Some(v) => {
-                parse_go_duration(v.trim()).map_err(|reason| ThresholdError::BadDuration {
-                    setting: "eviction-pressure-transition-period".into(),
-                    signal: None,
-                    value: v.clone(),
-                    reason,
-                })?
-            }
-        };
+        if max_pod_grace_period_seconds < 0 {
+            return Err(ThresholdError::NegativeMaxPodGrace {
+                value: max_pod_grace_period_seconds,
+            });
+        }
+        let max_pod_grace_period = Duration::from_secs(max_pod_grace_period_seconds as u64);
         Ok(EvictionConfig {
             thresholds,
             max_pod_grace_period,
@@ -1158,8 +1204,55 @@ evictionPressureTransitionPeriod: "1m0s"
         );
         assert_eq!(c.pressure_transition_period, Duration::from_secs(60));
         assert_eq!(c.max_pod_grace_period, Duration::from_secs(30));
-        let bad: Result<RawEvictionConfig, _> = yaml_serde::from_str("evictionHrd: {}\n");
+        // wrong value types are rejected
+        let bad: Result<RawEvictionConfig, _> = yaml_serde::from_str("evictionHard: [1]\n");
         assert!(bad.is_err());
+        let bad: Result<RawEvictionConfig, _> =
+            yaml_serde::from_str("evictionMaxPodGracePeriod: soon\n");
+        assert!(bad.is_err());
+    }
+
+    #[test]
+    fn merge_defaults_and_from_parts() {
+        let mut raw = raw_flags(Some("memory.available<1Gi,nodefs.available<0%"), "", "", "");
+        raw.merge_default_eviction_settings = true;
+        let c = EvictionConfig::from_raw(&raw).unwrap();
+        let got: Vec<String> = c.thresholds.iter().map(|t| t.statement()).collect();
+        // nodefs.available<0% stays disabled (explicit), the others come back
+        assert_eq!(
+            got,
+            [
+                "memory.available<1073741824",
+                "nodefs.inodesFree<5%",
+                "imagefs.available<15%",
+                "imagefs.inodesFree<5%",
+            ]
+        );
+        let soft: BTreeMap<String, String> = [("memory.available".into(), "2Gi".into())].into();
+        let grace: BTreeMap<String, Duration> =
+            [("memory.available".into(), Duration::from_secs(90))].into();
+        let c = EvictionConfig::from_parts(
+            None,
+            &soft,
+            &grace,
+            &BTreeMap::new(),
+            10,
+            Duration::from_secs(60),
+        )
+        .unwrap();
+        assert_eq!(c.thresholds.len(), 6);
+        assert_eq!(c.thresholds[5].grace_period, Duration::from_secs(90));
+        assert_eq!(c.max_pod_grace_period, Duration::from_secs(10));
+        let e = EvictionConfig::from_parts(
+            None,
+            &soft,
+            &BTreeMap::new(),
+            &BTreeMap::new(),
+            0,
+            Duration::ZERO,
+        )
+        .unwrap_err();
+        assert!(matches!(e, ThresholdError::SoftWithoutGrace { .. }));
     }
 
     #[test]

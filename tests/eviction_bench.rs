@@ -1,0 +1,45 @@
+//! Smoke test of the reaction-time benchmark on real cgroups (root only):
+//! it runs, kills the hog after the crossing, and reports sane numbers.
+
+#[test]
+fn bench_reports_reaction_times() {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipping: needs root to create cgroups");
+        return;
+    }
+    let sys = std::path::Path::new("/sys/fs/cgroup");
+    if !sys.join("memory/memory.usage_in_bytes").exists()
+        && !sys.join("cgroup.controllers").exists()
+    {
+        eprintln!("skipping: no memory cgroup");
+        return;
+    }
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_qosd-evict-bench"))
+        .args([
+            "--rates",
+            "500",
+            "--runs",
+            "2",
+            "--capacity-mib",
+            "256",
+            "--threshold-mib",
+            "56",
+            "--margin-mib",
+            "64",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "bench failed: {stderr}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let runs = v["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2, "{stderr}");
+    for r in runs {
+        let kill = r["kill_ms"].as_f64().unwrap();
+        // the kill comes after the crossing, and well before the hog's margin
+        // (64 MiB at 500 MiB/s = 128 ms) is used up
+        assert!(kill > -1.0 && kill < 128.0, "kill_ms {kill}: {r}");
+        assert!(r["released_ms"].as_f64().is_some(), "memory released: {r}");
+    }
+    assert!(v["summary"][0]["kill_ms"]["p99"].as_f64().is_some());
+}

@@ -1,0 +1,288 @@
+//! Eviction under real memory pressure, on the host's real cgroups, with
+//! plain processes as pods (no runtime): a kubepods-like tree under a unique
+//! `qosd-test-<pid>-…` prefix, a memory limit on it (the kernel OOM killer
+//! would fire there), a Guaranteed, a Burstable and a BestEffort memory hog.
+//! The watcher + manager + kill evictor must evict the BestEffort pod first,
+//! then the Burstable one over its request, keep the Guaranteed one, and the
+//! kernel OOM killer must never fire.
+//!
+//! Needs root and a memory cgroup (v1 hierarchy at /sys/fs/cgroup/memory or
+//! v2 with the memory controller at the root); skips with a reason otherwise.
+
+use std::ffi::CString;
+use std::io::Write;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use qosd::eviction::evictor::{cgroup_tree_pids, kill_cgroup_tree, Backend, Evictor};
+use qosd::eviction::manager::{Action, Manager, ManagerOptions};
+use qosd::eviction::rank::Candidate;
+use qosd::eviction::signals::{pod_stats, MemorySource, SignalSources};
+use qosd::eviction::threshold::{EvictionConfig, RawEvictionConfig, Signal};
+use qosd::eviction::watch::{targets_from_config, WatchConfig, Watcher};
+use qosd::model::{CgroupVersion, QosClass};
+
+const MI: i64 = 1024 * 1024;
+const SHM_BYTES: u64 = 64 + (1 << 17) * 16;
+
+fn memory_root() -> Option<(CgroupVersion, PathBuf)> {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipping: needs root to create cgroups");
+        return None;
+    }
+    let sys = Path::new("/sys/fs/cgroup");
+    match qosd::cgroup::detect::detect_version(sys) {
+        Ok(CgroupVersion::V1) if sys.join("memory/memory.usage_in_bytes").exists() => {
+            Some((CgroupVersion::V1, sys.join("memory")))
+        }
+        Ok(CgroupVersion::V2)
+            if std::fs::read_to_string(sys.join("cgroup.subtree_control"))
+                .map(|s| s.contains("memory"))
+                .unwrap_or(false) =>
+        {
+            Some((CgroupVersion::V2, sys.to_path_buf()))
+        }
+        other => {
+            eprintln!("skipping: no usable memory cgroup ({other:?})");
+            None
+        }
+    }
+}
+
+fn write(p: &Path, s: &str) {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(p)
+        .and_then(|mut f| f.write_all(s.as_bytes()))
+        .unwrap_or_else(|e| panic!("write {} to {}: {e}", s, p.display()));
+}
+
+/// Removes the tree leaf first and kills remaining hogs (ours) on drop.
+struct Tree {
+    dirs: Vec<PathBuf>,
+    kids: Vec<std::process::Child>,
+    files: Vec<PathBuf>,
+}
+
+impl Drop for Tree {
+    fn drop(&mut self) {
+        for k in &mut self.kids {
+            let _ = k.kill();
+            let _ = k.wait();
+        }
+        for d in self.dirs.iter().rev() {
+            if d.exists() {
+                let _ = kill_cgroup_tree(d, Duration::from_secs(2));
+            }
+            for _ in 0..200 {
+                if !d.exists() || std::fs::remove_dir(d).is_ok() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        for f in &self.files {
+            let _ = std::fs::remove_file(f);
+        }
+    }
+}
+
+fn spawn_hog(tree: &mut Tree, cgroup: &Path, rate_mib: u64, total_mib: u64) -> u32 {
+    let shm = if Path::new("/dev/shm").is_dir() {
+        PathBuf::from("/dev/shm")
+    } else {
+        std::env::temp_dir()
+    };
+    let progress = shm.join(format!(
+        "qosd-test-{}-{}",
+        std::process::id(),
+        tree.files.len()
+    ));
+    let f = std::fs::File::create(&progress).unwrap();
+    f.set_len(SHM_BYTES).unwrap();
+    // go = 1 at once (word 1 of the header)
+    use std::os::unix::fs::FileExt;
+    f.write_at(&1u64.to_ne_bytes(), 8).unwrap();
+    tree.files.push(progress.clone());
+    let procs = CString::new(cgroup.join("cgroup.procs").as_os_str().as_encoded_bytes()).unwrap();
+    // QOSD_EVICT_BENCH_BIN: the hog binary elsewhere (e.g. inside the v2 VM)
+    let hog_bin = std::env::var("QOSD_EVICT_BENCH_BIN")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_qosd-evict-bench").to_string());
+    let mut cmd = std::process::Command::new(hog_bin);
+    cmd.args([
+        "--hog",
+        &progress.display().to_string(),
+        &rate_mib.to_string(),
+        &total_mib.to_string(),
+    ]);
+    // SAFETY: only async-signal-safe libc calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            let fd = libc::open(procs.as_ptr(), libc::O_WRONLY);
+            if fd < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let r = libc::write(fd, b"0".as_ptr() as *const libc::c_void, 1);
+            libc::close(fd);
+            if r != 1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = cmd.spawn().expect("spawn hog");
+    let pid = child.id();
+    tree.kids.push(child);
+    pid
+}
+
+fn oom_kills(version: CgroupVersion, dir: &Path) -> u64 {
+    let (file, key) = match version {
+        CgroupVersion::V1 => ("memory.oom_control", "oom_kill"),
+        CgroupVersion::V2 => ("memory.events", "oom_kill"),
+    };
+    std::fs::read_to_string(dir.join(file))
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| {
+                let (k, v) = l.split_once(' ')?;
+                (k == key).then(|| v.trim().parse().ok()).flatten()
+            })
+        })
+        .unwrap_or(0)
+}
+
+#[test]
+fn evicts_besteffort_then_burstable_keeps_guaranteed_no_oom() {
+    let Some((version, root)) = memory_root() else {
+        return;
+    };
+    let base = root.join(format!("qosd-test-{}-evict", std::process::id()));
+    let kubepods = base.join("kubepods");
+    let be_dir = kubepods.join("besteffort/pod-be");
+    let bu_dir = kubepods.join("burstable/pod-bu");
+    let g_dir = kubepods.join("pod-g");
+    let mut tree = Tree {
+        dirs: vec![],
+        kids: vec![],
+        files: vec![],
+    };
+    for d in [
+        &base,
+        &kubepods,
+        &kubepods.join("besteffort"),
+        &be_dir,
+        &kubepods.join("burstable"),
+        &bu_dir,
+        &g_dir,
+    ] {
+        std::fs::create_dir(d).unwrap_or_else(|e| panic!("mkdir {}: {e}", d.display()));
+        tree.dirs.push(d.clone());
+        if version == CgroupVersion::V2 && d != &be_dir && d != &bu_dir && d != &g_dir {
+            write(&d.join("cgroup.subtree_control"), "+memory");
+        }
+    }
+    // allocatable 300 MiB, enforced as the kubepods limit (the OOM line)
+    let alloc = 300 * MI;
+    match version {
+        CgroupVersion::V1 => write(&kubepods.join("memory.limit_in_bytes"), &alloc.to_string()),
+        CgroupVersion::V2 => write(&kubepods.join("memory.max"), &alloc.to_string()),
+    }
+    let config = EvictionConfig::from_raw(&RawEvictionConfig {
+        eviction_hard: Some(
+            [(
+                "allocatableMemory.available".to_string(),
+                "60Mi".to_string(),
+            )]
+            .into(),
+        ),
+        ..Default::default()
+    })
+    .unwrap();
+    let sources = SignalSources {
+        kubepods: Some(kubepods.clone()),
+        allocatable_memory_bytes: Some(alloc),
+        memory_source: MemorySource::WorkingSet,
+        ..SignalSources::host(version)
+    };
+
+    // Guaranteed: request = limit 64 MiB, uses 50 MiB. Burstable: request 32 MiB,
+    // ramps to 220 MiB at 50 MiB/s. BestEffort: ramps to 200 MiB at 100 MiB/s.
+    let g_pid = spawn_hog(&mut tree, &g_dir, 500, 50);
+    std::thread::sleep(Duration::from_millis(300));
+    spawn_hog(&mut tree, &be_dir, 100, 200);
+    spawn_hog(&mut tree, &bu_dir, 50, 220);
+
+    let cand = |uid: &str, qos: QosClass, req: i64, dir: &Path| Candidate {
+        uid: uid.into(),
+        namespace: "test".into(),
+        name: uid.into(),
+        qos,
+        priority: 0,
+        static_or_mirror: false,
+        memory_request_bytes: req,
+        ephemeral_storage_request_bytes: 0,
+        termination_grace_period_seconds: Some(30),
+        sandbox_id: None,
+        cgroup_dirs: vec![dir.to_path_buf()],
+        stats: None,
+    };
+    let pods = [
+        cand("pod-g", QosClass::Guaranteed, 64 * MI, &g_dir),
+        cand("pod-bu", QosClass::Burstable, 32 * MI, &bu_dir),
+        cand("pod-be", QosClass::BestEffort, 0, &be_dir),
+    ];
+
+    let (tx, rx) = mpsc::channel();
+    let targets = targets_from_config(&config, &sources).unwrap();
+    assert_eq!(targets.len(), 1);
+    let watcher = Watcher::spawn(targets, WatchConfig::default(), move |e| {
+        let _ = tx.send(e);
+    })
+    .unwrap();
+    let mut manager = Manager::new(config, ManagerOptions::default());
+    let evictor = Evictor::new(Backend::Kill, None, Duration::ZERO);
+    let mut victims = Vec::new();
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(20) && victims.len() < 2 {
+        let _ = rx.recv_timeout(Duration::from_millis(20));
+        let now = Instant::now();
+        let (obs, errs) = sources.observe([Signal::AllocatableMemoryAvailable], now);
+        assert!(errs.is_empty(), "{errs:?}");
+        let live: Vec<Candidate> = pods
+            .iter()
+            .map(|c| Candidate {
+                stats: Some(pod_stats(version, &c.cgroup_dirs[0])),
+                ..c.clone()
+            })
+            .collect();
+        let d = manager.synchronize(now, &obs, Ok(&live));
+        if let Action::Evict(v) = &d.action {
+            let out = evictor.evict(v).expect("kill");
+            assert!(out.kill.is_some());
+            victims.push((v.candidate.uid.clone(), v.usage, start.elapsed()));
+        }
+    }
+    watcher.stop();
+    let names: Vec<&str> = victims.iter().map(|v| v.0.as_str()).collect();
+    eprintln!("victims: {victims:?}");
+    assert_eq!(names, ["pod-be", "pod-bu"], "eviction order");
+    // the Guaranteed pod's process is alive, the others' cgroups are empty
+    assert!(
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(g_pid as i32), None).is_ok(),
+        "guaranteed pod survived"
+    );
+    assert!(cgroup_tree_pids(&be_dir).unwrap().is_empty());
+    assert!(cgroup_tree_pids(&bu_dir).unwrap().is_empty());
+    assert_eq!(oom_kills(version, &kubepods), 0, "kernel OOM killer fired");
+    for d in [&be_dir, &bu_dir, &g_dir] {
+        assert_eq!(
+            oom_kills(version, d),
+            0,
+            "kernel OOM killer fired in {}",
+            d.display()
+        );
+    }
+}

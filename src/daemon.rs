@@ -40,6 +40,40 @@ pub fn kubepods_dirs(cfg: &PlanConfig) -> Vec<PathBuf> {
     }
 }
 
+/// Every hierarchy's kubepods directory, for orphan cleanup: on v1 the
+/// runtime creates `pod<uid>` in all hierarchies (cpu, memory, pids, but
+/// also freezer, devices, blkio, …), and all of them must go.
+pub fn orphan_bases(cfg: &PlanConfig) -> Vec<PathBuf> {
+    let node = cfg.layout.node_cgroup();
+    match cfg.layout.version {
+        CgroupVersion::V2 => vec![cfg.layout.dir(&node, "")],
+        CgroupVersion::V1 => {
+            let mut seen = HashSet::new();
+            let mut out = Vec::new();
+            let Ok(entries) = std::fs::read_dir(&cfg.layout.cgroupfs) else {
+                return kubepods_dirs(cfg);
+            };
+            let mut names: Vec<String> = entries
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect();
+            names.sort();
+            for name in names {
+                let dir = cfg.layout.dir(&node, &name);
+                if !dir.is_dir() {
+                    continue;
+                }
+                // `cpu` and `cpuacct` may be links to one `cpu,cpuacct`.
+                let key = std::fs::canonicalize(&dir).unwrap_or_else(|_| dir.clone());
+                if seen.insert(key) {
+                    out.push(dir);
+                }
+            }
+            out
+        }
+    }
+}
+
 /// What one reconcile did.
 #[derive(Debug, Default, Serialize)]
 pub struct ReconcileReport {
@@ -63,7 +97,8 @@ pub struct ReconcileReport {
 pub struct Reconciler {
     cfg: PlanConfig,
     applier: Applier,
-    bases: Vec<PathBuf>,
+    /// Where orphaned pod cgroups are looked for (every hierarchy).
+    orphan_bases: Vec<PathBuf>,
     orphan_grace: Duration,
     /// Orphan pod cgroups and when they were first seen orphaned.
     orphans_seen: HashMap<PathBuf, Instant>,
@@ -76,7 +111,7 @@ impl Reconciler {
     pub fn new(cfg: PlanConfig, dry_run: bool, orphan_grace: Duration) -> Reconciler {
         let bases = kubepods_dirs(&cfg);
         let mode = if dry_run { Mode::DryRun } else { Mode::Real };
-        let mut applier = Applier::with_bases(mode, bases.clone());
+        let mut applier = Applier::with_bases(mode, bases);
         if cfg.layout.version == CgroupVersion::V2 {
             // Enable controllers from the cgroup root's parent down.
             let top = bases[0].parent().map(PathBuf::from).unwrap_or_default();
@@ -88,9 +123,9 @@ impl Reconciler {
             applier = applier.enable_v2_controllers_from(top);
         }
         Reconciler {
+            orphan_bases: orphan_bases(&cfg),
             cfg,
             applier,
-            bases,
             orphan_grace,
             orphans_seen: HashMap::new(),
             drift_logged: HashSet::new(),
@@ -163,7 +198,7 @@ impl Reconciler {
     /// the grace period and hold no process. Never touches a cgroup with
     /// live processes.
     fn clean_orphans(&mut self, live: &BTreeSet<String>, now: Instant) -> Vec<PathBuf> {
-        let orphans = match apply::scan_orphans(&self.bases, live) {
+        let orphans = match apply::scan_orphans(&self.orphan_bases, live) {
             Ok(o) => o,
             Err(e) => {
                 tracing::warn!(error = %e, "orphan scan failed");
@@ -183,7 +218,7 @@ impl Reconciler {
                 removed.push(o.dir);
                 continue;
             }
-            match apply::remove_cgroup_tree_if_empty(&o.dir, &self.bases) {
+            match apply::remove_cgroup_tree_if_empty(&o.dir, &self.orphan_bases) {
                 Ok(dirs) if !dirs.is_empty() => {
                     tracing::info!(dir = %o.dir.display(), uid = %o.uid, "removed orphaned pod cgroup (its sandbox is gone)");
                     self.orphans_seen.remove(&o.dir);
@@ -344,7 +379,7 @@ pub struct Listing {
 /// A connected pod source.
 pub enum Source {
     Cri {
-        client: crate::cri::CriClient,
+        client: Box<crate::cri::CriClient>,
         inventory: crate::cri::InventoryOptions,
     },
     Manifests(Vec<PathBuf>),
@@ -368,7 +403,7 @@ impl Source {
     ) -> Result<Source, SourceError> {
         Ok(match spec {
             PodSourceSpec::Cri { endpoint } => Source::Cri {
-                client: crate::cri::CriClient::connect(endpoint, opts).await?,
+                client: Box::new(crate::cri::CriClient::connect(endpoint, opts).await?),
                 inventory: crate::cri::InventoryOptions {
                     memory_capacity_bytes: Some(memory_capacity_bytes),
                 },
@@ -573,6 +608,11 @@ pub async fn run_loop(opts: RunOptions, observer: &mut dyn Observer) -> anyhow::
 
 // ------------------------------------------------- metrics, health, systemd
 
+/// Rebuilds the planner config on SIGHUP (None: keep the old one).
+pub type Reloader = Box<dyn FnMut() -> Option<PlanConfig> + Send>;
+/// Sees every successful listing.
+pub type ListingHook = Box<dyn FnMut(&Listing) + Send>;
+
 /// The observer of a real `qosd run`: feeds metrics, health/readiness, the
 /// status document and systemd (READY after the first reconcile, watchdog).
 pub struct ServiceObserver {
@@ -582,10 +622,10 @@ pub struct ServiceObserver {
     notified_ready: bool,
     watchdog: Option<(Duration, Instant)>,
     /// Called on SIGHUP to rebuild the planner config (reloads the file).
-    pub reloader: Option<Box<dyn FnMut() -> Option<PlanConfig> + Send>>,
+    pub reloader: Option<Reloader>,
     /// Called after each reconcile with the listing (the eviction side
     /// takes the pods from here).
-    pub on_listing: Option<Box<dyn FnMut(&Listing) + Send>>,
+    pub on_listing: Option<ListingHook>,
 }
 
 impl ServiceObserver {

@@ -109,18 +109,11 @@ pub struct Reconciler {
 
 impl Reconciler {
     pub fn new(cfg: PlanConfig, dry_run: bool, orphan_grace: Duration) -> Reconciler {
-        let bases = kubepods_dirs(&cfg);
         let mode = if dry_run { Mode::DryRun } else { Mode::Real };
-        let mut applier = Applier::with_bases(mode, bases);
+        let mut applier = Applier::with_bases(mode, kubepods_dirs(&cfg));
         if cfg.layout.version == CgroupVersion::V2 {
-            // Enable controllers from the cgroup root's parent down.
-            let top = bases[0].parent().map(PathBuf::from).unwrap_or_default();
-            let top = if top.starts_with(&cfg.layout.cgroupfs) {
-                cfg.layout.cgroupfs.clone()
-            } else {
-                top
-            };
-            applier = applier.enable_v2_controllers_from(top);
+            // Enable cpu, memory, pids from the mount's root down to kubepods.
+            applier = applier.enable_v2_controllers_from(cfg.layout.cgroupfs.clone());
         }
         Reconciler {
             orphan_bases: orphan_bases(&cfg),

@@ -9,6 +9,7 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -104,7 +105,8 @@ pub struct Reconciler {
     orphans_seen: HashMap<PathBuf, Instant>,
     /// Files whose drift was already logged (log once until they change).
     drift_logged: HashSet<PathBuf>,
-    passes: u64,
+    /// What qosd last wrote to each file (drift = someone changed it since).
+    last_written: HashMap<PathBuf, String>,
 }
 
 impl Reconciler {
@@ -122,7 +124,7 @@ impl Reconciler {
             orphan_grace,
             orphans_seen: HashMap::new(),
             drift_logged: HashSet::new(),
-            passes: 0,
+            last_written: HashMap::new(),
         }
     }
 
@@ -149,7 +151,6 @@ impl Reconciler {
         now: Instant,
     ) -> ReconcileReport {
         let start = Instant::now();
-        self.passes += 1;
         let plan = plan::build(&self.cfg, pods);
         let report: ApplyReport = self.applier.apply(&plan.writes);
         let mut out = ReconcileReport {
@@ -163,11 +164,19 @@ impl Reconciler {
             "wrote"
         };
         for (w, prev) in report.written.iter().zip(report.previous.iter()) {
-            let first_time = prev.is_none() || self.passes == 1;
-            if first_time {
-                tracing::info!(file = %w.file.display(), value = %w.value, previous = prev.as_deref().unwrap_or("(new)"), "{verb} cgroup value");
-            } else if self.drift_logged.insert(w.file.clone()) {
-                tracing::warn!(file = %w.file.display(), value = %w.value, found = prev.as_deref().unwrap_or(""), "corrected drift: {verb} planned value over a value set by someone else");
+            match (prev, self.last_written.get(&w.file)) {
+                // Someone changed a value qosd had set: drift, logged once.
+                (Some(found), Some(mine)) if !apply::values_equal(&w.file, found, mine) => {
+                    if self.drift_logged.insert(w.file.clone()) {
+                        tracing::warn!(file = %w.file.display(), value = %w.value, found = %found, "corrected drift: {verb} planned value over a value set by someone else");
+                    }
+                }
+                _ => {
+                    tracing::info!(file = %w.file.display(), value = %w.value, previous = prev.as_deref().unwrap_or("(new)"), "{verb} cgroup value");
+                }
+            }
+            if !self.dry_run() {
+                self.last_written.insert(w.file.clone(), w.value.clone());
             }
         }
         for e in &report.errors {
@@ -178,6 +187,8 @@ impl Reconciler {
         if report.written.is_empty() {
             self.drift_logged.clear();
         }
+        let planned: HashSet<&PathBuf> = plan.writes.iter().map(|w| &w.file).collect();
+        self.last_written.retain(|f, _| planned.contains(f));
         out.writes = report.written;
         out.planned = plan.writes;
         if let Some(live) = all_live_uids {
@@ -479,6 +490,10 @@ pub struct RunOptions {
     pub relist_interval: Duration,
     pub orphan_grace: Duration,
     pub connect: crate::cri::ConnectOptions,
+    /// The machine's MemTotal: the kubelet derives Burstable containers'
+    /// oom_score_adj from it, so qosd inverts that formula with it (not
+    /// with an overridden node capacity).
+    pub machine_memory_bytes: i64,
 }
 
 /// Hooks the daemon calls as it runs, so eviction, metrics and health can
@@ -517,7 +532,7 @@ pub async fn run_loop(opts: RunOptions, observer: &mut dyn Observer) -> anyhow::
     let mut sighup = signal(SignalKind::hangup())?;
 
     let source = tokio::select! {
-        s = Source::connect(&opts.source, opts.connect, opts.plan.node.capacity_memory_bytes) => s?,
+        s = Source::connect(&opts.source, opts.connect, opts.machine_memory_bytes) => s?,
         _ = sigterm.recv() => return Ok(Outcome::Stopped),
         _ = sigint.recv() => return Ok(Outcome::Stopped),
     };
@@ -603,28 +618,26 @@ pub async fn run_loop(opts: RunOptions, observer: &mut dyn Observer) -> anyhow::
 
 /// Rebuilds the planner config on SIGHUP (None: keep the old one).
 pub type Reloader = Box<dyn FnMut() -> Option<PlanConfig> + Send>;
-/// Sees every successful listing.
-pub type ListingHook = Box<dyn FnMut(&Listing) + Send>;
 
 /// The observer of a real `qosd run`: feeds metrics, health/readiness, the
 /// status document and systemd (READY after the first reconcile, watchdog).
 pub struct ServiceObserver {
-    pub metrics: std::sync::Arc<crate::metrics::Metrics>,
-    pub health: std::sync::Arc<crate::http::Health>,
+    pub metrics: Arc<crate::metrics::Metrics>,
+    pub health: Arc<crate::http::Health>,
     pub limiter: crate::metrics::LogLimiter,
     notified_ready: bool,
     watchdog: Option<(Duration, Instant)>,
+    layout: crate::cgroup::paths::CgroupLayout,
     /// Called on SIGHUP to rebuild the planner config (reloads the file).
     pub reloader: Option<Reloader>,
-    /// Called after each reconcile with the listing (the eviction side
-    /// takes the pods from here).
-    pub on_listing: Option<ListingHook>,
+    /// The eviction loop, fed the pods of every listing.
+    pub eviction: Option<Arc<crate::eviction::service::EvictionService>>,
 }
 
 impl ServiceObserver {
     pub fn new(
-        metrics: std::sync::Arc<crate::metrics::Metrics>,
-        health: std::sync::Arc<crate::http::Health>,
+        metrics: Arc<crate::metrics::Metrics>,
+        health: Arc<crate::http::Health>,
         mode: &str,
         plan: &PlanConfig,
     ) -> ServiceObserver {
@@ -639,8 +652,9 @@ impl ServiceObserver {
             limiter: crate::metrics::LogLimiter::new(Duration::from_secs(60)),
             notified_ready: false,
             watchdog: crate::http::systemd::watchdog_interval().map(|d| (d, Instant::now())),
+            layout: plan.layout.clone(),
             reloader: None,
-            on_listing: None,
+            eviction: None,
         }
     }
 }
@@ -679,8 +693,17 @@ impl Observer for ServiceObserver {
                 pods: report.pods,
             });
         });
-        if let Some(f) = self.on_listing.as_mut() {
-            f(listing);
+        if let Some(ev) = &self.eviction {
+            let sandboxes = listing
+                .live
+                .iter()
+                .map(|p| (p.pod.uid.clone(), p.sandbox_id.clone()))
+                .collect();
+            ev.update_pods(crate::eviction::service::candidates(
+                &listing.pods,
+                &sandboxes,
+                &self.layout,
+            ));
         }
         if !self.notified_ready {
             self.notified_ready = true;
@@ -694,6 +717,9 @@ impl Observer for ServiceObserver {
 
     fn source_failed(&mut self, error: &SourceError) {
         self.metrics.error("pod_source");
+        if let Some(ev) = &self.eviction {
+            ev.pods_unavailable(error.to_string());
+        }
         if matches!(error, SourceError::Cri(_)) {
             self.health.set_cri_reachable(false);
         }
@@ -714,5 +740,76 @@ impl Observer for ServiceObserver {
         let out = self.reloader.as_mut().and_then(|f| f());
         let _ = crate::http::systemd::ready("configuration reloaded");
         out
+    }
+}
+
+// ------------------------------------------------------- CRI pod stopper
+
+/// Stops and removes pod sandboxes through the CRI for the evictor. It runs
+/// on the eviction thread and connects lazily (evictions are rare; the
+/// reconcile loop's client lives on the async side).
+pub struct CriStopper {
+    endpoint: String,
+    handle: tokio::runtime::Handle,
+    client: Mutex<Option<crate::cri::CriClient>>,
+}
+
+impl CriStopper {
+    pub fn new(endpoint: String, handle: tokio::runtime::Handle) -> CriStopper {
+        CriStopper {
+            endpoint,
+            handle,
+            client: Mutex::new(None),
+        }
+    }
+
+    fn with_client<T>(
+        &self,
+        f: impl FnOnce(crate::cri::CriClient) -> Result<T, crate::cri::CriError>,
+    ) -> Result<T, String> {
+        let mut guard = self.client.lock().map_err(|e| e.to_string())?;
+        let client = match guard.as_ref() {
+            Some(c) => c.clone(),
+            None => {
+                let opts = crate::cri::ConnectOptions {
+                    retry: crate::cri::RetryPolicy {
+                        max_elapsed: Duration::from_secs(2),
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                };
+                let c = self
+                    .handle
+                    .block_on(crate::cri::CriClient::connect(&self.endpoint, opts))
+                    .map_err(|e| e.to_string())?;
+                *guard = Some(c.clone());
+                c
+            }
+        };
+        drop(guard);
+        f(client).map_err(|e| e.to_string())
+    }
+}
+
+impl crate::eviction::evictor::PodStopper for CriStopper {
+    fn stop_pod(&self, sandbox_id: &str, grace: Duration) -> Result<(), String> {
+        let handle = self.handle.clone();
+        self.with_client(|c| {
+            handle.block_on(async {
+                if !grace.is_zero() {
+                    // StopPodSandbox has no grace period: stop the
+                    // containers first with it (TERM, grace, KILL).
+                    for ctr in c.list_containers(Some(sandbox_id)).await? {
+                        c.stop_container(&ctr.id, grace.as_secs() as i64).await?;
+                    }
+                }
+                c.stop_pod_sandbox(sandbox_id).await
+            })
+        })
+    }
+
+    fn remove_pod(&self, sandbox_id: &str) -> Result<(), String> {
+        let handle = self.handle.clone();
+        self.with_client(|c| handle.block_on(c.remove_pod_sandbox(sandbox_id)))
     }
 }

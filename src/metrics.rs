@@ -52,20 +52,7 @@ pub mod error_kind {
 }
 
 /// Hard or soft threshold (the `kind` label).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ThresholdKind {
-    Hard,
-    Soft,
-}
-
-impl ThresholdKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ThresholdKind::Hard => "hard",
-            ThresholdKind::Soft => "soft",
-        }
-    }
-}
+pub use crate::eviction::threshold::ThresholdKind;
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct EvictionLabels {

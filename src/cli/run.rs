@@ -11,6 +11,9 @@ use crate::cli::config_check::ConfigFlags;
 use crate::cli::plan::OutputFormat;
 use crate::config::{self, Config};
 use crate::daemon::{self, Outcome, PodSourceSpec, RunOptions, ServiceObserver};
+use crate::eviction::evictor::Backend;
+use crate::eviction::service::{EvictionService, ServiceConfig};
+use crate::eviction::watch::WatchConfig;
 use crate::http::{AppState, Health};
 use crate::metrics::Metrics;
 use crate::node::{NodeResources, Reserved};
@@ -103,6 +106,8 @@ pub fn plan_config(cfg: &Config, proc_root: &Path) -> anyhow::Result<PlanConfig>
 
 pub fn run(args: Args) -> anyhow::Result<i32> {
     let cfg = args.config.load()?;
+    // Eviction settings are validated before anything is touched.
+    let eviction = crate::eviction::service::eviction_config(&cfg).map_err(bad_input)?;
     crate::cli::init_logging(match cfg.log_format {
         config::LogFormat::Text => crate::cli::LogFormat::Text,
         config::LogFormat::Json => crate::cli::LogFormat::Json,
@@ -130,6 +135,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         PodSourceSpec::Manifests(args.pods.clone())
     };
     let dry_run = cfg.mode == config::Mode::DryRun;
+    let plan_capacity = plan.node.capacity_memory_bytes;
     let opts = RunOptions {
         plan,
         source,
@@ -139,6 +145,8 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         relist_interval: cfg.relist_interval,
         orphan_grace: args.orphan_grace_period,
         connect: crate::cri::ConnectOptions::default(),
+        machine_memory_bytes: crate::node::detect_memory_bytes(&args.proc_root)
+            .unwrap_or(plan_capacity),
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -185,6 +193,17 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             None
         }
     }));
+    if let Some(ev) = start_eviction(
+        &cfg,
+        eviction,
+        &opts,
+        &args.proc_root,
+        &rt,
+        &metrics,
+        &health,
+    )? {
+        observer.eviction = Some(Arc::new(ev));
+    }
     let addr = cfg.metrics_address;
     let result = rt.block_on(async {
         let server = crate::http::spawn(
@@ -203,10 +222,75 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         let _ = tokio::time::timeout(Duration::from_millis(300), server.shutdown()).await;
         outcome
     });
+    drop(observer);
     // Do not wait for blocking tasks (a hung CRI call) on the way out.
     rt.shutdown_timeout(Duration::from_millis(200));
     result?;
     Ok(0)
+}
+
+/// Start the eviction loop beside the reconcile loop.
+fn start_eviction(
+    cfg: &Config,
+    eviction: crate::eviction::threshold::EvictionConfig,
+    opts: &RunOptions,
+    proc_root: &Path,
+    rt: &tokio::runtime::Runtime,
+    metrics: &Arc<Metrics>,
+    health: &Arc<Health>,
+) -> anyhow::Result<Option<EvictionService>> {
+    use crate::eviction::signals::{MemorySource, SignalSources};
+    if eviction.thresholds.is_empty() {
+        tracing::info!("no eviction thresholds configured: eviction off");
+        return Ok(None);
+    }
+    let layout = &opts.plan.layout;
+    let node = layout.node_cgroup();
+    let mut sources = SignalSources::host(layout.version);
+    sources.memory_root = match layout.version {
+        crate::model::CgroupVersion::V1 => layout.cgroupfs.join(layout.v1_controller_dir("memory")),
+        crate::model::CgroupVersion::V2 => layout.cgroupfs.clone(),
+    };
+    sources.kubepods = Some(layout.dir(&node, "memory"));
+    sources.allocatable_memory_bytes = Some(opts.plan.node.enforced_memory_bytes);
+    sources.meminfo = proc_root.join("meminfo");
+    sources.loadavg = proc_root.join("loadavg");
+    sources.pid_max = proc_root.join("sys/kernel/pid_max");
+    sources.nodefs = Some(cfg.root_dir.clone());
+    sources.imagefs = cfg.imagefs_path.clone();
+    sources.memory_source = match cfg.memory_available_source {
+        config::MemoryAvailableSource::Workingset => MemorySource::WorkingSet,
+        config::MemoryAvailableSource::Meminfo => MemorySource::Meminfo,
+    };
+    let backend = match cfg.effective_eviction_backend() {
+        config::EvictionBackend::Kill => Backend::Kill,
+        config::EvictionBackend::Cri => Backend::Cri,
+        config::EvictionBackend::DryRun => Backend::DryRun,
+    };
+    let stopper: Option<Arc<dyn crate::eviction::evictor::PodStopper>> = match &opts.source {
+        PodSourceSpec::Cri { endpoint } => Some(Arc::new(daemon::CriStopper::new(
+            endpoint.clone(),
+            rt.handle().clone(),
+        ))),
+        PodSourceSpec::Manifests(_) => None,
+    };
+    let service = EvictionService::start(
+        ServiceConfig {
+            eviction,
+            sources,
+            backend,
+            monitoring_interval: Duration::from_secs(1),
+            watch: Some(WatchConfig::default()),
+            max_listing_age: (cfg.reconcile_interval * 3).max(Duration::from_secs(30)),
+            manager: Default::default(),
+        },
+        stopper,
+        metrics.clone(),
+        health.clone(),
+    )
+    .context("cannot start the eviction loop")?;
+    tracing::info!(backend = backend.as_str(), "eviction loop running");
+    Ok(Some(service))
 }
 
 fn print_once(

@@ -10,6 +10,7 @@
 pub mod evictor;
 pub mod manager;
 pub mod rank;
+pub mod service;
 pub mod signals;
 pub mod threshold;
 pub mod watch;

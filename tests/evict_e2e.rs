@@ -1,0 +1,219 @@
+//! `qosd run` evicting real containerd pods under real memory pressure on
+//! cgroup v1: the kubepods cgroup gets a 512 MiB limit (`--node-memory`),
+//! a Guaranteed, a Burstable and a BestEffort memhog pod grow, and with
+//! `allocatableMemory.available<100Mi` qosd must evict the BestEffort pod
+//! first, then the Burstable pod once it is over its request and the line
+//! is crossed again; the Guaranteed pod survives and the kernel OOM killer
+//! never fires. Needs root (skips otherwise, saying why).
+
+mod support;
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use support::*;
+
+struct Daemon(Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = kill(Pid::from_raw(self.0.id() as i32), Signal::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p)
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+}
+
+fn oom_kills(dir: &Path) -> u64 {
+    read(&dir.join("memory.oom_control"))
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("oom_kill ")
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn alive(pid: i32) -> bool {
+    kill(Pid::from_raw(pid), None).is_ok()
+}
+
+fn status(port: u16) -> serde_json::Value {
+    let addr = format!("127.0.0.1:{port}").parse().unwrap();
+    match qosd::http::get(addr, "/status", Duration::from_secs(2)) {
+        Ok(r) => serde_json::from_str(&r.body).unwrap_or_default(),
+        Err(_) => serde_json::Value::Null,
+    }
+}
+
+fn evicted_uids(port: u16) -> Vec<String> {
+    let doc = status(port);
+    let mut v: Vec<String> = doc["last_evictions"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|e| e["uid"].as_str().unwrap_or("").to_string())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.reverse(); // most recent first → oldest first
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evicts_besteffort_then_burstable_guaranteed_survives_no_oom() {
+    if !require_root("evicts_besteffort_then_burstable_guaranteed_survives_no_oom") {
+        return;
+    }
+    let env = Containerd::start();
+    // memhog <initial> <step> <interval ms> <max>: an hour-long interval, so
+    // the test drives growth with SIGUSR1 (one 16 MiB step each).
+    let g = env
+        .run_pod(
+            &PodSpec::new("guaranteed").container(
+                ContainerSpec::memhog("hog", &["60"])
+                    .cpu(Some(100), Some(100))
+                    .memory(Some(128 * MI), Some(128 * MI)),
+            ),
+        )
+        .await;
+    let b = env
+        .run_pod(
+            &PodSpec::new("burstable").container(
+                ContainerSpec::memhog("hog", &["8", "16", "3600000", "480"])
+                    .cpu(Some(100), None)
+                    .memory(Some(64 * MI), Some(GI)),
+            ),
+        )
+        .await;
+    let be = env
+        .run_pod(
+            &PodSpec::new("besteffort")
+                .container(ContainerSpec::memhog("hog", &["8", "16", "3600000", "480"])),
+        )
+        .await;
+    let g_pid = env.container_pid(&g.containers[0].1).await;
+    let b_pid = env.container_pid(&b.containers[0].1).await;
+    let be_pid = env.container_pid(&be.containers[0].1).await;
+
+    let port = free_port();
+    let port_s = format!("127.0.0.1:{port}");
+    let child = Command::new(env!("CARGO_BIN_EXE_qosd"))
+        .args([
+            "run",
+            "--runtime-endpoint",
+            &env.endpoint,
+            "--cgroup-version",
+            "v1",
+            "--cgroup-root",
+            &env.cgroup_root,
+            "--node-memory",
+            "512Mi",
+            "--eviction-hard",
+            "allocatableMemory.available<100Mi",
+            "--eviction-backend",
+            "kill",
+            "--metrics-address",
+            &port_s,
+            "--reconcile-interval",
+            "2s",
+        ])
+        .env("QOSD_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start qosd run");
+    let _daemon = Daemon(child);
+
+    // Wait for the first reconcile: kubepods limited to 512 MiB.
+    let kubepods = Path::new("/sys/fs/cgroup/memory")
+        .join(env.cgroup_root.trim_start_matches('/'))
+        .join("kubepods");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while read(&kubepods.join("memory.limit_in_bytes")) != (512 * MI).to_string() {
+        assert!(Instant::now() < deadline, "qosd never sized kubepods");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // ... and for the eviction loop to have a pod listing.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while status(port)["signals"]
+        .as_array()
+        .map_or(true, |a| a.is_empty())
+    {
+        assert!(Instant::now() < deadline, "no signals in /status");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let oom_before = oom_kills(&kubepods);
+
+    // Phase 1: BestEffort and Burstable grow together (~300 MiB/s in all)
+    // until the line (412 MiB used) is crossed: BestEffort goes first.
+    let start = Instant::now();
+    while alive(be_pid) && start.elapsed() < Duration::from_secs(15) {
+        let _ = kill(Pid::from_raw(be_pid), Signal::SIGUSR1);
+        let _ = kill(Pid::from_raw(b_pid), Signal::SIGUSR1);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(!alive(be_pid), "BestEffort pod was not evicted");
+    assert!(
+        alive(b_pid),
+        "Burstable pod evicted before the BestEffort one"
+    );
+    // Phase 2: the Burstable pod keeps growing past its request and the line.
+    let start = Instant::now();
+    while alive(b_pid) && start.elapsed() < Duration::from_secs(20) {
+        let _ = kill(Pid::from_raw(b_pid), Signal::SIGUSR1);
+        std::thread::sleep(Duration::from_millis(60));
+    }
+    assert!(!alive(b_pid), "Burstable pod was not evicted");
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(alive(g_pid), "the Guaranteed pod must survive");
+    assert_eq!(
+        evicted_uids(port),
+        vec![be.spec.uid.clone(), b.spec.uid.clone()],
+        "eviction order (from /status)"
+    );
+    assert_eq!(
+        oom_kills(&kubepods),
+        oom_before,
+        "the kernel OOM killer fired"
+    );
+    for p in [&g, &b, &be] {
+        assert_eq!(
+            oom_kills(&env.cgroup_dir("memory", p)),
+            0,
+            "OOM kill in {}",
+            p.spec.name
+        );
+    }
+    let doc = status(port);
+    for e in doc["last_evictions"].as_array().unwrap() {
+        eprintln!(
+            "evicted {} ({}) reaction {:?} ms",
+            e["name"], e["qos_class"], e["reaction_ms"]
+        );
+    }
+}

@@ -162,7 +162,7 @@ async fn evicts_besteffort_then_burstable_guaranteed_survives_no_oom() {
     let deadline = Instant::now() + Duration::from_secs(10);
     while status(port)["signals"]
         .as_array()
-        .map_or(true, |a| a.is_empty())
+        .is_none_or(|a| a.is_empty())
     {
         assert!(Instant::now() < deadline, "no signals in /status");
         std::thread::sleep(Duration::from_millis(100));

@@ -629,6 +629,7 @@ impl ServiceObserver {
         plan: &PlanConfig,
     ) -> ServiceObserver {
         health.update_status(|d| {
+            d.version = env!("CARGO_PKG_VERSION").to_string();
             d.mode = mode.to_string();
             d.cgroup_version = plan.layout.version.to_string();
             d.cgroup_driver = plan.layout.driver.to_string();

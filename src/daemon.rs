@@ -552,7 +552,13 @@ pub async fn run_loop(opts: RunOptions, observer: &mut dyn Observer) -> anyhow::
             _ = relist_tick.tick() => false,
         };
         if !full {
-            match source.fingerprint().await {
+            // Calls retry while the runtime is down: stay stoppable.
+            let fp = tokio::select! {
+                r = source.fingerprint() => r,
+                _ = sigterm.recv() => { tracing::info!("SIGTERM: stopping"); return Ok(Outcome::Stopped); }
+                _ = sigint.recv() => { tracing::info!("SIGINT: stopping"); return Ok(Outcome::Stopped); }
+            };
+            match fp {
                 Ok(fp) => {
                     if last_fingerprint.as_ref() == Some(&fp) {
                         continue;
@@ -570,7 +576,12 @@ pub async fn run_loop(opts: RunOptions, observer: &mut dyn Observer) -> anyhow::
                 }
             }
         }
-        match source.list().await {
+        let listed = tokio::select! {
+            r = source.list() => r,
+            _ = sigterm.recv() => { tracing::info!("SIGTERM: stopping"); return Ok(Outcome::Stopped); }
+            _ = sigint.recv() => { tracing::info!("SIGINT: stopping"); return Ok(Outcome::Stopped); }
+        };
+        match listed {
             Ok(listing) => {
                 if source_down {
                     tracing::info!("pod source is back");

@@ -646,3 +646,83 @@ fn status_without_daemon_or_runtime_exits_1() {
     assert_eq!(j["source"], "live");
     assert!(j["notes"].as_array().unwrap().len() >= 2, "{j}");
 }
+
+/// The runtime goes away under a running daemon: readiness drops (naming
+/// the runtime), liveness holds, SIGTERM is still honoured at once; when
+/// the runtime is back, readiness returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn daemon_survives_a_runtime_restart() {
+    if !require_root("daemon_survives_a_runtime_restart") {
+        return;
+    }
+    let mut env = Containerd::start();
+    let _g = env
+        .run_pod(
+            &PodSpec::new("g").container(
+                ContainerSpec::pause("app")
+                    .cpu(Some(100), Some(100))
+                    .memory(Some(32 * MI), Some(32 * MI)),
+            ),
+        )
+        .await;
+    let tmp = tempfile::tempdir().unwrap();
+    let mut d = Daemon::start(&env, tmp.path(), &[]);
+    let addr = d.addr;
+    let ready = |want: u16| move || get(addr, "/readyz").is_some_and(|r| r.status == want);
+    assert!(
+        wait_until(Duration::from_secs(10), ready(200)).is_some(),
+        "{}",
+        d.log()
+    );
+
+    env.stop();
+    let down = wait_until(Duration::from_secs(15), ready(503));
+    assert!(
+        down.is_some(),
+        "/readyz still 200 with the runtime down:\n{}",
+        d.log()
+    );
+    eprintln!(
+        "e2e: /readyz 503 {:?} after the runtime stopped",
+        down.unwrap()
+    );
+    let r = get(addr, "/readyz").unwrap();
+    assert!(r.body.contains("CRI"), "{}", r.body);
+    let h = get(addr, "/healthz").unwrap();
+    assert_eq!(
+        h.status, 200,
+        "liveness must not fail because the runtime is down: {}",
+        h.body
+    );
+    let m = metrics(addr);
+    assert!(
+        sample(&m, "qosd_errors_total{kind=\"pod_source\"}").unwrap_or(0.0) >= 1.0,
+        "\n{m}"
+    );
+
+    env.start_again();
+    let back = wait_until(Duration::from_secs(15), ready(200));
+    assert!(
+        back.is_some(),
+        "/readyz not back after the runtime returned:\n{}",
+        d.log()
+    );
+    eprintln!(
+        "e2e: /readyz 200 again {:?} after the runtime returned",
+        back.unwrap()
+    );
+
+    // Down again, then SIGTERM while the runtime is unreachable.
+    env.stop();
+    assert!(wait_until(Duration::from_secs(15), ready(503)).is_some());
+    let (st, took) = d
+        .terminate(Duration::from_secs(15))
+        .unwrap_or_else(|| panic!("still running 15 s after SIGTERM"));
+    eprintln!("e2e: runtime down: exited {st} {took:?} after SIGTERM");
+    assert_eq!(st.code(), Some(0), "{}", d.log());
+    assert!(
+        took < Duration::from_secs(1),
+        "took {took:?} with the runtime down"
+    );
+    env.start_again(); // so Drop can remove the pod through the CRI
+}

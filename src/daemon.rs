@@ -567,7 +567,13 @@ pub async fn run_loop(opts: RunOptions, observer: &mut dyn Observer) -> anyhow::
             _ = relist_tick.tick() => false,
         };
         if !full {
-            match source.fingerprint().await {
+            // Calls retry while the runtime is down: stay stoppable.
+            let fp = tokio::select! {
+                r = source.fingerprint() => r,
+                _ = sigterm.recv() => { tracing::info!("SIGTERM: stopping"); return Ok(Outcome::Stopped); }
+                _ = sigint.recv() => { tracing::info!("SIGINT: stopping"); return Ok(Outcome::Stopped); }
+            };
+            match fp {
                 Ok(fp) => {
                     if last_fingerprint.as_ref() == Some(&fp) {
                         continue;
@@ -585,7 +591,12 @@ pub async fn run_loop(opts: RunOptions, observer: &mut dyn Observer) -> anyhow::
                 }
             }
         }
-        match source.list().await {
+        let listed = tokio::select! {
+            r = source.list() => r,
+            _ = sigterm.recv() => { tracing::info!("SIGTERM: stopping"); return Ok(Outcome::Stopped); }
+            _ = sigint.recv() => { tracing::info!("SIGINT: stopping"); return Ok(Outcome::Stopped); }
+        };
+        match listed {
             Ok(listing) => {
                 if source_down {
                     tracing::info!("pod source is back");
@@ -642,6 +653,7 @@ impl ServiceObserver {
         plan: &PlanConfig,
     ) -> ServiceObserver {
         health.update_status(|d| {
+            d.version = env!("CARGO_PKG_VERSION").to_string();
             d.mode = mode.to_string();
             d.cgroup_version = plan.layout.version.to_string();
             d.cgroup_driver = plan.layout.driver.to_string();

@@ -1,8 +1,559 @@
-//! (to be written)
+//! `qosd status`: what qosd sees on this node.
+//!
+//! First asks a running daemon (`GET /status` on `--address`, default the
+//! config's `metricsAddress`). When none answers, it computes what it can
+//! live and says so: pods by QoS class from the container runtime (CRI),
+//! node signals read now against the configured eviction thresholds, and
+//! the node conditions those thresholds imply right now (no history, so no
+//! pressure transition period and no evictions).
+//!
+//! Exit 0 when it could report (daemon, or runtime answered); 1 when neither
+//! the daemon nor the runtime answered (what could be read is still
+//! printed); 2 for a bad config file.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::cli::bad_input;
+use crate::cli::config_check::load_or_bad_input;
+use crate::cli::plan::OutputFormat;
+use crate::config::{self, Config, Overrides};
+use crate::eviction::signals::{MemorySource, SignalSources};
+use crate::eviction::threshold::{format_duration, EvictionConfig, Signal, ThresholdKind};
+use crate::http::{ConditionStatus, PodCounts, SignalStatus, StatusDoc, ThresholdStatus};
+use crate::model::{CgroupVersion, QosClass};
 
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+#[command(
+    long_about = "Show what qosd sees: node signals against the eviction thresholds, node \
+conditions, pods by QoS class, the last reconcile and recent evictions.\n\n\
+Asks the running daemon at --address (GET /status). When no daemon answers, computes live \
+from the node and the container runtime and says so (no reconcile or eviction history then).\n\n\
+Exit codes: 0 reported; 1 neither the daemon nor the runtime answered; 2 bad config."
+)]
+pub struct Args {
+    /// Address of the running daemon's HTTP endpoint (default: metricsAddress of --config,
+    /// i.e. 127.0.0.1:9847).
+    #[arg(long, value_name = "IP:PORT")]
+    pub address: Option<SocketAddr>,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "text")]
+    pub output: OutputFormat,
+    /// Config file (thresholds, cgroup layout and runtime for the live view).
+    #[arg(long, env = "QOSD_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// CRI endpoint for the live view (overrides runtimeEndpoint of --config).
+    #[arg(long, alias = "container-runtime-endpoint", value_name = "ENDPOINT")]
+    pub runtime_endpoint: Option<String>,
+    /// How long to wait for the daemon and the runtime.
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = config::parse_go_duration)]
+    pub timeout: Duration,
+}
 
-pub fn run(_args: Args) -> anyhow::Result<i32> {
-    anyhow::bail!("not implemented yet")
+/// Where a status report came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// The running daemon's `/status`.
+    Daemon,
+    /// Computed by this command (no daemon answered).
+    Live,
+}
+
+impl Source {
+    fn as_str(self) -> &'static str {
+        match self {
+            Source::Daemon => "daemon",
+            Source::Live => "live",
+        }
+    }
+}
+
+/// A status report: the document plus where it came from and notes.
+#[derive(Debug, Clone)]
+pub struct Report {
+    pub source: Source,
+    pub address: SocketAddr,
+    pub doc: StatusDoc,
+    pub notes: Vec<String>,
+}
+
+impl Report {
+    /// JSON: the status document with `source`, `address` and `notes` added.
+    pub fn to_json(&self) -> Value {
+        let mut v = serde_json::to_value(&self.doc).unwrap_or(Value::Null);
+        if let Value::Object(m) = &mut v {
+            m.insert("source".into(), self.source.as_str().into());
+            m.insert("address".into(), self.address.to_string().into());
+            m.insert("notes".into(), self.notes.clone().into());
+        }
+        v
+    }
+
+    /// Text: a header naming the source, the table, then the notes.
+    pub fn to_text(&self, now_ms: u64) -> String {
+        let mut o = match self.source {
+            Source::Daemon => format!("source: daemon at {}\n", self.address),
+            Source::Live => format!(
+                "source: live (no qosd daemon answered at {}; computed now from the node and the runtime)\n",
+                self.address
+            ),
+        };
+        o.push_str(&self.doc.to_table(now_ms));
+        for n in &self.notes {
+            o.push_str(&format!("note: {n}\n"));
+        }
+        o
+    }
+}
+
+pub fn run(args: Args) -> anyhow::Result<i32> {
+    let overrides = Overrides {
+        runtime_endpoint: args.runtime_endpoint.clone(),
+        ..Overrides::default()
+    };
+    // A bad config is bad input even when a daemon answers: say so now.
+    let cfg = load_or_bad_input(args.config.as_deref(), &overrides)?;
+    let address = args.address.unwrap_or(cfg.metrics_address);
+    let (report, code) = match crate::http::fetch_status(address, args.timeout) {
+        Ok(doc) => (
+            Report {
+                source: Source::Daemon,
+                address,
+                doc,
+                notes: Vec::new(),
+            },
+            0,
+        ),
+        Err(e) => {
+            tracing::debug!(error = %e, "no daemon answered");
+            let (mut report, runtime_ok) = live(&cfg, address, args.timeout);
+            report.notes.insert(0, format!("no daemon: {e}"));
+            (report, if runtime_ok { 0 } else { 1 })
+        }
+    };
+    match args.output {
+        OutputFormat::Json => print_out(&format!(
+            "{}\n",
+            serde_json::to_string_pretty(&report.to_json()).map_err(bad_input)?
+        ))?,
+        OutputFormat::Text => print_out(&report.to_text(crate::http::now_ms()))?,
+    }
+    if code != 0 {
+        eprintln!(
+            "qosd: error: neither a qosd daemon at {address} nor the container runtime at {} answered",
+            cfg.runtime_endpoint
+        );
+    }
+    Ok(code)
+}
+
+/// Write to stdout; a closed pipe (`| head`) is not an error.
+fn print_out(text: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+        _ => Ok(()),
+    }
+}
+
+/// Compute a status report now, without a daemon. Returns the report and
+/// whether the container runtime answered.
+pub fn live(cfg: &Config, address: SocketAddr, timeout: Duration) -> (Report, bool) {
+    let mut notes = Vec::new();
+    let mut doc = StatusDoc::new();
+    doc.mode = match cfg.mode {
+        config::Mode::Enforce => "enforce".into(),
+        config::Mode::DryRun => "dry-run".into(),
+    };
+    doc.cgroup_driver = cfg.cgroup_driver.to_string();
+    doc.not_ready_reason = Some("no qosd daemon running (live view)".into());
+
+    // Pods by class, from the runtime.
+    let opts = crate::cri::ConnectOptions {
+        connect_timeout: timeout,
+        call_timeout: timeout.max(Duration::from_secs(5)),
+        retry: crate::cri::RetryPolicy {
+            max_elapsed: timeout,
+            ..Default::default()
+        },
+    };
+    let inv_opts = crate::cri::InventoryOptions {
+        memory_capacity_bytes: crate::cri::memory_capacity_from_meminfo(Path::new("/proc/meminfo"))
+            .ok(),
+    };
+    let runtime_ok = match crate::cri::inventory_blocking(&cfg.runtime_endpoint, opts, inv_opts) {
+        Ok(inv) => {
+            doc.pods = count_pods(&inv.ready_pods());
+            if !inv.skipped.is_empty() {
+                notes.push(format!(
+                    "{} sandboxes skipped (qosd pods lists them)",
+                    inv.skipped.len()
+                ));
+            }
+            true
+        }
+        Err(e) => {
+            notes.push(format!(
+                "runtime at {} did not answer: {e}; pod counts unknown",
+                cfg.runtime_endpoint
+            ));
+            false
+        }
+    };
+
+    // Signals against thresholds.
+    let version = match cfg.cgroup_version.forced() {
+        Some(v) => Some(v),
+        None => match crate::cgroup::detect::detect_version(&cfg.cgroupfs) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                notes.push(format!(
+                    "cannot detect the cgroup version at {}: {e}",
+                    cfg.cgroupfs.display()
+                ));
+                None
+            }
+        },
+    };
+    if let Some(v) = version {
+        doc.cgroup_version = v.to_string();
+    }
+    match eviction_config(cfg) {
+        Err(e) => notes.push(format!("eviction thresholds invalid: {e}")),
+        Ok(ev) => {
+            if let Some(v) = version {
+                let sources = signal_sources(cfg, v);
+                let (signals, conditions, mut n) = evaluate(&ev, &configured(cfg), &sources);
+                doc.signals = signals;
+                doc.conditions = conditions;
+                notes.append(&mut n);
+            }
+        }
+    }
+    notes.push(
+        "conditions are the thresholds met right now (no pressure transition period); \
+         evictions and reconciles are known only to a running daemon"
+            .into(),
+    );
+    (
+        Report {
+            source: Source::Live,
+            address,
+            doc,
+            notes,
+        },
+        runtime_ok,
+    )
+}
+
+/// Pods by QoS class (the classes the daemon counts).
+pub fn count_pods(pods: &[crate::model::Pod]) -> PodCounts {
+    let mut c = PodCounts::default();
+    for p in pods {
+        match crate::qos::classify(p).class {
+            QosClass::Guaranteed => c.guaranteed += 1,
+            QosClass::Burstable => c.burstable += 1,
+            QosClass::BestEffort => c.best_effort += 1,
+        }
+    }
+    c
+}
+
+fn eviction_config(
+    cfg: &Config,
+) -> Result<EvictionConfig, crate::eviction::threshold::ThresholdError> {
+    EvictionConfig::from_parts(
+        Some(&cfg.eviction_hard),
+        &cfg.eviction_soft,
+        &cfg.eviction_soft_grace_period,
+        &cfg.eviction_minimum_reclaim,
+        cfg.eviction_max_pod_grace_period,
+        cfg.eviction_pressure_transition_period,
+    )
+}
+
+/// Where the signals are read from for this config.
+fn signal_sources(cfg: &Config, version: CgroupVersion) -> SignalSources {
+    let mut s = SignalSources::host(version);
+    s.memory_root = match version {
+        CgroupVersion::V1 => cfg.cgroupfs.join("memory"),
+        CgroupVersion::V2 => cfg.cgroupfs.clone(),
+    };
+    let layout = crate::cgroup::paths::CgroupLayout::new(version, cfg.cgroup_driver)
+        .with_cgroupfs(cfg.cgroupfs.clone())
+        .with_cgroup_root(cfg.cgroup_root.clone());
+    let node = layout.node_cgroup();
+    s.kubepods = Some(match version {
+        CgroupVersion::V1 => layout.dir(&node, "memory"),
+        CgroupVersion::V2 => layout.dir(&node, ""),
+    });
+    s.nodefs = Some(cfg.root_dir.clone());
+    s.imagefs = cfg.imagefs_path.clone();
+    s.memory_source = match cfg.memory_available_source {
+        config::MemoryAvailableSource::Workingset => MemorySource::WorkingSet,
+        config::MemoryAvailableSource::Meminfo => MemorySource::Meminfo,
+    };
+    s
+}
+
+/// Threshold and minimum-reclaim strings as configured, for display.
+#[derive(Debug, Clone, Default)]
+pub struct Configured {
+    pub hard: BTreeMap<String, String>,
+    pub soft: BTreeMap<String, String>,
+    pub min_reclaim: BTreeMap<String, String>,
+}
+
+fn configured(cfg: &Config) -> Configured {
+    Configured {
+        hard: cfg.eviction_hard.clone(),
+        soft: cfg.eviction_soft.clone(),
+        min_reclaim: cfg.eviction_minimum_reclaim.clone(),
+    }
+}
+
+/// Read every signal that has a threshold (and `memory.available` always)
+/// and compare. Returns signals, the conditions they imply, and notes for
+/// signals that could not be read.
+pub fn evaluate(
+    ev: &EvictionConfig,
+    configured: &Configured,
+    sources: &SignalSources,
+) -> (Vec<SignalStatus>, Vec<ConditionStatus>, Vec<String>) {
+    let mut signals = Vec::new();
+    let mut notes = Vec::new();
+    let mut active: BTreeMap<&'static str, Vec<String>> = BTreeMap::new();
+    let now = Instant::now();
+    for sig in Signal::ALL {
+        let ths: Vec<_> = ev.thresholds.iter().filter(|t| t.signal == sig).collect();
+        if ths.is_empty() && sig != Signal::MemoryAvailable {
+            continue;
+        }
+        let (obs, errs) = sources.observe([sig], now);
+        let reading = obs.get(&sig).map(|o| (o.available, o.capacity));
+        for e in errs {
+            notes.push(format!("{sig}: {e}"));
+        }
+        let mut st = SignalStatus {
+            signal: sig.to_string(),
+            observed: reading.map(|r| r.0),
+            capacity: reading.map(|r| r.1),
+            thresholds: Vec::new(),
+        };
+        for t in ths {
+            let shown = match t.kind {
+                ThresholdKind::Hard => configured.hard.get(sig.as_str()),
+                ThresholdKind::Soft => configured.soft.get(sig.as_str()),
+            }
+            .cloned()
+            .unwrap_or_else(|| t.value.to_string());
+            let capacity = reading.map(|r| r.1).unwrap_or(0);
+            let met = reading.is_some_and(|(avail, cap)| t.is_met(avail, cap, false));
+            if met {
+                active
+                    .entry(sig.node_condition().as_str())
+                    .or_default()
+                    .push(format!("{} {sig}<{shown}", t.kind));
+            }
+            st.thresholds.push(ThresholdStatus {
+                kind: t.kind.to_string(),
+                threshold: shown,
+                value: t.threshold_for(capacity),
+                met,
+                grace_period: (t.kind == ThresholdKind::Soft)
+                    .then(|| format_duration(t.grace_period)),
+                min_reclaim: configured.min_reclaim.get(sig.as_str()).cloned(),
+            });
+        }
+        signals.push(st);
+    }
+    let conditions = ["MemoryPressure", "DiskPressure", "PIDPressure"]
+        .into_iter()
+        .map(|c| ConditionStatus {
+            condition: c.to_string(),
+            active: active.contains_key(c),
+            since_ms: None,
+            reason: active.get(c).map(|v| format!("met: {}", v.join(", "))),
+        })
+        .collect();
+    (signals, conditions, notes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn sources(dir: &Path, mem_avail_kib: i64) -> SignalSources {
+        let meminfo = dir.join("meminfo");
+        std::fs::write(
+            &meminfo,
+            format!("MemTotal: 1048576 kB\nMemFree: 1 kB\nMemAvailable: {mem_avail_kib} kB\n"),
+        )
+        .unwrap();
+        let loadavg = dir.join("loadavg");
+        std::fs::write(&loadavg, "0.00 0.01 0.05 1/500 123\n").unwrap();
+        let pid_max = dir.join("pid_max");
+        std::fs::write(&pid_max, "4096\n").unwrap();
+        let mut s = SignalSources::host(CgroupVersion::V1);
+        s.meminfo = meminfo;
+        s.loadavg = loadavg;
+        s.pid_max = pid_max;
+        s.memory_source = MemorySource::Meminfo;
+        s.nodefs = Some(dir.to_path_buf());
+        s.kubepods = None;
+        s
+    }
+
+    fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn evaluate_marks_met_thresholds_and_conditions() {
+        let d = tempfile::tempdir().unwrap();
+        // 1 GiB total, 50 MiB available: below 100Mi hard, below 300Mi soft.
+        let s = sources(d.path(), 50 * 1024);
+        let hard = map(&[("memory.available", "100Mi"), ("pid.available", "10%")]);
+        let soft = map(&[("memory.available", "300Mi")]);
+        let mut grace = BTreeMap::new();
+        grace.insert("memory.available".to_string(), Duration::from_secs(90));
+        let reclaim = map(&[("memory.available", "0Mi")]);
+        let ev = EvictionConfig::from_parts(
+            Some(&hard),
+            &soft,
+            &grace,
+            &reclaim,
+            0,
+            Duration::from_secs(300),
+        )
+        .unwrap();
+        let conf = Configured {
+            hard,
+            soft,
+            min_reclaim: reclaim,
+        };
+        let (signals, conds, notes) = evaluate(&ev, &conf, &s);
+        assert!(notes.is_empty(), "{notes:?}");
+        let names: Vec<&str> = signals.iter().map(|s| s.signal.as_str()).collect();
+        assert_eq!(names, ["memory.available", "pid.available"]);
+        let mem = &signals[0];
+        assert_eq!(mem.observed, Some(50 << 20));
+        assert_eq!(mem.capacity, Some(1 << 30));
+        assert_eq!(mem.thresholds.len(), 2);
+        let h = &mem.thresholds[0];
+        assert_eq!((h.kind.as_str(), h.threshold.as_str()), ("hard", "100Mi"));
+        assert_eq!(h.value, 100 << 20);
+        assert!(h.met);
+        assert_eq!(h.min_reclaim.as_deref(), Some("0Mi"));
+        let so = &mem.thresholds[1];
+        assert_eq!(so.kind, "soft");
+        assert!(so.met);
+        assert_eq!(so.grace_period.as_deref(), Some("1m30s"));
+        // pid: 4096 - 500 = 3596 available, threshold 409: not met.
+        let pid = &signals[1];
+        assert_eq!(pid.observed, Some(3596));
+        assert_eq!(pid.thresholds[0].value, 409);
+        assert!(!pid.thresholds[0].met);
+        let active: Vec<(&str, bool)> = conds
+            .iter()
+            .map(|c| (c.condition.as_str(), c.active))
+            .collect();
+        assert_eq!(
+            active,
+            [
+                ("MemoryPressure", true),
+                ("DiskPressure", false),
+                ("PIDPressure", false)
+            ]
+        );
+        assert!(conds[0]
+            .reason
+            .as_deref()
+            .unwrap()
+            .contains("memory.available<100Mi"));
+    }
+
+    #[test]
+    fn evaluate_reports_unreadable_signals_without_failing() {
+        let d = tempfile::tempdir().unwrap();
+        let mut s = sources(d.path(), 900 * 1024);
+        s.meminfo = d.path().join("missing");
+        let hard = map(&[("memory.available", "100Mi")]);
+        let ev = EvictionConfig::from_parts(
+            Some(&hard),
+            &BTreeMap::new(),
+            &BTreeMap::new(),
+            &BTreeMap::new(),
+            0,
+            Duration::from_secs(300),
+        )
+        .unwrap();
+        let (signals, conds, notes) = evaluate(&ev, &Configured::default(), &s);
+        assert_eq!(signals[0].observed, None);
+        assert!(!signals[0].thresholds[0].met);
+        // Falls back to the parsed value when the configured string is unknown.
+        assert_eq!(signals[0].thresholds[0].threshold, (100 << 20).to_string());
+        assert!(conds.iter().all(|c| !c.active));
+        assert_eq!(notes.len(), 1);
+        assert!(notes[0].contains("missing"), "{notes:?}");
+    }
+
+    #[test]
+    fn report_text_and_json_name_the_source() {
+        let mut doc = StatusDoc::new();
+        doc.pods = PodCounts {
+            guaranteed: 1,
+            burstable: 2,
+            best_effort: 0,
+        };
+        let r = Report {
+            source: Source::Live,
+            address: "127.0.0.1:9".parse().unwrap(),
+            doc,
+            notes: vec!["hello".into()],
+        };
+        let t = r.to_text(0);
+        assert!(t.starts_with("source: live (no qosd daemon answered at 127.0.0.1:9"));
+        assert!(t.contains("Guaranteed 1  Burstable 2  BestEffort 0"), "{t}");
+        assert!(t.ends_with("note: hello\n"), "{t}");
+        let j = r.to_json();
+        assert_eq!(j["source"], "live");
+        assert_eq!(j["address"], "127.0.0.1:9");
+        assert_eq!(j["notes"][0], "hello");
+        assert_eq!(j["pods"]["burstable"], 2);
+        // Still a StatusDoc for readers that ignore the extras.
+        let back: StatusDoc = serde_json::from_value(j).unwrap();
+        assert_eq!(back.pods.guaranteed, 1);
+    }
+
+    #[test]
+    fn live_without_runtime_reports_and_fails() {
+        let d = tempfile::tempdir().unwrap();
+        let mut cfg = Config::from_yaml_str("{}").unwrap();
+        cfg.runtime_endpoint = format!("unix://{}", d.path().join("none.sock").display());
+        cfg.cgroup_version = config::CgroupVersionSetting::V1;
+        let (r, ok) = live(
+            &cfg,
+            "127.0.0.1:1".parse().unwrap(),
+            Duration::from_millis(200),
+        );
+        assert!(!ok);
+        assert_eq!(r.source, Source::Live);
+        assert!(
+            r.notes.iter().any(|n| n.contains("did not answer")),
+            "{:?}",
+            r.notes
+        );
+        assert_eq!(r.doc.cgroup_version, "v1");
+        assert_eq!(r.doc.conditions.len(), 3);
+    }
 }

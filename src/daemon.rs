@@ -531,10 +531,23 @@ pub async fn run_loop(opts: RunOptions, observer: &mut dyn Observer) -> anyhow::
     let mut sigint = signal(SignalKind::interrupt())?;
     let mut sighup = signal(SignalKind::hangup())?;
 
-    let source = tokio::select! {
-        s = Source::connect(&opts.source, opts.connect, opts.machine_memory_bytes) => s?,
-        _ = sigterm.recv() => return Ok(Outcome::Stopped),
-        _ = sigint.recv() => return Ok(Outcome::Stopped),
+    // `--once` gives up when the runtime stays away; the daemon keeps
+    // waiting for it (not ready meanwhile), as a node agent must.
+    let source = loop {
+        let attempt = tokio::select! {
+            s = Source::connect(&opts.source, opts.connect, opts.machine_memory_bytes) => s,
+            _ = sigterm.recv() => return Ok(Outcome::Stopped),
+            _ = sigint.recv() => return Ok(Outcome::Stopped),
+        };
+        match attempt {
+            Ok(s) => break s,
+            Err(e) if opts.once => return Err(e.into()),
+            Err(e) => {
+                tracing::warn!(error = %e, "pod source not reachable at start; still trying");
+                observer.source_failed(&e);
+                observer.heartbeat();
+            }
+        }
     };
     let mut reconciler = Reconciler::new(opts.plan.clone(), opts.dry_run, opts.orphan_grace);
 

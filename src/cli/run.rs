@@ -144,7 +144,15 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         reconcile_interval: cfg.reconcile_interval,
         relist_interval: cfg.relist_interval,
         orphan_grace: args.orphan_grace_period,
-        connect: crate::cri::ConnectOptions::default(),
+        // Calls retry for at most 3 s while the runtime restarts, so the
+        // loop keeps its heartbeat and readiness follows the runtime.
+        connect: crate::cri::ConnectOptions {
+            retry: crate::cri::RetryPolicy {
+                max_elapsed: Duration::from_secs(3),
+                ..Default::default()
+            },
+            ..Default::default()
+        },
         machine_memory_bytes: crate::node::detect_memory_bytes(&args.proc_root)
             .unwrap_or(plan_capacity),
     };

@@ -353,8 +353,18 @@ fn qosd_run_keeps_a_real_cgroup_v2_tree_as_planned() {
     let (value, ms) = corrected.rsplit_once(' ').unwrap();
     assert_eq!(value, before, "daemon did not correct the drift");
     let correct_ms: u64 = ms.parse().unwrap();
-    // Reconcile interval 500 ms; generous for emulation on a busy host.
-    assert!(correct_ms <= 2500, "drift corrected after {correct_ms} ms");
+    // Reconcile interval 500 ms: corrected by the timer, within a few
+    // intervals (generous: emulation on a busy host).
+    assert!(correct_ms <= 5000, "drift corrected after {correct_ms} ms");
+    // Started on the converged tree: the drift fix is the daemon's only write.
+    assert_eq!(
+        r.all("DAEMON.METRIC")
+            .into_iter()
+            .find_map(|m| m.strip_prefix("qosd_cgroup_writes_total ")),
+        Some("1"),
+        "{:?}",
+        r.all("DAEMON.METRIC")
+    );
     assert_eq!(r.one("DAEMON.DRIFT_LOGGED"), "1", "drift logged once");
     let health = r.one("DAEMON.HEALTHZ");
     assert!(health.contains(" 200"), "/healthz: {health}");
@@ -363,13 +373,74 @@ fn qosd_run_keeps_a_real_cgroup_v2_tree_as_planned() {
     let (rc, exit_ms) = r.one("DAEMON.EXIT").split_once(' ').unwrap();
     assert_eq!(rc, "0", "qosd run exit status after SIGTERM");
     let exit_ms: u64 = exit_ms.parse().unwrap();
-    assert!(exit_ms <= 1000, "SIGTERM to exit took {exit_ms} ms");
+    // Under TCG emulation a debug binary runs ~100x slower than natively
+    // (`qosd --version` alone takes ~0.5 s there, ~2 ms here), so the 1 s
+    // budget gets the VM's own start+exit cost of the binary as slack;
+    // `sigterm_exit_natively` below holds the real 1 s budget.
+    let version_ms: u64 = r.one("DAEMON.VERSION_MS").parse().unwrap();
+    assert!(
+        exit_ms <= 1000 + 2 * version_ms,
+        "SIGTERM to exit took {exit_ms} ms (qosd --version: {version_ms} ms)"
+    );
     eprintln!(
         "daemon: orphan removed {} ms after start, drift corrected in {correct_ms} ms, \
-         SIGTERM -> exit {exit_ms} ms; metrics: {:?}",
+         SIGTERM -> exit {exit_ms} ms (qosd --version {version_ms} ms)",
         orphan.split_once(' ').unwrap().1,
-        r.all("DAEMON.METRIC")
     );
 
     assert_eq!(r.one("CLEANUP_LEFT"), "none");
+}
+
+/// The SIGTERM budget on real hardware: `qosd run` (manifests, a fake v2
+/// tree in a temp dir whose writes all fail, so the loop is busy logging
+/// errors) exits 0 within 1 s of SIGTERM. Needs no VM and no root.
+#[test]
+fn sigterm_exit_natively() {
+    use std::process::{Command, Stdio};
+    use std::time::Instant;
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("cgroup.controllers"), "cpu memory pids\n").unwrap();
+    std::fs::write(tmp.path().join("cgroup.subtree_control"), "").unwrap();
+    std::fs::create_dir(tmp.path().join("qosd-test")).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_qosd"))
+        .args(["run", "--pods"])
+        .arg(vm::repo().join("fixtures/pods"))
+        .args(["--cgroup-version", "v2", "--cgroupfs"])
+        .arg(tmp.path())
+        .args([
+            "--cgroup-root",
+            "/qosd-test",
+            "--node-cpu",
+            "4",
+            "--node-memory",
+            "8Gi",
+        ])
+        .args(["--reconcile-interval", "100ms", "--relist-interval", "50ms"])
+        .args(["--metrics-address", "127.0.0.1:0"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    assert!(child.try_wait().unwrap().is_none(), "qosd run exited early");
+    let t = Instant::now();
+    // SAFETY: kill(2) on our own child's pid.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if t.elapsed() > Duration::from_secs(5) {
+            let _ = child.kill();
+            panic!("qosd run still running 5 s after SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let took = t.elapsed();
+    assert_eq!(status.code(), Some(0), "{status:?}");
+    assert!(took <= Duration::from_secs(1), "SIGTERM to exit: {took:?}");
+    eprintln!(
+        "native SIGTERM -> exit 0 in {:.1} ms",
+        took.as_secs_f64() * 1e3
+    );
 }

@@ -74,7 +74,7 @@ scenario() {
     if [ "$name" != memqos ]; then
         # drift on one pod's cpu.weight: the dry run reports the one write and
         # makes none; the real pass makes exactly that write.
-        drift=$(files_of /tmp/$name.once1.json | grep 'pod[^/]*/cpu.weight$' | head -1)
+        drift=$(files_of /tmp/$name.once1.json | grep -E '(/|-)pod[^/]*/cpu.weight$' | head -1)
         echo 5000 > "$drift"
         res "$name.DRIFT $drift $(cat "$drift")"
         q dry run --dry-run --once
@@ -137,9 +137,9 @@ qosd run --pods $PODS --cgroup-root /qosd-test-$ID $BASE \
     --reconcile-interval 500ms --relist-interval 200ms --orphan-grace-period 0s \
     --metrics-address 127.0.0.1:10259 --log-format text > /tmp/daemon.log 2>&1 &
 QPID=$!
-# The orphan goes on the first pass.
-i=0
-while [ -d "$ORPHAN" ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i + 1)); done
+# The orphan goes on the first pass (deadlines are generous: emulation on a
+# busy host is slow; the test judges the times).
+while [ -d "$ORPHAN" ] && [ $(($(now_ms) - t0)) -lt 30000 ]; do sleep 0.05; done
 res "DAEMON.ORPHAN_GONE $([ -d "$ORPHAN" ] && echo no || echo yes) $(($(now_ms) - t0))"
 res "DAEMON.BUSY_KEPT $([ -d "$BUSY" ] && echo yes || echo no)"
 
@@ -148,8 +148,7 @@ before=$(cat "$drift")
 echo "max 100000" > "$drift"
 res "DAEMON.DRIFT $drift $before"
 t1=$(now_ms)
-i=0
-while [ "$(cat "$drift")" != "$before" ] && [ $i -lt 60 ]; do sleep 0.05; i=$((i + 1)); done
+while [ "$(cat "$drift")" != "$before" ] && [ $(($(now_ms) - t1)) -lt 15000 ]; do sleep 0.05; done
 res "DAEMON.CORRECTED $(cat "$drift") $(($(now_ms) - t1))"
 
 # The HTTP side answers on loopback (busybox nc; HTTP/1.0 closes after the answer).
@@ -157,11 +156,16 @@ http_get() { printf 'GET %s HTTP/1.0\r\nHost: localhost\r\n\r\n' "$1" | nc 127.0
 res "DAEMON.HEALTHZ $(http_get /healthz | head -1 | tr -d '\r')"
 http_get /metrics > /tmp/metrics.txt
 res "DAEMON.METRICS_LINES $(grep -c '^qosd_' /tmp/metrics.txt)"
-grep -E '^qosd_(cgroup_writes|orphans_removed|reconcile)' /tmp/metrics.txt |
+grep -E '^qosd_(cgroup_writes_total|reconciles_total|errors_total|pods)[ {]' /tmp/metrics.txt |
     while read -r l; do res "DAEMON.METRIC $l"; done
 
-# SIGTERM: exit 0 promptly (a watchdog kills it after 10 s so the run ends).
-(sleep 10; kill -KILL $QPID 2>/dev/null) &
+# What starting and ending this binary costs under emulation, for scale.
+t2=$(now_ms)
+qosd --version > /dev/null
+res "DAEMON.VERSION_MS $(($(now_ms) - t2))"
+
+# SIGTERM: exit 0 promptly (a watchdog kills it after 20 s so the run ends).
+(sleep 20; kill -KILL $QPID 2>/dev/null) &
 WATCHDOG=$!
 t2=$(now_ms)
 kill -TERM $QPID

@@ -366,6 +366,26 @@ fn qosd_run_keeps_a_real_cgroup_v2_tree_as_planned() {
         r.all("DAEMON.METRIC")
     );
     assert_eq!(r.one("DAEMON.DRIFT_LOGGED"), "1", "drift logged once");
+    // Pods come and go.
+    let (was, want) = r.one("DAEMON.QOSW").split_once(' ').unwrap();
+    assert_ne!(
+        was, want,
+        "removing a burstable pod must change the level's weight"
+    );
+    let removed: Vec<&str> = r.one("DAEMON.POD_REMOVED").split(' ').collect();
+    assert_eq!(removed[..2], ["yes", want], "pod gone from the manifests");
+    let back: Vec<&str> = r.one("DAEMON.POD_BACK").split(' ').collect();
+    assert_eq!(back[0], was, "pod back in the manifests");
+    // Same plan as on the first pass for the returning pod.
+    let planned_back = |file: &str| {
+        cgroupfs
+            .iter()
+            .find(|(f, _)| f.ends_with(&format!("pod6c1a1f2e-0004-4d5e-9a00-000000000004/{file}")))
+            .map(|(_, v)| v.clone())
+            .unwrap()
+    };
+    assert_eq!(r.one("DAEMON.POD_BACK_CPUMAX"), planned_back("cpu.max"));
+    assert_eq!(r.one("DAEMON.POD_BACK_MEMMAX"), planned_back("memory.max"));
     let health = r.one("DAEMON.HEALTHZ");
     assert!(health.contains(" 200"), "/healthz: {health}");
     let metrics: usize = r.one("DAEMON.METRICS_LINES").parse().unwrap();
@@ -384,8 +404,11 @@ fn qosd_run_keeps_a_real_cgroup_v2_tree_as_planned() {
     );
     eprintln!(
         "daemon: orphan removed {} ms after start, drift corrected in {correct_ms} ms, \
-         SIGTERM -> exit {exit_ms} ms (qosd --version {version_ms} ms)",
+         pod removed in {} ms / back in {} ms, SIGTERM -> exit {exit_ms} ms \
+         (qosd --version {version_ms} ms)",
         orphan.split_once(' ').unwrap().1,
+        removed[2],
+        back[1],
     );
 
     assert_eq!(r.one("CLEANUP_LEFT"), "none");

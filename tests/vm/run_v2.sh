@@ -115,8 +115,9 @@ scenario cgroupfs qosd-test-$ID /qosd-test-$ID qosd-test-$ID-fresh /qosd-test-$I
 # shellcheck disable=SC2086
 scenario systemd qosd_test_$ID.slice /qosd-test-$ID qosd_test_${ID}_fresh.slice /qosd-test-$ID-fresh \
     --cgroup-driver systemd $BASE
-# shellcheck disable=SC2086
+# MemoryQoS: `qosd run --memory-qos true` is `qosd plan --memory-qos`.
 RUNX="--memory-qos true" PLANX="--memory-qos"
+# shellcheck disable=SC2086
 scenario memqos qosd-test-$ID-mq /qosd-test-$ID-mq qosd-test-$ID-mqfresh /qosd-test-$ID-mqfresh $BASE
 RUNX="" PLANX=""
 
@@ -131,9 +132,12 @@ SLEEPER=$!
 echo $SLEEPER > "$BUSY/cgroup.procs"
 res "DAEMON.BUSY_PROCS $(cat "$BUSY/cgroup.procs" | tr '\n' ' ')"
 
+# The daemon reads a copy of the manifests, so pods can come and go.
+LIVE=/tmp/live-pods
+cp -r $PODS $LIVE
 t0=$(now_ms)
 # shellcheck disable=SC2086
-qosd run --pods $PODS --cgroup-root /qosd-test-$ID $BASE \
+qosd run --pods $LIVE --cgroup-root /qosd-test-$ID $BASE \
     --reconcile-interval 500ms --relist-interval 200ms --orphan-grace-period 0s \
     --metrics-address 127.0.0.1:10259 --log-format text > /tmp/daemon.log 2>&1 &
 QPID=$!
@@ -158,6 +162,34 @@ http_get /metrics > /tmp/metrics.txt
 res "DAEMON.METRICS_LINES $(grep -c '^qosd_' /tmp/metrics.txt)"
 grep -E '^qosd_(cgroup_writes_total|reconciles_total|errors_total|pods)[ {]' /tmp/metrics.txt |
     while read -r l; do res "DAEMON.METRIC $l"; done
+
+# Pods come and go: a burstable pod's manifest disappears; its (empty) cgroup
+# goes and the burstable level's cpu.weight follows the plan without it; the
+# manifest comes back; so do the cgroup and the weight.
+GONE=$K/burstable/pod6c1a1f2e-0004-4d5e-9a00-000000000004
+QOSW=$K/burstable/cpu.weight
+mkdir /tmp/fewer-pods
+cp $LIVE/* /tmp/fewer-pods/ && rm /tmp/fewer-pods/04-frontend.yaml
+# shellcheck disable=SC2086
+qosd plan --pods /tmp/fewer-pods --output json --cgroup-root /qosd-test-$ID $BASE > /tmp/fewer.json
+want=$(grep -A1 "\"$QOSW\"" /tmp/fewer.json | sed -n 's/.*"value": "\(.*\)".*/\1/p')
+was=$(cat $QOSW)
+res "DAEMON.QOSW $was $want"
+mv $LIVE/04-frontend.yaml /tmp/04-frontend.yaml
+t3=$(now_ms)
+while { [ -d "$GONE" ] || [ "$(cat $QOSW)" != "$want" ]; } && [ $(($(now_ms) - t3)) -lt 15000 ]; do
+    sleep 0.05
+done
+res "DAEMON.POD_REMOVED $([ -d "$GONE" ] && echo no || echo yes) $(cat $QOSW) $(($(now_ms) - t3))"
+mv /tmp/04-frontend.yaml $LIVE/04-frontend.yaml
+t3=$(now_ms)
+while { [ ! -r "$GONE/cpu.max" ] || [ "$(cat $QOSW)" != "$was" ]; } && [ $(($(now_ms) - t3)) -lt 15000 ]; do
+    sleep 0.05
+done
+res "DAEMON.POD_BACK $(cat $QOSW) $(($(now_ms) - t3))"
+sleep 0.3 # let the pass that recreated it finish its writes
+res "DAEMON.POD_BACK_CPUMAX $(cat "$GONE/cpu.max")"
+res "DAEMON.POD_BACK_MEMMAX $(cat "$GONE/memory.max")"
 
 # What starting and ending this binary costs under emulation, for scale.
 t2=$(now_ms)

@@ -90,6 +90,10 @@ pub struct ReconcileReport {
     pub orphans_removed: Vec<PathBuf>,
     /// Pods planned.
     pub pods: usize,
+    /// Files among `writes` whose write corrected drift (someone changed a
+    /// value qosd had in place), as opposed to new cgroups or plan changes.
+    #[serde(skip)]
+    pub drift: Vec<PathBuf>,
     #[serde(skip)]
     pub duration: Duration,
 }
@@ -105,7 +109,8 @@ pub struct Reconciler {
     orphans_seen: HashMap<PathBuf, Instant>,
     /// Files whose drift was already logged (log once until they change).
     drift_logged: HashSet<PathBuf>,
-    /// What qosd last wrote to each file (drift = someone changed it since).
+    /// The value qosd last had in place in each file, written or found
+    /// already right (drift = someone changed it since).
     last_written: HashMap<PathBuf, String>,
 }
 
@@ -167,6 +172,7 @@ impl Reconciler {
             match (prev, self.last_written.get(&w.file)) {
                 // Someone changed a value qosd had set: drift, logged once.
                 (Some(found), Some(mine)) if !apply::values_equal(&w.file, found, mine) => {
+                    out.drift.push(w.file.clone());
                     if self.drift_logged.insert(w.file.clone()) {
                         tracing::warn!(file = %w.file.display(), value = %w.value, found = %found, "corrected drift: {verb} planned value over a value set by someone else");
                     }
@@ -186,6 +192,19 @@ impl Reconciler {
         }
         if report.written.is_empty() {
             self.drift_logged.clear();
+        }
+        // Planned values found already in place are qosd's too: drift on
+        // them (say on a tree that was right when qosd started) is drift.
+        let touched: HashSet<&PathBuf> = report
+            .written
+            .iter()
+            .map(|w| &w.file)
+            .chain(report.errors.iter().map(|e| &e.file))
+            .collect();
+        for w in &plan.writes {
+            if !touched.contains(&w.file) {
+                self.last_written.insert(w.file.clone(), w.value.clone());
+            }
         }
         let planned: HashSet<&PathBuf> = plan.writes.iter().map(|w| &w.file).collect();
         self.last_written.retain(|f, _| planned.contains(f));
@@ -328,6 +347,32 @@ mod tests {
         let third = r.reconcile(&pods, None, Instant::now());
         assert_eq!(third.writes.len(), 1);
         assert_eq!(third.writes[0].file, weight);
+        assert_eq!(third.drift, vec![weight.clone()]);
+
+        // A plan change (another burstable pod) is qosd's own update, not
+        // drift; the new pod's files neither.
+        let pods2 = vec![pod("0000-a", "250m"), pod("0000-b", "500m")];
+        for w in plan::build(&c, &pods2).writes {
+            if !w.file.exists() {
+                std::fs::create_dir_all(&w.dir).unwrap();
+                std::fs::write(&w.file, "0").unwrap();
+            }
+        }
+        let fourth = r.reconcile(&pods2, None, Instant::now());
+        assert!(fourth.errors.is_empty(), "{:?}", fourth.errors);
+        assert!(!fourth.writes.is_empty());
+        assert!(fourth.drift.is_empty(), "{:?}", fourth.drift);
+
+        // A reconciler that found everything in place (a restart on a
+        // converged tree) still calls a later change drift.
+        let mut fresh = Reconciler::new(c.clone(), false, Duration::from_secs(0));
+        assert_eq!(
+            fresh.reconcile(&pods2, None, Instant::now()).writes.len(),
+            0
+        );
+        std::fs::write(&weight, "4096").unwrap();
+        let after = fresh.reconcile(&pods2, None, Instant::now());
+        assert_eq!(after.drift, vec![weight]);
     }
 
     #[test]

@@ -134,7 +134,7 @@ pub struct ConfigFlags {
     #[arg(long = "cpu-cfs-quota", value_name = "BOOL")]
     pub cpu_cfs_quota: Option<bool>,
     /// Set memory.min/memory.high like the kubelet's MemoryQoS (true|false).
-    #[arg(long = "memory-qos", value_name = "BOOL")]
+    #[arg(long = "memory-qos", value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub memory_qos: Option<bool>,
     /// cgroup filesystem mount point (default /sys/fs/cgroup).
     #[arg(long, value_name = "DIR")]

@@ -269,6 +269,14 @@ fn evicts_besteffort_then_burstable_keeps_guaranteed_no_oom() {
     let names: Vec<&str> = victims.iter().map(|v| v.0.as_str()).collect();
     eprintln!("victims: {victims:?}");
     assert_eq!(names, ["pod-be", "pod-bu"], "eviction order");
+    // The Burstable pod is evicted only once the line is crossed again after
+    // the BestEffort pod's memory was released (≈190 MiB with the Guaranteed
+    // pod's 50 MiB), not right after the first kill.
+    let bu_usage = victims[1].1.unwrap() as i64;
+    assert!(
+        bu_usage > 150 * MI,
+        "burstable evicted too early at {bu_usage} bytes"
+    );
     // the Guaranteed pod's process is alive, the others' cgroups are empty
     assert!(
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(g_pid as i32), None).is_ok(),

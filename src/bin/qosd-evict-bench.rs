@@ -28,7 +28,7 @@
 //!
 //! Usage: qosd-evict-bench [--rates 200,1000] [--runs 10] [--capacity-mib 512]
 //!        [--threshold-mib 100] [--margin-mib 128] [--cgroup-root DIR] [--sampler]
-//!        [--no-eventfd] [--min-interval-ms 5] [--max-interval-ms 100]
+//!        [--no-eventfd] [--min-interval-ms 5] [--max-interval-ms 100] [--rt PRIO]
 
 use std::ffi::CString;
 use std::fs::OpenOptions;
@@ -200,6 +200,7 @@ struct Opts {
     eventfd: bool,
     min_interval_ms: f64,
     max_interval_ms: f64,
+    rt: Option<i32>,
 }
 
 fn parse_opts(args: &[String]) -> Opts {
@@ -214,6 +215,7 @@ fn parse_opts(args: &[String]) -> Opts {
         eventfd: true,
         min_interval_ms: 5.0,
         max_interval_ms: 100.0,
+        rt: None,
     };
     let mut i = 0;
     let val = |i: &mut usize| -> String {
@@ -239,6 +241,7 @@ fn parse_opts(args: &[String]) -> Opts {
             "--cgroup-root" => o.cgroup_root = Some(val(&mut i).into()),
             "--sampler" => o.sampler = true,
             "--no-eventfd" => o.eventfd = false,
+            "--rt" => o.rt = Some(num(val(&mut i)) as i32),
             "--min-interval-ms" => o.min_interval_ms = val(&mut i).parse().unwrap_or(5.0),
             "--max-interval-ms" => o.max_interval_ms = val(&mut i).parse().unwrap_or(100.0),
             "-h" | "--help" => {
@@ -383,6 +386,7 @@ fn one_run(
         min_interval: Duration::from_secs_f64(o.min_interval_ms / 1000.0),
         max_interval: Duration::from_secs_f64(o.max_interval_ms / 1000.0),
         use_eventfd: o.eventfd,
+        rt_priority: o.rt,
         ..Default::default()
     };
     let (tx, rx) = mpsc::channel();
@@ -602,7 +606,7 @@ fn main() {
         "cgroup_version": version.as_str(),
         "capacity_mib": o.capacity_mib,
         "threshold_mib": o.threshold_mib,
-        "watch": {"min_interval_ms": o.min_interval_ms, "max_interval_ms": o.max_interval_ms, "eventfd": o.eventfd},
+        "watch": {"min_interval_ms": o.min_interval_ms, "max_interval_ms": o.max_interval_ms, "eventfd": o.eventfd, "rt_priority": o.rt},
         "crossing": "reconstructed from the hog's own (CLOCK_MONOTONIC, bytes) records, interpolated, calibrated by the kernel's extra charge seen at the event",
         "summary": summary,
         "runs": runs,

@@ -49,6 +49,12 @@ pub struct ManagerOptions {
     /// The victim counts as released once its usage of the evicted resource
     /// is at most this fraction of its usage when it was chosen.
     pub release_fraction: f64,
+    /// A victim whose cgroup has no process left counts as released once
+    /// this long has passed since it was chosen, even if its usage has not
+    /// dropped (page cache stays charged; and cgroup.procs empties before
+    /// the exiting processes' memory is freed, so "no process" alone is
+    /// too early).
+    pub empty_settle: Duration,
     /// A pod whose eviction failed is not chosen again for this long.
     pub failed_backoff: Duration,
     /// Soft evictions: pod grace when the pod has no terminationGracePeriodSeconds.
@@ -61,6 +67,7 @@ impl Default for ManagerOptions {
             max_observation_age: Duration::from_secs(5),
             release_timeout: Duration::from_secs(30),
             release_fraction: 0.25,
+            empty_settle: Duration::from_millis(500),
             failed_backoff: Duration::from_secs(10),
             default_pod_grace: Duration::from_secs(30),
         }
@@ -367,17 +374,19 @@ impl Manager {
                 Some(c) => {
                     let st = c.stats.unwrap_or_default();
                     let (usage, _) = c.usage_and_request(p.resource);
-                    if st.processes == Some(0) && c.stats.is_some() {
-                        Some("no process left".into())
-                    } else {
-                        match (usage, p.usage_at_choice) {
-                            (Some(u), Some(at))
-                                if (u as f64) <= at as f64 * self.opts.release_fraction =>
-                            {
-                                Some(format!("usage dropped from {at} to {u}"))
-                            }
-                            _ => None,
+                    match (usage, p.usage_at_choice) {
+                        (Some(u), Some(at))
+                            if (u as f64) <= at as f64 * self.opts.release_fraction =>
+                        {
+                            Some(format!("usage dropped from {at} to {u}"))
                         }
+                        _ if st.processes == Some(0)
+                            && c.stats.is_some()
+                            && waited >= self.opts.empty_settle =>
+                        {
+                            Some(format!("no process left for {}", format_duration(waited)))
+                        }
+                        _ => None,
                     }
                 }
             };
@@ -920,8 +929,22 @@ mod tests {
                 c.stats.as_mut().unwrap().processes = Some(0);
             }
         }
-        let d = m.synchronize(t0 + s(1), &mem(1, t0 + s(1)), Ok(&p));
-        assert!(d.notes.iter().any(|n| n.contains("no process left")));
+        // cgroup empty but memory not yet freed: keep waiting a little
+        let ms = Duration::from_millis;
+        let d = m.synchronize(t0 + ms(100), &mem(1, t0 + ms(100)), Ok(&p));
+        assert!(
+            matches!(d.action, Action::WaitingForRelease { .. }),
+            "{:?}",
+            d.action
+        );
+        let d = m.synchronize(t0 + ms(500), &mem(1, t0 + ms(500)), Ok(&p));
+        assert!(
+            d.notes
+                .iter()
+                .any(|n| n.contains("no process left for 500ms")),
+            "{:?}",
+            d.notes
+        );
     }
 
     #[test]

@@ -260,6 +260,21 @@ fn evicts_besteffort_then_burstable_keeps_guaranteed_no_oom() {
             .collect();
         let d = manager.synchronize(now, &obs, Ok(&live));
         if let Action::Evict(v) = &d.action {
+            eprintln!(
+                "t={:?} evict {} observed available {} of {}; pods: {:?}; notes: {:?}",
+                start.elapsed(),
+                v.candidate.uid,
+                v.observed,
+                v.capacity,
+                live.iter()
+                    .map(|c| (
+                        c.uid.as_str(),
+                        c.stats.and_then(|s| s.memory_working_set_bytes),
+                        c.stats.and_then(|s| s.processes)
+                    ))
+                    .collect::<Vec<_>>(),
+                d.notes
+            );
             let out = evictor.evict(v).expect("kill");
             assert!(out.kill.is_some());
             victims.push((v.candidate.uid.clone(), v.usage, start.elapsed()));

@@ -167,6 +167,10 @@ pub struct Manager {
     first_met: Vec<Option<Instant>>,
     condition_last_met: BTreeMap<NodeCondition, Instant>,
     pending: Option<Pending>,
+    /// When the last victim was seen released: the next victim needs an
+    /// observation taken after this (the signal read before the pod stats
+    /// may predate the release).
+    released_at: Option<Instant>,
     failed: BTreeMap<String, Instant>,
 }
 
@@ -180,6 +184,7 @@ impl Manager {
             first_met: vec![None; n],
             condition_last_met: BTreeMap::new(),
             pending: None,
+            released_at: None,
             failed: BTreeMap::new(),
         }
     }
@@ -392,8 +397,13 @@ impl Manager {
             };
             match released {
                 Some(why) => {
-                    notes.push(format!("previous victim {} released: {why}", p.uid));
+                    notes.push(format!(
+                        "previous victim {} released: {why}; re-evaluating with observations taken after this",
+                        p.uid
+                    ));
                     self.pending = None;
+                    self.released_at = Some(now);
+                    return Action::None;
                 }
                 None if waited >= self.opts.release_timeout => {
                     notes.push(format!(
@@ -416,6 +426,14 @@ impl Manager {
         let obs = chosen
             .observed
             .expect("eligible thresholds have observations");
+        if let Some(r) = self.released_at {
+            if obs.at <= r {
+                notes.push(format!(
+                    "observation of {signal} predates the release of the previous victim: waiting for a fresh one"
+                ));
+                return Action::None;
+            }
+        }
         let live: Vec<Candidate> = pods
             .iter()
             .filter(|c| !self.failed.contains_key(&c.uid))
@@ -597,8 +615,17 @@ mod tests {
         let d = m.synchronize(t0 + s(3), &mem(120, t0 + s(3)), Ok(&p2));
         // 120 >= 100 but < 150 (threshold + min-reclaim): still met
         assert_eq!(d.met().count(), 1);
-        assert_eq!(d.victim().unwrap().candidate.uid, "bu");
+        // the release pass chooses nobody: the observation may predate it
+        assert_eq!(d.action, Action::None);
         assert!(d.notes.iter().any(|n| n.contains("released: pod gone")));
+        // an observation as old as the release is not enough either
+        let d = m.synchronize(t0 + s(3), &mem(120, t0 + s(3)), Ok(&p2));
+        assert_eq!(d.action, Action::None);
+        assert!(d.notes.iter().any(|n| n.contains("predates the release")));
+        // a fresh one is
+        let now = t0 + Duration::from_millis(3005);
+        let d = m.synchronize(now, &mem(120, now), Ok(&p2));
+        assert_eq!(d.victim().unwrap().candidate.uid, "bu");
 
         // reclaimed past threshold + min-reclaim: not met, pending cleared
         let d = m.synchronize(t0 + s(4), &mem(150, t0 + s(4)), Ok(&p2));
@@ -870,12 +897,14 @@ mod tests {
             "{:?}",
             d.notes
         );
+        assert_eq!(d.action, Action::None);
+        let d = m.synchronize(t0 + s(2), &mem(1, t0 + s(2)), Ok(&p));
         let second = d.victim().unwrap().candidate.uid.clone();
         assert_ne!(second, victim);
         // second victim never releases: wait, then time out after 30 s
         let d = m.synchronize(t0 + s(20), &mem(1, t0 + s(20)), Ok(&p));
         assert!(matches!(d.action, Action::WaitingForRelease { .. }));
-        let d = m.synchronize(t0 + s(31), &mem(1, t0 + s(31)), Ok(&p));
+        let d = m.synchronize(t0 + s(32), &mem(1, t0 + s(32)), Ok(&p));
         assert!(
             d.notes.iter().any(|n| n.contains("not released after 30s")),
             "{:?}",

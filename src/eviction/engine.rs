@@ -104,6 +104,150 @@ impl Engine {
     }
 }
 
+/// The latest pod list, shared between the daemon's listing loop (writer)
+/// and the eviction loop (reader).
+#[derive(Debug)]
+pub struct PodFeed {
+    inner: std::sync::Mutex<(Result<Vec<Candidate>, String>, Instant)>,
+}
+
+impl Default for PodFeed {
+    fn default() -> Self {
+        PodFeed {
+            inner: std::sync::Mutex::new((Err("no pod list yet".into()), Instant::now())),
+        }
+    }
+}
+
+impl PodFeed {
+    /// Publish a fresh listing (stats may be `None`: read from cgroups).
+    pub fn set(&self, pods: Vec<Candidate>) {
+        *self.inner.lock().unwrap_or_else(|e| e.into_inner()) = (Ok(pods), Instant::now());
+    }
+
+    /// The listing failed (runtime down…): evictions stop until the next `set`.
+    pub fn failed(&self, why: impl Into<String>) {
+        *self.inner.lock().unwrap_or_else(|e| e.into_inner()) = (Err(why.into()), Instant::now());
+    }
+
+    /// The pods, or why they are unusable (failed, or older than `max_age`).
+    pub fn get(&self, max_age: std::time::Duration) -> Result<Vec<Candidate>, String> {
+        let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let age = g.1.elapsed();
+        match &g.0 {
+            Ok(p) if age <= max_age => Ok(p.clone()),
+            Ok(_) => Err(format!(
+                "the pod list is {} old (max {})",
+                crate::eviction::threshold::format_duration(age),
+                crate::eviction::threshold::format_duration(max_age)
+            )),
+            Err(e) => Err(e.clone()),
+        }
+    }
+}
+
+/// A running eviction loop (its thread and the watcher); stops on drop.
+pub struct EvictionLoop {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    wake: std::sync::mpsc::Sender<()>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    watcher: Option<Watcher>,
+}
+
+/// Timing of the eviction loop.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoopOptions {
+    /// A pass at least this often (disk/pid signals, releases, conditions).
+    pub period: std::time::Duration,
+    /// Pod lists older than this block evictions.
+    pub max_pod_list_age: std::time::Duration,
+    pub watch: WatchConfig,
+}
+
+impl Default for LoopOptions {
+    fn default() -> Self {
+        LoopOptions {
+            period: std::time::Duration::from_secs(1),
+            max_pod_list_age: std::time::Duration::from_secs(60),
+            watch: WatchConfig::default(),
+        }
+    }
+}
+
+impl EvictionLoop {
+    /// Start the watcher and a thread that runs [`Engine::pass`] at once on
+    /// every watcher event, and at least every `period`. `on_pass` gets each
+    /// report (metrics, status, conditions) on that thread.
+    pub fn spawn(
+        mut engine: Engine,
+        feed: std::sync::Arc<PodFeed>,
+        opts: LoopOptions,
+        mut on_pass: impl FnMut(&PassReport) + Send + 'static,
+    ) -> Result<EvictionLoop, WatchError> {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let tx_w = tx.clone();
+        let watcher = engine.spawn_watcher(opts.watch.clone(), move |_e| {
+            let _ = tx_w.send(());
+        })?;
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("qosd-evict-loop".into())
+            .spawn(move || {
+                if let Some(p) = opts.watch.rt_priority {
+                    // the pass itself must not lag the detector
+                    let param = libc::sched_param { sched_priority: p };
+                    // SAFETY: plain syscall on the current thread.
+                    unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
+                }
+                while !stop2.load(Ordering::Relaxed) {
+                    let _ = rx.recv_timeout(opts.period);
+                    while rx.try_recv().is_ok() {} // coalesce wake-ups
+                    if stop2.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    let report = engine.pass(feed.get(opts.max_pod_list_age));
+                    on_pass(&report);
+                }
+            })
+            .map_err(WatchError::Spawn)?;
+        Ok(EvictionLoop {
+            stop,
+            wake: tx,
+            thread: Some(thread),
+            watcher: Some(watcher),
+        })
+    }
+
+    /// Ask for a pass now (e.g. after a new pod listing).
+    pub fn wake(&self) {
+        let _ = self.wake.send(());
+    }
+
+    /// Stop the watcher and the loop, and wait for them.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(w) = self.watcher.take() {
+            w.stop();
+        }
+        let _ = self.wake.send(());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for EvictionLoop {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -197,6 +341,44 @@ mod tests {
         )]));
         assert!(r.decision.victim().is_none());
         assert!(r.outcome.is_none());
+    }
+
+    #[test]
+    fn loop_passes_on_watcher_events() {
+        let e = engine("500Mi"); // fixture: 424 MiB available → below at once
+        let feed = std::sync::Arc::new(PodFeed::default());
+        feed.set(vec![pod(
+            "abc",
+            QosClass::BestEffort,
+            Some(fixtures().join("v1/kubepods/besteffort/podabc")),
+        )]);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let opts = LoopOptions {
+            period: Duration::from_secs(60), // only watcher events can drive passes
+            ..Default::default()
+        };
+        let l = EvictionLoop::spawn(e, feed.clone(), opts, move |r| {
+            let _ = tx.send(r.decision.victim().map(|v| v.candidate.uid.clone()));
+        })
+        .unwrap();
+        let first = rx.recv_timeout(Duration::from_secs(5)).expect("a pass");
+        assert_eq!(first.as_deref(), Some("abc"));
+        l.stop();
+    }
+
+    #[test]
+    fn pod_feed_staleness() {
+        let f = PodFeed::default();
+        assert_eq!(
+            f.get(Duration::from_secs(1)).unwrap_err(),
+            "no pod list yet"
+        );
+        f.set(vec![]);
+        assert!(f.get(Duration::from_secs(1)).is_ok());
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(f.get(Duration::from_millis(5)).unwrap_err().contains("old"));
+        f.failed("runtime down");
+        assert_eq!(f.get(Duration::from_secs(1)).unwrap_err(), "runtime down");
     }
 
     #[test]

@@ -260,6 +260,21 @@ fn evicts_besteffort_then_burstable_keeps_guaranteed_no_oom() {
             .collect();
         let d = manager.synchronize(now, &obs, Ok(&live));
         if let Action::Evict(v) = &d.action {
+            eprintln!(
+                "t={:?} evict {} observed available {} of {}; pods: {:?}; notes: {:?}",
+                start.elapsed(),
+                v.candidate.uid,
+                v.observed,
+                v.capacity,
+                live.iter()
+                    .map(|c| (
+                        c.uid.as_str(),
+                        c.stats.and_then(|s| s.memory_working_set_bytes),
+                        c.stats.and_then(|s| s.processes)
+                    ))
+                    .collect::<Vec<_>>(),
+                d.notes
+            );
             let out = evictor.evict(v).expect("kill");
             assert!(out.kill.is_some());
             victims.push((v.candidate.uid.clone(), v.usage, start.elapsed()));
@@ -269,6 +284,14 @@ fn evicts_besteffort_then_burstable_keeps_guaranteed_no_oom() {
     let names: Vec<&str> = victims.iter().map(|v| v.0.as_str()).collect();
     eprintln!("victims: {victims:?}");
     assert_eq!(names, ["pod-be", "pod-bu"], "eviction order");
+    // The Burstable pod is evicted only once the line is crossed again after
+    // the BestEffort pod's memory was released (≈190 MiB with the Guaranteed
+    // pod's 50 MiB), not right after the first kill.
+    let bu_usage = victims[1].1.unwrap() as i64;
+    assert!(
+        bu_usage > 150 * MI,
+        "burstable evicted too early at {bu_usage} bytes"
+    );
     // the Guaranteed pod's process is alive, the others' cgroups are empty
     assert!(
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(g_pid as i32), None).is_ok(),

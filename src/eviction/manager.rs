@@ -49,6 +49,12 @@ pub struct ManagerOptions {
     /// The victim counts as released once its usage of the evicted resource
     /// is at most this fraction of its usage when it was chosen.
     pub release_fraction: f64,
+    /// A victim whose cgroup has no process left counts as released once
+    /// this long has passed since it was chosen, even if its usage has not
+    /// dropped (page cache stays charged; and cgroup.procs empties before
+    /// the exiting processes' memory is freed, so "no process" alone is
+    /// too early).
+    pub empty_settle: Duration,
     /// A pod whose eviction failed is not chosen again for this long.
     pub failed_backoff: Duration,
     /// Soft evictions: pod grace when the pod has no terminationGracePeriodSeconds.
@@ -61,6 +67,7 @@ impl Default for ManagerOptions {
             max_observation_age: Duration::from_secs(5),
             release_timeout: Duration::from_secs(30),
             release_fraction: 0.25,
+            empty_settle: Duration::from_millis(500),
             failed_backoff: Duration::from_secs(10),
             default_pod_grace: Duration::from_secs(30),
         }
@@ -160,6 +167,10 @@ pub struct Manager {
     first_met: Vec<Option<Instant>>,
     condition_last_met: BTreeMap<NodeCondition, Instant>,
     pending: Option<Pending>,
+    /// When the last victim was seen released: the next victim needs an
+    /// observation taken after this (the signal read before the pod stats
+    /// may predate the release).
+    released_at: Option<Instant>,
     failed: BTreeMap<String, Instant>,
 }
 
@@ -173,6 +184,7 @@ impl Manager {
             first_met: vec![None; n],
             condition_last_met: BTreeMap::new(),
             pending: None,
+            released_at: None,
             failed: BTreeMap::new(),
         }
     }
@@ -367,24 +379,31 @@ impl Manager {
                 Some(c) => {
                     let st = c.stats.unwrap_or_default();
                     let (usage, _) = c.usage_and_request(p.resource);
-                    if st.processes == Some(0) && c.stats.is_some() {
-                        Some("no process left".into())
-                    } else {
-                        match (usage, p.usage_at_choice) {
-                            (Some(u), Some(at))
-                                if (u as f64) <= at as f64 * self.opts.release_fraction =>
-                            {
-                                Some(format!("usage dropped from {at} to {u}"))
-                            }
-                            _ => None,
+                    match (usage, p.usage_at_choice) {
+                        (Some(u), Some(at))
+                            if (u as f64) <= at as f64 * self.opts.release_fraction =>
+                        {
+                            Some(format!("usage dropped from {at} to {u}"))
                         }
+                        _ if st.processes == Some(0)
+                            && c.stats.is_some()
+                            && waited >= self.opts.empty_settle =>
+                        {
+                            Some(format!("no process left for {}", format_duration(waited)))
+                        }
+                        _ => None,
                     }
                 }
             };
             match released {
                 Some(why) => {
-                    notes.push(format!("previous victim {} released: {why}", p.uid));
+                    notes.push(format!(
+                        "previous victim {} released: {why}; re-evaluating with observations taken after this",
+                        p.uid
+                    ));
                     self.pending = None;
+                    self.released_at = Some(now);
+                    return Action::None;
                 }
                 None if waited >= self.opts.release_timeout => {
                     notes.push(format!(
@@ -407,6 +426,14 @@ impl Manager {
         let obs = chosen
             .observed
             .expect("eligible thresholds have observations");
+        if let Some(r) = self.released_at {
+            if obs.at <= r {
+                notes.push(format!(
+                    "observation of {signal} predates the release of the previous victim: waiting for a fresh one"
+                ));
+                return Action::None;
+            }
+        }
         let live: Vec<Candidate> = pods
             .iter()
             .filter(|c| !self.failed.contains_key(&c.uid))
@@ -588,8 +615,17 @@ mod tests {
         let d = m.synchronize(t0 + s(3), &mem(120, t0 + s(3)), Ok(&p2));
         // 120 >= 100 but < 150 (threshold + min-reclaim): still met
         assert_eq!(d.met().count(), 1);
-        assert_eq!(d.victim().unwrap().candidate.uid, "bu");
+        // the release pass chooses nobody: the observation may predate it
+        assert_eq!(d.action, Action::None);
         assert!(d.notes.iter().any(|n| n.contains("released: pod gone")));
+        // an observation as old as the release is not enough either
+        let d = m.synchronize(t0 + s(3), &mem(120, t0 + s(3)), Ok(&p2));
+        assert_eq!(d.action, Action::None);
+        assert!(d.notes.iter().any(|n| n.contains("predates the release")));
+        // a fresh one is
+        let now = t0 + Duration::from_millis(3005);
+        let d = m.synchronize(now, &mem(120, now), Ok(&p2));
+        assert_eq!(d.victim().unwrap().candidate.uid, "bu");
 
         // reclaimed past threshold + min-reclaim: not met, pending cleared
         let d = m.synchronize(t0 + s(4), &mem(150, t0 + s(4)), Ok(&p2));
@@ -861,12 +897,14 @@ mod tests {
             "{:?}",
             d.notes
         );
+        assert_eq!(d.action, Action::None);
+        let d = m.synchronize(t0 + s(2), &mem(1, t0 + s(2)), Ok(&p));
         let second = d.victim().unwrap().candidate.uid.clone();
         assert_ne!(second, victim);
         // second victim never releases: wait, then time out after 30 s
         let d = m.synchronize(t0 + s(20), &mem(1, t0 + s(20)), Ok(&p));
         assert!(matches!(d.action, Action::WaitingForRelease { .. }));
-        let d = m.synchronize(t0 + s(31), &mem(1, t0 + s(31)), Ok(&p));
+        let d = m.synchronize(t0 + s(32), &mem(1, t0 + s(32)), Ok(&p));
         assert!(
             d.notes.iter().any(|n| n.contains("not released after 30s")),
             "{:?}",
@@ -920,8 +958,22 @@ mod tests {
                 c.stats.as_mut().unwrap().processes = Some(0);
             }
         }
-        let d = m.synchronize(t0 + s(1), &mem(1, t0 + s(1)), Ok(&p));
-        assert!(d.notes.iter().any(|n| n.contains("no process left")));
+        // cgroup empty but memory not yet freed: keep waiting a little
+        let ms = Duration::from_millis;
+        let d = m.synchronize(t0 + ms(100), &mem(1, t0 + ms(100)), Ok(&p));
+        assert!(
+            matches!(d.action, Action::WaitingForRelease { .. }),
+            "{:?}",
+            d.action
+        );
+        let d = m.synchronize(t0 + ms(500), &mem(1, t0 + ms(500)), Ok(&p));
+        assert!(
+            d.notes
+                .iter()
+                .any(|n| n.contains("no process left for 500ms")),
+            "{:?}",
+            d.notes
+        );
     }
 
     #[test]

@@ -5,8 +5,10 @@
 //! * [`watch`]: the fast (millisecond) memory-pressure detector thread.
 //! * [`rank`]: the kubelet's eviction order per signal.
 //! * [`manager`]: the pure state machine deciding conditions and victims.
+//! * [`engine`]: the pieces wired together, one call per pass (for the daemon).
 //! * [`evictor`]: acting on a victim (kill, CRI stop/remove, dry-run).
 
+pub mod engine;
 pub mod evictor;
 pub mod manager;
 pub mod rank;

@@ -288,7 +288,12 @@ fn start_eviction(
             sources,
             backend,
             monitoring_interval: Duration::from_secs(1),
-            watch: Some(WatchConfig::default()),
+            // Real-time priority where allowed keeps the reaction in
+            // milliseconds on a loaded node (measured: docs/eviction.md).
+            watch: Some(WatchConfig {
+                rt_priority: Some(50),
+                ..WatchConfig::default()
+            }),
             max_listing_age: (cfg.reconcile_interval * 3).max(Duration::from_secs(30)),
             manager: Default::default(),
         },

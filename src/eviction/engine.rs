@@ -161,7 +161,9 @@ pub struct LoopOptions {
     pub period: std::time::Duration,
     /// Pod lists older than this block evictions.
     pub max_pod_list_age: std::time::Duration,
-    pub watch: WatchConfig,
+    /// The fast detector; `None`: passes only every `period` (the kubelet's
+    /// behaviour, a benchmark baseline).
+    pub watch: Option<WatchConfig>,
 }
 
 impl Default for LoopOptions {
@@ -169,7 +171,7 @@ impl Default for LoopOptions {
         LoopOptions {
             period: std::time::Duration::from_secs(1),
             max_pod_list_age: std::time::Duration::from_secs(60),
-            watch: WatchConfig::default(),
+            watch: Some(WatchConfig::default()),
         }
     }
 }
@@ -187,15 +189,26 @@ impl EvictionLoop {
         use std::sync::atomic::{AtomicBool, Ordering};
         let (tx, rx) = std::sync::mpsc::channel::<()>();
         let tx_w = tx.clone();
-        let watcher = engine.spawn_watcher(opts.watch.clone(), move |_e| {
-            let _ = tx_w.send(());
-        })?;
+        let watcher = match &opts.watch {
+            None => None,
+            Some(wc) => match engine.spawn_watcher(wc.clone(), move |_e| {
+                let _ = tx_w.send(());
+            }) {
+                Ok(w) => Some(w),
+                // Evictions still happen, at the pass period.
+                Err(e) => {
+                    tracing::warn!(error = %e, period = ?opts.period, "fast memory watcher unavailable; evaluating every period only");
+                    None
+                }
+            },
+        };
+        let rt_priority = opts.watch.as_ref().and_then(|w| w.rt_priority);
         let stop = std::sync::Arc::new(AtomicBool::new(false));
         let stop2 = stop.clone();
         let thread = std::thread::Builder::new()
             .name("qosd-evict-loop".into())
             .spawn(move || {
-                if let Some(p) = opts.watch.rt_priority {
+                if let Some(p) = rt_priority {
                     // the pass itself must not lag the detector
                     let param = libc::sched_param { sched_priority: p };
                     // SAFETY: plain syscall on the current thread.
@@ -216,7 +229,7 @@ impl EvictionLoop {
             stop,
             wake: tx,
             thread: Some(thread),
-            watcher: Some(watcher),
+            watcher,
         })
     }
 

@@ -201,35 +201,15 @@ pub enum MemoryAvailableSource {
 }
 
 /// Value of `cpuWeightFormula` (cgroup v2 cpu.shares → cpu.weight).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum CpuWeightFormula {
-    /// The linear conversion the kubelet/runc historically used.
-    Kubelet,
-    /// runc's current conversion.
-    Runc,
-}
+pub use crate::plan::CpuWeightFormula;
 
 /// Value of `logFormat`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum LogFormat {
-    Text,
-    Json,
-}
+pub use crate::cli::LogFormat;
 
-/// Value of `evictionBackend`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum EvictionBackend {
-    /// Kill the victim pod's processes directly (v2 cgroup.kill, v1 SIGKILL),
-    /// then let the runtime clean up through the CRI.
-    Kill,
-    /// StopPodSandbox / RemovePodSandbox through the CRI.
-    Cri,
-    /// Log what would be evicted; touch nothing.
-    DryRun,
-}
+/// Value of `evictionBackend`: `kill` (the victim's processes directly, then
+/// the runtime cleans up through the CRI), `cri` (StopPodSandbox /
+/// RemovePodSandbox), `dry-run` (log only).
+pub use crate::eviction::evictor::Backend as EvictionBackend;
 
 /// A percentage 0–100 as in `qosReserved: {memory: "50%"}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

@@ -11,13 +11,12 @@ use crate::cli::config_check::ConfigFlags;
 use crate::cli::plan::OutputFormat;
 use crate::config::{self, Config};
 use crate::daemon::{self, Outcome, PodSourceSpec, RunOptions, ServiceObserver};
-use crate::eviction::evictor::Backend;
 use crate::eviction::service::{EvictionService, ServiceConfig};
 use crate::eviction::watch::WatchConfig;
 use crate::http::{AppState, Health};
 use crate::metrics::Metrics;
 use crate::node::{NodeResources, Reserved};
-use crate::plan::{CpuWeightFormula, PlanConfig};
+use crate::plan::PlanConfig;
 use std::sync::Arc;
 
 #[derive(Debug, clap::Args)]
@@ -94,10 +93,7 @@ pub fn plan_config(cfg: &Config, proc_root: &Path) -> anyhow::Result<PlanConfig>
     let mut plan = PlanConfig::new(layout, node);
     plan.cpu_cfs_period_us = cfg.cpu_cfs_quota_period.as_micros() as u64;
     plan.enforce_cpu_limits = cfg.cpu_cfs_quota;
-    plan.cpu_weight_formula = match cfg.cpu_weight_formula {
-        config::CpuWeightFormula::Kubelet => CpuWeightFormula::Kubelet,
-        config::CpuWeightFormula::Runc => CpuWeightFormula::Runc,
-    };
+    plan.cpu_weight_formula = cfg.cpu_weight_formula;
     plan.memory_qos = cfg.memory_qos;
     plan.memory_throttling_factor = cfg.memory_throttling_factor;
     plan.qos_reserved_memory_percent = cfg.qos_reserved_memory();
@@ -108,10 +104,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     let cfg = args.config.load()?;
     // Eviction settings are validated before anything is touched.
     let eviction = crate::eviction::service::eviction_config(&cfg).map_err(bad_input)?;
-    crate::cli::init_logging(match cfg.log_format {
-        config::LogFormat::Text => crate::cli::LogFormat::Text,
-        config::LogFormat::Json => crate::cli::LogFormat::Json,
-    });
+    crate::cli::init_logging(cfg.log_format);
     let plan = plan_config(&cfg, &args.proc_root)?;
     // Like the kubelet, the cgroup root must exist: qosd creates kubepods
     // under it but never the root itself.
@@ -270,11 +263,7 @@ fn start_eviction(
         config::MemoryAvailableSource::Workingset => MemorySource::WorkingSet,
         config::MemoryAvailableSource::Meminfo => MemorySource::Meminfo,
     };
-    let backend = match cfg.effective_eviction_backend() {
-        config::EvictionBackend::Kill => Backend::Kill,
-        config::EvictionBackend::Cri => Backend::Cri,
-        config::EvictionBackend::DryRun => Backend::DryRun,
-    };
+    let backend = cfg.effective_eviction_backend();
     let stopper: Option<Arc<dyn crate::eviction::evictor::PodStopper>> = match &opts.source {
         PodSourceSpec::Cri { endpoint } => Some(Arc::new(daemon::CriStopper::new(
             endpoint.clone(),

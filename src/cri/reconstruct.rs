@@ -84,47 +84,14 @@ pub struct ParsedParent {
 
 /// Parse a sandbox cgroup parent: cgroupfs `[<root>]/kubepods[/burstable|/besteffort]/pod<uid>`
 /// or systemd `…/kubepods[-burstable|-besteffort]-pod<uid_>.slice`. `None`
-/// when it is not in the kubelet's layout.
-/// (Private twin of `crate::cgroup::paths`' parser until the branches merge.)
+/// when it is not in the kubelet's layout (the naming rules live in
+/// [`crate::cgroup::paths::parse_cgroup_parent`]).
 pub fn parse_cgroup_parent(parent: &str) -> Option<ParsedParent> {
-    let trimmed = parent.trim_end_matches('/');
-    let mut segs = trimmed.rsplit('/');
-    let last = segs.next()?;
-    if let Some(slice) = last.strip_suffix(".slice") {
-        let (prefix, uid) = slice.rsplit_once("-pod")?;
-        let class = if prefix == "kubepods" || prefix.ends_with("-kubepods") {
-            QosClass::Guaranteed
-        } else if prefix.ends_with("kubepods-burstable") {
-            QosClass::Burstable
-        } else if prefix.ends_with("kubepods-besteffort") {
-            QosClass::BestEffort
-        } else {
-            return None;
-        };
-        if uid.is_empty() {
-            return None;
-        }
-        return Some(ParsedParent {
-            class,
-            uid: uid.replace('_', "-"),
-            systemd: true,
-        });
-    }
-    let uid = last.strip_prefix("pod")?;
-    if uid.is_empty() {
-        return None;
-    }
-    let class = match segs.next()? {
-        "kubepods" => QosClass::Guaranteed,
-        "burstable" | "besteffort" if segs.next()? != "kubepods" => return None,
-        "burstable" => QosClass::Burstable,
-        "besteffort" => QosClass::BestEffort,
-        _ => return None,
-    };
+    let (class, uid) = crate::cgroup::paths::parse_cgroup_parent(parent)?;
     Some(ParsedParent {
         class,
-        uid: uid.to_string(),
-        systemd: false,
+        uid,
+        systemd: parent.trim_end_matches('/').ends_with(".slice"),
     })
 }
 

@@ -198,7 +198,17 @@ for n in guaranteed burstable besteffort; do
     res "ALIVE $n $(dead "$pid" && echo no || echo yes)"
 done
 
-res "STATUS $(http_body /status)"
+# /status, whole (busybox nc under emulation may hand back a short read: retry).
+i=0
+while :; do
+    http_body /status > /tmp/status.json
+    case "$(cat /tmp/status.json)" in "{"*"}") break ;; esac
+    i=$((i + 1))
+    [ $i -lt 10 ] || break
+    sleep 0.3
+done
+res "STATUS_TRIES $((i + 1))"
+res "STATUS $(cat /tmp/status.json)"
 http_get /metrics | grep -E '^qosd_evictions_total' | while read -r l; do res "METRIC $l"; done
 for d in $K $K/burstable $K/besteffort $G_CG $B_CG $BE_CG; do
     res "EVENTS $d oom $(field $d/memory.events oom) oom_kill $(field $d/memory.events oom_kill) max $(field $d/memory.events max)"

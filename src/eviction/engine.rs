@@ -195,13 +195,20 @@ impl EvictionLoop {
                 let _ = tx_w.send(());
             }) {
                 Ok(w) => Some(w),
-                // Evictions still happen, at the pass period.
+                // Evictions still happen, at the pass period; the loop
+                // retries the watcher at each pass (the kubepods cgroup may
+                // not exist yet: `qosd run` creates it at its first reconcile).
                 Err(e) => {
-                    tracing::warn!(error = %e, period = ?opts.period, "fast memory watcher unavailable; evaluating every period only");
+                    tracing::warn!(error = %e, period = ?opts.period, "fast memory watcher unavailable; evaluating every period until it starts");
                     None
                 }
             },
         };
+        let mut retry_watch = match (&watcher, &opts.watch) {
+            (None, Some(wc)) => Some(wc.clone()),
+            _ => None,
+        };
+        let tx_late = tx.clone();
         let rt_priority = opts.watch.as_ref().and_then(|w| w.rt_priority);
         let stop = std::sync::Arc::new(AtomicBool::new(false));
         let stop2 = stop.clone();
@@ -214,11 +221,28 @@ impl EvictionLoop {
                     // SAFETY: plain syscall on the current thread.
                     unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
                 }
+                // A watcher started late lives (and stops) with this thread.
+                let mut _late_watcher: Option<Watcher> = None;
                 while !stop2.load(Ordering::Relaxed) {
                     let _ = rx.recv_timeout(opts.period);
                     while rx.try_recv().is_ok() {} // coalesce wake-ups
                     if stop2.load(Ordering::Relaxed) {
                         break;
+                    }
+                    if let Some(wc) = &retry_watch {
+                        let tx_w = tx_late.clone();
+                        match engine.spawn_watcher(wc.clone(), move |_e| {
+                            let _ = tx_w.send(());
+                        }) {
+                            Ok(w) => {
+                                tracing::info!("fast memory watcher started");
+                                _late_watcher = Some(w);
+                                retry_watch = None;
+                            }
+                            Err(e) => {
+                                tracing::debug!(error = %e, "fast memory watcher still unavailable")
+                            }
+                        }
                     }
                     let report = engine.pass(feed.get(opts.max_pod_list_age));
                     on_pass(&report);
@@ -377,6 +401,46 @@ mod tests {
         let first = rx.recv_timeout(Duration::from_secs(5)).expect("a pass");
         assert_eq!(first.as_deref(), Some("abc"));
         l.stop();
+    }
+
+    #[test]
+    fn watcher_retried_until_kubepods_exists() {
+        // `qosd run` starts the loop before its first reconcile creates
+        // kubepods: the watcher must start once it exists.
+        let tmp = tempfile::tempdir().unwrap();
+        let mut e = engine("500Mi"); // fixture: 424 MiB available → below at once
+        e.sources.kubepods = Some(tmp.path().join("kubepods"));
+        let feed = std::sync::Arc::new(PodFeed::default());
+        feed.set(vec![pod("abc", QosClass::BestEffort, None)]);
+        let passes = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let p2 = passes.clone();
+        let opts = LoopOptions {
+            period: Duration::from_millis(300),
+            max_pod_list_age: Duration::from_secs(600),
+            ..Default::default()
+        };
+        let l = EvictionLoop::spawn(e, feed, opts, move |_r| {
+            p2.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        })
+        .unwrap();
+        std::thread::sleep(Duration::from_millis(700));
+        let kp = tmp.path().join("kubepods");
+        std::fs::create_dir(&kp).unwrap();
+        for f in [
+            "memory.stat",
+            "memory.limit_in_bytes",
+            "memory.usage_in_bytes",
+        ] {
+            std::fs::copy(fixtures().join("v1/kubepods").join(f), kp.join(f)).unwrap();
+        }
+        // Let the next period pass start the watcher, then count: below the
+        // line, its events drive passes far more often than the period.
+        std::thread::sleep(Duration::from_millis(700));
+        let before = passes.load(std::sync::atomic::Ordering::Relaxed);
+        std::thread::sleep(Duration::from_millis(1200));
+        let during = passes.load(std::sync::atomic::Ordering::Relaxed) - before;
+        l.stop();
+        assert!(during > 8, "{during} passes in 1.2 s: watcher not started");
     }
 
     #[test]

@@ -79,7 +79,7 @@ body = json.loads(sys.stdin.read())
 meta["loadavg_at_end"] = open("/proc/loadavg").read().split()[:3]
 json.dump({"part": sys.argv[1], "machine": meta, "result": body}, open(sys.argv[2], "w"), indent=2)
 print("bench: wrote", sys.argv[2])
-' "$1" "$out" "$(meta)"
+' "$1" "$out" "$META"
     LAST_FILES+=("$out")
 }
 
@@ -95,6 +95,7 @@ real() {
         echo "bench: skipping $name: needs root (starts containerd, creates cgroups)" >&2
         return 0
     fi
+    META=$(meta)
     local log
     log=$(mktemp)
     cargo test --release --test bench_real -- --ignored --nocapture --exact "$name" | tee "$log"
@@ -110,6 +111,7 @@ real() {
 
 plan() {
     local rounds=${QOSD_BENCH_PLAN_ROUNDS:-3} runs=${QOSD_BENCH_PLAN_RUNS:-20}
+    META=$(meta)
     local log
     log=$(mktemp)
     # A B A B: the two sizes alternate, each round runs every layout RUNS times.

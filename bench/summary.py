@@ -43,8 +43,14 @@ def reconcile(r):
             s = row[side]
             w = s["writes"]
             print(f"  reconcile {row['pods']:>3} pods {side:<10}: wall {rng(s['wall_ms'], ' ms')}, "
-                  f"CPU {rng(s['cpu_ms'], ' ms')}, in-process {rng(s['reconcile_ms'], ' ms', '{:.2f}')}, "
+                  f"CPU {rng(s['cpu_ms'], ' ms')}, "
                   f"writes {min(w)}–{max(w)}, errors {s['errors']}")
+        ip = row.get("in_process")
+        if ip:
+            for k in ("list", "reconcile_first_pass", "reconcile_steady"):
+                w = ip[k].get("writes")
+                print(f"  in-process {row['pods']:>3} pods {k:<21}: wall {rng(ip[k]['wall_ms'], ' ms', '{:.2f}')}, "
+                      f"CPU {rng(ip[k]['cpu_ms'], ' ms', '{:.2f}')}" + (f", writes {min(w)}–{max(w)}" if w else ""))
         ok = all(x == 0 for x in row["steady"]["writes"])
         print(f"  reconcile {row['pods']:>3} pods steady writes: {verdict(ok)} (0)")
         e = row["exec_baseline_version"]
@@ -66,8 +72,8 @@ def footprint(r):
 def startup(r):
     print(f"  startup {r['pods']} pods cold (first pass writes): {rng(r['cold_exec_to_ready_ms'], ' ms')}")
     print(f"  startup {r['pods']} pods warm (restart, no writes):  {rng(r['warm_exec_to_ready_ms'], ' ms')}")
-    print(f"  startup CPU at ready: cold {rng(r['cold_cpu_ms_at_ready'], ' ms', '{:.0f}')}, "
-          f"warm {rng(r['warm_cpu_ms_at_ready'], ' ms', '{:.0f}')}; VmHWM {rng(r['vm_hwm_kib_at_ready'], ' KiB', '{:.0f}')}")
+    print(f"  startup CPU at ready: cold {rng(r['cold_cpu_ms_at_ready'], ' ms', '{:.1f}')}, "
+          f"warm {rng(r['warm_cpu_ms_at_ready'], ' ms', '{:.1f}')}; VmHWM {rng(r['vm_hwm_kib_at_ready'], ' KiB', '{:.0f}')}")
 
 
 PARTS = {"plan": plan, "reconcile": reconcile, "footprint": footprint, "startup": startup}

@@ -180,22 +180,6 @@ fn summary(v: &[f64]) -> Value {
     json!({"n": s.len(), "min": r(s[0]), "median": r(median), "max": r(s[s.len() - 1])})
 }
 
-/// The in-process reconcile time (plan + read/compare + writes + orphan
-/// scan; the CRI listing excluded) from qosd's debug line `reconciled … ms=`.
-fn reconciled_ms(stderr: &str) -> Option<f64> {
-    stderr
-        .lines()
-        .filter(|l| l.contains("reconciled"))
-        .find_map(|l| {
-            let i = l.find("ms=")?;
-            l[i + 3..]
-                .split(|c: char| !(c.is_ascii_digit() || c == '.'))
-                .next()?
-                .parse()
-                .ok()
-        })
-}
-
 /// `N pods, W writes, U unchanged, E errors` (text output of --once).
 fn once_counts(stdout: &str) -> (usize, usize, usize, usize) {
     let line = stdout
@@ -260,6 +244,71 @@ impl Snapshot {
     }
 }
 
+/// CPU time of this whole process (the CRI client runs on tokio workers).
+fn process_cpu_ms() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: plain out-parameter.
+    unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as f64 * 1e3 + ts.tv_nsec as f64 / 1e6
+}
+
+/// The phases of one reconcile measured inside this process with qosd's
+/// library (the same calls `qosd run` makes): CRI listing (`Source::list`:
+/// ListPodSandbox, ListContainers, statuses) and `Reconciler::reconcile`
+/// (plan + read/compare + writes + orphan scan), first pass and steady,
+/// interleaved. Wall and process CPU time in ms.
+async fn in_process_phases(env: &Containerd, snap: &Snapshot, runs: usize) -> Value {
+    use qosd::daemon::{PodSourceSpec, Reconciler, Source};
+    let yaml = format!(
+        "cgroupRoot: {}\ncgroupVersion: v1\nruntimeEndpoint: {}\n",
+        env.cgroup_root, env.endpoint
+    );
+    let cfg = qosd::config::Config::from_yaml_str(&yaml).expect("config");
+    let plan =
+        qosd::cli::run::plan_config(&cfg, std::path::Path::new("/proc")).expect("plan config");
+    let source = Source::connect(
+        &PodSourceSpec::Cri {
+            endpoint: env.endpoint.clone(),
+        },
+        qosd::cri::ConnectOptions::default(),
+        plan.node.capacity_memory_bytes,
+    )
+    .await
+    .expect("connect");
+    let mut rec = Reconciler::new(plan, false, Duration::from_secs(60));
+    let (mut list_w, mut list_c) = (Vec::new(), Vec::new());
+    let (mut first_w, mut first_c, mut first_n) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut steady_w, mut steady_c, mut steady_n) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..runs + 1 {
+        let (t, c) = (Instant::now(), process_cpu_ms());
+        let listing = source.list().await.expect("list");
+        list_w.push(t.elapsed().as_secs_f64() * 1e3);
+        list_c.push(process_cpu_ms() - c);
+        snap.restore();
+        for (w, cpu, n) in [
+            (&mut first_w, &mut first_c, &mut first_n),
+            (&mut steady_w, &mut steady_c, &mut steady_n),
+        ] {
+            let (t, c) = (Instant::now(), process_cpu_ms());
+            let r = rec.reconcile(&listing.pods, listing.all_uids.as_ref(), Instant::now());
+            w.push(t.elapsed().as_secs_f64() * 1e3);
+            cpu.push(process_cpu_ms() - c);
+            n.push(r.writes.len());
+            assert!(r.errors.is_empty(), "{:?}", r.errors);
+        }
+    }
+    // The first round warmed caches: drop it.
+    let d = |v: &mut Vec<f64>| summary(&v.split_off(1));
+    json!({
+        "list": {"wall_ms": d(&mut list_w), "cpu_ms": d(&mut list_c)},
+        "reconcile_first_pass": {"wall_ms": d(&mut first_w), "cpu_ms": d(&mut first_c), "writes": first_n.split_off(1)},
+        "reconcile_steady": {"wall_ms": d(&mut steady_w), "cpu_ms": d(&mut steady_c), "writes": steady_n.split_off(1)},
+    })
+}
+
 fn print_result(kind: &str, doc: Value) {
     let mut doc = doc;
     doc["benchmark"] = json!(kind);
@@ -286,7 +335,7 @@ async fn reconcile() {
     let env = Containerd::start();
     let mut pods = Vec::new();
     let mut results = Vec::new();
-    let log = [("QOSD_LOG", "info,qosd::daemon=debug")];
+    let log: [(&str, &str); 0] = [];
     for &n in &counts {
         grow(&env, &mut pods, n).await;
         let snap = Snapshot::take(&env);
@@ -320,12 +369,13 @@ async fn reconcile() {
                 "cpu_ms": summary(&ms.iter().map(|m| m.user_ms + m.sys_ms).collect::<Vec<_>>()),
                 "user_ms": summary(&ms.iter().map(|m| m.user_ms).collect::<Vec<_>>()),
                 "sys_ms": summary(&ms.iter().map(|m| m.sys_ms).collect::<Vec<_>>()),
-                "reconcile_ms": summary(&ms.iter().filter_map(|m| reconciled_ms(&m.stderr)).collect::<Vec<_>>()),
                 "max_rss_kib": summary(&ms.iter().map(|m| m.max_rss_kib as f64).collect::<Vec<_>>()),
             })
         };
+        let phases = in_process_phases(&env, &snap, runs).await;
         let r = json!({
             "pods": n,
+            "in_process": phases,
             "runs": runs,
             "planned_writes": snap.0.len(),
             "files_restored_before_first_pass": restored,
@@ -601,10 +651,9 @@ async fn startup() {
         let readyz = d.http_get("/readyz").unwrap_or_default();
         assert!(readyz.starts_with("HTTP/1.1 200"), "{readyz}");
         let (_, hwm) = rss_of(d.pid());
-        let (ticks, _) = cpu_of(d.pid());
+        let (_, sched_ns) = cpu_of(d.pid());
         d.stop();
-        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-        (ms, ticks as f64 / hz * 1e3, hwm)
+        (ms, sched_ns as f64 / 1e6, hwm)
     };
     once(false); // warm-up
     let (mut cold, mut warm) = (Vec::new(), Vec::new());

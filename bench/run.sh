@@ -58,7 +58,7 @@ cg = "v2" if fs == "cgroup2fs" else ("v1 hybrid" if unified else "v1")
 print(json.dumps({
     "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     "commit": sh("git", "rev-parse", "--short=12", "HEAD"),
-    "dirty": bool(sh("git", "status", "--porcelain")),
+    "dirty": bool(sh("git", "status", "--porcelain", "--", ".", ":!bench/results")),
     "nproc": os.cpu_count(),
     "cpu_model": model,
     "memory_bytes": mem,

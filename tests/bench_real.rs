@@ -476,16 +476,28 @@ impl Daemon {
     }
 }
 
-/// (utime + stime in clock ticks, schedstat run time in ns) of `pid`.
+/// (utime + stime in clock ticks, the threads' schedstat run time in ns)
+/// of `pid` (schedstat misses threads that already exited).
 fn cpu_of(pid: i32) -> (u64, u64) {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
     let rest = &stat[stat.rfind(')').unwrap() + 2..];
     let f: Vec<&str> = rest.split(' ').collect();
     // Fields 14 and 15 of proc(5); `rest` starts at field 3.
     let ticks = f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap();
-    let sched = std::fs::read_to_string(format!("/proc/{pid}/schedstat"))
-        .ok()
-        .and_then(|s| s.split(' ').next()?.parse().ok())
+    // /proc/<pid>/schedstat is the main thread only: sum every thread's.
+    let sched = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| {
+            d.flatten()
+                .filter_map(|t| {
+                    std::fs::read_to_string(t.path().join("schedstat"))
+                        .ok()?
+                        .split(' ')
+                        .next()?
+                        .parse::<u64>()
+                        .ok()
+                })
+                .sum()
+        })
         .unwrap_or(0);
     (ticks, sched)
 }

@@ -116,6 +116,7 @@ fn tv_ms(tv: libc::timeval) -> f64 {
 
 /// Run `bin args` to completion; wall time from spawn to reap, CPU time and
 /// peak RSS from the kernel's rusage of that child (wait4).
+#[allow(clippy::zombie_processes)] // reaped with wait4(2) below, for its rusage
 fn measure(bin: &str, args: &[String], envs: &[(&str, &str)]) -> Measured {
     let t = Instant::now();
     let mut child = Command::new(bin)

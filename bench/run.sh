@@ -1,0 +1,185 @@
+#!/usr/bin/env bash
+# qosd benchmarks (issue 7): reproducible, measurement only (nothing fails
+# on a slow machine). Results go to bench/results/<part>-<UTC stamp>.json,
+# a summary is printed at the end.
+#
+#   bench/run.sh                 # everything below
+#   bench/run.sh plan            # planning alone, 1,000 and 10,000 synthetic pods
+#   bench/run.sh reconcile       # qosd run --once with 10/50/110 real pods (root)
+#   bench/run.sh footprint       # idle CPU and RSS of `qosd run`, 50 pods (root)
+#   bench/run.sh startup         # exec -> READY=1 with 110 pods (root)
+#   bench/run.sh summary [FILE…] # print the summary of stored results
+#
+# Parameters (environment), defaults in brackets:
+#   QOSD_BENCH_PODS [10,50,110]  QOSD_BENCH_RUNS [10]           (reconcile)
+#   QOSD_BENCH_FOOTPRINT_PODS [50]  QOSD_BENCH_DURATION [300]  QOSD_BENCH_WINDOWS [5]
+#   QOSD_BENCH_STARTUP_PODS [110]  QOSD_BENCH_STARTUP_RUNS [7]
+#   QOSD_BENCH_PLAN_ROUNDS [3]  QOSD_BENCH_PLAN_RUNS [20]       (plan)
+# e.g. a quick pass: QOSD_BENCH_DURATION=30 QOSD_BENCH_RUNS=3 bench/run.sh
+#
+# The real-pod parts need root, containerd, runc, gcc and python3 (see
+# tests/support/mod.rs); they run as #[ignore]d functions of
+# tests/bench_real.rs and print one `BENCH_JSON {...}` line each.
+# Eviction reaction time is measured by src/bin/qosd-evict-bench.rs.
+set -euo pipefail
+shopt -s lastpipe  # `… | store` records its file in this shell
+
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+RESULTS=$ROOT/bench/results
+mkdir -p "$RESULTS"
+STAMP=$(date -u +%Y%m%dT%H%M%SZ)
+
+meta() {
+    python3 - "$@" <<'EOF'
+import json, os, platform, subprocess, time
+def sh(*a):
+    try:
+        return subprocess.run(a, capture_output=True, text=True, check=True).stdout.strip()
+    except Exception:
+        return None
+model = None
+try:
+    for l in open("/proc/cpuinfo"):
+        if l.startswith("model name"):
+            model = l.split(":", 1)[1].strip(); break
+except OSError:
+    pass
+mem = None
+try:
+    for l in open("/proc/meminfo"):
+        if l.startswith("MemTotal:"):
+            mem = int(l.split()[1]) * 1024; break
+except OSError:
+    pass
+fs = sh("stat", "-fc", "%T", "/sys/fs/cgroup")
+unified = os.path.isdir("/sys/fs/cgroup/unified")
+cg = "v2" if fs == "cgroup2fs" else ("v1 hybrid" if unified else "v1")
+print(json.dumps({
+    "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    "commit": sh("git", "rev-parse", "--short=12", "HEAD"),
+    "dirty": bool(sh("git", "status", "--porcelain", "--", ".", ":!bench/results")),
+    "nproc": os.cpu_count(),
+    "cpu_model": model,
+    "memory_bytes": mem,
+    "kernel": platform.release(),
+    "cgroup": cg,
+    "loadavg_at_start": open("/proc/loadavg").read().split()[:3],
+}))
+EOF
+}
+
+# store PART < JSON: wrap the part's result with the machine metadata.
+store() {
+    local out="$RESULTS/$1-$STAMP.json"
+    python3 -c '
+import json, sys
+meta = json.loads(sys.argv[3])
+body = json.loads(sys.stdin.read())
+meta["loadavg_at_end"] = open("/proc/loadavg").read().split()[:3]
+json.dump({"part": sys.argv[1], "machine": meta, "result": body}, open(sys.argv[2], "w"), indent=2)
+print("bench: wrote", sys.argv[2])
+' "$1" "$out" "$META"
+    LAST_FILES+=("$out")
+}
+
+build() {
+    echo "bench: cargo build --release --bins" >&2
+    cargo build --release --bins
+}
+
+# A real-pod part: run one ignored function of tests/bench_real.rs.
+real() {
+    local name=$1
+    if [ "$(id -u)" != 0 ]; then
+        echo "bench: skipping $name: needs root (starts containerd, creates cgroups)" >&2
+        return 0
+    fi
+    META=$(meta)
+    local log
+    log=$(mktemp)
+    cargo test --release --test bench_real -- --ignored --nocapture --exact "$name" | tee "$log"
+    local line
+    line=$(grep '^BENCH_JSON ' "$log" | tail -1 | sed 's/^BENCH_JSON //')
+    rm -f "$log"
+    if [ -z "$line" ]; then
+        echo "bench: $name printed no result" >&2
+        return 1
+    fi
+    printf '%s' "$line" | store "$name"
+}
+
+plan() {
+    local rounds=${QOSD_BENCH_PLAN_ROUNDS:-3} runs=${QOSD_BENCH_PLAN_RUNS:-20}
+    META=$(meta)
+    local log
+    log=$(mktemp)
+    # A B A B: the two sizes alternate, each round runs every layout RUNS times.
+    for ((r = 1; r <= rounds; r++)); do
+        for n in 1000 10000; do
+            echo "== round $r, $n pods" | tee -a "$log"
+            "$ROOT/target/release/bench_plan" "$n" "$runs" | tee -a "$log"
+        done
+    done
+    python3 - "$log" <<'EOF' | store plan
+import json, re, statistics, sys
+rows = {}
+pods = None
+for l in open(sys.argv[1]):
+    m = re.match(r"== round (\d+), (\d+) pods", l)
+    if m:
+        pods = int(m.group(2)); continue
+    m = re.match(r"\s+(v\d)\s+(\w+)\s*: wall\s+([\d.]+) /\s+([\d.]+) /\s+([\d.]+) ms, cpu\s+([\d.]+) /\s+([\d.]+) ms\s+\((\d+) writes; JSON ([\d.]+) ms", l)
+    if m and pods:
+        key = (pods, m.group(1), m.group(2))
+        r = rows.setdefault(key, {"wall_min": [], "wall_median": [], "wall_max": [], "cpu_median": [], "writes": int(m.group(8)), "json_ms": []})
+        r["wall_min"].append(float(m.group(3)))
+        r["wall_median"].append(float(m.group(4)))
+        r["wall_max"].append(float(m.group(5)))
+        r["cpu_median"].append(float(m.group(7)))
+        r["json_ms"].append(float(m.group(9)))
+out = []
+for (pods, v, d), r in sorted(rows.items()):
+    out.append({
+        "pods": pods, "cgroup_version": v, "driver": d, "writes": r["writes"],
+        "rounds": len(r["wall_median"]),
+        "wall_ms_median_of_round_medians": statistics.median(r["wall_median"]),
+        "wall_ms_min": min(r["wall_min"]), "wall_ms_max": max(r["wall_max"]),
+        "thread_cpu_ms_median": statistics.median(r["cpu_median"]),
+        "thread_cpu_ms_range_of_medians": [min(r["cpu_median"]), max(r["cpu_median"])],
+        "json_serialise_ms_median": statistics.median(r["json_ms"]),
+    })
+print(json.dumps({"command": "target/release/bench_plan N RUNS (N = 1000, 10000 alternating)", "results": out}))
+EOF
+    rm -f "$log"
+}
+
+summary() {
+    python3 "$ROOT/bench/summary.py" "$@"
+}
+
+LAST_FILES=()
+part=${1:-all}
+shift || true
+case "$part" in
+    summary) summary "$@"; exit 0 ;;
+    plan|reconcile|footprint|startup|all) ;;
+    *) echo "usage: bench/run.sh [all|plan|reconcile|footprint|startup|summary]" >&2; exit 2 ;;
+esac
+build
+if [ "$part" = all ]; then
+    # Real-pod parts share the test binary: build it once up front.
+    cargo test --release --test bench_real --no-run
+    plan
+    real reconcile
+    real startup
+    real footprint
+else
+    case "$part" in
+        plan) plan ;;
+        *) real "$part" ;;
+    esac
+fi
+if [ ${#LAST_FILES[@]} -gt 0 ]; then
+    summary "${LAST_FILES[@]}"
+fi

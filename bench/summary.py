@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""Print a summary of qosd benchmark results (bench/results/*.json).
+
+  bench/summary.py [FILE...]   # default: the newest file of each part
+"""
+import glob
+import json
+import os
+import sys
+
+GOALS = {
+    "plan_10000_ms": 100.0,
+    "idle_cpu_percent": 0.2,
+    "rss_mib": 16.0,
+}
+
+
+def rng(s, unit="", fmt="{:.1f}"):
+    if not s:
+        return "n/a"
+    f = lambda x: fmt.format(x)
+    return f"{f(s['median'])}{unit} (range {f(s['min'])}–{f(s['max'])}, n={s['n']})"
+
+
+def verdict(ok):
+    return "goal met" if ok else "GOAL MISSED"
+
+
+def plan(r):
+    for row in r["results"]:
+        line = (f"  plan {row['pods']:>6} pods {row['cgroup_version']} {row['driver']:<8}: "
+                f"wall {row['wall_ms_median_of_round_medians']:.2f} ms median "
+                f"(range {row['wall_ms_min']:.2f}–{row['wall_ms_max']:.2f}), "
+                f"thread CPU {row['thread_cpu_ms_median']:.2f} ms, {row['writes']} writes")
+        if row["pods"] == 10000:
+            line += f"  [{verdict(row['wall_ms_median_of_round_medians'] < GOALS['plan_10000_ms'])}: < 100 ms]"
+        print(line)
+
+
+def reconcile(r):
+    for row in r["results"]:
+        for side in ("first_pass", "steady"):
+            s = row[side]
+            w = s["writes"]
+            print(f"  reconcile {row['pods']:>3} pods {side:<10}: wall {rng(s['wall_ms'], ' ms')}, "
+                  f"CPU {rng(s['cpu_ms'], ' ms')}, "
+                  f"writes {min(w)}–{max(w)}, errors {s['errors']}")
+        ip = row.get("in_process")
+        if ip:
+            for k in ("list", "reconcile_first_pass", "reconcile_steady"):
+                w = ip[k].get("writes")
+                print(f"  in-process {row['pods']:>3} pods {k:<21}: wall {rng(ip[k]['wall_ms'], ' ms', '{:.2f}')}, "
+                      f"CPU {rng(ip[k]['cpu_ms'], ' ms', '{:.2f}')}" + (f", writes {min(w)}–{max(w)}" if w else ""))
+        ok = all(x == 0 for x in row["steady"]["writes"])
+        print(f"  reconcile {row['pods']:>3} pods steady writes: {verdict(ok)} (0)")
+        e = row["exec_baseline_version"]
+        print(f"  exec baseline (qosd --version): wall {rng(e['wall_ms'], ' ms')}, CPU {rng(e['cpu_ms'], ' ms')}")
+
+
+def footprint(r):
+    # utime+stime of the whole process (ticks) is the figure; schedstat
+    # (every thread's run time, ns) cross-checks it.
+    cpu = r["cpu_percent_of_one_core_total_ticks"]
+    mib = r["vm_rss_kib_end"] / 1024
+    hwm = r["vm_hwm_kib"] / 1024
+    print(f"  footprint {r['pods']} pods, {r['duration_s']} s: CPU {cpu:.3f} % of one core "
+          f"(per 60 s window {rng(r['cpu_percent_per_window_ticks'], ' %', '{:.3f}')}; schedstat {r['cpu_percent_of_one_core_total_schedstat']:.3f} %) "
+          f"[{verdict(cpu < GOALS['idle_cpu_percent'])}: < 0.2 %]")
+    print(f"  footprint VmRSS {mib:.1f} MiB, VmHWM {hwm:.1f} MiB, {r['threads']} threads "
+          f"[{verdict(max(mib, hwm) < GOALS['rss_mib'])}: < 16 MiB]; "
+          f"{r['reconciles_during']} reconciles, {r['cgroup_writes_during']} writes during the window")
+
+
+def startup(r):
+    print(f"  startup {r['pods']} pods cold (first pass writes): {rng(r['cold_exec_to_ready_ms'], ' ms')}")
+    print(f"  startup {r['pods']} pods warm (restart, no writes):  {rng(r['warm_exec_to_ready_ms'], ' ms')}")
+    print(f"  startup CPU at ready: cold {rng(r['cold_cpu_ms_at_ready'], ' ms', '{:.1f}')}, "
+          f"warm {rng(r['warm_cpu_ms_at_ready'], ' ms', '{:.1f}')}; VmHWM {rng(r['vm_hwm_kib_at_ready'], ' KiB', '{:.0f}')}")
+
+
+PARTS = {"plan": plan, "reconcile": reconcile, "footprint": footprint, "startup": startup}
+
+
+def main(files):
+    if not files:
+        d = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+        for part in PARTS:
+            found = sorted(glob.glob(os.path.join(d, f"{part}-*.json")))
+            if found:
+                files.append(found[-1])
+    for f in files:
+        doc = json.load(open(f))
+        m = doc["machine"]
+        print(f"{doc['part']}: {os.path.basename(f)}  (commit {m['commit']}{' dirty' if m['dirty'] else ''}, "
+              f"{m['nproc']}× {m['cpu_model']}, kernel {m['kernel']}, cgroup {m['cgroup']}, "
+              f"load {' '.join(m['loadavg_at_start'])} → {' '.join(m.get('loadavg_at_end', []))})")
+        PARTS[doc["part"]](doc["result"])
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

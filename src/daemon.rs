@@ -461,8 +461,9 @@ impl Source {
         })
     }
 
-    /// Cheap change detector: CRI sandbox ids and states; manifests: the
-    /// pods' uids (re-reading small files is cheap).
+    /// Cheap change detector: CRI sandbox and container ids and states
+    /// (two list calls); manifests: the pods themselves (re-reading small
+    /// files is cheap).
     pub async fn fingerprint(&self) -> Result<Vec<String>, SourceError> {
         match self {
             Source::Cri { client, .. } => {
@@ -470,8 +471,15 @@ impl Source {
                     .list_pod_sandboxes()
                     .await?
                     .into_iter()
-                    .map(|s| format!("{}:{}", s.id, s.state))
+                    .map(|s| format!("s:{}:{}", s.id, s.state))
                     .collect();
+                v.extend(
+                    client
+                        .list_containers(None)
+                        .await?
+                        .into_iter()
+                        .map(|c| format!("c:{}:{}:{}", c.pod_sandbox_id, c.id, c.state)),
+                );
                 v.sort();
                 Ok(v)
             }
@@ -607,11 +615,16 @@ pub async fn run_loop(opts: RunOptions, observer: &mut dyn Observer) -> anyhow::
     reconcile_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut relist_tick = tokio::time::interval(opts.relist_interval);
     relist_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut last_fingerprint: Option<Vec<String>> = None;
     let mut source_down = false;
+    // The last full listing and the fingerprint it was taken at: a full
+    // inventory (a status call per sandbox and container) is only needed
+    // when the fingerprint changes, or every `RESYNC` to catch in-place
+    // resource updates; timer reconciles in between reuse it and only
+    // re-read the cgroups (drift).
+    let mut cached: Option<(Vec<String>, Listing, Instant)> = None;
     loop {
         observer.heartbeat();
-        let full = tokio::select! {
+        let tick = tokio::select! {
             _ = sigterm.recv() => { tracing::info!("SIGTERM: stopping"); return Ok(Outcome::Stopped); }
             _ = sigint.recv() => { tracing::info!("SIGINT: stopping"); return Ok(Outcome::Stopped); }
             _ = sighup.recv() => {
@@ -619,69 +632,90 @@ pub async fn run_loop(opts: RunOptions, observer: &mut dyn Observer) -> anyhow::
                     tracing::info!("SIGHUP: configuration reloaded");
                     reconciler.set_config(cfg);
                 }
-                true
+                cached = None;
+                Tick::Reconcile
             }
-            _ = reconcile_tick.tick() => true,
-            _ = relist_tick.tick() => false,
+            _ = reconcile_tick.tick() => Tick::Reconcile,
+            _ = relist_tick.tick() => Tick::Relist,
         };
-        if !full {
-            // Calls retry while the runtime is down: stay stoppable.
-            let fp = tokio::select! {
-                r = source.fingerprint() => r,
-                _ = sigterm.recv() => { tracing::info!("SIGTERM: stopping"); return Ok(Outcome::Stopped); }
-                _ = sigint.recv() => { tracing::info!("SIGINT: stopping"); return Ok(Outcome::Stopped); }
-            };
-            match fp {
-                Ok(fp) => {
-                    if last_fingerprint.as_ref() == Some(&fp) {
-                        continue;
-                    }
-                    tracing::debug!("pods changed: reconciling now");
-                    last_fingerprint = Some(fp);
-                }
-                Err(e) => {
-                    if !source_down {
-                        tracing::warn!(error = %e, "pod source unavailable; keeping the last state, retrying");
-                    }
-                    source_down = true;
-                    observer.source_failed(&e);
-                    continue;
-                }
-            }
-        }
-        let listed = tokio::select! {
-            r = source.list() => r,
+        // Calls retry while the runtime is down: stay stoppable.
+        let fp = tokio::select! {
+            r = source.fingerprint() => r,
             _ = sigterm.recv() => { tracing::info!("SIGTERM: stopping"); return Ok(Outcome::Stopped); }
             _ = sigint.recv() => { tracing::info!("SIGINT: stopping"); return Ok(Outcome::Stopped); }
         };
-        match listed {
-            Ok(listing) => {
-                if source_down {
-                    tracing::info!("pod source is back");
-                    source_down = false;
-                }
-                let report =
-                    reconciler.reconcile(&listing.pods, listing.all_uids.as_ref(), Instant::now());
-                tracing::debug!(
-                    pods = report.pods,
-                    writes = report.writes.len(),
-                    unchanged = report.unchanged,
-                    errors = report.errors.len(),
-                    ms = report.duration.as_secs_f64() * 1e3,
-                    "reconciled"
-                );
-                observer.reconciled(&report, &listing);
-            }
+        let fp = match fp {
+            Ok(fp) => fp,
             Err(e) => {
                 if !source_down {
-                    tracing::warn!(error = %e, "pod listing failed; keeping the last state, retrying");
+                    tracing::warn!(error = %e, "pod source unavailable; keeping the last state, retrying");
                 }
                 source_down = true;
+                // Relist in full once it answers again.
+                cached = None;
                 observer.source_failed(&e);
+                continue;
             }
-        }
+        };
+        let fresh = cached
+            .as_ref()
+            .filter(|(cfp, _, at)| *cfp == fp && at.elapsed() < RESYNC);
+        let listing = match (fresh, tick) {
+            (Some(_), Tick::Relist) => continue,
+            (Some((_, listing, _)), Tick::Reconcile) => listing.clone(),
+            (None, _) => {
+                let listed = tokio::select! {
+                    r = source.list() => r,
+                    _ = sigterm.recv() => { tracing::info!("SIGTERM: stopping"); return Ok(Outcome::Stopped); }
+                    _ = sigint.recv() => { tracing::info!("SIGINT: stopping"); return Ok(Outcome::Stopped); }
+                };
+                match listed {
+                    Ok(listing) => {
+                        if source_down {
+                            tracing::info!("pod source is back");
+                            source_down = false;
+                        }
+                        cached = Some((fp, listing.clone(), Instant::now()));
+                        listing
+                    }
+                    Err(e) => {
+                        if !source_down {
+                            tracing::warn!(error = %e, "pod listing failed; keeping the last state, retrying");
+                        }
+                        source_down = true;
+                        cached = None;
+                        observer.source_failed(&e);
+                        continue;
+                    }
+                }
+            }
+        };
+        let report = reconciler.reconcile(&listing.pods, listing.all_uids.as_ref(), Instant::now());
+        tracing::debug!(
+            pods = report.pods,
+            writes = report.writes.len(),
+            unchanged = report.unchanged,
+            errors = report.errors.len(),
+            ms = report.duration.as_secs_f64() * 1e3,
+            "reconciled"
+        );
+        observer.reconciled(&report, &listing);
     }
 }
+
+/// What woke the loop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tick {
+    /// The reconcile timer (or SIGHUP): reconcile even if nothing changed.
+    Reconcile,
+    /// The relist timer: reconcile only if the pods changed.
+    Relist,
+}
+
+/// A full inventory at least this often, even when no sandbox or container
+/// changed (in-place resource updates do not show in the fingerprint); the
+/// kubelet re-syncs its QoS cgroups every minute.
+const RESYNC: Duration = Duration::from_secs(60);
 
 // ------------------------------------------------- metrics, health, systemd
 

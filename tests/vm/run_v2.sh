@@ -158,7 +158,17 @@ res "DAEMON.CORRECTED $(cat "$drift") $(($(now_ms) - t1))"
 # The HTTP side answers on loopback (busybox nc; HTTP/1.0 closes after the answer).
 http_get() { printf 'GET %s HTTP/1.0\r\nHost: localhost\r\n\r\n' "$1" | nc 127.0.0.1 10259 2>&1; }
 res "DAEMON.HEALTHZ $(http_get /healthz | head -1 | tr -d '\r')"
-http_get /metrics > /tmp/metrics.txt
+# busybox nc under emulation may hand back a short read: retry until the
+# counters are there.
+i=0
+while :; do
+    http_get /metrics > /tmp/metrics.txt
+    grep -q '^qosd_cgroup_writes_total ' /tmp/metrics.txt && break
+    i=$((i + 1))
+    [ $i -lt 10 ] || break
+    sleep 0.3
+done
+res "DAEMON.METRICS_TRIES $((i + 1))"
 res "DAEMON.METRICS_LINES $(grep -c '^qosd_' /tmp/metrics.txt)"
 grep -E '^qosd_(cgroup_writes_total|reconciles_total|errors_total|pods)[ {]' /tmp/metrics.txt |
     while read -r l; do res "DAEMON.METRIC $l"; done

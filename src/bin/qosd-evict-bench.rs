@@ -177,7 +177,12 @@ fn hog(progress: &Path, rate_mib: u64, total_mib: u64) -> ! {
     // the bench itself may run at -1000 (--meminfo-race): the hog is a fair target
     let _ = std::fs::write("/proc/self/oom_score_adj", "0");
     // SAFETY: installing a handler that only calls async-signal-safe code.
-    unsafe { libc::signal(libc::SIGTERM, on_sigterm as extern "C" fn(libc::c_int) as libc::sighandler_t) };
+    unsafe {
+        libc::signal(
+            libc::SIGTERM,
+            on_sigterm as extern "C" fn(libc::c_int) as libc::sighandler_t,
+        )
+    };
     let total = (total_mib * MI) as usize;
     // SAFETY: anonymous private mapping, touched below.
     let mem = unsafe {
@@ -698,8 +703,7 @@ fn one_run(
     // release: usage back at baseline
     let t_rel_start = std::time::Instant::now();
     let mut t_released = None;
-    while (got.is_some() || hog_status.is_some())
-        && t_rel_start.elapsed() < Duration::from_secs(5)
+    while (got.is_some() || hog_status.is_some()) && t_rel_start.elapsed() < Duration::from_secs(5)
     {
         // all the hog's memory back (the progress pages, ≤ 2 MiB, stay charged)
         if read_u64(&kp.join(usage_file)) <= baseline + SHM_BYTES as u64 {
@@ -737,9 +741,7 @@ fn one_run(
         let _ = c.kill();
         let _ = c.wait();
     }
-    let (sampler_cross, oom_at) = sampler
-        .and_then(|h| h.join().ok())
-        .unwrap_or((None, None));
+    let (sampler_cross, oom_at) = sampler.and_then(|h| h.join().ok()).unwrap_or((None, None));
 
     // Reconstruct the crossing. The kernel charges a little more than the
     // bytes the hog touched (page tables, its progress pages): calibrate
@@ -893,8 +895,7 @@ fn meminfo_race(o: &Opts) {
     for &rate in &o.rates {
         for _ in 0..o.runs {
             n += 1;
-            let progress =
-                shm_dir().join(format!("qosd-evict-bench-{}-{n}", std::process::id()));
+            let progress = shm_dir().join(format!("qosd-evict-bench-{}-{n}", std::process::id()));
             let shm = Shm::map(&progress, true);
             let hog_mib = total / MI * 95 / 100;
             let mut child = match spawn_hog(Path::new(""), &progress, rate, hog_mib) {
@@ -1057,7 +1058,6 @@ fn pct(v: &mut [f64], p: f64) -> f64 {
     let idx = ((p / 100.0) * (v.len() - 1) as f64).round() as usize;
     v[idx.min(v.len() - 1)]
 }
-
 
 fn stats(mut v: Vec<f64>) -> serde_json::Value {
     if v.is_empty() {

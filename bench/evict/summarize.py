@@ -35,7 +35,8 @@ def main(d):
         rows = []
         for rate, rs in sorted(by_rate.items()):
             col = lambda k: [r.get(k) for r in rs]
-            row = {"rate_mib_s": rate, "runs": len(rs)}
+            row = {"rate_mib_s": rate, "runs": len(rs),
+                   "achieved_mib_s": stats(col("achieved_mib_s"))}
             if meta and meta.get("mode") == "meminfo-race":
                 row.update({
                     "signal_ms": stats(col("signal_ms")),

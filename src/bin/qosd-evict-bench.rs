@@ -367,6 +367,8 @@ fn read_u64(p: &Path) -> u64 {
 #[derive(Debug, Default, Clone, serde::Serialize)]
 struct Run {
     rate_mib_s: u64,
+    /// Ramp achieved over the 200 ms before the crossing.
+    achieved_mib_s: Option<f64>,
     run: usize,
     /// Who killed the hog first: "qosd", "kernel-oom" or "none".
     killer: String,
@@ -401,6 +403,26 @@ struct Run {
 
 fn ms(ns: i128) -> f64 {
     (ns as f64 / 1e6 * 1000.0).round() / 1000.0
+}
+
+/// The ramp the hog really achieved over the 200 ms before `cross` (MiB/s):
+/// an emulated VM cannot keep up with the fast ramps.
+fn achieved_rate(shm: &Shm, count: usize, cross: u64) -> Option<f64> {
+    let from = cross.saturating_sub(200_000_000);
+    let (mut a, mut b) = (None, None);
+    for i in 0..count {
+        let r = shm.record(i);
+        if r.0 <= from || a.is_none() {
+            a = Some(r);
+        }
+        if r.0 <= cross {
+            b = Some(r);
+        } else {
+            break;
+        }
+    }
+    let ((t0, b0), (t1, b1)) = (a?, b?);
+    (t1 > t0).then(|| ((b1 - b0) as f64 / MI as f64) / ((t1 - t0) as f64 / 1e9))
 }
 
 /// Reads the `oom_kill` counter: v1 `memory.oom_control`, v2 `memory.events`.
@@ -815,6 +837,7 @@ fn one_run(
     let hog_signal = hog_status.as_ref().and_then(exit_signal);
     Ok(Run {
         rate_mib_s: rate,
+        achieved_mib_s: achieved_rate(&shm, count, cross).map(|r| r.round()),
         run: n,
         killer: killer.into(),
         detect_ms: got.as_ref().map(|g| ms(d(g.0))),
@@ -1007,6 +1030,7 @@ fn meminfo_race(o: &Opts) {
             let kill_at = t_term.or(if sig == Some(9) { t_exit } else { None });
             let r = serde_json::json!({
                 "rate_mib_s": rate, "run": n, "hog_pid": pid, "killer": killer,
+                "achieved_mib_s": cross.and_then(|c| achieved_rate(&shm, count, c)).map(|r| r.round()),
                 "hog_exit_code": code, "hog_signal": sig, "oom_kills": oom_kills,
                 "oom_first": oom_kills > 0 && t_term.is_none(),
                 "signal_ms": rel(kill_at, cross),

@@ -65,5 +65,45 @@ def main(d):
     print()
 
 
+
+
+def fmt(x):
+    if not x:
+        return "–"
+    return f"{x['median']:.1f} / {x['p99']:.1f} ({x['min']:.1f}–{x['max']:.1f})"
+
+
+def markdown(d):
+    """Tables for BENCHMARKS-eviction.md: median / p99 (min–max), ms."""
+    import io
+    import contextlib
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        main(d)
+    s = json.loads(buf.getvalue())
+    for cfg, v in s.items():
+        rows = v["rates"]
+        print(f"\n**{cfg}** (n per ramp: {', '.join(str(r['runs']) for r in rows)})\n")
+        if v["meta"] and v["meta"].get("mode") == "meminfo-race":
+            print("| ramp asked | achieved | signal after crossing (reconstructed) | signal after sampled crossing | memory back | killer | kernel OOM first |")
+            print("|---|---|---|---|---|---|---|")
+            for r in rows:
+                ach = r.get("achieved_mib_s")
+                killers = ", ".join(f"{k} {n}" for k, n in sorted(r["killers"].items()))
+                print(f"| {r['rate_mib_s']} | {ach['median']:.0f} | " if ach else f"| {r['rate_mib_s']} | – | ", end="")
+                print(f"{fmt(r['signal_ms'])} | {fmt(r['signal_after_sampled_ms'])} | {fmt(r['released_ms'])} | {killers} | {r['oom_first']}/{r['runs']} |")
+        else:
+            print("| ramp asked | achieved | kill issued (reconstructed) | kill issued after sampled crossing | memory back | OOM kill seen | killer qosd / kernel | right pod died |")
+            print("|---|---|---|---|---|---|---|---|")
+            for r in rows:
+                ach = r.get("achieved_mib_s")
+                print(f"| {r['rate_mib_s']} | {ach['median']:.0f} | " if ach else f"| {r['rate_mib_s']} | – | ", end="")
+                print(f"{fmt(r['kill_ms'])} | {fmt(r['kill_after_sampled_ms'])} | {fmt(r['released_ms'])} | {fmt(r['oom_ms'])} | "
+                      f"{r['killer_qosd']} / {r['killer_kernel_oom']} | {r['victim_correct']}/{r['runs']} |")
+
+
 if __name__ == "__main__":
-    main(sys.argv[1])
+    if sys.argv[1] == "--md":
+        markdown(sys.argv[2])
+    else:
+        main(sys.argv[1])

@@ -54,10 +54,8 @@ impl Engine {
     /// evicted).
     pub fn pass(&mut self, pods: Result<Vec<Candidate>, String>) -> PassReport {
         let now = Instant::now();
+        // Errors go back in the report; the caller logs them (once).
         let (obs, signal_errors) = self.sources.observe(self.signals.iter().copied(), now);
-        for e in &signal_errors {
-            tracing::warn!(error = %e, "eviction signal unavailable");
-        }
         let version = self.sources.version;
         let pods = pods.map(|ps| {
             ps.into_iter()

@@ -98,6 +98,7 @@ impl EvictionService {
         let feed = Arc::new(PodFeed::default());
         let mut conditions: BTreeMap<NodeCondition, bool> = BTreeMap::new();
         let mut blocked_logged = String::new();
+        let mut signal_errors_logged = std::collections::BTreeSet::<String>::new();
         let lp = EvictionLoop::spawn(
             engine,
             feed.clone(),
@@ -107,6 +108,7 @@ impl EvictionService {
                 watch: cfg.watch,
             },
             move |r| {
+                log_signal_errors(r, &mut signal_errors_logged);
                 report(
                     &metrics,
                     &health,
@@ -129,6 +131,19 @@ impl EvictionService {
     pub fn pods_unavailable(&self, reason: String) {
         self.feed.failed(reason);
     }
+}
+
+/// Log each unreadable signal once (until it reads again), not every pass.
+fn log_signal_errors(r: &PassReport, logged: &mut std::collections::BTreeSet<String>) {
+    let now: std::collections::BTreeSet<String> =
+        r.signal_errors.iter().map(|e| e.to_string()).collect();
+    for e in now.difference(logged) {
+        tracing::warn!(target: "qosd::eviction", error = %e, "eviction signal unavailable (thresholds on it are not evaluated)");
+    }
+    for e in logged.difference(&now) {
+        tracing::info!(target: "qosd::eviction", error = %e, "eviction signal readable again");
+    }
+    *logged = now;
 }
 
 /// Metrics, `/status` and logs of one pass.

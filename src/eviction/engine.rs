@@ -57,10 +57,18 @@ impl Engine {
         // Errors go back in the report; the caller logs them (once).
         let (obs, signal_errors) = self.sources.observe(self.signals.iter().copied(), now);
         let version = self.sources.version;
+        // Per-pod usage matters only to choose a victim or to see one's
+        // resources released: skip reading every pod cgroup on quiet passes.
+        let near = self.manager.config().thresholds.iter().any(|t| {
+            obs.get(&t.signal).is_some_and(|o| {
+                o.available < t.threshold_for(o.capacity) + t.min_reclaim_for(o.capacity)
+            })
+        });
+        let needs_stats = near || self.manager.pending_victim().is_some();
         let pods = pods.map(|ps| {
             ps.into_iter()
                 .map(|mut c| {
-                    if c.stats.is_none() {
+                    if needs_stats && c.stats.is_none() {
                         if let Some(dir) = c.cgroup_dirs.first() {
                             let st = pod_stats(version, dir);
                             if st.memory_working_set_bytes.is_some() || st.processes.is_some() {

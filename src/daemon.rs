@@ -773,14 +773,7 @@ impl Observer for ServiceObserver {
         for _ in &report.errors {
             self.metrics.error("cgroup_write");
         }
-        let mut counts = crate::http::PodCounts::default();
-        for p in &listing.pods {
-            match crate::qos::classify(p).class {
-                QosClass::Guaranteed => counts.guaranteed += 1,
-                QosClass::Burstable => counts.burstable += 1,
-                QosClass::BestEffort => counts.best_effort += 1,
-            }
-        }
+        let counts = crate::cli::status::count_pods(&listing.pods);
         self.metrics.pods(QosClass::Guaranteed, counts.guaranteed);
         self.metrics.pods(QosClass::Burstable, counts.burstable);
         self.metrics.pods(QosClass::BestEffort, counts.best_effort);

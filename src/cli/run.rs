@@ -240,29 +240,16 @@ fn start_eviction(
     metrics: &Arc<Metrics>,
     health: &Arc<Health>,
 ) -> anyhow::Result<Option<EvictionService>> {
-    use crate::eviction::signals::{MemorySource, SignalSources};
     if eviction.thresholds.is_empty() {
         tracing::info!("no eviction thresholds configured: eviction off");
         return Ok(None);
     }
-    let layout = &opts.plan.layout;
-    let node = layout.node_cgroup();
-    let mut sources = SignalSources::host(layout.version);
-    sources.memory_root = match layout.version {
-        crate::model::CgroupVersion::V1 => layout.cgroupfs.join(layout.v1_controller_dir("memory")),
-        crate::model::CgroupVersion::V2 => layout.cgroupfs.clone(),
-    };
-    sources.kubepods = Some(layout.dir(&node, "memory"));
-    sources.allocatable_memory_bytes = Some(opts.plan.node.enforced_memory_bytes);
-    sources.meminfo = proc_root.join("meminfo");
-    sources.loadavg = proc_root.join("loadavg");
-    sources.pid_max = proc_root.join("sys/kernel/pid_max");
-    sources.nodefs = Some(cfg.root_dir.clone());
-    sources.imagefs = cfg.imagefs_path.clone();
-    sources.memory_source = match cfg.memory_available_source {
-        config::MemoryAvailableSource::Workingset => MemorySource::WorkingSet,
-        config::MemoryAvailableSource::Meminfo => MemorySource::Meminfo,
-    };
+    let sources = crate::eviction::service::signal_sources(
+        cfg,
+        &opts.plan.layout,
+        proc_root,
+        Some(opts.plan.node.enforced_memory_bytes),
+    );
     let backend = cfg.effective_eviction_backend();
     let stopper: Option<Arc<dyn crate::eviction::evictor::PodStopper>> = match &opts.source {
         PodSourceSpec::Cri { endpoint } => Some(Arc::new(daemon::CriStopper::new(

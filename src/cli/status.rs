@@ -22,7 +22,7 @@ use crate::cli::bad_input;
 use crate::cli::config_check::load_or_bad_input;
 use crate::cli::plan::OutputFormat;
 use crate::config::{self, Config, Overrides};
-use crate::eviction::signals::{MemorySource, SignalSources};
+use crate::eviction::signals::SignalSources;
 use crate::eviction::threshold::{format_duration, EvictionConfig, Signal, ThresholdKind};
 use crate::http::{ConditionStatus, PodCounts, SignalStatus, StatusDoc, ThresholdStatus};
 use crate::model::{CgroupVersion, QosClass};
@@ -223,7 +223,7 @@ pub fn live(cfg: &Config, address: SocketAddr, timeout: Duration) -> (Report, bo
     if let Some(v) = version {
         doc.cgroup_version = v.to_string();
     }
-    match eviction_config(cfg) {
+    match crate::eviction::service::eviction_config(cfg) {
         Err(e) => notes.push(format!("eviction thresholds invalid: {e}")),
         Ok(ev) => {
             if let Some(v) = version {
@@ -264,41 +264,12 @@ pub fn count_pods(pods: &[crate::model::Pod]) -> PodCounts {
     c
 }
 
-fn eviction_config(
-    cfg: &Config,
-) -> Result<EvictionConfig, crate::eviction::threshold::ThresholdError> {
-    EvictionConfig::from_parts(
-        Some(&cfg.eviction_hard),
-        &cfg.eviction_soft,
-        &cfg.eviction_soft_grace_period,
-        &cfg.eviction_minimum_reclaim,
-        cfg.eviction_max_pod_grace_period,
-        cfg.eviction_pressure_transition_period,
-    )
-}
-
 /// Where the signals are read from for this config.
 fn signal_sources(cfg: &Config, version: CgroupVersion) -> SignalSources {
-    let mut s = SignalSources::host(version);
-    s.memory_root = match version {
-        CgroupVersion::V1 => cfg.cgroupfs.join("memory"),
-        CgroupVersion::V2 => cfg.cgroupfs.clone(),
-    };
     let layout = crate::cgroup::paths::CgroupLayout::new(version, cfg.cgroup_driver)
         .with_cgroupfs(cfg.cgroupfs.clone())
         .with_cgroup_root(cfg.cgroup_root.clone());
-    let node = layout.node_cgroup();
-    s.kubepods = Some(match version {
-        CgroupVersion::V1 => layout.dir(&node, "memory"),
-        CgroupVersion::V2 => layout.dir(&node, ""),
-    });
-    s.nodefs = Some(cfg.root_dir.clone());
-    s.imagefs = cfg.imagefs_path.clone();
-    s.memory_source = match cfg.memory_available_source {
-        config::MemoryAvailableSource::Workingset => MemorySource::WorkingSet,
-        config::MemoryAvailableSource::Meminfo => MemorySource::Meminfo,
-    };
-    s
+    crate::eviction::service::signal_sources(cfg, &layout, std::path::Path::new("/proc"), None)
 }
 
 /// Threshold and minimum-reclaim strings as configured, for display.
@@ -404,7 +375,7 @@ mod tests {
         s.meminfo = meminfo;
         s.loadavg = loadavg;
         s.pid_max = pid_max;
-        s.memory_source = MemorySource::Meminfo;
+        s.memory_source = crate::eviction::signals::MemorySource::Meminfo;
         s.nodefs = Some(dir.to_path_buf());
         s.kubepods = None;
         s

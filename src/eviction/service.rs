@@ -273,3 +273,34 @@ pub fn eviction_config(
         cfg.eviction_pressure_transition_period,
     )
 }
+
+/// Where the signals of a daemon config are read from, for a cgroup layout:
+/// the memory hierarchy and its kubepods cgroup, `/proc` files under
+/// `proc_root`, `--root-dir` (nodefs), `imagefsPath` and
+/// `memoryAvailableSource`. `allocatable_memory_bytes` `None`: the kubepods
+/// memory limit.
+pub fn signal_sources(
+    cfg: &crate::config::Config,
+    layout: &CgroupLayout,
+    proc_root: &std::path::Path,
+    allocatable_memory_bytes: Option<i64>,
+) -> SignalSources {
+    use crate::eviction::signals::MemorySource;
+    let mut s = SignalSources::host(layout.version);
+    s.memory_root = match layout.version {
+        CgroupVersion::V1 => layout.cgroupfs.join(layout.v1_controller_dir("memory")),
+        CgroupVersion::V2 => layout.cgroupfs.clone(),
+    };
+    s.kubepods = Some(layout.dir(&layout.node_cgroup(), "memory"));
+    s.allocatable_memory_bytes = allocatable_memory_bytes;
+    s.meminfo = proc_root.join("meminfo");
+    s.loadavg = proc_root.join("loadavg");
+    s.pid_max = proc_root.join("sys/kernel/pid_max");
+    s.nodefs = Some(cfg.root_dir.clone());
+    s.imagefs = cfg.imagefs_path.clone();
+    s.memory_source = match cfg.memory_available_source {
+        crate::config::MemoryAvailableSource::Workingset => MemorySource::WorkingSet,
+        crate::config::MemoryAvailableSource::Meminfo => MemorySource::Meminfo,
+    };
+    s
+}

@@ -398,14 +398,6 @@ async fn reconcile() {
 
 // ------------------------------------------------------------ daemon helpers
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// A `qosd run` daemon started by this benchmark, stopped by its PID.
 struct Daemon {
     child: Child,

@@ -5,6 +5,8 @@
 //! and /metrics). Needs root for the mount and the cgroup root (skips
 //! otherwise, saying why).
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -12,6 +14,7 @@ use std::time::{Duration, Instant};
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
+use support::{free_port, status_json};
 
 struct Guard {
     child: Option<Child>,
@@ -52,14 +55,6 @@ fn walk(root: &Path) -> Vec<PathBuf> {
         i += 1;
     }
     out
-}
-
-fn status(port: u16) -> serde_json::Value {
-    let addr = format!("127.0.0.1:{port}").parse().unwrap();
-    qosd::http::get(addr, "/status", Duration::from_secs(2))
-        .ok()
-        .and_then(|r| serde_json::from_str(&r.body).ok())
-        .unwrap_or_default()
 }
 
 fn signal<'a>(doc: &'a serde_json::Value, name: &str) -> Option<&'a serde_json::Value> {
@@ -116,11 +111,7 @@ fn tmpfs_root_dir_drives_nodefs_signals_and_disk_pressure() {
     for c in &cgroups {
         std::fs::create_dir(c).unwrap();
     }
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let child = Command::new(env!("CARGO_BIN_EXE_qosd"))
         .args([
             "run",
@@ -149,9 +140,9 @@ fn tmpfs_root_dir_drives_nodefs_signals_and_disk_pressure() {
 
     // Empty filesystem: observed, not met, no pressure.
     wait_for("nodefs observations", 15, || {
-        signal(&status(port), "nodefs.available").is_some_and(|s| s["observed"].is_i64())
+        signal(&status_json(port), "nodefs.available").is_some_and(|s| s["observed"].is_i64())
     });
-    let doc = status(port);
+    let doc = status_json(port);
     let avail = signal(&doc, "nodefs.available").unwrap();
     let capacity = avail["capacity"].as_i64().unwrap();
     assert!(
@@ -164,11 +155,11 @@ fn tmpfs_root_dir_drives_nodefs_signals_and_disk_pressure() {
     // Fill 14 MiB: nodefs.available drops below 25 %.
     std::fs::write(mountpoint.join("blob"), vec![7u8; 14 << 20]).unwrap();
     wait_for("nodefs.available threshold met", 10, || {
-        let d = status(port);
+        let d = status_json(port);
         signal(&d, "nodefs.available").is_some_and(|s| s["thresholds"][0]["met"] == true)
             && condition(&d, "DiskPressure")
     });
-    let observed = signal(&status(port), "nodefs.available").unwrap()["observed"]
+    let observed = signal(&status_json(port), "nodefs.available").unwrap()["observed"]
         .as_i64()
         .unwrap();
     assert!(observed < capacity / 4, "observed {observed} of {capacity}");
@@ -179,7 +170,7 @@ fn tmpfs_root_dir_drives_nodefs_signals_and_disk_pressure() {
         std::fs::write(mountpoint.join(format!("f{i}")), b"").unwrap();
     }
     wait_for("nodefs.inodesFree threshold met", 10, || {
-        let d = status(port);
+        let d = status_json(port);
         signal(&d, "nodefs.inodesFree").is_some_and(|s| s["thresholds"][0]["met"] == true)
             && signal(&d, "nodefs.available").is_some_and(|s| s["thresholds"][0]["met"] == false)
     });

@@ -33,14 +33,6 @@ impl Drop for Daemon {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn read(p: &Path) -> String {
     std::fs::read_to_string(p)
         .unwrap_or_default()
@@ -62,16 +54,8 @@ fn alive(pid: i32) -> bool {
     kill(Pid::from_raw(pid), None).is_ok()
 }
 
-fn status(port: u16) -> serde_json::Value {
-    let addr = format!("127.0.0.1:{port}").parse().unwrap();
-    match qosd::http::get(addr, "/status", Duration::from_secs(2)) {
-        Ok(r) => serde_json::from_str(&r.body).unwrap_or_default(),
-        Err(_) => serde_json::Value::Null,
-    }
-}
-
 fn evicted_uids(port: u16) -> Vec<String> {
-    let doc = status(port);
+    let doc = status_json(port);
     let mut v: Vec<String> = doc["last_evictions"]
         .as_array()
         .map(|a| {
@@ -160,7 +144,7 @@ async fn evicts_besteffort_then_burstable_guaranteed_survives_no_oom() {
     }
     // ... and for the eviction loop to have a pod listing.
     let deadline = Instant::now() + Duration::from_secs(10);
-    while status(port)["signals"]
+    while status_json(port)["signals"]
         .as_array()
         .is_none_or(|a| a.is_empty())
     {
@@ -209,7 +193,7 @@ async fn evicts_besteffort_then_burstable_guaranteed_survives_no_oom() {
             p.spec.name
         );
     }
-    let doc = status(port);
+    let doc = status_json(port);
     for e in doc["last_evictions"].as_array().unwrap() {
         eprintln!(
             "evicted {} ({}) reaction {:?} ms",

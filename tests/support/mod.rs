@@ -976,3 +976,22 @@ pub fn check_contract(kind: &str, json: &str) {
         String::from_utf8_lossy(&out.stdout)
     );
 }
+
+/// A free loopback port (bound, then released for a daemon to take).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `GET /status` of a daemon on loopback `port` as JSON (`Null` when it does
+/// not answer or the body is not JSON).
+pub fn status_json(port: u16) -> serde_json::Value {
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    qosd::http::get(addr, "/status", Duration::from_secs(2))
+        .ok()
+        .and_then(|r| serde_json::from_str(&r.body).ok())
+        .unwrap_or_default()
+}

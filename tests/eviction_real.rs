@@ -23,7 +23,8 @@ use qosd::core::model::{CgroupVersion, QosClass};
 use qosd::policy::evict::manager::{Action, Manager, ManagerOptions};
 use qosd::policy::evict::rank::Candidate;
 use qosd::policy::evict::threshold::{EvictionConfig, RawEvictionConfig, Signal};
-use qosd::runtime::evictor::{cgroup_tree_pids, kill_cgroup_tree, Backend, Evictor};
+use qosd::policy::evict::Backend;
+use qosd::runtime::evictor::{cgroup_tree_pids, kill_cgroup_tree, Evictor};
 use qosd::sys::signals::{pod_stats, MemorySource, SignalSources};
 use qosd::sys::watch::{targets_from_config, WatchConfig, Watcher};
 

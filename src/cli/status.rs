@@ -22,7 +22,7 @@ use crate::cli::bad_input;
 use crate::cli::config_check::load_or_bad_input;
 use crate::cli::plan::OutputFormat;
 use crate::config::{self, Config, Overrides};
-use crate::core::model::{CgroupVersion, QosClass};
+use crate::core::model::CgroupVersion;
 use crate::policy::evict::threshold::{format_duration, EvictionConfig, Signal, ThresholdKind};
 use crate::sys::signals::SignalSources;
 use crate::telemetry::http::{
@@ -190,7 +190,7 @@ pub fn live(cfg: &Config, address: SocketAddr, timeout: Duration) -> (Report, bo
     };
     let runtime_ok = match crate::cri::inventory_blocking(&cfg.runtime_endpoint, opts, inv_opts) {
         Ok(inv) => {
-            doc.pods = count_pods(&inv.ready_pods());
+            doc.pods = PodCounts::of(&inv.ready_pods());
             if !inv.skipped.is_empty() {
                 notes.push(format!(
                     "{} sandboxes skipped (qosd pods lists them)",
@@ -251,19 +251,6 @@ pub fn live(cfg: &Config, address: SocketAddr, timeout: Duration) -> (Report, bo
         },
         runtime_ok,
     )
-}
-
-/// Pods by QoS class (the classes the daemon counts).
-pub fn count_pods(pods: &[crate::core::model::Pod]) -> PodCounts {
-    let mut c = PodCounts::default();
-    for p in pods {
-        match crate::core::qos::classify(p).class {
-            QosClass::Guaranteed => c.guaranteed += 1,
-            QosClass::Burstable => c.burstable += 1,
-            QosClass::BestEffort => c.best_effort += 1,
-        }
-    }
-    c
 }
 
 /// Where the signals are read from for this config.

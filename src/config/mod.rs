@@ -205,12 +205,12 @@ pub enum MemoryAvailableSource {
 pub use crate::policy::enforce::plan::CpuWeightFormula;
 
 /// Value of `logFormat`.
-pub use crate::cli::LogFormat;
+pub use crate::telemetry::log::LogFormat;
 
 /// Value of `evictionBackend`: `kill` (the victim's processes directly, then
 /// the runtime cleans up through the CRI), `cri` (StopPodSandbox /
 /// RemovePodSandbox), `dry-run` (log only).
-pub use crate::runtime::evictor::Backend as EvictionBackend;
+pub use crate::policy::evict::Backend as EvictionBackend;
 
 /// A percentage 0–100 as in `qosReserved: {memory: "50%"}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

@@ -774,7 +774,7 @@ impl Observer for ServiceObserver {
         for _ in &report.errors {
             self.metrics.error("cgroup_write");
         }
-        let counts = crate::cli::status::count_pods(&listing.pods);
+        let counts = crate::telemetry::http::PodCounts::of(&listing.pods);
         self.metrics.pods(QosClass::Guaranteed, counts.guaranteed);
         self.metrics.pods(QosClass::Burstable, counts.burstable);
         self.metrics.pods(QosClass::BestEffort, counts.best_effort);

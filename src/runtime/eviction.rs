@@ -296,7 +296,7 @@ mod tests {
     use super::*;
     use crate::core::model::{CgroupVersion, QosClass};
     use crate::policy::evict::threshold::RawEvictionConfig;
-    use crate::runtime::evictor::Backend;
+    use crate::policy::evict::Backend;
     use crate::sys::signals::MemorySource;
     use std::path::PathBuf;
     use std::time::Duration;

@@ -21,8 +21,9 @@ use crate::policy::enforce::naming::CgroupLayout;
 use crate::policy::evict::manager::ManagerOptions;
 use crate::policy::evict::rank::Candidate;
 use crate::policy::evict::threshold::{EvictionConfig, NodeCondition, Signal};
+use crate::policy::evict::Backend;
 use crate::runtime::eviction::{Engine, EvictionLoop, LoopOptions, PassReport, PodFeed};
-use crate::runtime::evictor::{Backend, Evictor, PodStopper};
+use crate::runtime::evictor::{Evictor, PodStopper};
 use crate::sys::signals::SignalSources;
 use crate::sys::watch::{WatchConfig, WatchError};
 use crate::telemetry::http::{

@@ -26,6 +26,7 @@ use nix::unistd::Pid;
 use crate::policy::evict::manager::Victim;
 use crate::policy::evict::rank::fmt_bytes;
 use crate::policy::evict::threshold::ThresholdKind;
+use crate::policy::evict::Backend;
 
 /// The runtime side of an eviction (the daemon wraps its CRI client).
 pub trait PodStopper: Send + Sync {
@@ -33,39 +34,6 @@ pub trait PodStopper: Send + Sync {
     fn stop_pod(&self, sandbox_id: &str, grace: Duration) -> Result<(), String>;
     /// RemovePodSandbox.
     fn remove_pod(&self, sandbox_id: &str) -> Result<(), String>;
-}
-
-/// How victims are evicted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Backend {
-    Kill,
-    Cri,
-    DryRun,
-}
-
-impl Backend {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Backend::Kill => "kill",
-            Backend::Cri => "cri",
-            Backend::DryRun => "dry-run",
-        }
-    }
-}
-
-impl std::str::FromStr for Backend {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "kill" => Ok(Backend::Kill),
-            "cri" => Ok(Backend::Cri),
-            "dry-run" | "dryrun" => Ok(Backend::DryRun),
-            _ => Err(format!(
-                "unknown evictor backend {s:?} (kill, cri, dry-run)"
-            )),
-        }
-    }
 }
 
 /// An eviction that could not be carried out.

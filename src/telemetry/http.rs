@@ -266,6 +266,21 @@ pub struct PodCounts {
 }
 
 impl PodCounts {
+    /// Pods by QoS class (the classes the daemon counts).
+    pub fn of(pods: &[crate::core::model::Pod]) -> PodCounts {
+        let mut c = PodCounts::default();
+        for p in pods {
+            match crate::core::qos::classify(p).class {
+                crate::core::model::QosClass::Guaranteed => c.guaranteed += 1,
+                crate::core::model::QosClass::Burstable => c.burstable += 1,
+                crate::core::model::QosClass::BestEffort => c.best_effort += 1,
+            }
+        }
+        c
+    }
+}
+
+impl PodCounts {
     pub fn total(&self) -> usize {
         self.guaranteed + self.burstable + self.best_effort
     }

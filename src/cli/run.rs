@@ -15,8 +15,9 @@ use crate::policy::enforce::plan::PlanConfig;
 use crate::runtime::daemon::{self, Outcome, PodSourceSpec, RunOptions, ServiceObserver};
 use crate::runtime::eviction_service::{EvictionService, ServiceConfig};
 use crate::sys::watch::WatchConfig;
-use crate::telemetry::http::{AppState, Health};
+use crate::telemetry::health::Health;
 use crate::telemetry::metrics::Metrics;
+use crate::telemetry::server::AppState;
 use std::sync::Arc;
 
 #[derive(Debug, clap::Args)]
@@ -207,7 +208,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     }
     let addr = cfg.metrics_address;
     let result = rt.block_on(async {
-        let server = crate::telemetry::http::spawn(
+        let server = crate::telemetry::server::spawn(
             addr,
             AppState {
                 metrics: metrics.clone(),
@@ -219,7 +220,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         tracing::info!(address = %server.local_addr(), mode, "qosd running");
         let outcome = daemon::run_loop(opts, &mut observer).await;
         health.set_shutting_down();
-        let _ = crate::telemetry::http::systemd::stopping();
+        let _ = crate::telemetry::notify::stopping();
         let _ = tokio::time::timeout(Duration::from_millis(300), server.shutdown()).await;
         outcome
     });

@@ -25,7 +25,7 @@ use crate::config::{self, Config, Overrides};
 use crate::core::model::CgroupVersion;
 use crate::policy::evict::threshold::{format_duration, EvictionConfig, Signal, ThresholdKind};
 use crate::sys::signals::SignalSources;
-use crate::telemetry::http::{
+use crate::telemetry::status::{
     ConditionStatus, PodCounts, SignalStatus, StatusDoc, ThresholdStatus,
 };
 
@@ -120,7 +120,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     // A bad config is bad input even when a daemon answers: say so now.
     let cfg = load_or_bad_input(args.config.as_deref(), &overrides)?;
     let address = args.address.unwrap_or(cfg.metrics_address);
-    let (report, code) = match crate::telemetry::http::fetch_status(address, args.timeout) {
+    let (report, code) = match crate::telemetry::client::fetch_status(address, args.timeout) {
         Ok(doc) => (
             Report {
                 source: Source::Daemon,
@@ -142,7 +142,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             "{}\n",
             serde_json::to_string_pretty(&report.to_json()).map_err(bad_input)?
         ))?,
-        OutputFormat::Text => print_out(&report.to_text(crate::telemetry::http::now_ms()))?,
+        OutputFormat::Text => print_out(&report.to_text(crate::telemetry::status::now_ms()))?,
     }
     if code != 0 {
         eprintln!(

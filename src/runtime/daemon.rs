@@ -726,7 +726,7 @@ pub type Reloader = Box<dyn FnMut() -> Option<PlanConfig> + Send>;
 /// status document and systemd (READY after the first reconcile, watchdog).
 pub struct ServiceObserver {
     pub metrics: Arc<crate::telemetry::metrics::Metrics>,
-    pub health: Arc<crate::telemetry::http::Health>,
+    pub health: Arc<crate::telemetry::health::Health>,
     pub limiter: crate::telemetry::metrics::LogLimiter,
     notified_ready: bool,
     watchdog: Option<(Duration, Instant)>,
@@ -740,7 +740,7 @@ pub struct ServiceObserver {
 impl ServiceObserver {
     pub fn new(
         metrics: Arc<crate::telemetry::metrics::Metrics>,
-        health: Arc<crate::telemetry::http::Health>,
+        health: Arc<crate::telemetry::health::Health>,
         mode: &str,
         plan: &PlanConfig,
     ) -> ServiceObserver {
@@ -755,8 +755,7 @@ impl ServiceObserver {
             health,
             limiter: crate::telemetry::metrics::LogLimiter::new(Duration::from_secs(60)),
             notified_ready: false,
-            watchdog: crate::telemetry::http::systemd::watchdog_interval()
-                .map(|d| (d, Instant::now())),
+            watchdog: crate::telemetry::notify::watchdog_interval().map(|d| (d, Instant::now())),
             layout: plan.layout.clone(),
             reloader: None,
             eviction: None,
@@ -774,17 +773,17 @@ impl Observer for ServiceObserver {
         for _ in &report.errors {
             self.metrics.error("cgroup_write");
         }
-        let counts = crate::telemetry::http::PodCounts::of(&listing.pods);
+        let counts = crate::telemetry::status::PodCounts::of(&listing.pods);
         self.metrics.pods(QosClass::Guaranteed, counts.guaranteed);
         self.metrics.pods(QosClass::Burstable, counts.burstable);
         self.metrics.pods(QosClass::BestEffort, counts.best_effort);
         self.health.set_cri_reachable(true);
         self.health.set_reconciled();
         self.health.update_status(|d| {
-            d.generated_at_ms = crate::telemetry::http::now_ms();
+            d.generated_at_ms = crate::telemetry::status::now_ms();
             d.pods = counts.clone();
-            d.last_reconcile = Some(crate::telemetry::http::ReconcileStatus {
-                at_ms: crate::telemetry::http::now_ms(),
+            d.last_reconcile = Some(crate::telemetry::status::ReconcileStatus {
+                at_ms: crate::telemetry::status::now_ms(),
                 duration_ms: report.duration.as_secs_f64() * 1e3,
                 writes: report.writes.len() as u64,
                 errors: report.errors.len() as u64,
@@ -805,7 +804,7 @@ impl Observer for ServiceObserver {
         }
         if !self.notified_ready {
             self.notified_ready = true;
-            let _ = crate::telemetry::http::systemd::ready(&format!(
+            let _ = crate::telemetry::notify::ready(&format!(
                 "reconciled {} pods, {} writes",
                 report.pods,
                 report.writes.len()
@@ -827,16 +826,16 @@ impl Observer for ServiceObserver {
         self.health.beat();
         if let Some((every, last)) = self.watchdog.as_mut() {
             if last.elapsed() >= *every {
-                let _ = crate::telemetry::http::systemd::watchdog();
+                let _ = crate::telemetry::notify::watchdog();
                 *last = Instant::now();
             }
         }
     }
 
     fn reload(&mut self) -> Option<PlanConfig> {
-        let _ = crate::telemetry::http::systemd::reloading();
+        let _ = crate::telemetry::notify::reloading();
         let out = self.reloader.as_mut().and_then(|f| f());
-        let _ = crate::telemetry::http::systemd::ready("configuration reloaded");
+        let _ = crate::telemetry::notify::ready("configuration reloaded");
         out
     }
 }

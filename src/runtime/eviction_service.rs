@@ -26,10 +26,9 @@ use crate::runtime::eviction::{Engine, EvictionLoop, LoopOptions, PassReport, Po
 use crate::runtime::evictor::{Evictor, PodStopper};
 use crate::sys::signals::SignalSources;
 use crate::sys::watch::{WatchConfig, WatchError};
-use crate::telemetry::http::{
-    ConditionStatus, EvictionRecord, Health, SignalStatus, ThresholdStatus,
-};
+use crate::telemetry::health::Health;
 use crate::telemetry::metrics::Metrics;
+use crate::telemetry::status::{ConditionStatus, EvictionRecord, SignalStatus, ThresholdStatus};
 
 /// Settings of the eviction loop.
 #[derive(Debug, Clone)]
@@ -177,7 +176,7 @@ fn report(
             metrics.eviction(v.signal.as_str(), v.candidate.qos);
             health.update_status(|d| {
                 d.push_eviction(EvictionRecord {
-                    at_ms: crate::telemetry::http::now_ms(),
+                    at_ms: crate::telemetry::status::now_ms(),
                     uid: v.candidate.uid.clone(),
                     namespace: v.candidate.namespace.clone(),
                     name: v.candidate.name.clone(),

@@ -1,4 +1,4 @@
-//! Prometheus metrics (`qosd_…`), exposed on `/metrics` by [`crate::telemetry::http`].
+//! Prometheus metrics (`qosd_…`), exposed on `/metrics` by [`crate::telemetry::server`].
 //!
 //! [`Metrics`] owns a `prometheus-client` registry and offers one typed
 //! method per event the daemon reports; it is cheap to share (`Arc<Metrics>`)

@@ -12,8 +12,9 @@ use crate::config::{self, Config};
 use crate::core::node::{NodeResources, Reserved};
 use crate::policy::enforce::naming::CgroupLayout;
 use crate::policy::enforce::plan::PlanConfig;
-use crate::runtime::daemon::{self, Outcome, PodSourceSpec, RunOptions, ServiceObserver};
+use crate::runtime::daemon::{self, Outcome, RunOptions, ServiceObserver};
 use crate::runtime::eviction_service::{EvictionService, ServiceConfig};
+use crate::runtime::pod_source::PodSourceSpec;
 use crate::sys::watch::WatchConfig;
 use crate::telemetry::health::Health;
 use crate::telemetry::metrics::Metrics;
@@ -109,7 +110,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     let plan = plan_config(&cfg, &args.proc_root)?;
     // Like the kubelet, the cgroup root must exist: qosd creates kubepods
     // under it but never the root itself.
-    for base in daemon::kubepods_dirs(&plan) {
+    for base in crate::runtime::reconcile::kubepods_dirs(&plan) {
         let parent = base.parent().unwrap_or(&base);
         if !parent.is_dir() {
             anyhow::bail!(
@@ -253,10 +254,9 @@ fn start_eviction(
     );
     let backend = cfg.effective_eviction_backend();
     let stopper: Option<Arc<dyn crate::runtime::evictor::PodStopper>> = match &opts.source {
-        PodSourceSpec::Cri { endpoint } => Some(Arc::new(daemon::CriStopper::new(
-            endpoint.clone(),
-            rt.handle().clone(),
-        ))),
+        PodSourceSpec::Cri { endpoint } => Some(Arc::new(
+            crate::runtime::stopper::CriStopper::new(endpoint.clone(), rt.handle().clone()),
+        )),
         PodSourceSpec::Manifests(_) => None,
     };
     let service = EvictionService::start(
@@ -284,7 +284,7 @@ fn start_eviction(
 }
 
 fn print_once(
-    report: &daemon::ReconcileReport,
+    report: &crate::runtime::reconcile::ReconcileReport,
     output: OutputFormat,
     dry_run: bool,
 ) -> anyhow::Result<()> {

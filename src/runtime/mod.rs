@@ -8,4 +8,7 @@ pub mod daemon;
 pub mod eviction;
 pub mod eviction_service;
 pub mod evictor;
+pub mod pod_source;
+pub mod reconcile;
+pub mod stopper;
 pub mod supervisor;

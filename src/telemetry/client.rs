@@ -5,7 +5,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-use crate::telemetry::status::*;
+use crate::telemetry::status::StatusDoc;
 
 /// Errors of the HTTP server and client.
 #[derive(Debug, thiserror::Error)]

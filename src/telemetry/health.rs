@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::telemetry::status::*;
+use crate::telemetry::status::StatusDoc;
 
 /// Liveness, readiness and the published status document.
 #[derive(Debug)]

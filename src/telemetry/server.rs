@@ -24,7 +24,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get as route_get;
 use axum::Router;
 
-use crate::telemetry::client::*;
+use crate::telemetry::client::HttpError;
 use crate::telemetry::health::Health;
 use crate::telemetry::metrics::{self, Metrics};
 
@@ -144,6 +144,7 @@ pub async fn spawn(addr: SocketAddr, state: AppState) -> Result<Server, HttpErro
 mod tests {
     use super::*;
 
+    use crate::telemetry::client::{fetch_status, get, parse_response};
     use crate::telemetry::health::Health;
     use crate::telemetry::status::*;
     use std::time::Duration;

@@ -142,9 +142,8 @@ pub async fn spawn(addr: SocketAddr, state: AppState) -> Result<Server, HttpErro
 
 #[cfg(test)]
 mod tests {
-    use super::*;
 
-    use crate::telemetry::client::{fetch_status, get, parse_response};
+    use crate::telemetry::client::parse_response;
     use crate::telemetry::health::Health;
     use crate::telemetry::status::*;
     use std::time::Duration;

@@ -21,15 +21,7 @@ pub const EXIT_BAD_INPUT: i32 = 2;
 /// Exit code for a runtime failure.
 pub const EXIT_FAILURE: i32 = 1;
 
-/// Marks an error as the user's input being wrong: `main` exits with 2.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct BadInput(pub String);
-
-/// Wrap any error as bad input (exit code 2), keeping its message chain.
-pub fn bad_input(e: impl std::fmt::Display) -> anyhow::Error {
-    anyhow::Error::new(BadInput(e.to_string()))
-}
+pub use crate::app::{bad_input, BadInput};
 
 #[derive(Debug, Parser)]
 #[command(

@@ -1,0 +1,3 @@
+//! Kernel and OS I/O: every path is a parameter.
+
+pub mod cpu_topology;

@@ -468,13 +468,15 @@ mod tests {
         CpuTopology::synthetic(2, 2, 10, 2)
     }
 
-    fn common_cases() -> Vec<(
+    type Case = (
         &'static str,
         CpuTopology,
         &'static str,
         usize,
         Result<&'static str, TakeError>,
-    )> {
+    );
+
+    fn common_cases() -> Vec<Case> {
         vec![
             ("take more cpus than are available from single socket with HT", single_socket_ht(), "0,2,4,6", 5,
                 Err(TakeError::NotEnough { requested: 5, available: 4 })),

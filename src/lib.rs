@@ -25,4 +25,5 @@ pub mod policy;
 pub mod qos;
 pub mod quantity;
 pub mod resources;
+pub mod runtime;
 pub mod sys;

@@ -1,0 +1,3 @@
+//! Long-running services of `qosd run`.
+
+pub mod cpu_manager;

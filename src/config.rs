@@ -265,6 +265,13 @@ pub struct Config {
     pub cpu_cfs_quota_period: Duration,
     /// Kubelet `memoryThrottlingFactor` (memory.high with `memoryQoS`).
     pub memory_throttling_factor: f64,
+    /// Kubelet `cpuManagerPolicy`: `none` (default) or `static`.
+    pub cpu_manager_policy: crate::policy::cpu::policy::PolicyName,
+    /// Kubelet `cpuManagerPolicyOptions` (validated names and values).
+    pub cpu_manager_policy_options: BTreeMap<String, String>,
+    /// Kubelet `reservedSystemCPUs` (a CPU list, e.g. `0-1`).
+    #[serde(rename = "reservedSystemCPUs", skip_serializing_if = "Option::is_none")]
+    pub reserved_system_cpus: Option<String>,
 
     // --- qosd's own --------------------------------------------------------
     /// Where the cgroup filesystem is mounted.
@@ -296,6 +303,14 @@ pub struct Config {
     pub node_memory: Option<Quantity>,
     pub log_format: LogFormat,
     pub eviction_backend: EvictionBackend,
+    /// Where qosd keeps its `cpu_manager_state` (static policy).
+    pub cpu_manager_state_dir: PathBuf,
+    /// The kubelet's `cpu_manager_state`: audit it instead of assigning CPUs.
+    #[serde(
+        rename = "kubeletCPUManagerState",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub kubelet_cpu_manager_state: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -444,6 +459,13 @@ pub struct RawConfig {
     #[serde(rename = "cpuCFSQuotaPeriod")]
     pub cpu_cfs_quota_period: Option<Scalar>,
     pub memory_throttling_factor: Option<Scalar>,
+    pub cpu_manager_policy: Option<Scalar>,
+    pub cpu_manager_policy_options: Option<RawMap>,
+    #[serde(rename = "reservedSystemCPUs")]
+    pub reserved_system_cpus: Option<Scalar>,
+    pub cpu_manager_state_dir: Option<Scalar>,
+    #[serde(rename = "kubeletCPUManagerState")]
+    pub kubelet_cpu_manager_state: Option<Scalar>,
     pub cgroupfs: Option<Scalar>,
     pub cgroup_version: Option<Scalar>,
     #[serde(alias = "containerRuntimeEndpoint")]
@@ -1225,6 +1247,52 @@ pub fn validate(
         ],
     );
 
+    let cpu_manager_policy = c.choice(
+        "cpuManagerPolicy",
+        &raw.cpu_manager_policy,
+        crate::policy::cpu::policy::PolicyName::None,
+        &[
+            ("none", crate::policy::cpu::policy::PolicyName::None),
+            ("static", crate::policy::cpu::policy::PolicyName::Static),
+        ],
+    );
+    let cpu_manager_policy_options: BTreeMap<String, String> = raw
+        .cpu_manager_policy_options
+        .iter()
+        .flatten()
+        .map(|(k, Scalar(v))| (k.clone(), v.clone()))
+        .collect();
+    if let Err(e) = crate::policy::cpu::policy::PolicyOptions::parse(&cpu_manager_policy_options) {
+        c.bad(
+            "cpuManagerPolicyOptions",
+            None,
+            &format!("{cpu_manager_policy_options:?}"),
+            e.to_string(),
+            "full-pcpus-only, distribute-cpus-across-numa, align-by-socket: true | false",
+        );
+    }
+    let reserved_system_cpus = raw.reserved_system_cpus.as_ref().map(|Scalar(s)| s.clone());
+    if let Some(s) = &reserved_system_cpus {
+        if let Err(e) = crate::policy::cpu::CpuSet::parse(s) {
+            c.bad(
+                "reservedSystemCPUs",
+                None,
+                s,
+                e.reason,
+                "a CPU list such as 0-1,4",
+            );
+        }
+    }
+    let cpu_manager_state_dir = c.path(
+        "cpuManagerStateDir",
+        &raw.cpu_manager_state_dir,
+        "/var/lib/qosd",
+    );
+    let kubelet_cpu_manager_state = raw
+        .kubelet_cpu_manager_state
+        .as_ref()
+        .map(|_| c.path("kubeletCPUManagerState", &raw.kubelet_cpu_manager_state, ""));
+
     if !c.errors.is_empty() {
         return Err(c.errors);
     }
@@ -1260,6 +1328,11 @@ pub fn validate(
         node_memory,
         log_format,
         eviction_backend,
+        cpu_manager_policy,
+        cpu_manager_policy_options,
+        reserved_system_cpus,
+        cpu_manager_state_dir,
+        kubelet_cpu_manager_state,
     })
 }
 

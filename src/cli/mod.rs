@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 
 pub mod classify;
 pub mod config_check;
+pub mod cpu;
 pub mod eviction_order;
 pub mod plan;
 pub mod pods;

@@ -234,6 +234,8 @@ pub struct Args {
     pub runtime_endpoint: String,
     #[command(flatten)]
     pub options: PlanOptions,
+    #[command(flatten)]
+    pub cpu: crate::cli::cpu::CpuManagerFlags,
     #[arg(long, value_enum, default_value = "text")]
     pub output: OutputFormat,
 }
@@ -258,9 +260,14 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     };
     let cfg = args.options.to_config_or_fallback()?;
     let plan = crate::plan::build(&cfg, &pods);
+    let cpu = cpu_plan(&args, &pods)?;
     let out = match args.output {
         OutputFormat::Json => {
-            let mut s = serde_json::to_string_pretty(&plan)?;
+            let mut v = serde_json::to_value(&plan)?;
+            if let Some(c) = &cpu {
+                crate::cli::cpu::add_to_json(&mut v, c);
+            }
+            let mut s = serde_json::to_string_pretty(&v)?;
             s.push('\n');
             s
         }
@@ -270,13 +277,42 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                     "qosd: no --pods given: planning the embedded example pods (fixtures/pods)"
                 );
             }
-            plan.to_text()
+            let mut t = plan.to_text();
+            if let Some(c) = &cpu {
+                t.push_str(&crate::cli::cpu::to_text(c));
+            }
+            t
         }
     };
     let mut stdout = std::io::stdout().lock();
     stdout.write_all(out.as_bytes())?;
     stdout.flush()?;
     Ok(0)
+}
+
+/// The CPU manager's part of the plan (`--cpu-manager-policy static`):
+/// pods arrive in the order given.
+fn cpu_plan(
+    args: &Args,
+    pods: &[Pod],
+) -> anyhow::Result<Option<crate::policy::cpu::policy::CpuPlan>> {
+    let mut reserved = None;
+    for list in [&args.options.system_reserved, &args.options.kube_reserved] {
+        let has_cpu = list
+            .split(',')
+            .any(|p| p.split_once('=').is_some_and(|(k, _)| k.trim() == "cpu"));
+        if has_cpu {
+            let r = Reserved::parse(list).map_err(bad_input)?;
+            reserved = Some(reserved.unwrap_or(0) + r.cpu_millis);
+        }
+    }
+    let settings = args.cpu.settings(Default::default(), reserved)?;
+    let with_arrival: Vec<(Pod, i64)> = pods
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (p.clone(), i as i64))
+        .collect();
+    crate::runtime::cpu_manager::plan_pods(&settings, &with_arrival).map_err(bad_input)
 }
 
 #[cfg(test)]

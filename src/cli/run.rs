@@ -47,6 +47,10 @@ pub struct Args {
     pub proc_root: PathBuf,
     #[command(flatten)]
     pub config: ConfigFlags,
+    #[command(flatten)]
+    pub cpu: crate::cli::cpu::CpuManagerFlags,
+    #[command(flatten)]
+    pub cpu_state: crate::cli::cpu::CpuStateFlags,
 }
 
 /// The planner config a daemon config describes (detecting the cgroup
@@ -128,6 +132,16 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         PodSourceSpec::Manifests(args.pods.clone())
     };
     let dry_run = cfg.mode == config::Mode::DryRun;
+    let cpu_settings = args.cpu.settings(
+        crate::cli::cpu::settings_from_config(&cfg, &args.cpu_state)?,
+        crate::cli::cpu::reserved_millis(&[&cfg.system_reserved, &cfg.kube_reserved]),
+    )?;
+    let cpu_manager = (cpu_settings.policy == crate::policy::cpu::policy::PolicyName::Static)
+        .then_some(cpu_settings);
+    if let Some(s) = &cpu_manager {
+        // Refuse to start on a bad reservation or topology, like the kubelet.
+        s.build_policy().map_err(bad_input)?;
+    }
     let plan_capacity = plan.node.capacity_memory_bytes;
     let opts = RunOptions {
         plan,
@@ -148,6 +162,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         },
         machine_memory_bytes: crate::node::detect_memory_bytes(&args.proc_root)
             .unwrap_or(plan_capacity),
+        cpu_manager,
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -263,11 +263,16 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     let cpu = cpu_plan(&args, &pods)?;
     let out = match args.output {
         OutputFormat::Json => {
-            let mut v = serde_json::to_value(&plan)?;
-            if let Some(c) = &cpu {
-                crate::cli::cpu::add_to_json(&mut v, c);
-            }
-            let mut s = serde_json::to_string_pretty(&v)?;
+            // Through a Value (sorted keys) only with the CPU manager, so
+            // the plan's own field order stays as it was.
+            let mut s = match &cpu {
+                Some(c) => {
+                    let mut v = serde_json::to_value(&plan)?;
+                    crate::cli::cpu::add_to_json(&mut v, c);
+                    serde_json::to_string_pretty(&v)?
+                }
+                None => serde_json::to_string_pretty(&plan)?,
+            };
             s.push('\n');
             s
         }

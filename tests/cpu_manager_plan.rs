@@ -75,7 +75,7 @@ fn two_socket_ht_with_an_odd_reserved_set() {
     assert_eq!(main.1, "3,16,19");
     assert!(setup.2 && main.2);
     // fractional and Burstable containers share the pool
-    assert_eq!(get("default/batch/helper").2, false);
+    assert!(!get("default/batch/helper").2);
     assert_eq!(
         get("default/web/app"),
         ("default/web/app".into(), shared.clone(), false)

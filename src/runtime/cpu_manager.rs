@@ -52,7 +52,10 @@ pub enum CpuManagerError {
     #[error(transparent)]
     Policy(#[from] PolicyError),
     #[error("{path}: {source}")]
-    State { path: PathBuf, source: StateError },
+    State {
+        path: PathBuf,
+        source: Box<StateError>,
+    },
     #[error("{path}: {source}")]
     Io {
         path: PathBuf,
@@ -102,7 +105,7 @@ pub fn read_state(path: &Path) -> Result<Option<CpuState>, CpuManagerError> {
             .map(Some)
             .map_err(|source| CpuManagerError::State {
                 path: path.to_path_buf(),
-                source,
+                source: Box::new(source),
             }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(source) => Err(CpuManagerError::Io {

@@ -135,6 +135,48 @@ async fn static_policy_pins_a_guaranteed_pod_on_real_cgroup_v1() {
     assert_eq!(find(&g.spec.uid), "1", "{out}");
     assert_eq!(find(&b.spec.uid), "0", "{out}");
 
+    // Audit mode against a kubelet state file that disagrees about g:
+    // differences are reported, nothing is changed.
+    let mut kubelet = CpuState {
+        policy_name: "static".into(),
+        default: qosd::policy::cpu::CpuSet::parse("1").unwrap(),
+        ..Default::default()
+    };
+    kubelet.set(
+        &g.spec.uid,
+        "app",
+        qosd::policy::cpu::CpuSet::parse("0").unwrap(),
+    );
+    let kfile = dir.path().join("kubelet_cpu_manager_state");
+    std::fs::write(&kfile, kubelet.to_json()).unwrap();
+    let (code, out, err) = qosd(&[
+        "run",
+        "--once",
+        "--runtime-endpoint",
+        &env.endpoint,
+        "--cgroup-version",
+        "v1",
+        "--cgroup-root",
+        &env.cgroup_root,
+        "--cpu-manager-policy",
+        "static",
+        "--reserved-cpus",
+        "0",
+        "--kubelet-cpu-manager-state",
+        kfile.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}{out}");
+    assert!(
+        err.contains("live cpuset 1 != kubelet state 0"),
+        "audit reports g:\n{err}"
+    );
+    assert!(
+        err.contains("live cpuset 0 != kubelet state 1"),
+        "audit reports b:\n{err}"
+    );
+    assert_eq!(cpuset(&env, &g), "1", "audit changes nothing");
+    assert_eq!(cpuset(&env, &b), "0", "audit changes nothing");
+
     // 2. drift: someone puts the Burstable container back on every CPU.
     let client = env.client().await;
     client

@@ -45,6 +45,8 @@ pub struct DaemonArgs {
     pub proc_root: PathBuf,
     /// Re-reads the configuration (SIGHUP).
     pub reload: Box<dyn FnMut() -> anyhow::Result<Config> + Send>,
+    /// The CPU manager (`cpuManagerPolicy: static`); `None`: policy none.
+    pub cpu_manager: Option<crate::runtime::cpu_manager::CpuManagerSettings>,
 }
 
 /// How the daemon ended.
@@ -156,6 +158,7 @@ pub fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<DaemonExit> {
         },
         machine_memory_bytes: crate::core::node::detect_memory_bytes(&args.proc_root)
             .unwrap_or(plan_capacity),
+        cpu_manager: args.cpu_manager,
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -10,6 +10,7 @@ use crate::telemetry::log::{init_logging, LogFormat};
 
 pub mod classify;
 pub mod config_check;
+pub mod cpu;
 pub mod eviction_order;
 pub mod plan;
 pub mod pods;

@@ -234,6 +234,8 @@ pub struct Args {
     pub runtime_endpoint: String,
     #[command(flatten)]
     pub options: PlanOptions,
+    #[command(flatten)]
+    pub cpu: crate::cli::cpu::CpuManagerFlags,
     #[arg(long, value_enum, default_value = "text")]
     pub output: OutputFormat,
 }
@@ -258,9 +260,19 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     };
     let cfg = args.options.to_config_or_fallback()?;
     let plan = crate::policy::enforce::plan::build(&cfg, &pods);
+    let cpu = cpu_plan(&args, &pods)?;
     let out = match args.output {
         OutputFormat::Json => {
-            let mut s = serde_json::to_string_pretty(&plan)?;
+            // Through a Value (sorted keys) only with the CPU manager, so
+            // the plan's own field order stays as it was.
+            let mut s = match &cpu {
+                Some(c) => {
+                    let mut v = serde_json::to_value(&plan)?;
+                    crate::cli::cpu::add_to_json(&mut v, c);
+                    serde_json::to_string_pretty(&v)?
+                }
+                None => serde_json::to_string_pretty(&plan)?,
+            };
             s.push('\n');
             s
         }
@@ -270,13 +282,42 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                     "qosd: no --pods given: planning the embedded example pods (fixtures/pods)"
                 );
             }
-            plan.to_text()
+            let mut t = plan.to_text();
+            if let Some(c) = &cpu {
+                t.push_str(&crate::cli::cpu::to_text(c));
+            }
+            t
         }
     };
     let mut stdout = std::io::stdout().lock();
     stdout.write_all(out.as_bytes())?;
     stdout.flush()?;
     Ok(0)
+}
+
+/// The CPU manager's part of the plan (`--cpu-manager-policy static`):
+/// pods arrive in the order given.
+fn cpu_plan(
+    args: &Args,
+    pods: &[Pod],
+) -> anyhow::Result<Option<crate::policy::cpu::policy::CpuPlan>> {
+    let mut reserved = None;
+    for list in [&args.options.system_reserved, &args.options.kube_reserved] {
+        let has_cpu = list
+            .split(',')
+            .any(|p| p.split_once('=').is_some_and(|(k, _)| k.trim() == "cpu"));
+        if has_cpu {
+            let r = Reserved::parse(list).map_err(bad_input)?;
+            reserved = Some(reserved.unwrap_or(0) + r.cpu_millis);
+        }
+    }
+    let settings = args.cpu.settings(Default::default(), reserved)?;
+    let with_arrival: Vec<(Pod, i64)> = pods
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (p.clone(), i as i64))
+        .collect();
+    crate::runtime::cpu_manager::plan_pods(&settings, &with_arrival).map_err(bad_input)
 }
 
 #[cfg(test)]

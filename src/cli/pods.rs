@@ -92,6 +92,7 @@ fn container_json(p: &LivePod, c: &LiveContainer) -> Value {
         "oom_score_adj": c.oom_score_adj,
         "memory_min_bytes": c.memory_min_bytes,
         "resources_origin": c.resources_origin,
+        "cpuset_cpus": c.cpuset_cpus,
         "counted": c.counted,
     });
     if c.counted {
@@ -154,7 +155,7 @@ pub fn to_text(inv: &Inventory) -> String {
         ));
         for c in &p.containers {
             s.push_str(&format!(
-                "  {}  {}  {}{}  cpu_shares={} cpu_quota={} cpu_period={} memory_limit={} oom_score_adj={}{}\n",
+                "  {}  {}  {}{}  cpu_shares={} cpu_quota={} cpu_period={} memory_limit={} oom_score_adj={}{}{}\n",
                 c.name,
                 short(&c.id),
                 c.state,
@@ -166,6 +167,10 @@ pub fn to_text(inv: &Inventory) -> String {
                 opt(c.oom_score_adj),
                 c.memory_min_bytes
                     .map(|m| format!(" memory.min={m}"))
+                    .unwrap_or_default(),
+                c.cpuset_cpus
+                    .as_ref()
+                    .map(|m| format!(" cpuset={m}"))
                     .unwrap_or_default(),
             ));
         }
@@ -206,6 +211,7 @@ mod tests {
             oom_score_adj: Some(1000),
             memory_min_bytes: None,
             resources_origin: ResourcesOrigin::Status,
+            cpuset_cpus: Some("2-3".into()),
             counted: true,
         };
         let mut pod = Pod::new("u-1", "ns", "web");
@@ -221,6 +227,7 @@ mod tests {
                 qos_class: QosClass::BestEffort,
                 qos_source: QosSource::Resources,
                 cgroup_parent: None,
+                created_at: 0,
                 containers: vec![c],
                 notes: vec!["n".into()],
                 warnings: vec![],
@@ -244,6 +251,7 @@ mod tests {
         assert_eq!(c["cpu_shares"], 2);
         assert!(c["cpu_quota"].is_null());
         assert_eq!(c["resources_origin"], "status");
+        assert_eq!(c["cpuset_cpus"], "2-3");
         assert_eq!(c["requests"], serde_json::json!({}));
         assert_eq!(v["skipped"][0]["reason"], "removed");
     }
@@ -259,6 +267,7 @@ mod tests {
             t.contains("  app  c0ffee  running  cpu_shares=2 cpu_quota=- "),
             "{t}"
         );
+        assert!(t.contains(" oom_score_adj=1000 cpuset=2-3\n"), "{t}");
         assert!(t.contains("  note: n\n"), "{t}");
         assert!(t.contains("skipped sandbox dead: removed"), "{t}");
         assert_eq!(to_text(&Inventory::default()), "no pod sandboxes\n");

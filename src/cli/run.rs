@@ -36,11 +36,25 @@ pub struct Args {
     pub proc_root: PathBuf,
     #[command(flatten)]
     pub config: ConfigFlags,
+    #[command(flatten)]
+    pub cpu: crate::cli::cpu::CpuManagerFlags,
+    #[command(flatten)]
+    pub cpu_state: crate::cli::cpu::CpuStateFlags,
 }
 
 pub fn run(args: Args) -> anyhow::Result<i32> {
     let cfg = args.config.load()?;
     crate::telemetry::log::init_logging(cfg.log_format);
+    let cpu_settings = args.cpu.settings(
+        crate::cli::cpu::settings_from_config(&cfg, &args.cpu_state)?,
+        crate::cli::cpu::reserved_millis(&[&cfg.system_reserved, &cfg.kube_reserved]),
+    )?;
+    let cpu_manager = (cpu_settings.policy == crate::policy::cpu::policy::PolicyName::Static)
+        .then_some(cpu_settings);
+    if let Some(s) = &cpu_manager {
+        // Refuse to start on a bad reservation or topology, like the kubelet.
+        s.build_policy().map_err(crate::cli::bad_input)?;
+    }
     let flags = args.config.clone();
     let exit = crate::app::run_daemon(
         cfg,
@@ -50,6 +64,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             orphan_grace: args.orphan_grace_period,
             proc_root: args.proc_root.clone(),
             reload: Box::new(move || flags.load()),
+            cpu_manager,
         },
     )?;
     match exit {

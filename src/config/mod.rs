@@ -248,6 +248,13 @@ pub struct Config {
     pub cpu_cfs_quota_period: Duration,
     /// Kubelet `memoryThrottlingFactor` (memory.high with `memoryQoS`).
     pub memory_throttling_factor: f64,
+    /// Kubelet `cpuManagerPolicy`: `none` (default) or `static`.
+    pub cpu_manager_policy: crate::policy::cpu::policy::PolicyName,
+    /// Kubelet `cpuManagerPolicyOptions` (validated names and values).
+    pub cpu_manager_policy_options: BTreeMap<String, String>,
+    /// Kubelet `reservedSystemCPUs` (a CPU list, e.g. `0-1`).
+    #[serde(rename = "reservedSystemCPUs", skip_serializing_if = "Option::is_none")]
+    pub reserved_system_cpus: Option<String>,
 
     // --- qosd's own --------------------------------------------------------
     /// Where the cgroup filesystem is mounted.
@@ -279,6 +286,14 @@ pub struct Config {
     pub node_memory: Option<Quantity>,
     pub log_format: LogFormat,
     pub eviction_backend: EvictionBackend,
+    /// Where qosd keeps its `cpu_manager_state` (static policy).
+    pub cpu_manager_state_dir: PathBuf,
+    /// The kubelet's `cpu_manager_state`: audit it instead of assigning CPUs.
+    #[serde(
+        rename = "kubeletCPUManagerState",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub kubelet_cpu_manager_state: Option<PathBuf>,
 }
 
 impl Default for Config {

@@ -66,6 +66,13 @@ pub struct RawConfig {
     #[serde(rename = "cpuCFSQuotaPeriod")]
     pub cpu_cfs_quota_period: Option<Scalar>,
     pub memory_throttling_factor: Option<Scalar>,
+    pub cpu_manager_policy: Option<Scalar>,
+    pub cpu_manager_policy_options: Option<RawMap>,
+    #[serde(rename = "reservedSystemCPUs")]
+    pub reserved_system_cpus: Option<Scalar>,
+    pub cpu_manager_state_dir: Option<Scalar>,
+    #[serde(rename = "kubeletCPUManagerState")]
+    pub kubelet_cpu_manager_state: Option<Scalar>,
     pub cgroupfs: Option<Scalar>,
     pub cgroup_version: Option<Scalar>,
     #[serde(alias = "containerRuntimeEndpoint")]

@@ -549,6 +549,52 @@ pub fn validate(
         ],
     );
 
+    let cpu_manager_policy = c.choice(
+        "cpuManagerPolicy",
+        &raw.cpu_manager_policy,
+        crate::policy::cpu::policy::PolicyName::None,
+        &[
+            ("none", crate::policy::cpu::policy::PolicyName::None),
+            ("static", crate::policy::cpu::policy::PolicyName::Static),
+        ],
+    );
+    let cpu_manager_policy_options: BTreeMap<String, String> = raw
+        .cpu_manager_policy_options
+        .iter()
+        .flatten()
+        .map(|(k, Scalar(v))| (k.clone(), v.clone()))
+        .collect();
+    if let Err(e) = crate::policy::cpu::policy::PolicyOptions::parse(&cpu_manager_policy_options) {
+        c.bad(
+            "cpuManagerPolicyOptions",
+            None,
+            &format!("{cpu_manager_policy_options:?}"),
+            e.to_string(),
+            "full-pcpus-only, distribute-cpus-across-numa, align-by-socket: true | false",
+        );
+    }
+    let reserved_system_cpus = raw.reserved_system_cpus.as_ref().map(|Scalar(s)| s.clone());
+    if let Some(s) = &reserved_system_cpus {
+        if let Err(e) = crate::policy::cpu::CpuSet::parse(s) {
+            c.bad(
+                "reservedSystemCPUs",
+                None,
+                s,
+                e.reason,
+                "a CPU list such as 0-1,4",
+            );
+        }
+    }
+    let cpu_manager_state_dir = c.path(
+        "cpuManagerStateDir",
+        &raw.cpu_manager_state_dir,
+        "/var/lib/qosd",
+    );
+    let kubelet_cpu_manager_state = raw
+        .kubelet_cpu_manager_state
+        .as_ref()
+        .map(|_| c.path("kubeletCPUManagerState", &raw.kubelet_cpu_manager_state, ""));
+
     if !c.errors.is_empty() {
         return Err(c.errors);
     }
@@ -584,5 +630,10 @@ pub fn validate(
         node_memory,
         log_format,
         eviction_backend,
+        cpu_manager_policy,
+        cpu_manager_policy_options,
+        reserved_system_cpus,
+        cpu_manager_state_dir,
+        kubelet_cpu_manager_state,
     })
 }

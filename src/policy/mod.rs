@@ -3,5 +3,6 @@
 //! * [`enforce`]: cgroup naming and the plan of cgroup writes.
 //! * [`evict`]: signals and thresholds, ranking, the eviction state machine.
 
+pub mod cpu;
 pub mod enforce;
 pub mod evict;

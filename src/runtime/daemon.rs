@@ -28,6 +28,8 @@ pub struct RunOptions {
     /// oom_score_adj from it, so qosd inverts that formula with it (not
     /// with an overridden node capacity).
     pub machine_memory_bytes: i64,
+    /// The CPU manager (`cpuManagerPolicy: static`); `None`: policy none.
+    pub cpu_manager: Option<crate::runtime::cpu_manager::CpuManagerSettings>,
 }
 
 /// Hooks the daemon calls as it runs, so eviction, metrics and health can
@@ -84,10 +86,20 @@ pub async fn run_loop(opts: RunOptions, observer: &mut dyn Observer) -> anyhow::
         }
     };
     let mut reconciler = Reconciler::new(opts.plan.clone(), opts.dry_run, opts.orphan_grace);
+    let mut cpu = match &opts.cpu_manager {
+        Some(s) => crate::runtime::cpu_manager::CpuManager::start(s, opts.dry_run)?,
+        None => None,
+    };
+    if cpu.is_some() && !matches!(source, Source::Cri { .. }) {
+        tracing::warn!("CPU manager: cpusets are applied through the CRI only; with manifests nothing is applied");
+    }
 
     if opts.once {
         let listing = source.list().await?;
         let report = reconciler.reconcile(&listing.pods, listing.all_uids.as_ref(), Instant::now());
+        if let (Some(cpu), Source::Cri { client, .. }) = (cpu.as_mut(), &source) {
+            cpu.reconcile(client, &listing.live).await;
+        }
         observer.reconciled(&report, &listing);
         return Ok(Outcome::Once(Box::new(report)));
     }
@@ -172,6 +184,9 @@ pub async fn run_loop(opts: RunOptions, observer: &mut dyn Observer) -> anyhow::
             }
         };
         let report = reconciler.reconcile(&listing.pods, listing.all_uids.as_ref(), Instant::now());
+        if let (Some(cpu), Source::Cri { client, .. }) = (cpu.as_mut(), &source) {
+            cpu.reconcile(client, &listing.live).await;
+        }
         tracing::debug!(
             pods = report.pods,
             writes = report.writes.len(),

@@ -4,6 +4,7 @@
 //! or a stall of any loop into a failing `/healthz` and a non-zero exit
 //! ([`supervisor`]).
 
+pub mod cpu_manager;
 pub mod daemon;
 pub mod eviction;
 pub mod eviction_service;

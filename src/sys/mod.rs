@@ -5,6 +5,7 @@
 
 pub mod apply;
 pub mod cgroupfs;
+pub mod cpu_topology;
 pub mod detect;
 pub mod kill;
 pub mod procfs;

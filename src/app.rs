@@ -78,12 +78,12 @@ pub fn plan_config(cfg: &Config, proc_root: &Path) -> anyhow::Result<PlanConfig>
         .with_cgroup_root(cfg.cgroup_root.clone());
     let cpu = match &cfg.node_cpu {
         Some(q) => q.milli_ceil(),
-        None => crate::core::node::detect_cpu_millis(proc_root)
+        None => crate::sys::procfs::detect_cpu_millis(proc_root)
             .context("cannot detect the node's cpus (set nodeCPU)")?,
     };
     let mem = match &cfg.node_memory {
         Some(q) => q.value_ceil(),
-        None => crate::core::node::detect_memory_bytes(proc_root)
+        None => crate::sys::procfs::detect_memory_bytes(proc_root)
             .context("cannot detect the node's memory (set nodeMemory)")?,
     };
     let reserved = |list: &crate::core::model::ResourceList| Reserved {
@@ -156,7 +156,7 @@ pub fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<DaemonExit> {
             },
             ..Default::default()
         },
-        machine_memory_bytes: crate::core::node::detect_memory_bytes(&args.proc_root)
+        machine_memory_bytes: crate::sys::procfs::detect_memory_bytes(&args.proc_root)
             .unwrap_or(plan_capacity),
         cpu_manager: args.cpu_manager,
     };

@@ -200,12 +200,12 @@ impl PlanOptions {
         };
         let cpu = match &self.node_cpu {
             Some(v) => quantity("--node-cpu", v)?.milli_ceil(),
-            None => crate::core::node::detect_cpu_millis(&self.proc_root)
+            None => crate::sys::procfs::detect_cpu_millis(&self.proc_root)
                 .context("cannot detect the node's cpus (pass --node-cpu)")?,
         };
         let mem = match &self.node_memory {
             Some(v) => quantity("--node-memory", v)?.value_ceil(),
-            None => crate::core::node::detect_memory_bytes(&self.proc_root)
+            None => crate::sys::procfs::detect_memory_bytes(&self.proc_root)
                 .context("cannot detect the node's memory (pass --node-memory)")?,
         };
         let sys = Reserved::parse(&self.system_reserved)

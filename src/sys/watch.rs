@@ -35,7 +35,8 @@ use nix::sys::eventfd::{EfdFlags, EventFd};
 
 use crate::core::model::CgroupVersion;
 use crate::policy::evict::threshold::{EvictionConfig, Signal};
-use crate::sys::signals::{parse_meminfo, stat_field, MemorySource, SignalSources};
+use crate::sys::procfs::parse_meminfo;
+use crate::sys::signals::{stat_field, MemorySource, SignalSources};
 
 /// How a target's working set is read.
 #[derive(Debug, Clone, PartialEq, Eq)]

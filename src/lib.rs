@@ -21,6 +21,8 @@ pub mod metrics;
 pub mod model;
 pub mod node;
 pub mod plan;
+pub mod policy;
 pub mod qos;
 pub mod quantity;
 pub mod resources;
+pub mod sys;

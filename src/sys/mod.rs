@@ -1,0 +1,3 @@
+//! Kernel and OS I/O (every path a parameter).
+
+pub mod hugepages;

@@ -265,6 +265,19 @@ pub struct Config {
     pub cpu_cfs_quota_period: Duration,
     /// Kubelet `memoryThrottlingFactor` (memory.high with `memoryQoS`).
     pub memory_throttling_factor: f64,
+    /// Kubelet `memoryReservationPolicy` (MemoryQoS, 1.36): None | TieredReservation.
+    pub memory_reservation_policy: crate::policy::enforce::memory_qos::MemoryReservationPolicy,
+    /// Kubelet `enforceNodeAllocatable` (`[pods]` by default).
+    #[serde(serialize_with = "ser_enforce")]
+    pub enforce_node_allocatable: crate::policy::enforce::reserved::EnforceNodeAllocatable,
+    /// Kubelet `systemReservedCgroup` (limited with `system-reserved`; never created).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub system_reserved_cgroup: Option<String>,
+    /// Kubelet `kubeReservedCgroup` (limited with `kube-reserved`; never created).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kube_reserved_cgroup: Option<String>,
+    /// Whose rules to follow where kubelets differ (1.33 … 1.36).
+    pub kubelet_version: crate::policy::enforce::versions::KubeletVersion,
 
     // --- qosd's own --------------------------------------------------------
     /// Where the cgroup filesystem is mounted.
@@ -444,6 +457,11 @@ pub struct RawConfig {
     #[serde(rename = "cpuCFSQuotaPeriod")]
     pub cpu_cfs_quota_period: Option<Scalar>,
     pub memory_throttling_factor: Option<Scalar>,
+    pub memory_reservation_policy: Option<Scalar>,
+    pub enforce_node_allocatable: Option<Vec<Scalar>>,
+    pub system_reserved_cgroup: Option<Scalar>,
+    pub kube_reserved_cgroup: Option<Scalar>,
+    pub kubelet_version: Option<Scalar>,
     pub cgroupfs: Option<Scalar>,
     pub cgroup_version: Option<Scalar>,
     #[serde(alias = "containerRuntimeEndpoint")]
@@ -549,6 +567,12 @@ pub struct Overrides {
     pub cpu_cfs_quota: Option<bool>,
     pub cpu_cfs_quota_period: Option<String>,
     pub memory_throttling_factor: Option<String>,
+    pub memory_reservation_policy: Option<String>,
+    /// Comma-separated, e.g. `pods,system-reserved`.
+    pub enforce_node_allocatable: Option<String>,
+    pub system_reserved_cgroup: Option<String>,
+    pub kube_reserved_cgroup: Option<String>,
+    pub kubelet_version: Option<String>,
     pub cgroupfs: Option<String>,
     pub cgroup_version: Option<String>,
     pub runtime_endpoint: Option<String>,
@@ -614,6 +638,20 @@ impl Overrides {
         text!(cpu_cfs_quota, "cpuCFSQuota");
         text!(cpu_cfs_quota_period, "cpuCFSQuotaPeriod");
         text!(memory_throttling_factor, "memoryThrottlingFactor");
+        text!(memory_reservation_policy, "memoryReservationPolicy");
+        if let Some(v) = &self.enforce_node_allocatable {
+            raw.enforce_node_allocatable = Some(
+                v.split(',')
+                    .map(str::trim)
+                    .filter(|k| !k.is_empty())
+                    .map(|k| Scalar(k.to_string()))
+                    .collect(),
+            );
+            set.insert("enforceNodeAllocatable");
+        }
+        text!(system_reserved_cgroup, "systemReservedCgroup");
+        text!(kube_reserved_cgroup, "kubeReservedCgroup");
+        text!(kubelet_version, "kubeletVersion");
         text!(cgroupfs, "cgroupfs");
         text!(cgroup_version, "cgroupVersion");
         text!(runtime_endpoint, "runtimeEndpoint");
@@ -895,6 +933,13 @@ impl Checker<'_> {
         }
         PathBuf::from(s)
     }
+}
+
+fn ser_enforce<S: Serializer>(
+    e: &crate::policy::enforce::reserved::EnforceNodeAllocatable,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    s.collect_seq(e.keys())
 }
 
 fn ser_duration<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -1200,6 +1245,93 @@ pub fn validate(
         ],
     );
     let memory_qos = c.boolean("memoryQoS", &raw.memory_qos, false);
+    let memory_reservation_policy = match &raw.memory_reservation_policy {
+        None => Default::default(),
+        Some(Scalar(s)) => crate::policy::enforce::memory_qos::MemoryReservationPolicy::parse(s)
+            .unwrap_or_else(|_| {
+                c.bad(
+                    "memoryReservationPolicy",
+                    None,
+                    s,
+                    "not one of the choices",
+                    "None | TieredReservation",
+                );
+                Default::default()
+            }),
+    };
+    let kubelet_version = match &raw.kubelet_version {
+        None => crate::policy::enforce::versions::KubeletVersion::NEWEST,
+        Some(Scalar(s)) => crate::policy::enforce::versions::KubeletVersion::parse(s)
+            .unwrap_or_else(|e| {
+                c.bad("kubeletVersion", None, s, e, "1.33 | 1.34 | 1.35 | 1.36");
+                crate::policy::enforce::versions::KubeletVersion::NEWEST
+            }),
+    };
+    let enforce_node_allocatable = match &raw.enforce_node_allocatable {
+        None => crate::policy::enforce::reserved::EnforceNodeAllocatable::kubelet_default(),
+        Some(keys) => {
+            let joined = keys
+                .iter()
+                .map(|Scalar(k)| k.as_str())
+                .collect::<Vec<_>>()
+                .join(",");
+            let e = crate::policy::enforce::reserved::EnforceNodeAllocatable::parse(&joined)
+                .ok()
+                .filter(|_| {
+                    keys.iter()
+                        .all(|Scalar(k)| !matches!(k.as_str(), "true" | "false"))
+                });
+            e.unwrap_or_else(|| {
+                c.bad(
+                    "enforceNodeAllocatable",
+                    None,
+                    &joined,
+                    "unknown key",
+                    "a list of pods, system-reserved, kube-reserved (or none)",
+                );
+                crate::policy::enforce::reserved::EnforceNodeAllocatable::kubelet_default()
+            })
+        }
+    };
+    let mut cgroup_name = |field: &'static str, v: &Option<Scalar>| -> Option<String> {
+        let Scalar(s) = v.as_ref()?;
+        if !s.starts_with('/') || s.split('/').any(|seg| seg == "." || seg == "..") {
+            c.bad(
+                field,
+                None,
+                s,
+                "not an absolute cgroup path",
+                "an absolute cgroup path such as /system.slice (no . or .. segments)",
+            );
+        }
+        Some(s.clone())
+    };
+    let system_reserved_cgroup = cgroup_name("systemReservedCgroup", &raw.system_reserved_cgroup);
+    let kube_reserved_cgroup = cgroup_name("kubeReservedCgroup", &raw.kube_reserved_cgroup);
+    for (on, key, field, name) in [
+        (
+            enforce_node_allocatable.system_reserved,
+            "system-reserved",
+            "systemReservedCgroup",
+            &system_reserved_cgroup,
+        ),
+        (
+            enforce_node_allocatable.kube_reserved,
+            "kube-reserved",
+            "kubeReservedCgroup",
+            &kube_reserved_cgroup,
+        ),
+    ] {
+        if on && name.is_none() {
+            c.bad(
+                field,
+                None,
+                "",
+                format!("enforceNodeAllocatable contains {key} but {field} is not set"),
+                "the absolute path of the cgroup to limit, e.g. /system.slice",
+            );
+        }
+    }
     let node_cpu = raw
         .node_cpu
         .as_ref()
@@ -1244,6 +1376,11 @@ pub fn validate(
         cpu_cfs_quota,
         cpu_cfs_quota_period,
         memory_throttling_factor,
+        memory_reservation_policy,
+        enforce_node_allocatable,
+        system_reserved_cgroup,
+        kube_reserved_cgroup,
+        kubelet_version,
         cgroupfs,
         cgroup_version,
         runtime_endpoint,

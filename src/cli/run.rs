@@ -17,6 +17,7 @@ use crate::http::{AppState, Health};
 use crate::metrics::Metrics;
 use crate::node::{NodeResources, Reserved};
 use crate::plan::PlanConfig;
+use crate::policy::enforce::reserved::ReservedResources;
 use std::sync::Arc;
 
 #[derive(Debug, clap::Args)]
@@ -45,13 +46,16 @@ pub struct Args {
     /// Where /proc is (node capacity, signals).
     #[arg(long, value_name = "DIR", default_value = "/proc", hide = true)]
     pub proc_root: PathBuf,
+    /// Where sysfs is (hugepage sizes).
+    #[arg(long, value_name = "DIR", default_value = "/sys", hide = true)]
+    pub sysfs: PathBuf,
     #[command(flatten)]
     pub config: ConfigFlags,
 }
 
 /// The planner config a daemon config describes (detecting the cgroup
 /// version and the node's capacity where the config leaves them open).
-pub fn plan_config(cfg: &Config, proc_root: &Path) -> anyhow::Result<PlanConfig> {
+pub fn plan_config(cfg: &Config, proc_root: &Path, sysfs: &Path) -> anyhow::Result<PlanConfig> {
     let version = match cfg.cgroup_version.forced() {
         Some(v) => v,
         None => crate::cgroup::detect::detect_version(&cfg.cgroupfs).with_context(|| {
@@ -97,7 +101,47 @@ pub fn plan_config(cfg: &Config, proc_root: &Path) -> anyhow::Result<PlanConfig>
     plan.memory_qos = cfg.memory_qos;
     plan.memory_throttling_factor = cfg.memory_throttling_factor;
     plan.qos_reserved_memory_percent = cfg.qos_reserved_memory();
+    plan.kubelet_version = cfg.kubelet_version;
+    plan.memory_reservation_policy = cfg.memory_reservation_policy;
+    plan.enforce_node_allocatable = cfg.enforce_node_allocatable.pods;
+    plan.hugepage_sizes = crate::sys::hugepages::detect(sysfs, &cfg.cgroupfs, version)
+        .context("cannot read the node's hugepage sizes")?;
+    let res = |name: &str, list: &crate::model::ResourceList| {
+        ReservedResources::from_list(list).map_err(|e| bad_input(format!("{name}: {e}")))
+    };
+    plan.reserved_cgroups = crate::policy::enforce::reserved::reserved_cgroups(
+        &cfg.enforce_node_allocatable,
+        (
+            &cfg.system_reserved_cgroup,
+            &res("systemReserved", &cfg.system_reserved)?,
+        ),
+        (
+            &cfg.kube_reserved_cgroup,
+            &res("kubeReserved", &cfg.kube_reserved)?,
+        ),
+    )
+    .map_err(bad_input)?;
     Ok(plan)
+}
+
+/// The reserved cgroups must exist: like the kubelet, qosd limits them but
+/// never creates them.
+pub fn check_reserved_cgroups(plan: &PlanConfig) -> anyhow::Result<()> {
+    for rc in &plan.reserved_cgroups {
+        for dir in crate::cli::plan::reserved_dirs(plan, rc) {
+            if !dir.is_dir() {
+                anyhow::bail!(
+                    "{} \"/{}\" does not exist at {} (qosd limits it for enforceNodeAllocatable {} but never creates it: create it, or drop {} from enforceNodeAllocatable)",
+                    rc.setting,
+                    rc.cgroup,
+                    dir.display(),
+                    rc.key,
+                    rc.key
+                );
+            }
+        }
+    }
+    Ok(())
 }
 
 pub fn run(args: Args) -> anyhow::Result<i32> {
@@ -105,7 +149,9 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     // Eviction settings are validated before anything is touched.
     let eviction = crate::eviction::service::eviction_config(&cfg).map_err(bad_input)?;
     crate::cli::init_logging(cfg.log_format);
-    let plan = plan_config(&cfg, &args.proc_root)?;
+    let plan = plan_config(&cfg, &args.proc_root, &args.sysfs)?;
+    crate::cli::plan::warn_version(&plan);
+    check_reserved_cgroups(&plan)?;
     // Like the kubelet, the cgroup root must exist: qosd creates kubepods
     // under it but never the root itself.
     for base in daemon::kubepods_dirs(&plan) {
@@ -173,12 +219,15 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     let mut observer = ServiceObserver::new(metrics.clone(), health.clone(), mode, &opts.plan);
     let flags = args.config.clone();
     let proc_root = args.proc_root.clone();
+    let sysfs = args.sysfs.clone();
     let mut current = cfg.clone();
     observer.reloader = Some(Box::new(move || match flags.load() {
         Ok(new) => {
             let changed = current.changed_fields(&new);
             tracing::info!(?changed, "SIGHUP: config reloaded");
-            match plan_config(&new, &proc_root) {
+            match plan_config(&new, &proc_root, &sysfs)
+                .and_then(|p| check_reserved_cgroups(&p).map(|()| p))
+            {
                 Ok(p) => {
                     current = new;
                     Some(p)

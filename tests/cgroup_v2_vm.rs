@@ -144,6 +144,12 @@ fn check_issue16(res: &str) {
             .collect()
     };
     let (tiered, none, old) = (state("T"), state("N"), state("O"));
+    eprintln!(
+        "issue 16 in the VM: {} / {} / {} values read back (1.36 tiered / 1.36 None / 1.35); {sizes}",
+        tiered.len(),
+        none.len(),
+        old.len()
+    );
     let get = |m: &BTreeMap<String, String>, suffix: &str| -> String {
         let hits: Vec<_> = m.iter().filter(|(f, _)| f.ends_with(suffix)).collect();
         assert_eq!(hits.len(), 1, "{suffix}: {m:?}");

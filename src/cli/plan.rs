@@ -340,7 +340,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         for dir in reserved_dirs(&cfg, rc) {
             if !dir.is_dir() {
                 eprintln!(
-                    "qosd: warning: {} {:?} does not exist at {} (qosd never creates it; `qosd run` refuses to start)",
+                    "qosd: warning: {} \"/{}\" does not exist at {} (qosd never creates it; `qosd run` refuses to start)",
                     rc.setting,
                     rc.cgroup,
                     dir.display()

@@ -6,6 +6,8 @@
 
 use clap::{Parser, Subcommand};
 
+use crate::telemetry::log::{init_logging, LogFormat};
+
 pub mod classify;
 pub mod config_check;
 pub mod eviction_order;
@@ -42,30 +44,6 @@ the kubelet's 10-second loop."
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum LogFormat {
-    Text,
-    Json,
-}
-
-/// Logs go to stderr; the level comes from `QOSD_LOG` (e.g. `debug`,
-/// `qosd=trace`), default `info`.
-pub fn init_logging(format: LogFormat) {
-    use std::io::IsTerminal;
-    let filter = tracing_subscriber::EnvFilter::try_from_env("QOSD_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    let _ = match format {
-        LogFormat::Json => builder.json().flatten_event(true).try_init(),
-        LogFormat::Text => builder
-            .with_ansi(std::io::stderr().is_terminal())
-            .try_init(),
-    };
 }
 
 #[derive(Debug, Subcommand)]

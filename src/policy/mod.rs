@@ -1,4 +1,8 @@
-//! Pure policy: what the kubelet would do, as functions of the model and
-//! the settings. No I/O (see docs/design.md).
+//! Pure policy: what the kubelet would do, computed from core types.
+//!
+//! * [`enforce`]: cgroup naming, the plan of cgroup writes, and the
+//!   versioned kubelet rules it follows.
+//! * [`evict`]: signals and thresholds, ranking, the eviction state machine.
 
 pub mod enforce;
+pub mod evict;

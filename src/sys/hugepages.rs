@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::model::CgroupVersion;
+use crate::core::model::CgroupVersion;
 
 #[derive(Debug, thiserror::Error)]
 pub enum HugepagesError {

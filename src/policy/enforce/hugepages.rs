@@ -10,8 +10,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::model::{Container, Pod, ResourceList};
-use crate::quantity::Quantity;
+use crate::core::model::{Container, Pod, ResourceList};
+use crate::core::quantity::Quantity;
 
 /// `hugepages-` (v1.ResourceHugePagesPrefix).
 pub const PREFIX: &str = "hugepages-";
@@ -162,7 +162,7 @@ pub fn validate(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::resources::tests::container;
+    use crate::core::resources::tests::container;
 
     const MI: u64 = 1 << 20;
     const GI: u64 = 1 << 30;
@@ -194,7 +194,10 @@ mod tests {
         assert!(page_size_of("hugepages-0").unwrap().is_err());
     }
 
-    fn pod(cs: Vec<crate::model::Container>, init: Vec<crate::model::Container>) -> Pod {
+    fn pod(
+        cs: Vec<crate::core::model::Container>,
+        init: Vec<crate::core::model::Container>,
+    ) -> Pod {
         let mut p = Pod::new("u", "ns", "p");
         p.containers = cs;
         p.init_containers = init;

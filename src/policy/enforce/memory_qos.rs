@@ -16,7 +16,7 @@
 //! models at pod level in qosd: Burstable and BestEffort pods whose memory
 //! limit is declared and differs from the request.
 
-use crate::model::QosClass;
+use crate::core::model::QosClass;
 use crate::policy::enforce::versions::{KubeletVersion, Rule};
 
 /// kubelet `memoryReservationPolicy` (1.36).

@@ -1,8 +1,11 @@
-//! The enforcement policy: versioned kubelet rules and the pure parts of the
-//! cgroup plan that are new with issue 16 (MemoryQoS models, hugepage
-//! limits, reserved-cgroup enforcement). `crate::plan` composes them.
+//! QoS enforcement policy: cgroup naming ([`naming`]) and the plan of writes
+//! ([`plan`]), parents before children; the versioned kubelet rules
+//! ([`versions`]) and the parts of the plan added with issue 16 (MemoryQoS
+//! models, hugepage limits, reserved-cgroup enforcement).
 
 pub mod hugepages;
 pub mod memory_qos;
+pub mod naming;
+pub mod plan;
 pub mod reserved;
 pub mod versions;

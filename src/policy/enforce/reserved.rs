@@ -13,9 +13,9 @@
 
 use std::collections::BTreeMap;
 
-use crate::model::ResourceList;
+use crate::core::model::ResourceList;
+use crate::core::quantity::Quantity;
 use crate::policy::enforce::hugepages;
-use crate::quantity::Quantity;
 
 /// The keys of `enforceNodeAllocatable`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]

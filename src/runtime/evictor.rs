@@ -15,7 +15,6 @@
 //! Every eviction is logged (tracing, target `qosd::eviction`) with the
 //! signal, observed value, threshold, pod, QoS class, usage and rank.
 
-use std::io::Write;
 use std::sync::Arc;
 use std::time::Duration;
 

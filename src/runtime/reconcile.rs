@@ -24,6 +24,23 @@ pub fn kubepods_dirs(cfg: &PlanConfig) -> Vec<PathBuf> {
     }
 }
 
+/// Where the applier may write: [`kubepods_dirs`], the v1 hugetlb
+/// hierarchy's kubepods when hugepages are limited, and the reserved
+/// cgroups (written, never created: their level is not in the applier's
+/// create levels).
+pub fn allowed_bases(cfg: &PlanConfig) -> Vec<PathBuf> {
+    let mut out = kubepods_dirs(cfg);
+    if cfg.layout.version == CgroupVersion::V1 && !cfg.hugepage_sizes.is_empty() {
+        out.push(cfg.layout.dir(&cfg.layout.node_cgroup(), "hugetlb"));
+    }
+    for w in crate::policy::enforce::plan::reserved_level_writes(cfg) {
+        if !out.contains(&w.dir) {
+            out.push(w.dir);
+        }
+    }
+    out
+}
+
 /// Every hierarchy's kubepods directory, for orphan cleanup: on v1 the
 /// runtime creates `pod<uid>` in all hierarchies (cpu, memory, pids, but
 /// also freezer, devices, blkio, …), and all of them must go.
@@ -100,7 +117,8 @@ pub struct Reconciler {
 impl Reconciler {
     pub fn new(cfg: PlanConfig, dry_run: bool, orphan_grace: Duration) -> Reconciler {
         let mode = if dry_run { Mode::DryRun } else { Mode::Real };
-        let mut applier = Applier::with_bases(mode, kubepods_dirs(&cfg));
+        // Reserved cgroups are allowed but never created (not a create level).
+        let mut applier = Applier::with_bases(mode, allowed_bases(&cfg));
         if cfg.layout.version == CgroupVersion::V2 {
             // Enable cpu, memory, pids from the mount's root down to kubepods.
             applier = applier.enable_v2_controllers_from(cfg.layout.cgroupfs.clone());

@@ -262,7 +262,7 @@ fn process_cpu_ms() -> f64 {
 /// (plan + read/compare + writes + orphan scan), first pass and steady,
 /// interleaved. Wall and process CPU time in ms.
 async fn in_process_phases(env: &Containerd, snap: &Snapshot, runs: usize) -> Value {
-    use qosd::daemon::{PodSourceSpec, Reconciler, Source};
+    use qosd::runtime::daemon::{PodSourceSpec, Reconciler, Source};
     let yaml = format!(
         "cgroupRoot: {}\ncgroupVersion: v1\nruntimeEndpoint: {}\n",
         env.cgroup_root, env.endpoint

@@ -6,9 +6,9 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use qosd::http::{self, AppState, EvictionRecord, Health, StatusDoc};
-use qosd::metrics::Metrics;
-use qosd::model::QosClass;
+use qosd::core::model::QosClass;
+use qosd::telemetry::http::{self, AppState, EvictionRecord, Health, StatusDoc};
+use qosd::telemetry::metrics::Metrics;
 
 const T: Duration = Duration::from_secs(5);
 

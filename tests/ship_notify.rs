@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use qosd::http;
+use qosd::telemetry::http;
 
 const T: Duration = Duration::from_secs(5);
 

@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use crate::core::model::ResourceList;
 use crate::cri::{
     self, ConnectOptions, Inventory, InventoryOptions, LiveContainer, LivePod, RetryPolicy,
 };
-use crate::model::ResourceList;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Output {
@@ -189,9 +189,9 @@ pub fn to_text(inv: &Inventory) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::model::{Pod, QosClass};
     use crate::cri::inventory::ResourcesOrigin;
     use crate::cri::{QosSource, SandboxState, Skipped};
-    use crate::model::{Pod, QosClass};
 
     fn inv() -> Inventory {
         let c = LiveContainer {
@@ -209,7 +209,7 @@ mod tests {
             counted: true,
         };
         let mut pod = Pod::new("u-1", "ns", "web");
-        pod.containers.push(crate::model::Container {
+        pod.containers.push(crate::core::model::Container {
             name: "app".into(),
             ..Default::default()
         });

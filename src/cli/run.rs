@@ -1,22 +1,22 @@
-//! `qosd run`: the enforcement daemon (see [`crate::daemon`]).
+//! `qosd run`: the enforcement daemon (see [`crate::runtime::daemon`]).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
 
-use crate::cgroup::paths::CgroupLayout;
 use crate::cli::bad_input;
 use crate::cli::config_check::ConfigFlags;
 use crate::cli::plan::OutputFormat;
 use crate::config::{self, Config};
-use crate::daemon::{self, Outcome, PodSourceSpec, RunOptions, ServiceObserver};
-use crate::eviction::service::{EvictionService, ServiceConfig};
-use crate::eviction::watch::WatchConfig;
-use crate::http::{AppState, Health};
-use crate::metrics::Metrics;
-use crate::node::{NodeResources, Reserved};
-use crate::plan::PlanConfig;
+use crate::core::node::{NodeResources, Reserved};
+use crate::policy::enforce::naming::CgroupLayout;
+use crate::policy::enforce::plan::PlanConfig;
+use crate::runtime::daemon::{self, Outcome, PodSourceSpec, RunOptions, ServiceObserver};
+use crate::runtime::eviction_service::{EvictionService, ServiceConfig};
+use crate::sys::watch::WatchConfig;
+use crate::telemetry::http::{AppState, Health};
+use crate::telemetry::metrics::Metrics;
 use std::sync::Arc;
 
 #[derive(Debug, clap::Args)]
@@ -54,7 +54,7 @@ pub struct Args {
 pub fn plan_config(cfg: &Config, proc_root: &Path) -> anyhow::Result<PlanConfig> {
     let version = match cfg.cgroup_version.forced() {
         Some(v) => v,
-        None => crate::cgroup::detect::detect_version(&cfg.cgroupfs).with_context(|| {
+        None => crate::sys::detect::detect_version(&cfg.cgroupfs).with_context(|| {
             format!(
                 "cannot detect the cgroup version at {} (set cgroupVersion / --cgroup-version)",
                 cfg.cgroupfs.display()
@@ -66,22 +66,22 @@ pub fn plan_config(cfg: &Config, proc_root: &Path) -> anyhow::Result<PlanConfig>
         .with_cgroup_root(cfg.cgroup_root.clone());
     let cpu = match &cfg.node_cpu {
         Some(q) => q.milli_ceil(),
-        None => crate::node::detect_cpu_millis(proc_root)
+        None => crate::core::node::detect_cpu_millis(proc_root)
             .context("cannot detect the node's cpus (set nodeCPU)")?,
     };
     let mem = match &cfg.node_memory {
         Some(q) => q.value_ceil(),
-        None => crate::node::detect_memory_bytes(proc_root)
+        None => crate::core::node::detect_memory_bytes(proc_root)
             .context("cannot detect the node's memory (set nodeMemory)")?,
     };
-    let reserved = |list: &crate::model::ResourceList| Reserved {
+    let reserved = |list: &crate::core::model::ResourceList| Reserved {
         cpu_millis: list.get("cpu").map(|q| q.milli_ceil()).unwrap_or(0),
         memory_bytes: list.get("memory").map(|q| q.value_ceil()).unwrap_or(0),
     };
     let hard_memory = cfg
         .eviction_hard
         .get("memory.available")
-        .and_then(|v| crate::quantity::Quantity::parse(v).ok())
+        .and_then(|v| crate::core::quantity::Quantity::parse(v).ok())
         .map(|q| q.value_ceil())
         .unwrap_or(0);
     let node = NodeResources::new(
@@ -103,7 +103,7 @@ pub fn plan_config(cfg: &Config, proc_root: &Path) -> anyhow::Result<PlanConfig>
 pub fn run(args: Args) -> anyhow::Result<i32> {
     let cfg = args.config.load()?;
     // Eviction settings are validated before anything is touched.
-    let eviction = crate::eviction::service::eviction_config(&cfg).map_err(bad_input)?;
+    let eviction = crate::runtime::eviction_service::eviction_config(&cfg).map_err(bad_input)?;
     crate::cli::init_logging(cfg.log_format);
     let plan = plan_config(&cfg, &args.proc_root)?;
     // Like the kubelet, the cgroup root must exist: qosd creates kubepods
@@ -146,7 +146,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             },
             ..Default::default()
         },
-        machine_memory_bytes: crate::node::detect_memory_bytes(&args.proc_root)
+        machine_memory_bytes: crate::core::node::detect_memory_bytes(&args.proc_root)
             .unwrap_or(plan_capacity),
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -207,7 +207,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     }
     let addr = cfg.metrics_address;
     let result = rt.block_on(async {
-        let server = crate::http::spawn(
+        let server = crate::telemetry::http::spawn(
             addr,
             AppState {
                 metrics: metrics.clone(),
@@ -219,7 +219,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         tracing::info!(address = %server.local_addr(), mode, "qosd running");
         let outcome = daemon::run_loop(opts, &mut observer).await;
         health.set_shutting_down();
-        let _ = crate::http::systemd::stopping();
+        let _ = crate::telemetry::http::systemd::stopping();
         let _ = tokio::time::timeout(Duration::from_millis(300), server.shutdown()).await;
         outcome
     });
@@ -233,7 +233,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
 /// Start the eviction loop beside the reconcile loop.
 fn start_eviction(
     cfg: &Config,
-    eviction: crate::eviction::threshold::EvictionConfig,
+    eviction: crate::policy::evict::threshold::EvictionConfig,
     opts: &RunOptions,
     proc_root: &Path,
     rt: &tokio::runtime::Runtime,
@@ -244,14 +244,14 @@ fn start_eviction(
         tracing::info!("no eviction thresholds configured: eviction off");
         return Ok(None);
     }
-    let sources = crate::eviction::service::signal_sources(
+    let sources = crate::runtime::eviction_service::signal_sources(
         cfg,
         &opts.plan.layout,
         proc_root,
         Some(opts.plan.node.enforced_memory_bytes),
     );
     let backend = cfg.effective_eviction_backend();
-    let stopper: Option<Arc<dyn crate::eviction::evictor::PodStopper>> = match &opts.source {
+    let stopper: Option<Arc<dyn crate::runtime::evictor::PodStopper>> = match &opts.source {
         PodSourceSpec::Cri { endpoint } => Some(Arc::new(daemon::CriStopper::new(
             endpoint.clone(),
             rt.handle().clone(),

@@ -12,7 +12,7 @@ use super::proto;
 use super::reconstruct::{
     parse_cgroup_parent, reconstruct, validate_uid, ContainerSettings, QosSource,
 };
-use crate::model::{Pod, PodOrigin, QosClass};
+use crate::core::model::{Pod, PodOrigin, QosClass};
 
 pub const LABEL_POD_UID: &str = "io.kubernetes.pod.uid";
 pub const LABEL_POD_NAME: &str = "io.kubernetes.pod.name";

@@ -1,0 +1,11 @@
+//! The long-running parts of `qosd run`: the reconcile loop and its pod
+//! source ([`daemon`]), the eviction loop ([`eviction`], [`eviction_service`]),
+//! the evictor backends ([`evictor`]) and the supervisor that turns a panic
+//! or a stall of any loop into a failing `/healthz` and a non-zero exit
+//! ([`supervisor`]).
+
+pub mod daemon;
+pub mod eviction;
+pub mod eviction_service;
+pub mod evictor;
+pub mod supervisor;

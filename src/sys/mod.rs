@@ -1,7 +1,8 @@
 //! Kernel I/O, every root injected: cgroupfs reads and writes ([`cgroupfs`]),
 //! version detection ([`detect`]), the plan applier ([`apply`]), /proc
 //! parsing ([`procfs`]), the one pid-tree killer ([`kill`]), eviction signal
-//! readers ([`signals`]) and the fast memory-pressure watcher ([`watch`]).
+//! readers ([`signals`]), the fast memory-pressure watcher ([`watch`]) and
+//! the systemd cgroup driver over D-Bus ([`systemd`]).
 
 pub mod apply;
 pub mod cgroupfs;
@@ -9,4 +10,5 @@ pub mod detect;
 pub mod kill;
 pub mod procfs;
 pub mod signals;
+pub mod systemd;
 pub mod watch;

@@ -266,7 +266,9 @@ impl Reconciler {
                             self.orphans_seen.remove(&o.dir);
                             removed.push(o.dir);
                         }
-                        Err(e) => tracing::warn!(unit = %unit, error = %e, "orphaned pod slice unit not stopped"),
+                        Err(e) => {
+                            tracing::warn!(unit = %unit, error = %e, "orphaned pod slice unit not stopped")
+                        }
                     }
                     continue;
                 }

@@ -189,7 +189,13 @@ impl Systemd {
     ) -> Result<OwnedValue, SystemdError> {
         let m = self
             .conn
-            .call_method(Some(DEST), path.as_str(), Some(PROPERTIES), "Get", &(iface, prop))
+            .call_method(
+                Some(DEST),
+                path.as_str(),
+                Some(PROPERTIES),
+                "Get",
+                &(iface, prop),
+            )
             .map_err(|source| SystemdError::Call {
                 method: "Get",
                 unit: unit.to_string(),
@@ -275,7 +281,10 @@ impl Systemd {
         props: &[UnitProperty],
     ) -> Result<(), SystemdError> {
         let mut all: Vec<(&str, Value<'_>)> = vec![
-            ("Description", Value::from(format!("qosd: kubelet cgroup {unit}"))),
+            (
+                "Description",
+                Value::from(format!("qosd: kubelet cgroup {unit}")),
+            ),
             ("DefaultDependencies", Value::Bool(false)),
             ("CPUAccounting", Value::Bool(true)),
             ("MemoryAccounting", Value::Bool(true)),
@@ -425,7 +434,9 @@ impl SystemdApplier {
     }
 
     fn apply_unit(&mut self, ws: &[&CgroupWrite], report: &mut ApplyReport) {
-        let unit = units::unit_of(&ws[0].cgroup).unwrap_or_default().to_string();
+        let unit = units::unit_of(&ws[0].cgroup)
+            .unwrap_or_default()
+            .to_string();
         let fail = |report: &mut ApplyReport, e: &dyn std::fmt::Display| {
             for w in ws {
                 report.errors.push(ApplyError {
@@ -458,8 +469,7 @@ impl SystemdApplier {
             .iter()
             .zip(&before)
             .map(|(w, cur)| {
-                !cur
-                    .as_deref()
+                !cur.as_deref()
                     .is_some_and(|c| apply::values_equal(&w.file, c, &w.value))
             })
             .collect();

@@ -2,4 +2,5 @@
 //! client, and systemd notification.
 
 pub mod http;
+pub mod journald;
 pub mod metrics;

@@ -54,7 +54,10 @@ async fn run(endpoint: &str, spec: &str) -> Result<(), String> {
     for p in pods {
         let mut labels = HashMap::new();
         labels.insert("io.kubernetes.pod.name".to_string(), p.name.clone());
-        labels.insert("io.kubernetes.pod.namespace".to_string(), p.namespace.clone());
+        labels.insert(
+            "io.kubernetes.pod.namespace".to_string(),
+            p.namespace.clone(),
+        );
         labels.insert("io.kubernetes.pod.uid".to_string(), p.uid.clone());
         let mut annotations = HashMap::new();
         annotations.insert("kubernetes.io/config.source".to_string(), "api".to_string());

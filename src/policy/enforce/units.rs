@@ -291,7 +291,10 @@ mod tests {
                 "TasksMax=1024",
             ]
         );
-        assert_eq!(other, ["/sys/fs/cgroup/kubepods.slice/kubepods-pod1.slice/io.weight"]);
+        assert_eq!(
+            other,
+            ["/sys/fs/cgroup/kubepods.slice/kubepods-pod1.slice/io.weight"]
+        );
     }
 
     #[test]

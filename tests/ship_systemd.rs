@@ -70,10 +70,14 @@ fn unit_has_required_directives() {
     assert_eq!(one("ReadOnlyPaths"), "/sys/fs/cgroup");
     let rw = value(&d, "ReadWritePaths").join(" ");
     for p in ["-/sys/fs/cgroup/kubepods.slice", "-/sys/fs/cgroup/kubepods"] {
-        assert!(rw.split_whitespace().any(|w| w == p), "{p} not in ReadWritePaths {rw}");
+        assert!(
+            rw.split_whitespace().any(|w| w == p),
+            "{p} not in ReadWritePaths {rw}"
+        );
     }
     assert!(
-        !rw.split_whitespace().any(|w| w.trim_start_matches('-') == "/sys/fs/cgroup"),
+        !rw.split_whitespace()
+            .any(|w| w.trim_start_matches('-') == "/sys/fs/cgroup"),
         "the whole cgroup tree is writable: {rw}"
     );
     assert_eq!(one("MemoryMin"), "32M");

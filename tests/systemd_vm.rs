@@ -464,6 +464,15 @@ fn check_unit_and_pods(r: &Results, names: &[&str], ctx: &dyn Fn() -> String) {
     let sched = r.one("QOSD_SCHED");
     assert!(!sched.contains('1'), "a thread runs real-time: {sched}");
 
+    let drift: Vec<&str> = r.one("UNIT_DRIFT").split_whitespace().collect();
+    assert_ne!(
+        drift[0],
+        "300",
+        "set-property under the unit not corrected\n{}",
+        ctx()
+    );
+    assert!(drift[1].parse::<u32>().unwrap_or(0) >= 1, "{}", ctx());
+
     // --- B: pods
     assert_eq!(r.num("PODS_RC"), 0, "{}", ctx());
     let pod_lines = r.all("POD");

@@ -376,7 +376,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   "io.containerd.internal.v1.tracing", "io.containerd.tracing.processor.v1.otlp"]
 
 [plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "localhost/qosd-test/pause:1"
+  sandbox_image = "qosd.test/pause:1"
   disable_apparmor = true
   restrict_oom_score_adj = false
   stream_server_address = "127.0.0.1"

@@ -101,6 +101,11 @@ res "QOSD_OOM_SCORE_ADJ $(cat /proc/$PID/oom_score_adj)"
 res "QOSD_MEMORY_MIN $(cat /sys/fs/cgroup/system.slice/qosd.service/memory.min)"
 res "QOSD_SCHED $(cut -d' ' -f41 /proc/$PID/stat) $(for t in /proc/$PID/task/*; do cut -d' ' -f41 $t/stat; done | sort -u | tr '\n' ',')"
 
+# drift under the unit: put back through systemd, logged as a warning
+systemctl set-property --runtime kubepods.slice CPUWeight=300
+sleep 4
+res "UNIT_DRIFT $(cat /sys/fs/cgroup/kubepods.slice/cpu.weight) $(journalctl -u qosd.service -o cat --no-pager | grep -c 'corrected drift')"
+
 say "B: pods through containerd (SystemdCgroup = true)"
 qosd-cri-pod run unix:///run/containerd/containerd.sock /test/pods.json > /tmp/pods.out 2>&1
 res "PODS_RC $?"

@@ -54,14 +54,14 @@ pub enum SystemdError {
     Bus {
         address: String,
         #[source]
-        source: zbus::Error,
+        source: Box<zbus::Error>,
     },
     #[error("systemd {method} {unit}: {source}")]
     Call {
         method: &'static str,
         unit: String,
         #[source]
-        source: zbus::Error,
+        source: Box<zbus::Error>,
     },
     #[error("systemd unit {unit} did not become active within {waited:?} (state {state})")]
     NotActive {
@@ -144,7 +144,7 @@ impl Systemd {
     pub fn connect(address: &str) -> Result<Systemd, SystemdError> {
         let bus = |source| SystemdError::Bus {
             address: address.to_string(),
-            source,
+            source: Box::new(source),
         };
         let conn = zbus::blocking::connection::Builder::address(address)
             .map_err(bus)?
@@ -156,7 +156,7 @@ impl Systemd {
             address: address.to_string(),
         };
         sd.version().map_err(|e| match e {
-            SystemdError::Call { source, .. } => bus(source),
+            SystemdError::Call { source, .. } => bus(*source),
             other => other,
         })?;
         Ok(sd)
@@ -176,7 +176,7 @@ impl Systemd {
             .map_err(|source| SystemdError::Call {
                 method,
                 unit: unit.to_string(),
-                source,
+                source: Box::new(source),
             })
     }
 
@@ -199,14 +199,14 @@ impl Systemd {
             .map_err(|source| SystemdError::Call {
                 method: "Get",
                 unit: unit.to_string(),
-                source,
+                source: Box::new(source),
             })?;
         m.body()
             .deserialize::<OwnedValue>()
             .map_err(|source| SystemdError::Call {
                 method: "Get",
                 unit: unit.to_string(),
-                source,
+                source: Box::new(source),
             })
     }
 
@@ -235,7 +235,7 @@ impl Systemd {
                 return Err(SystemdError::Call {
                     method: "GetUnit",
                     unit: unit.to_string(),
-                    source,
+                    source: Box::new(source),
                 })
             }
         };
@@ -245,7 +245,7 @@ impl Systemd {
                 .map_err(|source: zbus::Error| SystemdError::Call {
                     method: "GetUnit",
                     unit: unit.to_string(),
-                    source,
+                    source: Box::new(source),
                 })?;
         let state = self.get(&path, UNIT, "ActiveState", unit)?;
         Ok(Some(UnitState {

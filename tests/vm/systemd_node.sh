@@ -57,7 +57,7 @@ res "RELOAD_CORRECTIONS $(tail -n +$((mark + 1)) /tmp/d1.log | grep -c -E 'corre
 systemctl set-property --runtime kubepods-burstable.slice CPUWeight=500
 res "SETPROP_FILE $(cat /sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice/cpu.weight)"
 sleep 4
-res "DRIFT_LOG $(grep 'corrected drift' /tmp/d1.log | grep -c 'kubepods-burstable.slice/cpu.weight')"
+res "DRIFT_LOG $(grep 'corrected drift' /tmp/d1.log | grep 'kubepods-burstable.slice/cpu.weight' | grep -c 'found=500')"
 res "DRIFT_SET $(grep 'set unit properties' /tmp/d1.log | grep -c 'kubepods-burstable.slice')"
 res "DRIFT_AFTER $(unit_props kubepods-burstable.slice)"
 res "DRIFT_AFTER_FILE $(cat /sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice/cpu.weight)"

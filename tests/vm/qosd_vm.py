@@ -455,6 +455,9 @@ def _customise(root):
     _symlink(root, "init", "/lib/systemd/systemd")
     _write(root, "etc/hostname", "qosd-vm\n")
     _write(root, "etc/fstab", "# rootfs is the initramfs\n")
+    # containerd copies both into every sandbox; minbase has neither.
+    _write(root, "etc/hosts", "127.0.0.1 localhost\n::1 localhost\n")
+    _write(root, "etc/resolv.conf", "# no network in the test VM\n")
     _write(root, "etc/machine-id", "")
     # Nothing to log in on, no network to wait for, no timers to run.
     for unit in ("getty@tty1.service", "serial-getty@ttyS0.service", "console-getty.service",

@@ -388,6 +388,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = true
+        # the root filesystem is the initramfs (rootfs), where pivot_root fails
+        NoPivotRoot = true
 """
 
 

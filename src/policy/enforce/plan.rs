@@ -176,6 +176,10 @@ pub struct Plan {
     pub node: PlanNode,
     pub pods: Vec<PlannedPod>,
     pub writes: Vec<CgroupWrite>,
+    /// systemd driver: the slice units and the properties that carry the
+    /// writes' values (absent with the cgroupfs driver).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub units: Vec<crate::policy::enforce::units::PlannedUnit>,
 }
 
 // ---------------------------------------------------------------- formulas
@@ -615,6 +619,12 @@ pub fn build(cfg: &PlanConfig, pods: &[Pod]) -> Plan {
             cgroupfs: cfg.layout.cgroupfs.display().to_string(),
             cgroup_root: cfg.layout.cgroup_root.clone(),
         },
+        units: if cfg.layout.driver == crate::core::model::CgroupDriver::Systemd {
+            // The plan's own values are numbers: always expressible.
+            crate::policy::enforce::units::plan_units(&writes).unwrap_or_default()
+        } else {
+            Vec::new()
+        },
         pods: planned,
         writes,
     }
@@ -668,6 +678,16 @@ impl Plan {
             );
             for w in ws {
                 let _ = writeln!(s, "  {} = {}", w.file.display(), w.value);
+            }
+        }
+        if !self.units.is_empty() {
+            let _ = writeln!(
+                s,
+                "\nsystemd units (set over D-Bus when systemd manages the tree, then the files are checked):"
+            );
+            for u in &self.units {
+                let props: Vec<String> = u.properties.iter().map(|p| p.render()).collect();
+                let _ = writeln!(s, "  {}  {}", u.unit, props.join(" "));
             }
         }
         s

@@ -103,7 +103,9 @@ pub fn plan_config(cfg: &Config, proc_root: &Path, sysfs: &Path) -> anyhow::Resu
     let node = NodeResources::new(
         cpu,
         mem,
-        reserved(&cfg.system_reserved).plus(reserved(&cfg.kube_reserved)),
+        reserved(&cfg.system_reserved)
+            .plus(reserved(&cfg.kube_reserved))
+            .map_err(|e| bad_input(format!("systemReserved + kubeReserved: {e}")))?,
         hard_memory,
     );
     let mut plan = PlanConfig::new(layout, node);
@@ -140,10 +142,10 @@ pub fn plan_config(cfg: &Config, proc_root: &Path, sysfs: &Path) -> anyhow::Resu
 pub fn warn_version(cfg: &PlanConfig) {
     use crate::policy::enforce::versions::Rule;
     if cfg.layout.version == CgroupVersion::V1 && cfg.kubelet_version.has(Rule::CgroupV1Refused) {
-        eprintln!(
+        crate::telemetry::log::stderr_line(&format!(
             "qosd: warning: kubelet {} refuses cgroup v1 unless failCgroupV1: false",
             cfg.kubelet_version
-        );
+        ));
     }
 }
 
@@ -274,13 +276,27 @@ pub fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<DaemonExit> {
         observer.eviction = Some(Arc::new(ev));
     }
     let addr = cfg.metrics_address;
+    // Descriptors: soft limit up to the hard one; the HTTP server gets what
+    // is left above the reserve for cgroup I/O and eviction.
+    let nofile = match crate::sys::fdlimit::raise_nofile() {
+        Ok(l) => {
+            tracing::debug!(soft = l.soft, was = l.was, "RLIMIT_NOFILE");
+            l.soft
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read or raise RLIMIT_NOFILE");
+            1024
+        }
+    };
+    let limits = crate::telemetry::server::ServerLimits::for_nofile(nofile);
     let result = rt.block_on(async {
-        let server = crate::telemetry::server::spawn(
+        let server = crate::telemetry::server::spawn_with(
             addr,
             AppState {
                 metrics: metrics.clone(),
                 health: health.clone(),
             },
+            limits,
         )
         .await
         .with_context(|| format!("cannot serve metrics on {addr}"))?;

@@ -24,59 +24,79 @@ pub struct ManifestError {
 }
 
 /// Load every pod from the given files and directories (directories:
-/// `*.yaml`, `*.yml`, `*.json`, recursively, in name order).
+/// `*.yaml`, `*.yml`, `*.json`, recursively, in name order). Only regular
+/// files up to [`crate::sys::input::MAX_INPUT_BYTES`] are read; a file
+/// reached twice (named twice, symlinks, loops) counts once; two pods with
+/// the same uid are refused, naming both sources.
 pub fn load_paths(paths: &[PathBuf]) -> Result<Vec<Pod>, ManifestError> {
     let mut pods = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    let walk_err = |p: &Path, e: crate::sys::input::InputError| ManifestError {
+        file: p.to_path_buf(),
+        message: match e {
+            crate::sys::input::InputError::Io { source, .. } => format!("cannot read: {source}"),
+            other => other.to_string(),
+        },
+    };
     for p in paths {
         let meta = std::fs::metadata(p).map_err(|e| ManifestError {
             file: p.clone(),
             message: format!("cannot read: {e}"),
         })?;
         if meta.is_dir() {
-            for f in manifest_files(p)? {
+            let files = crate::sys::input::walk_files(p, &is_manifest_name, &mut seen)
+                .map_err(|e| walk_err(p, e))?;
+            for f in files {
                 pods.extend(load_file(&f)?);
             }
-        } else {
+        } else if crate::sys::input::first_visit(p, &mut seen) {
             pods.extend(load_file(p)?);
         }
     }
+    check_unique_uids(&pods)?;
     Ok(pods)
 }
 
-fn manifest_files(dir: &Path) -> Result<Vec<PathBuf>, ManifestError> {
-    let err = |e: std::io::Error| ManifestError {
-        file: dir.to_path_buf(),
-        message: format!("cannot list directory: {e}"),
-    };
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map_err(err)?
-        .map(|e| e.map(|e| e.path()))
-        .collect::<Result<_, _>>()
-        .map_err(err)?;
-    entries.sort();
-    let mut out = Vec::new();
-    for e in entries {
-        let name = e.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        if name.starts_with('.') {
-            continue;
-        }
-        if e.is_dir() {
-            out.extend(manifest_files(&e)?);
-        } else if matches!(
-            e.extension().and_then(|x| x.to_str()),
-            Some("yaml" | "yml" | "json")
-        ) {
-            out.push(e);
-        }
-    }
-    Ok(out)
+fn is_manifest_name(p: &Path) -> bool {
+    matches!(
+        p.extension().and_then(|x| x.to_str()),
+        Some("yaml" | "yml" | "json")
+    )
 }
 
-/// Load one file.
+/// Two pods with one uid would share one cgroup: refuse, naming both.
+fn check_unique_uids(pods: &[Pod]) -> Result<(), ManifestError> {
+    let mut first: BTreeMap<&str, &Pod> = BTreeMap::new();
+    for p in pods {
+        if let Some(prev) = first.insert(&p.uid, p) {
+            let origin = |p: &Pod| match &p.origin {
+                PodOrigin::Manifest(s) => s.clone(),
+                other => format!("{other:?}"),
+            };
+            return Err(ManifestError {
+                file: PathBuf::from(origin(p)),
+                message: format!(
+                    "pod {} has uid {:?}, which pod {} in {} already has: pod uids must be unique",
+                    p.key(),
+                    p.uid,
+                    prev.key(),
+                    origin(prev)
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Load one file (a regular file of at most
+/// [`crate::sys::input::MAX_INPUT_BYTES`]).
 pub fn load_file(path: &Path) -> Result<Vec<Pod>, ManifestError> {
-    let text = std::fs::read_to_string(path).map_err(|e| ManifestError {
+    let text = crate::sys::input::read_text(path).map_err(|e| ManifestError {
         file: path.to_path_buf(),
-        message: format!("cannot read: {e}"),
+        message: match e {
+            crate::sys::input::InputError::Io { source, .. } => format!("cannot read: {source}"),
+            other => other.to_string(),
+        },
     })?;
     parse_str(&text, &path.display().to_string())
 }
@@ -87,6 +107,7 @@ pub fn parse_str(text: &str, source: &str) -> Result<Vec<Pod>, ManifestError> {
         file: PathBuf::from(source),
         message,
     };
+    crate::core::limits::check_nesting(text, crate::core::limits::MAX_NESTING).map_err(fail)?;
     let docs = parse_documents(text, source).map_err(fail)?;
     let many = docs.len() > 1;
     let mut pods = Vec::new();
@@ -103,6 +124,7 @@ pub fn parse_str(text: &str, source: &str) -> Result<Vec<Pod>, ManifestError> {
             return Err(fail(msg));
         }
     }
+    check_unique_uids(&pods)?;
     Ok(pods)
 }
 
@@ -378,6 +400,10 @@ fn pod(o: &Obj, at: &At, source: &str) -> Result<Pod, String> {
         .filter(|n| !n.is_empty())
         .unwrap_or_else(|| "default".to_string());
     let uid = opt_str(meta, "uid", &mat)?.filter(|u| !u.is_empty());
+    if let Some(u) = &uid {
+        // The same rule as for CRI sandboxes: a uid becomes a path.
+        crate::core::uid::validate_uid(u).map_err(|e| mat.field("uid").err(e))?;
+    }
     let mut annotations = BTreeMap::new();
     if let Some(a) = get(meta, "annotations") {
         let aat = mat.field("annotations");

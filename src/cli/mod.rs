@@ -78,7 +78,7 @@ pub fn main() -> i32 {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("qosd: error: {e:#}");
+            crate::telemetry::log::stderr_line(&format!("qosd: error: {e:#}"));
             if e.chain().any(|c| c.is::<BadInput>()) {
                 EXIT_BAD_INPUT
             } else {

@@ -290,7 +290,10 @@ impl PlanOptions {
             .map_err(|e| bad_input(format!("--system-reserved: {e}")))?;
         let kube = Reserved::parse(&self.kube_reserved)
             .map_err(|e| bad_input(format!("--kube-reserved: {e}")))?;
-        Ok(NodeResources::new(cpu, mem, sys.plus(kube), 0))
+        let sum = sys
+            .plus(kube)
+            .map_err(|e| bad_input(format!("--system-reserved + --kube-reserved: {e}")))?;
+        Ok(NodeResources::new(cpu, mem, sum, 0))
     }
 }
 

@@ -327,9 +327,10 @@ impl Config {
     pub fn load_with(path: Option<&Path>, overrides: &Overrides) -> Result<Config, ConfigError> {
         let raw = match path {
             Some(p) => {
-                let text = std::fs::read_to_string(p).map_err(|source| ConfigError::Read {
+                // Regular files only, size-capped (a FIFO or /dev/zero is refused).
+                let text = crate::sys::input::read_text(p).map_err(|e| ConfigError::Read {
                     path: p.to_path_buf(),
-                    source,
+                    source: e.into_io(),
                 })?;
                 RawConfig::from_yaml(&text).map_err(|e| e.with_file(p))?
             }

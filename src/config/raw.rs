@@ -109,6 +109,12 @@ impl RawConfig {
         {
             return Ok(RawConfig::default());
         }
+        crate::core::limits::check_nesting(text, crate::core::limits::MAX_NESTING).map_err(
+            |message| ConfigError::Parse {
+                file: None,
+                message,
+            },
+        )?;
         yaml_serde::from_str::<Option<RawConfig>>(text)
             .map(Option::unwrap_or_default)
             .map_err(|e| ConfigError::Parse {

@@ -73,12 +73,20 @@ impl Reserved {
         Ok(r)
     }
 
-    /// Sum of two reservations (system + kube).
-    pub fn plus(self, other: Reserved) -> Reserved {
-        Reserved {
-            cpu_millis: self.cpu_millis + other.cpu_millis,
-            memory_bytes: self.memory_bytes + other.memory_bytes,
-        }
+    /// Sum of two reservations (system + kube); a sum beyond i64 (e.g.
+    /// `memory=7Ei` twice) is an error, never a wrapped negative value.
+    pub fn plus(self, other: Reserved) -> Result<Reserved, NodeError> {
+        let sum = |what: &str, a: i64, b: i64| {
+            a.checked_add(b).ok_or_else(|| NodeError::Reserved {
+                value: format!("{what}: {a} + {b}"),
+                message: "the sum of the reservations is out of range (more than 2^63-1)"
+                    .to_string(),
+            })
+        };
+        Ok(Reserved {
+            cpu_millis: sum("cpu millicores", self.cpu_millis, other.cpu_millis)?,
+            memory_bytes: sum("memory bytes", self.memory_bytes, other.memory_bytes)?,
+        })
     }
 }
 
@@ -90,13 +98,19 @@ impl NodeResources {
         reserved: Reserved,
         eviction_hard_memory_bytes: i64,
     ) -> NodeResources {
-        let enforced_cpu = (capacity_cpu_millis - reserved.cpu_millis).max(0);
-        let enforced_mem = (capacity_memory_bytes - reserved.memory_bytes).max(0);
+        let enforced_cpu = capacity_cpu_millis
+            .saturating_sub(reserved.cpu_millis)
+            .max(0);
+        let enforced_mem = capacity_memory_bytes
+            .saturating_sub(reserved.memory_bytes)
+            .max(0);
         NodeResources {
             capacity_cpu_millis,
             capacity_memory_bytes,
             allocatable_cpu_millis: enforced_cpu,
-            allocatable_memory_bytes: (enforced_mem - eviction_hard_memory_bytes).max(0),
+            allocatable_memory_bytes: enforced_mem
+                .saturating_sub(eviction_hard_memory_bytes)
+                .max(0),
             enforced_cpu_millis: enforced_cpu,
             enforced_memory_bytes: enforced_mem,
         }
@@ -132,10 +146,31 @@ mod tests {
     }
 
     #[test]
+    fn sums_out_of_range_are_errors() {
+        let big = Reserved::parse("cpu=9223372036854775807,memory=7Ei").unwrap();
+        let e = big.plus(big).unwrap_err().to_string();
+        assert!(e.contains("out of range"), "{e}");
+        let r = Reserved {
+            cpu_millis: 0,
+            memory_bytes: i64::MAX,
+        };
+        assert!(r.plus(Reserved::default()).is_ok());
+        // A single huge reservation leaves nothing allocatable, never a wrap.
+        let n = NodeResources::new(2000, 8 << 30, r, i64::MAX);
+        assert_eq!(
+            (n.enforced_memory_bytes, n.allocatable_memory_bytes),
+            (0, 0)
+        );
+        let n = NodeResources::new(2000, 8 << 30, Reserved::default(), i64::MAX);
+        assert_eq!(n.allocatable_memory_bytes, 0);
+    }
+
+    #[test]
     fn allocatable() {
         let r = Reserved::parse("cpu=500m,memory=1Gi")
             .unwrap()
-            .plus(Reserved::parse("cpu=100m,memory=512Mi").unwrap());
+            .plus(Reserved::parse("cpu=100m,memory=512Mi").unwrap())
+            .unwrap();
         let n = NodeResources::new(8000, 32 << 30, r, 100 << 20);
         assert_eq!(n.enforced_cpu_millis, 7400);
         assert_eq!(n.allocatable_cpu_millis, 7400);

@@ -265,9 +265,9 @@ impl Quantity {
         m.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
     }
 
-    /// The value in whole units, rounded up (kubelet `Value()`).
+    /// The value in whole units, rounded up (kubelet `Value()`), saturating.
     pub fn value_ceil(&self) -> i64 {
-        ceil_div(self.nanos, NANO) as i64
+        ceil_div(self.nanos, NANO).clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
     }
 
     pub fn is_zero(&self) -> bool {

@@ -128,6 +128,19 @@ pub enum CriError {
 }
 
 impl CriError {
+    /// The runtime answered with a message above [`MAX_MESSAGE_BYTES`]
+    /// (e.g. a huge ListPodSandbox): it is reachable, but its answer is
+    /// not usable.
+    pub fn is_too_large(&self) -> bool {
+        match self {
+            CriError::Call { code, message, .. } => {
+                matches!(code, Code::OutOfRange | Code::ResourceExhausted)
+                    && message.contains("too large")
+            }
+            _ => false,
+        }
+    }
+
     /// The object asked about does not exist (any more).
     pub fn is_not_found(&self) -> bool {
         match self {

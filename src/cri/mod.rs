@@ -72,15 +72,15 @@ pub fn live_pods_blocking(endpoint: &str) -> anyhow::Result<Vec<Pod>> {
     // tracing subscriber, and these must not go unseen.
     for s in &inv.skipped {
         tracing::warn!(sandbox = %s.sandbox_id, "skipped: {}", s.reason);
-        eprintln!(
+        crate::telemetry::log::stderr_line(&format!(
             "qosd: warning: skipped sandbox {}: {}",
             s.sandbox_id, s.reason
-        );
+        ));
     }
     for p in inv.pods.iter().filter(|p| p.state == SandboxState::Ready) {
         for w in &p.warnings {
             tracing::warn!(pod = %p.pod.key(), "{w}");
-            eprintln!("qosd: warning: pod {}: {w}", p.pod.key());
+            crate::telemetry::log::stderr_line(&format!("qosd: warning: pod {}: {w}", p.pod.key()));
         }
     }
     Ok(inv.ready_pods())

@@ -14,8 +14,7 @@ pub const GUARANTEED_OOM_SCORE_ADJ: i64 = -997;
 pub const BESTEFFORT_OOM_SCORE_ADJ: i64 = 1000;
 /// cpu.shares the kubelet gives a container without a cpu request (MinShares).
 pub const MIN_SHARES: i64 = 2;
-/// Longest pod UID accepted from a label (a UUID has 36 characters).
-pub const MAX_UID_LEN: usize = 64;
+pub use crate::core::uid::MAX_UID_LEN;
 
 /// How a live pod's QoS class was derived.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -49,27 +48,7 @@ impl std::fmt::Display for QosSource {
     }
 }
 
-/// Reject a pod UID that is not a plain UID (UUID or hex hash): only ASCII
-/// letters, digits and `-`, 1..=64 characters. Anything else (`/`, `..`,
-/// NUL, whitespace, overlong) could turn into a path and is refused.
-pub fn validate_uid(uid: &str) -> Result<(), String> {
-    if uid.is_empty() {
-        return Err("empty pod uid".to_string());
-    }
-    if uid.len() > MAX_UID_LEN {
-        return Err(format!(
-            "pod uid is {} bytes long (at most {MAX_UID_LEN} allowed)",
-            uid.len()
-        ));
-    }
-    if let Some(c) = uid
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || *c == '-'))
-    {
-        return Err(format!("pod uid {uid:?} contains {c:?}: not a plain UID"));
-    }
-    Ok(())
-}
+pub use crate::core::uid::validate_uid;
 
 /// A cgroup parent of a kubelet-made sandbox, taken apart.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -142,7 +121,9 @@ impl ContainerSettings {
     /// cpu limit in millicores from quota/period (inverse of MilliCPUToQuota).
     pub fn cpu_limit_millis(&self) -> Option<i64> {
         let (q, p) = (self.cpu_quota?, self.cpu_period?);
-        Some(ceil_div(q as i128 * 1000, p as i128) as i64)
+        // An absurd quota/period (millicores beyond i64) is no limit at all,
+        // never a wrapped (negative) one.
+        i64::try_from(ceil_div(q as i128 * 1000, p as i128)).ok()
     }
 
     /// oom_score_adj in the Burstable band [3, 999].

@@ -39,8 +39,11 @@ pub trait Observer: Send {
     fn reconciled(&mut self, _report: &ReconcileReport, _listing: &Listing) {}
     /// A listing failed (runtime down, bad manifest).
     fn source_failed(&mut self, _error: &SourceError) {}
-    /// Each loop turn (watchdog / liveness).
+    /// Each loop turn (watchdog / liveness), and every second while a
+    /// pod-source call is pending.
     fn heartbeat(&mut self) {}
+    /// A pod-source call started (`Some(method)`) or ended (`None`).
+    fn call_pending(&mut self, _what: Option<&str>) {}
     /// SIGHUP: return a new planner config to use, or None to keep it.
     fn reload(&mut self) -> Option<PlanConfig> {
         None
@@ -70,10 +73,11 @@ pub async fn run_loop(opts: RunOptions, observer: &mut dyn Observer) -> anyhow::
     // `--once` gives up when the runtime stays away; the daemon keeps
     // waiting for it (not ready meanwhile), as a node agent must.
     let source = loop {
-        let attempt = tokio::select! {
-            s = Source::connect(&opts.source, opts.connect, opts.machine_memory_bytes) => s,
-            _ = sigterm.recv() => return Ok(Outcome::Stopped),
-            _ = sigint.recv() => return Ok(Outcome::Stopped),
+        let connecting = Source::connect(&opts.source, opts.connect, opts.machine_memory_bytes);
+        let Some(attempt) =
+            waiting(connecting, "connect", observer, &mut sigterm, &mut sigint).await
+        else {
+            return Ok(Outcome::Stopped);
         };
         match attempt {
             Ok(s) => break s,
@@ -131,11 +135,18 @@ pub async fn run_loop(opts: RunOptions, observer: &mut dyn Observer) -> anyhow::
             _ = reconcile_tick.tick() => Tick::Reconcile,
             _ = relist_tick.tick() => Tick::Relist,
         };
-        // Calls retry while the runtime is down: stay stoppable.
-        let fp = tokio::select! {
-            r = source.fingerprint() => r,
-            _ = sigterm.recv() => { tracing::info!("SIGTERM: stopping"); return Ok(Outcome::Stopped); }
-            _ = sigint.recv() => { tracing::info!("SIGINT: stopping"); return Ok(Outcome::Stopped); }
+        // Calls retry while the runtime is down: stay stoppable, and alive
+        // (a hung runtime is reported as such, not as a dead loop).
+        let Some(fp) = waiting(
+            source.fingerprint(),
+            "ListPodSandbox",
+            observer,
+            &mut sigterm,
+            &mut sigint,
+        )
+        .await
+        else {
+            return Ok(Outcome::Stopped);
         };
         let fp = match fp {
             Ok(fp) => fp,
@@ -157,10 +168,16 @@ pub async fn run_loop(opts: RunOptions, observer: &mut dyn Observer) -> anyhow::
             (Some(_), Tick::Relist) => continue,
             (Some((_, listing, _)), Tick::Reconcile) => listing.clone(),
             (None, _) => {
-                let listed = tokio::select! {
-                    r = source.list() => r,
-                    _ = sigterm.recv() => { tracing::info!("SIGTERM: stopping"); return Ok(Outcome::Stopped); }
-                    _ = sigint.recv() => { tracing::info!("SIGINT: stopping"); return Ok(Outcome::Stopped); }
+                let Some(listed) = waiting(
+                    source.list(),
+                    "pod listing",
+                    observer,
+                    &mut sigterm,
+                    &mut sigint,
+                )
+                .await
+                else {
+                    return Ok(Outcome::Stopped);
                 };
                 match listed {
                     Ok(listing) => {
@@ -199,6 +216,32 @@ pub async fn run_loop(opts: RunOptions, observer: &mut dyn Observer) -> anyhow::
     }
 }
 
+/// Await a pod-source call, stoppable by SIGTERM/SIGINT (`None`), with a
+/// heartbeat every second meanwhile and the call reported as pending.
+async fn waiting<T>(
+    call: impl std::future::Future<Output = T>,
+    what: &str,
+    observer: &mut dyn Observer,
+    sigterm: &mut tokio::signal::unix::Signal,
+    sigint: &mut tokio::signal::unix::Signal,
+) -> Option<T> {
+    tokio::pin!(call);
+    observer.call_pending(Some(what));
+    let mut beat = tokio::time::interval(Duration::from_secs(1));
+    beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    beat.tick().await;
+    let out = loop {
+        tokio::select! {
+            r = &mut call => break Some(r),
+            _ = sigterm.recv() => { tracing::info!("SIGTERM: stopping"); break None; }
+            _ = sigint.recv() => { tracing::info!("SIGINT: stopping"); break None; }
+            _ = beat.tick() => observer.heartbeat(),
+        }
+    };
+    observer.call_pending(None);
+    out
+}
+
 /// What woke the loop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Tick {
@@ -225,6 +268,7 @@ pub struct ServiceObserver {
     pub health: Arc<crate::telemetry::health::Health>,
     pub limiter: crate::telemetry::metrics::LogLimiter,
     notified_ready: bool,
+    log_errors_reported: u64,
     watchdog: Option<(Duration, Instant)>,
     layout: crate::policy::enforce::naming::CgroupLayout,
     /// Called on SIGHUP to rebuild the planner config (reloads the file).
@@ -251,6 +295,7 @@ impl ServiceObserver {
             health,
             limiter: crate::telemetry::metrics::LogLimiter::new(Duration::from_secs(60)),
             notified_ready: false,
+            log_errors_reported: 0,
             watchdog: crate::telemetry::notify::watchdog_interval().map(|d| (d, Instant::now())),
             layout: plan.layout.clone(),
             reloader: None,
@@ -269,6 +314,18 @@ impl Observer for ServiceObserver {
         for _ in &report.errors {
             self.metrics.error("cgroup_write");
         }
+        // Readiness tells the truth: writes that fail (EROFS, EACCES, ...)
+        // mean the node is not being enforced. A cgroup that vanished
+        // mid-write (its pod went away) is no such failure.
+        let failing = (report.failed_writes > 0).then(|| {
+            format!(
+                "cgroup writes failing: {} of {} planned writes failed in the last pass (first: {})",
+                report.failed_writes,
+                report.planned.len().max(report.failed_writes),
+                report.errors.first().map(String::as_str).unwrap_or("?")
+            )
+        });
+        self.health.set_problem("cgroup_writes", failing);
         let counts = crate::telemetry::status::PodCounts::of(&listing.pods);
         self.metrics.pods(QosClass::Guaranteed, counts.guaranteed);
         self.metrics.pods(QosClass::Burstable, counts.burstable);
@@ -313,13 +370,26 @@ impl Observer for ServiceObserver {
         if let Some(ev) = &self.eviction {
             ev.pods_unavailable(error.to_string());
         }
-        if matches!(error, SourceError::Cri(_)) {
-            self.health.set_cri_reachable(false);
+        if let SourceError::Cri(e) = error {
+            self.health.set_cri_problem(if e.is_too_large() {
+                format!("container runtime (CRI) answer too large to use (node unmanaged): {e}")
+            } else {
+                format!("container runtime (CRI) not reachable: {e}")
+            });
         }
+    }
+
+    fn call_pending(&mut self, what: Option<&str>) {
+        self.health.set_cri_pending(what);
     }
 
     fn heartbeat(&mut self) {
         self.health.beat();
+        let lost = crate::telemetry::log::log_write_errors();
+        for _ in self.log_errors_reported..lost {
+            self.metrics.error("log_write");
+        }
+        self.log_errors_reported = lost;
         if let Some((every, last)) = self.watchdog.as_mut() {
             if last.elapsed() >= *every {
                 let _ = crate::telemetry::notify::watchdog();

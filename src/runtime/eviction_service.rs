@@ -110,7 +110,7 @@ impl EvictionService {
                 watch: cfg.watch,
             },
             move |r| {
-                log_signal_errors(r, &mut signal_errors_logged);
+                log_signal_errors(r, &mut signal_errors_logged, &health);
                 report(
                     &metrics,
                     &health,
@@ -136,9 +136,24 @@ impl EvictionService {
 }
 
 /// Log each unreadable signal once (until it reads again), not every pass.
-fn log_signal_errors(r: &PassReport, logged: &mut std::collections::BTreeSet<String>) {
+/// A signal a configured threshold needs that cannot be read also makes
+/// `/readyz` fail: eviction on it is off.
+fn log_signal_errors(
+    r: &PassReport,
+    logged: &mut std::collections::BTreeSet<String>,
+    health: &Health,
+) {
     let now: std::collections::BTreeSet<String> =
         r.signal_errors.iter().map(|e| e.to_string()).collect();
+    health.set_problem(
+        "signals",
+        (!now.is_empty()).then(|| {
+            format!(
+                "eviction signals unreadable (thresholds on them are not evaluated): {}",
+                now.iter().cloned().collect::<Vec<_>>().join("; ")
+            )
+        }),
+    );
     for e in now.difference(logged) {
         tracing::warn!(target: "qosd::eviction", error = %e, "eviction signal unavailable (thresholds on it are not evaluated)");
     }

@@ -87,6 +87,10 @@ pub struct ReconcileReport {
     pub unchanged: usize,
     /// Failed writes, with path, value and error.
     pub errors: Vec<String>,
+    /// Failed writes other than into a cgroup that vanished mid-write (a
+    /// pod going away): the node is not being enforced while non-zero.
+    #[serde(skip)]
+    pub failed_writes: usize,
     /// Orphaned pod cgroups removed (dry run: that would be removed).
     pub orphans_removed: Vec<PathBuf>,
     /// Pods planned.
@@ -98,6 +102,9 @@ pub struct ReconcileReport {
     #[serde(skip)]
     pub duration: Duration,
 }
+
+/// New write failures logged one by one per pass; the rest are counted.
+const MAX_FAILURES_LOGGED: usize = 5;
 
 /// The cgroup mount systemd manages: the systemd driver goes through
 /// systemd only for a plan on it (never for a private tree).
@@ -116,6 +123,9 @@ pub struct Reconciler {
     orphans_seen: HashMap<PathBuf, Instant>,
     /// Files whose drift was already logged (log once until they change).
     drift_logged: HashSet<PathBuf>,
+    /// Failing writes already logged, (file, error): logged once per change,
+    /// not every pass.
+    failures_logged: HashSet<(PathBuf, String)>,
     /// The value qosd last had in place in each file, written or found
     /// already right (drift = someone changed it since).
     last_written: HashMap<PathBuf, String>,
@@ -141,6 +151,7 @@ impl Reconciler {
             orphan_grace,
             orphans_seen: HashMap::new(),
             drift_logged: HashSet::new(),
+            failures_logged: HashSet::new(),
             last_written: HashMap::new(),
         }
     }
@@ -202,11 +213,37 @@ impl Reconciler {
                 self.last_written.insert(w.file.clone(), w.value.clone());
             }
         }
+        let mut failing = HashSet::new();
+        let mut new_failures = 0usize;
         for e in &report.errors {
-            tracing::warn!(file = %e.file.display(), value = %e.value, error = %e.error, "cgroup write failed");
+            let key = (e.file.clone(), e.error.to_string());
+            if !self.failures_logged.contains(&key) {
+                new_failures += 1;
+                if new_failures <= MAX_FAILURES_LOGGED {
+                    tracing::warn!(file = %e.file.display(), value = %e.value, error = %e.error, "cgroup write failed");
+                }
+            }
+            failing.insert(key);
+            if !matches!(
+                e.error,
+                crate::sys::cgroupfs::CgroupFsError::CgroupGone { .. }
+            ) {
+                out.failed_writes += 1;
+            }
             out.errors
                 .push(format!("{}: {}: {}", e.file.display(), e.value, e.error));
         }
+        if new_failures > MAX_FAILURES_LOGGED {
+            tracing::warn!(
+                more = new_failures - MAX_FAILURES_LOGGED,
+                failing = failing.len(),
+                "more cgroup writes failed (each failure is logged once, until it changes)"
+            );
+        }
+        if failing.is_empty() && !self.failures_logged.is_empty() {
+            tracing::info!("cgroup writes succeed again");
+        }
+        self.failures_logged = failing;
         if report.written.is_empty() {
             self.drift_logged.clear();
         }

@@ -196,7 +196,7 @@ impl SignalSources {
             }
             MemorySource::WorkingSet => {
                 let ws = root_working_set(self.version, &self.memory_root)?;
-                Ok(((cap - ws as i64).max(0), cap))
+                Ok((available(cap, ws, &self.memory_root)?, cap))
             }
         }
     }
@@ -208,6 +208,8 @@ impl SignalSources {
             message: "no kubepods cgroup configured".into(),
         })?;
         let ws = cgroup_working_set(self.version, dir)?;
+        let ws_i = i64::try_from(ws)
+            .map_err(|_| fmt_err(dir, format!("working set {ws} out of range")))?;
         let cap = match self.allocatable_memory_bytes {
             Some(a) => a,
             None => cgroup_memory_limit(self.version, dir)?.ok_or_else(|| {
@@ -220,12 +222,14 @@ impl SignalSources {
                 }
             })?,
         };
-        Ok(((cap - ws as i64).max(0), cap))
+        Ok((cap.saturating_sub(ws_i).max(0), cap))
     }
 
     /// pid.available: (pid_max − running tasks, pid_max).
     pub fn pid_available(&self) -> Result<(i64, i64), SignalError> {
-        let max = read_u64(&self.pid_max)? as i64;
+        let max = read_u64(&self.pid_max)?;
+        let max = i64::try_from(max)
+            .map_err(|_| fmt_err(&self.pid_max, format!("pid_max {max} out of range")))?;
         let la = read_string(&self.loadavg)?;
         let total = la
             .split_whitespace()
@@ -233,8 +237,16 @@ impl SignalSources {
             .and_then(|f| f.split_once('/'))
             .and_then(|(_, t)| t.parse::<i64>().ok())
             .ok_or_else(|| fmt_err(&self.loadavg, "no running/total field"))?;
-        Ok((max - total, max))
+        Ok((max.saturating_sub(total), max))
     }
+}
+
+/// capacity − working set, floored at 0; a working set beyond i64 is
+/// unreadable data, not "nothing used".
+fn available(cap: i64, ws: u64, at: &Path) -> Result<i64, SignalError> {
+    let ws =
+        i64::try_from(ws).map_err(|_| fmt_err(at, format!("working set {ws} out of range")))?;
+    Ok(cap.saturating_sub(ws).max(0))
 }
 
 fn read_string(path: &Path) -> Result<String, SignalError> {
@@ -286,7 +298,15 @@ pub fn root_working_set(version: CgroupVersion, root: &Path) -> Result<u64, Sign
             let anon = stat_required(&stat, "anon", &stat_path)?;
             let file = stat_required(&stat, "file", &stat_path)?;
             let inactive = stat_required(&stat, "inactive_file", &stat_path)?;
-            Ok((anon + file).saturating_sub(inactive))
+            // A wrapped sum would read as "all memory available" and
+            // silently stop eviction: out of range is unreadable instead.
+            let sum = anon.checked_add(file).ok_or_else(|| {
+                fmt_err(
+                    &stat_path,
+                    format!("anon {anon} + file {file} out of range"),
+                )
+            })?;
+            Ok(sum.saturating_sub(inactive))
         }
     }
 }
@@ -322,7 +342,7 @@ pub fn cgroup_memory_limit(version: CgroupVersion, dir: &Path) -> Result<Option<
                 return Ok(None);
             }
             parse_u64(s)
-                .map(|v| Some(v as i64))
+                .map(|v| i64::try_from(v).ok())
                 .ok_or_else(|| fmt_err(&p, format!("not a number: {s:?}")))
         }
     }
@@ -364,14 +384,29 @@ fn statvfs(path: &Path) -> Result<nix::sys::statvfs::Statvfs, SignalError> {
 /// (available bytes, capacity bytes) of the filesystem holding `path`.
 pub fn fs_bytes(path: &Path) -> Result<(i64, i64), SignalError> {
     let st = statvfs(path)?;
-    let f = st.fragment_size() as i64;
-    Ok((st.blocks_available() as i64 * f, st.blocks() as i64 * f))
+    let bytes = |blocks: u64| {
+        u128::from(blocks)
+            .checked_mul(u128::from(st.fragment_size()))
+            .and_then(|b| i64::try_from(b).ok())
+            .ok_or_else(|| {
+                fmt_err(
+                    path,
+                    format!(
+                        "{blocks} blocks of {} bytes out of range",
+                        st.fragment_size()
+                    ),
+                )
+            })
+    };
+    Ok((bytes(st.blocks_available())?, bytes(st.blocks())?))
 }
 
 /// (free inodes, total inodes) of the filesystem holding `path`.
 pub fn fs_inodes(path: &Path) -> Result<(i64, i64), SignalError> {
     let st = statvfs(path)?;
-    Ok((st.files_free() as i64, st.files() as i64))
+    let n =
+        |v: u64| i64::try_from(v).map_err(|_| fmt_err(path, format!("{v} inodes out of range")));
+    Ok((n(st.files_free())?, n(st.files())?))
 }
 
 #[cfg(test)]

@@ -60,23 +60,80 @@ impl HttpResponse {
     }
 }
 
-/// Blocking HTTP/1.1 GET of `path` on `addr` (Connection: close).
+/// Largest response [`get`] reads (the status document is a few KiB).
+pub const MAX_RESPONSE_BYTES: usize = 4 << 20;
+
+/// Blocking HTTP/1.1 GET of `path` on `addr` (Connection: close). The
+/// whole exchange — connect, send, read — ends within `timeout` (a server
+/// that trickles its answer cannot hold it longer), and at most
+/// [`MAX_RESPONSE_BYTES`] are read.
 pub fn get(addr: SocketAddr, path: &str, timeout: Duration) -> Result<HttpResponse, HttpError> {
+    get_limited(addr, path, timeout, MAX_RESPONSE_BYTES)
+}
+
+/// [`get`] with an explicit response size cap.
+pub fn get_limited(
+    addr: SocketAddr,
+    path: &str,
+    timeout: Duration,
+    max_bytes: usize,
+) -> Result<HttpResponse, HttpError> {
     let err = |source| HttpError::Request {
         addr,
         path: path.to_string(),
         source,
     };
+    let deadline = std::time::Instant::now() + timeout;
+    let remaining = || {
+        deadline
+            .checked_duration_since(std::time::Instant::now())
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| {
+                std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("no complete answer within {:.1}s", timeout.as_secs_f64()),
+                )
+            })
+    };
     let mut s = TcpStream::connect_timeout(&addr, timeout).map_err(err)?;
-    s.set_read_timeout(Some(timeout)).map_err(err)?;
-    s.set_write_timeout(Some(timeout)).map_err(err)?;
+    s.set_write_timeout(Some(remaining().map_err(err)?))
+        .map_err(err)?;
     write!(
         s,
         "GET {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: qosd\r\nAccept: */*\r\nConnection: close\r\n\r\n"
     )
     .map_err(err)?;
     let mut raw = Vec::new();
-    s.read_to_end(&mut raw).map_err(err)?;
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        s.set_read_timeout(Some(remaining().map_err(err)?))
+            .map_err(err)?;
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                raw.extend_from_slice(&buf[..n]);
+                if raw.len() > max_bytes {
+                    return Err(err(std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        format!("answer larger than {max_bytes} bytes (refused)"),
+                    )));
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Err(err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("no complete answer within {:.1}s", timeout.as_secs_f64()),
+                )))
+            }
+            Err(e) => return Err(err(e)),
+        }
+    }
     parse_response(&raw).map_err(|m| err(std::io::Error::new(std::io::ErrorKind::InvalidData, m)))
 }
 
@@ -125,7 +182,7 @@ fn dechunk(mut b: &[u8]) -> Result<Vec<u8>, String> {
         if size == 0 {
             return Ok(out);
         }
-        if b.len() < size + 2 {
+        if b.len() < size.saturating_add(2) {
             return Err("truncated chunk".into());
         }
         out.extend_from_slice(&b[..size]);

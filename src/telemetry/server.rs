@@ -69,26 +69,156 @@ async fn readyz(State(s): State<AppState>) -> Response {
     probe(s.health.ready())
 }
 
-async fn status(State(s): State<AppState>) -> Response {
+async fn status(State(s): State<AppState>, req: axum::extract::Request) -> Response {
+    // `/status` names pods and evictions: local clients only (`qosd status`
+    // on the node, `kubectl exec`). Without a socket (tests) it answers.
+    if let Some(Peer(peer)) = req.extensions().get::<Peer>() {
+        if !peer.ip().is_loopback() && !peer.ip().to_canonical().is_loopback() {
+            return (
+                StatusCode::FORBIDDEN,
+                [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+                "/status is served to local clients only (run `qosd status` on the node)\n",
+            )
+                .into_response();
+        }
+    }
     let body = serde_json::to_string_pretty(&s.health.status())
         .unwrap_or_else(|e| format!("{{\"error\": {:?}}}", e.to_string()));
     ([(header::CONTENT_TYPE, "application/json")], body + "\n").into_response()
 }
 
+/// Limits that keep the server alive under hostile or broken clients
+/// (slowloris, thousands of idle connections, endless headers).
+#[derive(Debug, Clone, Copy)]
+pub struct ServerLimits {
+    /// Connections served at once; further clients wait in the kernel's
+    /// accept backlog (holding no descriptor of qosd's) until one ends.
+    pub max_connections: usize,
+    /// A client must send its complete request headers within this time.
+    pub header_read_timeout: std::time::Duration,
+    /// A connection is closed after this long, whatever it is doing
+    /// (idle keep-alive, a client that does not read the answer).
+    pub connection_lifetime: std::time::Duration,
+    /// Read buffer per connection: the largest request head accepted.
+    pub max_request_bytes: usize,
+}
+
+impl Default for ServerLimits {
+    fn default() -> ServerLimits {
+        ServerLimits {
+            max_connections: 256,
+            header_read_timeout: std::time::Duration::from_secs(5),
+            connection_lifetime: std::time::Duration::from_secs(30),
+            max_request_bytes: 16 * 1024,
+        }
+    }
+}
+
+impl ServerLimits {
+    /// Default limits with the connection cap fitted to the descriptors
+    /// qosd may open (`nofile`: its soft RLIMIT_NOFILE), keeping
+    /// [`crate::sys::fdlimit::FD_RESERVE`] for cgroup I/O, signals, the
+    /// runtime and eviction.
+    pub fn for_nofile(nofile: u64) -> ServerLimits {
+        let spare = nofile.saturating_sub(crate::sys::fdlimit::FD_RESERVE);
+        ServerLimits {
+            max_connections: (spare as usize).clamp(4, 256),
+            ..ServerLimits::default()
+        }
+    }
+}
+
+/// The peer of a connection, for handlers (`/status` answers local
+/// clients only).
+#[derive(Debug, Clone, Copy)]
+pub struct Peer(pub SocketAddr);
+
 /// Serve on an already bound listener until `shutdown` resolves (graceful:
-/// in-flight requests finish).
+/// in-flight requests finish), with [`ServerLimits::default`].
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), HttpError> {
-    let addr = listener
-        .local_addr()
-        .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown)
-        .await
-        .map_err(|source| HttpError::Serve { addr, source })
+    serve_with(listener, state, ServerLimits::default(), shutdown).await
+}
+
+/// [`serve`] with explicit limits.
+pub async fn serve_with(
+    listener: tokio::net::TcpListener,
+    state: AppState,
+    limits: ServerLimits,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), HttpError> {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    use tower::ServiceExt;
+    let app = router(state);
+    let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections.max(1)));
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut conns = tokio::task::JoinSet::new();
+    tokio::pin!(shutdown);
+    let mut accept_failing = false;
+    loop {
+        // A slot first: at the cap, clients queue in the kernel backlog.
+        let permit = tokio::select! {
+            p = slots.clone().acquire_owned() => p.expect("semaphore never closed"),
+            _ = &mut shutdown => break,
+        };
+        let (stream, peer) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(c) => {
+                    if accept_failing {
+                        tracing::info!("HTTP server accepts connections again");
+                        accept_failing = false;
+                    }
+                    c
+                }
+                Err(e) => {
+                    // EMFILE/ENFILE/ENOBUFS: wait for descriptors to come
+                    // back instead of spinning; log once per episode.
+                    if !accept_failing {
+                        tracing::warn!(error = %e, "HTTP server cannot accept connections; retrying");
+                        accept_failing = true;
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = &mut shutdown => break,
+        };
+        while conns.try_join_next().is_some() {}
+        let app = app.clone();
+        let mut stop = stop_rx.clone();
+        conns.spawn(async move {
+            let _permit = permit;
+            let svc = hyper::service::service_fn(
+                move |mut req: hyper::Request<hyper::body::Incoming>| {
+                    req.extensions_mut().insert(Peer(peer));
+                    app.clone().oneshot(req)
+                },
+            );
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder
+                .timer(TokioTimer::new())
+                .header_read_timeout(limits.header_read_timeout)
+                .max_buf_size(limits.max_request_bytes.max(8192))
+                .max_headers(64);
+            let conn = builder.serve_connection(TokioIo::new(stream), svc);
+            tokio::pin!(conn);
+            let deadline = tokio::time::sleep(limits.connection_lifetime);
+            tokio::pin!(deadline);
+            tokio::select! {
+                _ = conn.as_mut() => return,
+                _ = &mut deadline => return,
+                _ = stop.wait_for(|s| *s) => conn.as_mut().graceful_shutdown(),
+            }
+            // Shutting down: let the request in flight finish, briefly.
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(1), conn).await;
+        });
+    }
+    let _ = stop_tx.send(true);
+    while conns.join_next().await.is_some() {}
+    Ok(())
 }
 
 /// A running server (see [`spawn`]).
@@ -123,6 +253,15 @@ impl Server {
 /// Bind `addr` (port 0: any free port) and serve on a tokio task.
 /// Must be called inside a tokio runtime.
 pub async fn spawn(addr: SocketAddr, state: AppState) -> Result<Server, HttpError> {
+    spawn_with(addr, state, ServerLimits::default()).await
+}
+
+/// [`spawn`] with explicit limits.
+pub async fn spawn_with(
+    addr: SocketAddr,
+    state: AppState,
+    limits: ServerLimits,
+) -> Result<Server, HttpError> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|source| HttpError::Bind { addr, source })?;
@@ -130,7 +269,7 @@ pub async fn spawn(addr: SocketAddr, state: AppState) -> Result<Server, HttpErro
         .local_addr()
         .map_err(|source| HttpError::Bind { addr, source })?;
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(serve(listener, state, async {
+    let task = tokio::spawn(serve_with(listener, state, limits, async {
         let _ = rx.await;
     }));
     Ok(Server {

@@ -365,7 +365,8 @@ pub fn node_level_writes(cfg: &PlanConfig) -> Vec<CgroupWrite> {
 fn memory_requests(pods: &[(QosClass, PodResources)]) -> [i64; 3] {
     let mut sums = [0i64; 3];
     for (class, r) in pods {
-        sums[*class as usize] += r.memory_request_bytes;
+        // Saturating: a sum beyond i64 is "more than any node has".
+        sums[*class as usize] = sums[*class as usize].saturating_add(r.memory_request_bytes);
     }
     sums
 }
@@ -380,7 +381,7 @@ pub fn qos_level_writes_from(
         .iter()
         .filter(|(c, _)| *c == QosClass::Burstable)
         .map(|(_, r)| r.cpu_request_millis)
-        .sum();
+        .fold(0i64, i64::saturating_add);
     let mem = memory_requests(pods);
     let (g, b) = (
         mem[QosClass::Guaranteed as usize],
@@ -414,9 +415,12 @@ pub fn qos_level_writes_from(
         let alloc = cfg.node.enforced_memory_bytes;
         if alloc > 0 {
             let pct = i64::from(pct);
-            let bl = alloc - g * pct / 100;
+            // i128: requests near i64::MAX times a percentage never wrap.
+            let share = |v: i64| i128::from(v) * i128::from(pct) / 100;
+            let clamp = |v: i128| v.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64;
+            let bl = clamp(i128::from(alloc) - share(g));
             burst_limit = Some(bl);
-            be_limit = Some(bl - b * pct / 100);
+            be_limit = Some(clamp(i128::from(bl) - share(b)));
         }
     }
 

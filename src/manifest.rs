@@ -35,7 +35,7 @@ pub fn load_paths(paths: &[PathBuf]) -> Result<Vec<Pod>, ManifestError> {
         file: p.to_path_buf(),
         message: match e {
             crate::sys::input::InputError::Io { source, .. } => format!("cannot read: {source}"),
-            other => other.to_string(),
+            other => other.into_io().to_string(),
         },
     };
     for p in paths {
@@ -95,7 +95,7 @@ pub fn load_file(path: &Path) -> Result<Vec<Pod>, ManifestError> {
         file: path.to_path_buf(),
         message: match e {
             crate::sys::input::InputError::Io { source, .. } => format!("cannot read: {source}"),
-            other => other.to_string(),
+            other => other.into_io().to_string(),
         },
     })?;
     parse_str(&text, &path.display().to_string())

@@ -126,6 +126,34 @@ mod tests {
     use super::*;
 
     #[test]
+    fn out_of_range_is_an_error_never_a_wrap() {
+        // Go's limit: 2562047h47m16.854775807s (i64 nanoseconds).
+        let max = parse_go_duration("2562047h47m16.854775807s").unwrap();
+        assert_eq!(max.as_nanos(), i64::MAX as u128);
+        for bad in [
+            "2562047h47m16.854775808s",
+            "2562048h",
+            "9223372036854775808ns",
+            "99999999999999999999999999999999999999999h",
+            "1h9223372036854775807ns",
+            "18446744073709551616ns",
+            "5124095576030431h",
+        ] {
+            let e = parse_go_duration(bad).unwrap_err();
+            assert!(e.contains("too large"), "{bad}: {e}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn never_panics_and_stays_in_range(s in "[0-9.]{0,24}(ns|us|ms|s|m|h)([0-9]{0,20}(s|h))?") {
+            if let Ok(d) = parse_go_duration(&s) {
+                proptest::prop_assert!(d.as_nanos() <= i64::MAX as u128);
+            }
+        }
+    }
+
+    #[test]
     fn go_durations_parse() {
         let cases: &[(&str, u64)] = &[
             ("0", 0),

@@ -83,7 +83,10 @@ pub fn get_limited(
         path: path.to_string(),
         source,
     };
-    let deadline = std::time::Instant::now() + timeout;
+    // A huge --timeout is "very long", never an Instant overflow panic.
+    let deadline = std::time::Instant::now()
+        .checked_add(timeout)
+        .unwrap_or_else(|| std::time::Instant::now() + Duration::from_secs(365 * 86_400));
     let remaining = || {
         deadline
             .checked_duration_since(std::time::Instant::now())

@@ -1,0 +1,338 @@
+//! Hostile input never hangs, exhausts or fools qosd (issue 13): the
+//! reproducers of the reliability campaign, each asserting the fixed
+//! behaviour. No root needed.
+//!
+//! * out-of-range durations and reservation sums: exit 2 naming the field;
+//! * a FIFO or `/dev/zero` as `--config` or a manifest: refused at once;
+//! * deeply nested YAML (config and manifest): refused before parsing;
+//! * manifest uids validated like CRI uids; duplicate uids refused naming
+//!   both files; a symlink loop lists each pod once;
+//! * a full or closed stderr does not turn an error into a panic (exit 101);
+//! * the status client caps the body and keeps its total deadline.
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Run qosd with `args`; fails the test if it does not exit within 20 s
+/// (a hang guard, not a timing assertion). (exit code, stdout, stderr)
+fn qosd(args: &[&str]) -> (i32, String, String) {
+    qosd_with_stderr(args, Stdio::piped())
+}
+
+fn qosd_with_stderr(args: &[&str], stderr: Stdio) -> (i32, String, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_qosd"))
+        .args(args)
+        .current_dir(root())
+        .env_remove("QOSD_CONFIG")
+        .env_remove("NOTIFY_SOCKET")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if t.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("qosd {args:?} still running after 20 s (hang)");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let mut out = String::new();
+    let mut err = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    if let Some(mut e) = child.stderr.take() {
+        e.read_to_string(&mut err).unwrap();
+    }
+    (status.code().unwrap_or(-1), out, err)
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+const NODE: &[&str] = &[
+    "--node-cpu",
+    "4",
+    "--node-memory",
+    "8Gi",
+    "--cgroup-version",
+    "v2",
+];
+
+fn pod(name: &str, uid: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  uid: {uid}\nspec:\n  containers:\n  - name: c\n    image: x\n"
+    )
+}
+
+#[test]
+fn out_of_range_durations_exit_2_naming_the_field() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (field, value) in [
+        ("reconcileInterval", "2562048h"),
+        ("reconcileInterval", "9223372036854775808ns"),
+        ("evictionPressureTransitionPeriod", "99999999999999999999h"),
+    ] {
+        let c = write(tmp.path(), "c.yaml", &format!("{field}: {value}\n"));
+        let (code, _, err) = qosd(&["config", "check", c.to_str().unwrap()]);
+        assert_eq!(code, 2, "{field}: {value}: {err}");
+        assert!(err.contains(field) && err.contains("too large"), "{err}");
+    }
+}
+
+#[test]
+fn reservation_sums_out_of_range_exit_2() {
+    let (code, out, err) = qosd(&[
+        "plan",
+        "--system-reserved",
+        "cpu=9223372036854775807,memory=7Ei",
+        "--kube-reserved",
+        "cpu=9223372036854775807,memory=7Ei",
+        "--node-cpu",
+        "4",
+        "--node-memory",
+        "8Gi",
+        "--cgroup-version",
+        "v1",
+    ]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(
+        err.contains("--system-reserved + --kube-reserved") && err.contains("out of range"),
+        "{err}"
+    );
+    assert!(out.is_empty(), "nothing planned: {out}");
+}
+
+#[test]
+fn special_files_are_refused_at_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fifo = tmp.path().join("config.fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let fifo_yaml = tmp.path().join("pods.yaml");
+    nix::unistd::mkfifo(&fifo_yaml, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let (code, _, err) = qosd(&["config", "check", fifo.to_str().unwrap()]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("FIFO, not a regular file"), "{err}");
+    let (code, _, err) = qosd(&["config", "check", "/dev/zero"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("character device"), "{err}");
+    let mut args = vec!["plan", "--pods", fifo_yaml.to_str().unwrap()];
+    args.extend_from_slice(NODE);
+    let (code, _, err) = qosd(&args);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("FIFO"), "{err}");
+    let mut args = vec!["plan", "--pods", "/dev/zero"];
+    args.extend_from_slice(NODE);
+    let (code, _, err) = qosd(&args);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("character device"), "{err}");
+    // A big regular file is refused by size, not read into memory.
+    let big = tmp.path().join("big.yaml");
+    let f = std::fs::File::create(&big).unwrap();
+    f.set_len(64 << 20).unwrap();
+    let (code, _, err) = qosd(&["config", "check", big.to_str().unwrap()]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("larger than"), "{err}");
+}
+
+#[test]
+fn deep_nesting_is_refused_before_parsing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let flow = format!("evictionHard: {}\n", "[".repeat(200_000));
+    let c = write(tmp.path(), "deep.yaml", &flow);
+    let (code, _, err) = qosd(&["config", "check", c.to_str().unwrap()]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("nested more than 64 levels"), "{err}");
+    let mut block = String::from("apiVersion: v1\nkind: Pod\nmetadata:\n");
+    for d in 1..600 {
+        block.push_str(&" ".repeat(d));
+        block.push_str("a:\n");
+    }
+    let m = write(tmp.path(), "deep-pod.yaml", &block);
+    let mut args = vec!["plan", "--pods", m.to_str().unwrap()];
+    args.extend_from_slice(NODE);
+    let (code, _, err) = qosd(&args);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("deep-pod.yaml") && err.contains("nested more than"),
+        "{err}"
+    );
+}
+
+#[test]
+fn manifest_uids_are_validated_like_cri_uids() {
+    let tmp = tempfile::tempdir().unwrap();
+    let m = write(tmp.path(), "evil.yaml", &pod("evil", "../../../../x"));
+    let mut args = vec!["plan", "--pods", m.to_str().unwrap()];
+    args.extend_from_slice(NODE);
+    let (code, out, err) = qosd(&args);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(
+        err.contains("metadata.uid") && err.contains("not a plain UID"),
+        "{err}"
+    );
+    assert!(!out.contains(".."), "{out}");
+}
+
+#[test]
+fn duplicate_uids_are_refused_naming_both_sources() {
+    let tmp = tempfile::tempdir().unwrap();
+    let uid = "0b0a8c1e-1111-2222-3333-444455556666";
+    let a = write(tmp.path(), "a.yaml", &pod("first", uid));
+    let b = write(tmp.path(), "b.yaml", &pod("second", uid));
+    let mut args = vec!["plan", "--pods", a.to_str().unwrap(), b.to_str().unwrap()];
+    args.extend_from_slice(NODE);
+    let (code, _, err) = qosd(&args);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("a.yaml") && err.contains("b.yaml") && err.contains("must be unique"),
+        "{err}"
+    );
+}
+
+#[test]
+fn symlink_loops_list_each_pod_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("pods");
+    std::fs::create_dir(&dir).unwrap();
+    write(
+        &dir,
+        "p.yaml",
+        &pod("only", "0b0a8c1e-1111-2222-3333-444455556666"),
+    );
+    std::os::unix::fs::symlink(&dir, dir.join("loop")).unwrap();
+    std::os::unix::fs::symlink(dir.join("p.yaml"), dir.join("again.yaml")).unwrap();
+    let (code, out, err) = qosd(&[
+        "classify",
+        "--pods",
+        dir.to_str().unwrap(),
+        dir.join("p.yaml").to_str().unwrap(),
+        "--output",
+        "json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.matches("\"only\"").count(), 1, "{out}");
+}
+
+#[test]
+fn a_broken_stderr_never_turns_into_a_panic() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = write(tmp.path(), "bad.yaml", "mode: yolo\n");
+    // stderr on a full device: the error line is lost, the exit code stays.
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let (code, _, _) = qosd_with_stderr(&["config", "check", c.to_str().unwrap()], full.into());
+    assert_eq!(code, 2, "exit 101 would be a panic on the failed write");
+    // stderr a pipe nobody reads any more: EPIPE.
+    let (r, w) = nix::unistd::pipe().unwrap();
+    drop(r);
+    let (code, _, _) = qosd_with_stderr(
+        &["config", "check", c.to_str().unwrap()],
+        std::fs::File::from(w).into(),
+    );
+    assert_eq!(code, 2);
+}
+
+/// A server that answers with `head` and then `body_chunk` forever, each
+/// chunk after `pause`.
+fn hostile_server(
+    head: &'static [u8],
+    chunk: &'static [u8],
+    pause: Duration,
+) -> std::net::SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        if let Ok((mut s, _)) = l.accept() {
+            let mut req = [0u8; 1024];
+            let _ = s.read(&mut req);
+            if s.write_all(head).is_err() {
+                return;
+            }
+            loop {
+                if s.write_all(chunk).is_err() {
+                    return;
+                }
+                std::thread::sleep(pause);
+            }
+        }
+    });
+    addr
+}
+
+#[test]
+fn status_client_caps_the_body_and_keeps_its_deadline() {
+    static BIG: [u8; 1 << 16] = [b'x'; 1 << 16];
+    let endless = hostile_server(b"HTTP/1.1 200 OK\r\n\r\n", &BIG, Duration::ZERO);
+    let e = qosd::telemetry::client::get(endless, "/status", Duration::from_secs(30))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("larger than"), "{e}");
+    let trickle = hostile_server(b"HTTP/1.1 200 OK\r\n\r\n", b"x", Duration::from_millis(50));
+    let t = Instant::now();
+    let e = qosd::telemetry::client::get(trickle, "/status", Duration::from_millis(500))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("no complete answer within 0.5s"), "{e}");
+    // Hang guard only: the deadline is total, not per read.
+    assert!(t.elapsed() < Duration::from_secs(20));
+}
+
+#[test]
+fn extreme_quantities_never_wrap_in_the_plan() {
+    // Debug test builds panic on any overflow: this plans pods at the edge
+    // of every quantity and checks no written value is negative.
+    let tmp = tempfile::tempdir().unwrap();
+    let mut text = String::new();
+    for (i, (cpu, mem)) in [
+        ("9223372036854775807", "7Ei"),
+        ("9223372036854775807", "7Ei"),
+        ("1n", "1"),
+    ]
+    .iter()
+    .enumerate()
+    {
+        text.push_str(&format!(
+            "---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: p{i}\nspec:\n  containers:\n  - name: c\n    resources:\n      requests: {{cpu: \"{cpu}\", memory: \"{mem}\"}}\n      limits: {{cpu: \"{cpu}\", memory: \"{mem}\"}}\n"
+        ));
+    }
+    let m = write(tmp.path(), "edge.yaml", &text);
+    for version in ["v1", "v2"] {
+        let (code, out, err) = qosd(&[
+            "plan",
+            "--pods",
+            m.to_str().unwrap(),
+            "--node-cpu",
+            "9223372036854775807",
+            "--node-memory",
+            "7Ei",
+            "--cgroup-version",
+            version,
+            "--output",
+            "json",
+        ]);
+        assert_eq!(code, 0, "{err}");
+        assert!(!out.contains("\"-"), "a negative value was planned:\n{out}");
+    }
+}

@@ -436,6 +436,7 @@ async fn kubelet_root_dir_on_a_full_filesystem() {
     let chunk = vec![7u8; 64 << 10];
     while f.write_all(&chunk).is_ok() {}
     let _ = f.sync_all();
+    drop(f);
     for i in 0.. {
         if std::fs::write(rootdir.join(format!("i{i}")), "").is_err() {
             break;
@@ -457,7 +458,9 @@ async fn kubelet_root_dir_on_a_full_filesystem() {
     );
     d.assert_alive();
     assert_eq!(d.status("/readyz"), Some(200), "{}", d.body("/readyz"));
-    std::fs::remove_file(rootdir.join("fill")).unwrap();
+    for e in std::fs::read_dir(&rootdir).unwrap() {
+        std::fs::remove_file(e.unwrap().path()).unwrap();
+    }
     let cleared = wait_until(RECOVERY, || {
         let s: serde_json::Value = serde_json::from_str(&d.body("/status")).unwrap_or_default();
         s["conditions"].as_array().is_some_and(|c| {

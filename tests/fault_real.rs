@@ -553,3 +553,66 @@ async fn two_hundred_slow_http_clients() {
     assert_eq!(d.evictions(), 0.0);
     assert_pods_alive(&pids);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: starts containerd, creates cgroups"]
+async fn pod_cgroups_removed_mid_write() {
+    assert!(require_root("pod_cgroups_removed_mid_write"), "needs root");
+    let env = Containerd::start();
+    let (g, b) = two_pods(&env).await;
+    let pids = pod_pids(&env, &[&g, &b]).await;
+    let tmp = tempfile::tempdir().unwrap();
+    // Orphans removed at once, so qosd and the test race for the same dirs.
+    let mut d = Daemon::start(
+        &env,
+        tmp.path(),
+        env.dir(),
+        &["--orphan-grace-period", "0s"],
+        None,
+    );
+    // Pods come and go while qosd writes their cgroups every pass: their
+    // sandboxes are removed and their pod cgroups rmdir'ed (leaf first)
+    // right away, often between qosd's listing and its writes.
+    for i in 0..8 {
+        let p = env
+            .run_pod(
+                &PodSpec::new(&format!("churn-{i}"))
+                    .container(ContainerSpec::pause("app").cpu(Some(10 + i), Some(200))),
+            )
+            .await;
+        tokio::time::sleep(Duration::from_millis(300 + 100 * i as u64)).await;
+        env.remove_pod(&p).await;
+        for ctrl in [
+            "cpu",
+            "memory",
+            "pids",
+            "cpuacct",
+            "blkio",
+            "devices",
+            "freezer",
+            "hugetlb",
+            "cpuset",
+            "net_cls",
+            "perf_event",
+            "systemd",
+        ] {
+            let dir = env.cgroup_dir(ctrl, &p);
+            if let Ok(leaf) = qosd::sys::cgroupfs::walk_leaf_first(&dir) {
+                for c in leaf {
+                    let _ = std::fs::remove_dir(&c);
+                }
+            }
+        }
+        d.assert_alive();
+    }
+    // Vanished cgroups are no write failure: ready throughout the end state.
+    let ok = wait_until(RECOVERY, || d.status("/readyz") == Some(200));
+    assert!(ok.is_some(), "{}\n{}", d.body("/readyz"), d.log());
+    d.assert_alive();
+    assert_eq!(d.evictions(), 0.0);
+    assert_pods_alive(&pids);
+    let gone = d.log().matches("the cgroup does not exist").count();
+    eprintln!(
+        "fault: 8 pods churned under qosd: ready, {gone} writes into vanished cgroups logged"
+    );
+}

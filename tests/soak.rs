@@ -1,0 +1,245 @@
+//! Soak (issue 13; not a CI test: scripts/test skips it, bench/soak.sh runs
+//! it): `qosd run` against a real containerd for `QOSD_SOAK_SECONDS`
+//! (default 1800) of pod churn with faults injected at random — runtime
+//! SIGSTOP (3–12 s), runtime SIGKILL + restart, cgroup drift, bursts of 50
+//! slow HTTP clients — recording qosd's RSS and descriptors, its error
+//! counters, the time `/readyz` failed, and missed pods (a pod not enforced
+//! within 10 s while the runtime was healthy). Prints one `BENCH_JSON`
+//! line. Asserts only that qosd never exited and missed no pod.
+//!
+//! cargo test --release --test soak -- --ignored --nocapture
+
+mod support;
+
+use std::io::Write;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use support::*;
+
+fn get(addr: SocketAddr, path: &str) -> Option<qosd::telemetry::client::HttpResponse> {
+    qosd::telemetry::client::get(addr, path, Duration::from_secs(2)).ok()
+}
+
+/// A tiny deterministic generator (no extra crate): xorshift64.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn fds(pid: u32) -> u64 {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count() as u64)
+        .unwrap_or(0)
+}
+
+fn shares_of(millis: i64) -> String {
+    (millis * 1024 / 1000).max(2).to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "soak: run by bench/soak.sh (needs root)"]
+async fn soak() {
+    assert!(require_root("soak"), "needs root");
+    let seconds: u64 = std::env::var("QOSD_SOAK_SECONDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1800);
+    let mut rng = Rng(std::env::var("QOSD_SOAK_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0x9e37_79b9_7f4a_7c15));
+    let mut env = Containerd::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let addr = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let log = tmp.path().join("qosd.log");
+    let out = std::fs::File::create(&log).unwrap();
+    let mut qosd = Command::new(env!("CARGO_BIN_EXE_qosd"))
+        .args([
+            "run",
+            "--runtime-endpoint",
+            &env.endpoint,
+            "--cgroup-version",
+            "v1",
+            "--cgroup-root",
+            &env.cgroup_root,
+            "--metrics-address",
+            &addr.to_string(),
+            "--reconcile-interval",
+            "1s",
+            "--relist-interval",
+            "1s",
+            "--orphan-grace-period",
+            "0s",
+            "--root-dir",
+            &env.dir().display().to_string(),
+        ])
+        .env_remove("NOTIFY_SOCKET")
+        .env_remove("QOSD_CONFIG")
+        .env("QOSD_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
+        .spawn()
+        .unwrap();
+    let pid = qosd.id();
+
+    let mut pods: Vec<(RunningPod, i64, Instant, bool)> = Vec::new();
+    let (mut started, mut removed, mut missed) = (0u64, 0u64, 0u64);
+    let mut faults = std::collections::BTreeMap::<&str, u64>::new();
+    let (mut rss, mut fd) = (Vec::new(), Vec::new());
+    let mut not_ready_s = 0.0f64;
+    let mut runtime_healthy_since = Instant::now();
+    let mut stopped_until: Option<Instant> = None;
+    let t0 = Instant::now();
+    let mut last_sample = Instant::now() - Duration::from_secs(10);
+    let mut n = 0i64;
+    while t0.elapsed() < Duration::from_secs(seconds) {
+        if let Some(st) = qosd.try_wait().unwrap() {
+            panic!(
+                "qosd exited during the soak ({st}):\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+        }
+        let cpid = Pid::from_raw(env.pid().unwrap() as i32);
+        if let Some(until) = stopped_until {
+            if Instant::now() >= until {
+                kill(cpid, Signal::SIGCONT).unwrap();
+                stopped_until = None;
+                runtime_healthy_since = Instant::now();
+            }
+        }
+        let healthy = stopped_until.is_none();
+        if last_sample.elapsed() >= Duration::from_secs(5) {
+            last_sample = Instant::now();
+            rss.push(rss_kib(pid));
+            fd.push(fds(pid));
+        }
+        if get(addr, "/readyz").is_none_or(|r| r.status != 200) {
+            not_ready_s += 0.5;
+        }
+        // Enforcement check of the pods started while the runtime was healthy.
+        for (p, millis, at, checked) in pods.iter_mut() {
+            if *checked || !healthy {
+                continue;
+            }
+            let file = env.cgroup_dir("cpu", p).join("cpu.shares");
+            let ok = std::fs::read_to_string(&file).is_ok_and(|v| v.trim() == shares_of(*millis));
+            let since = (*at).max(runtime_healthy_since);
+            if ok {
+                *checked = true;
+            } else if since.elapsed() > Duration::from_secs(10) {
+                missed += 1;
+                *checked = true;
+                eprintln!("soak: pod {} not enforced within 10 s", p.spec.name);
+            }
+        }
+        let action = rng.below(100);
+        if healthy && (action < 35 || pods.len() < 3) && pods.len() < 20 {
+            n += 1;
+            let millis = 20 + (n % 200);
+            let p = env
+                .run_pod(
+                    &PodSpec::new(&format!("soak-{n}"))
+                        .container(ContainerSpec::pause("app").cpu(Some(millis), Some(500))),
+                )
+                .await;
+            started += 1;
+            pods.push((p, millis, Instant::now(), false));
+        } else if healthy && action < 60 && !pods.is_empty() {
+            let i = rng.below(pods.len() as u64) as usize;
+            let (p, ..) = pods.remove(i);
+            env.remove_pod(&p).await;
+            removed += 1;
+        } else if healthy && action < 64 {
+            kill(cpid, Signal::SIGSTOP).unwrap();
+            stopped_until = Some(Instant::now() + Duration::from_secs(3 + rng.below(10)));
+            *faults.entry("runtime_sigstop").or_default() += 1;
+        } else if healthy && action < 67 {
+            kill(cpid, Signal::SIGKILL).unwrap();
+            env.stop();
+            tokio::time::sleep(Duration::from_millis(500 + rng.below(3000))).await;
+            env.start_again();
+            runtime_healthy_since = Instant::now();
+            *faults.entry("runtime_sigkill_restart").or_default() += 1;
+        } else if action < 75 && !pods.is_empty() {
+            let i = rng.below(pods.len() as u64) as usize;
+            let _ = std::fs::write(env.cgroup_dir("cpu", &pods[i].0).join("cpu.shares"), "777");
+            *faults.entry("cgroup_drift").or_default() += 1;
+        } else if action < 78 {
+            let mut conns: Vec<TcpStream> = (0..50)
+                .filter_map(|_| TcpStream::connect(addr).ok())
+                .collect();
+            for c in &mut conns {
+                let _ = c.write_all(b"GET /metrics HTTP/1.1\r\n");
+            }
+            *faults.entry("slow_http_50").or_default() += 1;
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            drop(conns);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    if stopped_until.is_some() {
+        kill(Pid::from_raw(env.pid().unwrap() as i32), Signal::SIGCONT).unwrap();
+    }
+    let metrics = get(addr, "/metrics").map(|r| r.body).unwrap_or_default();
+    let errors: std::collections::BTreeMap<String, f64> = metrics
+        .lines()
+        .filter(|l| l.starts_with("qosd_errors_total{"))
+        .filter_map(|l| {
+            let (k, v) = l.rsplit_once(' ')?;
+            Some((k.to_string(), v.parse().ok()?))
+        })
+        .collect();
+    let evictions: f64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("qosd_evictions_total"))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum();
+    let alive = qosd.try_wait().unwrap().is_none();
+    let _ = kill(Pid::from_raw(pid as i32), Signal::SIGTERM);
+    let _ = qosd.wait();
+    let doc = serde_json::json!({
+        "seconds": seconds,
+        "pods_started": started,
+        "pods_removed": removed,
+        "missed_pods": missed,
+        "faults": faults,
+        "rss_kib": {"first": rss.first(), "max": rss.iter().max(), "last": rss.last()},
+        "fds": {"first": fd.first(), "max": fd.iter().max(), "last": fd.last()},
+        "errors_total": errors,
+        "evictions": evictions,
+        "not_ready_seconds_approx": not_ready_s,
+        "qosd_alive_at_end": alive,
+        "log_lines": std::fs::read_to_string(&log).map(|s| s.lines().count()).unwrap_or(0),
+    });
+    println!("BENCH_JSON {}", serde_json::to_string(&doc).unwrap());
+    assert!(alive, "qosd exited");
+    assert_eq!(missed, 0, "missed pods");
+    assert_eq!(evictions, 0.0, "evicted on a node without pressure");
+}

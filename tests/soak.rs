@@ -72,6 +72,12 @@ async fn soak() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(0x9e37_79b9_7f4a_7c15));
     let mut env = Containerd::start();
+    // The cgroup root exists once a pod runs: qosd needs it at start.
+    let first = env
+        .run_pod(
+            &PodSpec::new("soak-0").container(ContainerSpec::pause("app").cpu(Some(20), Some(500))),
+        )
+        .await;
     let tmp = tempfile::tempdir().unwrap();
     let addr = TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -109,7 +115,7 @@ async fn soak() {
         .unwrap();
     let pid = qosd.id();
 
-    let mut pods: Vec<(RunningPod, i64, Instant, bool)> = Vec::new();
+    let mut pods: Vec<(RunningPod, i64, Instant, bool)> = vec![(first, 20, Instant::now(), false)];
     let (mut started, mut removed, mut missed) = (0u64, 0u64, 0u64);
     let mut faults = std::collections::BTreeMap::<&str, u64>::new();
     let (mut rss, mut fd) = (Vec::new(), Vec::new());

@@ -171,10 +171,27 @@ impl ThresholdValue {
     }
 }
 
+/// A count or byte amount in Kubernetes' binary-suffix form when exact
+/// (`104857600` → `100Mi`), else as a plain number.
+pub fn binary_quantity(v: i64) -> String {
+    const SUFFIXES: [&str; 6] = ["Ki", "Mi", "Gi", "Ti", "Pi", "Ei"];
+    let mut n = v;
+    let mut suffix = "";
+    for s in SUFFIXES {
+        if n != 0 && n % 1024 == 0 {
+            n /= 1024;
+            suffix = s;
+        } else {
+            break;
+        }
+    }
+    format!("{n}{suffix}")
+}
+
 impl fmt::Display for ThresholdValue {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
-            ThresholdValue::Quantity(q) => write!(f, "{q}"),
+            ThresholdValue::Quantity(q) => f.write_str(&binary_quantity(q)),
             ThresholdValue::Percentage(p) => write!(f, "{}%", round_pct(p * 100.0)),
         }
     }

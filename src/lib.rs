@@ -16,6 +16,7 @@ pub mod cri;
 pub mod daemon;
 pub mod eviction;
 pub mod http;
+pub mod kube;
 pub mod manifest;
 pub mod metrics;
 pub mod model;

@@ -224,6 +224,7 @@ mod tests {
                 containers: vec![c],
                 notes: vec!["n".into()],
                 warnings: vec![],
+                sources: crate::model::provenance_all(crate::model::ValueSource::Inferred),
             }],
             skipped: vec![Skipped {
                 sandbox_id: "dead".into(),

@@ -466,7 +466,10 @@ mod tests {
 
     #[test]
     fn query_encoding() {
-        assert_eq!(encode_query("spec.nodeName=node-1"), "spec.nodeName%3Dnode-1");
+        assert_eq!(
+            encode_query("spec.nodeName=node-1"),
+            "spec.nodeName%3Dnode-1"
+        );
         assert_eq!(encode_query("a,b c"), "a%2Cb%20c");
     }
 }

@@ -21,7 +21,10 @@ pub enum Auth {
     /// service account tokens rotate).
     TokenFile(PathBuf),
     /// A client certificate and key (PEM).
-    ClientCert { cert_pem: Vec<u8>, key_pem: Vec<u8> },
+    ClientCert {
+        cert_pem: Vec<u8>,
+        key_pem: Vec<u8>,
+    },
 }
 
 impl std::fmt::Debug for Auth {
@@ -219,7 +222,10 @@ pub fn kubeconfig_from_str(text: &str, path: &Path) -> Result<KubeConfig, Config
             ctx.cluster, cluster.server
         )));
     }
-    let ca_pem = match (&cluster.certificate_authority_data, &cluster.certificate_authority) {
+    let ca_pem = match (
+        &cluster.certificate_authority_data,
+        &cluster.certificate_authority,
+    ) {
         (Some(d), _) => decode("certificate-authority-data", d)?,
         (None, Some(p)) => read(p)?,
         (None, None) => {

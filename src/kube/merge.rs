@@ -40,7 +40,10 @@ pub struct MergeSummary {
     pub fresh: bool,
 }
 
-fn list(m: &std::collections::BTreeMap<String, String>, what: &str) -> Result<ResourceList, String> {
+fn list(
+    m: &std::collections::BTreeMap<String, String>,
+    what: &str,
+) -> Result<ResourceList, String> {
     m.iter()
         .map(|(k, v)| {
             Quantity::parse(v)
@@ -237,7 +240,11 @@ mod tests {
         assert_eq!(l[0].sources["requests"], ValueSource::Exact);
         assert_eq!(l[1].sources["requests"], ValueSource::Inferred);
         assert!(l[1].notes[0].contains("not in the API server"));
-        assert_eq!(p.qos_override, Some(QosClass::Burstable), "the runtime's class stays");
+        assert_eq!(
+            p.qos_override,
+            Some(QosClass::Burstable),
+            "the runtime's class stays"
+        );
     }
 
     #[test]
@@ -248,7 +255,10 @@ mod tests {
         let s = merge(&mut l, &view(vec![a], false));
         assert_eq!((s.exact, s.inferred), (0, 1));
         assert_eq!(l[0].pod.priority, 2_000_000_000);
-        assert!(l[0].pod.containers.is_empty(), "requests not taken from a stale view");
+        assert!(
+            l[0].pod.containers.is_empty(),
+            "requests not taken from a stale view"
+        );
         assert_eq!(l[0].sources["priority"], ValueSource::Exact);
         assert_eq!(l[0].sources["requests"], ValueSource::Inferred);
     }

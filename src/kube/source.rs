@@ -396,7 +396,10 @@ mod tests {
             })
             .is_err());
         c.disconnected(Some("gone".into()));
-        assert!(c.view(Duration::from_secs(60)).fresh(), "within the staleness bound");
+        assert!(
+            c.view(Duration::from_secs(60)).fresh(),
+            "within the staleness bound"
+        );
         let v = c.view(Duration::ZERO);
         std::thread::sleep(Duration::from_millis(5));
         let v2 = c.view(Duration::from_millis(1));

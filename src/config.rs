@@ -296,6 +296,22 @@ pub struct Config {
     pub node_memory: Option<Quantity>,
     pub log_format: LogFormat,
     pub eviction_backend: EvictionBackend,
+
+    // --- Kubernetes API (src/kube) -----------------------------------------
+    /// A kubeconfig file for the API server; unset: in-cluster config when
+    /// running in a pod (KUBERNETES_SERVICE_HOST and a service account).
+    pub kubeconfig: Option<PathBuf>,
+    /// This node's name (pods are watched with `spec.nodeName=<it>`);
+    /// the API side is off without it.
+    pub node_name: Option<String>,
+    /// Deadline of an Eviction call; a hard eviction with no answer by
+    /// then falls back to the local kill.
+    #[serde(serialize_with = "ser_duration")]
+    pub api_eviction_timeout: Duration,
+    /// `/healthz` fails once the runtime has been unreachable this long
+    /// (0s: never), so a DaemonSet pod is restarted.
+    #[serde(serialize_with = "ser_duration")]
+    pub runtime_unhealthy_after: Duration,
 }
 
 impl Default for Config {
@@ -463,6 +479,10 @@ pub struct RawConfig {
     pub node_memory: Option<Scalar>,
     pub log_format: Option<Scalar>,
     pub eviction_backend: Option<Scalar>,
+    pub kubeconfig: Option<Scalar>,
+    pub node_name: Option<Scalar>,
+    pub api_eviction_timeout: Option<Scalar>,
+    pub runtime_unhealthy_after: Option<Scalar>,
 }
 
 impl RawConfig {
@@ -565,6 +585,10 @@ pub struct Overrides {
     pub node_memory: Option<String>,
     pub log_format: Option<String>,
     pub eviction_backend: Option<String>,
+    pub kubeconfig: Option<String>,
+    pub node_name: Option<String>,
+    pub api_eviction_timeout: Option<String>,
+    pub runtime_unhealthy_after: Option<String>,
 }
 
 fn to_raw_map(m: &BTreeMap<String, String>) -> RawMap {
@@ -630,6 +654,10 @@ impl Overrides {
         text!(node_memory, "nodeMemory");
         text!(log_format, "logFormat");
         text!(eviction_backend, "evictionBackend");
+        text!(kubeconfig, "kubeconfig");
+        text!(node_name, "nodeName");
+        text!(api_eviction_timeout, "apiEvictionTimeout");
+        text!(runtime_unhealthy_after, "runtimeUnhealthyAfter");
         set
     }
 }
@@ -1221,14 +1249,43 @@ pub fn validate(
         &[
             ("kill", EvictionBackend::Kill),
             ("cri", EvictionBackend::Cri),
+            ("api", EvictionBackend::Api),
             ("dry-run", EvictionBackend::DryRun),
         ],
+    );
+    let kubeconfig = raw
+        .kubeconfig
+        .as_ref()
+        .filter(|s| !s.0.is_empty())
+        .map(|_| c.path("kubeconfig", &raw.kubeconfig, ""));
+    let node_name = raw
+        .node_name
+        .as_ref()
+        .map(|s| s.0.trim().to_string())
+        .filter(|s| !s.is_empty());
+    let api_eviction_timeout = c.opt_duration(
+        "apiEvictionTimeout",
+        &raw.api_eviction_timeout,
+        Duration::from_secs(1),
+        Duration::from_millis(10),
+        Some(Duration::from_secs(60)),
+    );
+    let runtime_unhealthy_after = c.opt_duration(
+        "runtimeUnhealthyAfter",
+        &raw.runtime_unhealthy_after,
+        Duration::from_secs(120),
+        Duration::ZERO,
+        None,
     );
 
     if !c.errors.is_empty() {
         return Err(c.errors);
     }
     Ok(Config {
+        kubeconfig,
+        node_name,
+        api_eviction_timeout,
+        runtime_unhealthy_after,
         eviction_hard,
         eviction_soft,
         eviction_soft_grace_period,

@@ -430,6 +430,8 @@ pub enum Source {
     Cri {
         client: Box<crate::cri::CriClient>,
         inventory: crate::cri::InventoryOptions,
+        /// The API server's pod specs, merged by uid (`None`: runtime alone).
+        kube: Option<Arc<crate::kube::KubeSide>>,
     },
     Manifests(Vec<PathBuf>),
 }
@@ -456,6 +458,7 @@ impl Source {
                 inventory: crate::cri::InventoryOptions {
                     memory_capacity_bytes: Some(memory_capacity_bytes),
                 },
+                kube: None,
             },
             PodSourceSpec::Manifests(paths) => Source::Manifests(paths.clone()),
         })
@@ -466,7 +469,7 @@ impl Source {
     /// files is cheap).
     pub async fn fingerprint(&self) -> Result<Vec<String>, SourceError> {
         match self {
-            Source::Cri { client, .. } => {
+            Source::Cri { client, kube, .. } => {
                 let mut v: Vec<String> = client
                     .list_pod_sandboxes()
                     .await?
@@ -480,6 +483,11 @@ impl Source {
                         .into_iter()
                         .map(|c| format!("c:{}:{}:{}", c.pod_sandbox_id, c.id, c.state)),
                 );
+                // The API's view too: a pod event or the API going away
+                // (or coming back) relists and re-merges at once.
+                if let Some(k) = kube {
+                    v.push(k.change_key());
+                }
                 v.sort();
                 Ok(v)
             }
@@ -495,8 +503,15 @@ impl Source {
     /// Full listing.
     pub async fn list(&self) -> Result<Listing, SourceError> {
         match self {
-            Source::Cri { client, inventory } => {
-                let inv = crate::cri::inventory(client, inventory).await?;
+            Source::Cri {
+                client,
+                inventory,
+                kube,
+            } => {
+                let mut inv = crate::cri::inventory(client, inventory).await?;
+                if let Some(k) = kube {
+                    k.merge(&mut inv.pods);
+                }
                 for s in &inv.skipped {
                     tracing::warn!(sandbox = %s.sandbox_id, "sandbox skipped: {}", s.reason);
                 }
@@ -547,6 +562,8 @@ pub struct RunOptions {
     /// oom_score_adj from it, so qosd inverts that formula with it (not
     /// with an overridden node capacity).
     pub machine_memory_bytes: i64,
+    /// The Kubernetes API side (CRI source only).
+    pub kube: Option<Arc<crate::kube::KubeSide>>,
 }
 
 /// Hooks the daemon calls as it runs, so eviction, metrics and health can
@@ -586,7 +603,7 @@ pub async fn run_loop(opts: RunOptions, observer: &mut dyn Observer) -> anyhow::
 
     // `--once` gives up when the runtime stays away; the daemon keeps
     // waiting for it (not ready meanwhile), as a node agent must.
-    let source = loop {
+    let mut source = loop {
         let attempt = tokio::select! {
             s = Source::connect(&opts.source, opts.connect, opts.machine_memory_bytes) => s,
             _ = sigterm.recv() => return Ok(Outcome::Stopped),
@@ -602,6 +619,9 @@ pub async fn run_loop(opts: RunOptions, observer: &mut dyn Observer) -> anyhow::
             }
         }
     };
+    if let Source::Cri { kube, .. } = &mut source {
+        kube.clone_from(&opts.kube);
+    }
     let mut reconciler = Reconciler::new(opts.plan.clone(), opts.dry_run, opts.orphan_grace);
 
     if opts.once {
@@ -735,6 +755,8 @@ pub struct ServiceObserver {
     pub reloader: Option<Reloader>,
     /// The eviction loop, fed the pods of every listing.
     pub eviction: Option<Arc<crate::eviction::service::EvictionService>>,
+    /// The Kubernetes API side, for status and readiness reasons.
+    pub kube: Option<Arc<crate::kube::KubeSide>>,
 }
 
 impl ServiceObserver {
@@ -759,6 +781,7 @@ impl ServiceObserver {
             layout: plan.layout.clone(),
             reloader: None,
             eviction: None,
+            kube: None,
         }
     }
 }
@@ -779,6 +802,34 @@ impl Observer for ServiceObserver {
         self.metrics.pods(QosClass::BestEffort, counts.best_effort);
         self.health.set_cri_reachable(true);
         self.health.set_reconciled();
+        if let Some(k) = &self.kube {
+            let (summary, unavailable) = k.last_merge();
+            let stats = k.cache.stats();
+            self.health.set_degraded(
+                "kubernetes-api",
+                unavailable.as_ref().map(|why| {
+                    format!(
+                        "{why}; exact pod specs unavailable, working from the runtime's data alone"
+                    )
+                }),
+            );
+            let status = crate::http::KubeStatus {
+                server: format!("{} ({})", k.client.server(), k.client.origin()),
+                node_name: k.settings.node_name.clone(),
+                state: if unavailable.is_none() {
+                    "synced"
+                } else {
+                    "unavailable"
+                }
+                .into(),
+                reason: unavailable,
+                pods_exact: summary.exact,
+                pods_inferred: summary.inferred,
+                relists: stats.relists,
+                watch_restarts: stats.watch_restarts,
+            };
+            self.health.update_status(|d| d.kubernetes = Some(status));
+        }
         self.health.update_status(|d| {
             d.generated_at_ms = crate::http::now_ms();
             d.pods = counts.clone();

@@ -80,6 +80,14 @@ pub struct Health {
     reconciled: AtomicBool,
     shutting_down: AtomicBool,
     status: Mutex<StatusDoc>,
+    /// When the runtime stopped answering (None: it answers).
+    cri_down_since: Mutex<Option<Instant>>,
+    /// `/healthz` fails once the runtime was unreachable this long (a
+    /// restarted pod remounts the runtime's socket directory afresh).
+    runtime_unhealthy_after: Mutex<Option<Duration>>,
+    /// Working, but with less: e.g. the Kubernetes API is unavailable
+    /// (key → reason); shown with readiness.
+    degraded: Mutex<std::collections::BTreeMap<&'static str, String>>,
 }
 
 impl Health {
@@ -95,7 +103,37 @@ impl Health {
             reconciled: AtomicBool::new(false),
             shutting_down: AtomicBool::new(false),
             status: Mutex::new(StatusDoc::default()),
+            cri_down_since: Mutex::new(None),
+            runtime_unhealthy_after: Mutex::new(None),
+            degraded: Mutex::new(Default::default()),
         }
+    }
+
+    /// `/healthz` fails after the runtime was unreachable for `limit`.
+    pub fn set_runtime_unhealthy_after(&self, limit: Option<Duration>) {
+        *self
+            .runtime_unhealthy_after
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = limit;
+    }
+
+    /// Mark a degraded mode (`Some(reason)`) or clear it (`None`).
+    pub fn set_degraded(&self, key: &'static str, reason: Option<String>) {
+        let mut g = self.degraded.lock().unwrap_or_else(|e| e.into_inner());
+        match reason {
+            Some(r) => g.insert(key, r),
+            None => g.remove(key),
+        };
+    }
+
+    /// The degraded modes in force, as `key: reason`.
+    pub fn degraded(&self) -> Vec<String> {
+        self.degraded
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(k, v)| format!("{k}: {v}"))
+            .collect()
     }
 
     /// The main loop is alive (call once per loop iteration).
@@ -107,6 +145,15 @@ impl Health {
     /// Whether the container runtime answered the last call.
     pub fn set_cri_reachable(&self, ok: bool) {
         self.cri_reachable.store(ok, Ordering::Relaxed);
+        let mut since = self
+            .cri_down_since
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        match (ok, *since) {
+            (true, _) => *since = None,
+            (false, None) => *since = Some(Instant::now()),
+            (false, Some(_)) => {}
+        }
     }
 
     /// A reconcile pass completed (readiness needs at least one).
@@ -127,6 +174,23 @@ impl Health {
 
     /// Liveness: `Ok` or why not.
     pub fn alive(&self) -> Result<(), String> {
+        let limit = *self
+            .runtime_unhealthy_after
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let since = *self
+            .cri_down_since
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let (Some(limit), Some(since)) = (limit, since) {
+            if since.elapsed() > limit {
+                return Err(format!(
+                    "container runtime unreachable for {:.0}s (limit {:.0}s)",
+                    since.elapsed().as_secs_f64(),
+                    limit.as_secs_f64()
+                ));
+            }
+        }
         let age = self.heartbeat_age();
         if age > self.stale_after {
             Err(format!(
@@ -178,6 +242,7 @@ impl Health {
         doc.alive = self.alive().is_ok();
         doc.ready = self.ready().is_ok();
         doc.not_ready_reason = self.ready().err();
+        doc.degraded = self.degraded();
         doc
     }
 }
@@ -212,6 +277,27 @@ pub struct StatusDoc {
     /// Most recent first, at most [`StatusDoc::MAX_EVICTIONS`].
     pub last_evictions: Vec<EvictionRecord>,
     pub last_reconcile: Option<ReconcileStatus>,
+    /// Degraded modes in force (`kubernetes-api: …`): working, with less.
+    pub degraded: Vec<String>,
+    /// The Kubernetes API side (absent when not configured).
+    pub kubernetes: Option<KubeStatus>,
+}
+
+/// The Kubernetes API pod source, in `/status`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct KubeStatus {
+    /// API server URL and where the config came from.
+    pub server: String,
+    pub node_name: String,
+    /// `synced` (exact specs in use) or `unavailable` (runtime data alone).
+    pub state: String,
+    pub reason: Option<String>,
+    /// Live pods whose values are exact (from the API) / inferred.
+    pub pods_exact: usize,
+    pub pods_inferred: usize,
+    pub relists: u64,
+    pub watch_restarts: u64,
 }
 
 /// One eviction signal and its thresholds.
@@ -347,6 +433,20 @@ impl StatusDoc {
         );
         if let Some(why) = &self.not_ready_reason {
             let _ = writeln!(o, "not ready: {why}");
+        }
+        for d in &self.degraded {
+            let _ = writeln!(o, "degraded: {d}");
+        }
+        if let Some(k) = &self.kubernetes {
+            let _ = writeln!(
+                o,
+                "kubernetes API {} ({}): {}  pods exact {} inferred {}",
+                or_dash(&k.server),
+                or_dash(&k.node_name),
+                or_dash(&k.state),
+                k.pods_exact,
+                k.pods_inferred
+            );
         }
         let _ = writeln!(o);
         let _ = writeln!(
@@ -549,7 +649,18 @@ async fn healthz(State(s): State<AppState>) -> Response {
 }
 
 async fn readyz(State(s): State<AppState>) -> Response {
-    probe(s.health.ready())
+    // Degraded modes do not fail readiness (qosd keeps working), but the
+    // probe's body says so.
+    let degraded = s.health.degraded();
+    match s.health.ready() {
+        Ok(()) if !degraded.is_empty() => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            format!("ok; degraded: {}\n", degraded.join("; ")),
+        )
+            .into_response(),
+        r => probe(r),
+    }
 }
 
 async fn status(State(s): State<AppState>) -> Response {

@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 pub mod classify;
 pub mod config_check;
 pub mod eviction_order;
+pub mod kube;
 pub mod plan;
 pub mod pods;
 pub mod run;

@@ -148,6 +148,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         },
         machine_memory_bytes: crate::node::detect_memory_bytes(&args.proc_root)
             .unwrap_or(plan_capacity),
+        kube: None,
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -169,8 +170,16 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     // Liveness: the loop turns at least every relist interval.
     let stale_after = (cfg.relist_interval * 3).max(cfg.reconcile_interval * 3);
     let health = Arc::new(Health::new(stale_after));
+    health.set_runtime_unhealthy_after(
+        (!cfg.runtime_unhealthy_after.is_zero()).then_some(cfg.runtime_unhealthy_after),
+    );
+    let mut opts = opts;
+    if matches!(opts.source, PodSourceSpec::Cri { .. }) {
+        opts.kube = start_kube(&cfg, &opts.plan, &rt, &metrics, &health)?;
+    }
     let mode = if dry_run { "dry-run" } else { "enforce" };
     let mut observer = ServiceObserver::new(metrics.clone(), health.clone(), mode, &opts.plan);
+    observer.kube = opts.kube.clone();
     let flags = args.config.clone();
     let proc_root = args.proc_root.clone();
     let mut current = cfg.clone();
@@ -230,6 +239,64 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     Ok(0)
 }
 
+/// How long a disconnected API view stays in use (the watch reconnects in
+/// milliseconds after a normal close); past it, the runtime's data alone.
+pub const API_MAX_STALENESS: Duration = Duration::from_secs(10);
+
+/// The Kubernetes API side, when `nodeName` is set: a kubeconfig or the
+/// in-cluster config. Without usable credentials qosd runs from the
+/// runtime alone and says so (status, readiness reasons, metrics).
+fn start_kube(
+    cfg: &Config,
+    plan: &PlanConfig,
+    rt: &tokio::runtime::Runtime,
+    metrics: &Arc<Metrics>,
+    health: &Arc<Health>,
+) -> anyhow::Result<Option<Arc<crate::kube::KubeSide>>> {
+    let Some(node) = cfg.node_name.clone() else {
+        if cfg.eviction_backend == crate::eviction::evictor::Backend::Api {
+            return Err(bad_input(
+                "evictionBackend: api needs nodeName (--node-name or NODE_NAME)",
+            ));
+        }
+        tracing::info!(
+            "no nodeName: the Kubernetes API is not used (pod values inferred from the runtime)"
+        );
+        return Ok(None);
+    };
+    let kcfg = match &cfg.kubeconfig {
+        Some(p) => crate::kube::config::from_kubeconfig(p).map_err(bad_input)?,
+        None => {
+            match crate::kube::config::in_cluster_from_env() {
+                Ok(c) => c,
+                Err(e) => {
+                    let why = format!("no API server credentials ({e})");
+                    tracing::warn!(reason = %why, "Kubernetes API unavailable: working from the runtime's data alone");
+                    metrics.kube.set_api_up(false);
+                    health.set_degraded(
+                    "kubernetes-api",
+                    Some(format!("{why}; exact pod specs unavailable, working from the runtime's data alone")),
+                );
+                    return Ok(None);
+                }
+            }
+        }
+    };
+    let client = crate::kube::KubeClient::new(kcfg).map_err(bad_input)?;
+    tracing::info!(server = client.server(), origin = client.origin(), node = %node, "watching this node's pods on the Kubernetes API server");
+    Ok(Some(crate::kube::KubeSide::start(
+        client,
+        crate::kube::KubeSettings {
+            node_name: node,
+            max_stale: API_MAX_STALENESS,
+            eviction_timeout: cfg.api_eviction_timeout,
+            cgroup_version: plan.layout.version,
+        },
+        metrics.kube.clone(),
+        rt.handle().clone(),
+    )))
+}
+
 /// Start the eviction loop beside the reconcile loop.
 fn start_eviction(
     cfg: &Config,
@@ -250,7 +317,13 @@ fn start_eviction(
         proc_root,
         Some(opts.plan.node.enforced_memory_bytes),
     );
-    let backend = cfg.effective_eviction_backend();
+    let mut backend = cfg.effective_eviction_backend();
+    if backend == crate::eviction::evictor::Backend::Api && opts.kube.is_none() {
+        tracing::warn!(
+            "evictionBackend api without a Kubernetes API client: evicting with the kill backend"
+        );
+        backend = crate::eviction::evictor::Backend::Kill;
+    }
     let stopper: Option<Arc<dyn crate::eviction::evictor::PodStopper>> = match &opts.source {
         PodSourceSpec::Cri { endpoint } => Some(Arc::new(daemon::CriStopper::new(
             endpoint.clone(),
@@ -258,7 +331,11 @@ fn start_eviction(
         ))),
         PodSourceSpec::Manifests(_) => None,
     };
-    let service = EvictionService::start(
+    let api: Option<Arc<dyn crate::eviction::evictor::ApiEvictor>> = opts
+        .kube
+        .clone()
+        .map(|k| k as Arc<dyn crate::eviction::evictor::ApiEvictor>);
+    let service = EvictionService::start_with_api(
         ServiceConfig {
             eviction,
             sources,
@@ -274,6 +351,7 @@ fn start_eviction(
             manager: Default::default(),
         },
         stopper,
+        api,
         metrics.clone(),
         health.clone(),
     )

@@ -15,9 +15,11 @@ pub mod client;
 pub mod config;
 pub mod evict;
 pub mod merge;
+pub mod metrics;
 pub mod source;
 pub mod types;
 
 pub use client::{KubeClient, KubeError};
 pub use config::KubeConfig;
+pub use evict::{KubeSettings, KubeSide};
 pub use source::{ApiView, PodCache, WatchOptions};

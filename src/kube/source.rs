@@ -92,6 +92,15 @@ impl PodCache {
         }
     }
 
+    /// A cheap key that changes whenever the view does (a pod event, a
+    /// bookmark, freshness): part of the daemon's change detector.
+    pub fn change_key(&self, max_stale: Duration) -> String {
+        let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let fresh =
+            g.synced && (g.connected || g.current_at.is_some_and(|t| t.elapsed() <= max_stale));
+        format!("k:{fresh}:{}:{}", g.resource_version, g.pods.len())
+    }
+
     pub fn stats(&self) -> CacheStats {
         let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         CacheStats {
@@ -405,5 +414,26 @@ mod tests {
         let v2 = c.view(Duration::from_millis(1));
         assert!(v.fresh() || !v2.fresh());
         assert!(v2.unavailable.unwrap().contains("gone"));
+    }
+}
+
+/// A one-off view for CLI commands: one list of this node's pods (no
+/// watch). An error gives an unavailable, empty view.
+pub async fn snapshot(client: &KubeClient, node_name: &str, timeout: Duration) -> ApiView {
+    let mut opts = WatchOptions::new(node_name);
+    opts.request_timeout = timeout;
+    match list_pods(client, &opts).await {
+        Ok(list) => ApiView {
+            pods: list
+                .items
+                .into_iter()
+                .map(|p| (p.metadata.uid.clone(), p))
+                .collect(),
+            unavailable: None,
+        },
+        Err(e) => ApiView {
+            pods: HashMap::new(),
+            unavailable: Some(e.to_string()),
+        },
     }
 }

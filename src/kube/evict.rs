@@ -147,10 +147,12 @@ pub struct KubeSide {
     pub cache: Arc<PodCache>,
     pub settings: KubeSettings,
     pub metrics: KubeMetrics,
-    handle: tokio::runtime::Handle,
     /// uid → (container name, container id) of the live pods.
     containers: Mutex<HashMap<String, Vec<(String, String)>>>,
     last: Mutex<(MergeSummary, Option<String>)>,
+    /// uid → the eviction message, composed before anything is killed
+    /// (the containers' usage is gone afterwards).
+    messages: Mutex<HashMap<String, String>>,
 }
 
 impl std::fmt::Debug for KubeSide {
@@ -182,9 +184,9 @@ impl KubeSide {
             cache,
             settings,
             metrics,
-            handle,
             containers: Mutex::new(HashMap::new()),
             last: Mutex::new((MergeSummary::default(), None)),
+            messages: Mutex::new(HashMap::new()),
         })
     }
 
@@ -276,10 +278,14 @@ impl KubeSide {
         out
     }
 
-    fn event(&self, v: &Victim, note: &str) {
+    fn event(&self, v: &Victim) {
         let c = &v.candidate;
-        let mut message = eviction_message(v, &self.container_usage(v));
-        message.push_str(note);
+        let message = self
+            .messages
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&c.uid)
+            .unwrap_or_else(|| eviction_message(v, &self.container_usage(v)));
         let now = SystemTime::now();
         let nanos = now
             .duration_since(UNIX_EPOCH)
@@ -313,7 +319,7 @@ impl KubeSide {
             reporting_instance: self.settings.node_name.clone(),
         };
         let path = format!("/api/v1/namespaces/{}/events", c.namespace);
-        let r = self.handle.block_on(self.client.post_json(
+        let r = block_on(self.client.post_json(
             &path,
             &ev,
             self.settings.eviction_timeout.max(Duration::from_secs(2)),
@@ -349,6 +355,17 @@ impl KubeSide {
     }
 }
 
+/// Run an API call from the (plain) eviction thread on a runtime of its
+/// own: the daemon's runtime may be shutting down while a delete is in
+/// flight, and an eviction must not depend on it.
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio current-thread runtime")
+        .block_on(f)
+}
+
 fn refusal(e: KubeError) -> ApiRefusal {
     match e.code() {
         Some(429) => ApiRefusal::Refused(e.to_string()),
@@ -360,6 +377,11 @@ fn refusal(e: KubeError) -> ApiRefusal {
 impl ApiEvictor for KubeSide {
     fn evict(&self, v: &Victim, grace: Duration) -> Result<(), ApiRefusal> {
         let c = &v.candidate;
+        let message = eviction_message(v, &self.container_usage(v));
+        self.messages
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(c.uid.clone(), message);
         let body = Eviction {
             api_version: "policy/v1",
             kind: "Eviction",
@@ -373,21 +395,20 @@ impl ApiEvictor for KubeSide {
             "/api/v1/namespaces/{}/pods/{}/eviction",
             c.namespace, c.name
         );
-        self.handle
-            .block_on(
-                self.client
-                    .post_json(&path, &body, self.settings.eviction_timeout),
-            )
-            .map_err(refusal)?;
-        self.event(v, "");
+        block_on(
+            self.client
+                .post_json(&path, &body, self.settings.eviction_timeout),
+        )
+        .map_err(refusal)?;
+        self.event(v);
         Ok(())
     }
 
     fn delete_after_kill(&self, v: &Victim) -> Result<(), String> {
         let c = &v.candidate;
-        self.event(v, "");
+        self.event(v);
         let path = format!("/api/v1/namespaces/{}/pods/{}", c.namespace, c.name);
-        let r = self.handle.block_on(self.client.delete_json(
+        let r = block_on(self.client.delete_json(
             &path,
             &DeleteOptions::new(0, &self.api_uid(&c.uid)),
             self.settings.eviction_timeout.max(Duration::from_secs(5)),

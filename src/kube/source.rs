@@ -366,6 +366,27 @@ pub async fn run_watcher(client: KubeClient, opts: WatchOptions, cache: Arc<PodC
     }
 }
 
+/// A one-off view for CLI commands: one list of this node's pods (no
+/// watch). An error gives an unavailable, empty view.
+pub async fn snapshot(client: &KubeClient, node_name: &str, timeout: Duration) -> ApiView {
+    let mut opts = WatchOptions::new(node_name);
+    opts.request_timeout = timeout;
+    match list_pods(client, &opts).await {
+        Ok(list) => ApiView {
+            pods: list
+                .items
+                .into_iter()
+                .map(|p| (p.metadata.uid.clone(), p))
+                .collect(),
+            unavailable: None,
+        },
+        Err(e) => ApiView {
+            pods: HashMap::new(),
+            unavailable: Some(e.to_string()),
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -414,26 +435,5 @@ mod tests {
         let v2 = c.view(Duration::from_millis(1));
         assert!(v.fresh() || !v2.fresh());
         assert!(v2.unavailable.unwrap().contains("gone"));
-    }
-}
-
-/// A one-off view for CLI commands: one list of this node's pods (no
-/// watch). An error gives an unavailable, empty view.
-pub async fn snapshot(client: &KubeClient, node_name: &str, timeout: Duration) -> ApiView {
-    let mut opts = WatchOptions::new(node_name);
-    opts.request_timeout = timeout;
-    match list_pods(client, &opts).await {
-        Ok(list) => ApiView {
-            pods: list
-                .items
-                .into_iter()
-                .map(|p| (p.metadata.uid.clone(), p))
-                .collect(),
-            unavailable: None,
-        },
-        Err(e) => ApiView {
-            pods: HashMap::new(),
-            unavailable: Some(e.to_string()),
-        },
     }
 }

@@ -1263,6 +1263,26 @@ pub fn validate(
         .as_ref()
         .map(|s| s.0.trim().to_string())
         .filter(|s| !s.is_empty());
+    if let Some(n) = &node_name {
+        // Node names are DNS subdomains (RFC 1123).
+        let label_ok = |l: &str| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+        };
+        if n.len() > 253 || !n.split('.').all(label_ok) {
+            c.bad(
+                "nodeName",
+                None,
+                n,
+                "not a node name",
+                "a DNS subdomain (RFC 1123): lowercase letters, digits, '-' and '.', at most 253 characters",
+            );
+        }
+    }
     let api_eviction_timeout = c.opt_duration(
         "apiEvictionTimeout",
         &raw.api_eviction_timeout,

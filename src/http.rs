@@ -874,6 +874,31 @@ mod tests {
     }
 
     #[test]
+    fn runtime_unreachable_too_long_fails_liveness_and_degraded_is_reported() {
+        let h = Health::new(Duration::from_secs(60));
+        h.set_runtime_unhealthy_after(Some(Duration::from_millis(30)));
+        h.set_cri_reachable(false);
+        assert!(h.alive().is_ok(), "not yet past the limit");
+        std::thread::sleep(Duration::from_millis(60));
+        h.beat();
+        let why = h.alive().unwrap_err();
+        assert!(why.contains("container runtime unreachable"), "{why}");
+        h.set_cri_reachable(true);
+        assert!(h.alive().is_ok(), "the runtime answers again");
+        h.set_cri_reachable(false);
+        assert!(h.alive().is_ok(), "the clock restarts");
+        h.set_runtime_unhealthy_after(None);
+        std::thread::sleep(Duration::from_millis(60));
+        assert!(h.alive().is_ok(), "no limit: never");
+
+        h.set_degraded("kubernetes-api", Some("gone".into()));
+        assert_eq!(h.degraded(), ["kubernetes-api: gone"]);
+        assert_eq!(h.status().degraded, ["kubernetes-api: gone"]);
+        h.set_degraded("kubernetes-api", None);
+        assert!(h.degraded().is_empty());
+    }
+
+    #[test]
     fn status_doc_roundtrips_and_bounds_evictions() {
         let mut d = StatusDoc::new();
         for i in 0..30 {

@@ -332,8 +332,11 @@ fn dockerfile_builds_a_small_static_image() {
         last.contains("scratch") || last.contains("distroless/static"),
         "final stage should be scratch or distroless-static: {last}"
     );
-    assert!(text.contains("crt-static"), "static binary expected");
-    assert!(text.contains("--release"));
+    // One recipe for the image and the DaemonSet pod test.
+    assert!(text.contains("scripts/build-static-qosd /out/qosd --release"));
+    let script = std::fs::read_to_string(root().join("scripts/build-static-qosd")).unwrap();
+    assert!(script.contains("+crt-static"), "static binary expected");
+    assert!(script.contains("ldd"), "a dynamic result is refused");
     assert!(text.contains("ENTRYPOINT [\"/usr/local/bin/qosd\"]"));
     // The image's default config validates.
     let cfg = root().join("config/qosd.yaml");

@@ -693,6 +693,11 @@ impl Containerd {
         }
     }
 
+    /// Remove this sandbox on drop too (for sandboxes a test made itself).
+    pub fn track_sandbox(&self, id: &str) {
+        self.sandboxes.lock().unwrap().push(id.to_string());
+    }
+
     /// StopPodSandbox + RemovePodSandbox.
     pub async fn remove_pod(&self, pod: &RunningPod) {
         let client = self.client().await;

@@ -84,6 +84,31 @@ fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
     }
 }
 
+/// A recursive bind of `src` at `dst`, made rshared: `HostToContainer`
+/// propagation needs the host path on a shared (or slave) mount, as `/` is
+/// on a systemd node but not on this machine. Unmounted on drop.
+struct SharedBind(PathBuf);
+
+impl SharedBind {
+    fn new(src: &Path, dst: &Path) -> SharedBind {
+        std::fs::create_dir_all(dst).unwrap();
+        let run = |args: &[&str]| {
+            let st = Command::new("mount").args(args).status().unwrap();
+            assert!(st.success(), "mount {args:?}");
+        };
+        run(&["--rbind", src.to_str().unwrap(), dst.to_str().unwrap()]);
+        let b = SharedBind(dst.to_path_buf());
+        run(&["--make-rshared", dst.to_str().unwrap()]);
+        b
+    }
+}
+
+impl Drop for SharedBind {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-R").arg(&self.0).status();
+    }
+}
+
 fn read(p: &Path) -> String {
     std::fs::read_to_string(p)
         .unwrap_or_default()
@@ -168,8 +193,11 @@ async fn daemonset_pod_survives_a_runtime_restart_and_keeps_enforcing_and_evicti
     std::fs::write(sa_dir.join("token"), &api.token).unwrap();
     std::fs::write(sa_dir.join("ca.crt"), &api.ca_pem).unwrap();
     std::fs::write(sa_dir.join("namespace"), "qosd-system").unwrap();
-    let kubelet_root = tmp.path().join("kubelet");
-    std::fs::create_dir_all(&kubelet_root).unwrap();
+    let kubelet_dir = tmp.path().join("kubelet-dir");
+    std::fs::create_dir_all(&kubelet_dir).unwrap();
+    // Declared after `tmp`: unmounted before it is removed.
+    let kubelet_root = SharedBind::new(&kubelet_dir, &tmp.path().join("kubelet"));
+    let cgroupfs = SharedBind::new(Path::new("/sys/fs/cgroup"), &tmp.path().join("cgroup"));
 
     // Volumes → host paths (hostPath ones as the manifest says, but the
     // runtime's directory is this containerd's and the kubelet root a temp dir).
@@ -186,7 +214,8 @@ async fn daemonset_pod_survives_a_runtime_restart_and_keeps_enforcing_and_evicti
         let host = match (name.as_str(), vol["hostPath"]["path"].as_str()) {
             ("config", _) => config_dir.clone(),
             (_, Some("/run/containerd")) => socket_dir.clone(),
-            (_, Some("/var/lib/kubelet")) => kubelet_root.clone(),
+            (_, Some("/var/lib/kubelet")) => kubelet_root.0.clone(),
+            (_, Some("/sys/fs/cgroup")) => cgroupfs.0.clone(),
             (_, Some(p)) => PathBuf::from(p),
             _ => panic!("unexpected volume {name}"),
         };

@@ -105,7 +105,12 @@ impl SharedBind {
 
 impl Drop for SharedBind {
     fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-R").arg(&self.0).status();
+        // Lazy: a container still holding files below detaches too.
+        let _ = Command::new("umount")
+            .arg("-R")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
     }
 }
 
@@ -121,10 +126,15 @@ fn read(p: &Path) -> String {
 async fn daemonset_pod_survives_a_runtime_restart_and_keeps_enforcing_and_evicting() {
     assert!(require_root("daemonset_pod_survives_a_runtime_restart"));
     let bin = static_qosd();
+    let tmp = tempfile::tempdir().unwrap();
+    let kubelet_dir = tmp.path().join("kubelet-dir");
+    std::fs::create_dir_all(&kubelet_dir).unwrap();
+    // Before the runtime: dropped after it has stopped the pods.
+    let kubelet_root = SharedBind::new(&kubelet_dir, &tmp.path().join("kubelet"));
+    let cgroupfs = SharedBind::new(Path::new("/sys/fs/cgroup"), &tmp.path().join("cgroup"));
     let mut env = Containerd::start();
 
     // The image, laid out like the Dockerfile's last stage.
-    let tmp = tempfile::tempdir().unwrap();
     let tar = tmp.path().join("qosd.tar");
     let st = Command::new("python3")
         .arg(root().join("tests/images/mkimage.py"))
@@ -193,11 +203,6 @@ async fn daemonset_pod_survives_a_runtime_restart_and_keeps_enforcing_and_evicti
     std::fs::write(sa_dir.join("token"), &api.token).unwrap();
     std::fs::write(sa_dir.join("ca.crt"), &api.ca_pem).unwrap();
     std::fs::write(sa_dir.join("namespace"), "qosd-system").unwrap();
-    let kubelet_dir = tmp.path().join("kubelet-dir");
-    std::fs::create_dir_all(&kubelet_dir).unwrap();
-    // Declared after `tmp`: unmounted before it is removed.
-    let kubelet_root = SharedBind::new(&kubelet_dir, &tmp.path().join("kubelet"));
-    let cgroupfs = SharedBind::new(Path::new("/sys/fs/cgroup"), &tmp.path().join("cgroup"));
 
     // Volumes → host paths (hostPath ones as the manifest says, but the
     // runtime's directory is this containerd's and the kubelet root a temp dir).

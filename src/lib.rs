@@ -1,27 +1,26 @@
 //! qosd: a node-level, kubelet-style QoS enforcer and fast eviction manager.
 //!
-//! Data flows one way:
-//! * pod source ([`manifest`], [`cri`]) → classifier ([`qos`]) → plan of
-//!   cgroup writes ([`plan`]) → applier ([`cgroup::apply`], real or dry-run);
-//! * signals ([`eviction::signals`]) → thresholds ([`eviction::threshold`]) →
-//!   ranking ([`eviction::rank`]) → evictor ([`eviction::evictor`]).
+//! Data flows one way, and the module tree shows it (docs/design.md has the
+//! rules each module follows):
+//! * pod source ([`manifest`], [`cri`]) → classify ([`core::qos`]) → plan of
+//!   cgroup writes ([`policy::enforce`]) → apply ([`sys::apply`], real or
+//!   dry-run);
+//! * signals ([`sys::signals`], [`sys::watch`]) → thresholds and ranking
+//!   ([`policy::evict`]) → evictor ([`runtime::evictor`]).
 //!
-//! Pure logic (parse, classify, plan, rank) does no I/O. Every kernel path is
-//! a parameter so tests can point it at a temp dir.
+//! [`core`] and [`policy`] are pure: no I/O, no async. Every kernel path is a
+//! parameter so tests can point it at a temp dir. [`app`] is the one place
+//! that turns validated settings into running services; [`cli`] only parses
+//! arguments and renders results.
 
-pub mod cgroup;
+pub mod app;
 pub mod cli;
 pub mod config;
+pub mod core;
 pub mod cri;
-pub mod daemon;
-pub mod eviction;
-pub mod http;
 pub mod kube;
 pub mod manifest;
-pub mod metrics;
-pub mod model;
-pub mod node;
-pub mod plan;
-pub mod qos;
-pub mod quantity;
-pub mod resources;
+pub mod policy;
+pub mod runtime;
+pub mod sys;
+pub mod telemetry;

@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use crate::model::{Container, Pod, PodOrigin, ResourceList, ResourceRequirements};
-use crate::quantity::Quantity;
+use crate::core::model::{Container, Pod, PodOrigin, ResourceList, ResourceRequirements};
+use crate::core::quantity::Quantity;
 
 #[derive(Debug, thiserror::Error)]
 #[error("{file}: {message}")]
@@ -450,11 +450,11 @@ fn default_pod_level_requests(pod: &Pod, mut r: ResourceRequirements) -> Resourc
     if r.limits.is_empty() {
         return r;
     }
-    for name in [crate::resources::CPU, crate::resources::MEMORY] {
+    for name in [crate::core::resources::CPU, crate::core::resources::MEMORY] {
         if r.requests.contains_key(name) {
             continue;
         }
-        let value = crate::resources::aggregate_container_request(pod, name)
+        let value = crate::core::resources::aggregate_container_request(pod, name)
             .or_else(|| r.limits.get(name).cloned());
         if let Some(v) = value {
             r.requests.insert(name.to_string(), v);
@@ -566,8 +566,8 @@ fn resource_list(v: &Value, at: &At) -> Result<ResourceList, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::QosClass;
-    use crate::qos::classify;
+    use crate::core::model::QosClass;
+    use crate::core::qos::classify;
 
     fn one(text: &str) -> Pod {
         let mut v = parse_str(text, "t.yaml").unwrap();

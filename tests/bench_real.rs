@@ -262,14 +262,14 @@ fn process_cpu_ms() -> f64 {
 /// (plan + read/compare + writes + orphan scan), first pass and steady,
 /// interleaved. Wall and process CPU time in ms.
 async fn in_process_phases(env: &Containerd, snap: &Snapshot, runs: usize) -> Value {
-    use qosd::daemon::{PodSourceSpec, Reconciler, Source};
+    use qosd::runtime::pod_source::{PodSourceSpec, Source};
+    use qosd::runtime::reconcile::Reconciler;
     let yaml = format!(
         "cgroupRoot: {}\ncgroupVersion: v1\nruntimeEndpoint: {}\n",
         env.cgroup_root, env.endpoint
     );
     let cfg = qosd::config::Config::from_yaml_str(&yaml).expect("config");
-    let plan =
-        qosd::cli::run::plan_config(&cfg, std::path::Path::new("/proc")).expect("plan config");
+    let plan = qosd::app::plan_config(&cfg, std::path::Path::new("/proc")).expect("plan config");
     let source = Source::connect(
         &PodSourceSpec::Cri {
             endpoint: env.endpoint.clone(),

@@ -10,10 +10,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use qosd::cgroup::apply::{self, Applier, Mode};
-use qosd::cgroup::detect::{self, CgroupLayout};
-use qosd::cgroup::fs::{self, CgroupFsError};
-use qosd::model::{CgroupLevel, CgroupVersion, CgroupWrite};
+use qosd::core::model::{CgroupLevel, CgroupVersion, CgroupWrite};
+use qosd::sys::apply::{self, Applier, Mode};
+use qosd::sys::cgroupfs::{self as fs, CgroupFsError};
+use qosd::sys::detect::{self, CgroupLayout};
 
 struct Env {
     cpu: PathBuf,

@@ -168,7 +168,10 @@ async fn sandbox_removed_between_list_and_status() {
         .expect("a vanished sandbox is no error");
     assert_eq!(inv.pods.len(), 1);
     assert_eq!(inv.pods[0].sandbox_id, stays.sandbox_id);
-    assert_eq!(inv.pods[0].qos_class, qosd::model::QosClass::Guaranteed);
+    assert_eq!(
+        inv.pods[0].qos_class,
+        qosd::core::model::QosClass::Guaranteed
+    );
     assert_eq!(inv.skipped.len(), 1, "{:?}", inv.skipped);
     assert_eq!(inv.skipped[0].sandbox_id, gone.sandbox_id);
     assert!(
@@ -224,7 +227,7 @@ async fn memhog_grows_on_signal_and_is_oom_killed() {
             ),
         )
         .await;
-    assert_eq!(pod.class, qosd::model::QosClass::Guaranteed);
+    assert_eq!(pod.class, qosd::core::model::QosClass::Guaranteed);
     let id = pod.containers[0].1.clone();
     let usage = || env.container_memory_usage(&pod, &id).unwrap_or(0);
     let t = Instant::now();

@@ -52,8 +52,8 @@ fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> Option<Duration
     }
 }
 
-fn get(addr: SocketAddr, path: &str) -> Option<qosd::http::HttpResponse> {
-    qosd::http::get(addr, path, Duration::from_secs(2)).ok()
+fn get(addr: SocketAddr, path: &str) -> Option<qosd::telemetry::client::HttpResponse> {
+    qosd::telemetry::client::get(addr, path, Duration::from_secs(2)).ok()
 }
 
 /// The value of one sample (`name{labels}` exactly as exposed).

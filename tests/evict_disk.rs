@@ -174,7 +174,7 @@ fn tmpfs_root_dir_drives_nodefs_signals_and_disk_pressure() {
         signal(&d, "nodefs.inodesFree").is_some_and(|s| s["thresholds"][0]["met"] == true)
             && signal(&d, "nodefs.available").is_some_and(|s| s["thresholds"][0]["met"] == false)
     });
-    let metrics = qosd::http::get(
+    let metrics = qosd::telemetry::client::get(
         format!("127.0.0.1:{port}").parse().unwrap(),
         "/metrics",
         Duration::from_secs(2),

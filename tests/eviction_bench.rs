@@ -1,6 +1,17 @@
 //! Smoke test of the reaction-time benchmark on real cgroups (root only):
 //! it runs, kills the hog after the crossing, and reports sane numbers.
 
+#[path = "vm/harness.rs"]
+mod vm;
+
+/// The dev tool lives in the `qosd-devtools` workspace member: build it
+/// statically (the build the VM tests share) and return its path.
+fn evict_bench_bin() -> std::path::PathBuf {
+    vm::static_bins(&["qosd-evict-bench"])
+        .unwrap_or_else(|e| panic!("qosd-evict-bench: {e}"))
+        .remove(0)
+}
+
 #[test]
 fn bench_reports_reaction_times() {
     if unsafe { libc::geteuid() } != 0 {
@@ -14,7 +25,7 @@ fn bench_reports_reaction_times() {
         eprintln!("skipping: no memory cgroup");
         return;
     }
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_qosd-evict-bench"))
+    let out = std::process::Command::new(evict_bench_bin())
         .args([
             "--rates",
             "500",

@@ -6,13 +6,13 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use qosd::eviction::manager::{Manager, ManagerOptions};
-use qosd::eviction::rank::{Candidate, PodStats};
-use qosd::eviction::signals::SignalSources;
-use qosd::eviction::threshold::{
+use qosd::core::model::{CgroupVersion, QosClass};
+use qosd::policy::evict::manager::{Manager, ManagerOptions};
+use qosd::policy::evict::rank::{Candidate, PodStats};
+use qosd::policy::evict::threshold::{
     parse_threshold_flag, EvictionConfig, NodeCondition, RawEvictionConfig, Signal,
 };
-use qosd::model::{CgroupVersion, QosClass};
+use qosd::sys::signals::SignalSources;
 
 /// Unmounts, then the temp dir removes the mount point (fields drop after `drop`).
 struct Mount {

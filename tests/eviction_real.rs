@@ -9,6 +9,9 @@
 //! Needs root and a memory cgroup (v1 hierarchy at /sys/fs/cgroup/memory or
 //! v2 with the memory controller at the root); skips with a reason otherwise.
 
+#[path = "vm/harness.rs"]
+mod vm;
+
 use std::ffi::CString;
 use std::io::Write;
 use std::os::unix::process::CommandExt;
@@ -16,13 +19,14 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use qosd::eviction::evictor::{cgroup_tree_pids, kill_cgroup_tree, Backend, Evictor};
-use qosd::eviction::manager::{Action, Manager, ManagerOptions};
-use qosd::eviction::rank::Candidate;
-use qosd::eviction::signals::{pod_stats, MemorySource, SignalSources};
-use qosd::eviction::threshold::{EvictionConfig, RawEvictionConfig, Signal};
-use qosd::eviction::watch::{targets_from_config, WatchConfig, Watcher};
-use qosd::model::{CgroupVersion, QosClass};
+use qosd::core::model::{CgroupVersion, QosClass};
+use qosd::policy::evict::manager::{Action, Manager, ManagerOptions};
+use qosd::policy::evict::rank::Candidate;
+use qosd::policy::evict::threshold::{EvictionConfig, RawEvictionConfig, Signal};
+use qosd::policy::evict::Backend;
+use qosd::runtime::evictor::{cgroup_tree_pids, kill_cgroup_tree, Evictor};
+use qosd::sys::signals::{pod_stats, MemorySource, SignalSources};
+use qosd::sys::watch::{targets_from_config, WatchConfig, Watcher};
 
 const MI: i64 = 1024 * 1024;
 const SHM_BYTES: u64 = 64 + (1 << 17) * 16;
@@ -33,7 +37,7 @@ fn memory_root() -> Option<(CgroupVersion, PathBuf)> {
         return None;
     }
     let sys = Path::new("/sys/fs/cgroup");
-    match qosd::cgroup::detect::detect_version(sys) {
+    match qosd::sys::detect::detect_version(sys) {
         Ok(CgroupVersion::V1) if sys.join("memory/memory.usage_in_bytes").exists() => {
             Some((CgroupVersion::V1, sys.join("memory")))
         }
@@ -108,8 +112,13 @@ fn spawn_hog(tree: &mut Tree, cgroup: &Path, rate_mib: u64, total_mib: u64) -> u
     tree.files.push(progress.clone());
     let procs = CString::new(cgroup.join("cgroup.procs").as_os_str().as_encoded_bytes()).unwrap();
     // QOSD_EVICT_BENCH_BIN: the hog binary elsewhere (e.g. inside the v2 VM)
-    let hog_bin = std::env::var("QOSD_EVICT_BENCH_BIN")
-        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_qosd-evict-bench").to_string());
+    let hog_bin = std::env::var("QOSD_EVICT_BENCH_BIN").unwrap_or_else(|_| {
+        vm::static_bins(&["qosd-evict-bench"])
+            .unwrap_or_else(|e| panic!("qosd-evict-bench: {e}"))
+            .remove(0)
+            .display()
+            .to_string()
+    });
     let mut cmd = std::process::Command::new(hog_bin);
     cmd.args([
         "--hog",

@@ -71,9 +71,9 @@ fn s(v: &Yaml) -> String {
         .to_string()
 }
 
-fn get(port: u16, path: &str) -> Option<qosd::http::HttpResponse> {
+fn get(port: u16, path: &str) -> Option<qosd::telemetry::client::HttpResponse> {
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-    qosd::http::get(addr, path, Duration::from_secs(2)).ok()
+    qosd::telemetry::client::get(addr, path, Duration::from_secs(2)).ok()
 }
 
 fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
@@ -265,8 +265,16 @@ async fn daemonset_pod_survives_a_runtime_restart_and_keeps_enforcing_and_evicti
     }
 
     // Resources as the kubelet maps them; Guaranteed → kubepods/pod<uid>.
-    let milli = |q: &Yaml| qosd::quantity::Quantity::parse(&s(q)).unwrap().milli_ceil();
-    let bytes = |q: &Yaml| qosd::quantity::Quantity::parse(&s(q)).unwrap().value_ceil();
+    let milli = |q: &Yaml| {
+        qosd::core::quantity::Quantity::parse(&s(q))
+            .unwrap()
+            .milli_ceil()
+    };
+    let bytes = |q: &Yaml| {
+        qosd::core::quantity::Quantity::parse(&s(q))
+            .unwrap()
+            .value_ceil()
+    };
     let res = &c["resources"];
     assert_eq!(res["requests"], res["limits"], "Guaranteed");
     let cpu = milli(&res["limits"]["cpu"]);

@@ -308,7 +308,7 @@ fn wait_synced(port: u16, exact: u64) {
 
 fn metrics(port: u16) -> String {
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-    qosd::http::get(addr, "/metrics", Duration::from_secs(2))
+    qosd::telemetry::client::get(addr, "/metrics", Duration::from_secs(2))
         .map(|r| r.body)
         .unwrap_or_default()
 }
@@ -587,7 +587,7 @@ async fn api_going_away_degrades_to_runtime_data_without_stale_evictions() {
     assert_eq!(metric(port, "qosd_kube_api_up"), 0.0);
     assert_eq!(metric(port, "qosd_kube_pods{source=\"inferred\"}"), 2.0);
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-    let ready = qosd::http::get(addr, "/readyz", Duration::from_secs(2)).unwrap();
+    let ready = qosd::telemetry::client::get(addr, "/readyz", Duration::from_secs(2)).unwrap();
     assert!(
         ready.body.contains("degraded: kubernetes-api: "),
         "{}",

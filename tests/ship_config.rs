@@ -9,7 +9,7 @@ use qosd::config::{
     CgroupVersionSetting, Config, ConfigError, CpuWeightFormula, EvictionBackend, LogFormat,
     MemoryAvailableSource, Mode, Overrides, Percent,
 };
-use qosd::model::{CgroupDriver, CgroupVersion};
+use qosd::core::model::{CgroupDriver, CgroupVersion};
 
 fn example() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("config/qosd.yaml")

@@ -151,8 +151,8 @@ fn daemonset_properties() {
         let req = s(&res["requests"][r]);
         let lim = s(&res["limits"][r]);
         assert_eq!(
-            qosd::quantity::Quantity::parse(req).unwrap(),
-            qosd::quantity::Quantity::parse(lim).unwrap(),
+            qosd::core::quantity::Quantity::parse(req).unwrap(),
+            qosd::core::quantity::Quantity::parse(lim).unwrap(),
             "{r}: requests {req} != limits {lim}"
         );
     }

@@ -6,9 +6,12 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use qosd::http::{self, AppState, EvictionRecord, Health, StatusDoc};
-use qosd::metrics::Metrics;
-use qosd::model::QosClass;
+use qosd::core::model::QosClass;
+use qosd::telemetry::client::{self as http, HttpResponse};
+use qosd::telemetry::health::Health;
+use qosd::telemetry::metrics::Metrics;
+use qosd::telemetry::server::{spawn, AppState};
+use qosd::telemetry::status::{EvictionRecord, StatusDoc};
 
 const T: Duration = Duration::from_secs(5);
 
@@ -20,7 +23,7 @@ fn state(stale_after: Duration) -> AppState {
 }
 
 /// Blocking GET off the runtime's worker threads.
-async fn get(addr: SocketAddr, path: &'static str) -> http::HttpResponse {
+async fn get(addr: SocketAddr, path: &'static str) -> HttpResponse {
     tokio::task::spawn_blocking(move || http::get(addr, path, T))
         .await
         .unwrap()
@@ -30,7 +33,7 @@ async fn get(addr: SocketAddr, path: &'static str) -> http::HttpResponse {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn endpoints_follow_daemon_state() {
     let st = state(Duration::from_millis(300));
-    let server = http::spawn("127.0.0.1:0".parse().unwrap(), st.clone())
+    let server = spawn("127.0.0.1:0".parse().unwrap(), st.clone())
         .await
         .unwrap();
     let addr = server.local_addr();
@@ -120,10 +123,10 @@ async fn endpoints_follow_daemon_state() {
 #[tokio::test]
 async fn bind_conflict_is_reported_with_the_address() {
     let st = state(Duration::from_secs(5));
-    let first = http::spawn("127.0.0.1:0".parse().unwrap(), st.clone())
+    let first = spawn("127.0.0.1:0".parse().unwrap(), st.clone())
         .await
         .unwrap();
-    let e = http::spawn(first.local_addr(), st).await.unwrap_err();
+    let e = spawn(first.local_addr(), st).await.unwrap_err();
     let msg = e.to_string();
     assert!(msg.contains(&first.local_addr().to_string()), "{msg}");
     first.shutdown().await.unwrap();
@@ -137,9 +140,7 @@ async fn curl_scrapes_metrics() {
     }
     let st = state(Duration::from_secs(5));
     st.metrics.reconcile_done(Duration::from_millis(2));
-    let server = http::spawn("127.0.0.1:0".parse().unwrap(), st)
-        .await
-        .unwrap();
+    let server = spawn("127.0.0.1:0".parse().unwrap(), st).await.unwrap();
     let url = format!("http://{}/metrics", server.local_addr());
     let out = tokio::task::spawn_blocking(move || {
         Command::new("curl")

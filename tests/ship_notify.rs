@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use qosd::http;
+use qosd::telemetry::notify;
 
 const T: Duration = Duration::from_secs(5);
 
@@ -14,8 +14,8 @@ fn systemd_notify_messages() {
     use std::os::unix::net::UnixDatagram;
     // Without systemd: Ok and nothing happens.
     std::env::remove_var("NOTIFY_SOCKET");
-    http::systemd::ready("no systemd").unwrap();
-    assert_eq!(http::systemd::watchdog_interval(), None);
+    notify::ready("no systemd").unwrap();
+    assert_eq!(notify::watchdog_interval(), None);
 
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("notify.sock");
@@ -29,18 +29,15 @@ fn systemd_notify_messages() {
         let n = sock.recv(&mut buf).unwrap();
         String::from_utf8_lossy(&buf[..n]).to_string()
     };
-    http::systemd::ready("reconciled 3 pods").unwrap();
+    notify::ready("reconciled 3 pods").unwrap();
     let m = recv();
     assert!(m.lines().any(|l| l == "READY=1"), "{m:?}");
     assert!(m.lines().any(|l| l == "STATUS=reconciled 3 pods"), "{m:?}");
-    http::systemd::watchdog().unwrap();
+    notify::watchdog().unwrap();
     assert_eq!(recv().trim(), "WATCHDOG=1");
-    http::systemd::stopping().unwrap();
+    notify::stopping().unwrap();
     assert_eq!(recv().trim(), "STOPPING=1");
-    assert_eq!(
-        http::systemd::watchdog_interval(),
-        Some(Duration::from_secs(15))
-    );
+    assert_eq!(notify::watchdog_interval(), Some(Duration::from_secs(15)));
     for v in ["NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"] {
         std::env::remove_var(v);
     }

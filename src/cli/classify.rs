@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use crate::cli::plan::{load_pods, OutputFormat};
-use crate::model::QosClass;
+use crate::core::model::QosClass;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -38,7 +38,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     let rows: Vec<Row> = pods
         .iter()
         .map(|p| {
-            let c = crate::qos::classify(p);
+            let c = crate::core::qos::classify(p);
             Row {
                 uid: p.uid.clone(),
                 uid_derived: p.uid_derived,

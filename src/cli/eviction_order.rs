@@ -8,8 +8,8 @@ use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
 use crate::cli::bad_input;
-use crate::eviction::rank::{self, Candidate, PodStats, Ranking};
-use crate::eviction::threshold::{Signal, SignalResource};
+use crate::policy::evict::rank::{self, Candidate, PodStats, Ranking};
+use crate::policy::evict::threshold::{Signal, SignalResource};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Output {
@@ -279,7 +279,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::QosClass;
+    use crate::core::model::QosClass;
 
     fn cand(uid: &str, qos: QosClass, prio: i32, req: i64, usage: Option<u64>) -> Candidate {
         Candidate {

@@ -6,8 +6,11 @@
 
 use clap::{Parser, Subcommand};
 
+use crate::telemetry::log::{init_logging, LogFormat};
+
 pub mod classify;
 pub mod config_check;
+pub mod cpu;
 pub mod eviction_order;
 pub mod kube;
 pub mod plan;
@@ -20,15 +23,7 @@ pub const EXIT_BAD_INPUT: i32 = 2;
 /// Exit code for a runtime failure.
 pub const EXIT_FAILURE: i32 = 1;
 
-/// Marks an error as the user's input being wrong: `main` exits with 2.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct BadInput(pub String);
-
-/// Wrap any error as bad input (exit code 2), keeping its message chain.
-pub fn bad_input(e: impl std::fmt::Display) -> anyhow::Error {
-    anyhow::Error::new(BadInput(e.to_string()))
-}
+pub use crate::app::{bad_input, BadInput};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -43,30 +38,6 @@ the kubelet's 10-second loop."
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum LogFormat {
-    Text,
-    Json,
-}
-
-/// Logs go to stderr; the level comes from `QOSD_LOG` (e.g. `debug`,
-/// `qosd=trace`), default `info`.
-pub fn init_logging(format: LogFormat) {
-    use std::io::IsTerminal;
-    let filter = tracing_subscriber::EnvFilter::try_from_env("QOSD_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    let _ = match format {
-        LogFormat::Json => builder.json().flatten_event(true).try_init(),
-        LogFormat::Text => builder
-            .with_ansi(std::io::stderr().is_terminal())
-            .try_init(),
-    };
 }
 
 #[derive(Debug, Subcommand)]

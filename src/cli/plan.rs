@@ -8,12 +8,12 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 
-use crate::cgroup::paths::CgroupLayout;
 use crate::cli::bad_input;
-use crate::model::{CgroupDriver, CgroupVersion, Pod};
-use crate::node::{NodeResources, Reserved};
-use crate::plan::{CpuWeightFormula, PlanConfig};
-use crate::quantity::Quantity;
+use crate::core::model::{CgroupDriver, CgroupVersion, Pod};
+use crate::core::node::{NodeResources, Reserved};
+use crate::core::quantity::Quantity;
+use crate::policy::enforce::naming::CgroupLayout;
+use crate::policy::enforce::plan::{CpuWeightFormula, PlanConfig};
 
 /// `--cgroup-version`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -121,7 +121,7 @@ impl PlanOptions {
         let version = match self.cgroup_version {
             VersionArg::V1 => CgroupVersion::V1,
             VersionArg::V2 => CgroupVersion::V2,
-            VersionArg::Auto => crate::cgroup::detect::detect_version(&self.cgroupfs)
+            VersionArg::Auto => crate::sys::detect::detect_version(&self.cgroupfs)
                 .with_context(|| {
                     format!(
                         "cannot detect the cgroup version at {} (pass --cgroup-version v1|v2, or --cgroupfs DIR)",
@@ -136,7 +136,7 @@ impl PlanOptions {
     /// warn on stderr and plan for cgroup v2 (for `qosd plan`, which only prints).
     pub fn to_config_or_fallback(&self) -> anyhow::Result<PlanConfig> {
         if self.cgroup_version == VersionArg::Auto {
-            if let Err(e) = crate::cgroup::detect::detect_version(&self.cgroupfs) {
+            if let Err(e) = crate::sys::detect::detect_version(&self.cgroupfs) {
                 eprintln!(
                     "qosd: warning: {e}; planning for cgroup v2 (pass --cgroup-version v1|v2 to choose)"
                 );
@@ -200,12 +200,12 @@ impl PlanOptions {
         };
         let cpu = match &self.node_cpu {
             Some(v) => quantity("--node-cpu", v)?.milli_ceil(),
-            None => crate::node::detect_cpu_millis(&self.proc_root)
+            None => crate::core::node::detect_cpu_millis(&self.proc_root)
                 .context("cannot detect the node's cpus (pass --node-cpu)")?,
         };
         let mem = match &self.node_memory {
             Some(v) => quantity("--node-memory", v)?.value_ceil(),
-            None => crate::node::detect_memory_bytes(&self.proc_root)
+            None => crate::core::node::detect_memory_bytes(&self.proc_root)
                 .context("cannot detect the node's memory (pass --node-memory)")?,
         };
         let sys = Reserved::parse(&self.system_reserved)
@@ -234,6 +234,8 @@ pub struct Args {
     pub runtime_endpoint: String,
     #[command(flatten)]
     pub options: PlanOptions,
+    #[command(flatten)]
+    pub cpu: crate::cli::cpu::CpuManagerFlags,
     #[arg(long, value_enum, default_value = "text")]
     pub output: OutputFormat,
 }
@@ -257,10 +259,20 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         load_pods(&args.pods)?
     };
     let cfg = args.options.to_config_or_fallback()?;
-    let plan = crate::plan::build(&cfg, &pods);
+    let plan = crate::policy::enforce::plan::build(&cfg, &pods);
+    let cpu = cpu_plan(&args, &pods)?;
     let out = match args.output {
         OutputFormat::Json => {
-            let mut s = serde_json::to_string_pretty(&plan)?;
+            // Through a Value (sorted keys) only with the CPU manager, so
+            // the plan's own field order stays as it was.
+            let mut s = match &cpu {
+                Some(c) => {
+                    let mut v = serde_json::to_value(&plan)?;
+                    crate::cli::cpu::add_to_json(&mut v, c);
+                    serde_json::to_string_pretty(&v)?
+                }
+                None => serde_json::to_string_pretty(&plan)?,
+            };
             s.push('\n');
             s
         }
@@ -270,13 +282,42 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                     "qosd: no --pods given: planning the embedded example pods (fixtures/pods)"
                 );
             }
-            plan.to_text()
+            let mut t = plan.to_text();
+            if let Some(c) = &cpu {
+                t.push_str(&crate::cli::cpu::to_text(c));
+            }
+            t
         }
     };
     let mut stdout = std::io::stdout().lock();
     stdout.write_all(out.as_bytes())?;
     stdout.flush()?;
     Ok(0)
+}
+
+/// The CPU manager's part of the plan (`--cpu-manager-policy static`):
+/// pods arrive in the order given.
+fn cpu_plan(
+    args: &Args,
+    pods: &[Pod],
+) -> anyhow::Result<Option<crate::policy::cpu::policy::CpuPlan>> {
+    let mut reserved = None;
+    for list in [&args.options.system_reserved, &args.options.kube_reserved] {
+        let has_cpu = list
+            .split(',')
+            .any(|p| p.split_once('=').is_some_and(|(k, _)| k.trim() == "cpu"));
+        if has_cpu {
+            let r = Reserved::parse(list).map_err(bad_input)?;
+            reserved = Some(reserved.unwrap_or(0) + r.cpu_millis);
+        }
+    }
+    let settings = args.cpu.settings(Default::default(), reserved)?;
+    let with_arrival: Vec<(Pod, i64)> = pods
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (p.clone(), i as i64))
+        .collect();
+    crate::runtime::cpu_manager::plan_pods(&settings, &with_arrival).map_err(bad_input)
 }
 
 #[cfg(test)]

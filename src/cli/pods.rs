@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use crate::core::model::ResourceList;
 use crate::cri::{
     self, ConnectOptions, Inventory, InventoryOptions, LiveContainer, LivePod, RetryPolicy,
 };
-use crate::model::ResourceList;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Output {
@@ -95,6 +95,7 @@ fn container_json(p: &LivePod, c: &LiveContainer) -> Value {
         "oom_score_adj": c.oom_score_adj,
         "memory_min_bytes": c.memory_min_bytes,
         "resources_origin": c.resources_origin,
+        "cpuset_cpus": c.cpuset_cpus,
         "counted": c.counted,
     });
     if c.counted {
@@ -168,7 +169,7 @@ pub fn to_text(inv: &Inventory) -> String {
         ));
         for c in &p.containers {
             s.push_str(&format!(
-                "  {}  {}  {}{}  cpu_shares={} cpu_quota={} cpu_period={} memory_limit={} oom_score_adj={}{}\n",
+                "  {}  {}  {}{}  cpu_shares={} cpu_quota={} cpu_period={} memory_limit={} oom_score_adj={}{}{}\n",
                 c.name,
                 short(&c.id),
                 c.state,
@@ -181,9 +182,13 @@ pub fn to_text(inv: &Inventory) -> String {
                 c.memory_min_bytes
                     .map(|m| format!(" memory.min={m}"))
                     .unwrap_or_default(),
+                c.cpuset_cpus
+                    .as_ref()
+                    .map(|m| format!(" cpuset={m}"))
+                    .unwrap_or_default(),
             ));
         }
-        let by = |want: crate::model::ValueSource| {
+        let by = |want: crate::core::model::ValueSource| {
             p.sources
                 .iter()
                 .filter(|(_, s)| **s == want)
@@ -199,8 +204,8 @@ pub fn to_text(inv: &Inventory) -> String {
                 .as_deref()
                 .map(|c| format!(" ({c})"))
                 .unwrap_or_default(),
-            or_none(by(crate::model::ValueSource::Exact)),
-            or_none(by(crate::model::ValueSource::Inferred)),
+            or_none(by(crate::core::model::ValueSource::Exact)),
+            or_none(by(crate::core::model::ValueSource::Inferred)),
         ));
         for n in &p.notes {
             s.push_str(&format!("  note: {n}\n"));
@@ -222,9 +227,9 @@ pub fn to_text(inv: &Inventory) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::model::{Pod, QosClass};
     use crate::cri::inventory::ResourcesOrigin;
     use crate::cri::{QosSource, SandboxState, Skipped};
-    use crate::model::{Pod, QosClass};
 
     fn inv() -> Inventory {
         let c = LiveContainer {
@@ -239,10 +244,11 @@ mod tests {
             oom_score_adj: Some(1000),
             memory_min_bytes: None,
             resources_origin: ResourcesOrigin::Status,
+            cpuset_cpus: Some("2-3".into()),
             counted: true,
         };
         let mut pod = Pod::new("u-1", "ns", "web");
-        pod.containers.push(crate::model::Container {
+        pod.containers.push(crate::core::model::Container {
             name: "app".into(),
             ..Default::default()
         });
@@ -254,10 +260,13 @@ mod tests {
                 qos_class: QosClass::BestEffort,
                 qos_source: QosSource::Resources,
                 cgroup_parent: None,
+                created_at: 0,
                 containers: vec![c],
                 notes: vec!["n".into()],
                 warnings: vec![],
-                sources: crate::model::provenance_all(crate::model::ValueSource::Inferred),
+                sources: crate::core::model::provenance_all(
+                    crate::core::model::ValueSource::Inferred,
+                ),
             }],
             skipped: vec![Skipped {
                 sandbox_id: "dead".into(),
@@ -278,6 +287,7 @@ mod tests {
         assert_eq!(c["cpu_shares"], 2);
         assert!(c["cpu_quota"].is_null());
         assert_eq!(c["resources_origin"], "status");
+        assert_eq!(c["cpuset_cpus"], "2-3");
         assert_eq!(c["requests"], serde_json::json!({}));
         assert_eq!(v["skipped"][0]["reason"], "removed");
     }
@@ -293,6 +303,7 @@ mod tests {
             t.contains("  app  c0ffee  running  cpu_shares=2 cpu_quota=- "),
             "{t}"
         );
+        assert!(t.contains(" oom_score_adj=1000 cpuset=2-3\n"), "{t}");
         assert!(t.contains("  note: n\n"), "{t}");
         assert!(t.contains("skipped sandbox dead: removed"), "{t}");
         assert_eq!(to_text(&Inventory::default()), "no pod sandboxes\n");

@@ -1,23 +1,12 @@
-//! `qosd run`: the enforcement daemon (see [`crate::daemon`]).
+//! `qosd run`: the enforcement daemon (see [`crate::runtime::daemon`]).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::Context;
-
-use crate::cgroup::paths::CgroupLayout;
-use crate::cli::bad_input;
+use crate::app::DaemonExit;
 use crate::cli::config_check::ConfigFlags;
 use crate::cli::plan::OutputFormat;
-use crate::config::{self, Config};
-use crate::daemon::{self, Outcome, PodSourceSpec, RunOptions, ServiceObserver};
-use crate::eviction::service::{EvictionService, ServiceConfig};
-use crate::eviction::watch::WatchConfig;
-use crate::http::{AppState, Health};
-use crate::metrics::Metrics;
-use crate::node::{NodeResources, Reserved};
-use crate::plan::PlanConfig;
-use std::sync::Arc;
+use crate::config::{self};
 
 #[derive(Debug, clap::Args)]
 #[command(
@@ -47,321 +36,48 @@ pub struct Args {
     pub proc_root: PathBuf,
     #[command(flatten)]
     pub config: ConfigFlags,
-}
-
-/// The planner config a daemon config describes (detecting the cgroup
-/// version and the node's capacity where the config leaves them open).
-pub fn plan_config(cfg: &Config, proc_root: &Path) -> anyhow::Result<PlanConfig> {
-    let version = match cfg.cgroup_version.forced() {
-        Some(v) => v,
-        None => crate::cgroup::detect::detect_version(&cfg.cgroupfs).with_context(|| {
-            format!(
-                "cannot detect the cgroup version at {} (set cgroupVersion / --cgroup-version)",
-                cfg.cgroupfs.display()
-            )
-        })?,
-    };
-    let layout = CgroupLayout::new(version, cfg.cgroup_driver)
-        .with_cgroupfs(cfg.cgroupfs.clone())
-        .with_cgroup_root(cfg.cgroup_root.clone());
-    let cpu = match &cfg.node_cpu {
-        Some(q) => q.milli_ceil(),
-        None => crate::node::detect_cpu_millis(proc_root)
-            .context("cannot detect the node's cpus (set nodeCPU)")?,
-    };
-    let mem = match &cfg.node_memory {
-        Some(q) => q.value_ceil(),
-        None => crate::node::detect_memory_bytes(proc_root)
-            .context("cannot detect the node's memory (set nodeMemory)")?,
-    };
-    let reserved = |list: &crate::model::ResourceList| Reserved {
-        cpu_millis: list.get("cpu").map(|q| q.milli_ceil()).unwrap_or(0),
-        memory_bytes: list.get("memory").map(|q| q.value_ceil()).unwrap_or(0),
-    };
-    let hard_memory = cfg
-        .eviction_hard
-        .get("memory.available")
-        .and_then(|v| crate::quantity::Quantity::parse(v).ok())
-        .map(|q| q.value_ceil())
-        .unwrap_or(0);
-    let node = NodeResources::new(
-        cpu,
-        mem,
-        reserved(&cfg.system_reserved).plus(reserved(&cfg.kube_reserved)),
-        hard_memory,
-    );
-    let mut plan = PlanConfig::new(layout, node);
-    plan.cpu_cfs_period_us = cfg.cpu_cfs_quota_period.as_micros() as u64;
-    plan.enforce_cpu_limits = cfg.cpu_cfs_quota;
-    plan.cpu_weight_formula = cfg.cpu_weight_formula;
-    plan.memory_qos = cfg.memory_qos;
-    plan.memory_throttling_factor = cfg.memory_throttling_factor;
-    plan.qos_reserved_memory_percent = cfg.qos_reserved_memory();
-    Ok(plan)
+    #[command(flatten)]
+    pub cpu: crate::cli::cpu::CpuManagerFlags,
+    #[command(flatten)]
+    pub cpu_state: crate::cli::cpu::CpuStateFlags,
 }
 
 pub fn run(args: Args) -> anyhow::Result<i32> {
     let cfg = args.config.load()?;
-    // Eviction settings are validated before anything is touched.
-    let eviction = crate::eviction::service::eviction_config(&cfg).map_err(bad_input)?;
-    crate::cli::init_logging(cfg.log_format);
-    let plan = plan_config(&cfg, &args.proc_root)?;
-    // Like the kubelet, the cgroup root must exist: qosd creates kubepods
-    // under it but never the root itself.
-    for base in daemon::kubepods_dirs(&plan) {
-        let parent = base.parent().unwrap_or(&base);
-        if !parent.is_dir() {
-            anyhow::bail!(
-                "cgroup root {:?} does not exist at {} (create it, or set cgroupRoot / cgroupfs)",
-                plan.layout.cgroup_root,
-                parent.display()
-            );
-        }
+    crate::telemetry::log::init_logging(cfg.log_format);
+    let cpu_settings = args.cpu.settings(
+        crate::cli::cpu::settings_from_config(&cfg, &args.cpu_state)?,
+        crate::cli::cpu::reserved_millis(&[&cfg.system_reserved, &cfg.kube_reserved]),
+    )?;
+    let cpu_manager = (cpu_settings.policy == crate::policy::cpu::policy::PolicyName::Static)
+        .then_some(cpu_settings);
+    if let Some(s) = &cpu_manager {
+        // Refuse to start on a bad reservation or topology, like the kubelet.
+        s.build_policy().map_err(crate::cli::bad_input)?;
     }
-    let source = if args.pods.is_empty() {
-        PodSourceSpec::Cri {
-            endpoint: cfg.runtime_endpoint.clone(),
-        }
-    } else {
-        // Validate the manifests now: bad input must fail before any write.
-        crate::manifest::load_paths(&args.pods).map_err(bad_input)?;
-        PodSourceSpec::Manifests(args.pods.clone())
-    };
-    let dry_run = cfg.mode == config::Mode::DryRun;
-    let plan_capacity = plan.node.capacity_memory_bytes;
-    let opts = RunOptions {
-        plan,
-        source,
-        dry_run,
-        once: args.once,
-        reconcile_interval: cfg.reconcile_interval,
-        relist_interval: cfg.relist_interval,
-        orphan_grace: args.orphan_grace_period,
-        // Calls retry for at most 3 s while the runtime restarts, so the
-        // loop keeps its heartbeat and readiness follows the runtime.
-        connect: crate::cri::ConnectOptions {
-            retry: crate::cri::RetryPolicy {
-                max_elapsed: Duration::from_secs(3),
-                ..Default::default()
-            },
-            ..Default::default()
-        },
-        machine_memory_bytes: crate::node::detect_memory_bytes(&args.proc_root)
-            .unwrap_or(plan_capacity),
-        kube: None,
-    };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
-    if args.once {
-        let outcome = rt.block_on(daemon::run_loop(opts, &mut daemon::NoObserver))?;
-        return match outcome {
-            Outcome::Stopped => Ok(0),
-            Outcome::Once(report) => {
-                print_once(&report, args.output, dry_run)?;
-                Ok(if report.errors.is_empty() { 0 } else { 1 })
-            }
-        };
-    }
-
-    let metrics = Arc::new(Metrics::new());
-    // Liveness: the loop turns at least every relist interval.
-    let stale_after = (cfg.relist_interval * 3).max(cfg.reconcile_interval * 3);
-    let health = Arc::new(Health::new(stale_after));
-    health.set_runtime_unhealthy_after(
-        (!cfg.runtime_unhealthy_after.is_zero()).then_some(cfg.runtime_unhealthy_after),
-    );
-    let mut opts = opts;
-    if matches!(opts.source, PodSourceSpec::Cri { .. }) {
-        opts.kube = start_kube(&cfg, &opts.plan, &rt, &metrics, &health)?;
-    }
-    let mode = if dry_run { "dry-run" } else { "enforce" };
-    let mut observer = ServiceObserver::new(metrics.clone(), health.clone(), mode, &opts.plan);
-    observer.kube = opts.kube.clone();
     let flags = args.config.clone();
-    let proc_root = args.proc_root.clone();
-    let mut current = cfg.clone();
-    observer.reloader = Some(Box::new(move || match flags.load() {
-        Ok(new) => {
-            let changed = current.changed_fields(&new);
-            tracing::info!(?changed, "SIGHUP: config reloaded");
-            match plan_config(&new, &proc_root) {
-                Ok(p) => {
-                    current = new;
-                    Some(p)
-                }
-                Err(e) => {
-                    tracing::error!(error = %format!("{e:#}"), "SIGHUP: new config rejected; keeping the old one");
-                    None
-                }
-            }
-        }
-        Err(e) => {
-            tracing::error!(error = %format!("{e:#}"), "SIGHUP: config invalid; keeping the old one");
-            None
-        }
-    }));
-    if let Some(ev) = start_eviction(
-        &cfg,
-        eviction,
-        &opts,
-        &args.proc_root,
-        &rt,
-        &metrics,
-        &health,
-    )? {
-        observer.eviction = Some(Arc::new(ev));
-    }
-    let addr = cfg.metrics_address;
-    let result = rt.block_on(async {
-        let server = crate::http::spawn(
-            addr,
-            AppState {
-                metrics: metrics.clone(),
-                health: health.clone(),
-            },
-        )
-        .await
-        .with_context(|| format!("cannot serve metrics on {addr}"))?;
-        tracing::info!(address = %server.local_addr(), mode, "qosd running");
-        let outcome = daemon::run_loop(opts, &mut observer).await;
-        health.set_shutting_down();
-        let _ = crate::http::systemd::stopping();
-        let _ = tokio::time::timeout(Duration::from_millis(300), server.shutdown()).await;
-        outcome
-    });
-    drop(observer);
-    // Do not wait for blocking tasks (a hung CRI call) on the way out.
-    rt.shutdown_timeout(Duration::from_millis(200));
-    result?;
-    Ok(0)
-}
-
-/// How long a disconnected API view stays in use (the watch reconnects in
-/// milliseconds after a normal close); past it, the runtime's data alone.
-pub const API_MAX_STALENESS: Duration = Duration::from_secs(10);
-
-/// The Kubernetes API side, when `nodeName` is set: a kubeconfig or the
-/// in-cluster config. Without usable credentials qosd runs from the
-/// runtime alone and says so (status, readiness reasons, metrics).
-fn start_kube(
-    cfg: &Config,
-    plan: &PlanConfig,
-    rt: &tokio::runtime::Runtime,
-    metrics: &Arc<Metrics>,
-    health: &Arc<Health>,
-) -> anyhow::Result<Option<Arc<crate::kube::KubeSide>>> {
-    let Some(node) = cfg.node_name.clone() else {
-        if cfg.eviction_backend == crate::eviction::evictor::Backend::Api {
-            return Err(bad_input(
-                "evictionBackend: api needs nodeName (--node-name or NODE_NAME)",
-            ));
-        }
-        tracing::info!(
-            "no nodeName: the Kubernetes API is not used (pod values inferred from the runtime)"
-        );
-        return Ok(None);
-    };
-    let kcfg = match &cfg.kubeconfig {
-        Some(p) => crate::kube::config::from_kubeconfig(p).map_err(bad_input)?,
-        None => {
-            match crate::kube::config::in_cluster_from_env() {
-                Ok(c) => c,
-                Err(e) => {
-                    let why = format!("no API server credentials ({e})");
-                    tracing::warn!(reason = %why, "Kubernetes API unavailable: working from the runtime's data alone");
-                    metrics.kube.set_api_up(false);
-                    health.set_degraded(
-                    "kubernetes-api",
-                    Some(format!("{why}; exact pod specs unavailable, working from the runtime's data alone")),
-                );
-                    return Ok(None);
-                }
-            }
-        }
-    };
-    let client = crate::kube::KubeClient::new(kcfg).map_err(bad_input)?;
-    tracing::info!(server = client.server(), origin = client.origin(), node = %node, "watching this node's pods on the Kubernetes API server");
-    Ok(Some(crate::kube::KubeSide::start(
-        client,
-        crate::kube::KubeSettings {
-            node_name: node,
-            max_stale: API_MAX_STALENESS,
-            eviction_timeout: cfg.api_eviction_timeout,
-            cgroup_version: plan.layout.version,
-        },
-        metrics.kube.clone(),
-        rt.handle().clone(),
-    )))
-}
-
-/// Start the eviction loop beside the reconcile loop.
-fn start_eviction(
-    cfg: &Config,
-    eviction: crate::eviction::threshold::EvictionConfig,
-    opts: &RunOptions,
-    proc_root: &Path,
-    rt: &tokio::runtime::Runtime,
-    metrics: &Arc<Metrics>,
-    health: &Arc<Health>,
-) -> anyhow::Result<Option<EvictionService>> {
-    if eviction.thresholds.is_empty() {
-        tracing::info!("no eviction thresholds configured: eviction off");
-        return Ok(None);
-    }
-    let sources = crate::eviction::service::signal_sources(
+    let exit = crate::app::run_daemon(
         cfg,
-        &opts.plan.layout,
-        proc_root,
-        Some(opts.plan.node.enforced_memory_bytes),
-    );
-    let mut backend = cfg.effective_eviction_backend();
-    if backend == crate::eviction::evictor::Backend::Api && opts.kube.is_none() {
-        tracing::warn!(
-            "evictionBackend api without a Kubernetes API client: evicting with the kill backend"
-        );
-        backend = crate::eviction::evictor::Backend::Kill;
-    }
-    let stopper: Option<Arc<dyn crate::eviction::evictor::PodStopper>> = match &opts.source {
-        PodSourceSpec::Cri { endpoint } => Some(Arc::new(daemon::CriStopper::new(
-            endpoint.clone(),
-            rt.handle().clone(),
-        ))),
-        PodSourceSpec::Manifests(_) => None,
-    };
-    let api: Option<Arc<dyn crate::eviction::evictor::ApiEvictor>> = opts
-        .kube
-        .clone()
-        .map(|k| k as Arc<dyn crate::eviction::evictor::ApiEvictor>);
-    let service = EvictionService::start_with_api(
-        ServiceConfig {
-            eviction,
-            sources,
-            backend,
-            monitoring_interval: Duration::from_secs(1),
-            // Real-time priority where allowed keeps the reaction in
-            // milliseconds on a loaded node (measured: docs/eviction.md).
-            watch: Some(WatchConfig {
-                rt_priority: Some(50),
-                ..WatchConfig::default()
-            }),
-            max_listing_age: (cfg.reconcile_interval * 3).max(Duration::from_secs(30)),
-            manager: Default::default(),
+        crate::app::DaemonArgs {
+            once: args.once,
+            pods: args.pods.clone(),
+            orphan_grace: args.orphan_grace_period,
+            proc_root: args.proc_root.clone(),
+            reload: Box::new(move || flags.load()),
+            cpu_manager,
         },
-        stopper,
-        api,
-        metrics.clone(),
-        health.clone(),
-    )
-    .context("cannot start the eviction loop")?;
-    tracing::info!(backend = backend.as_str(), "eviction loop running");
-    Ok(Some(service))
+    )?;
+    match exit {
+        DaemonExit::Stopped => Ok(0),
+        DaemonExit::Once { report, dry_run } => {
+            print_once(&report, args.output, dry_run)?;
+            Ok(if report.errors.is_empty() { 0 } else { 1 })
+        }
+    }
 }
 
 fn print_once(
-    report: &daemon::ReconcileReport,
+    report: &crate::runtime::reconcile::ReconcileReport,
     output: OutputFormat,
     dry_run: bool,
 ) -> anyhow::Result<()> {

@@ -22,10 +22,12 @@ use crate::cli::bad_input;
 use crate::cli::config_check::load_or_bad_input;
 use crate::cli::plan::OutputFormat;
 use crate::config::{self, Config, Overrides};
-use crate::eviction::signals::SignalSources;
-use crate::eviction::threshold::{format_duration, EvictionConfig, Signal, ThresholdKind};
-use crate::http::{ConditionStatus, PodCounts, SignalStatus, StatusDoc, ThresholdStatus};
-use crate::model::{CgroupVersion, QosClass};
+use crate::core::model::CgroupVersion;
+use crate::policy::evict::threshold::{format_duration, EvictionConfig, Signal, ThresholdKind};
+use crate::sys::signals::SignalSources;
+use crate::telemetry::status::{
+    ConditionStatus, PodCounts, SignalStatus, StatusDoc, ThresholdStatus,
+};
 
 #[derive(Debug, clap::Args)]
 #[command(
@@ -118,7 +120,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     // A bad config is bad input even when a daemon answers: say so now.
     let cfg = load_or_bad_input(args.config.as_deref(), &overrides)?;
     let address = args.address.unwrap_or(cfg.metrics_address);
-    let (report, code) = match crate::http::fetch_status(address, args.timeout) {
+    let (report, code) = match crate::telemetry::client::fetch_status(address, args.timeout) {
         Ok(doc) => (
             Report {
                 source: Source::Daemon,
@@ -140,7 +142,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             "{}\n",
             serde_json::to_string_pretty(&report.to_json()).map_err(bad_input)?
         ))?,
-        OutputFormat::Text => print_out(&report.to_text(crate::http::now_ms()))?,
+        OutputFormat::Text => print_out(&report.to_text(crate::telemetry::status::now_ms()))?,
     }
     if code != 0 {
         eprintln!(
@@ -188,7 +190,7 @@ pub fn live(cfg: &Config, address: SocketAddr, timeout: Duration) -> (Report, bo
     };
     let runtime_ok = match crate::cri::inventory_blocking(&cfg.runtime_endpoint, opts, inv_opts) {
         Ok(inv) => {
-            doc.pods = count_pods(&inv.ready_pods());
+            doc.pods = PodCounts::of(&inv.ready_pods());
             if !inv.skipped.is_empty() {
                 notes.push(format!(
                     "{} sandboxes skipped (qosd pods lists them)",
@@ -209,7 +211,7 @@ pub fn live(cfg: &Config, address: SocketAddr, timeout: Duration) -> (Report, bo
     // Signals against thresholds.
     let version = match cfg.cgroup_version.forced() {
         Some(v) => Some(v),
-        None => match crate::cgroup::detect::detect_version(&cfg.cgroupfs) {
+        None => match crate::sys::detect::detect_version(&cfg.cgroupfs) {
             Ok(v) => Some(v),
             Err(e) => {
                 notes.push(format!(
@@ -223,7 +225,7 @@ pub fn live(cfg: &Config, address: SocketAddr, timeout: Duration) -> (Report, bo
     if let Some(v) = version {
         doc.cgroup_version = v.to_string();
     }
-    match crate::eviction::service::eviction_config(cfg) {
+    match crate::runtime::eviction_service::eviction_config(cfg) {
         Err(e) => notes.push(format!("eviction thresholds invalid: {e}")),
         Ok(ev) => {
             if let Some(v) = version {
@@ -251,25 +253,17 @@ pub fn live(cfg: &Config, address: SocketAddr, timeout: Duration) -> (Report, bo
     )
 }
 
-/// Pods by QoS class (the classes the daemon counts).
-pub fn count_pods(pods: &[crate::model::Pod]) -> PodCounts {
-    let mut c = PodCounts::default();
-    for p in pods {
-        match crate::qos::classify(p).class {
-            QosClass::Guaranteed => c.guaranteed += 1,
-            QosClass::Burstable => c.burstable += 1,
-            QosClass::BestEffort => c.best_effort += 1,
-        }
-    }
-    c
-}
-
 /// Where the signals are read from for this config.
 fn signal_sources(cfg: &Config, version: CgroupVersion) -> SignalSources {
-    let layout = crate::cgroup::paths::CgroupLayout::new(version, cfg.cgroup_driver)
+    let layout = crate::policy::enforce::naming::CgroupLayout::new(version, cfg.cgroup_driver)
         .with_cgroupfs(cfg.cgroupfs.clone())
         .with_cgroup_root(cfg.cgroup_root.clone());
-    crate::eviction::service::signal_sources(cfg, &layout, std::path::Path::new("/proc"), None)
+    crate::runtime::eviction_service::signal_sources(
+        cfg,
+        &layout,
+        std::path::Path::new("/proc"),
+        None,
+    )
 }
 
 /// Threshold and minimum-reclaim strings as configured, for display.
@@ -375,7 +369,7 @@ mod tests {
         s.meminfo = meminfo;
         s.loadavg = loadavg;
         s.pid_max = pid_max;
-        s.memory_source = crate::eviction::signals::MemorySource::Meminfo;
+        s.memory_source = crate::sys::signals::MemorySource::Meminfo;
         s.nodefs = Some(dir.to_path_buf());
         s.kubepods = None;
         s

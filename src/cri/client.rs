@@ -352,7 +352,9 @@ impl CriClient {
 
     /// `RuntimeConfig`: the runtime's cgroup driver. `Ok(None)` when the
     /// runtime does not serve it (older than CRI 1.28, e.g. containerd 1.6).
-    pub async fn runtime_config(&self) -> Result<Option<crate::model::CgroupDriver>, CriError> {
+    pub async fn runtime_config(
+        &self,
+    ) -> Result<Option<crate::core::model::CgroupDriver>, CriError> {
         let r = self
             .call("RuntimeConfig", |mut c| async move {
                 c.runtime_config(proto::RuntimeConfigRequest {}).await
@@ -363,8 +365,10 @@ impl CriClient {
                 Ok(resp
                     .linux
                     .map(|l| match proto::CgroupDriver::try_from(l.cgroup_driver) {
-                        Ok(proto::CgroupDriver::Cgroupfs) => crate::model::CgroupDriver::Cgroupfs,
-                        _ => crate::model::CgroupDriver::Systemd,
+                        Ok(proto::CgroupDriver::Cgroupfs) => {
+                            crate::core::model::CgroupDriver::Cgroupfs
+                        }
+                        _ => crate::core::model::CgroupDriver::Systemd,
                     }))
             }
             Err(CriError::Call {

@@ -297,9 +297,12 @@ async fn inventory_edge_cases() {
     assert_eq!(inv.pods.len(), 1, "{inv:?}");
     let p = &inv.pods[0];
     assert_eq!(p.pod.uid, uid);
-    assert_eq!(p.qos_class, crate::model::QosClass::Guaranteed);
+    assert_eq!(p.qos_class, crate::core::model::QosClass::Guaranteed);
     assert_eq!(p.qos_source, QosSource::CgroupParent);
-    assert_eq!(p.pod.qos_override, Some(crate::model::QosClass::Guaranteed));
+    assert_eq!(
+        p.pod.qos_override,
+        Some(crate::core::model::QosClass::Guaranteed)
+    );
     assert_eq!(
         p.containers[0].resources_origin,
         inventory::ResourcesOrigin::VerboseConfig

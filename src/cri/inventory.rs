@@ -12,7 +12,7 @@ use super::proto;
 use super::reconstruct::{
     parse_cgroup_parent, reconstruct, validate_uid, ContainerSettings, QosSource,
 };
-use crate::model::{Pod, PodOrigin, QosClass};
+use crate::core::model::{Pod, PodOrigin, QosClass};
 
 pub const LABEL_POD_UID: &str = "io.kubernetes.pod.uid";
 pub const LABEL_POD_NAME: &str = "io.kubernetes.pod.name";
@@ -63,6 +63,9 @@ pub struct LiveContainer {
     pub oom_score_adj: Option<i64>,
     pub memory_min_bytes: Option<i64>,
     pub resources_origin: ResourcesOrigin,
+    /// `linux.cpuset_cpus` as the runtime reports it (CPU manager); `None`
+    /// when it reports none.
+    pub cpuset_cpus: Option<String>,
     /// Counted in the pod's rebuilt resources (the current attempt of a
     /// container that has not exited, or the latest attempt otherwise).
     pub counted: bool,
@@ -93,6 +96,8 @@ pub struct LivePod {
     pub qos_source: QosSource,
     /// From the verbose sandbox status; `None` when the runtime does not say.
     pub cgroup_parent: Option<String>,
+    /// Sandbox creation time (ns since the epoch): the pod's arrival order.
+    pub created_at: i64,
     pub containers: Vec<LiveContainer>,
     /// Where values are inferred rather than exact.
     pub notes: Vec<String>,
@@ -100,7 +105,7 @@ pub struct LivePod {
     pub warnings: Vec<String>,
     /// Which source decided each pod value (runtime alone: all inferred;
     /// merged with the API server's spec: exact, see `crate::kube`).
-    pub sources: crate::model::Provenance,
+    pub sources: crate::core::model::Provenance,
 }
 
 /// A sandbox left out of the inventory, and why.
@@ -284,8 +289,20 @@ pub fn resources_from_info(
             memory_limit_in_bytes: int("memory_limit_in_bytes"),
             oom_score_adj: int("oom_score_adj"),
             memory_swap_limit_in_bytes: int("memory_swap_limit_in_bytes"),
+            cpuset_cpus: r
+                .get("cpuset_cpus")
+                .and_then(|x| x.as_str())
+                .unwrap_or_default()
+                .to_string(),
             ..Default::default()
         };
+        // The OCI spec follows UpdateContainerResources; the config does not.
+        if let Some(cpus) = v
+            .pointer("/runtimeSpec/linux/resources/cpu/cpus")
+            .and_then(|x| x.as_str())
+        {
+            out.cpuset_cpus = cpus.to_string();
+        }
         // The OCI spec holds the value actually applied (after clamping).
         if let Some(adj) = v
             .pointer("/runtimeSpec/process/oomScoreAdj")
@@ -456,6 +473,10 @@ async fn build_pod(
             oom_score_adj: s.oom_score_adj,
             memory_min_bytes: s.memory_min_bytes,
             resources_origin: origin,
+            cpuset_cpus: res
+                .as_ref()
+                .map(|r| r.cpuset_cpus.clone())
+                .filter(|c| !c.is_empty()),
             counted: false,
         });
     }
@@ -494,10 +515,11 @@ async fn build_pod(
         qos_class: rec.class,
         qos_source: rec.source,
         cgroup_parent,
+        created_at: sb.created_at,
         containers: live,
         notes,
         warnings,
-        sources: crate::model::provenance_all(crate::model::ValueSource::Inferred),
+        sources: crate::core::model::provenance_all(crate::core::model::ValueSource::Inferred),
     }))
 }
 

@@ -29,7 +29,7 @@ pub use inventory::{
 };
 pub use reconstruct::QosSource;
 
-use crate::model::Pod;
+use crate::core::model::Pod;
 
 /// Node memory capacity (`MemTotal`, bytes) from a meminfo file (normally
 /// `/proc/meminfo`).

@@ -5,8 +5,8 @@
 
 use serde::Serialize;
 
-use crate::model::{Container, QosClass, ResourceRequirements};
-use crate::quantity::Quantity;
+use crate::core::model::{Container, QosClass, ResourceRequirements};
+use crate::core::quantity::Quantity;
 
 /// The kubelet's `oom_score_adj` for Guaranteed (and node-critical) pods.
 pub const GUARANTEED_OOM_SCORE_ADJ: i64 = -997;
@@ -85,9 +85,9 @@ pub struct ParsedParent {
 /// Parse a sandbox cgroup parent: cgroupfs `[<root>]/kubepods[/burstable|/besteffort]/pod<uid>`
 /// or systemd `…/kubepods[-burstable|-besteffort]-pod<uid_>.slice`. `None`
 /// when it is not in the kubelet's layout (the naming rules live in
-/// [`crate::cgroup::paths::parse_cgroup_parent`]).
+/// [`crate::policy::enforce::naming::parse_cgroup_parent`]).
 pub fn parse_cgroup_parent(parent: &str) -> Option<ParsedParent> {
-    let (class, uid) = crate::cgroup::paths::parse_cgroup_parent(parent)?;
+    let (class, uid) = crate::policy::enforce::naming::parse_cgroup_parent(parent)?;
     Some(ParsedParent {
         class,
         uid,

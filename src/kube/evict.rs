@@ -9,14 +9,14 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::client::{KubeClient, KubeError};
 use super::merge::{merge, MergeSummary};
-use super::metrics::KubeMetrics;
 use super::source::{run_watcher, PodCache, WatchOptions};
 use super::types::{DeleteOptions, Event, EventSource, Eviction, ObjectReference, RefMeta};
+use crate::core::model::CgroupVersion;
 use crate::cri::LivePod;
-use crate::eviction::evictor::{ApiEvictor, ApiRefusal};
-use crate::eviction::manager::Victim;
-use crate::eviction::threshold::{Signal, ThresholdValue};
-use crate::model::CgroupVersion;
+use crate::policy::evict::manager::Victim;
+use crate::policy::evict::threshold::{Signal, ThresholdValue};
+use crate::runtime::evictor::{ApiEvictor, ApiRefusal};
+use crate::telemetry::kube_metrics::KubeMetrics;
 
 /// The kubelet's eviction message fragments (pkg/kubelet/eviction/helpers.go).
 pub const REASON_EVICTED: &str = "Evicted";
@@ -192,7 +192,7 @@ impl KubeSide {
 
     /// Merge the runtime's pods with the current view; returns the summary
     /// and, when the view is unusable, why (runtime data alone then).
-    pub fn merge(&self, live: &mut [LivePod]) -> (MergeSummary, Option<String>) {
+    pub fn merge_view(&self, live: &mut [LivePod]) -> (MergeSummary, Option<String>) {
         let view = self.cache.view(self.settings.max_stale);
         let summary = merge(live, &view);
         self.metrics.set_api_up(view.fresh());
@@ -254,9 +254,8 @@ impl KubeSide {
             .map(|d| pod_dir.join(d))
             .find(|d| d.is_dir());
             let Some(dir) = dir else { continue };
-            let Some(usage) =
-                crate::eviction::signals::pod_stats(self.settings.cgroup_version, &dir)
-                    .memory_working_set_bytes
+            let Some(usage) = crate::sys::signals::pod_stats(self.settings.cgroup_version, &dir)
+                .memory_working_set_bytes
             else {
                 continue;
             };
@@ -265,7 +264,7 @@ impl KubeSide {
                 .and_then(|c| c.resources.requests.get("memory"))
                 .cloned()
                 .unwrap_or_else(|| "0".into());
-            let request_value = crate::quantity::Quantity::parse(&request)
+            let request_value = crate::core::quantity::Quantity::parse(&request)
                 .map(|q| q.value_ceil())
                 .unwrap_or(0);
             out.push(ContainerUsage {
@@ -347,7 +346,7 @@ impl KubeSide {
             .find(|p| {
                 p.metadata
                     .annotations
-                    .get(crate::model::ANNOTATION_MIRROR)
+                    .get(crate::core::model::ANNOTATION_MIRROR)
                     .is_some_and(|h| h == runtime_uid)
             })
             .map(|p| p.metadata.uid.clone())
@@ -364,6 +363,39 @@ fn block_on<F: std::future::Future>(f: F) -> F::Output {
         .build()
         .expect("tokio current-thread runtime")
         .block_on(f)
+}
+
+impl crate::runtime::pod_source::SpecSource for KubeSide {
+    fn merge(&self, live: &mut [LivePod]) {
+        self.merge_view(live);
+    }
+
+    fn change_key(&self) -> String {
+        KubeSide::change_key(self)
+    }
+
+    fn status(&self) -> (crate::telemetry::status::KubeStatus, Option<String>) {
+        let (summary, unavailable) = self.last_merge();
+        let stats = self.cache.stats();
+        (
+            crate::telemetry::status::KubeStatus {
+                server: format!("{} ({})", self.client.server(), self.client.origin()),
+                node_name: self.settings.node_name.clone(),
+                state: if unavailable.is_none() {
+                    "synced"
+                } else {
+                    "unavailable"
+                }
+                .into(),
+                reason: unavailable.clone(),
+                pods_exact: summary.exact,
+                pods_inferred: summary.inferred,
+                relists: stats.relists,
+                watch_restarts: stats.watch_restarts,
+            },
+            unavailable,
+        )
+    }
 }
 
 fn refusal(e: KubeError) -> ApiRefusal {
@@ -450,9 +482,9 @@ mod tests {
 
     #[test]
     fn message_in_the_kubelet_wording() {
-        use crate::eviction::rank::Candidate;
-        use crate::eviction::threshold::{Threshold, ThresholdKind};
-        let pod = crate::model::Pod::new("u", "ns", "web");
+        use crate::policy::evict::rank::Candidate;
+        use crate::policy::evict::threshold::{Threshold, ThresholdKind};
+        let pod = crate::core::model::Pod::new("u", "ns", "web");
         let t = Threshold {
             signal: Signal::MemoryAvailable,
             kind: ThresholdKind::Hard,
@@ -461,7 +493,7 @@ mod tests {
             min_reclaim: None,
         };
         let v = Victim {
-            candidate: Candidate::new(&pod, crate::model::QosClass::Burstable, 0, 0, None),
+            candidate: Candidate::new(&pod, crate::core::model::QosClass::Burstable, 0, 0, None),
             signal: Signal::MemoryAvailable,
             threshold: t,
             kind: ThresholdKind::Hard,

@@ -22,12 +22,12 @@ use std::collections::HashMap;
 
 use super::source::ApiView;
 use super::types::{ApiContainer, ApiPod, ApiResources};
-use crate::cri::LivePod;
-use crate::model::{
+use crate::core::model::{
     Container, Pod, ResourceList, ResourceRequirements, ValueSource, ANNOTATION_MIRROR,
     ANNOTATION_SOURCE,
 };
-use crate::quantity::Quantity;
+use crate::core::quantity::Quantity;
+use crate::cri::LivePod;
 
 /// What a merge did, for status and metrics.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -175,7 +175,7 @@ fn merge_one(lp: &mut LivePod, api: &ApiPod, fresh: bool) -> bool {
     for (k, v) in spec.annotations {
         lp.pod.annotations.entry(k).or_insert(v);
     }
-    for v in crate::model::TRACKED_VALUES {
+    for v in crate::core::model::TRACKED_VALUES {
         lp.sources.insert(v, ValueSource::Exact);
     }
     let api_class = &api.status.qos_class;
@@ -190,8 +190,8 @@ fn merge_one(lp: &mut LivePod, api: &ApiPod, fresh: bool) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::model::{provenance_all, QosClass};
     use crate::cri::{QosSource, SandboxState};
-    use crate::model::{provenance_all, QosClass};
 
     fn live(uid: &str) -> LivePod {
         let mut pod = Pod::new(uid, "ns", "p");
@@ -207,6 +207,7 @@ mod tests {
             notes: vec![],
             warnings: vec![],
             sources: provenance_all(ValueSource::Inferred),
+            created_at: 0,
         }
     }
 

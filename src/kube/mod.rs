@@ -15,7 +15,6 @@ pub mod client;
 pub mod config;
 pub mod evict;
 pub mod merge;
-pub mod metrics;
 pub mod source;
 pub mod types;
 

@@ -56,9 +56,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use qosd::core::model::QosClass;
 use qosd::cri::proto;
 use qosd::cri::{ConnectOptions, CriClient};
-use qosd::model::QosClass;
 
 pub const PAUSE_IMAGE: &str = "qosd.test/pause:1";
 pub const MEMHOG_IMAGE: &str = "qosd.test/memhog:1";
@@ -997,7 +997,7 @@ pub fn free_port() -> u16 {
 /// not answer or the body is not JSON).
 pub fn status_json(port: u16) -> serde_json::Value {
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-    qosd::http::get(addr, "/status", Duration::from_secs(2))
+    qosd::telemetry::client::get(addr, "/status", Duration::from_secs(2))
         .ok()
         .and_then(|r| serde_json::from_str(&r.body).ok())
         .unwrap_or_default()

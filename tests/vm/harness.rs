@@ -84,7 +84,12 @@ pub fn static_bins(names: &[&str]) -> Result<Vec<PathBuf>, String> {
     let target_dir = repo().join("target/vm-static");
     let mut cmd = Command::new(cargo);
     cmd.current_dir(repo())
-        .args(["build", "--target", "x86_64-unknown-linux-gnu"])
+        .args([
+            "build",
+            "--workspace",
+            "--target",
+            "x86_64-unknown-linux-gnu",
+        ])
         .env_remove("CARGO_ENCODED_RUSTFLAGS")
         .env("RUSTFLAGS", "-C target-feature=+crt-static")
         .env("CARGO_TARGET_DIR", &target_dir)

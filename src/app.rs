@@ -1,0 +1,373 @@
+//! The composition root: validated settings in, running services out.
+//!
+//! The CLI parses arguments and renders results; everything that turns a
+//! [`Config`] into a plan config, signal sources, the eviction service, the
+//! HTTP server and the reconcile loop is wired here, once.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+
+use crate::config::{self, Config};
+use crate::core::node::{NodeResources, Reserved};
+use crate::policy::enforce::naming::CgroupLayout;
+use crate::policy::enforce::plan::PlanConfig;
+use crate::runtime::daemon::{self, Outcome, RunOptions, ServiceObserver};
+use crate::runtime::eviction_service::{EvictionService, ServiceConfig};
+use crate::runtime::pod_source::PodSourceSpec;
+use crate::runtime::reconcile::ReconcileReport;
+use crate::sys::watch::WatchConfig;
+use crate::telemetry::health::Health;
+use crate::telemetry::metrics::Metrics;
+use crate::telemetry::server::AppState;
+
+/// Marks an error as the user's input being wrong (the CLI exits 2).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct BadInput(pub String);
+
+/// Wrap any error as bad input (exit code 2), keeping its message.
+pub fn bad_input(e: impl std::fmt::Display) -> anyhow::Error {
+    anyhow::Error::new(BadInput(e.to_string()))
+}
+
+/// What `qosd run` needs beyond the config.
+pub struct DaemonArgs {
+    /// One reconcile, then return its report.
+    pub once: bool,
+    /// Pod manifests instead of the CRI.
+    pub pods: Vec<PathBuf>,
+    /// How long an orphaned, empty pod cgroup waits before removal.
+    pub orphan_grace: Duration,
+    /// Where /proc is.
+    pub proc_root: PathBuf,
+    /// Re-reads the configuration (SIGHUP).
+    pub reload: Box<dyn FnMut() -> anyhow::Result<Config> + Send>,
+    /// The CPU manager (`cpuManagerPolicy: static`); `None`: policy none.
+    pub cpu_manager: Option<crate::runtime::cpu_manager::CpuManagerSettings>,
+}
+
+/// How the daemon ended.
+#[derive(Debug)]
+pub enum DaemonExit {
+    /// Stopped by a signal.
+    Stopped,
+    /// `--once`: the one reconcile.
+    Once {
+        report: Box<ReconcileReport>,
+        dry_run: bool,
+    },
+}
+
+/// The planner config a daemon config describes (detecting the cgroup
+/// version and the node's capacity where the config leaves them open).
+pub fn plan_config(cfg: &Config, proc_root: &Path) -> anyhow::Result<PlanConfig> {
+    let version = match cfg.cgroup_version.forced() {
+        Some(v) => v,
+        None => crate::sys::detect::detect_version(&cfg.cgroupfs).with_context(|| {
+            format!(
+                "cannot detect the cgroup version at {} (set cgroupVersion / --cgroup-version)",
+                cfg.cgroupfs.display()
+            )
+        })?,
+    };
+    let layout = CgroupLayout::new(version, cfg.cgroup_driver)
+        .with_cgroupfs(cfg.cgroupfs.clone())
+        .with_cgroup_root(cfg.cgroup_root.clone());
+    let cpu = match &cfg.node_cpu {
+        Some(q) => q.milli_ceil(),
+        None => crate::core::node::detect_cpu_millis(proc_root)
+            .context("cannot detect the node's cpus (set nodeCPU)")?,
+    };
+    let mem = match &cfg.node_memory {
+        Some(q) => q.value_ceil(),
+        None => crate::core::node::detect_memory_bytes(proc_root)
+            .context("cannot detect the node's memory (set nodeMemory)")?,
+    };
+    let reserved = |list: &crate::core::model::ResourceList| Reserved {
+        cpu_millis: list.get("cpu").map(|q| q.milli_ceil()).unwrap_or(0),
+        memory_bytes: list.get("memory").map(|q| q.value_ceil()).unwrap_or(0),
+    };
+    let hard_memory = cfg
+        .eviction_hard
+        .get("memory.available")
+        .and_then(|v| crate::core::quantity::Quantity::parse(v).ok())
+        .map(|q| q.value_ceil())
+        .unwrap_or(0);
+    let node = NodeResources::new(
+        cpu,
+        mem,
+        reserved(&cfg.system_reserved).plus(reserved(&cfg.kube_reserved)),
+        hard_memory,
+    );
+    let mut plan = PlanConfig::new(layout, node);
+    plan.cpu_cfs_period_us = cfg.cpu_cfs_quota_period.as_micros() as u64;
+    plan.enforce_cpu_limits = cfg.cpu_cfs_quota;
+    plan.cpu_weight_formula = cfg.cpu_weight_formula;
+    plan.memory_qos = cfg.memory_qos;
+    plan.memory_throttling_factor = cfg.memory_throttling_factor;
+    plan.qos_reserved_memory_percent = cfg.qos_reserved_memory();
+    Ok(plan)
+}
+
+pub fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<DaemonExit> {
+    // Eviction settings are validated before anything is touched.
+    let eviction = crate::runtime::eviction_service::eviction_config(&cfg).map_err(bad_input)?;
+    let plan = plan_config(&cfg, &args.proc_root)?;
+    // Like the kubelet, the cgroup root must exist: qosd creates kubepods
+    // under it but never the root itself.
+    for base in crate::runtime::reconcile::kubepods_dirs(&plan) {
+        let parent = base.parent().unwrap_or(&base);
+        if !parent.is_dir() {
+            anyhow::bail!(
+                "cgroup root {:?} does not exist at {} (create it, or set cgroupRoot / cgroupfs)",
+                plan.layout.cgroup_root,
+                parent.display()
+            );
+        }
+    }
+    let source = if args.pods.is_empty() {
+        PodSourceSpec::Cri {
+            endpoint: cfg.runtime_endpoint.clone(),
+        }
+    } else {
+        // Validate the manifests now: bad input must fail before any write.
+        crate::manifest::load_paths(&args.pods).map_err(bad_input)?;
+        PodSourceSpec::Manifests(args.pods.clone())
+    };
+    let dry_run = cfg.mode == config::Mode::DryRun;
+    let plan_capacity = plan.node.capacity_memory_bytes;
+    let opts = RunOptions {
+        plan,
+        source,
+        dry_run,
+        once: args.once,
+        reconcile_interval: cfg.reconcile_interval,
+        relist_interval: cfg.relist_interval,
+        orphan_grace: args.orphan_grace,
+        // Calls retry for at most 3 s while the runtime restarts, so the
+        // loop keeps its heartbeat and readiness follows the runtime.
+        connect: crate::cri::ConnectOptions {
+            retry: crate::cri::RetryPolicy {
+                max_elapsed: Duration::from_secs(3),
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        machine_memory_bytes: crate::core::node::detect_memory_bytes(&args.proc_root)
+            .unwrap_or(plan_capacity),
+        cpu_manager: args.cpu_manager,
+        specs: None,
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    if args.once {
+        let outcome = rt.block_on(daemon::run_loop(opts, &mut daemon::NoObserver))?;
+        return Ok(match outcome {
+            Outcome::Stopped => DaemonExit::Stopped,
+            Outcome::Once(report) => DaemonExit::Once { report, dry_run },
+        });
+    }
+
+    let metrics = Arc::new(Metrics::new());
+    // Liveness: the loop turns at least every relist interval.
+    let stale_after = (cfg.relist_interval * 3).max(cfg.reconcile_interval * 3);
+    let health = Arc::new(Health::new(stale_after));
+    health.set_runtime_unhealthy_after(
+        (!cfg.runtime_unhealthy_after.is_zero()).then_some(cfg.runtime_unhealthy_after),
+    );
+    let mut opts = opts;
+    let kube = match opts.source {
+        PodSourceSpec::Cri { .. } => start_kube(&cfg, &opts.plan, &rt, &metrics, &health)?,
+        PodSourceSpec::Manifests(_) => None,
+    };
+    opts.specs = kube
+        .clone()
+        .map(|k| k as Arc<dyn crate::runtime::pod_source::SpecSource>);
+    let mode = if dry_run { "dry-run" } else { "enforce" };
+    let mut observer = ServiceObserver::new(metrics.clone(), health.clone(), mode, &opts.plan);
+    observer.specs = opts.specs.clone();
+    let mut reload = args.reload;
+    let proc_root = args.proc_root.clone();
+    let mut current = cfg.clone();
+    observer.reloader = Some(Box::new(move || match reload() {
+        Ok(new) => {
+            let changed = current.changed_fields(&new);
+            tracing::info!(?changed, "SIGHUP: config reloaded");
+            match plan_config(&new, &proc_root) {
+                Ok(p) => {
+                    current = new;
+                    Some(p)
+                }
+                Err(e) => {
+                    tracing::error!(error = %format!("{e:#}"), "SIGHUP: new config rejected; keeping the old one");
+                    None
+                }
+            }
+        }
+        Err(e) => {
+            tracing::error!(error = %format!("{e:#}"), "SIGHUP: config invalid; keeping the old one");
+            None
+        }
+    }));
+    if let Some(ev) = start_eviction(
+        &cfg,
+        eviction,
+        &opts,
+        kube,
+        &args.proc_root,
+        &rt,
+        &metrics,
+        &health,
+    )? {
+        observer.eviction = Some(Arc::new(ev));
+    }
+    let addr = cfg.metrics_address;
+    let result = rt.block_on(async {
+        let server = crate::telemetry::server::spawn(
+            addr,
+            AppState {
+                metrics: metrics.clone(),
+                health: health.clone(),
+            },
+        )
+        .await
+        .with_context(|| format!("cannot serve metrics on {addr}"))?;
+        tracing::info!(address = %server.local_addr(), mode, "qosd running");
+        let outcome = daemon::run_loop(opts, &mut observer).await;
+        health.set_shutting_down();
+        let _ = crate::telemetry::notify::stopping();
+        let _ = tokio::time::timeout(Duration::from_millis(300), server.shutdown()).await;
+        outcome
+    });
+    drop(observer);
+    // Do not wait for blocking tasks (a hung CRI call) on the way out.
+    rt.shutdown_timeout(Duration::from_millis(200));
+    result?;
+    Ok(DaemonExit::Stopped)
+}
+
+/// How long a disconnected API view stays in use (the watch reconnects in
+/// milliseconds after a normal close); past it, the runtime's data alone.
+pub const API_MAX_STALENESS: Duration = Duration::from_secs(10);
+
+/// The Kubernetes API side, when `nodeName` is set: a kubeconfig or the
+/// in-cluster config. Without usable credentials qosd runs from the
+/// runtime alone and says so (status, readiness reasons, metrics).
+fn start_kube(
+    cfg: &Config,
+    plan: &PlanConfig,
+    rt: &tokio::runtime::Runtime,
+    metrics: &Arc<Metrics>,
+    health: &Arc<Health>,
+) -> anyhow::Result<Option<Arc<crate::kube::KubeSide>>> {
+    let Some(node) = cfg.node_name.clone() else {
+        if cfg.eviction_backend == crate::policy::evict::Backend::Api {
+            return Err(bad_input(
+                "evictionBackend: api needs nodeName (--node-name or NODE_NAME)",
+            ));
+        }
+        tracing::info!(
+            "no nodeName: the Kubernetes API is not used (pod values inferred from the runtime)"
+        );
+        return Ok(None);
+    };
+    let kcfg = match &cfg.kubeconfig {
+        Some(p) => crate::kube::config::from_kubeconfig(p).map_err(bad_input)?,
+        None => match crate::kube::config::in_cluster_from_env() {
+            Ok(c) => c,
+            Err(e) => {
+                let why = format!("no API server credentials ({e})");
+                tracing::warn!(reason = %why, "Kubernetes API unavailable: working from the runtime's data alone");
+                metrics.kube.set_api_up(false);
+                health.set_degraded(
+                    "kubernetes-api",
+                    Some(format!(
+                        "{why}; exact pod specs unavailable, working from the runtime's data alone"
+                    )),
+                );
+                return Ok(None);
+            }
+        },
+    };
+    let client = crate::kube::KubeClient::new(kcfg).map_err(bad_input)?;
+    tracing::info!(server = client.server(), origin = client.origin(), node = %node, "watching this node's pods on the Kubernetes API server");
+    Ok(Some(crate::kube::KubeSide::start(
+        client,
+        crate::kube::KubeSettings {
+            node_name: node,
+            max_stale: API_MAX_STALENESS,
+            eviction_timeout: cfg.api_eviction_timeout,
+            cgroup_version: plan.layout.version,
+        },
+        metrics.kube.clone(),
+        rt.handle().clone(),
+    )))
+}
+
+/// Start the eviction loop beside the reconcile loop.
+#[allow(clippy::too_many_arguments)]
+fn start_eviction(
+    cfg: &Config,
+    eviction: crate::policy::evict::threshold::EvictionConfig,
+    opts: &RunOptions,
+    kube: Option<Arc<crate::kube::KubeSide>>,
+    proc_root: &Path,
+    rt: &tokio::runtime::Runtime,
+    metrics: &Arc<Metrics>,
+    health: &Arc<Health>,
+) -> anyhow::Result<Option<EvictionService>> {
+    if eviction.thresholds.is_empty() {
+        tracing::info!("no eviction thresholds configured: eviction off");
+        return Ok(None);
+    }
+    let sources = crate::runtime::eviction_service::signal_sources(
+        cfg,
+        &opts.plan.layout,
+        proc_root,
+        Some(opts.plan.node.enforced_memory_bytes),
+    );
+    let mut backend = cfg.effective_eviction_backend();
+    if backend == crate::policy::evict::Backend::Api && kube.is_none() {
+        tracing::warn!(
+            "evictionBackend api without a Kubernetes API client: evicting with the kill backend"
+        );
+        backend = crate::policy::evict::Backend::Kill;
+    }
+    let api: Option<Arc<dyn crate::runtime::evictor::ApiEvictor>> =
+        kube.map(|k| k as Arc<dyn crate::runtime::evictor::ApiEvictor>);
+    let stopper: Option<Arc<dyn crate::runtime::evictor::PodStopper>> = match &opts.source {
+        PodSourceSpec::Cri { endpoint } => Some(Arc::new(
+            crate::runtime::stopper::CriStopper::new(endpoint.clone(), rt.handle().clone()),
+        )),
+        PodSourceSpec::Manifests(_) => None,
+    };
+    let service = EvictionService::start_with_api(
+        ServiceConfig {
+            eviction,
+            sources,
+            backend,
+            monitoring_interval: Duration::from_secs(1),
+            // Real-time priority where allowed keeps the reaction in
+            // milliseconds on a loaded node (measured: docs/eviction.md).
+            watch: Some(WatchConfig {
+                rt_priority: Some(50),
+                ..WatchConfig::default()
+            }),
+            max_listing_age: (cfg.reconcile_interval * 3).max(Duration::from_secs(30)),
+            manager: Default::default(),
+        },
+        stopper,
+        api,
+        metrics.clone(),
+        health.clone(),
+    )
+    .context("cannot start the eviction loop")?;
+    tracing::info!(backend = backend.as_str(), "eviction loop running");
+    Ok(Some(service))
+}

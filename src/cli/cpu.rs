@@ -1,0 +1,160 @@
+//! CPU manager flags (kubelet names) shared by `qosd plan` and `qosd run`,
+//! and the rendering of a CPU plan.
+
+use std::path::PathBuf;
+
+use crate::cli::bad_input;
+use crate::policy::cpu::policy::{CpuPlan, PolicyName, PolicyOptions};
+use crate::policy::cpu::CpuSet;
+use crate::runtime::cpu_manager::{CpuManagerSettings, STATE_FILE_NAME};
+
+/// `--cpu-manager-policy`, `--reserved-cpus`, `--cpu-manager-policy-options`, `--sysfs`.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct CpuManagerFlags {
+    /// kubelet --cpu-manager-policy: `none` or `static` (exclusive CPUs for
+    /// Guaranteed containers with integer CPU requests). Overrides cpuManagerPolicy.
+    #[arg(long, value_name = "none|static")]
+    pub cpu_manager_policy: Option<String>,
+    /// kubelet --reserved-cpus: CPUs kept for the system (a CPU list such as `0-1`);
+    /// default: ceil(kube + system reserved cpu), taken by topology.
+    #[arg(long, value_name = "LIST")]
+    pub reserved_cpus: Option<String>,
+    /// kubelet --cpu-manager-policy-options, e.g. `full-pcpus-only=true`.
+    #[arg(long, value_name = "K=V,...")]
+    pub cpu_manager_policy_options: Option<String>,
+    /// sysfs root to read the CPU topology from.
+    #[arg(long, value_name = "DIR", default_value = "/sys")]
+    pub sysfs: PathBuf,
+}
+
+/// `qosd run` only: where the state lives, or the kubelet's to audit.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct CpuStateFlags {
+    /// Directory of qosd's cpu_manager_state. Overrides cpuManagerStateDir.
+    #[arg(long, value_name = "DIR")]
+    pub cpu_manager_state_dir: Option<PathBuf>,
+    /// The kubelet's cpu_manager_state: audit the live cpusets against it
+    /// and change nothing. Overrides kubeletCPUManagerState.
+    #[arg(long, value_name = "FILE")]
+    pub kubelet_cpu_manager_state: Option<PathBuf>,
+}
+
+impl CpuManagerFlags {
+    /// Settings from the flags over `base` (the config file's values).
+    /// `reserved_millis` is kube + system reserved cpu (`None` if neither
+    /// sets cpu). Bad values are bad input.
+    pub fn settings(
+        &self,
+        mut base: CpuManagerSettings,
+        reserved_millis: Option<i64>,
+    ) -> anyhow::Result<CpuManagerSettings> {
+        if let Some(p) = &self.cpu_manager_policy {
+            base.policy = PolicyName::parse(p).map_err(bad_input)?;
+        }
+        if let Some(r) = &self.reserved_cpus {
+            base.reserved_system_cpus =
+                Some(CpuSet::parse(r).map_err(|e| bad_input(format!("--reserved-cpus: {e}")))?);
+        }
+        if let Some(o) = &self.cpu_manager_policy_options {
+            base.options = PolicyOptions::parse_flag(o).map_err(bad_input)?;
+        }
+        PolicyOptions::parse(&base.options).map_err(bad_input)?;
+        base.reserved_millis = reserved_millis;
+        base.sysfs = self.sysfs.clone();
+        Ok(base)
+    }
+}
+
+/// Settings from a daemon config (before flags).
+pub fn settings_from_config(
+    cfg: &crate::config::Config,
+    state: &CpuStateFlags,
+) -> anyhow::Result<CpuManagerSettings> {
+    let reserved_system_cpus = match &cfg.reserved_system_cpus {
+        Some(s) => Some(CpuSet::parse(s).map_err(bad_input)?),
+        None => None,
+    };
+    let dir = state
+        .cpu_manager_state_dir
+        .clone()
+        .unwrap_or_else(|| cfg.cpu_manager_state_dir.clone());
+    Ok(CpuManagerSettings {
+        policy: cfg.cpu_manager_policy,
+        options: cfg.cpu_manager_policy_options.clone(),
+        reserved_system_cpus,
+        reserved_millis: None,
+        sysfs: PathBuf::from("/sys"),
+        state_file: Some(dir.join(STATE_FILE_NAME)),
+        audit_file: state
+            .kubelet_cpu_manager_state
+            .clone()
+            .or_else(|| cfg.kubelet_cpu_manager_state.clone()),
+    })
+}
+
+/// kube + system reserved cpu in millicores, `None` when neither sets cpu.
+pub fn reserved_millis(lists: &[&crate::core::model::ResourceList]) -> Option<i64> {
+    let found: Vec<i64> = lists
+        .iter()
+        .filter_map(|l| l.get("cpu").map(|q| q.milli_ceil()))
+        .collect();
+    (!found.is_empty()).then(|| found.iter().sum())
+}
+
+/// The text section of `qosd plan` for a CPU plan.
+pub fn to_text(p: &CpuPlan) -> String {
+    let mut s = format!(
+        "# CPU manager: policy {}, reserved {}, shared pool {}\n",
+        p.policy,
+        if p.reserved.is_empty() {
+            "-"
+        } else {
+            &p.reserved
+        },
+        if p.shared_pool.is_empty() {
+            "-"
+        } else {
+            &p.shared_pool
+        }
+    );
+    for c in &p.cpusets {
+        s.push_str(&format!(
+            "{}  {}  cpus={}  {}\n",
+            c.pod,
+            c.container,
+            c.cpus,
+            if c.exclusive { "exclusive" } else { "shared" }
+        ));
+    }
+    for r in &p.refused {
+        s.push_str(&format!(
+            "refused: {} {}: {}\n",
+            r.pod, r.container, r.error
+        ));
+    }
+    s
+}
+
+/// Add `cpusets`, `shared_pool` and `cpu_manager` to a plan's JSON object.
+pub fn add_to_json(v: &mut serde_json::Value, p: &CpuPlan) {
+    let cpusets: Vec<serde_json::Value> = p
+        .cpusets
+        .iter()
+        .map(|c| {
+            serde_json::json!({
+                "pod_uid": c.pod_uid,
+                "pod": c.pod,
+                "container": c.container,
+                "cpus": c.cpus,
+                "exclusive": c.exclusive,
+            })
+        })
+        .collect();
+    v["cpusets"] = serde_json::Value::Array(cpusets);
+    v["shared_pool"] = serde_json::Value::String(p.shared_pool.clone());
+    v["cpu_manager"] = serde_json::json!({
+        "policy": p.policy,
+        "reserved": p.reserved,
+        "refused": p.refused,
+    });
+}

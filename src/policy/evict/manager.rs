@@ -1,0 +1,1016 @@
+//! The eviction manager's state machine (pure: time and data are inputs).
+//!
+//! Each pass ([`Manager::synchronize`]) takes the current time, the latest
+//! signal observations and the pods with their stats, and returns a
+//! [`Decision`]: the status of every threshold (met, with minimum-reclaim
+//! hysteresis and soft grace periods), the node conditions (held for the
+//! pressure transition period), and at most one victim. After a victim is
+//! chosen the manager waits until its resources are released (the pod is
+//! gone, its cgroup holds no process, or its usage dropped) or a timeout
+//! passes before it chooses another — like the kubelet's one pod per pass
+//! and wait-for-cleanup, but driven as fast as the caller calls it.
+//!
+//! Never evicts on stale or missing data: a threshold whose observation is
+//! missing or older than [`ManagerOptions::max_observation_age`] keeps its
+//! previous state but cannot trigger an eviction, and a pod list that could
+//! not be fetched blocks evictions; the reason is in the decision and logged.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use crate::policy::evict::rank::{self, Candidate, Ranked};
+use crate::policy::evict::threshold::{
+    format_duration, EvictionConfig, NodeCondition, Signal, SignalResource, Threshold,
+    ThresholdKind,
+};
+
+/// One observation of a signal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Observation {
+    /// Available amount (may be negative for over-committed signals; the
+    /// kubelet floors memory working set at 0, so memory is ≤ capacity).
+    pub available: i64,
+    pub capacity: i64,
+    /// When it was measured.
+    pub at: Instant,
+}
+
+/// The latest observation of each signal.
+pub type Observations = BTreeMap<Signal, Observation>;
+
+/// Tunables of the state machine.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ManagerOptions {
+    /// Observations older than this cannot trigger an eviction.
+    pub max_observation_age: Duration,
+    /// After an eviction, wait at most this long for the resources to be
+    /// released before choosing the next victim (kubelet: 30 s).
+    pub release_timeout: Duration,
+    /// The victim counts as released once its usage of the evicted resource
+    /// is at most this fraction of its usage when it was chosen.
+    pub release_fraction: f64,
+    /// A victim whose cgroup has no process left counts as released once
+    /// this long has passed since it was chosen, even if its usage has not
+    /// dropped (page cache stays charged; and cgroup.procs empties before
+    /// the exiting processes' memory is freed, so "no process" alone is
+    /// too early).
+    pub empty_settle: Duration,
+    /// A pod whose eviction failed is not chosen again for this long.
+    pub failed_backoff: Duration,
+    /// Soft evictions: pod grace when the pod has no terminationGracePeriodSeconds.
+    pub default_pod_grace: Duration,
+}
+
+impl Default for ManagerOptions {
+    fn default() -> Self {
+        ManagerOptions {
+            max_observation_age: Duration::from_secs(5),
+            release_timeout: Duration::from_secs(30),
+            release_fraction: 0.25,
+            empty_settle: Duration::from_millis(500),
+            failed_backoff: Duration::from_secs(10),
+            default_pod_grace: Duration::from_secs(30),
+        }
+    }
+}
+
+/// The status of one configured threshold in a pass.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ThresholdStatus {
+    pub threshold: Threshold,
+    pub observed: Option<Observation>,
+    /// Absolute threshold against the observed capacity (plus min-reclaim
+    /// when the threshold was already met).
+    pub line: Option<i64>,
+    pub met: bool,
+    /// Observation missing or too old: state carried over, no action.
+    pub stale: bool,
+    /// When it was first met in the current episode.
+    pub met_since: Option<Instant>,
+    /// Met for at least its grace period (always true for a met hard one).
+    pub grace_satisfied: bool,
+}
+
+/// The pod chosen for eviction and everything the evictor should log.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Victim {
+    pub candidate: Candidate,
+    pub signal: Signal,
+    pub threshold: Threshold,
+    pub kind: ThresholdKind,
+    pub observed: i64,
+    pub capacity: i64,
+    pub threshold_value: i64,
+    /// Grace to give the pod: zero for hard thresholds (kill now), for soft
+    /// min(eviction-max-pod-grace-period, pod's terminationGracePeriodSeconds).
+    pub grace: Duration,
+    /// 1-based position in the ranking (always 1 today; kept for the log).
+    pub rank: usize,
+    pub usage: Option<u64>,
+    pub request: i64,
+    pub reason: String,
+}
+
+/// What the caller should do after a pass.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    /// Nothing to do.
+    None,
+    /// Evict this pod now, then report with [`Manager::mark_released`] /
+    /// [`Manager::eviction_failed`] (or let later passes notice).
+    Evict(Box<Victim>),
+    /// A previous victim's resources are not released yet.
+    WaitingForRelease { uid: String, since: Instant },
+    /// A threshold calls for an eviction but the data does not allow one
+    /// (stale or missing data, no evictable pod). Logged at warn.
+    Blocked(String),
+}
+
+/// The result of a pass.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    pub at: Instant,
+    pub thresholds: Vec<ThresholdStatus>,
+    pub conditions: Vec<NodeCondition>,
+    pub action: Action,
+    /// Warnings and explanations for this pass (stale data, timeouts…).
+    pub notes: Vec<String>,
+}
+
+impl Decision {
+    pub fn victim(&self) -> Option<&Victim> {
+        match &self.action {
+            Action::Evict(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    pub fn met(&self) -> impl Iterator<Item = &ThresholdStatus> {
+        self.thresholds.iter().filter(|t| t.met)
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Pending {
+    uid: String,
+    resource: SignalResource,
+    usage_at_choice: Option<u64>,
+    since: Instant,
+}
+
+/// The eviction state machine.
+#[derive(Debug, Clone)]
+pub struct Manager {
+    config: EvictionConfig,
+    opts: ManagerOptions,
+    met: Vec<bool>,
+    first_met: Vec<Option<Instant>>,
+    condition_last_met: BTreeMap<NodeCondition, Instant>,
+    pending: Option<Pending>,
+    /// When the last victim was seen released: the next victim needs an
+    /// observation taken after this (the signal read before the pod stats
+    /// may predate the release).
+    released_at: Option<Instant>,
+    failed: BTreeMap<String, Instant>,
+}
+
+impl Manager {
+    pub fn new(config: EvictionConfig, opts: ManagerOptions) -> Manager {
+        let n = config.thresholds.len();
+        Manager {
+            config,
+            opts,
+            met: vec![false; n],
+            first_met: vec![None; n],
+            condition_last_met: BTreeMap::new(),
+            pending: None,
+            released_at: None,
+            failed: BTreeMap::new(),
+        }
+    }
+
+    pub fn config(&self) -> &EvictionConfig {
+        &self.config
+    }
+
+    pub fn options(&self) -> &ManagerOptions {
+        &self.opts
+    }
+
+    /// The uid of the victim the manager is waiting for, if any.
+    pub fn pending_victim(&self) -> Option<&str> {
+        self.pending.as_ref().map(|p| p.uid.as_str())
+    }
+
+    /// The evictor confirmed the victim's resources are released (e.g. its
+    /// cgroup is empty): the next pass may choose another victim.
+    pub fn mark_released(&mut self, uid: &str) {
+        if self.pending.as_ref().is_some_and(|p| p.uid == uid) {
+            self.pending = None;
+        }
+    }
+
+    /// Evicting `uid` failed: forget it as pending and skip it for
+    /// [`ManagerOptions::failed_backoff`].
+    pub fn eviction_failed(&mut self, uid: &str, now: Instant) {
+        self.mark_released(uid);
+        self.failed.insert(uid.to_string(), now);
+    }
+
+    /// One pass. `pods`: the pods with their stats, or why they are unknown
+    /// (runtime not answering): then nothing is evicted.
+    pub fn synchronize(
+        &mut self,
+        now: Instant,
+        observations: &Observations,
+        pods: Result<&[Candidate], String>,
+    ) -> Decision {
+        let mut notes = Vec::new();
+        let mut statuses = Vec::with_capacity(self.config.thresholds.len());
+
+        for (i, t) in self.config.thresholds.iter().enumerate() {
+            let obs = observations.get(&t.signal).copied();
+            let stale = match obs {
+                None => {
+                    notes.push(format!(
+                        "no observation for {}: {} not evaluated",
+                        t.signal,
+                        t.statement()
+                    ));
+                    true
+                }
+                Some(o) if now.saturating_duration_since(o.at) > self.opts.max_observation_age => {
+                    notes.push(format!(
+                        "observation of {} is {} old (max {}): {} not evaluated",
+                        t.signal,
+                        format_duration(now.saturating_duration_since(o.at)),
+                        format_duration(self.opts.max_observation_age),
+                        t.statement()
+                    ));
+                    true
+                }
+                Some(_) => false,
+            };
+            let (met, line) = match obs {
+                Some(o) if !stale => {
+                    let met = t.is_met(o.available, o.capacity, self.met[i]);
+                    let mut line = t.threshold_for(o.capacity);
+                    if self.met[i] {
+                        line = line.saturating_add(t.min_reclaim_for(o.capacity));
+                    }
+                    (met, Some(line))
+                }
+                // stale or missing: carry the previous state over
+                _ => (self.met[i], None),
+            };
+            if met {
+                if self.first_met[i].is_none() {
+                    self.first_met[i] = Some(now);
+                }
+            } else {
+                self.first_met[i] = None;
+            }
+            self.met[i] = met;
+            let grace_satisfied = met
+                && self.first_met[i]
+                    .is_some_and(|s| now.saturating_duration_since(s) >= t.grace_period);
+            statuses.push(ThresholdStatus {
+                threshold: t.clone(),
+                observed: obs,
+                line,
+                met,
+                stale,
+                met_since: self.first_met[i],
+                grace_satisfied,
+            });
+        }
+
+        // Node conditions: held for the transition period after last met.
+        for s in statuses.iter().filter(|s| s.met) {
+            self.condition_last_met
+                .insert(s.threshold.signal.node_condition(), now);
+        }
+        let period = self.config.pressure_transition_period;
+        self.condition_last_met
+            .retain(|_, last| *last == now || now.saturating_duration_since(*last) < period);
+        let conditions: Vec<NodeCondition> = self.condition_last_met.keys().copied().collect();
+
+        self.failed
+            .retain(|_, at| now.saturating_duration_since(*at) < self.opts.failed_backoff);
+
+        let action = self.choose(now, &statuses, pods, &mut notes);
+        match &action {
+            Action::Blocked(why) => tracing::warn!(reason = %why, "eviction blocked"),
+            Action::Evict(v) => {
+                tracing::debug!(pod = %v.candidate.uid, signal = %v.signal, "victim chosen")
+            }
+            _ => {}
+        }
+        for n in &notes {
+            tracing::debug!(note = %n, "eviction manager");
+        }
+        Decision {
+            at: now,
+            thresholds: statuses,
+            conditions,
+            action,
+            notes,
+        }
+    }
+
+    fn choose(
+        &mut self,
+        now: Instant,
+        statuses: &[ThresholdStatus],
+        pods: Result<&[Candidate], String>,
+        notes: &mut Vec<String>,
+    ) -> Action {
+        // Thresholds that call for an eviction now: hard before soft, memory first.
+        let mut eligible: Vec<&ThresholdStatus> = statuses
+            .iter()
+            .filter(|s| s.met && s.grace_satisfied && !s.stale)
+            .collect();
+        for s in statuses
+            .iter()
+            .filter(|s| s.met && !s.grace_satisfied && !s.stale)
+        {
+            let since = s
+                .met_since
+                .map(|m| now.saturating_duration_since(m))
+                .unwrap_or_default();
+            notes.push(format!(
+                "{} met for {} of its {} grace period",
+                s.threshold.statement(),
+                format_duration(since),
+                format_duration(s.threshold.grace_period)
+            ));
+        }
+        let stale_met: Vec<String> = statuses
+            .iter()
+            .filter(|s| s.met && s.stale)
+            .map(|s| s.threshold.statement())
+            .collect();
+        eligible.sort_by_key(|s| (s.threshold.kind, s.threshold.signal.resource()));
+        let Some(chosen) = eligible.first().copied() else {
+            if !stale_met.is_empty() {
+                return Action::Blocked(format!(
+                    "threshold(s) {} were met but their data is stale or missing: not evicting",
+                    stale_met.join(", ")
+                ));
+            }
+            // pressure gone: nothing to wait for
+            self.pending = None;
+            return Action::None;
+        };
+        let pods = match pods {
+            Ok(p) => p,
+            Err(why) => {
+                return Action::Blocked(format!(
+                    "{} is met but the pod list is unavailable ({why}): not evicting",
+                    chosen.threshold.statement()
+                ))
+            }
+        };
+
+        if let Some(p) = &self.pending {
+            let waited = now.saturating_duration_since(p.since);
+            let released = match pods.iter().find(|c| c.uid == p.uid) {
+                None => Some("pod gone".to_string()),
+                Some(c) => {
+                    let st = c.stats.unwrap_or_default();
+                    let (usage, _) = c.usage_and_request(p.resource);
+                    match (usage, p.usage_at_choice) {
+                        (Some(u), Some(at))
+                            if (u as f64) <= at as f64 * self.opts.release_fraction =>
+                        {
+                            Some(format!("usage dropped from {at} to {u}"))
+                        }
+                        _ if st.processes == Some(0)
+                            && c.stats.is_some()
+                            && waited >= self.opts.empty_settle =>
+                        {
+                            Some(format!("no process left for {}", format_duration(waited)))
+                        }
+                        _ => None,
+                    }
+                }
+            };
+            match released {
+                Some(why) => {
+                    notes.push(format!(
+                        "previous victim {} released: {why}; re-evaluating with observations taken after this",
+                        p.uid
+                    ));
+                    self.pending = None;
+                    self.released_at = Some(now);
+                    return Action::None;
+                }
+                None if waited >= self.opts.release_timeout => {
+                    notes.push(format!(
+                        "previous victim {} not released after {}: choosing the next one",
+                        p.uid,
+                        format_duration(waited)
+                    ));
+                    self.pending = None;
+                }
+                None => {
+                    return Action::WaitingForRelease {
+                        uid: p.uid.clone(),
+                        since: p.since,
+                    }
+                }
+            }
+        }
+
+        let signal = chosen.threshold.signal;
+        let obs = chosen
+            .observed
+            .expect("eligible thresholds have observations");
+        if let Some(r) = self.released_at {
+            if obs.at <= r {
+                notes.push(format!(
+                    "observation of {signal} predates the release of the previous victim: waiting for a fresh one"
+                ));
+                return Action::None;
+            }
+        }
+        let live: Vec<Candidate> = pods
+            .iter()
+            .filter(|c| !self.failed.contains_key(&c.uid))
+            .cloned()
+            .collect();
+        let ranking = rank::rank(signal, &live);
+        let measured = ranking.order.iter().filter(|r| r.usage.is_some()).count();
+        if !ranking.order.is_empty() && measured == 0 {
+            return Action::Blocked(format!(
+                "{} is met but no pod has {} stats: not evicting on missing data",
+                chosen.threshold.statement(),
+                signal
+            ));
+        }
+        let Some(first) = ranking.order.first() else {
+            return Action::Blocked(format!(
+                "{} is met but no pod can be evicted ({} never evicted, {} in back-off)",
+                chosen.threshold.statement(),
+                ranking.never_evicted.len(),
+                pods.len() - live.len()
+            ));
+        };
+        let victim = self.victim(chosen, obs, first);
+        self.pending = Some(Pending {
+            uid: victim.candidate.uid.clone(),
+            resource: signal.resource(),
+            usage_at_choice: victim.usage,
+            since: now,
+        });
+        Action::Evict(Box::new(victim))
+    }
+
+    fn victim(&self, s: &ThresholdStatus, obs: Observation, r: &Ranked) -> Victim {
+        let t = &s.threshold;
+        let grace = match t.kind {
+            ThresholdKind::Hard => Duration::ZERO,
+            ThresholdKind::Soft => {
+                let pod = r
+                    .candidate
+                    .termination_grace_period_seconds
+                    .map(|g| Duration::from_secs(g.max(0) as u64))
+                    .unwrap_or(self.opts.default_pod_grace);
+                pod.min(self.config.max_pod_grace_period)
+            }
+        };
+        Victim {
+            candidate: r.candidate.clone(),
+            signal: t.signal,
+            threshold: t.clone(),
+            kind: t.kind,
+            observed: obs.available,
+            capacity: obs.capacity,
+            threshold_value: t.threshold_for(obs.capacity),
+            grace,
+            rank: r.rank,
+            usage: r.usage,
+            request: r.request,
+            reason: r.reason.clone(),
+        }
+    }
+}
+
+/// Signals that have at least one threshold (what must be observed).
+pub fn watched_signals(config: &EvictionConfig) -> BTreeSet<Signal> {
+    config.thresholds.iter().map(|t| t.signal).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::model::QosClass;
+    use crate::policy::evict::rank::PodStats;
+    use crate::policy::evict::threshold::{
+        parse_assignment_flag, parse_threshold_flag, RawEvictionConfig,
+    };
+
+    const MI: i64 = 1024 * 1024;
+    const CAP: i64 = 4096 * MI;
+
+    fn config(
+        hard: &str,
+        soft: &str,
+        grace: &str,
+        reclaim: &str,
+        transition: &str,
+    ) -> EvictionConfig {
+        EvictionConfig::from_raw(&RawEvictionConfig {
+            eviction_hard: Some(parse_threshold_flag("h", hard).unwrap()),
+            eviction_soft: parse_threshold_flag("s", soft).unwrap(),
+            eviction_soft_grace_period: parse_assignment_flag("g", grace).unwrap(),
+            eviction_minimum_reclaim: parse_assignment_flag("r", reclaim).unwrap(),
+            eviction_max_pod_grace_period: Some(20),
+            eviction_pressure_transition_period: Some(transition.into()),
+            merge_default_eviction_settings: false,
+        })
+        .unwrap()
+    }
+
+    fn pod(uid: &str, qos: QosClass, req_mi: i64, usage_mi: Option<i64>) -> Candidate {
+        Candidate {
+            uid: uid.into(),
+            namespace: "ns".into(),
+            name: uid.into(),
+            qos,
+            priority: 0,
+            static_or_mirror: false,
+            memory_request_bytes: req_mi * MI,
+            ephemeral_storage_request_bytes: 0,
+            termination_grace_period_seconds: Some(60),
+            sandbox_id: Some(format!("sb-{uid}")),
+            cgroup_dirs: vec![],
+            stats: usage_mi.map(|u| PodStats {
+                memory_working_set_bytes: Some((u * MI) as u64),
+                processes: Some(1),
+                ..Default::default()
+            }),
+        }
+    }
+
+    fn mem(avail_mi: i64, at: Instant) -> Observations {
+        [(
+            Signal::MemoryAvailable,
+            Observation {
+                available: avail_mi * MI,
+                capacity: CAP,
+                at,
+            },
+        )]
+        .into()
+    }
+
+    fn pods() -> Vec<Candidate> {
+        vec![
+            pod("g", QosClass::Guaranteed, 512, Some(500)),
+            pod("bu", QosClass::Burstable, 100, Some(300)),
+            pod("be", QosClass::BestEffort, 0, Some(250)),
+        ]
+    }
+
+    fn s(secs: u64) -> Duration {
+        Duration::from_secs(secs)
+    }
+
+    #[test]
+    fn hard_threshold_hysteresis_and_victims() {
+        let t0 = Instant::now();
+        let mut m = Manager::new(
+            config(
+                "memory.available<100Mi",
+                "",
+                "",
+                "memory.available=50Mi",
+                "0s",
+            ),
+            ManagerOptions::default(),
+        );
+        let p = pods();
+        // (offset s, available MiB, pods, expected met, expected victim uid / action)
+        let d = m.synchronize(t0, &mem(200, t0), Ok(&p));
+        assert!(d.met().next().is_none());
+        assert_eq!(d.action, Action::None);
+
+        let d = m.synchronize(t0 + s(1), &mem(99, t0 + s(1)), Ok(&p));
+        assert_eq!(d.met().count(), 1);
+        let v = d.victim().expect("victim");
+        assert_eq!(v.candidate.uid, "be"); // exceeds by 250Mi > bu's 200Mi
+        assert_eq!(v.kind, ThresholdKind::Hard);
+        assert_eq!(v.grace, Duration::ZERO);
+        assert_eq!(v.threshold_value, 100 * MI);
+        assert_eq!(v.observed, 99 * MI);
+        assert_eq!(d.conditions, vec![NodeCondition::MemoryPressure]);
+
+        // still met, victim not gone: wait
+        let d = m.synchronize(t0 + s(2), &mem(90, t0 + s(2)), Ok(&p));
+        assert!(matches!(d.action, Action::WaitingForRelease { ref uid, .. } if uid == "be"));
+
+        // victim gone → next victim
+        let p2: Vec<Candidate> = p.iter().filter(|c| c.uid != "be").cloned().collect();
+        let d = m.synchronize(t0 + s(3), &mem(120, t0 + s(3)), Ok(&p2));
+        // 120 >= 100 but < 150 (threshold + min-reclaim): still met
+        assert_eq!(d.met().count(), 1);
+        // the release pass chooses nobody: the observation may predate it
+        assert_eq!(d.action, Action::None);
+        assert!(d.notes.iter().any(|n| n.contains("released: pod gone")));
+        // an observation as old as the release is not enough either
+        let d = m.synchronize(t0 + s(3), &mem(120, t0 + s(3)), Ok(&p2));
+        assert_eq!(d.action, Action::None);
+        assert!(d.notes.iter().any(|n| n.contains("predates the release")));
+        // a fresh one is
+        let now = t0 + Duration::from_millis(3005);
+        let d = m.synchronize(now, &mem(120, now), Ok(&p2));
+        assert_eq!(d.victim().unwrap().candidate.uid, "bu");
+
+        // reclaimed past threshold + min-reclaim: not met, pending cleared
+        let d = m.synchronize(t0 + s(4), &mem(150, t0 + s(4)), Ok(&p2));
+        assert_eq!(d.met().count(), 0);
+        assert_eq!(d.action, Action::None);
+        assert_eq!(m.pending_victim(), None);
+        // transition period 0: no condition once unmet
+        assert!(d.conditions.is_empty());
+    }
+
+    #[test]
+    fn equal_overage_tiebreak_by_uid() {
+        // bu exceeds by 200Mi, be by 200Mi: tie → uid "be" < "bu"
+        let p = vec![
+            pod("bu", QosClass::Burstable, 100, Some(300)),
+            pod("be", QosClass::BestEffort, 0, Some(200)),
+        ];
+        let t0 = Instant::now();
+        let mut m = Manager::new(
+            config("memory.available<100Mi", "", "", "", "0s"),
+            ManagerOptions::default(),
+        );
+        let d = m.synchronize(t0, &mem(10, t0), Ok(&p));
+        assert_eq!(d.victim().unwrap().candidate.uid, "be");
+    }
+
+    #[test]
+    fn soft_threshold_waits_for_grace() {
+        let t0 = Instant::now();
+        let mut m = Manager::new(
+            config(
+                "memory.available<10Mi",
+                "memory.available<1Gi",
+                "memory.available=1m30s",
+                "",
+                "5m",
+            ),
+            ManagerOptions::default(),
+        );
+        let p = pods();
+        // (offset secs, available MiB, expect victim?)
+        let table: &[(u64, i64, bool)] = &[
+            (0, 900, false),  // met, grace starts
+            (60, 800, false), // 60s < 90s
+            (89, 800, false),
+            (90, 800, true), // grace satisfied
+        ];
+        for &(off, avail, want) in table {
+            let now = t0 + s(off);
+            let d = m.synchronize(now, &mem(avail, now), Ok(&p));
+            assert_eq!(d.victim().is_some(), want, "t={off}");
+            assert_eq!(d.conditions, vec![NodeCondition::MemoryPressure], "t={off}");
+            if let Some(v) = d.victim() {
+                assert_eq!(v.kind, ThresholdKind::Soft);
+                // min(max-pod-grace 20s, pod's 60s)
+                assert_eq!(v.grace, s(20));
+            }
+        }
+    }
+
+    #[test]
+    fn soft_grace_resets_when_unmet() {
+        let t0 = Instant::now();
+        let mut m = Manager::new(
+            config(
+                "memory.available<10Mi",
+                "memory.available<1Gi",
+                "memory.available=30s",
+                "",
+                "0s",
+            ),
+            ManagerOptions::default(),
+        );
+        let p = pods();
+        let seq: &[(u64, i64, bool)] = &[
+            (0, 900, false),
+            (20, 2000, false),
+            (40, 900, false),
+            (69, 900, false),
+            (70, 900, true),
+        ];
+        for &(off, avail, want) in seq {
+            let now = t0 + s(off);
+            let d = m.synchronize(now, &mem(avail, now), Ok(&p));
+            assert_eq!(d.victim().is_some(), want, "t={off}");
+        }
+    }
+
+    #[test]
+    fn soft_grace_uses_smaller_pod_grace() {
+        let t0 = Instant::now();
+        let mut m = Manager::new(
+            config(
+                "memory.available<10Mi",
+                "memory.available<1Gi",
+                "memory.available=0s",
+                "",
+                "0s",
+            ),
+            ManagerOptions::default(),
+        );
+        let mut p = pods();
+        for c in &mut p {
+            c.termination_grace_period_seconds = Some(5);
+        }
+        let d = m.synchronize(t0, &mem(500, t0), Ok(&p));
+        assert_eq!(d.victim().unwrap().grace, s(5));
+    }
+
+    #[test]
+    fn hard_preferred_over_soft_and_memory_over_disk() {
+        let t0 = Instant::now();
+        let cfg = config(
+            "memory.available<100Mi,nodefs.available<10%",
+            "memory.available<1Gi",
+            "memory.available=0s",
+            "",
+            "0s",
+        );
+        let mut m = Manager::new(cfg, ManagerOptions::default());
+        let mut obs = mem(50, t0);
+        obs.insert(
+            Signal::NodeFsAvailable,
+            Observation {
+                available: 1,
+                capacity: 1000,
+                at: t0,
+            },
+        );
+        let d = m.synchronize(t0, &obs, Ok(&pods()));
+        let v = d.victim().unwrap();
+        assert_eq!(
+            (v.signal, v.kind),
+            (Signal::MemoryAvailable, ThresholdKind::Hard)
+        );
+        assert_eq!(
+            d.conditions,
+            vec![NodeCondition::MemoryPressure, NodeCondition::DiskPressure]
+        );
+    }
+
+    #[test]
+    fn transition_period_holds_condition() {
+        let t0 = Instant::now();
+        let mut m = Manager::new(
+            config("memory.available<100Mi", "", "", "", "5m"),
+            ManagerOptions::default(),
+        );
+        let p = pods();
+        let table: &[(u64, i64, bool)] = &[
+            (0, 50, true),
+            (10, 500, true), // unmet but within 5m
+            (299, 500, true),
+            (300, 500, false), // 5m after last met
+            (301, 50, true),
+        ];
+        for &(off, avail, want) in table {
+            let now = t0 + s(off);
+            // keep the victim released so waits don't interfere
+            if let Some(uid) = m.pending_victim().map(str::to_string) {
+                m.mark_released(&uid);
+            }
+            let d = m.synchronize(now, &mem(avail, now), Ok(&p));
+            assert_eq!(
+                d.conditions.contains(&NodeCondition::MemoryPressure),
+                want,
+                "t={off}"
+            );
+        }
+    }
+
+    #[test]
+    fn stale_or_missing_data_blocks() {
+        let t0 = Instant::now();
+        let mut m = Manager::new(
+            config("memory.available<100Mi", "", "", "", "0s"),
+            ManagerOptions::default(),
+        );
+        let p = pods();
+        // missing observation: nothing met, note says so
+        let d = m.synchronize(t0, &Observations::new(), Ok(&p));
+        assert_eq!(d.action, Action::None);
+        assert!(d
+            .notes
+            .iter()
+            .any(|n| n.contains("no observation for memory.available")));
+        // stale observation showing pressure: never evaluated → no eviction
+        let now = t0 + s(10);
+        let d = m.synchronize(now, &mem(1, t0), Ok(&p));
+        assert!(d.victim().is_none());
+        assert!(d.thresholds[0].stale);
+        // met by fresh data, then pods unavailable → blocked
+        let now = t0 + s(11);
+        let d = m.synchronize(now, &mem(1, now), Err("runtime timeout".into()));
+        match &d.action {
+            Action::Blocked(why) => assert!(why.contains("runtime timeout"), "{why}"),
+            a => panic!("{a:?}"),
+        }
+        // met, then data goes stale: still met (condition) but blocked
+        let now = t0 + s(20);
+        let d = m.synchronize(now, &mem(1, t0 + s(11)), Ok(&p));
+        assert!(d.thresholds[0].met && d.thresholds[0].stale);
+        assert!(matches!(d.action, Action::Blocked(ref w) if w.contains("stale")));
+        assert_eq!(d.conditions, vec![NodeCondition::MemoryPressure]);
+    }
+
+    #[test]
+    fn no_stats_anywhere_blocks_but_partial_follows_kubelet() {
+        let t0 = Instant::now();
+        let mut m = Manager::new(
+            config("memory.available<100Mi", "", "", "", "0s"),
+            ManagerOptions::default(),
+        );
+        let none = vec![
+            pod("a", QosClass::BestEffort, 0, None),
+            pod("b", QosClass::Guaranteed, 10, None),
+        ];
+        let d = m.synchronize(t0, &mem(1, t0), Ok(&none));
+        assert!(
+            matches!(d.action, Action::Blocked(ref w) if w.contains("no pod has memory.available stats"))
+        );
+        let partial = vec![
+            pod("a", QosClass::BestEffort, 0, Some(10)),
+            pod("b", QosClass::Guaranteed, 10, None),
+        ];
+        let d = m.synchronize(t0, &mem(1, t0), Ok(&partial));
+        assert_eq!(d.victim().unwrap().candidate.uid, "b");
+    }
+
+    #[test]
+    fn protected_pods_never_chosen() {
+        let t0 = Instant::now();
+        let mut m = Manager::new(
+            config("memory.available<100Mi", "", "", "", "0s"),
+            ManagerOptions::default(),
+        );
+        let mut a = pod("crit", QosClass::BestEffort, 0, Some(3000));
+        a.priority = 2_000_001_000;
+        let mut b = pod("static", QosClass::BestEffort, 0, Some(3000));
+        b.static_or_mirror = true;
+        let d = m.synchronize(t0, &mem(1, t0), Ok(&[a, b]));
+        match &d.action {
+            Action::Blocked(w) => assert!(w.contains("2 never evicted"), "{w}"),
+            x => panic!("{x:?}"),
+        }
+    }
+
+    #[test]
+    fn release_by_usage_drop_or_timeout() {
+        let t0 = Instant::now();
+        let opts = ManagerOptions {
+            release_timeout: s(30),
+            ..Default::default()
+        };
+        let mut m = Manager::new(config("memory.available<100Mi", "", "", "", "0s"), opts);
+        let mut p = pods();
+        let d = m.synchronize(t0, &mem(1, t0), Ok(&p));
+        assert_eq!(d.victim().unwrap().candidate.uid, "be");
+        // usage dropped to 25% → released
+        let victim = m.pending_victim().unwrap().to_string();
+        for c in &mut p {
+            if c.uid == victim {
+                c.stats.as_mut().unwrap().memory_working_set_bytes = Some((10 * MI) as u64);
+            }
+        }
+        let d = m.synchronize(t0 + s(1), &mem(1, t0 + s(1)), Ok(&p));
+        assert!(
+            d.notes.iter().any(|n| n.contains("usage dropped")),
+            "{:?}",
+            d.notes
+        );
+        assert_eq!(d.action, Action::None);
+        let d = m.synchronize(t0 + s(2), &mem(1, t0 + s(2)), Ok(&p));
+        let second = d.victim().unwrap().candidate.uid.clone();
+        assert_ne!(second, victim);
+        // second victim never releases: wait, then time out after 30 s
+        let d = m.synchronize(t0 + s(20), &mem(1, t0 + s(20)), Ok(&p));
+        assert!(matches!(d.action, Action::WaitingForRelease { .. }));
+        let d = m.synchronize(t0 + s(32), &mem(1, t0 + s(32)), Ok(&p));
+        assert!(
+            d.notes.iter().any(|n| n.contains("not released after 30s")),
+            "{:?}",
+            d.notes
+        );
+        assert!(d.victim().is_some());
+    }
+
+    #[test]
+    fn failed_eviction_backs_off() {
+        let t0 = Instant::now();
+        let mut m = Manager::new(
+            config("memory.available<100Mi", "", "", "", "0s"),
+            ManagerOptions::default(),
+        );
+        let p = pods();
+        let first = m
+            .synchronize(t0, &mem(1, t0), Ok(&p))
+            .victim()
+            .unwrap()
+            .candidate
+            .uid
+            .clone();
+        m.eviction_failed(&first, t0);
+        let d = m.synchronize(t0 + s(1), &mem(1, t0 + s(1)), Ok(&p));
+        let second = d.victim().unwrap().candidate.uid.clone();
+        assert_ne!(first, second);
+        m.mark_released(&second);
+        // after the back-off the first is eligible again
+        let d = m.synchronize(t0 + s(12), &mem(1, t0 + s(12)), Ok(&p));
+        assert_eq!(d.victim().unwrap().candidate.uid, first);
+    }
+
+    #[test]
+    fn process_count_zero_releases() {
+        let t0 = Instant::now();
+        let mut m = Manager::new(
+            config("memory.available<100Mi", "", "", "", "0s"),
+            ManagerOptions::default(),
+        );
+        let mut p = pods();
+        let v = m
+            .synchronize(t0, &mem(1, t0), Ok(&p))
+            .victim()
+            .unwrap()
+            .candidate
+            .uid
+            .clone();
+        for c in &mut p {
+            if c.uid == v {
+                c.stats.as_mut().unwrap().processes = Some(0);
+            }
+        }
+        // cgroup empty but memory not yet freed: keep waiting a little
+        let ms = Duration::from_millis;
+        let d = m.synchronize(t0 + ms(100), &mem(1, t0 + ms(100)), Ok(&p));
+        assert!(
+            matches!(d.action, Action::WaitingForRelease { .. }),
+            "{:?}",
+            d.action
+        );
+        let d = m.synchronize(t0 + ms(500), &mem(1, t0 + ms(500)), Ok(&p));
+        assert!(
+            d.notes
+                .iter()
+                .any(|n| n.contains("no process left for 500ms")),
+            "{:?}",
+            d.notes
+        );
+    }
+
+    #[test]
+    fn pid_and_disk_thresholds() {
+        let t0 = Instant::now();
+        let mut m = Manager::new(
+            config("pid.available<1000,nodefs.inodesFree<5%", "", "", "", "0s"),
+            ManagerOptions::default(),
+        );
+        let mut p = pods();
+        p[0].priority = -1; // g has the lowest priority → first under PID pressure
+        let obs: Observations = [
+            (
+                Signal::PidAvailable,
+                Observation {
+                    available: 500,
+                    capacity: 32768,
+                    at: t0,
+                },
+            ),
+            (
+                Signal::NodeFsInodesFree,
+                Observation {
+                    available: 10_000,
+                    capacity: 100_000,
+                    at: t0,
+                },
+            ),
+        ]
+        .into();
+        let d = m.synchronize(t0, &obs, Ok(&p));
+        assert_eq!(d.conditions, vec![NodeCondition::PIDPressure]);
+        let v = d.victim().unwrap();
+        assert_eq!(
+            (v.signal, v.candidate.uid.as_str()),
+            (Signal::PidAvailable, "g")
+        );
+        assert_eq!(watched_signals(m.config()).len(), 2);
+    }
+}

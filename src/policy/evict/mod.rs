@@ -1,0 +1,44 @@
+//! Eviction policy: kubelet signals and thresholds ([`threshold`]), the
+//! kubelet's ranking ([`rank`]) and the pure, time-injected state machine
+//! that decides conditions and victims ([`manager`]).
+
+pub mod manager;
+pub mod rank;
+pub mod threshold;
+
+/// How victims are evicted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Backend {
+    Kill,
+    Cri,
+    /// The Kubernetes Eviction API (src/kube), local kill as fall-back.
+    Api,
+    DryRun,
+}
+
+impl Backend {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Backend::Kill => "kill",
+            Backend::Cri => "cri",
+            Backend::Api => "api",
+            Backend::DryRun => "dry-run",
+        }
+    }
+}
+
+impl std::str::FromStr for Backend {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "kill" => Ok(Backend::Kill),
+            "cri" => Ok(Backend::Cri),
+            "api" => Ok(Backend::Api),
+            "dry-run" | "dryrun" => Ok(Backend::DryRun),
+            _ => Err(format!(
+                "unknown evictor backend {s:?} (kill, cri, api, dry-run)"
+            )),
+        }
+    }
+}

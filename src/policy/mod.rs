@@ -1,0 +1,8 @@
+//! Pure policy: what the kubelet would do, computed from core types.
+//!
+//! * [`enforce`]: cgroup naming and the plan of cgroup writes.
+//! * [`evict`]: signals and thresholds, ranking, the eviction state machine.
+
+pub mod cpu;
+pub mod enforce;
+pub mod evict;

@@ -1,0 +1,357 @@
+//! `qosd run`: the enforcement loop.
+//!
+//! One reconcile = list pods (CRI or manifests) → classify → plan → apply
+//! the writes that differ (or record them, dry run) → remove orphaned pod
+//! cgroups that stayed empty for the grace period. The loop reconciles on a
+//! timer and promptly when the set of sandboxes changes (cheap relist).
+//! The eviction watcher runs beside it on its own thread
+//! ([`crate::runtime::eviction`]); see docs/design.md.
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::policy::enforce::plan::PlanConfig;
+use crate::runtime::pod_source::{Listing, PodSourceSpec, Source, SourceError};
+use crate::runtime::reconcile::{ReconcileReport, Reconciler};
+
+/// Everything `qosd run` needs.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    pub plan: PlanConfig,
+    pub source: PodSourceSpec,
+    pub dry_run: bool,
+    pub once: bool,
+    pub reconcile_interval: Duration,
+    pub relist_interval: Duration,
+    pub orphan_grace: Duration,
+    pub connect: crate::cri::ConnectOptions,
+    /// The machine's MemTotal: the kubelet derives Burstable containers'
+    /// oom_score_adj from it, so qosd inverts that formula with it (not
+    /// with an overridden node capacity).
+    pub machine_memory_bytes: i64,
+    /// The CPU manager (`cpuManagerPolicy: static`); `None`: policy none.
+    pub cpu_manager: Option<crate::runtime::cpu_manager::CpuManagerSettings>,
+    /// Pod specs from the Kubernetes API (CRI source only).
+    pub specs: Option<Arc<dyn crate::runtime::pod_source::SpecSource>>,
+}
+
+/// Hooks the daemon calls as it runs, so eviction, metrics and health can
+/// observe it without the loop knowing about them.
+pub trait Observer: Send {
+    /// After each reconcile (also the first).
+    fn reconciled(&mut self, _report: &ReconcileReport, _listing: &Listing) {}
+    /// A listing failed (runtime down, bad manifest).
+    fn source_failed(&mut self, _error: &SourceError) {}
+    /// Each loop turn (watchdog / liveness).
+    fn heartbeat(&mut self) {}
+    /// SIGHUP: return a new planner config to use, or None to keep it.
+    fn reload(&mut self) -> Option<PlanConfig> {
+        None
+    }
+}
+
+/// An observer that does nothing.
+pub struct NoObserver;
+impl Observer for NoObserver {}
+
+/// How the loop ended.
+#[derive(Debug)]
+pub enum Outcome {
+    /// `--once`: the report of the single pass.
+    Once(Box<ReconcileReport>),
+    /// SIGTERM / SIGINT.
+    Stopped,
+}
+
+/// Run the daemon loop until SIGTERM/SIGINT (or one pass with `once`).
+pub async fn run_loop(opts: RunOptions, observer: &mut dyn Observer) -> anyhow::Result<Outcome> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut sigterm = signal(SignalKind::terminate())?;
+    let mut sigint = signal(SignalKind::interrupt())?;
+    let mut sighup = signal(SignalKind::hangup())?;
+
+    // `--once` gives up when the runtime stays away; the daemon keeps
+    // waiting for it (not ready meanwhile), as a node agent must.
+    let mut source = loop {
+        let attempt = tokio::select! {
+            s = Source::connect(&opts.source, opts.connect, opts.machine_memory_bytes) => s,
+            _ = sigterm.recv() => return Ok(Outcome::Stopped),
+            _ = sigint.recv() => return Ok(Outcome::Stopped),
+        };
+        match attempt {
+            Ok(s) => break s,
+            Err(e) if opts.once => return Err(e.into()),
+            Err(e) => {
+                tracing::warn!(error = %e, "pod source not reachable at start; still trying");
+                observer.source_failed(&e);
+                observer.heartbeat();
+            }
+        }
+    };
+    if let Source::Cri { specs, .. } = &mut source {
+        specs.clone_from(&opts.specs);
+    }
+    let mut reconciler = Reconciler::new(opts.plan.clone(), opts.dry_run, opts.orphan_grace);
+    let mut cpu = match &opts.cpu_manager {
+        Some(s) => crate::runtime::cpu_manager::CpuManager::start(s, opts.dry_run)?,
+        None => None,
+    };
+    if cpu.is_some() && !matches!(source, Source::Cri { .. }) {
+        tracing::warn!("CPU manager: cpusets are applied through the CRI only; with manifests nothing is applied");
+    }
+
+    if opts.once {
+        let listing = source.list().await?;
+        let report = reconciler.reconcile(&listing.pods, listing.all_uids.as_ref(), Instant::now());
+        if let (Some(cpu), Source::Cri { client, .. }) = (cpu.as_mut(), &source) {
+            cpu.reconcile(client, &listing.live).await;
+        }
+        observer.reconciled(&report, &listing);
+        return Ok(Outcome::Once(Box::new(report)));
+    }
+
+    let mut reconcile_tick = tokio::time::interval(opts.reconcile_interval);
+    reconcile_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut relist_tick = tokio::time::interval(opts.relist_interval);
+    relist_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut source_down = false;
+    // The last full listing and the fingerprint it was taken at: a full
+    // inventory (a status call per sandbox and container) is only needed
+    // when the fingerprint changes, or every `RESYNC` to catch in-place
+    // resource updates; timer reconciles in between reuse it and only
+    // re-read the cgroups (drift).
+    let mut cached: Option<(Vec<String>, Listing, Instant)> = None;
+    loop {
+        observer.heartbeat();
+        let tick = tokio::select! {
+            _ = sigterm.recv() => { tracing::info!("SIGTERM: stopping"); return Ok(Outcome::Stopped); }
+            _ = sigint.recv() => { tracing::info!("SIGINT: stopping"); return Ok(Outcome::Stopped); }
+            _ = sighup.recv() => {
+                if let Some(cfg) = observer.reload() {
+                    tracing::info!("SIGHUP: configuration reloaded");
+                    reconciler.set_config(cfg);
+                }
+                cached = None;
+                Tick::Reconcile
+            }
+            _ = reconcile_tick.tick() => Tick::Reconcile,
+            _ = relist_tick.tick() => Tick::Relist,
+        };
+        // Calls retry while the runtime is down: stay stoppable.
+        let fp = tokio::select! {
+            r = source.fingerprint() => r,
+            _ = sigterm.recv() => { tracing::info!("SIGTERM: stopping"); return Ok(Outcome::Stopped); }
+            _ = sigint.recv() => { tracing::info!("SIGINT: stopping"); return Ok(Outcome::Stopped); }
+        };
+        let fp = match fp {
+            Ok(fp) => fp,
+            Err(e) => {
+                if !source_down {
+                    tracing::warn!(error = %e, "pod source unavailable; keeping the last state, retrying");
+                }
+                source_down = true;
+                // Relist in full once it answers again.
+                cached = None;
+                observer.source_failed(&e);
+                continue;
+            }
+        };
+        let fresh = cached
+            .as_ref()
+            .filter(|(cfp, _, at)| *cfp == fp && at.elapsed() < RESYNC);
+        let listing = match (fresh, tick) {
+            (Some(_), Tick::Relist) => continue,
+            (Some((_, listing, _)), Tick::Reconcile) => listing.clone(),
+            (None, _) => {
+                let listed = tokio::select! {
+                    r = source.list() => r,
+                    _ = sigterm.recv() => { tracing::info!("SIGTERM: stopping"); return Ok(Outcome::Stopped); }
+                    _ = sigint.recv() => { tracing::info!("SIGINT: stopping"); return Ok(Outcome::Stopped); }
+                };
+                match listed {
+                    Ok(listing) => {
+                        if source_down {
+                            tracing::info!("pod source is back");
+                            source_down = false;
+                        }
+                        cached = Some((fp, listing.clone(), Instant::now()));
+                        listing
+                    }
+                    Err(e) => {
+                        if !source_down {
+                            tracing::warn!(error = %e, "pod listing failed; keeping the last state, retrying");
+                        }
+                        source_down = true;
+                        cached = None;
+                        observer.source_failed(&e);
+                        continue;
+                    }
+                }
+            }
+        };
+        let report = reconciler.reconcile(&listing.pods, listing.all_uids.as_ref(), Instant::now());
+        if let (Some(cpu), Source::Cri { client, .. }) = (cpu.as_mut(), &source) {
+            cpu.reconcile(client, &listing.live).await;
+        }
+        tracing::debug!(
+            pods = report.pods,
+            writes = report.writes.len(),
+            unchanged = report.unchanged,
+            errors = report.errors.len(),
+            ms = report.duration.as_secs_f64() * 1e3,
+            "reconciled"
+        );
+        observer.reconciled(&report, &listing);
+    }
+}
+
+/// What woke the loop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tick {
+    /// The reconcile timer (or SIGHUP): reconcile even if nothing changed.
+    Reconcile,
+    /// The relist timer: reconcile only if the pods changed.
+    Relist,
+}
+
+/// A full inventory at least this often, even when no sandbox or container
+/// changed (in-place resource updates do not show in the fingerprint); the
+/// kubelet re-syncs its QoS cgroups every minute.
+const RESYNC: Duration = Duration::from_secs(60);
+
+// ------------------------------------------------- metrics, health, systemd
+
+/// Rebuilds the planner config on SIGHUP (None: keep the old one).
+pub type Reloader = Box<dyn FnMut() -> Option<PlanConfig> + Send>;
+
+/// The observer of a real `qosd run`: feeds metrics, health/readiness, the
+/// status document and systemd (READY after the first reconcile, watchdog).
+pub struct ServiceObserver {
+    pub metrics: Arc<crate::telemetry::metrics::Metrics>,
+    pub health: Arc<crate::telemetry::health::Health>,
+    pub limiter: crate::telemetry::metrics::LogLimiter,
+    notified_ready: bool,
+    watchdog: Option<(Duration, Instant)>,
+    layout: crate::policy::enforce::naming::CgroupLayout,
+    /// Called on SIGHUP to rebuild the planner config (reloads the file).
+    pub reloader: Option<Reloader>,
+    /// The eviction loop, fed the pods of every listing.
+    pub eviction: Option<Arc<crate::runtime::eviction_service::EvictionService>>,
+    /// The Kubernetes API side, for status and readiness reasons.
+    pub specs: Option<Arc<dyn crate::runtime::pod_source::SpecSource>>,
+}
+
+impl ServiceObserver {
+    pub fn new(
+        metrics: Arc<crate::telemetry::metrics::Metrics>,
+        health: Arc<crate::telemetry::health::Health>,
+        mode: &str,
+        plan: &PlanConfig,
+    ) -> ServiceObserver {
+        health.update_status(|d| {
+            d.version = env!("CARGO_PKG_VERSION").to_string();
+            d.mode = mode.to_string();
+            d.cgroup_version = plan.layout.version.to_string();
+            d.cgroup_driver = plan.layout.driver.to_string();
+        });
+        ServiceObserver {
+            metrics,
+            health,
+            limiter: crate::telemetry::metrics::LogLimiter::new(Duration::from_secs(60)),
+            notified_ready: false,
+            watchdog: crate::telemetry::notify::watchdog_interval().map(|d| (d, Instant::now())),
+            layout: plan.layout.clone(),
+            reloader: None,
+            eviction: None,
+            specs: None,
+        }
+    }
+}
+
+impl Observer for ServiceObserver {
+    fn reconciled(&mut self, report: &ReconcileReport, listing: &Listing) {
+        use crate::core::model::QosClass;
+        self.metrics.reconcile_done(report.duration);
+        self.metrics.cgroup_writes(report.writes.len() as u64);
+        self.metrics
+            .orphans_removed(report.orphans_removed.len() as u64);
+        for _ in &report.errors {
+            self.metrics.error("cgroup_write");
+        }
+        let counts = crate::telemetry::status::PodCounts::of(&listing.pods);
+        self.metrics.pods(QosClass::Guaranteed, counts.guaranteed);
+        self.metrics.pods(QosClass::Burstable, counts.burstable);
+        self.metrics.pods(QosClass::BestEffort, counts.best_effort);
+        self.health.set_cri_reachable(true);
+        self.health.set_reconciled();
+        if let Some(k) = &self.specs {
+            let (status, unavailable) = k.status();
+            self.health.set_degraded(
+                "kubernetes-api",
+                unavailable.map(|why| {
+                    format!(
+                        "{why}; exact pod specs unavailable, working from the runtime's data alone"
+                    )
+                }),
+            );
+            self.health.update_status(|d| d.kubernetes = Some(status));
+        }
+        self.health.update_status(|d| {
+            d.generated_at_ms = crate::telemetry::status::now_ms();
+            d.pods = counts.clone();
+            d.last_reconcile = Some(crate::telemetry::status::ReconcileStatus {
+                at_ms: crate::telemetry::status::now_ms(),
+                duration_ms: report.duration.as_secs_f64() * 1e3,
+                writes: report.writes.len() as u64,
+                errors: report.errors.len() as u64,
+                pods: report.pods,
+            });
+        });
+        if let Some(ev) = &self.eviction {
+            let sandboxes = listing
+                .live
+                .iter()
+                .map(|p| (p.pod.uid.clone(), p.sandbox_id.clone()))
+                .collect();
+            ev.update_pods(crate::runtime::eviction_service::candidates(
+                &listing.pods,
+                &sandboxes,
+                &self.layout,
+            ));
+        }
+        if !self.notified_ready {
+            self.notified_ready = true;
+            let _ = crate::telemetry::notify::ready(&format!(
+                "reconciled {} pods, {} writes",
+                report.pods,
+                report.writes.len()
+            ));
+        }
+    }
+
+    fn source_failed(&mut self, error: &SourceError) {
+        self.metrics.error("pod_source");
+        if let Some(ev) = &self.eviction {
+            ev.pods_unavailable(error.to_string());
+        }
+        if matches!(error, SourceError::Cri(_)) {
+            self.health.set_cri_reachable(false);
+        }
+    }
+
+    fn heartbeat(&mut self) {
+        self.health.beat();
+        if let Some((every, last)) = self.watchdog.as_mut() {
+            if last.elapsed() >= *every {
+                let _ = crate::telemetry::notify::watchdog();
+                *last = Instant::now();
+            }
+        }
+    }
+
+    fn reload(&mut self) -> Option<PlanConfig> {
+        let _ = crate::telemetry::notify::reloading();
+        let out = self.reloader.as_mut().and_then(|f| f());
+        let _ = crate::telemetry::notify::ready("configuration reloaded");
+        out
+    }
+}

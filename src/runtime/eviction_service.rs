@@ -1,0 +1,322 @@
+//! The eviction side of `qosd run`: the [`EvictionLoop`] (fast watcher +
+//! one [`Engine::pass`] per wake-up or per second) fed with the pods of
+//! every listing, and reporting each pass to metrics and `/status`.
+//!
+//! * The watcher polls the cheap memory counters adaptively (5–100 ms) and,
+//!   on v1, is woken by memcg eventfd thresholds; when a hard memory
+//!   threshold is crossed it wakes the loop at once.
+//! * Otherwise a pass runs every `monitoring_interval` (1 s; the kubelet
+//!   uses 10 s) for the other signals (disk, inodes, pids), soft thresholds
+//!   and releases.
+//! * The reconcile loop publishes the pods with
+//!   [`EvictionService::update_pods`]; when it cannot list them (runtime
+//!   down) the engine gets an error and evicts nothing.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::core::model::{CgroupVersion, Pod};
+use crate::policy::enforce::naming::CgroupLayout;
+use crate::policy::evict::manager::ManagerOptions;
+use crate::policy::evict::rank::Candidate;
+use crate::policy::evict::threshold::{EvictionConfig, NodeCondition, Signal};
+use crate::policy::evict::Backend;
+use crate::runtime::eviction::{Engine, EvictionLoop, LoopOptions, PassReport, PodFeed};
+use crate::runtime::evictor::{Evictor, PodStopper};
+use crate::sys::signals::SignalSources;
+use crate::sys::watch::{WatchConfig, WatchError};
+use crate::telemetry::health::Health;
+use crate::telemetry::metrics::Metrics;
+use crate::telemetry::status::{ConditionStatus, EvictionRecord, SignalStatus, ThresholdStatus};
+
+/// Settings of the eviction loop.
+#[derive(Debug, Clone)]
+pub struct ServiceConfig {
+    pub eviction: EvictionConfig,
+    pub sources: SignalSources,
+    pub backend: Backend,
+    /// Pass period when nothing wakes the loop earlier.
+    pub monitoring_interval: Duration,
+    /// The fast watcher; `None` polls only every `monitoring_interval`
+    /// (the kubelet's behaviour, used as a benchmark baseline).
+    pub watch: Option<WatchConfig>,
+    /// A pod listing older than this is stale: no eviction.
+    pub max_listing_age: Duration,
+    pub manager: ManagerOptions,
+}
+
+/// The eviction candidates of a set of pods: class, requests, priority, and
+/// the pod cgroup in every hierarchy (memory first: usage and kill).
+pub fn candidates(
+    pods: &[Pod],
+    sandbox_ids: &BTreeMap<String, String>,
+    layout: &CgroupLayout,
+) -> Vec<Candidate> {
+    pods.iter()
+        .map(|p| {
+            let class = crate::core::qos::classify(p).class;
+            let r = crate::core::resources::pod_resources(p);
+            let mut c = Candidate::new(
+                p,
+                class,
+                r.memory_request_bytes,
+                r.ephemeral_storage_request_bytes,
+                None,
+            );
+            if c.sandbox_id.is_none() {
+                c.sandbox_id = sandbox_ids.get(&p.uid).cloned();
+            }
+            let cg = layout.pod_cgroup(class, &p.uid);
+            c.cgroup_dirs = match layout.version {
+                CgroupVersion::V2 => vec![layout.dir(&cg, "")],
+                CgroupVersion::V1 => ["memory", "pids", "cpu"]
+                    .iter()
+                    .map(|ctl| layout.dir(&cg, ctl))
+                    .collect(),
+            };
+            c
+        })
+        .collect()
+}
+
+/// A running eviction loop; stops on drop.
+pub struct EvictionService {
+    feed: Arc<PodFeed>,
+    _loop: EvictionLoop,
+}
+
+impl EvictionService {
+    /// Start the loop (and the fast watcher when configured).
+    pub fn start(
+        cfg: ServiceConfig,
+        stopper: Option<Arc<dyn PodStopper>>,
+        metrics: Arc<Metrics>,
+        health: Arc<Health>,
+    ) -> Result<EvictionService, WatchError> {
+        EvictionService::start_with_api(cfg, stopper, None, metrics, health)
+    }
+
+    /// [`EvictionService::start`] with the Kubernetes API side of the
+    /// `api` backend.
+    pub fn start_with_api(
+        cfg: ServiceConfig,
+        stopper: Option<Arc<dyn PodStopper>>,
+        api: Option<Arc<dyn crate::runtime::evictor::ApiEvictor>>,
+        metrics: Arc<Metrics>,
+        health: Arc<Health>,
+    ) -> Result<EvictionService, WatchError> {
+        let backend = cfg.backend;
+        let mut evictor = Evictor::new(backend, stopper, cfg.eviction.max_pod_grace_period);
+        evictor.api = api;
+        let engine = Engine::new(cfg.eviction, cfg.manager, cfg.sources, evictor);
+        let feed = Arc::new(PodFeed::default());
+        let mut conditions: BTreeMap<NodeCondition, bool> = BTreeMap::new();
+        let mut blocked_logged = String::new();
+        let mut signal_errors_logged = std::collections::BTreeSet::<String>::new();
+        let lp = EvictionLoop::spawn(
+            engine,
+            feed.clone(),
+            LoopOptions {
+                period: cfg.monitoring_interval,
+                max_pod_list_age: cfg.max_listing_age,
+                watch: cfg.watch,
+            },
+            move |r| {
+                log_signal_errors(r, &mut signal_errors_logged);
+                report(
+                    &metrics,
+                    &health,
+                    backend,
+                    r,
+                    &mut conditions,
+                    &mut blocked_logged,
+                )
+            },
+        )?;
+        Ok(EvictionService { feed, _loop: lp })
+    }
+
+    /// Publish the current pods (after each successful listing).
+    pub fn update_pods(&self, candidates: Vec<Candidate>) {
+        self.feed.set(candidates);
+    }
+
+    /// The pods cannot be listed: evict nothing until they can.
+    pub fn pods_unavailable(&self, reason: String) {
+        self.feed.failed(reason);
+    }
+}
+
+/// Log each unreadable signal once (until it reads again), not every pass.
+fn log_signal_errors(r: &PassReport, logged: &mut std::collections::BTreeSet<String>) {
+    let now: std::collections::BTreeSet<String> =
+        r.signal_errors.iter().map(|e| e.to_string()).collect();
+    for e in now.difference(logged) {
+        tracing::warn!(target: "qosd::eviction", error = %e, "eviction signal unavailable (thresholds on it are not evaluated)");
+    }
+    for e in logged.difference(&now) {
+        tracing::info!(target: "qosd::eviction", error = %e, "eviction signal readable again");
+    }
+    *logged = now;
+}
+
+/// Metrics, `/status` and logs of one pass.
+fn report(
+    metrics: &Metrics,
+    health: &Health,
+    backend: Backend,
+    r: &PassReport,
+    conditions: &mut BTreeMap<NodeCondition, bool>,
+    blocked_logged: &mut String,
+) {
+    for _ in &r.signal_errors {
+        metrics.error("signal_read");
+    }
+    publish(metrics, health, &r.decision, conditions);
+    match &r.decision.action {
+        crate::policy::evict::manager::Action::Blocked(why) if why != blocked_logged => {
+            tracing::warn!(target: "qosd::eviction", "eviction needed but blocked: {why}");
+            *blocked_logged = why.clone();
+        }
+        _ => {}
+    }
+    let (Some(v), Some(outcome)) = (r.decision.victim(), &r.outcome) else {
+        return;
+    };
+    match outcome {
+        Ok(_) => {
+            metrics.eviction(v.signal.as_str(), v.candidate.qos);
+            health.update_status(|d| {
+                d.push_eviction(EvictionRecord {
+                    at_ms: crate::telemetry::status::now_ms(),
+                    uid: v.candidate.uid.clone(),
+                    namespace: v.candidate.namespace.clone(),
+                    name: v.candidate.name.clone(),
+                    qos_class: v.candidate.qos.to_string(),
+                    priority: v.candidate.priority,
+                    signal: v.signal.to_string(),
+                    observed: v.observed,
+                    threshold: v.threshold_value,
+                    threshold_kind: v.kind.as_str().to_string(),
+                    usage_bytes: v.usage.map(|u| u as i64),
+                    request_bytes: Some(v.request),
+                    rank: v.rank.saturating_sub(1),
+                    backend: backend.as_str().to_string(),
+                    reaction_ms: None,
+                })
+            });
+        }
+        Err(_) => metrics.error("eviction"),
+    }
+}
+
+fn publish(
+    metrics: &Metrics,
+    health: &Health,
+    decision: &crate::policy::evict::manager::Decision,
+    prev: &mut BTreeMap<NodeCondition, bool>,
+) {
+    let mut by_signal: BTreeMap<Signal, SignalStatus> = BTreeMap::new();
+    let obs: BTreeMap<Signal, crate::policy::evict::manager::Observation> = decision
+        .thresholds
+        .iter()
+        .filter_map(|t| t.observed.map(|o| (t.threshold.signal, o)))
+        .collect();
+    for (s, o) in &obs {
+        metrics.signal_observed(s.as_str(), o.available);
+        metrics.signal_capacity(s.as_str(), o.capacity);
+    }
+    for t in &decision.thresholds {
+        let sig = t.threshold.signal;
+        let value = t
+            .observed
+            .map(|o| t.threshold.threshold_for(o.capacity))
+            .unwrap_or(0);
+        metrics.threshold(sig.as_str(), t.threshold.kind, value, t.met);
+        let entry = by_signal.entry(sig).or_insert_with(|| SignalStatus {
+            signal: sig.to_string(),
+            observed: obs.get(&sig).map(|o| o.available),
+            capacity: obs.get(&sig).map(|o| o.capacity),
+            thresholds: Vec::new(),
+        });
+        entry.thresholds.push(ThresholdStatus {
+            kind: t.threshold.kind.as_str().to_string(),
+            threshold: t.threshold.statement(),
+            value,
+            met: t.met,
+            grace_period: (!t.threshold.grace_period.is_zero()).then(|| {
+                crate::policy::evict::threshold::format_duration(t.threshold.grace_period)
+            }),
+            min_reclaim: None,
+        });
+    }
+    let mut conditions = Vec::new();
+    for c in [
+        NodeCondition::MemoryPressure,
+        NodeCondition::DiskPressure,
+        NodeCondition::PIDPressure,
+    ] {
+        let active = decision.conditions.contains(&c);
+        metrics.node_condition(c.as_str(), active);
+        let before = prev.insert(c, active);
+        if before.is_some_and(|b| b != active) || (before.is_none() && active) {
+            tracing::warn!(target: "qosd::eviction", condition = c.as_str(), active, "node condition changed");
+        }
+        conditions.push(ConditionStatus {
+            condition: c.as_str().to_string(),
+            active,
+            since_ms: None,
+            reason: None,
+        });
+    }
+    health.update_status(|d| {
+        d.signals = by_signal.into_values().collect();
+        d.conditions = conditions;
+    });
+}
+
+/// The eviction settings of a daemon config.
+pub fn eviction_config(
+    cfg: &crate::config::Config,
+) -> Result<EvictionConfig, crate::policy::evict::threshold::ThresholdError> {
+    EvictionConfig::from_parts(
+        Some(&cfg.eviction_hard),
+        &cfg.eviction_soft,
+        &cfg.eviction_soft_grace_period,
+        &cfg.eviction_minimum_reclaim,
+        cfg.eviction_max_pod_grace_period,
+        cfg.eviction_pressure_transition_period,
+    )
+}
+
+/// Where the signals of a daemon config are read from, for a cgroup layout:
+/// the memory hierarchy and its kubepods cgroup, `/proc` files under
+/// `proc_root`, `--root-dir` (nodefs), `imagefsPath` and
+/// `memoryAvailableSource`. `allocatable_memory_bytes` `None`: the kubepods
+/// memory limit.
+pub fn signal_sources(
+    cfg: &crate::config::Config,
+    layout: &CgroupLayout,
+    proc_root: &std::path::Path,
+    allocatable_memory_bytes: Option<i64>,
+) -> SignalSources {
+    use crate::sys::signals::MemorySource;
+    let mut s = SignalSources::host(layout.version);
+    s.memory_root = match layout.version {
+        CgroupVersion::V1 => layout.cgroupfs.join(layout.v1_controller_dir("memory")),
+        CgroupVersion::V2 => layout.cgroupfs.clone(),
+    };
+    s.kubepods = Some(layout.dir(&layout.node_cgroup(), "memory"));
+    s.allocatable_memory_bytes = allocatable_memory_bytes;
+    s.meminfo = proc_root.join("meminfo");
+    s.loadavg = proc_root.join("loadavg");
+    s.pid_max = proc_root.join("sys/kernel/pid_max");
+    s.nodefs = Some(cfg.root_dir.clone());
+    s.imagefs = cfg.imagefs_path.clone();
+    s.memory_source = match cfg.memory_available_source {
+        crate::config::MemoryAvailableSource::Workingset => MemorySource::WorkingSet,
+        crate::config::MemoryAvailableSource::Meminfo => MemorySource::Meminfo,
+    };
+    s
+}

@@ -1,0 +1,837 @@
+//! Acting on a victim: kill, CRI stop/remove, or dry-run.
+//!
+//! * [`Backend::Kill`] (hard thresholds: speed matters): cgroup v2
+//!   `cgroup.kill`; otherwise SIGKILL to every pid in the pod cgroup and its
+//!   children, repeated until the tree is empty (new forks are caught by
+//!   the next round). Then the runtime cleans up (StopPodSandbox with no
+//!   grace, RemovePodSandbox) on a background thread through the
+//!   [`PodStopper`] the daemon provides. Soft thresholds go through the
+//!   runtime with the pod's grace (or SIGTERM, grace, SIGKILL without one).
+//! * [`Backend::Cri`]: StopPodSandbox with the grace (hard: 0; soft:
+//!   min(eviction-max-pod-grace-period, terminationGracePeriodSeconds)), then
+//!   RemovePodSandbox, on the caller's thread.
+//! * [`Backend::Api`]: the Kubernetes Eviction subresource through the
+//!   [`ApiEvictor`] the daemon provides (grace: hard 1 s, soft
+//!   min(eviction-max-pod-grace-period, terminationGracePeriodSeconds)),
+//!   with an `Evicted` Event. Hard threshold: a refusal, an error or no
+//!   answer within the deadline falls back to the local kill (as
+//!   [`Backend::Kill`]) followed by a pod delete through the API; soft
+//!   threshold: a refusal is an error ([`EvictError::ApiRefused`]) and the
+//!   engine moves to the next candidate.
+//! * [`Backend::DryRun`]: logs what would be done; touches nothing.
+//!
+//! Every eviction is logged (tracing, target `qosd::eviction`) with the
+//! signal, observed value, threshold, pod, QoS class, usage and rank.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal as UnixSignal};
+use nix::unistd::Pid;
+
+use crate::policy::evict::manager::Victim;
+use crate::policy::evict::rank::fmt_bytes;
+use crate::policy::evict::threshold::ThresholdKind;
+use crate::policy::evict::Backend;
+
+/// The runtime side of an eviction (the daemon wraps its CRI client).
+pub trait PodStopper: Send + Sync {
+    /// StopPodSandbox with a grace period (the runtime's stop timeout).
+    fn stop_pod(&self, sandbox_id: &str, grace: Duration) -> Result<(), String>;
+    /// RemovePodSandbox.
+    fn remove_pod(&self, sandbox_id: &str) -> Result<(), String>;
+}
+
+/// Why the Kubernetes API did not evict a pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApiRefusal {
+    /// 429: a PodDisruptionBudget (or rate limit) refused it.
+    Refused(String),
+    /// 404: the pod is not in the API (already deleted).
+    Gone(String),
+    /// Any other error, or no answer within the deadline.
+    Failed(String),
+}
+
+impl std::fmt::Display for ApiRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ApiRefusal::Refused(m) => write!(f, "refused: {m}"),
+            ApiRefusal::Gone(m) => write!(f, "not found: {m}"),
+            ApiRefusal::Failed(m) => write!(f, "failed: {m}"),
+        }
+    }
+}
+
+/// The Kubernetes API side of an eviction (the daemon wraps its client).
+pub trait ApiEvictor: Send + Sync {
+    /// Create an Eviction for the victim with this grace period (and an
+    /// `Evicted` Event when it is accepted). Bounded by the deadline.
+    fn evict(&self, v: &Victim, grace: Duration) -> Result<(), ApiRefusal>;
+    /// After a local kill: delete the pod through the API (grace 0, uid
+    /// precondition) and write the Event.
+    fn delete_after_kill(&self, v: &Victim) -> Result<(), String>;
+    /// Count a path taken (metrics).
+    fn count(&self, _path: &str) {}
+}
+
+/// The paths an `api` eviction can take (the `path` label of
+/// `qosd_api_evictions_total`).
+pub mod api_path {
+    /// The Eviction subresource answered 201.
+    pub const EVICTED: &str = "evicted";
+    /// Soft threshold: refused (429) — the next candidate is tried.
+    pub const REFUSED_NEXT: &str = "refused_next_candidate";
+    /// Soft threshold: an error or no answer — the next candidate is tried.
+    pub const FAILED_NEXT: &str = "failed_next_candidate";
+    /// Hard threshold: refused, failed or no answer in time — local kill.
+    pub const FALLBACK_KILL: &str = "fallback_local_kill";
+    /// After a local kill: the pod deleted through the API.
+    pub const FALLBACK_DELETED: &str = "fallback_pod_deleted";
+    /// After a local kill: the delete failed (logged; the kubelet may restart it).
+    pub const FALLBACK_DELETE_FAILED: &str = "fallback_delete_failed";
+    /// 404: the pod is already gone from the API.
+    pub const GONE: &str = "already_gone";
+}
+
+/// An eviction that could not be carried out.
+#[derive(Debug, thiserror::Error)]
+pub enum EvictError {
+    #[error("pod {uid}: no sandbox id: the CRI backend cannot stop it")]
+    NoSandbox { uid: String },
+    #[error("pod {uid}: no cgroup directory known: cannot kill its processes")]
+    NoCgroup { uid: String },
+    #[error("pod {uid}: no runtime client configured for the CRI backend")]
+    NoStopper { uid: String },
+    #[error("pod {uid}: {step} sandbox {sandbox}: {message}")]
+    Runtime {
+        uid: String,
+        sandbox: String,
+        step: &'static str,
+        message: String,
+    },
+    #[error("pod {uid}: no Kubernetes API client configured for the api backend")]
+    NoApi { uid: String },
+    #[error("pod {uid}: eviction through the API {refusal}")]
+    ApiRefused { uid: String, refusal: ApiRefusal },
+    #[error("cannot kill processes of {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: still {left} process(es) after {rounds} SIGKILL rounds in {elapsed:?}")]
+    NotEmpty {
+        path: PathBuf,
+        left: usize,
+        rounds: u32,
+        elapsed: Duration,
+    },
+}
+
+/// How the processes were killed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KillMethod {
+    /// v2 `cgroup.kill`.
+    CgroupKill,
+    /// SIGKILL per pid, repeated until empty.
+    Sigkill,
+    /// SIGTERM, then SIGKILL after the grace period (background).
+    TermThenKill,
+}
+
+/// Result of killing a cgroup tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KillReport {
+    pub method: KillMethod,
+    /// Distinct pids signalled.
+    pub signalled: usize,
+    pub rounds: u32,
+    /// When the first kill was issued.
+    pub issued_at: Instant,
+    /// When the tree was seen empty (not for `cgroup.kill`, which does not wait).
+    pub empty_at: Option<Instant>,
+}
+
+/// What happened to the runtime side.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RuntimeCleanup {
+    NotApplicable,
+    /// Stop/remove running on a background thread.
+    Spawned,
+    Done,
+}
+
+/// The outcome of one eviction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    pub uid: String,
+    pub backend: Backend,
+    pub kill: Option<KillReport>,
+    pub runtime: RuntimeCleanup,
+}
+
+/// Carries out evictions.
+#[derive(Clone)]
+pub struct Evictor {
+    pub backend: Backend,
+    pub stopper: Option<Arc<dyn PodStopper>>,
+    /// Cap on the grace given to the runtime (`--eviction-max-pod-grace-period`).
+    pub max_pod_grace: Duration,
+    /// Give up SIGKILL rounds after this long.
+    pub kill_timeout: Duration,
+    /// The Kubernetes API side ([`Backend::Api`]).
+    pub api: Option<Arc<dyn ApiEvictor>>,
+}
+
+impl std::fmt::Debug for Evictor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Evictor")
+            .field("backend", &self.backend)
+            .field("stopper", &self.stopper.is_some())
+            .field("max_pod_grace", &self.max_pod_grace)
+            .field("kill_timeout", &self.kill_timeout)
+            .field("api", &self.api.is_some())
+            .finish()
+    }
+}
+
+impl Evictor {
+    pub fn new(
+        backend: Backend,
+        stopper: Option<Arc<dyn PodStopper>>,
+        max_pod_grace: Duration,
+    ) -> Evictor {
+        Evictor {
+            backend,
+            stopper,
+            max_pod_grace,
+            kill_timeout: Duration::from_secs(2),
+            api: None,
+        }
+    }
+
+    /// Evict a victim chosen by the manager. Logs the eviction first.
+    pub fn evict(&self, v: &Victim) -> Result<Outcome, EvictError> {
+        log_eviction(v, self.backend);
+        let uid = v.candidate.uid.clone();
+        let grace = v.grace.min(self.max_pod_grace.max(Duration::ZERO));
+        let grace = if v.kind == ThresholdKind::Hard {
+            Duration::ZERO
+        } else {
+            grace
+        };
+        match self.backend {
+            Backend::DryRun => Ok(Outcome {
+                uid,
+                backend: Backend::DryRun,
+                kill: None,
+                runtime: RuntimeCleanup::NotApplicable,
+            }),
+            Backend::Cri => {
+                let stopper = self
+                    .stopper
+                    .as_ref()
+                    .ok_or(EvictError::NoStopper { uid: uid.clone() })?;
+                let sandbox = v
+                    .candidate
+                    .sandbox_id
+                    .clone()
+                    .ok_or(EvictError::NoSandbox { uid: uid.clone() })?;
+                stop_and_remove(stopper.as_ref(), &uid, &sandbox, grace)?;
+                Ok(Outcome {
+                    uid,
+                    backend: Backend::Cri,
+                    kill: None,
+                    runtime: RuntimeCleanup::Done,
+                })
+            }
+            Backend::Api => {
+                let api = self
+                    .api
+                    .as_ref()
+                    .ok_or(EvictError::NoApi { uid: uid.clone() })?;
+                // The kubelet's grace: 1 s for hard thresholds
+                // (immediateEvictionGracePeriodSeconds), the pod's capped
+                // grace for soft ones.
+                let api_grace = if v.kind == ThresholdKind::Hard {
+                    Duration::from_secs(1)
+                } else {
+                    grace
+                };
+                let refusal = match api.evict(v, api_grace) {
+                    Ok(()) => {
+                        api.count(api_path::EVICTED);
+                        tracing::info!(target: "qosd::eviction", pod = %format!("{}/{}", v.candidate.namespace, v.candidate.name), uid = %uid, grace_s = api_grace.as_secs(), "evicted through the Kubernetes API");
+                        return Ok(Outcome {
+                            uid,
+                            backend: Backend::Api,
+                            kill: None,
+                            runtime: RuntimeCleanup::NotApplicable,
+                        });
+                    }
+                    Err(r) => r,
+                };
+                if v.kind == ThresholdKind::Soft {
+                    let path = match &refusal {
+                        ApiRefusal::Refused(_) => api_path::REFUSED_NEXT,
+                        ApiRefusal::Gone(_) => api_path::GONE,
+                        ApiRefusal::Failed(_) => api_path::FAILED_NEXT,
+                    };
+                    api.count(path);
+                    tracing::warn!(target: "qosd::eviction", pod = %format!("{}/{}", v.candidate.namespace, v.candidate.name), uid = %uid, %refusal, "soft eviction not done through the API: trying the next candidate");
+                    return Err(EvictError::ApiRefused { uid, refusal });
+                }
+                // Hard: node-pressure evictions do not wait for PDBs.
+                api.count(api_path::FALLBACK_KILL);
+                tracing::warn!(target: "qosd::eviction", pod = %format!("{}/{}", v.candidate.namespace, v.candidate.name), uid = %uid, %refusal, "hard eviction not done through the API: killing the pod locally, then deleting it through the API");
+                let mut out = self.kill_locally(v, &uid, Duration::ZERO)?;
+                out.backend = Backend::Api;
+                let (api, victim) = (api.clone(), v.clone());
+                spawn_cleanup(move || {
+                    match api.delete_after_kill(&victim) {
+                        Ok(()) => {
+                            api.count(api_path::FALLBACK_DELETED);
+                            tracing::info!(target: "qosd::eviction", uid = %victim.candidate.uid, "pod deleted through the Kubernetes API after the local kill");
+                        }
+                        Err(e) => {
+                            api.count(api_path::FALLBACK_DELETE_FAILED);
+                            tracing::error!(target: "qosd::eviction", uid = %victim.candidate.uid, error = %e, "pod delete through the Kubernetes API failed after the local kill (the kubelet may restart it)");
+                        }
+                    }
+                    Ok(())
+                });
+                Ok(out)
+            }
+            Backend::Kill => self.kill_locally(v, &uid, grace),
+        }
+    }
+
+    /// The kill backend: the pod's processes killed from its cgroup (soft
+    /// with a grace: through the runtime), then the runtime cleans up.
+    fn kill_locally(&self, v: &Victim, uid: &str, grace: Duration) -> Result<Outcome, EvictError> {
+        let uid = uid.to_string();
+        {
+            {
+                let dir = v
+                    .candidate
+                    .cgroup_dirs
+                    .iter()
+                    .find(|d| d.is_dir())
+                    .cloned()
+                    .ok_or(EvictError::NoCgroup { uid: uid.clone() })?;
+                let report = if v.kind == ThresholdKind::Soft && !grace.is_zero() {
+                    if let (Some(stopper), Some(sandbox)) = (&self.stopper, &v.candidate.sandbox_id)
+                    {
+                        // the runtime does TERM → grace → KILL itself
+                        let (s, sb, u) = (stopper.clone(), sandbox.clone(), uid.clone());
+                        spawn_cleanup(move || stop_and_remove(s.as_ref(), &u, &sb, grace));
+                        return Ok(Outcome {
+                            uid,
+                            backend: Backend::Kill,
+                            kill: None,
+                            runtime: RuntimeCleanup::Spawned,
+                        });
+                    }
+                    term_then_kill(&dir, grace, self.kill_timeout)?
+                } else {
+                    kill_cgroup_tree(&dir, self.kill_timeout)?
+                };
+                tracing::info!(
+                    target: "qosd::eviction",
+                    pod = %uid,
+                    method = ?report.method,
+                    pids = report.signalled,
+                    rounds = report.rounds,
+                    "pod processes killed"
+                );
+                let runtime = match (&self.stopper, &v.candidate.sandbox_id) {
+                    (Some(stopper), Some(sandbox)) => {
+                        let (s, sb, u) = (stopper.clone(), sandbox.clone(), uid.clone());
+                        spawn_cleanup(move || stop_and_remove(s.as_ref(), &u, &sb, Duration::ZERO));
+                        RuntimeCleanup::Spawned
+                    }
+                    _ => RuntimeCleanup::NotApplicable,
+                };
+                Ok(Outcome {
+                    uid,
+                    backend: Backend::Kill,
+                    kill: Some(report),
+                    runtime,
+                })
+            }
+        }
+    }
+}
+
+fn spawn_cleanup(f: impl FnOnce() -> Result<(), EvictError> + Send + 'static) {
+    let r = std::thread::Builder::new()
+        .name("qosd-evict-cleanup".into())
+        .spawn(move || {
+            if let Err(e) = f() {
+                tracing::error!(target: "qosd::eviction", error = %e, "runtime cleanup after eviction failed");
+            }
+        });
+    if let Err(e) = r {
+        tracing::error!(target: "qosd::eviction", error = %e, "cannot start the runtime cleanup thread");
+    }
+}
+
+fn stop_and_remove(
+    s: &dyn PodStopper,
+    uid: &str,
+    sandbox: &str,
+    grace: Duration,
+) -> Result<(), EvictError> {
+    s.stop_pod(sandbox, grace)
+        .map_err(|message| EvictError::Runtime {
+            uid: uid.into(),
+            sandbox: sandbox.into(),
+            step: "StopPodSandbox",
+            message,
+        })?;
+    s.remove_pod(sandbox)
+        .map_err(|message| EvictError::Runtime {
+            uid: uid.into(),
+            sandbox: sandbox.into(),
+            step: "RemovePodSandbox",
+            message,
+        })
+}
+
+/// Log one eviction with everything needed to audit it.
+pub fn log_eviction(v: &Victim, backend: Backend) {
+    let c = &v.candidate;
+    let bytes = v.signal.is_bytes();
+    let show = |x: i64| {
+        if bytes {
+            fmt_bytes(x.into())
+        } else {
+            x.to_string()
+        }
+    };
+    tracing::warn!(
+        target: "qosd::eviction",
+        signal = %v.signal,
+        kind = %v.kind,
+        observed = %show(v.observed),
+        threshold = %show(v.threshold_value),
+        pod = %format!("{}/{}", c.namespace, c.name),
+        uid = %c.uid,
+        qos = %c.qos,
+        priority = c.priority,
+        usage = %v.usage.map(|u| show(u as i64)).unwrap_or_else(|| "unknown".into()),
+        request = %show(v.request),
+        rank = v.rank,
+        grace_s = v.grace.as_secs_f64(),
+        backend = backend.as_str(),
+        reason = %v.reason,
+        "{}evicting pod {}/{}: {} {} observed {} < {}",
+        if backend == Backend::DryRun { "dry-run: would be " } else { "" },
+        c.namespace,
+        c.name,
+        v.kind,
+        v.signal,
+        show(v.observed),
+        show(v.threshold_value),
+    );
+}
+
+/// Every pid in a cgroup directory and its descendants.
+pub fn cgroup_tree_pids(dir: &Path) -> Result<Vec<i32>, EvictError> {
+    let mut pids = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let procs = d.join("cgroup.procs");
+        match std::fs::read_to_string(&procs) {
+            Ok(s) => pids.extend(s.lines().filter_map(|l| l.trim().parse::<i32>().ok())),
+            // a child removed under us
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && d != dir => continue,
+            Err(source) => {
+                return Err(EvictError::Io {
+                    path: procs,
+                    source,
+                })
+            }
+        }
+        let rd = match std::fs::read_dir(&d) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && d != dir => continue,
+            Err(source) => return Err(EvictError::Io { path: d, source }),
+        };
+        for e in rd.flatten() {
+            if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                stack.push(e.path());
+            }
+        }
+    }
+    pids.sort_unstable();
+    pids.dedup();
+    Ok(pids)
+}
+
+/// Kill every process of a cgroup tree: v2 `cgroup.kill` when present,
+/// else SIGKILL rounds until the tree is empty or `timeout` passes.
+pub fn kill_cgroup_tree(dir: &Path, timeout: Duration) -> Result<KillReport, EvictError> {
+    let ck = dir.join("cgroup.kill");
+    if ck.is_file() {
+        let issued_at = Instant::now();
+        let r = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&ck)
+            .and_then(|mut f| f.write_all(b"1"));
+        match r {
+            Ok(()) => {
+                return Ok(KillReport {
+                    method: KillMethod::CgroupKill,
+                    signalled: 0,
+                    rounds: 1,
+                    issued_at,
+                    empty_at: None,
+                })
+            }
+            Err(e) => {
+                tracing::debug!(path = %ck.display(), error = %e, "cgroup.kill failed; falling back to SIGKILL");
+            }
+        }
+    }
+    sigkill_rounds(dir, timeout, KillMethod::Sigkill, None)
+}
+
+fn sigkill_rounds(
+    dir: &Path,
+    timeout: Duration,
+    method: KillMethod,
+    issued: Option<Instant>,
+) -> Result<KillReport, EvictError> {
+    let start = Instant::now();
+    let mut issued_at = issued;
+    let mut seen = std::collections::BTreeSet::new();
+    let mut rounds = 0u32;
+    loop {
+        let pids = cgroup_tree_pids(dir)?;
+        if pids.is_empty() {
+            return Ok(KillReport {
+                method,
+                signalled: seen.len(),
+                rounds,
+                issued_at: issued_at.unwrap_or(start),
+                empty_at: Some(Instant::now()),
+            });
+        }
+        if start.elapsed() >= timeout {
+            return Err(EvictError::NotEmpty {
+                path: dir.to_path_buf(),
+                left: pids.len(),
+                rounds,
+                elapsed: start.elapsed(),
+            });
+        }
+        rounds += 1;
+        if issued_at.is_none() {
+            issued_at = Some(Instant::now());
+        }
+        for p in pids {
+            if p <= 1 {
+                continue; // never pid 0/1, whatever a corrupt file says
+            }
+            let _ = kill(Pid::from_raw(p), UnixSignal::SIGKILL);
+            seen.insert(p);
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// SIGTERM every process now, SIGKILL rounds after `grace` (on a
+/// background thread). Returns once the SIGTERMs are sent.
+pub fn term_then_kill(
+    dir: &Path,
+    grace: Duration,
+    timeout: Duration,
+) -> Result<KillReport, EvictError> {
+    let issued_at = Instant::now();
+    let pids = cgroup_tree_pids(dir)?;
+    for &p in pids.iter().filter(|&&p| p > 1) {
+        let _ = kill(Pid::from_raw(p), UnixSignal::SIGTERM);
+    }
+    let d = dir.to_path_buf();
+    std::thread::spawn(move || {
+        std::thread::sleep(grace);
+        if let Err(e) = sigkill_rounds(&d, timeout, KillMethod::Sigkill, None) {
+            tracing::error!(target: "qosd::eviction", error = %e, "SIGKILL after grace failed");
+        }
+    });
+    Ok(KillReport {
+        method: KillMethod::TermThenKill,
+        signalled: pids.len(),
+        rounds: 1,
+        issued_at,
+        empty_at: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::model::QosClass;
+    use crate::policy::evict::rank::{Candidate, PodStats};
+    use crate::policy::evict::threshold::{Signal, Threshold, ThresholdValue};
+    use std::sync::Mutex;
+
+    #[derive(Default)]
+    struct FakeStopper {
+        calls: Mutex<Vec<String>>,
+        fail_stop: bool,
+    }
+
+    impl PodStopper for FakeStopper {
+        fn stop_pod(&self, sandbox_id: &str, grace: Duration) -> Result<(), String> {
+            self.calls
+                .lock()
+                .unwrap()
+                .push(format!("stop {sandbox_id} {}s", grace.as_secs()));
+            if self.fail_stop {
+                return Err("deadline exceeded".into());
+            }
+            Ok(())
+        }
+        fn remove_pod(&self, sandbox_id: &str) -> Result<(), String> {
+            self.calls
+                .lock()
+                .unwrap()
+                .push(format!("remove {sandbox_id}"));
+            Ok(())
+        }
+    }
+
+    fn victim(
+        kind: ThresholdKind,
+        grace_s: u64,
+        sandbox: Option<&str>,
+        dirs: Vec<PathBuf>,
+    ) -> Victim {
+        Victim {
+            candidate: Candidate {
+                uid: "u1".into(),
+                namespace: "ns".into(),
+                name: "p".into(),
+                qos: QosClass::BestEffort,
+                priority: 0,
+                static_or_mirror: false,
+                memory_request_bytes: 0,
+                ephemeral_storage_request_bytes: 0,
+                termination_grace_period_seconds: Some(60),
+                sandbox_id: sandbox.map(String::from),
+                cgroup_dirs: dirs,
+                stats: Some(PodStats::default()),
+            },
+            signal: Signal::MemoryAvailable,
+            threshold: Threshold {
+                signal: Signal::MemoryAvailable,
+                kind,
+                value: ThresholdValue::Quantity(100),
+                grace_period: Duration::ZERO,
+                min_reclaim: None,
+            },
+            kind,
+            observed: 50,
+            capacity: 1000,
+            threshold_value: 100,
+            grace: Duration::from_secs(grace_s),
+            rank: 1,
+            usage: Some(10),
+            request: 0,
+            reason: "test".into(),
+        }
+    }
+
+    #[test]
+    fn backend_parse() {
+        for (s, b) in [
+            ("kill", Backend::Kill),
+            ("cri", Backend::Cri),
+            ("dry-run", Backend::DryRun),
+        ] {
+            assert_eq!(s.parse::<Backend>().unwrap(), b);
+            assert_eq!(b.as_str(), s);
+        }
+        assert!("nuke".parse::<Backend>().is_err());
+    }
+
+    #[test]
+    fn dry_run_touches_nothing() {
+        let st = Arc::new(FakeStopper::default());
+        let e = Evictor::new(Backend::DryRun, Some(st.clone()), Duration::from_secs(30));
+        let o = e
+            .evict(&victim(ThresholdKind::Hard, 0, Some("sb"), vec![]))
+            .unwrap();
+        assert_eq!(o.runtime, RuntimeCleanup::NotApplicable);
+        assert!(o.kill.is_none());
+        assert!(st.calls.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn cri_grace_table() {
+        // (kind, victim grace, max grace, expected grace given to StopPodSandbox)
+        let table = [
+            (ThresholdKind::Hard, 30, 60, 0),
+            (ThresholdKind::Soft, 30, 60, 30),
+            (ThresholdKind::Soft, 90, 60, 60),
+            (ThresholdKind::Soft, 10, 0, 0),
+        ];
+        for (kind, g, max, want) in table {
+            let st = Arc::new(FakeStopper::default());
+            let e = Evictor::new(Backend::Cri, Some(st.clone()), Duration::from_secs(max));
+            let o = e.evict(&victim(kind, g, Some("sb1"), vec![])).unwrap();
+            assert_eq!(o.runtime, RuntimeCleanup::Done);
+            assert_eq!(
+                *st.calls.lock().unwrap(),
+                vec![format!("stop sb1 {want}s"), "remove sb1".to_string()],
+                "{kind:?} {g} {max}"
+            );
+        }
+    }
+
+    #[test]
+    fn cri_errors() {
+        let st = Arc::new(FakeStopper {
+            fail_stop: true,
+            ..Default::default()
+        });
+        let e = Evictor::new(Backend::Cri, Some(st.clone()), Duration::from_secs(30));
+        let err = e
+            .evict(&victim(ThresholdKind::Hard, 0, Some("sb1"), vec![]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("StopPodSandbox sandbox sb1: deadline exceeded"),
+            "{err}"
+        );
+        assert_eq!(
+            st.calls.lock().unwrap().len(),
+            1,
+            "no remove after a failed stop"
+        );
+        let err = e
+            .evict(&victim(ThresholdKind::Hard, 0, None, vec![]))
+            .unwrap_err();
+        assert!(matches!(err, EvictError::NoSandbox { .. }));
+        let e = Evictor::new(Backend::Cri, None, Duration::from_secs(30));
+        assert!(matches!(
+            e.evict(&victim(ThresholdKind::Hard, 0, Some("x"), vec![]))
+                .unwrap_err(),
+            EvictError::NoStopper { .. }
+        ));
+        let e = Evictor::new(Backend::Kill, None, Duration::from_secs(30));
+        assert!(matches!(
+            e.evict(&victim(
+                ThresholdKind::Hard,
+                0,
+                None,
+                vec!["/nonexistent/qosd".into()]
+            ))
+            .unwrap_err(),
+            EvictError::NoCgroup { .. }
+        ));
+    }
+
+    #[test]
+    fn tree_pids_from_fake_dirs() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(d.path().join("a/b")).unwrap();
+        std::fs::write(d.path().join("cgroup.procs"), "5\n3\n").unwrap();
+        std::fs::write(d.path().join("a/cgroup.procs"), "").unwrap();
+        std::fs::write(d.path().join("a/b/cgroup.procs"), "7\n3\n").unwrap();
+        assert_eq!(cgroup_tree_pids(d.path()).unwrap(), vec![3, 5, 7]);
+        let e = cgroup_tree_pids(&d.path().join("missing"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("missing/cgroup.procs"), "{e}");
+    }
+
+    /// Kill rounds against a fake cgroup dir listing children we spawned:
+    /// they die; the fake file never empties, so the rounds time out.
+    #[test]
+    fn sigkill_rounds_kill_own_children() {
+        let mut kids: Vec<std::process::Child> = (0..2)
+            .map(|_| {
+                std::process::Command::new("sleep")
+                    .arg("30")
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        let d = tempfile::tempdir().unwrap();
+        let list: String = kids.iter().map(|k| format!("{}\n", k.id())).collect();
+        std::fs::write(d.path().join("cgroup.procs"), list).unwrap();
+        let err = kill_cgroup_tree(d.path(), Duration::from_millis(30)).unwrap_err();
+        assert!(matches!(err, EvictError::NotEmpty { left: 2, .. }), "{err}");
+        for k in &mut kids {
+            let st = k.wait().unwrap();
+            use std::os::unix::process::ExitStatusExt;
+            assert_eq!(st.signal(), Some(9));
+        }
+        // an empty tree is done at once
+        std::fs::write(d.path().join("cgroup.procs"), "").unwrap();
+        let r = kill_cgroup_tree(d.path(), Duration::from_millis(30)).unwrap();
+        assert_eq!((r.rounds, r.signalled), (0, 0));
+        assert!(r.empty_at.is_some());
+    }
+
+    #[test]
+    fn v2_uses_cgroup_kill() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("cgroup.kill"), "").unwrap();
+        std::fs::write(d.path().join("cgroup.procs"), "").unwrap();
+        let r = kill_cgroup_tree(d.path(), Duration::from_millis(30)).unwrap();
+        assert_eq!(r.method, KillMethod::CgroupKill);
+        assert_eq!(
+            std::fs::read_to_string(d.path().join("cgroup.kill")).unwrap(),
+            "1"
+        );
+    }
+
+    #[test]
+    fn kill_backend_spawns_runtime_cleanup() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("cgroup.procs"), "").unwrap();
+        let st = Arc::new(FakeStopper::default());
+        let e = Evictor::new(Backend::Kill, Some(st.clone()), Duration::from_secs(30));
+        let o = e
+            .evict(&victim(
+                ThresholdKind::Hard,
+                0,
+                Some("sb9"),
+                vec![d.path().to_path_buf()],
+            ))
+            .unwrap();
+        assert_eq!(o.runtime, RuntimeCleanup::Spawned);
+        assert_eq!(o.kill.unwrap().method, KillMethod::Sigkill);
+        let t = Instant::now();
+        while st.calls.lock().unwrap().len() < 2 && t.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(*st.calls.lock().unwrap(), vec!["stop sb9 0s", "remove sb9"]);
+        // soft with grace goes through the runtime with the grace
+        let st = Arc::new(FakeStopper::default());
+        let e = Evictor::new(Backend::Kill, Some(st.clone()), Duration::from_secs(30));
+        let o = e
+            .evict(&victim(
+                ThresholdKind::Soft,
+                20,
+                Some("sb8"),
+                vec![d.path().to_path_buf()],
+            ))
+            .unwrap();
+        assert!(o.kill.is_none());
+        let t = Instant::now();
+        while st.calls.lock().unwrap().len() < 2 && t.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(
+            *st.calls.lock().unwrap(),
+            vec!["stop sb8 20s", "remove sb8"]
+        );
+    }
+}

@@ -1,0 +1,15 @@
+//! The long-running parts of `qosd run`: the reconcile loop and its pod
+//! source ([`daemon`]), the eviction loop ([`eviction`], [`eviction_service`]),
+//! the evictor backends ([`evictor`]) and the supervisor that turns a panic
+//! or a stall of any loop into a failing `/healthz` and a non-zero exit
+//! ([`supervisor`]).
+
+pub mod cpu_manager;
+pub mod daemon;
+pub mod eviction;
+pub mod eviction_service;
+pub mod evictor;
+pub mod pod_source;
+pub mod reconcile;
+pub mod stopper;
+pub mod supervisor;

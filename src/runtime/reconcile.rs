@@ -1,0 +1,395 @@
+//! One reconcile: pods → classify → plan → apply the writes that differ (or
+//! record them, dry run) → remove orphaned pod cgroups that stayed empty for
+//! the grace period.
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::core::model::{CgroupVersion, CgroupWrite, Pod};
+use crate::policy::enforce::plan::{self, PlanConfig};
+use crate::sys::apply::{self, Applier, ApplyReport, Mode};
+
+/// Cgroup directories qosd may touch: the kubepods cgroup in every
+/// hierarchy it writes to (v1: cpu, memory, pids; v2: the unified tree).
+pub fn kubepods_dirs(cfg: &PlanConfig) -> Vec<PathBuf> {
+    let node = cfg.layout.node_cgroup();
+    match cfg.layout.version {
+        CgroupVersion::V2 => vec![cfg.layout.dir(&node, "")],
+        CgroupVersion::V1 => ["cpu", "memory", "pids"]
+            .iter()
+            .map(|c| cfg.layout.dir(&node, c))
+            .collect(),
+    }
+}
+
+/// Every hierarchy's kubepods directory, for orphan cleanup: on v1 the
+/// runtime creates `pod<uid>` in all hierarchies (cpu, memory, pids, but
+/// also freezer, devices, blkio, …), and all of them must go.
+pub fn orphan_bases(cfg: &PlanConfig) -> Vec<PathBuf> {
+    let node = cfg.layout.node_cgroup();
+    match cfg.layout.version {
+        CgroupVersion::V2 => vec![cfg.layout.dir(&node, "")],
+        CgroupVersion::V1 => {
+            let mut seen = HashSet::new();
+            let mut out = Vec::new();
+            let Ok(entries) = std::fs::read_dir(&cfg.layout.cgroupfs) else {
+                return kubepods_dirs(cfg);
+            };
+            let mut names: Vec<String> = entries
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect();
+            names.sort();
+            for name in names {
+                let dir = cfg.layout.dir(&node, &name);
+                if !dir.is_dir() {
+                    continue;
+                }
+                // `cpu` and `cpuacct` may be links to one `cpu,cpuacct`.
+                let key = std::fs::canonicalize(&dir).unwrap_or_else(|_| dir.clone());
+                if seen.insert(key) {
+                    out.push(dir);
+                }
+            }
+            out
+        }
+    }
+}
+
+/// What one reconcile did.
+#[derive(Debug, Default, Serialize)]
+pub struct ReconcileReport {
+    /// Writes made (dry run: that would be made), in order.
+    pub writes: Vec<CgroupWrite>,
+    /// Every planned write (what `qosd plan` prints for the same pods).
+    pub planned: Vec<CgroupWrite>,
+    /// Planned writes already in place.
+    pub unchanged: usize,
+    /// Failed writes, with path, value and error.
+    pub errors: Vec<String>,
+    /// Orphaned pod cgroups removed (dry run: that would be removed).
+    pub orphans_removed: Vec<PathBuf>,
+    /// Pods planned.
+    pub pods: usize,
+    /// Files among `writes` whose write corrected drift (someone changed a
+    /// value qosd had in place), as opposed to new cgroups or plan changes.
+    #[serde(skip)]
+    pub drift: Vec<PathBuf>,
+    #[serde(skip)]
+    pub duration: Duration,
+}
+
+/// Applies plans for a changing set of pods and cleans up orphans.
+pub struct Reconciler {
+    cfg: PlanConfig,
+    applier: Applier,
+    /// Where orphaned pod cgroups are looked for (every hierarchy).
+    orphan_bases: Vec<PathBuf>,
+    orphan_grace: Duration,
+    /// Orphan pod cgroups and when they were first seen orphaned.
+    orphans_seen: HashMap<PathBuf, Instant>,
+    /// Files whose drift was already logged (log once until they change).
+    drift_logged: HashSet<PathBuf>,
+    /// The value qosd last had in place in each file, written or found
+    /// already right (drift = someone changed it since).
+    last_written: HashMap<PathBuf, String>,
+}
+
+impl Reconciler {
+    pub fn new(cfg: PlanConfig, dry_run: bool, orphan_grace: Duration) -> Reconciler {
+        let mode = if dry_run { Mode::DryRun } else { Mode::Real };
+        let mut applier = Applier::with_bases(mode, kubepods_dirs(&cfg));
+        if cfg.layout.version == CgroupVersion::V2 {
+            // Enable cpu, memory, pids from the mount's root down to kubepods.
+            applier = applier.enable_v2_controllers_from(cfg.layout.cgroupfs.clone());
+        }
+        Reconciler {
+            orphan_bases: orphan_bases(&cfg),
+            cfg,
+            applier,
+            orphan_grace,
+            orphans_seen: HashMap::new(),
+            drift_logged: HashSet::new(),
+            last_written: HashMap::new(),
+        }
+    }
+
+    pub fn config(&self) -> &PlanConfig {
+        &self.cfg
+    }
+
+    /// Replace the planner config (SIGHUP reload). The layout must stay.
+    pub fn set_config(&mut self, cfg: PlanConfig) {
+        self.cfg = cfg;
+    }
+
+    pub fn dry_run(&self) -> bool {
+        self.applier.mode() == Mode::DryRun
+    }
+
+    /// One pass. `all_live_uids` is every pod uid the source knows (ready or
+    /// not); `None` when the listing was incomplete, which disables orphan
+    /// removal for this pass.
+    pub fn reconcile(
+        &mut self,
+        pods: &[Pod],
+        all_live_uids: Option<&BTreeSet<String>>,
+        now: Instant,
+    ) -> ReconcileReport {
+        let start = Instant::now();
+        let plan = plan::build(&self.cfg, pods);
+        let report: ApplyReport = self.applier.apply(&plan.writes);
+        let mut out = ReconcileReport {
+            unchanged: report.unchanged,
+            pods: plan.pods.len(),
+            ..Default::default()
+        };
+        let verb = if self.dry_run() {
+            "would write"
+        } else {
+            "wrote"
+        };
+        for (w, prev) in report.written.iter().zip(report.previous.iter()) {
+            match (prev, self.last_written.get(&w.file)) {
+                // Someone changed a value qosd had set: drift, logged once.
+                (Some(found), Some(mine)) if !apply::values_equal(&w.file, found, mine) => {
+                    out.drift.push(w.file.clone());
+                    if self.drift_logged.insert(w.file.clone()) {
+                        tracing::warn!(file = %w.file.display(), value = %w.value, found = %found, "corrected drift: {verb} planned value over a value set by someone else");
+                    }
+                }
+                _ => {
+                    tracing::info!(file = %w.file.display(), value = %w.value, previous = prev.as_deref().unwrap_or("(new)"), "{verb} cgroup value");
+                }
+            }
+            if !self.dry_run() {
+                self.last_written.insert(w.file.clone(), w.value.clone());
+            }
+        }
+        for e in &report.errors {
+            tracing::warn!(file = %e.file.display(), value = %e.value, error = %e.error, "cgroup write failed");
+            out.errors
+                .push(format!("{}: {}: {}", e.file.display(), e.value, e.error));
+        }
+        if report.written.is_empty() {
+            self.drift_logged.clear();
+        }
+        // Planned values found already in place are qosd's too: drift on
+        // them (say on a tree that was right when qosd started) is drift.
+        let touched: HashSet<&PathBuf> = report
+            .written
+            .iter()
+            .map(|w| &w.file)
+            .chain(report.errors.iter().map(|e| &e.file))
+            .collect();
+        for w in &plan.writes {
+            if !touched.contains(&w.file) {
+                self.last_written.insert(w.file.clone(), w.value.clone());
+            }
+        }
+        let planned: HashSet<&PathBuf> = plan.writes.iter().map(|w| &w.file).collect();
+        self.last_written.retain(|f, _| planned.contains(f));
+        out.writes = report.written;
+        out.planned = plan.writes;
+        if let Some(live) = all_live_uids {
+            out.orphans_removed = self.clean_orphans(live, now);
+        }
+        out.duration = start.elapsed();
+        out
+    }
+
+    /// Remove pod cgroups whose pod is gone, once they stayed orphaned for
+    /// the grace period and hold no process. Never touches a cgroup with
+    /// live processes.
+    fn clean_orphans(&mut self, live: &BTreeSet<String>, now: Instant) -> Vec<PathBuf> {
+        let orphans = match apply::scan_orphans(&self.orphan_bases, live) {
+            Ok(o) => o,
+            Err(e) => {
+                tracing::warn!(error = %e, "orphan scan failed");
+                return Vec::new();
+            }
+        };
+        let current: HashSet<PathBuf> = orphans.iter().map(|o| o.dir.clone()).collect();
+        self.orphans_seen.retain(|d, _| current.contains(d));
+        let mut removed = Vec::new();
+        for o in orphans {
+            let first = *self.orphans_seen.entry(o.dir.clone()).or_insert(now);
+            if now.duration_since(first) < self.orphan_grace {
+                continue;
+            }
+            if self.dry_run() {
+                tracing::info!(dir = %o.dir.display(), uid = %o.uid, "would remove orphaned pod cgroup");
+                removed.push(o.dir);
+                continue;
+            }
+            match apply::remove_cgroup_tree_if_empty(&o.dir, &self.orphan_bases) {
+                Ok(dirs) if !dirs.is_empty() => {
+                    tracing::info!(dir = %o.dir.display(), uid = %o.uid, "removed orphaned pod cgroup (its sandbox is gone)");
+                    self.orphans_seen.remove(&o.dir);
+                    removed.push(o.dir);
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::debug!(dir = %o.dir.display(), error = %e, "orphaned pod cgroup not removed (not empty?)");
+                }
+            }
+        }
+        removed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::model::{CgroupDriver, Container, QosClass};
+    use crate::core::node::NodeResources;
+    use crate::core::quantity::Quantity;
+    use crate::policy::enforce::naming::CgroupLayout;
+
+    fn fake_v2_tree() -> tempfile::TempDir {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("cgroup.controllers"), "cpu memory pids\n").unwrap();
+        std::fs::write(d.path().join("cgroup.subtree_control"), "cpu memory pids\n").unwrap();
+        d
+    }
+
+    fn cfg(root: &std::path::Path) -> PlanConfig {
+        let layout =
+            CgroupLayout::new(CgroupVersion::V2, CgroupDriver::Cgroupfs).with_cgroupfs(root);
+        PlanConfig::new(layout, NodeResources::from_capacity(4000, 8 << 30))
+    }
+
+    fn pod(uid: &str, cpu: &str) -> Pod {
+        let mut p = Pod::new(uid, "ns", uid);
+        let mut c = Container {
+            name: "c".into(),
+            ..Default::default()
+        };
+        c.resources
+            .requests
+            .insert("cpu".into(), Quantity::parse(cpu).unwrap());
+        p.containers.push(c);
+        p
+    }
+
+    #[test]
+    fn kubepods_dirs_per_version() {
+        let l1 = CgroupLayout::new(CgroupVersion::V1, CgroupDriver::Cgroupfs)
+            .with_cgroup_root("/qosd-test-1");
+        let c1 = PlanConfig::new(l1, NodeResources::from_capacity(1000, 1 << 30));
+        let dirs = kubepods_dirs(&c1);
+        assert_eq!(
+            dirs,
+            vec![
+                PathBuf::from("/sys/fs/cgroup/cpu/qosd-test-1/kubepods"),
+                PathBuf::from("/sys/fs/cgroup/memory/qosd-test-1/kubepods"),
+                PathBuf::from("/sys/fs/cgroup/pids/qosd-test-1/kubepods"),
+            ]
+        );
+        let l2 = CgroupLayout::new(CgroupVersion::V2, CgroupDriver::Systemd);
+        let c2 = PlanConfig::new(l2, NodeResources::from_capacity(1000, 1 << 30));
+        assert_eq!(
+            kubepods_dirs(&c2),
+            vec![PathBuf::from("/sys/fs/cgroup/kubepods.slice")]
+        );
+    }
+
+    /// On a fake tree the applier cannot create interface files (the kernel
+    /// does), so seed a pod cgroup's files and check a steady state costs
+    /// no writes and drift costs one.
+    #[test]
+    fn steady_state_and_drift_on_fake_v2_tree() {
+        let d = fake_v2_tree();
+        let c = cfg(d.path());
+        let pods = vec![pod("0000-a", "250m")];
+        // Seed every planned file with a wrong value so writes succeed.
+        for w in plan::build(&c, &pods).writes {
+            std::fs::create_dir_all(&w.dir).unwrap();
+            std::fs::write(&w.file, "0").unwrap();
+            for f in ["cgroup.controllers", "cgroup.subtree_control"] {
+                let p = w.dir.join(f);
+                if !p.exists() {
+                    std::fs::write(p, "cpu memory pids\n").unwrap();
+                }
+            }
+        }
+        let mut r = Reconciler::new(c.clone(), false, Duration::from_secs(0));
+        let first = r.reconcile(&pods, None, Instant::now());
+        assert!(first.errors.is_empty(), "{:?}", first.errors);
+        assert!(!first.writes.is_empty());
+        assert_eq!(first.writes.len() + first.unchanged, first.planned.len());
+        let second = r.reconcile(&pods, None, Instant::now());
+        assert_eq!(second.writes.len(), 0, "steady state must not write");
+        let weight = c.layout.file(
+            &c.layout.pod_cgroup(QosClass::Burstable, "0000-a"),
+            "cpu.weight",
+        );
+        std::fs::write(&weight, "4096").unwrap();
+        let third = r.reconcile(&pods, None, Instant::now());
+        assert_eq!(third.writes.len(), 1);
+        assert_eq!(third.writes[0].file, weight);
+        assert_eq!(third.drift, vec![weight.clone()]);
+
+        // A plan change (another burstable pod) is qosd's own update, not
+        // drift; the new pod's files neither.
+        let pods2 = vec![pod("0000-a", "250m"), pod("0000-b", "500m")];
+        for w in plan::build(&c, &pods2).writes {
+            if !w.file.exists() {
+                std::fs::create_dir_all(&w.dir).unwrap();
+                std::fs::write(&w.file, "0").unwrap();
+            }
+        }
+        let fourth = r.reconcile(&pods2, None, Instant::now());
+        assert!(fourth.errors.is_empty(), "{:?}", fourth.errors);
+        assert!(!fourth.writes.is_empty());
+        assert!(fourth.drift.is_empty(), "{:?}", fourth.drift);
+
+        // A reconciler that found everything in place (a restart on a
+        // converged tree) still calls a later change drift.
+        let mut fresh = Reconciler::new(c.clone(), false, Duration::from_secs(0));
+        assert_eq!(
+            fresh.reconcile(&pods2, None, Instant::now()).writes.len(),
+            0
+        );
+        std::fs::write(&weight, "4096").unwrap();
+        let after = fresh.reconcile(&pods2, None, Instant::now());
+        assert_eq!(after.drift, vec![weight]);
+    }
+
+    #[test]
+    fn orphans_removed_after_grace_only_when_empty() {
+        let d = fake_v2_tree();
+        let c = cfg(d.path());
+        let kp = kubepods_dirs(&c)[0].clone();
+        let orphan = kp.join("besteffort").join("pod1111");
+        let busy = kp.join("burstable").join("pod2222");
+        for dir in [&orphan, &busy] {
+            std::fs::create_dir_all(dir).unwrap();
+            std::fs::write(dir.join("cgroup.procs"), "").unwrap();
+        }
+        std::fs::write(busy.join("cgroup.procs"), "1\n").unwrap();
+        let mut r = Reconciler::new(c, false, Duration::from_secs(30));
+        let live = BTreeSet::new();
+        let t0 = Instant::now();
+        assert!(
+            r.clean_orphans(&live, t0).is_empty(),
+            "inside the grace period"
+        );
+        let later = t0 + Duration::from_secs(31);
+        let removed = r.clean_orphans(&live, later);
+        // A fake tree's dirs hold regular files, so rmdir fails there; what
+        // matters is that the busy cgroup is never a candidate for removal.
+        assert!(!removed.contains(&busy));
+        assert!(busy.exists());
+        let mut live2 = BTreeSet::new();
+        live2.insert("1111".to_string());
+        live2.insert("2222".to_string());
+        assert!(r.clean_orphans(&live2, later).is_empty());
+        assert!(
+            r.orphans_seen.is_empty(),
+            "live pods are forgotten as orphans"
+        );
+    }
+}

@@ -1,0 +1,606 @@
+//! Reading eviction signals from the kernel (every path injectable).
+//!
+//! * `memory.available` = capacity − working set, working set = usage −
+//!   inactive_file floored at 0; capacity = `MemTotal` of /proc/meminfo.
+//!   cgroup v1: root `memory.usage_in_bytes` and `total_inactive_file` of
+//!   `memory.stat`; cgroup v2 (no `memory.current` at the root): root
+//!   `memory.stat` `anon + file` as usage, `inactive_file` (as runc and the
+//!   kubelet's cadvisor do). With [`MemorySource::MemAvailable`]:
+//!   `MemAvailable` of /proc/meminfo instead.
+//! * `allocatableMemory.available` = allocatable − working set of the
+//!   kubepods cgroup (v1 usage − total_inactive_file, v2 memory.current −
+//!   inactive_file), allocatable configured or the kubepods memory limit.
+//! * `nodefs.*`, `imagefs.*`, `containerfs.*`: statvfs of a configured path
+//!   (available = f_bavail × f_frsize, capacity = f_blocks × f_frsize;
+//!   inodesFree = f_ffree of f_files).
+//! * `pid.available` = pid_max − running tasks (the 4th field of
+//!   /proc/loadavg, like the kubelet, which avoids sysinfo's truncation).
+//! * per pod: working set of the pod cgroup and its process count.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use crate::core::model::CgroupVersion;
+use crate::policy::evict::manager::{Observation, Observations};
+use crate::policy::evict::threshold::Signal;
+
+/// Where `memory.available` comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MemorySource {
+    /// The kubelet's: capacity − (usage − inactive_file) of the root cgroup.
+    #[default]
+    #[serde(alias = "working-set")]
+    WorkingSet,
+    /// `MemAvailable` from /proc/meminfo (does not count reclaimable page cache as used).
+    #[serde(alias = "memavailable")]
+    Meminfo,
+}
+
+impl std::str::FromStr for MemorySource {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "working-set" | "workingset" | "cgroup" => Ok(MemorySource::WorkingSet),
+            "meminfo" | "memavailable" => Ok(MemorySource::Meminfo),
+            _ => Err(format!(
+                "unknown memory-available source {s:?} (working-set, meminfo)"
+            )),
+        }
+    }
+}
+
+/// An I/O or format problem reading a signal source; names the path.
+#[derive(Debug, thiserror::Error)]
+pub enum SignalError {
+    #[error("cannot read {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Format { path: PathBuf, message: String },
+    #[error("{signal}: {message}")]
+    NotConfigured { signal: Signal, message: String },
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> SignalError + '_ {
+    move |source| SignalError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+fn fmt_err(path: &Path, message: impl Into<String>) -> SignalError {
+    SignalError::Format {
+        path: path.to_path_buf(),
+        message: message.into(),
+    }
+}
+
+/// Where every signal is read from. Construct with [`SignalSources::host`]
+/// and adjust, or fill every field for tests.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SignalSources {
+    pub version: CgroupVersion,
+    /// v1: the memory hierarchy's mount (`/sys/fs/cgroup/memory`); v2: the
+    /// unified mount (`/sys/fs/cgroup`).
+    pub memory_root: PathBuf,
+    /// Absolute kubepods cgroup directory in the memory hierarchy.
+    pub kubepods: Option<PathBuf>,
+    /// Node allocatable memory; `None`: the kubepods memory limit.
+    pub allocatable_memory_bytes: Option<i64>,
+    pub meminfo: PathBuf,
+    pub loadavg: PathBuf,
+    pub pid_max: PathBuf,
+    pub nodefs: Option<PathBuf>,
+    pub imagefs: Option<PathBuf>,
+    pub containerfs: Option<PathBuf>,
+    pub memory_source: MemorySource,
+}
+
+impl SignalSources {
+    /// The real host paths for a cgroup version (kubepods not set).
+    pub fn host(version: CgroupVersion) -> SignalSources {
+        let memory_root = match version {
+            CgroupVersion::V1 => PathBuf::from("/sys/fs/cgroup/memory"),
+            CgroupVersion::V2 => PathBuf::from("/sys/fs/cgroup"),
+        };
+        SignalSources {
+            version,
+            memory_root,
+            kubepods: None,
+            allocatable_memory_bytes: None,
+            meminfo: "/proc/meminfo".into(),
+            loadavg: "/proc/loadavg".into(),
+            pid_max: "/proc/sys/kernel/pid_max".into(),
+            nodefs: Some("/var/lib/kubelet".into()),
+            imagefs: None,
+            containerfs: None,
+            memory_source: MemorySource::WorkingSet,
+        }
+    }
+
+    /// Read one signal now: (available, capacity).
+    pub fn read(&self, signal: Signal) -> Result<(i64, i64), SignalError> {
+        match signal {
+            Signal::MemoryAvailable => self.memory_available(),
+            Signal::AllocatableMemoryAvailable => self.allocatable_memory_available(),
+            Signal::NodeFsAvailable => fs_bytes(self.fs_path(signal, &self.nodefs)?),
+            Signal::NodeFsInodesFree => fs_inodes(self.fs_path(signal, &self.nodefs)?),
+            Signal::ImageFsAvailable => fs_bytes(self.fs_path(signal, &self.imagefs)?),
+            Signal::ImageFsInodesFree => fs_inodes(self.fs_path(signal, &self.imagefs)?),
+            Signal::ContainerFsAvailable => fs_bytes(self.fs_path(signal, &self.containerfs)?),
+            Signal::ContainerFsInodesFree => fs_inodes(self.fs_path(signal, &self.containerfs)?),
+            Signal::PidAvailable => self.pid_available(),
+        }
+    }
+
+    fn fs_path<'a>(
+        &'a self,
+        signal: Signal,
+        p: &'a Option<PathBuf>,
+    ) -> Result<&'a Path, SignalError> {
+        // imagefs/containerfs default to nodefs (one filesystem), like the
+        // kubelet when the runtime reports the same device.
+        p.as_deref()
+            .or(self.nodefs.as_deref())
+            .ok_or_else(|| SignalError::NotConfigured {
+                signal,
+                message: "no filesystem path configured".into(),
+            })
+    }
+
+    /// Observe a set of signals at `now`; failures are returned beside the
+    /// observations (a missing observation means "no action" downstream).
+    pub fn observe(
+        &self,
+        signals: impl IntoIterator<Item = Signal>,
+        now: Instant,
+    ) -> (Observations, Vec<SignalError>) {
+        let mut obs = Observations::new();
+        let mut errs = Vec::new();
+        for s in signals {
+            match self.read(s) {
+                Ok((available, capacity)) => {
+                    obs.insert(
+                        s,
+                        Observation {
+                            available,
+                            capacity,
+                            at: now,
+                        },
+                    );
+                }
+                Err(e) => errs.push(e),
+            }
+        }
+        (obs, errs)
+    }
+
+    /// `MemTotal` in bytes.
+    pub fn memory_capacity(&self) -> Result<i64, SignalError> {
+        let mi = read_meminfo(&self.meminfo)?;
+        meminfo_field(&mi, "MemTotal", &self.meminfo)
+    }
+
+    /// memory.available: (available, capacity).
+    pub fn memory_available(&self) -> Result<(i64, i64), SignalError> {
+        let mi = read_meminfo(&self.meminfo)?;
+        let cap = meminfo_field(&mi, "MemTotal", &self.meminfo)?;
+        match self.memory_source {
+            MemorySource::Meminfo => {
+                let avail = meminfo_field(&mi, "MemAvailable", &self.meminfo)?;
+                Ok((avail.clamp(0, cap), cap))
+            }
+            MemorySource::WorkingSet => {
+                let ws = root_working_set(self.version, &self.memory_root)?;
+                Ok(((cap - ws as i64).max(0), cap))
+            }
+        }
+    }
+
+    /// allocatableMemory.available: (available, allocatable).
+    pub fn allocatable_memory_available(&self) -> Result<(i64, i64), SignalError> {
+        let dir = self.kubepods.as_deref().ok_or(SignalError::NotConfigured {
+            signal: Signal::AllocatableMemoryAvailable,
+            message: "no kubepods cgroup configured".into(),
+        })?;
+        let ws = cgroup_working_set(self.version, dir)?;
+        let cap = match self.allocatable_memory_bytes {
+            Some(a) => a,
+            None => cgroup_memory_limit(self.version, dir)?.ok_or_else(|| {
+                SignalError::NotConfigured {
+                    signal: Signal::AllocatableMemoryAvailable,
+                    message: format!(
+                        "{} has no memory limit and no allocatable memory is configured",
+                        dir.display()
+                    ),
+                }
+            })?,
+        };
+        Ok(((cap - ws as i64).max(0), cap))
+    }
+
+    /// pid.available: (pid_max − running tasks, pid_max).
+    pub fn pid_available(&self) -> Result<(i64, i64), SignalError> {
+        let max = read_u64(&self.pid_max)? as i64;
+        let la = read_string(&self.loadavg)?;
+        let total = la
+            .split_whitespace()
+            .nth(3)
+            .and_then(|f| f.split_once('/'))
+            .and_then(|(_, t)| t.parse::<i64>().ok())
+            .ok_or_else(|| fmt_err(&self.loadavg, "no running/total field"))?;
+        Ok((max - total, max))
+    }
+}
+
+fn read_string(path: &Path) -> Result<String, SignalError> {
+    std::fs::read_to_string(path).map_err(io_err(path))
+}
+
+fn read_u64(path: &Path) -> Result<u64, SignalError> {
+    let s = read_string(path)?;
+    parse_u64(s.trim()).ok_or_else(|| fmt_err(path, format!("not a number: {:?}", s.trim())))
+}
+
+fn parse_u64(s: &str) -> Option<u64> {
+    s.parse().ok()
+}
+
+/// Parse /proc/meminfo text into name → bytes (`kB` values × 1024).
+pub fn parse_meminfo(text: &str) -> BTreeMap<String, i64> {
+    let mut m = BTreeMap::new();
+    for line in text.lines() {
+        let Some((k, rest)) = line.split_once(':') else {
+            continue;
+        };
+        let mut it = rest.split_whitespace();
+        let Some(v) = it.next().and_then(|v| v.parse::<i64>().ok()) else {
+            continue;
+        };
+        let mult = match it.next() {
+            Some("kB") => 1024,
+            _ => 1,
+        };
+        m.insert(k.trim().to_string(), v.saturating_mul(mult));
+    }
+    m
+}
+
+fn read_meminfo(path: &Path) -> Result<BTreeMap<String, i64>, SignalError> {
+    Ok(parse_meminfo(&read_string(path)?))
+}
+
+fn meminfo_field(m: &BTreeMap<String, i64>, key: &str, path: &Path) -> Result<i64, SignalError> {
+    m.get(key)
+        .copied()
+        .ok_or_else(|| fmt_err(path, format!("no {key} line")))
+}
+
+/// Find `key` in memory.stat-style text (`name value` lines).
+pub fn stat_field(text: &str, key: &str) -> Option<u64> {
+    text.lines().find_map(|l| {
+        let (k, v) = l.split_once(' ')?;
+        (k == key).then(|| v.trim().parse().ok()).flatten()
+    })
+}
+
+fn stat_required(text: &str, key: &str, path: &Path) -> Result<u64, SignalError> {
+    stat_field(text, key).ok_or_else(|| fmt_err(path, format!("no {key} field")))
+}
+
+/// Working set of the root cgroup, in bytes.
+pub fn root_working_set(version: CgroupVersion, root: &Path) -> Result<u64, SignalError> {
+    let stat_path = root.join("memory.stat");
+    let stat = read_string(&stat_path)?;
+    match version {
+        CgroupVersion::V1 => {
+            let usage = read_u64(&root.join("memory.usage_in_bytes"))?;
+            let inactive = stat_required(&stat, "total_inactive_file", &stat_path)?;
+            Ok(usage.saturating_sub(inactive))
+        }
+        CgroupVersion::V2 => {
+            let anon = stat_required(&stat, "anon", &stat_path)?;
+            let file = stat_required(&stat, "file", &stat_path)?;
+            let inactive = stat_required(&stat, "inactive_file", &stat_path)?;
+            Ok((anon + file).saturating_sub(inactive))
+        }
+    }
+}
+
+/// Working set of a non-root cgroup (kubepods, a pod): usage − inactive_file.
+pub fn cgroup_working_set(version: CgroupVersion, dir: &Path) -> Result<u64, SignalError> {
+    let stat_path = dir.join("memory.stat");
+    let stat = read_string(&stat_path)?;
+    let (usage_file, inactive_key) = match version {
+        CgroupVersion::V1 => ("memory.usage_in_bytes", "total_inactive_file"),
+        CgroupVersion::V2 => ("memory.current", "inactive_file"),
+    };
+    let usage = read_u64(&dir.join(usage_file))?;
+    let inactive = stat_required(&stat, inactive_key, &stat_path)?;
+    Ok(usage.saturating_sub(inactive))
+}
+
+/// v1 "unlimited" is a huge page-aligned number; anything at or above this is treated as no limit.
+const V1_UNLIMITED_FLOOR: u64 = 1 << 62;
+
+/// Memory limit of a cgroup (`None` = unlimited).
+pub fn cgroup_memory_limit(version: CgroupVersion, dir: &Path) -> Result<Option<i64>, SignalError> {
+    match version {
+        CgroupVersion::V1 => {
+            let v = read_u64(&dir.join("memory.limit_in_bytes"))?;
+            Ok((v < V1_UNLIMITED_FLOOR).then_some(v as i64))
+        }
+        CgroupVersion::V2 => {
+            let p = dir.join("memory.max");
+            let s = read_string(&p)?;
+            let s = s.trim();
+            if s == "max" {
+                return Ok(None);
+            }
+            parse_u64(s)
+                .map(|v| Some(v as i64))
+                .ok_or_else(|| fmt_err(&p, format!("not a number: {s:?}")))
+        }
+    }
+}
+
+/// Number of processes in a cgroup and its descendants (`cgroup.procs`).
+pub fn cgroup_process_count(dir: &Path) -> Result<u64, SignalError> {
+    let mut n = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let procs = d.join("cgroup.procs");
+        n += read_string(&procs)?
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .count() as u64;
+        let rd = std::fs::read_dir(&d).map_err(io_err(&d))?;
+        for e in rd.flatten() {
+            if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                stack.push(e.path());
+            }
+        }
+    }
+    Ok(n)
+}
+
+/// Per-pod stats from its cgroup directory (memory hierarchy on v1): working
+/// set and process count; missing pieces stay `None`.
+pub fn pod_stats(version: CgroupVersion, pod_dir: &Path) -> crate::policy::evict::rank::PodStats {
+    crate::policy::evict::rank::PodStats {
+        memory_working_set_bytes: cgroup_working_set(version, pod_dir).ok(),
+        ephemeral_storage_bytes: None,
+        inodes: None,
+        processes: cgroup_process_count(pod_dir).ok(),
+    }
+}
+
+fn statvfs(path: &Path) -> Result<nix::sys::statvfs::Statvfs, SignalError> {
+    nix::sys::statvfs::statvfs(path).map_err(|e| SignalError::Io {
+        path: path.to_path_buf(),
+        source: std::io::Error::from(e),
+    })
+}
+
+/// (available bytes, capacity bytes) of the filesystem holding `path`.
+pub fn fs_bytes(path: &Path) -> Result<(i64, i64), SignalError> {
+    let st = statvfs(path)?;
+    let f = st.fragment_size() as i64;
+    Ok((st.blocks_available() as i64 * f, st.blocks() as i64 * f))
+}
+
+/// (free inodes, total inodes) of the filesystem holding `path`.
+pub fn fs_inodes(path: &Path) -> Result<(i64, i64), SignalError> {
+    let st = statvfs(path)?;
+    Ok((st.files_free() as i64, st.files() as i64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixtures() -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/signals")
+    }
+
+    fn sources(version: CgroupVersion) -> SignalSources {
+        let f = fixtures();
+        let root = f.join(version.as_str());
+        SignalSources {
+            version,
+            kubepods: Some(root.join("kubepods")),
+            memory_root: root,
+            allocatable_memory_bytes: None,
+            meminfo: f.join("meminfo"),
+            loadavg: f.join("loadavg"),
+            pid_max: f.join("pid_max"),
+            nodefs: Some(f.clone()),
+            imagefs: None,
+            containerfs: None,
+            memory_source: MemorySource::WorkingSet,
+        }
+    }
+
+    const MI: i64 = 1024 * 1024;
+
+    #[test]
+    fn meminfo_parse() {
+        let m = parse_meminfo("MemTotal:       16384 kB\nMemAvailable:    8192 kB\nHugePages_Total:       0\nbad line\n");
+        assert_eq!(m["MemTotal"], 16384 * 1024);
+        assert_eq!(m["MemAvailable"], 8192 * 1024);
+        assert_eq!(m["HugePages_Total"], 0);
+        assert_eq!(m.len(), 3);
+    }
+
+    #[test]
+    fn stat_field_table() {
+        let t = "cache 10\ninactive_file 5\ntotal_inactive_file 7\nfile 3\n";
+        for (k, want) in [
+            ("inactive_file", Some(5)),
+            ("total_inactive_file", Some(7)),
+            ("file", Some(3)),
+            ("anon", None),
+            ("cach", None),
+        ] {
+            assert_eq!(stat_field(t, k), want, "{k}");
+        }
+    }
+
+    // Fixture numbers (see fixtures/signals/README): MemTotal 4096 MiB,
+    // MemAvailable 3000 MiB; v1 root usage 1500 MiB, total_inactive_file 300 MiB;
+    // v2 root anon 900 MiB + file 600 MiB, inactive_file 300 MiB; kubepods
+    // usage 700 MiB, inactive 100 MiB, limit 1024 MiB (v2 memory.max 1 GiB).
+    #[test]
+    fn memory_available_table() {
+        let table = [
+            (
+                CgroupVersion::V1,
+                MemorySource::WorkingSet,
+                4096 - (1500 - 300),
+            ),
+            (
+                CgroupVersion::V2,
+                MemorySource::WorkingSet,
+                4096 - (900 + 600 - 300),
+            ),
+            (CgroupVersion::V1, MemorySource::Meminfo, 3000),
+            (CgroupVersion::V2, MemorySource::Meminfo, 3000),
+        ];
+        for (v, src, want_mi) in table {
+            let mut s = sources(v);
+            s.memory_source = src;
+            let (avail, cap) = s.read(Signal::MemoryAvailable).unwrap();
+            assert_eq!(cap, 4096 * MI, "{v} {src:?}");
+            assert_eq!(avail, want_mi * MI, "{v} {src:?}");
+        }
+    }
+
+    #[test]
+    fn allocatable_table() {
+        for v in [CgroupVersion::V1, CgroupVersion::V2] {
+            let mut s = sources(v);
+            let (avail, cap) = s.read(Signal::AllocatableMemoryAvailable).unwrap();
+            assert_eq!((avail, cap), ((1024 - 600) * MI, 1024 * MI), "{v}");
+            s.allocatable_memory_bytes = Some(512 * MI);
+            let (avail, cap) = s.read(Signal::AllocatableMemoryAvailable).unwrap();
+            assert_eq!((avail, cap), (0, 512 * MI), "{v}: floored at 0");
+            s.kubepods = None;
+            assert!(matches!(
+                s.read(Signal::AllocatableMemoryAvailable),
+                Err(SignalError::NotConfigured { .. })
+            ));
+        }
+    }
+
+    #[test]
+    fn pid_available_fixture() {
+        let s = sources(CgroupVersion::V1);
+        assert_eq!(s.read(Signal::PidAvailable).unwrap(), (32768 - 1234, 32768));
+    }
+
+    #[test]
+    fn fs_signals_on_real_fs() {
+        let s = sources(CgroupVersion::V1);
+        for sig in [
+            Signal::NodeFsAvailable,
+            Signal::ImageFsAvailable,
+            Signal::ContainerFsAvailable,
+        ] {
+            let (a, c) = s.read(sig).unwrap();
+            assert!(c > 0 && a >= 0 && a <= c, "{sig}: {a} {c}");
+        }
+        let (free, total) = s.read(Signal::NodeFsInodesFree).unwrap();
+        assert!(free <= total, "{free} {total}");
+    }
+
+    #[test]
+    fn pod_stats_from_fixture() {
+        let f = fixtures();
+        let st = pod_stats(CgroupVersion::V1, &f.join("v1/kubepods/besteffort/podabc"));
+        assert_eq!(
+            st.memory_working_set_bytes,
+            Some((200 - 20) as u64 * MI as u64)
+        );
+        assert_eq!(st.processes, Some(3)); // 2 in the container child + 1 in the pod
+        let st = pod_stats(CgroupVersion::V2, &f.join("v2/kubepods/besteffort/podabc"));
+        assert_eq!(
+            st.memory_working_set_bytes,
+            Some((200 - 20) as u64 * MI as u64)
+        );
+        assert_eq!(st.processes, Some(1));
+        let st = pod_stats(CgroupVersion::V2, &f.join("v2/missing"));
+        assert_eq!(st.memory_working_set_bytes, None);
+        assert_eq!(st.processes, None);
+    }
+
+    #[test]
+    fn errors_name_the_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = sources(CgroupVersion::V1);
+        s.memory_root = dir.path().to_path_buf();
+        let e = s.read(Signal::MemoryAvailable).unwrap_err().to_string();
+        assert!(
+            e.contains(&dir.path().join("memory.stat").display().to_string()),
+            "{e}"
+        );
+        std::fs::write(dir.path().join("memory.stat"), "total_inactive_file 1\n").unwrap();
+        std::fs::write(dir.path().join("memory.usage_in_bytes"), "lots\n").unwrap();
+        let e = s.read(Signal::MemoryAvailable).unwrap_err().to_string();
+        assert!(
+            e.contains("memory.usage_in_bytes") && e.contains("lots"),
+            "{e}"
+        );
+        std::fs::write(dir.path().join("memory.usage_in_bytes"), "100\n").unwrap();
+        std::fs::write(dir.path().join("memory.stat"), "cache 1\n").unwrap();
+        let e = s.read(Signal::MemoryAvailable).unwrap_err().to_string();
+        assert!(e.contains("no total_inactive_file field"), "{e}");
+        // observe collects errors and keeps going
+        let (obs, errs) = s.observe(
+            [Signal::MemoryAvailable, Signal::PidAvailable],
+            Instant::now(),
+        );
+        assert_eq!(obs.len(), 1);
+        assert_eq!(errs.len(), 1);
+    }
+
+    #[test]
+    fn v1_unlimited_is_none() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("memory.limit_in_bytes"),
+            "9223372036854771712\n",
+        )
+        .unwrap();
+        assert_eq!(
+            cgroup_memory_limit(CgroupVersion::V1, dir.path()).unwrap(),
+            None
+        );
+        std::fs::write(dir.path().join("memory.max"), "max\n").unwrap();
+        assert_eq!(
+            cgroup_memory_limit(CgroupVersion::V2, dir.path()).unwrap(),
+            None
+        );
+        std::fs::write(dir.path().join("memory.max"), "1048576\n").unwrap();
+        assert_eq!(
+            cgroup_memory_limit(CgroupVersion::V2, dir.path()).unwrap(),
+            Some(1 << 20)
+        );
+    }
+
+    #[test]
+    fn memory_source_parse() {
+        assert_eq!(
+            "meminfo".parse::<MemorySource>().unwrap(),
+            MemorySource::Meminfo
+        );
+        assert_eq!(
+            "working-set".parse::<MemorySource>().unwrap(),
+            MemorySource::WorkingSet
+        );
+        assert!("free".parse::<MemorySource>().is_err());
+    }
+}

@@ -1,0 +1,216 @@
+//! Liveness and readiness: the heartbeats `/healthz` checks and the
+//! conditions `/readyz` reports, plus the published status document.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use crate::telemetry::status::StatusDoc;
+
+/// Liveness, readiness and the published status document.
+#[derive(Debug)]
+pub struct Health {
+    started: Instant,
+    /// Milliseconds after `started` of the last heartbeat.
+    last_beat_ms: AtomicU64,
+    stale_after: Duration,
+    cri_reachable: AtomicBool,
+    reconciled: AtomicBool,
+    shutting_down: AtomicBool,
+    status: Mutex<StatusDoc>,
+    /// When the runtime stopped answering (None: it answers).
+    cri_down_since: Mutex<Option<Instant>>,
+    /// `/healthz` fails once the runtime was unreachable this long (a
+    /// restarted pod remounts the runtime's socket directory afresh).
+    runtime_unhealthy_after: Mutex<Option<Duration>>,
+    /// Working, but with less: e.g. the Kubernetes API is unavailable
+    /// (key → reason); shown with readiness.
+    degraded: Mutex<std::collections::BTreeMap<&'static str, String>>,
+}
+
+impl Health {
+    /// `stale_after`: how old the heartbeat may get before `/healthz` fails
+    /// (e.g. 3 × the reconcile interval, or the systemd watchdog period).
+    /// Construction counts as a heartbeat.
+    pub fn new(stale_after: Duration) -> Health {
+        Health {
+            started: Instant::now(),
+            last_beat_ms: AtomicU64::new(0),
+            stale_after,
+            cri_reachable: AtomicBool::new(false),
+            reconciled: AtomicBool::new(false),
+            shutting_down: AtomicBool::new(false),
+            status: Mutex::new(StatusDoc::default()),
+            cri_down_since: Mutex::new(None),
+            runtime_unhealthy_after: Mutex::new(None),
+            degraded: Mutex::new(Default::default()),
+        }
+    }
+
+    /// `/healthz` fails after the runtime was unreachable for `limit`.
+    pub fn set_runtime_unhealthy_after(&self, limit: Option<Duration>) {
+        *self
+            .runtime_unhealthy_after
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = limit;
+    }
+
+    /// Mark a degraded mode (`Some(reason)`) or clear it (`None`).
+    pub fn set_degraded(&self, key: &'static str, reason: Option<String>) {
+        let mut g = self.degraded.lock().unwrap_or_else(|e| e.into_inner());
+        match reason {
+            Some(r) => g.insert(key, r),
+            None => g.remove(key),
+        };
+    }
+
+    /// The degraded modes in force, as `key: reason`.
+    pub fn degraded(&self) -> Vec<String> {
+        self.degraded
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(k, v)| format!("{k}: {v}"))
+            .collect()
+    }
+
+    /// The main loop is alive (call once per loop iteration).
+    pub fn beat(&self) {
+        let ms = self.started.elapsed().as_millis() as u64;
+        self.last_beat_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// Whether the container runtime answered the last call.
+    pub fn set_cri_reachable(&self, ok: bool) {
+        self.cri_reachable.store(ok, Ordering::Relaxed);
+        let mut since = self
+            .cri_down_since
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        match (ok, *since) {
+            (true, _) => *since = None,
+            (false, None) => *since = Some(Instant::now()),
+            (false, Some(_)) => {}
+        }
+    }
+
+    /// A reconcile pass completed (readiness needs at least one).
+    pub fn set_reconciled(&self) {
+        self.reconciled.store(true, Ordering::Relaxed);
+    }
+
+    /// The daemon is stopping: `/readyz` fails from now on.
+    pub fn set_shutting_down(&self) {
+        self.shutting_down.store(true, Ordering::Relaxed);
+    }
+
+    /// Age of the last heartbeat.
+    pub fn heartbeat_age(&self) -> Duration {
+        let now = self.started.elapsed().as_millis() as u64;
+        Duration::from_millis(now.saturating_sub(self.last_beat_ms.load(Ordering::Relaxed)))
+    }
+
+    /// Liveness: `Ok` or why not.
+    pub fn alive(&self) -> Result<(), String> {
+        let limit = *self
+            .runtime_unhealthy_after
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let since = *self
+            .cri_down_since
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let (Some(limit), Some(since)) = (limit, since) {
+            if since.elapsed() > limit {
+                return Err(format!(
+                    "container runtime unreachable for {:.0}s (limit {:.0}s)",
+                    since.elapsed().as_secs_f64(),
+                    limit.as_secs_f64()
+                ));
+            }
+        }
+        let age = self.heartbeat_age();
+        if age > self.stale_after {
+            Err(format!(
+                "main loop heartbeat is {:.1}s old (limit {:.1}s)",
+                age.as_secs_f64(),
+                self.stale_after.as_secs_f64()
+            ))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Readiness: `Ok` or every reason it is not ready.
+    pub fn ready(&self) -> Result<(), String> {
+        let mut why = Vec::new();
+        if self.shutting_down.load(Ordering::Relaxed) {
+            why.push("shutting down");
+        }
+        if !self.cri_reachable.load(Ordering::Relaxed) {
+            why.push("container runtime (CRI) not reachable");
+        }
+        if !self.reconciled.load(Ordering::Relaxed) {
+            why.push("first reconcile not done");
+        }
+        if why.is_empty() {
+            Ok(())
+        } else {
+            Err(why.join("; "))
+        }
+    }
+
+    /// Replace the published status document.
+    pub fn publish_status(&self, doc: StatusDoc) {
+        *self.status.lock().unwrap_or_else(|e| e.into_inner()) = doc;
+    }
+
+    /// Change the published status in place (e.g. to append an eviction).
+    pub fn update_status(&self, f: impl FnOnce(&mut StatusDoc)) {
+        f(&mut self.status.lock().unwrap_or_else(|e| e.into_inner()));
+    }
+
+    /// The published status with `alive`/`ready` filled in now.
+    pub fn status(&self) -> StatusDoc {
+        let mut doc = self
+            .status
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        doc.alive = self.alive().is_ok();
+        doc.ready = self.ready().is_ok();
+        doc.not_ready_reason = self.ready().err();
+        doc.degraded = self.degraded();
+        doc
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runtime_unreachable_too_long_fails_liveness_and_degraded_is_reported() {
+        let h = Health::new(Duration::from_secs(60));
+        h.set_runtime_unhealthy_after(Some(Duration::from_millis(30)));
+        h.set_cri_reachable(false);
+        assert!(h.alive().is_ok(), "not yet past the limit");
+        std::thread::sleep(Duration::from_millis(60));
+        h.beat();
+        let why = h.alive().unwrap_err();
+        assert!(why.contains("container runtime unreachable"), "{why}");
+        h.set_cri_reachable(true);
+        assert!(h.alive().is_ok(), "the runtime answers again");
+        h.set_cri_reachable(false);
+        assert!(h.alive().is_ok(), "the clock restarts");
+        h.set_runtime_unhealthy_after(None);
+        std::thread::sleep(Duration::from_millis(60));
+        assert!(h.alive().is_ok(), "no limit: never");
+
+        h.set_degraded("kubernetes-api", Some("gone".into()));
+        assert_eq!(h.degraded(), ["kubernetes-api: gone"]);
+        assert_eq!(h.status().degraded, ["kubernetes-api: gone"]);
+        h.set_degraded("kubernetes-api", None);
+        assert!(h.degraded().is_empty());
+    }
+}

@@ -1,0 +1,274 @@
+//! The HTTP endpoint: `/metrics`, `/healthz`, `/readyz`, `/status`.
+//!
+//! * `/metrics` — Prometheus/OpenMetrics text from [`Metrics`].
+//! * `/healthz` — liveness: 200 while the main loop's heartbeat
+//!   ([`Health::beat`]) is younger than the staleness limit, else 503.
+//! * `/readyz` — readiness: 200 once the CRI answered and the first
+//!   reconcile finished (and the daemon is not shutting down), else 503.
+//! * `/status` — the [`StatusDoc`] the daemon last published, as JSON
+//!   (`qosd status` reads it with [`fetch_status`]).
+//!
+//! The daemon shares an `Arc<Health>` and an `Arc<Metrics>` with the
+//! server; every update is a cheap atomic store or a short mutex hold.
+//! [`spawn`] binds (so "address in use" surfaces at start-up), serves on a
+//! tokio task, and returns a [`Server`] handle for shutdown.
+//!
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get as route_get;
+use axum::Router;
+
+use crate::telemetry::client::HttpError;
+use crate::telemetry::health::Health;
+use crate::telemetry::metrics::{self, Metrics};
+
+/// What the handlers share.
+#[derive(Debug, Clone)]
+pub struct AppState {
+    pub metrics: Arc<Metrics>,
+    pub health: Arc<Health>,
+}
+
+/// The routes, for embedding or testing without a socket.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/metrics", route_get(metrics_handler))
+        .route("/healthz", route_get(healthz))
+        .route("/readyz", route_get(readyz))
+        .route("/status", route_get(status))
+        .with_state(state)
+}
+
+async fn metrics_handler(State(s): State<AppState>) -> Response {
+    (
+        [(header::CONTENT_TYPE, metrics::CONTENT_TYPE)],
+        s.metrics.encode(),
+    )
+        .into_response()
+}
+
+fn probe(r: Result<(), String>) -> Response {
+    let text = [(header::CONTENT_TYPE, "text/plain; charset=utf-8")];
+    match r {
+        Ok(()) => (StatusCode::OK, text, "ok\n".to_string()).into_response(),
+        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, text, format!("{why}\n")).into_response(),
+    }
+}
+
+async fn healthz(State(s): State<AppState>) -> Response {
+    probe(s.health.alive())
+}
+
+async fn readyz(State(s): State<AppState>) -> Response {
+    // Degraded modes do not fail readiness (qosd keeps working), but the
+    // probe's body says so.
+    let degraded = s.health.degraded();
+    match s.health.ready() {
+        Ok(()) if !degraded.is_empty() => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            format!("ok; degraded: {}\n", degraded.join("; ")),
+        )
+            .into_response(),
+        r => probe(r),
+    }
+}
+
+async fn status(State(s): State<AppState>) -> Response {
+    let body = serde_json::to_string_pretty(&s.health.status())
+        .unwrap_or_else(|e| format!("{{\"error\": {:?}}}", e.to_string()));
+    ([(header::CONTENT_TYPE, "application/json")], body + "\n").into_response()
+}
+
+/// Serve on an already bound listener until `shutdown` resolves (graceful:
+/// in-flight requests finish).
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: AppState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), HttpError> {
+    let addr = listener
+        .local_addr()
+        .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown)
+        .await
+        .map_err(|source| HttpError::Serve { addr, source })
+}
+
+/// A running server (see [`spawn`]).
+#[derive(Debug)]
+pub struct Server {
+    local_addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<Result<(), HttpError>>,
+}
+
+impl Server {
+    /// The bound address (resolves port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Stop accepting, finish in-flight requests, wait for the task.
+    pub async fn shutdown(mut self) -> Result<(), HttpError> {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        match self.task.await {
+            Ok(r) => r,
+            Err(e) => Err(HttpError::Serve {
+                addr: self.local_addr,
+                source: std::io::Error::other(e),
+            }),
+        }
+    }
+}
+
+/// Bind `addr` (port 0: any free port) and serve on a tokio task.
+/// Must be called inside a tokio runtime.
+pub async fn spawn(addr: SocketAddr, state: AppState) -> Result<Server, HttpError> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| HttpError::Bind { addr, source })?;
+    let local_addr = listener
+        .local_addr()
+        .map_err(|source| HttpError::Bind { addr, source })?;
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(serve(listener, state, async {
+        let _ = rx.await;
+    }));
+    Ok(Server {
+        local_addr,
+        stop: Some(tx),
+        task,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+
+    use crate::telemetry::client::parse_response;
+    use crate::telemetry::health::Health;
+    use crate::telemetry::status::*;
+    use std::time::Duration;
+
+    #[test]
+    fn health_transitions() {
+        let h = Health::new(Duration::from_millis(50));
+        assert!(h.alive().is_ok());
+        let why = h.ready().unwrap_err();
+        assert!(
+            why.contains("CRI") && why.contains("first reconcile"),
+            "{why}"
+        );
+        h.set_cri_reachable(true);
+        assert_eq!(h.ready().unwrap_err(), "first reconcile not done");
+        h.set_reconciled();
+        assert!(h.ready().is_ok());
+        std::thread::sleep(Duration::from_millis(80));
+        assert!(h.alive().unwrap_err().contains("heartbeat"));
+        h.beat();
+        assert!(h.alive().is_ok());
+        h.set_shutting_down();
+        assert_eq!(h.ready().unwrap_err(), "shutting down");
+    }
+
+    #[test]
+    fn status_doc_roundtrips_and_bounds_evictions() {
+        let mut d = StatusDoc::new();
+        for i in 0..30 {
+            d.push_eviction(EvictionRecord {
+                name: format!("p{i}"),
+                ..Default::default()
+            });
+        }
+        assert_eq!(d.last_evictions.len(), StatusDoc::MAX_EVICTIONS);
+        assert_eq!(d.last_evictions[0].name, "p29");
+        let j = serde_json::to_string(&d).unwrap();
+        assert_eq!(serde_json::from_str::<StatusDoc>(&j).unwrap(), d);
+        // Unknown and missing fields are tolerated.
+        let old: StatusDoc = serde_json::from_str(r#"{"mode":"enforce","future":1}"#).unwrap();
+        assert_eq!(old.mode, "enforce");
+    }
+
+    #[test]
+    fn status_table_shows_signals_pods_and_evictions() {
+        let mut d = StatusDoc::new();
+        d.mode = "enforce".into();
+        d.signals.push(SignalStatus {
+            signal: "memory.available".into(),
+            observed: Some(50 << 20),
+            capacity: Some(8 << 30),
+            thresholds: vec![ThresholdStatus {
+                kind: "hard".into(),
+                threshold: "100Mi".into(),
+                value: 100 << 20,
+                met: true,
+                ..Default::default()
+            }],
+        });
+        d.signals.push(SignalStatus {
+            signal: "nodefs.inodesFree".into(),
+            observed: Some(12345),
+            ..Default::default()
+        });
+        d.conditions.push(ConditionStatus {
+            condition: "MemoryPressure".into(),
+            active: true,
+            ..Default::default()
+        });
+        d.pods = PodCounts {
+            guaranteed: 1,
+            burstable: 2,
+            best_effort: 3,
+        };
+        d.push_eviction(EvictionRecord {
+            at_ms: 1_000,
+            namespace: "default".into(),
+            name: "hog".into(),
+            qos_class: "BestEffort".into(),
+            signal: "memory.available".into(),
+            threshold_kind: "hard".into(),
+            observed: 50 << 20,
+            threshold: 100 << 20,
+            backend: "kill".into(),
+            ..Default::default()
+        });
+        let t = d.to_table(6_000);
+        for piece in [
+            "mode enforce",
+            "memory.available",
+            "50.0Mi",
+            "8.0Gi",
+            "hard <100Mi (100.0Mi) MET",
+            "12345",
+            "MemoryPressure=True",
+            "(total 6)",
+            "default/hog",
+            "5s",
+            "last reconcile: none yet",
+        ] {
+            assert!(t.contains(piece), "{piece:?} missing from\n{t}");
+        }
+    }
+
+    #[test]
+    fn parses_chunked_and_plain_responses() {
+        let plain = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 3\r\n\r\nno\n";
+        let r = parse_response(plain).unwrap();
+        assert_eq!((r.status, r.body.as_str()), (503, "no\n"));
+        let chunked =
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n";
+        let r = parse_response(chunked).unwrap();
+        assert_eq!(r.body, "abcde");
+        assert_eq!(r.header("Transfer-Encoding"), Some("chunked"));
+        assert!(parse_response(b"garbage").is_err());
+    }
+}

@@ -1,0 +1,379 @@
+//! The status document: what `/status` serves and `qosd status` shows, and
+//! its text rendering.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+/// What `/status` serves and `qosd status` shows: node signals against
+/// thresholds, conditions, pods by QoS class, recent evictions. The daemon
+/// fills it (all fields default, so older/newer readers cope).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct StatusDoc {
+    /// qosd version.
+    pub version: String,
+    /// Unix time (ms) the daemon produced this document.
+    pub generated_at_ms: u64,
+    /// `enforce` or `dry-run`.
+    pub mode: String,
+    /// `v1` / `v2`.
+    pub cgroup_version: String,
+    /// `cgroupfs` / `systemd`.
+    pub cgroup_driver: String,
+    /// Filled by the server at request time.
+    pub alive: bool,
+    /// Filled by the server at request time.
+    pub ready: bool,
+    pub not_ready_reason: Option<String>,
+    pub signals: Vec<SignalStatus>,
+    pub conditions: Vec<ConditionStatus>,
+    pub pods: PodCounts,
+    /// Most recent first, at most [`StatusDoc::MAX_EVICTIONS`].
+    pub last_evictions: Vec<EvictionRecord>,
+    pub last_reconcile: Option<ReconcileStatus>,
+    /// Degraded modes in force (`kubernetes-api: …`): working, with less.
+    pub degraded: Vec<String>,
+    /// The Kubernetes API side (absent when not configured).
+    pub kubernetes: Option<KubeStatus>,
+}
+
+/// The Kubernetes API pod source, in `/status`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct KubeStatus {
+    /// API server URL and where the config came from.
+    pub server: String,
+    pub node_name: String,
+    /// `synced` (exact specs in use) or `unavailable` (runtime data alone).
+    pub state: String,
+    pub reason: Option<String>,
+    /// Live pods whose values are exact (from the API) / inferred.
+    pub pods_exact: usize,
+    pub pods_inferred: usize,
+    pub relists: u64,
+    pub watch_restarts: u64,
+}
+
+/// One eviction signal and its thresholds.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SignalStatus {
+    /// e.g. `memory.available`.
+    pub signal: String,
+    /// Observed value (bytes, inodes or PIDs); `None` when unavailable.
+    pub observed: Option<i64>,
+    /// Capacity the signal is measured against.
+    pub capacity: Option<i64>,
+    pub thresholds: Vec<ThresholdStatus>,
+}
+
+/// One threshold of a signal.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ThresholdStatus {
+    /// `hard` or `soft`.
+    pub kind: String,
+    /// As configured (`100Mi`, `10%`).
+    pub threshold: String,
+    /// Resolved to the signal's unit.
+    pub value: i64,
+    pub met: bool,
+    /// Soft thresholds: the grace period (Go duration).
+    pub grace_period: Option<String>,
+    /// Minimum reclaim, as configured.
+    pub min_reclaim: Option<String>,
+}
+
+/// A node condition.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ConditionStatus {
+    /// `MemoryPressure`, `DiskPressure`, `PIDPressure`.
+    pub condition: String,
+    pub active: bool,
+    /// Unix time (ms) of the last transition.
+    pub since_ms: Option<u64>,
+    pub reason: Option<String>,
+}
+
+/// Live pods by QoS class.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PodCounts {
+    pub guaranteed: usize,
+    pub burstable: usize,
+    pub best_effort: usize,
+}
+
+impl PodCounts {
+    /// Pods by QoS class (the classes the daemon counts).
+    pub fn of(pods: &[crate::core::model::Pod]) -> PodCounts {
+        let mut c = PodCounts::default();
+        for p in pods {
+            match crate::core::qos::classify(p).class {
+                crate::core::model::QosClass::Guaranteed => c.guaranteed += 1,
+                crate::core::model::QosClass::Burstable => c.burstable += 1,
+                crate::core::model::QosClass::BestEffort => c.best_effort += 1,
+            }
+        }
+        c
+    }
+}
+
+impl PodCounts {
+    pub fn total(&self) -> usize {
+        self.guaranteed + self.burstable + self.best_effort
+    }
+}
+
+/// One eviction qosd made (or would have made, in dry-run).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct EvictionRecord {
+    /// Unix time (ms).
+    pub at_ms: u64,
+    pub uid: String,
+    pub namespace: String,
+    pub name: String,
+    pub qos_class: String,
+    pub priority: i32,
+    pub signal: String,
+    pub observed: i64,
+    pub threshold: i64,
+    /// `hard` or `soft`.
+    pub threshold_kind: String,
+    pub usage_bytes: Option<i64>,
+    pub request_bytes: Option<i64>,
+    /// Position in the ranking (0: first).
+    pub rank: usize,
+    /// `kill`, `cri` or `dry-run`.
+    pub backend: String,
+    /// Threshold crossing → kill issued.
+    pub reaction_ms: Option<f64>,
+}
+
+/// The last reconcile pass.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ReconcileStatus {
+    /// Unix time (ms) it finished.
+    pub at_ms: u64,
+    pub duration_ms: f64,
+    pub writes: u64,
+    pub errors: u64,
+    pub pods: usize,
+}
+
+impl StatusDoc {
+    /// How many evictions `last_evictions` keeps.
+    pub const MAX_EVICTIONS: usize = 20;
+
+    /// A document stamped with this version and the current time.
+    pub fn new() -> StatusDoc {
+        StatusDoc {
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            generated_at_ms: now_ms(),
+            ..StatusDoc::default()
+        }
+    }
+
+    /// Record an eviction (most recent first, bounded).
+    pub fn push_eviction(&mut self, rec: EvictionRecord) {
+        self.last_evictions.insert(0, rec);
+        self.last_evictions.truncate(Self::MAX_EVICTIONS);
+    }
+}
+
+impl StatusDoc {
+    /// A human-readable table (what `qosd status` prints without `--output json`).
+    pub fn to_table(&self, now_ms: u64) -> String {
+        use std::fmt::Write as _;
+        let mut o = String::new();
+        let yes = |b: bool| if b { "yes" } else { "no" };
+        let _ = writeln!(
+            o,
+            "qosd {}  mode {}  cgroup {}/{}  alive {}  ready {}",
+            or_dash(&self.version),
+            or_dash(&self.mode),
+            or_dash(&self.cgroup_version),
+            or_dash(&self.cgroup_driver),
+            yes(self.alive),
+            yes(self.ready),
+        );
+        if let Some(why) = &self.not_ready_reason {
+            let _ = writeln!(o, "not ready: {why}");
+        }
+        for d in &self.degraded {
+            let _ = writeln!(o, "degraded: {d}");
+        }
+        if let Some(k) = &self.kubernetes {
+            let _ = writeln!(
+                o,
+                "kubernetes API {} ({}): {}  pods exact {} inferred {}",
+                or_dash(&k.server),
+                or_dash(&k.node_name),
+                or_dash(&k.state),
+                k.pods_exact,
+                k.pods_inferred
+            );
+        }
+        let _ = writeln!(o);
+        let _ = writeln!(
+            o,
+            "{:<30} {:>12} {:>12}  THRESHOLDS",
+            "SIGNAL", "OBSERVED", "CAPACITY"
+        );
+        for sig in &self.signals {
+            let fmt = |v: Option<i64>| v.map_or("-".to_string(), |v| signal_value(&sig.signal, v));
+            let th: Vec<String> = sig
+                .thresholds
+                .iter()
+                .map(|t| {
+                    let mut x = format!(
+                        "{} <{} ({})",
+                        t.kind,
+                        t.threshold,
+                        signal_value(&sig.signal, t.value)
+                    );
+                    if let Some(g) = &t.grace_period {
+                        x.push_str(&format!(" grace {g}"));
+                    }
+                    if t.met {
+                        x.push_str(" MET");
+                    }
+                    x
+                })
+                .collect();
+            let _ = writeln!(
+                o,
+                "{:<30} {:>12} {:>12}  {}",
+                sig.signal,
+                fmt(sig.observed),
+                fmt(sig.capacity),
+                if th.is_empty() {
+                    "-".to_string()
+                } else {
+                    th.join(", ")
+                }
+            );
+        }
+        let _ = writeln!(o);
+        let conds: Vec<String> = self
+            .conditions
+            .iter()
+            .map(|c| {
+                format!(
+                    "{}={}",
+                    c.condition,
+                    if c.active { "True" } else { "False" }
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            o,
+            "conditions: {}",
+            if conds.is_empty() {
+                "-".to_string()
+            } else {
+                conds.join("  ")
+            }
+        );
+        let _ = writeln!(
+            o,
+            "pods: Guaranteed {}  Burstable {}  BestEffort {}  (total {})",
+            self.pods.guaranteed,
+            self.pods.burstable,
+            self.pods.best_effort,
+            self.pods.total()
+        );
+        match &self.last_reconcile {
+            Some(r) => {
+                let _ = writeln!(
+                    o,
+                    "last reconcile: {} ago, {:.1} ms, {} writes, {} errors, {} pods",
+                    ago(now_ms, r.at_ms),
+                    r.duration_ms,
+                    r.writes,
+                    r.errors,
+                    r.pods
+                );
+            }
+            None => {
+                let _ = writeln!(o, "last reconcile: none yet");
+            }
+        }
+        if self.last_evictions.is_empty() {
+            let _ = writeln!(o, "evictions: none");
+        } else {
+            let _ = writeln!(o, "\nrecent evictions (newest first):");
+            let _ = writeln!(
+                o,
+                "  {:<10} {:<40} {:<11} {:<28} {:>12} {:>12}  BACKEND",
+                "WHEN", "POD", "QOS", "SIGNAL", "OBSERVED", "THRESHOLD"
+            );
+            for e in &self.last_evictions {
+                let _ = writeln!(
+                    o,
+                    "  {:<10} {:<40} {:<11} {:<28} {:>12} {:>12}  {}",
+                    ago(now_ms, e.at_ms),
+                    format!("{}/{}", e.namespace, e.name),
+                    e.qos_class,
+                    format!("{} ({})", e.signal, or_dash(&e.threshold_kind)),
+                    signal_value(&e.signal, e.observed),
+                    signal_value(&e.signal, e.threshold),
+                    or_dash(&e.backend)
+                );
+            }
+        }
+        o
+    }
+}
+
+fn or_dash(s: &str) -> &str {
+    if s.is_empty() {
+        "-"
+    } else {
+        s
+    }
+}
+
+/// Bytes in binary units for byte signals; plain counts for inodes/PIDs.
+fn signal_value(signal: &str, v: i64) -> String {
+    if signal.contains("inodes") || signal.starts_with("pid.") {
+        return v.to_string();
+    }
+    const UNITS: [&str; 6] = ["", "Ki", "Mi", "Gi", "Ti", "Pi"];
+    let mut x = v as f64;
+    let mut u = 0;
+    while x.abs() >= 1024.0 && u < UNITS.len() - 1 {
+        x /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{v}")
+    } else {
+        format!("{x:.1}{}", UNITS[u])
+    }
+}
+
+fn ago(now_ms: u64, at_ms: u64) -> String {
+    if at_ms == 0 {
+        return "-".into();
+    }
+    let d = now_ms.saturating_sub(at_ms);
+    match d {
+        0..=999 => format!("{d}ms"),
+        1000..=119_999 => format!("{}s", d / 1000),
+        120_000..=7_199_999 => format!("{}m", d / 60_000),
+        _ => format!("{}h", d / 3_600_000),
+    }
+}
+
+/// Unix time in milliseconds.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis() as u64
+}

@@ -13,7 +13,8 @@ use crate::kube::merge::MergeSummary;
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct KubeFlags {
     /// kubeconfig of the Kubernetes API server: merge the live pods with their specs
-    /// (exact requests, limits, priority). Needs --node-name.
+    /// (exact requests, limits, priority). Needs --node-name. In a pod, --node-name alone
+    /// uses the in-cluster config.
     #[arg(long, value_name = "FILE")]
     pub kubeconfig: Option<PathBuf>,
     /// This node's name (its pods are listed from the API server).
@@ -22,9 +23,12 @@ pub struct KubeFlags {
 }
 
 impl KubeFlags {
-    /// Whether the API is to be asked at all.
+    /// Whether the API is to be asked at all: a kubeconfig, or a node name
+    /// inside a pod (in-cluster config).
     pub fn enabled(&self) -> bool {
         self.kubeconfig.is_some()
+            || (self.node_name.as_deref().is_some_and(|n| !n.is_empty())
+                && std::env::var_os("KUBERNETES_SERVICE_HOST").is_some())
     }
 
     /// Merge `inv` with the API's view; `None` when not enabled. An
@@ -33,9 +37,9 @@ impl KubeFlags {
         &self,
         inv: &mut Inventory,
     ) -> anyhow::Result<Option<(MergeSummary, Option<String>)>> {
-        let Some(path) = &self.kubeconfig else {
+        if !self.enabled() {
             return Ok(None);
-        };
+        }
         let node = self
             .node_name
             .as_deref()
@@ -43,7 +47,11 @@ impl KubeFlags {
             .ok_or_else(|| {
                 crate::cli::bad_input("--kubeconfig needs --node-name (or NODE_NAME)")
             })?;
-        let cfg = crate::kube::config::from_kubeconfig(path).map_err(crate::cli::bad_input)?;
+        let cfg = match &self.kubeconfig {
+            Some(path) => crate::kube::config::from_kubeconfig(path),
+            None => crate::kube::config::in_cluster_from_env(),
+        }
+        .map_err(crate::cli::bad_input)?;
         let client = crate::kube::KubeClient::new(cfg).map_err(crate::cli::bad_input)?;
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()

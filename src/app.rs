@@ -11,9 +11,11 @@ use std::time::Duration;
 use anyhow::Context;
 
 use crate::config::{self, Config};
+use crate::core::model::CgroupVersion;
 use crate::core::node::{NodeResources, Reserved};
 use crate::policy::enforce::naming::CgroupLayout;
 use crate::policy::enforce::plan::PlanConfig;
+use crate::policy::enforce::reserved::ReservedResources;
 use crate::runtime::daemon::{self, Outcome, RunOptions, ServiceObserver};
 use crate::runtime::eviction_service::{EvictionService, ServiceConfig};
 use crate::runtime::pod_source::PodSourceSpec;
@@ -43,6 +45,8 @@ pub struct DaemonArgs {
     pub orphan_grace: Duration,
     /// Where /proc is.
     pub proc_root: PathBuf,
+    /// Where sysfs is (hugepage sizes).
+    pub sysfs: PathBuf,
     /// Re-reads the configuration (SIGHUP).
     pub reload: Box<dyn FnMut() -> anyhow::Result<Config> + Send>,
     /// The CPU manager (`cpuManagerPolicy: static`); `None`: policy none.
@@ -63,7 +67,7 @@ pub enum DaemonExit {
 
 /// The planner config a daemon config describes (detecting the cgroup
 /// version and the node's capacity where the config leaves them open).
-pub fn plan_config(cfg: &Config, proc_root: &Path) -> anyhow::Result<PlanConfig> {
+pub fn plan_config(cfg: &Config, proc_root: &Path, sysfs: &Path) -> anyhow::Result<PlanConfig> {
     let version = match cfg.cgroup_version.forced() {
         Some(v) => v,
         None => crate::sys::detect::detect_version(&cfg.cgroupfs).with_context(|| {
@@ -78,12 +82,12 @@ pub fn plan_config(cfg: &Config, proc_root: &Path) -> anyhow::Result<PlanConfig>
         .with_cgroup_root(cfg.cgroup_root.clone());
     let cpu = match &cfg.node_cpu {
         Some(q) => q.milli_ceil(),
-        None => crate::core::node::detect_cpu_millis(proc_root)
+        None => crate::sys::procfs::detect_cpu_millis(proc_root)
             .context("cannot detect the node's cpus (set nodeCPU)")?,
     };
     let mem = match &cfg.node_memory {
         Some(q) => q.value_ceil(),
-        None => crate::core::node::detect_memory_bytes(proc_root)
+        None => crate::sys::procfs::detect_memory_bytes(proc_root)
             .context("cannot detect the node's memory (set nodeMemory)")?,
     };
     let reserved = |list: &crate::core::model::ResourceList| Reserved {
@@ -109,13 +113,66 @@ pub fn plan_config(cfg: &Config, proc_root: &Path) -> anyhow::Result<PlanConfig>
     plan.memory_qos = cfg.memory_qos;
     plan.memory_throttling_factor = cfg.memory_throttling_factor;
     plan.qos_reserved_memory_percent = cfg.qos_reserved_memory();
+    plan.kubelet_version = cfg.kubelet_version;
+    plan.memory_reservation_policy = cfg.memory_reservation_policy;
+    plan.enforce_node_allocatable = cfg.enforce_node_allocatable.pods;
+    plan.hugepage_sizes = crate::sys::hugepages::detect(sysfs, &cfg.cgroupfs, version)
+        .context("cannot read the node's hugepage sizes")?;
+    let res = |name: &str, list: &crate::core::model::ResourceList| {
+        ReservedResources::from_list(list).map_err(|e| bad_input(format!("{name}: {e}")))
+    };
+    plan.reserved_cgroups = crate::policy::enforce::reserved::reserved_cgroups(
+        &cfg.enforce_node_allocatable,
+        (
+            &cfg.system_reserved_cgroup,
+            &res("systemReserved", &cfg.system_reserved)?,
+        ),
+        (
+            &cfg.kube_reserved_cgroup,
+            &res("kubeReserved", &cfg.kube_reserved)?,
+        ),
+    )
+    .map_err(bad_input)?;
     Ok(plan)
+}
+
+/// Warn about settings the chosen kubelet version would refuse.
+pub fn warn_version(cfg: &PlanConfig) {
+    use crate::policy::enforce::versions::Rule;
+    if cfg.layout.version == CgroupVersion::V1 && cfg.kubelet_version.has(Rule::CgroupV1Refused) {
+        eprintln!(
+            "qosd: warning: kubelet {} refuses cgroup v1 unless failCgroupV1: false",
+            cfg.kubelet_version
+        );
+    }
+}
+
+/// The reserved cgroups must exist: like the kubelet, qosd limits them but
+/// never creates them.
+pub fn check_reserved_cgroups(plan: &PlanConfig) -> anyhow::Result<()> {
+    for rc in &plan.reserved_cgroups {
+        for dir in crate::policy::enforce::plan::reserved_dirs(plan, rc) {
+            if !dir.is_dir() {
+                anyhow::bail!(
+                    "{} \"/{}\" does not exist at {} (qosd limits it for enforceNodeAllocatable {} but never creates it: create it, or drop {} from enforceNodeAllocatable)",
+                    rc.setting,
+                    rc.cgroup,
+                    dir.display(),
+                    rc.key,
+                    rc.key
+                );
+            }
+        }
+    }
+    Ok(())
 }
 
 pub fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<DaemonExit> {
     // Eviction settings are validated before anything is touched.
     let eviction = crate::runtime::eviction_service::eviction_config(&cfg).map_err(bad_input)?;
-    let plan = plan_config(&cfg, &args.proc_root)?;
+    let plan = plan_config(&cfg, &args.proc_root, &args.sysfs)?;
+    warn_version(&plan);
+    check_reserved_cgroups(&plan)?;
     // Like the kubelet, the cgroup root must exist: qosd creates kubepods
     // under it but never the root itself.
     for base in crate::runtime::reconcile::kubepods_dirs(&plan) {
@@ -156,7 +213,7 @@ pub fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<DaemonExit> {
             },
             ..Default::default()
         },
-        machine_memory_bytes: crate::core::node::detect_memory_bytes(&args.proc_root)
+        machine_memory_bytes: crate::sys::procfs::detect_memory_bytes(&args.proc_root)
             .unwrap_or(plan_capacity),
         cpu_manager: args.cpu_manager,
         specs: None,
@@ -194,12 +251,15 @@ pub fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<DaemonExit> {
     observer.specs = opts.specs.clone();
     let mut reload = args.reload;
     let proc_root = args.proc_root.clone();
+    let sysfs = args.sysfs.clone();
     let mut current = cfg.clone();
     observer.reloader = Some(Box::new(move || match reload() {
         Ok(new) => {
             let changed = current.changed_fields(&new);
             tracing::info!(?changed, "SIGHUP: config reloaded");
-            match plan_config(&new, &proc_root) {
+            match plan_config(&new, &proc_root, &sysfs)
+                .and_then(|p| check_reserved_cgroups(&p).map(|()| p))
+            {
                 Ok(p) => {
                     current = new;
                     Some(p)

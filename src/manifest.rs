@@ -522,6 +522,10 @@ fn requirements_with(
         None => ResourceList::new(),
         Some(l) => resource_list(l, &at.field("limits"))?,
     };
+    if let Err((kind, name, msg)) = crate::policy::enforce::hugepages::validate(&requests, &limits)
+    {
+        return Err(at.field(kind).field(&name).err(msg));
+    }
     for (name, req) in &requests {
         if let Some(lim) = limits.get(name) {
             if req > lim {

@@ -269,7 +269,12 @@ async fn in_process_phases(env: &Containerd, snap: &Snapshot, runs: usize) -> Va
         env.cgroup_root, env.endpoint
     );
     let cfg = qosd::config::Config::from_yaml_str(&yaml).expect("config");
-    let plan = qosd::app::plan_config(&cfg, std::path::Path::new("/proc")).expect("plan config");
+    let plan = qosd::app::plan_config(
+        &cfg,
+        std::path::Path::new("/proc"),
+        std::path::Path::new("/sys"),
+    )
+    .expect("plan config");
     let source = Source::connect(
         &PodSourceSpec::Cri {
             endpoint: env.endpoint.clone(),

@@ -317,12 +317,12 @@ fn memory_limit_below_usage_is_ebusy_reported_once() {
     );
     assert_eq!(read(&mp.join("memory.limit_in_bytes")), "268435456");
 
-    // The process survives (no OOM kill from a refused limit); kill_all_v1
-    // empties the pod cgroup.
+    // The process survives (no OOM kill from a refused limit); the one
+    // pid-tree killer empties the pod cgroup.
     let t = Instant::now();
-    let kills = fs::kill_all_v1(&mp, Duration::from_secs(5)).unwrap();
+    let report = qosd::sys::kill::kill_cgroup_tree(&mp, Duration::from_secs(5)).unwrap();
     eprintln!("MEASURE v1 kill-all until empty: {:?}", t.elapsed());
-    assert!(kills >= 1);
+    assert!(report.signalled >= 1);
     assert!(fs::list_pids(&mp).unwrap().is_empty());
     let mut hog = env.guard.children.pop().unwrap();
     let st = hog.wait().unwrap();
@@ -377,7 +377,7 @@ fn orphans_removed_only_when_empty() {
     assert!(kp.join(format!("besteffort/pod{live_uid}")).is_dir());
 
     // Kill the busy one's processes; then it goes.
-    apply::kill_cgroup(&busy, Duration::from_secs(5)).unwrap();
+    qosd::sys::kill::kill_cgroup_tree(&busy, Duration::from_secs(5)).unwrap();
     let _ = env.guard.children.pop().unwrap().wait();
     let r = apply::remove_cgroup_tree_if_empty(&busy, &bases).unwrap();
     assert_eq!(r, vec![busy.join("ctr"), busy.clone()]);

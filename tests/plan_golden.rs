@@ -96,6 +96,8 @@ const NODE: &[&str] = &[
     "32Gi",
     "--cgroupfs",
     "/sys/fs/cgroup",
+    "--hugepage-sizes",
+    "none",
 ];
 
 fn plan_args<'a>(extra: &[&'a str]) -> Vec<&'a str> {
@@ -214,6 +216,100 @@ fn plan_json_v1_reserved() {
     );
 }
 
+/// Per kubelet version (issue 16): fixtures/pods plus fixtures/versioned
+/// (hugepages, an init container without limits after a sidecar with them,
+/// a memory request without a limit), on a node offering 2Mi and 1Gi pages.
+fn versioned_args<'a>(version: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut v = vec![
+        "plan",
+        "--pods",
+        "fixtures/pods",
+        "fixtures/versioned",
+        "--node-cpu",
+        "8",
+        "--node-memory",
+        "32Gi",
+        "--cgroupfs",
+        "/sys/fs/cgroup",
+        "--hugepage-sizes",
+        "2Mi,1Gi",
+        "--kubelet-version",
+        version,
+        "--output",
+        "json",
+    ];
+    v.extend_from_slice(extra);
+    v
+}
+
+const MEMORY_QOS_V2: &[&str] = &[
+    "--cgroup-version",
+    "v2",
+    "--cgroup-driver",
+    "systemd",
+    "--memory-qos",
+    "--system-reserved",
+    "cpu=500m,memory=1Gi,pid=1000",
+    "--kube-reserved",
+    "cpu=500m,memory=512Mi,hugepages-2Mi=4Mi",
+    "--enforce-node-allocatable",
+    "pods,system-reserved,kube-reserved",
+    "--system-reserved-cgroup",
+    "/system.slice",
+    "--kube-reserved-cgroup",
+    "/kube.slice",
+];
+
+#[test]
+fn plan_versioned_1_33_v1() {
+    golden(
+        "plan.1.33.v1-cgroupfs.json",
+        &versioned_args("1.33", &["--cgroup-version", "v1"]),
+    );
+}
+
+#[test]
+fn plan_versioned_1_34_v2() {
+    golden(
+        "plan.1.34.v2-memoryqos-reserved.json",
+        &versioned_args("1.34", MEMORY_QOS_V2),
+    );
+}
+
+#[test]
+fn plan_versioned_1_35_v2() {
+    golden(
+        "plan.1.35.v2-memoryqos-reserved.json",
+        &versioned_args("1.35", MEMORY_QOS_V2),
+    );
+}
+
+#[test]
+fn plan_versioned_1_36_v2_none() {
+    golden(
+        "plan.1.36.v2-memoryqos-reserved.json",
+        &versioned_args("1.36", MEMORY_QOS_V2),
+    );
+}
+
+#[test]
+fn plan_versioned_1_36_v2_tiered() {
+    let mut extra = MEMORY_QOS_V2.to_vec();
+    extra.extend(["--memory-reservation-policy", "TieredReservation"]);
+    golden(
+        "plan.1.36.v2-memoryqos-tiered.json",
+        &versioned_args("1.36", &extra),
+    );
+}
+
+#[test]
+fn plan_versioned_1_36_v1_text() {
+    let mut args = versioned_args("1.36", &["--cgroup-version", "v1"]);
+    let at = args.iter().position(|a| *a == "json").unwrap();
+    args[at] = "text";
+    golden("plan.1.36.v1-cgroupfs.txt", &args);
+}
+
 #[test]
 fn plan_text_v2_cgroupfs() {
     golden(
@@ -269,6 +365,12 @@ fn golden_files_exist_for_every_case() {
         "plan.v2-systemd-options.json",
         "plan.v1-cgroupfs-reserved.json",
         "plan.v2-cgroupfs.txt",
+        "plan.1.33.v1-cgroupfs.json",
+        "plan.1.34.v2-memoryqos-reserved.json",
+        "plan.1.35.v2-memoryqos-reserved.json",
+        "plan.1.36.v2-memoryqos-reserved.json",
+        "plan.1.36.v2-memoryqos-tiered.json",
+        "plan.1.36.v1-cgroupfs.txt",
         "classify.json",
         "classify.txt",
     ] {

@@ -312,16 +312,17 @@ fn qosd_run_keeps_a_real_cgroup_v2_tree_as_planned() {
     assert_eq!(values(&cgroupfs), values(&systemd));
     assert!(systemd.iter().all(|(f, _)| f.contains(".slice/")));
 
-    // MemoryQoS: memory.min on kubepods and every pod with memory requests,
-    // memory.high on burstable pods with a memory limit (or node capacity);
-    // all read back above (page-rounded), the rest of the plan unchanged.
+    // MemoryQoS (kubelet 1.35's model): memory.min on kubepods and every pod
+    // with memory requests, memory.high on burstable pods with a declared
+    // memory limit (3 in fixtures/pods); all read back above
+    // (page-rounded), the rest of the plan unchanged.
     let count = |p: &[(String, String)], n: &str| p.iter().filter(|(f, _)| f.ends_with(n)).count();
     assert_eq!(
         count(&cgroupfs, "/memory.min") + count(&cgroupfs, "/memory.high"),
         0
     );
     assert!(count(&memqos, "/memory.min") >= 10, "{memqos:?}");
-    assert!(count(&memqos, "/memory.high") >= 4, "{memqos:?}");
+    assert!(count(&memqos, "/memory.high") >= 3, "{memqos:?}");
     assert!(memqos
         .iter()
         .any(|(f, _)| f.ends_with("/kubepods/memory.min")));

@@ -65,7 +65,22 @@ fn unit_has_required_directives() {
     assert_eq!(one("Restart"), "on-failure");
     assert_eq!(one("OOMScoreAdjust"), "-999");
     assert_eq!(one("ProtectSystem"), "strict");
-    assert_eq!(one("ReadWritePaths"), "/sys/fs/cgroup");
+    // Writable: the kubepods cgroups only (issue 15; proved live in
+    // tests/systemd_vm.rs), the rest of the cgroup tree read-only.
+    assert_eq!(one("ReadOnlyPaths"), "/sys/fs/cgroup");
+    let rw = value(&d, "ReadWritePaths").join(" ");
+    for p in ["-/sys/fs/cgroup/kubepods.slice", "-/sys/fs/cgroup/kubepods"] {
+        assert!(
+            rw.split_whitespace().any(|w| w == p),
+            "{p} not in ReadWritePaths {rw}"
+        );
+    }
+    assert!(
+        !rw.split_whitespace()
+            .any(|w| w.trim_start_matches('-') == "/sys/fs/cgroup"),
+        "the whole cgroup tree is writable: {rw}"
+    );
+    assert_eq!(one("MemoryMin"), "32M");
     assert_eq!(one("CapabilityBoundingSet"), "CAP_KILL");
     assert_eq!(one("RestrictAddressFamilies"), "AF_UNIX AF_INET AF_INET6");
     assert_eq!(one("User"), "root");

@@ -133,6 +133,21 @@ pub struct ConfigFlags {
     /// Enforce CPU limits with CFS quota (true|false).
     #[arg(long = "cpu-cfs-quota", value_name = "BOOL")]
     pub cpu_cfs_quota: Option<bool>,
+    /// Follow this kubelet version's rules (1.33 … 1.36; default 1.36).
+    #[arg(long, value_name = "VERSION")]
+    pub kubelet_version: Option<String>,
+    /// MemoryQoS memoryReservationPolicy (1.36): None | TieredReservation.
+    #[arg(long, value_name = "POLICY")]
+    pub memory_reservation_policy: Option<String>,
+    /// enforceNodeAllocatable, comma-separated: pods,system-reserved,kube-reserved.
+    #[arg(long, value_name = "LIST")]
+    pub enforce_node_allocatable: Option<String>,
+    /// The cgroup limited by system-reserved enforcement (never created).
+    #[arg(long, value_name = "CGROUP")]
+    pub system_reserved_cgroup: Option<String>,
+    /// The cgroup limited by kube-reserved enforcement (never created).
+    #[arg(long, value_name = "CGROUP")]
+    pub kube_reserved_cgroup: Option<String>,
     /// Set memory.min/memory.high like the kubelet's MemoryQoS (true|false).
     #[arg(long = "memory-qos", value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub memory_qos: Option<bool>,
@@ -210,6 +225,11 @@ impl ConfigFlags {
             cpu_cfs_quota: self.cpu_cfs_quota,
             cpu_cfs_quota_period: self.cpu_cfs_quota_period.clone(),
             memory_qos: self.memory_qos,
+            kubelet_version: self.kubelet_version.clone(),
+            memory_reservation_policy: self.memory_reservation_policy.clone(),
+            enforce_node_allocatable: self.enforce_node_allocatable.clone(),
+            system_reserved_cgroup: self.system_reserved_cgroup.clone(),
+            kube_reserved_cgroup: self.kube_reserved_cgroup.clone(),
             cgroupfs: self.cgroupfs.clone(),
             cgroup_version: self.cgroup_version.clone(),
             runtime_endpoint: self.runtime_endpoint.clone(),

@@ -8,7 +8,7 @@ use crate::policy::cpu::policy::{CpuPlan, PolicyName, PolicyOptions};
 use crate::policy::cpu::CpuSet;
 use crate::runtime::cpu_manager::{CpuManagerSettings, STATE_FILE_NAME};
 
-/// `--cpu-manager-policy`, `--reserved-cpus`, `--cpu-manager-policy-options`, `--sysfs`.
+/// `--cpu-manager-policy`, `--reserved-cpus`, `--cpu-manager-policy-options` (the topology is read from the command's `--sysfs`).
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct CpuManagerFlags {
     /// kubelet --cpu-manager-policy: `none` or `static` (exclusive CPUs for
@@ -22,9 +22,6 @@ pub struct CpuManagerFlags {
     /// kubelet --cpu-manager-policy-options, e.g. `full-pcpus-only=true`.
     #[arg(long, value_name = "K=V,...")]
     pub cpu_manager_policy_options: Option<String>,
-    /// sysfs root to read the CPU topology from.
-    #[arg(long, value_name = "DIR", default_value = "/sys")]
-    pub sysfs: PathBuf,
 }
 
 /// `qosd run` only: where the state lives, or the kubelet's to audit.
@@ -47,6 +44,7 @@ impl CpuManagerFlags {
         &self,
         mut base: CpuManagerSettings,
         reserved_millis: Option<i64>,
+        sysfs: &std::path::Path,
     ) -> anyhow::Result<CpuManagerSettings> {
         if let Some(p) = &self.cpu_manager_policy {
             base.policy = PolicyName::parse(p).map_err(bad_input)?;
@@ -60,7 +58,7 @@ impl CpuManagerFlags {
         }
         PolicyOptions::parse(&base.options).map_err(bad_input)?;
         base.reserved_millis = reserved_millis;
-        base.sysfs = self.sysfs.clone();
+        base.sysfs = sysfs.to_path_buf();
         Ok(base)
     }
 }

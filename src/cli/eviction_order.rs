@@ -233,9 +233,9 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                     ..Default::default()
                 },
                 crate::cri::InventoryOptions {
-                    memory_capacity_bytes: crate::cri::memory_capacity_from_meminfo(
-                        std::path::Path::new("/proc/meminfo"),
-                    )
+                    memory_capacity_bytes: crate::sys::procfs::meminfo_total(std::path::Path::new(
+                        "/proc/meminfo",
+                    ))
                     .ok(),
                 },
             )

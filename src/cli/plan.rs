@@ -12,8 +12,11 @@ use crate::cli::bad_input;
 use crate::core::model::{CgroupDriver, CgroupVersion, Pod};
 use crate::core::node::{NodeResources, Reserved};
 use crate::core::quantity::Quantity;
+use crate::policy::enforce::memory_qos::MemoryReservationPolicy;
 use crate::policy::enforce::naming::CgroupLayout;
 use crate::policy::enforce::plan::{CpuWeightFormula, PlanConfig};
+use crate::policy::enforce::reserved::{self, EnforceNodeAllocatable, ReservedResources};
+use crate::policy::enforce::versions::KubeletVersion;
 
 /// `--cgroup-version`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -83,12 +86,58 @@ pub struct PlanOptions {
     /// kubelet --pod-max-pids (unset: no pids.max on pods).
     #[arg(long, value_name = "N")]
     pub pod_max_pids: Option<i64>,
-    /// Write kubepods limits from allocatable (true) or capacity (false).
-    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
-    pub enforce_node_allocatable: bool,
+    /// kubelet --enforce-node-allocatable: `pods` (kubepods gets allocatable,
+    /// not capacity), `system-reserved`, `kube-reserved` (limit those
+    /// cgroups), comma-separated; `none`. `true`/`false` mean `pods`/`none`.
+    #[arg(long, value_name = "LIST", default_value = "pods")]
+    pub enforce_node_allocatable: String,
+    /// kubelet --system-reserved-cgroup: the cgroup limited by
+    /// `system-reserved` enforcement (e.g. `/system.slice`; never created).
+    #[arg(long, value_name = "CGROUP")]
+    pub system_reserved_cgroup: Option<String>,
+    /// kubelet --kube-reserved-cgroup (e.g. `/kube.slice`; never created).
+    #[arg(long, value_name = "CGROUP")]
+    pub kube_reserved_cgroup: Option<String>,
+    /// Plan by this kubelet version's rules (1.33 … 1.36; see
+    /// docs/semantics.md §9). Default: the newest qosd knows.
+    #[arg(long, value_name = "VERSION", default_value = "1.36", value_parser = KubeletVersion::parse)]
+    pub kubelet_version: KubeletVersion,
+    /// kubelet memoryReservationPolicy (MemoryQoS, 1.36): None | TieredReservation.
+    #[arg(long, value_name = "POLICY", default_value = "None", value_parser = MemoryReservationPolicy::parse)]
+    pub memory_reservation_policy: MemoryReservationPolicy,
+    /// kubelet memoryThrottlingFactor (MemoryQoS memory.high), 0 < f ≤ 1.
+    #[arg(long, value_name = "F", default_value_t = crate::policy::enforce::plan::DEFAULT_MEMORY_THROTTLING_FACTOR)]
+    pub memory_throttling_factor: f64,
+    /// Hugepage sizes to limit on every pod (e.g. `2Mi,1Gi`, or `none`).
+    /// Default: the sizes of <sysfs>/kernel/mm/hugepages when the hugetlb
+    /// controller is mounted.
+    #[arg(long, value_name = "LIST")]
+    pub hugepage_sizes: Option<String>,
+    /// Where sysfs is (CPU topology for the CPU manager, hugepage sizes).
+    #[arg(long, value_name = "DIR", default_value = "/sys")]
+    pub sysfs: PathBuf,
     /// Where /proc is (for node capacity detection).
     #[arg(long, value_name = "DIR", default_value = "/proc", hide = true)]
     pub proc_root: PathBuf,
+}
+
+/// `--hugepage-sizes`: `2Mi,1Gi` → bytes; `none` or empty → none.
+pub fn parse_hugepage_sizes(s: &str) -> Result<Vec<u64>, String> {
+    if matches!(s.trim(), "" | "none") {
+        return Ok(Vec::new());
+    }
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let size = crate::policy::enforce::hugepages::page_size_of(&format!("hugepages-{part}"))
+            .unwrap_or_else(|| Err(String::new()))
+            .map_err(|e| format!("--hugepage-sizes {s:?}: {e}"))?;
+        crate::policy::enforce::hugepages::unit_size_name(size)
+            .map_err(|e| format!("--hugepage-sizes {s:?}: {e}"))?;
+        out.push(size);
+    }
+    out.sort_unstable();
+    out.dedup();
+    Ok(out)
 }
 
 /// `memory=50%` → 50.
@@ -184,8 +233,37 @@ impl PlanOptions {
             None => None,
             Some(s) => Some(parse_qos_reserved(s).map_err(bad_input)?),
         };
-        cfg.enforce_node_allocatable = self.enforce_node_allocatable;
+        let enforce = EnforceNodeAllocatable::parse(&self.enforce_node_allocatable)
+            .map_err(|e| bad_input(format!("--enforce-node-allocatable: {e}")))?;
+        cfg.enforce_node_allocatable = enforce.pods;
         cfg.pod_pids_limit = self.pod_max_pids.filter(|n| *n > 0);
+        cfg.kubelet_version = self.kubelet_version;
+        cfg.memory_reservation_policy = self.memory_reservation_policy;
+        if !(self.memory_throttling_factor > 0.0 && self.memory_throttling_factor <= 1.0) {
+            return Err(bad_input(format!(
+                "--memory-throttling-factor {}: must be > 0 and <= 1",
+                self.memory_throttling_factor
+            )));
+        }
+        cfg.memory_throttling_factor = self.memory_throttling_factor;
+        cfg.hugepage_sizes = match &self.hugepage_sizes {
+            Some(list) => parse_hugepage_sizes(list).map_err(bad_input)?,
+            None => crate::sys::hugepages::detect(&self.sysfs, &self.cgroupfs, version)
+                .context("cannot read the node's hugepage sizes (pass --hugepage-sizes)")?,
+        };
+        let res = |flag: &str, v: &str| {
+            ReservedResources::parse(v).map_err(|e| bad_input(format!("{flag}: {e}")))
+        };
+        let (sys, kube) = (
+            res("--system-reserved", &self.system_reserved)?,
+            res("--kube-reserved", &self.kube_reserved)?,
+        );
+        cfg.reserved_cgroups = reserved::reserved_cgroups(
+            &enforce,
+            (&self.system_reserved_cgroup, &sys),
+            (&self.kube_reserved_cgroup, &kube),
+        )
+        .map_err(bad_input)?;
         Ok(cfg)
     }
 
@@ -200,12 +278,12 @@ impl PlanOptions {
         };
         let cpu = match &self.node_cpu {
             Some(v) => quantity("--node-cpu", v)?.milli_ceil(),
-            None => crate::core::node::detect_cpu_millis(&self.proc_root)
+            None => crate::sys::procfs::detect_cpu_millis(&self.proc_root)
                 .context("cannot detect the node's cpus (pass --node-cpu)")?,
         };
         let mem = match &self.node_memory {
             Some(v) => quantity("--node-memory", v)?.value_ceil(),
-            None => crate::core::node::detect_memory_bytes(&self.proc_root)
+            None => crate::sys::procfs::detect_memory_bytes(&self.proc_root)
                 .context("cannot detect the node's memory (pass --node-memory)")?,
         };
         let sys = Reserved::parse(&self.system_reserved)
@@ -259,6 +337,19 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         load_pods(&args.pods)?
     };
     let cfg = args.options.to_config_or_fallback()?;
+    crate::app::warn_version(&cfg);
+    for rc in &cfg.reserved_cgroups {
+        for dir in crate::policy::enforce::plan::reserved_dirs(&cfg, rc) {
+            if !dir.is_dir() {
+                eprintln!(
+                    "qosd: warning: {} \"/{}\" does not exist at {} (qosd never creates it; `qosd run` refuses to start)",
+                    rc.setting,
+                    rc.cgroup,
+                    dir.display()
+                );
+            }
+        }
+    }
     let plan = crate::policy::enforce::plan::build(&cfg, &pods);
     let cpu = cpu_plan(&args, &pods)?;
     let out = match args.output {
@@ -311,7 +402,9 @@ fn cpu_plan(
             reserved = Some(reserved.unwrap_or(0) + r.cpu_millis);
         }
     }
-    let settings = args.cpu.settings(Default::default(), reserved)?;
+    let settings = args
+        .cpu
+        .settings(Default::default(), reserved, &args.options.sysfs)?;
     let with_arrival: Vec<(Pod, i64)> = pods
         .iter()
         .enumerate()

@@ -41,7 +41,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<i32> {
-    let capacity = cri::memory_capacity_from_meminfo(&args.meminfo).ok();
+    let capacity = crate::sys::procfs::meminfo_total(&args.meminfo).ok();
     let opts = ConnectOptions {
         connect_timeout: Duration::from_secs(2).min(args.timeout),
         call_timeout: args.timeout,

@@ -34,6 +34,9 @@ pub struct Args {
     /// Where /proc is (node capacity, signals).
     #[arg(long, value_name = "DIR", default_value = "/proc", hide = true)]
     pub proc_root: PathBuf,
+    /// Where sysfs is (CPU topology for the CPU manager, hugepage sizes).
+    #[arg(long, value_name = "DIR", default_value = "/sys")]
+    pub sysfs: PathBuf,
     #[command(flatten)]
     pub config: ConfigFlags,
     #[command(flatten)]
@@ -48,6 +51,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     let cpu_settings = args.cpu.settings(
         crate::cli::cpu::settings_from_config(&cfg, &args.cpu_state)?,
         crate::cli::cpu::reserved_millis(&[&cfg.system_reserved, &cfg.kube_reserved]),
+        &args.sysfs,
     )?;
     let cpu_manager = (cpu_settings.policy == crate::policy::cpu::policy::PolicyName::Static)
         .then_some(cpu_settings);
@@ -63,6 +67,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             pods: args.pods.clone(),
             orphan_grace: args.orphan_grace_period,
             proc_root: args.proc_root.clone(),
+            sysfs: args.sysfs.clone(),
             reload: Box::new(move || flags.load()),
             cpu_manager,
         },

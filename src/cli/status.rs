@@ -185,8 +185,7 @@ pub fn live(cfg: &Config, address: SocketAddr, timeout: Duration) -> (Report, bo
         },
     };
     let inv_opts = crate::cri::InventoryOptions {
-        memory_capacity_bytes: crate::cri::memory_capacity_from_meminfo(Path::new("/proc/meminfo"))
-            .ok(),
+        memory_capacity_bytes: crate::sys::procfs::detect_memory_bytes(Path::new("/proc")).ok(),
     };
     let runtime_ok = match crate::cri::inventory_blocking(&cfg.runtime_endpoint, opts, inv_opts) {
         Ok(inv) => {

@@ -255,6 +255,19 @@ pub struct Config {
     /// Kubelet `reservedSystemCPUs` (a CPU list, e.g. `0-1`).
     #[serde(rename = "reservedSystemCPUs", skip_serializing_if = "Option::is_none")]
     pub reserved_system_cpus: Option<String>,
+    /// Kubelet `memoryReservationPolicy` (MemoryQoS, 1.36): None | TieredReservation.
+    pub memory_reservation_policy: crate::policy::enforce::memory_qos::MemoryReservationPolicy,
+    /// Kubelet `enforceNodeAllocatable` (`[pods]` by default).
+    #[serde(serialize_with = "ser_enforce")]
+    pub enforce_node_allocatable: crate::policy::enforce::reserved::EnforceNodeAllocatable,
+    /// Kubelet `systemReservedCgroup` (limited with `system-reserved`; never created).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub system_reserved_cgroup: Option<String>,
+    /// Kubelet `kubeReservedCgroup` (limited with `kube-reserved`; never created).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kube_reserved_cgroup: Option<String>,
+    /// Whose rules to follow where kubelets differ (1.33 … 1.36).
+    pub kubelet_version: crate::policy::enforce::versions::KubeletVersion,
 
     // --- qosd's own --------------------------------------------------------
     /// Where the cgroup filesystem is mounted.
@@ -395,6 +408,13 @@ impl Config {
     pub fn qos_reserved_memory(&self) -> Option<u32> {
         self.qos_reserved.get("memory").map(|p| p.0)
     }
+}
+
+fn ser_enforce<S: Serializer>(
+    e: &crate::policy::enforce::reserved::EnforceNodeAllocatable,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    s.collect_seq(e.keys())
 }
 
 fn ser_duration<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {

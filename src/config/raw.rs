@@ -73,6 +73,11 @@ pub struct RawConfig {
     pub cpu_manager_state_dir: Option<Scalar>,
     #[serde(rename = "kubeletCPUManagerState")]
     pub kubelet_cpu_manager_state: Option<Scalar>,
+    pub memory_reservation_policy: Option<Scalar>,
+    pub enforce_node_allocatable: Option<Vec<Scalar>>,
+    pub system_reserved_cgroup: Option<Scalar>,
+    pub kube_reserved_cgroup: Option<Scalar>,
+    pub kubelet_version: Option<Scalar>,
     pub cgroupfs: Option<Scalar>,
     pub cgroup_version: Option<Scalar>,
     #[serde(alias = "containerRuntimeEndpoint")]
@@ -182,6 +187,12 @@ pub struct Overrides {
     pub cpu_cfs_quota: Option<bool>,
     pub cpu_cfs_quota_period: Option<String>,
     pub memory_throttling_factor: Option<String>,
+    pub memory_reservation_policy: Option<String>,
+    /// Comma-separated, e.g. `pods,system-reserved`.
+    pub enforce_node_allocatable: Option<String>,
+    pub system_reserved_cgroup: Option<String>,
+    pub kube_reserved_cgroup: Option<String>,
+    pub kubelet_version: Option<String>,
     pub cgroupfs: Option<String>,
     pub cgroup_version: Option<String>,
     pub runtime_endpoint: Option<String>,
@@ -251,6 +262,20 @@ impl Overrides {
         text!(cpu_cfs_quota, "cpuCFSQuota");
         text!(cpu_cfs_quota_period, "cpuCFSQuotaPeriod");
         text!(memory_throttling_factor, "memoryThrottlingFactor");
+        text!(memory_reservation_policy, "memoryReservationPolicy");
+        if let Some(v) = &self.enforce_node_allocatable {
+            raw.enforce_node_allocatable = Some(
+                v.split(',')
+                    .map(str::trim)
+                    .filter(|k| !k.is_empty())
+                    .map(|k| Scalar(k.to_string()))
+                    .collect(),
+            );
+            set.insert("enforceNodeAllocatable");
+        }
+        text!(system_reserved_cgroup, "systemReservedCgroup");
+        text!(kube_reserved_cgroup, "kubeReservedCgroup");
+        text!(kubelet_version, "kubeletVersion");
         text!(cgroupfs, "cgroupfs");
         text!(cgroup_version, "cgroupVersion");
         text!(runtime_endpoint, "runtimeEndpoint");

@@ -524,6 +524,93 @@ pub fn validate(
         ],
     );
     let memory_qos = c.boolean("memoryQoS", &raw.memory_qos, false);
+    let memory_reservation_policy = match &raw.memory_reservation_policy {
+        None => Default::default(),
+        Some(Scalar(s)) => crate::policy::enforce::memory_qos::MemoryReservationPolicy::parse(s)
+            .unwrap_or_else(|_| {
+                c.bad(
+                    "memoryReservationPolicy",
+                    None,
+                    s,
+                    "not one of the choices",
+                    "None | TieredReservation",
+                );
+                Default::default()
+            }),
+    };
+    let kubelet_version = match &raw.kubelet_version {
+        None => crate::policy::enforce::versions::KubeletVersion::NEWEST,
+        Some(Scalar(s)) => crate::policy::enforce::versions::KubeletVersion::parse(s)
+            .unwrap_or_else(|e| {
+                c.bad("kubeletVersion", None, s, e, "1.33 | 1.34 | 1.35 | 1.36");
+                crate::policy::enforce::versions::KubeletVersion::NEWEST
+            }),
+    };
+    let enforce_node_allocatable = match &raw.enforce_node_allocatable {
+        None => crate::policy::enforce::reserved::EnforceNodeAllocatable::kubelet_default(),
+        Some(keys) => {
+            let joined = keys
+                .iter()
+                .map(|Scalar(k)| k.as_str())
+                .collect::<Vec<_>>()
+                .join(",");
+            let e = crate::policy::enforce::reserved::EnforceNodeAllocatable::parse(&joined)
+                .ok()
+                .filter(|_| {
+                    keys.iter()
+                        .all(|Scalar(k)| !matches!(k.as_str(), "true" | "false"))
+                });
+            e.unwrap_or_else(|| {
+                c.bad(
+                    "enforceNodeAllocatable",
+                    None,
+                    &joined,
+                    "unknown key",
+                    "a list of pods, system-reserved, kube-reserved (or none)",
+                );
+                crate::policy::enforce::reserved::EnforceNodeAllocatable::kubelet_default()
+            })
+        }
+    };
+    let mut cgroup_name = |field: &'static str, v: &Option<Scalar>| -> Option<String> {
+        let Scalar(s) = v.as_ref()?;
+        if !s.starts_with('/') || s.split('/').any(|seg| seg == "." || seg == "..") {
+            c.bad(
+                field,
+                None,
+                s,
+                "not an absolute cgroup path",
+                "an absolute cgroup path such as /system.slice (no . or .. segments)",
+            );
+        }
+        Some(s.clone())
+    };
+    let system_reserved_cgroup = cgroup_name("systemReservedCgroup", &raw.system_reserved_cgroup);
+    let kube_reserved_cgroup = cgroup_name("kubeReservedCgroup", &raw.kube_reserved_cgroup);
+    for (on, key, field, name) in [
+        (
+            enforce_node_allocatable.system_reserved,
+            "system-reserved",
+            "systemReservedCgroup",
+            &system_reserved_cgroup,
+        ),
+        (
+            enforce_node_allocatable.kube_reserved,
+            "kube-reserved",
+            "kubeReservedCgroup",
+            &kube_reserved_cgroup,
+        ),
+    ] {
+        if on && name.is_none() {
+            c.bad(
+                field,
+                None,
+                "",
+                format!("enforceNodeAllocatable contains {key} but {field} is not set"),
+                "the absolute path of the cgroup to limit, e.g. /system.slice",
+            );
+        }
+    }
     let node_cpu = raw
         .node_cpu
         .as_ref()
@@ -663,6 +750,11 @@ pub fn validate(
         cpu_cfs_quota,
         cpu_cfs_quota_period,
         memory_throttling_factor,
+        memory_reservation_policy,
+        enforce_node_allocatable,
+        system_reserved_cgroup,
+        kube_reserved_cgroup,
+        kubelet_version,
         cgroupfs,
         cgroup_version,
         runtime_endpoint,

@@ -206,6 +206,9 @@ impl fmt::Display for CgroupDriver {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum CgroupLevel {
+    /// A reserved cgroup (system-reserved / kube-reserved): written, never
+    /// created.
+    Reserved,
     Node,
     Qos,
     Pod,

@@ -13,19 +13,10 @@
 //! Detection reads an injectable proc root (`<proc>/meminfo`,
 //! `<proc>/cpuinfo`), so tests use fixture files.
 
-use std::path::{Path, PathBuf};
-
 use crate::core::quantity::Quantity;
 
 #[derive(Debug, thiserror::Error)]
 pub enum NodeError {
-    #[error("cannot read {path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{path}: {message}")]
-    Parse { path: PathBuf, message: String },
     #[error("invalid reserved resources {value:?}: {message}")]
     Reserved { value: String, message: String },
 }
@@ -117,89 +108,6 @@ impl NodeResources {
     }
 }
 
-/// Capacity of the machine as seen under `proc_root` (normally `/proc`):
-/// (millicores, bytes).
-pub fn detect_capacity(proc_root: &Path) -> Result<(i64, i64), NodeError> {
-    Ok((
-        detect_cpu_millis(proc_root)?,
-        detect_memory_bytes(proc_root)?,
-    ))
-}
-
-/// `MemTotal` of `<proc>/meminfo`, in bytes.
-pub fn detect_memory_bytes(proc_root: &Path) -> Result<i64, NodeError> {
-    let path = proc_root.join("meminfo");
-    let text = read(&path)?;
-    parse_meminfo_total(&text).map_err(|message| NodeError::Parse { path, message })
-}
-
-/// Number of CPUs × 1000: the sched affinity mask of this process when
-/// `proc_root` is the real `/proc`, else the `processor` lines of
-/// `<proc>/cpuinfo`.
-pub fn detect_cpu_millis(proc_root: &Path) -> Result<i64, NodeError> {
-    if proc_root == Path::new("/proc") {
-        if let Some(n) = affinity_cpus() {
-            return Ok(n * 1000);
-        }
-    }
-    let path = proc_root.join("cpuinfo");
-    let text = read(&path)?;
-    let n = count_cpuinfo_processors(&text);
-    if n == 0 {
-        return Err(NodeError::Parse {
-            path,
-            message: "no \"processor\" lines".to_string(),
-        });
-    }
-    Ok(n as i64 * 1000)
-}
-
-/// CPUs in this process's sched affinity mask.
-fn affinity_cpus() -> Option<i64> {
-    // SAFETY: cpu_set_t is plain data; sched_getaffinity fills at most its size.
-    let n = unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
-            return None;
-        }
-        libc::CPU_COUNT(&set)
-    };
-    (n > 0).then_some(i64::from(n))
-}
-
-fn read(path: &Path) -> Result<String, NodeError> {
-    std::fs::read_to_string(path).map_err(|source| NodeError::Io {
-        path: path.to_path_buf(),
-        source,
-    })
-}
-
-/// `MemTotal:  16318724 kB` → bytes.
-pub fn parse_meminfo_total(text: &str) -> Result<i64, String> {
-    let line = text
-        .lines()
-        .find(|l| l.starts_with("MemTotal:"))
-        .ok_or("no MemTotal line")?;
-    let mut it = line["MemTotal:".len()..].split_whitespace();
-    let n: i64 = it
-        .next()
-        .ok_or("MemTotal has no value")?
-        .parse()
-        .map_err(|e| format!("MemTotal: {e}"))?;
-    match it.next() {
-        Some("kB") => Ok(n * 1024),
-        None => Ok(n),
-        Some(u) => Err(format!("MemTotal: unknown unit {u:?}")),
-    }
-}
-
-/// Count `processor : N` lines.
-pub fn count_cpuinfo_processors(text: &str) -> usize {
-    text.lines()
-        .filter(|l| l.split(':').next().is_some_and(|k| k.trim() == "processor"))
-        .count()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -249,33 +157,5 @@ mod tests {
             (tiny.enforced_cpu_millis, tiny.enforced_memory_bytes),
             (0, 0)
         );
-    }
-
-    #[test]
-    fn detect_from_fake_proc() {
-        let d = tempfile::tempdir().unwrap();
-        std::fs::write(
-            d.path().join("meminfo"),
-            "MemTotal:       16318724 kB\nMemFree:         1000 kB\n",
-        )
-        .unwrap();
-        std::fs::write(
-            d.path().join("cpuinfo"),
-            "processor\t: 0\nmodel name\t: x\n\nprocessor\t: 1\n\nprocessor\t: 2\n",
-        )
-        .unwrap();
-        assert_eq!(detect_capacity(d.path()).unwrap(), (3000, 16318724 * 1024));
-        let e = detect_capacity(&d.path().join("nope"))
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("nope"), "{e}");
-        std::fs::write(d.path().join("meminfo"), "MemFree: 1 kB\n").unwrap();
-        assert!(detect_memory_bytes(d.path()).is_err());
-    }
-
-    #[test]
-    fn detect_real_machine() {
-        let (cpu, mem) = detect_capacity(Path::new("/proc")).unwrap();
-        assert!(cpu >= 1000 && mem > 0);
     }
 }

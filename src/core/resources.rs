@@ -140,8 +140,16 @@ fn value(n: i128) -> i64 {
 
 /// The pod's effective resources (`PodRequests`/`PodLimits` with overhead,
 /// plus the "limits declared by every container" flags of
-/// `ResourceConfigForPod`).
+/// `ResourceConfigForPod`), by the newest kubelet's rules.
 pub fn pod_resources(pod: &Pod) -> PodResources {
+    pod_resources_with(pod, true)
+}
+
+/// [`pod_resources`] with the "limits declared" rule chosen: with
+/// `own_limits` (kubelet 1.36, `own-limit-declared`) every container must
+/// have its own non-zero limit; without (≤ 1.35) an init container counts
+/// together with the sidecars started before it.
+pub fn pod_resources_with(pod: &Pod, own_limits: bool) -> PodResources {
     let pod_level = pod
         .pod_resources
         .as_ref()
@@ -168,6 +176,17 @@ pub fn pod_resources(pod: &Pod) -> PodResources {
             }
         }
     });
+    if own_limits {
+        declared = [true; 3];
+        for c in pod.containers.iter().chain(&pod.init_containers) {
+            let own = limits_of(c);
+            for i in 0..3 {
+                if own[i].unwrap_or(0) == 0 {
+                    declared[i] = false;
+                }
+            }
+        }
+    }
     if let Some(pl) = pod_level {
         for (i, n) in NAMES.iter().enumerate().take(2) {
             if let Some(q) = pl.limits.get(*n) {
@@ -343,6 +362,53 @@ pub(crate) mod tests {
         assert_eq!(r.cpu_limit_millis, Some(1000));
         assert_eq!(r.memory_request_bytes, 512 << 20);
         assert_eq!(r.memory_limit_bytes, Some(512 << 20));
+    }
+
+    /// A sidecar's limit stands in for an init container without one up to
+    /// kubelet 1.35 (`ContainerFn` sees the cumulative list); from 1.36 every
+    /// container needs its own (`own-limit-declared`). After the kubelet's
+    /// "burstable-partial-limits-with-init-containers" case (no limit on one
+    /// container: nothing declared under either rule).
+    #[test]
+    fn declared_limits_by_rule() {
+        let p = pod(
+            vec![container(
+                "app",
+                "cpu=100m,memory=64Mi",
+                "cpu=1,memory=128Mi",
+            )],
+            vec![
+                sidecar("proxy", "cpu=100m,memory=64Mi", "cpu=200m,memory=128Mi"),
+                container("init", "cpu=50m,memory=16Mi", ""),
+            ],
+        );
+        let old = pod_resources_with(&p, false);
+        assert_eq!(old.cpu_limit_millis, Some(1200));
+        assert_eq!(old.memory_limit_bytes, Some(256 << 20));
+        let new = pod_resources_with(&p, true);
+        assert_eq!(new.cpu_limit_millis, None);
+        assert_eq!(new.memory_limit_bytes, None);
+        assert_eq!(new.cpu_request_millis, old.cpu_request_millis);
+        let partial = pod(
+            vec![
+                container("a", "cpu=100m,memory=100Mi", "cpu=100m,memory=100Mi"),
+                container("b", "cpu=100m,memory=100Mi", ""),
+            ],
+            vec![
+                container("i1", "cpu=100m,memory=100Mi", "cpu=100m,memory=100Mi"),
+                container("i2", "cpu=100m,memory=100Mi", ""),
+            ],
+        );
+        for own in [false, true] {
+            let r = pod_resources_with(&partial, own);
+            assert_eq!(
+                (r.cpu_limit_millis, r.memory_limit_bytes),
+                (None, None),
+                "{own}"
+            );
+            assert_eq!(r.cpu_request_millis, 200);
+        }
+        assert_eq!(pod_resources(&p), new, "the default is the newest rule");
     }
 
     #[test]

@@ -31,24 +31,6 @@ pub use reconstruct::QosSource;
 
 use crate::core::model::Pod;
 
-/// Node memory capacity (`MemTotal`, bytes) from a meminfo file (normally
-/// `/proc/meminfo`).
-pub fn memory_capacity_from_meminfo(path: &Path) -> std::io::Result<i64> {
-    let text = std::fs::read_to_string(path)?;
-    text.lines()
-        .find_map(|l| {
-            let rest = l.strip_prefix("MemTotal:")?;
-            let kib: i64 = rest.trim().trim_end_matches("kB").trim().parse().ok()?;
-            kib.checked_mul(1024)
-        })
-        .ok_or_else(|| {
-            std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                format!("{}: no MemTotal line", path.display()),
-            )
-        })
-}
-
 /// Connect (with the default options and `retry`), take the inventory and
 /// close, on a private current-thread tokio runtime. For CLI commands.
 pub fn inventory_blocking(
@@ -83,7 +65,7 @@ pub fn live_pods_blocking(endpoint: &str) -> anyhow::Result<Vec<Pod>> {
         endpoint,
         opts,
         InventoryOptions {
-            memory_capacity_bytes: memory_capacity_from_meminfo(Path::new("/proc/meminfo")).ok(),
+            memory_capacity_bytes: crate::sys::procfs::detect_memory_bytes(Path::new("/proc")).ok(),
         },
     )?;
     // Printed (stderr) as well as logged: CLI commands may run without a
@@ -105,17 +87,4 @@ pub fn live_pods_blocking(endpoint: &str) -> anyhow::Result<Vec<Pod>> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn meminfo() {
-        let d = tempfile::tempdir().unwrap();
-        let f = d.path().join("meminfo");
-        std::fs::write(&f, "MemTotal:       24576000 kB\nMemFree: 1 kB\n").unwrap();
-        assert_eq!(memory_capacity_from_meminfo(&f).unwrap(), 24_576_000 * 1024);
-        std::fs::write(&f, "MemFree: 1 kB\n").unwrap();
-        assert!(memory_capacity_from_meminfo(&f).is_err());
-        assert!(memory_capacity_from_meminfo(&d.path().join("missing")).is_err());
-    }
-}
+mod tests {}

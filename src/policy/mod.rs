@@ -1,6 +1,7 @@
 //! Pure policy: what the kubelet would do, computed from core types.
 //!
-//! * [`enforce`]: cgroup naming and the plan of cgroup writes.
+//! * [`enforce`]: cgroup naming, the plan of cgroup writes, and the
+//!   versioned kubelet rules it follows.
 //! * [`evict`]: signals and thresholds, ranking, the eviction state machine.
 
 pub mod cpu;

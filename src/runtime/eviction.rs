@@ -242,7 +242,10 @@ impl EvictionLoop {
         let thread = std::thread::Builder::new()
             .name("qosd-evict-loop".into())
             .spawn(move || {
-                if let Some(p) = rt_priority {
+                let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+                if let Some(p) =
+                    rt_priority.filter(|_| crate::sys::watch::realtime_allowed(&status))
+                {
                     // the pass itself must not lag the detector
                     let param = libc::sched_param { sched_priority: p };
                     // SAFETY: plain syscall on the current thread.

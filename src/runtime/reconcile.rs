@@ -10,6 +10,7 @@ use serde::Serialize;
 use crate::core::model::{CgroupVersion, CgroupWrite, Pod};
 use crate::policy::enforce::plan::{self, PlanConfig};
 use crate::sys::apply::{self, Applier, ApplyReport, Mode};
+use crate::sys::systemd::{Driver, SystemdProbe};
 
 /// Cgroup directories qosd may touch: the kubepods cgroup in every
 /// hierarchy it writes to (v1: cpu, memory, pids; v2: the unified tree).
@@ -22,6 +23,23 @@ pub fn kubepods_dirs(cfg: &PlanConfig) -> Vec<PathBuf> {
             .map(|c| cfg.layout.dir(&node, c))
             .collect(),
     }
+}
+
+/// Where the applier may write: [`kubepods_dirs`], the v1 hugetlb
+/// hierarchy's kubepods when hugepages are limited, and the reserved
+/// cgroups (written, never created: their level is not in the applier's
+/// create levels).
+pub fn allowed_bases(cfg: &PlanConfig) -> Vec<PathBuf> {
+    let mut out = kubepods_dirs(cfg);
+    if cfg.layout.version == CgroupVersion::V1 && !cfg.hugepage_sizes.is_empty() {
+        out.push(cfg.layout.dir(&cfg.layout.node_cgroup(), "hugetlb"));
+    }
+    for w in crate::policy::enforce::plan::reserved_level_writes(cfg) {
+        if !out.contains(&w.dir) {
+            out.push(w.dir);
+        }
+    }
+    out
 }
 
 /// Every hierarchy's kubepods directory, for orphan cleanup: on v1 the
@@ -81,10 +99,16 @@ pub struct ReconcileReport {
     pub duration: Duration,
 }
 
+/// The cgroup mount systemd manages: the systemd driver goes through
+/// systemd only for a plan on it (never for a private tree).
+pub const SYSTEMD_CGROUPFS: &str = "/sys/fs/cgroup";
+
 /// Applies plans for a changing set of pods and cleans up orphans.
 pub struct Reconciler {
     cfg: PlanConfig,
-    applier: Applier,
+    /// cgroupfs writes, or systemd units over D-Bus (cgroupDriver systemd
+    /// on a systemd host).
+    applier: Driver,
     /// Where orphaned pod cgroups are looked for (every hierarchy).
     orphan_bases: Vec<PathBuf>,
     orphan_grace: Duration,
@@ -100,11 +124,16 @@ pub struct Reconciler {
 impl Reconciler {
     pub fn new(cfg: PlanConfig, dry_run: bool, orphan_grace: Duration) -> Reconciler {
         let mode = if dry_run { Mode::DryRun } else { Mode::Real };
-        let mut applier = Applier::with_bases(mode, kubepods_dirs(&cfg));
+        // Reserved cgroups are allowed but never created (not a create level).
+        let mut applier = Applier::with_bases(mode, allowed_bases(&cfg));
         if cfg.layout.version == CgroupVersion::V2 {
             // Enable cpu, memory, pids from the mount's root down to kubepods.
             applier = applier.enable_v2_controllers_from(cfg.layout.cgroupfs.clone());
         }
+        // systemd naming on the tree systemd manages: go through systemd.
+        let systemd_wanted = cfg.layout.driver == crate::core::model::CgroupDriver::Systemd
+            && cfg.layout.cgroupfs == std::path::Path::new(SYSTEMD_CGROUPFS);
+        let applier = Driver::choose(applier, systemd_wanted, &SystemdProbe::default());
         Reconciler {
             orphan_bases: orphan_bases(&cfg),
             cfg,
@@ -127,6 +156,11 @@ impl Reconciler {
 
     pub fn dry_run(&self) -> bool {
         self.applier.mode() == Mode::DryRun
+    }
+
+    /// `systemd` when plans go through systemd's D-Bus API, else `cgroupfs`.
+    pub fn writer(&self) -> &'static str {
+        self.applier.name()
     }
 
     /// One pass. `all_live_uids` is every pod uid the source knows (ready or
@@ -223,6 +257,22 @@ impl Reconciler {
                 tracing::info!(dir = %o.dir.display(), uid = %o.uid, "would remove orphaned pod cgroup");
                 removed.push(o.dir);
                 continue;
+            }
+            if let Driver::Systemd(sd) = &self.applier {
+                // A pod slice is a unit: systemd removes its cgroup on stop.
+                if let Some(unit) = crate::sys::systemd::empty_slice_unit(&o.dir) {
+                    match sd.stop_slice(&unit) {
+                        Ok(()) => {
+                            tracing::info!(unit = %unit, uid = %o.uid, "stopped orphaned pod slice unit (its sandbox is gone)");
+                            self.orphans_seen.remove(&o.dir);
+                            removed.push(o.dir);
+                        }
+                        Err(e) => {
+                            tracing::warn!(unit = %unit, error = %e, "orphaned pod slice unit not stopped")
+                        }
+                    }
+                    continue;
+                }
             }
             match apply::remove_cgroup_tree_if_empty(&o.dir, &self.orphan_bases) {
                 Ok(dirs) if !dirs.is_empty() => {

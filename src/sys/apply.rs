@@ -19,7 +19,6 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
-use std::time::Duration;
 
 use crate::core::model::{CgroupLevel, CgroupWrite};
 use crate::sys::cgroupfs::{self as fs, CgroupFsError};
@@ -523,17 +522,6 @@ pub fn remove_cgroup_tree_if_empty(
     bases: &[PathBuf],
 ) -> Result<Vec<PathBuf>, CgroupFsError> {
     fs::remove_cgroup_tree_if_empty(dir, bases)
-}
-
-/// Kill every process of a pod cgroup: v2 `cgroup.kill` where present,
-/// otherwise SIGKILL to every pid repeatedly until empty (v1), within
-/// `deadline`.
-pub fn kill_cgroup(dir: &Path, deadline: Duration) -> Result<(), CgroupFsError> {
-    if dir.join("cgroup.kill").is_file() {
-        fs::kill_v2(dir, deadline)
-    } else {
-        fs::kill_all_v1(dir, deadline).map(|_| ())
-    }
 }
 
 #[cfg(test)]

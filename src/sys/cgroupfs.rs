@@ -16,7 +16,7 @@
 use std::fs::OpenOptions;
 use std::io::{ErrorKind, Write};
 use std::path::{Component, Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Errors of cgroupfs operations. Every variant names the path.
 #[derive(Debug, thiserror::Error)]
@@ -586,77 +586,6 @@ pub fn enable_controllers_v2(
     Ok(written)
 }
 
-/// cgroup v2: kill every process in `dir` and below with `cgroup.kill`
-/// (Linux ≥ 5.14), then wait up to `deadline` for `cgroup.procs` to empty.
-pub fn kill_v2(dir: &Path, deadline: Duration) -> Result<()> {
-    write(&dir.join("cgroup.kill"), "1")?;
-    wait_empty(dir, deadline)
-}
-
-/// cgroup v1 (or v2 without `cgroup.kill`): SIGKILL every pid in
-/// `cgroup.procs` of `dir` and of every cgroup below it, repeated until all
-/// are empty (catching forks in flight) or `deadline` passes. Returns the
-/// number of kill(2) calls made.
-pub fn kill_all_v1(dir: &Path, deadline: Duration) -> Result<usize> {
-    let start = Instant::now();
-    let mut kills = 0usize;
-    loop {
-        let mut remaining = Vec::new();
-        for d in walk_leaf_first(dir)? {
-            for pid in list_pids(&d)? {
-                remaining.push(pid);
-                match nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(pid),
-                    nix::sys::signal::Signal::SIGKILL,
-                ) {
-                    Ok(()) => kills += 1,
-                    Err(nix::errno::Errno::ESRCH) => {}
-                    Err(e) => {
-                        return Err(CgroupFsError::Kill {
-                            path: d.clone(),
-                            pid,
-                            source: std::io::Error::from(e),
-                        })
-                    }
-                }
-            }
-        }
-        if remaining.is_empty() {
-            return Ok(kills);
-        }
-        if start.elapsed() >= deadline {
-            return Err(CgroupFsError::KillTimeout {
-                path: dir.to_path_buf(),
-                pids: remaining,
-                waited: start.elapsed(),
-            });
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
-}
-
-/// Wait until `dir` and all cgroups below it have no processes.
-pub fn wait_empty(dir: &Path, deadline: Duration) -> Result<()> {
-    let start = Instant::now();
-    loop {
-        let mut remaining = Vec::new();
-        for d in walk_leaf_first(dir)? {
-            remaining.extend(list_pids(&d)?);
-        }
-        if remaining.is_empty() {
-            return Ok(());
-        }
-        if start.elapsed() >= deadline {
-            return Err(CgroupFsError::KillTimeout {
-                path: dir.to_path_buf(),
-                pids: remaining,
-                waited: start.elapsed(),
-            });
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -882,12 +811,5 @@ mod tests {
             walk_leaf_first(&d).unwrap(),
             vec![d.join("b/c"), d.join("b"), d.join("d"), d.clone()]
         );
-    }
-
-    #[test]
-    fn kill_all_on_empty_fake_tree_is_immediate() {
-        let t = tempfile::tempdir().unwrap();
-        touch(&t.path().join("cgroup.procs"), "");
-        assert_eq!(kill_all_v1(t.path(), Duration::from_millis(10)).unwrap(), 0);
     }
 }

@@ -1,13 +1,17 @@
 //! Kernel I/O, every root injected: cgroupfs reads and writes ([`cgroupfs`]),
 //! version detection ([`detect`]), the plan applier ([`apply`]), /proc
 //! parsing ([`procfs`]), the one pid-tree killer ([`kill`]), eviction signal
-//! readers ([`signals`]) and the fast memory-pressure watcher ([`watch`]).
+//! readers ([`signals`]), the fast memory-pressure watcher ([`watch`]), the
+//! node's hugepage sizes ([`hugepages`]) and CPU topology ([`cpu_topology`]),
+//! and the systemd cgroup driver over D-Bus ([`systemd`]).
 
 pub mod apply;
 pub mod cgroupfs;
 pub mod cpu_topology;
 pub mod detect;
+pub mod hugepages;
 pub mod kill;
 pub mod procfs;
 pub mod signals;
+pub mod systemd;
 pub mod watch;

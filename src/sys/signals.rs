@@ -250,28 +250,8 @@ fn parse_u64(s: &str) -> Option<u64> {
     s.parse().ok()
 }
 
-/// Parse /proc/meminfo text into name → bytes (`kB` values × 1024).
-pub fn parse_meminfo(text: &str) -> BTreeMap<String, i64> {
-    let mut m = BTreeMap::new();
-    for line in text.lines() {
-        let Some((k, rest)) = line.split_once(':') else {
-            continue;
-        };
-        let mut it = rest.split_whitespace();
-        let Some(v) = it.next().and_then(|v| v.parse::<i64>().ok()) else {
-            continue;
-        };
-        let mult = match it.next() {
-            Some("kB") => 1024,
-            _ => 1,
-        };
-        m.insert(k.trim().to_string(), v.saturating_mul(mult));
-    }
-    m
-}
-
 fn read_meminfo(path: &Path) -> Result<BTreeMap<String, i64>, SignalError> {
-    Ok(parse_meminfo(&read_string(path)?))
+    Ok(crate::sys::procfs::parse_meminfo(&read_string(path)?))
 }
 
 fn meminfo_field(m: &BTreeMap<String, i64>, key: &str, path: &Path) -> Result<i64, SignalError> {
@@ -348,24 +328,19 @@ pub fn cgroup_memory_limit(version: CgroupVersion, dir: &Path) -> Result<Option<
     }
 }
 
-/// Number of processes in a cgroup and its descendants (`cgroup.procs`).
+/// Number of processes in a cgroup and its descendants (`cgroup.procs`),
+/// by the one pid walk ([`crate::sys::kill::cgroup_tree_pids`]).
 pub fn cgroup_process_count(dir: &Path) -> Result<u64, SignalError> {
-    let mut n = 0;
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let procs = d.join("cgroup.procs");
-        n += read_string(&procs)?
-            .lines()
-            .filter(|l| !l.trim().is_empty())
-            .count() as u64;
-        let rd = std::fs::read_dir(&d).map_err(io_err(&d))?;
-        for e in rd.flatten() {
-            if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
-                stack.push(e.path());
-            }
+    match crate::sys::kill::cgroup_tree_pids(dir) {
+        Ok(pids) => Ok(pids.len() as u64),
+        Err(crate::sys::kill::KillError::Io { path, source }) => {
+            Err(SignalError::Io { path, source })
         }
+        Err(e) => Err(SignalError::Format {
+            path: dir.to_path_buf(),
+            message: e.to_string(),
+        }),
     }
-    Ok(n)
 }
 
 /// Per-pod stats from its cgroup directory (memory hierarchy on v1): working
@@ -429,7 +404,7 @@ mod tests {
 
     #[test]
     fn meminfo_parse() {
-        let m = parse_meminfo("MemTotal:       16384 kB\nMemAvailable:    8192 kB\nHugePages_Total:       0\nbad line\n");
+        let m = crate::sys::procfs::parse_meminfo("MemTotal:       16384 kB\nMemAvailable:    8192 kB\nHugePages_Total:       0\nbad line\n");
         assert_eq!(m["MemTotal"], 16384 * 1024);
         assert_eq!(m["MemAvailable"], 8192 * 1024);
         assert_eq!(m["HugePages_Total"], 0);

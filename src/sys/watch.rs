@@ -35,7 +35,8 @@ use nix::sys::eventfd::{EfdFlags, EventFd};
 
 use crate::core::model::CgroupVersion;
 use crate::policy::evict::threshold::{EvictionConfig, Signal};
-use crate::sys::signals::{parse_meminfo, stat_field, MemorySource, SignalSources};
+use crate::sys::procfs::parse_meminfo;
+use crate::sys::signals::{stat_field, MemorySource, SignalSources};
 
 /// How a target's working set is read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -561,8 +562,40 @@ impl Drop for Watcher {
     }
 }
 
-/// SCHED_FIFO for the calling thread.
+/// Whether this process may ask for real-time scheduling at all: a
+/// non-zero RLIMIT_RTPRIO or CAP_SYS_NICE in the effective set (`CapEff`
+/// of `status`, /proc/self/status). Under qosd.service neither holds
+/// (`RestrictRealtime=yes`, bounding set CAP_KILL): the request is then not
+/// made.
+pub fn realtime_allowed(status: &str) -> bool {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct we own.
+    let rtprio = unsafe { libc::getrlimit(libc::RLIMIT_RTPRIO, &mut lim) } == 0 && lim.rlim_cur > 0;
+    rtprio || cap_eff_has(status, 23 /* CAP_SYS_NICE */)
+}
+
+/// Whether the `CapEff:` line of a /proc/<pid>/status text has bit `cap`.
+pub fn cap_eff_has(status: &str, cap: u32) -> bool {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|h| u64::from_str_radix(h.trim(), 16).ok())
+        .is_some_and(|bits| bits & (1u64 << cap) != 0)
+}
+
+/// SCHED_FIFO for the calling thread (not asked where it cannot be had).
 fn set_realtime(prio: i32) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    if !realtime_allowed(&status) {
+        tracing::info!(
+            priority = prio,
+            "eviction watcher at normal priority: real-time scheduling not permitted here (RLIMIT_RTPRIO 0, no CAP_SYS_NICE; qosd.service has RestrictRealtime=yes)"
+        );
+        return;
+    }
     let param = libc::sched_param {
         sched_priority: prio,
     };
@@ -622,6 +655,15 @@ mod tests {
     use std::sync::mpsc;
 
     const MI: i64 = 1024 * 1024;
+
+    #[test]
+    fn cap_eff_bits() {
+        // root with everything / the unit's bounding set CAP_KILL (bit 5)
+        assert!(cap_eff_has("Name:\tq\nCapEff:\t000001ffffffffff\n", 23));
+        assert!(!cap_eff_has("CapEff:\t0000000000000020\n", 23));
+        assert!(cap_eff_has("CapEff:\t0000000000000020\n", 5));
+        assert!(!cap_eff_has("no such line", 23));
+    }
 
     #[test]
     fn interval_table() {

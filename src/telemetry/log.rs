@@ -18,6 +18,16 @@ pub fn init_logging(format: LogFormat) {
         .with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
+        // Under systemd: `<N>` priority prefixes, no timestamp or colour
+        // (journald keeps both) — see telemetry::journald.
+        LogFormat::Text if crate::telemetry::journald::stderr_is_journal() => builder
+            .with_ansi(false)
+            .event_format(crate::telemetry::journald::PriorityPrefix(
+                tracing_subscriber::fmt::format()
+                    .without_time()
+                    .with_ansi(false),
+            ))
+            .try_init(),
         LogFormat::Text => builder
             .with_ansi(std::io::stderr().is_terminal())
             .try_init(),

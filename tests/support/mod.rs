@@ -240,7 +240,7 @@ pub mod kubelet {
 
     /// Node MemTotal in bytes.
     pub fn memory_capacity() -> i64 {
-        qosd::cri::memory_capacity_from_meminfo(Path::new("/proc/meminfo")).unwrap()
+        qosd::sys::procfs::detect_memory_bytes(Path::new("/proc")).unwrap()
     }
 }
 

@@ -196,6 +196,22 @@ pub fn run_script_with(
     })
 }
 
+/// [`run_script_with`] on the systemd node: a Debian bookworm root
+/// filesystem (debootstrap, cached under `target/vm-cache/systemd-*`) with
+/// systemd as PID 1, dbus, journald and containerd (`SystemdCgroup = true`)
+/// running; the script runs as `vmtest.service` (see docs/cgroup-v2-vm.md).
+pub fn run_systemd_script(
+    script: &str,
+    bins: &[PathBuf],
+    files: &[(PathBuf, String)],
+    timeout: Duration,
+    extra: &[&str],
+) -> VmOutcome {
+    let mut args = vec!["--systemd"];
+    args.extend_from_slice(extra);
+    run_script_with(script, bins, files, timeout, &args)
+}
+
 /// Lines of `output` starting with `prefix`, prefix removed.
 pub fn lines_with<'a>(output: &'a str, prefix: &str) -> Vec<&'a str> {
     output

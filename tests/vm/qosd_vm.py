@@ -28,6 +28,7 @@ Cache dir: $QOSD_VM_CACHE, else <repo>/target/vm-cache.
 
 import argparse
 import glob
+import inspect
 import io
 import json
 import lzma
@@ -288,16 +289,20 @@ def busybox_applets(busybox):
             "timeout env true false printf expr date").split()
 
 
-def build_initramfs(info, script, bins, files, out_path):
+def build_initramfs(info, script, bins, files, out_path, systemd=False):
+    """busybox VM: the whole initramfs. systemd VM: only the test's files,
+    appended to the cached root filesystem image (the kernel unpacks
+    concatenated newc archives in order, later entries overwriting)."""
     c = Cpio()
-    for d in ("bin", "sbin", "proc", "sys", "dev", "tmp", "etc", "mnt", "root", "test/bin"):
-        c.dir(d)
-    c.file("bin/busybox", open(info["busybox"], "rb").read())
-    for a in busybox_applets(info["busybox"]):
-        if a in ("busybox",) or "/" in a:
-            continue
-        c.symlink(f"bin/{a}", "busybox")
-    c.file("init", INIT.encode())
+    if not systemd:
+        for d in ("bin", "sbin", "proc", "sys", "dev", "tmp", "etc", "mnt", "root", "test/bin"):
+            c.dir(d)
+        c.file("bin/busybox", open(info["busybox"], "rb").read())
+        for a in busybox_applets(info["busybox"]):
+            if a in ("busybox",) or "/" in a:
+                continue
+            c.symlink(f"bin/{a}", "busybox")
+        c.file("init", INIT.encode())
     c.file("test/run.sh", open(script, "rb").read())
     for b in bins:
         c.file(f"test/bin/{os.path.basename(b)}", open(b, "rb").read())
@@ -306,8 +311,237 @@ def build_initramfs(info, script, bins, files, out_path):
         c.file(dest, open(src, "rb").read(), mode)
     data = c.finish()
     with open(out_path, "wb") as f:
+        if systemd:
+            with open(info["systemd_image"], "rb") as base:
+                shutil.copyfileobj(base, f, 1 << 20)
         f.write(data)
-    return len(data)
+    return os.path.getsize(out_path)
+
+
+# --- the systemd node: a Debian bookworm root filesystem -----------------
+#
+# debootstrap (minbase + the packages below) into the cache, customised for a
+# test boot, packed once into a newc cpio that the kernel unpacks as its
+# root filesystem (systemd is /init). A run appends a small second cpio with
+# the test's files. Rebuilt only when SYSTEMD_PACKAGES (the debootstrap) or
+# SYSTEMD_SETUP_VERSION / the setup files (the customisation) change.
+
+SYSTEMD_SUITE = "bookworm"
+SYSTEMD_PACKAGES = sorted([
+    "systemd", "systemd-sysv", "dbus", "udev", "containerd", "runc", "systemd-oomd",
+    "earlyoom", "procps",
+])
+SYSTEMD_SETUP_VERSION = "2"
+
+# The unit that runs the test: /test/run.sh under bash-less sh, output on the
+# console, results on ttyS1, then power off.
+VMTEST_UNIT = """[Unit]
+Description=qosd VM test
+After=dbus.service containerd.service systemd-journald.service
+Wants=dbus.service containerd.service
+
+[Service]
+Type=simple
+ExecStart=/usr/local/sbin/vmtest-run
+StandardOutput=tty
+StandardError=tty
+TTYPath=/dev/ttyS0
+TTYReset=no
+TTYVHangup=no
+TimeoutStartSec=infinity
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+VMTEST_RUN = """#!/bin/sh
+export PATH=/test/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root TMPDIR=/tmp
+export VMTEST_RESULTS=/dev/ttyS1
+stty -F /dev/ttyS1 raw -echo 2>/dev/null
+# wait (bounded) for containerd's socket: the tests need the CRI
+i=0; while [ ! -S /run/containerd/containerd.sock ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
+echo "VMTEST_START kernel=$(uname -r) pid1=$(cat /proc/1/comm) cgroupfs=$(stat -fc %T /sys/fs/cgroup) uptime=$(cut -d' ' -f1 /proc/uptime) controllers=$(cat /sys/fs/cgroup/cgroup.subtree_control)"
+cd /test
+sh /test/run.sh
+rc=$?
+echo "VMTEST_EXIT=$rc"
+echo "VMTEST_EXIT=$rc" > /dev/ttyS1 2>/dev/null
+sync
+systemctl poweroff -ff
+"""
+
+CONTAINERD_CONFIG = """version = 2
+disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
+  "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.internal.v1.tracing", "io.containerd.tracing.processor.v1.otlp"]
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "qosd.test/pause:1"
+  disable_apparmor = true
+  restrict_oom_score_adj = false
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "native"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = true
+        # the root filesystem is the initramfs (rootfs), where pivot_root fails
+        NoPivotRoot = true
+"""
+
+
+def systemd_image_key():
+    import hashlib
+    return hashlib.sha256(
+        f"{SYSTEMD_SUITE}|minbase|{','.join(SYSTEMD_PACKAGES)}".encode()
+    ).hexdigest()[:12]
+
+
+def debian_mirror():
+    for f in ["/etc/apt/sources.list"] + glob.glob("/etc/apt/sources.list.d/*"):
+        try:
+            text = open(f).read()
+        except OSError:
+            continue
+        m = re.search(r"(?:URIs:|^deb)\s+(?:\[[^\]]*\]\s+)?(https?://\S*debian\.org/debian)/?\s", text, re.M)
+        if m:
+            return m.group(1)
+    return "http://deb.debian.org/debian"
+
+
+def _debootstrap(rootfs):
+    if os.path.exists(os.path.join(rootfs, ".debootstrap-done")):
+        return
+    if shutil.which("debootstrap") is None:
+        raise Skip("debootstrap not found (apt-get install debootstrap)")
+    tmp = rootfs + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    mirror = debian_mirror()
+    cmd = ["debootstrap", "--variant=minbase", f"--include={','.join(SYSTEMD_PACKAGES)}",
+           SYSTEMD_SUITE, tmp, mirror]
+    log(f"debootstrap (one-time, ~1 min): {' '.join(cmd)}")
+    t0 = time.time()
+    rc, out, err = run(cmd)
+    if rc != 0:
+        tail = (out + err).strip()[-800:]
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise Skip(f"debootstrap failed (rc {rc}): {tail}")
+    open(os.path.join(tmp, ".debootstrap-done"), "w").write(" ".join(cmd) + "\n")
+    os.replace(tmp, rootfs)
+    log(f"debootstrap done in {time.time() - t0:.1f}s")
+
+
+def _write(root, rel, text, mode=0o644):
+    path = os.path.join(root, rel.lstrip("/"))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    if os.path.lexists(path):
+        os.unlink(path)
+    with open(path, "w") as f:
+        f.write(text)
+    os.chmod(path, mode)
+
+
+def _symlink(root, rel, target):
+    path = os.path.join(root, rel.lstrip("/"))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    if os.path.lexists(path):
+        os.unlink(path)
+    os.symlink(target, path)
+
+
+def _customise(root):
+    """Idempotent: make the debootstrapped tree boot as a test node."""
+    _symlink(root, "init", "/lib/systemd/systemd")
+    _write(root, "etc/hostname", "qosd-vm\n")
+    _write(root, "etc/fstab", "# rootfs is the initramfs\n")
+    # containerd copies both into every sandbox; minbase has neither.
+    _write(root, "etc/hosts", "127.0.0.1 localhost\n::1 localhost\n")
+    _write(root, "etc/resolv.conf", "# no network in the test VM\n")
+    _write(root, "etc/machine-id", "")
+    # Nothing to log in on, no network to wait for, no timers to run.
+    for unit in ("getty@tty1.service", "serial-getty@ttyS0.service", "console-getty.service",
+                 "systemd-networkd-wait-online.service", "apt-daily.timer", "apt-daily-upgrade.timer",
+                 "e2scrub_all.timer", "e2scrub_reap.service", "fstrim.timer", "dpkg-db-backup.timer",
+                 "systemd-timesyncd.service", "systemd-logind.service", "getty.target",
+                 "systemd-update-utmp.service", "systemd-update-utmp-runlevel.service",
+                 "proc-sys-fs-binfmt_misc.automount"):
+        _symlink(root, f"etc/systemd/system/{unit}", "/dev/null")
+    # systemd-oomd and earlyoom are installed for the benchmark, started by it.
+    for unit in ("systemd-oomd.service", "systemd-oomd.socket", "earlyoom.service"):
+        for wants in glob.glob(os.path.join(root, "etc/systemd/system/*.wants", unit)):
+            os.unlink(wants)
+    _write(root, "etc/systemd/journald.conf.d/vmtest.conf",
+           "[Journal]\nStorage=volatile\nForwardToConsole=no\n")
+    _write(root, "etc/containerd/config.toml", CONTAINERD_CONFIG)
+    _write(root, "etc/systemd/system/vmtest.service", VMTEST_UNIT)
+    _symlink(root, "etc/systemd/system/multi-user.target.wants/vmtest.service",
+             "/etc/systemd/system/vmtest.service")
+    _write(root, "usr/local/sbin/vmtest-run", VMTEST_RUN, 0o755)
+    os.makedirs(os.path.join(root, "test", "bin"), exist_ok=True)
+    # Docs, manuals, locales and apt's caches are dead weight in RAM.
+    for rel in ("usr/share/doc", "usr/share/man", "usr/share/locale", "usr/share/info",
+                "var/cache/apt", "var/lib/apt/lists"):
+        p = os.path.join(root, rel)
+        if os.path.isdir(p):
+            shutil.rmtree(p)
+            os.makedirs(p)
+
+
+def _setup_key():
+    import hashlib
+    h = hashlib.sha256()
+    for part in (SYSTEMD_SETUP_VERSION, inspect.getsource(_customise), VMTEST_UNIT, VMTEST_RUN, CONTAINERD_CONFIG):
+        h.update(part.encode())
+    return h.hexdigest()[:8]
+
+
+def _pack_dir(root, out_path):
+    """newc cpio of a directory tree with the host's cpio (hard links, device
+    nodes and modes kept), padded to 512 bytes."""
+    if shutil.which("cpio") is None:
+        raise Skip("cpio not found (apt-get install cpio)")
+    tmp = out_path + ".tmp"
+    with open(tmp, "wb") as f:
+        p = subprocess.run(
+            "find . -xdev -not -name .debootstrap-done | LC_ALL=C sort | cpio -o -H newc --quiet",
+            shell=True, cwd=root, stdout=f, stderr=subprocess.PIPE)
+    if p.returncode != 0:
+        raise HarnessError(f"cpio of {root}: {p.stderr.decode()[-400:]}")
+    os.replace(tmp, out_path)
+
+
+def prepare_systemd():
+    """The kernel (prepare()) plus the systemd root filesystem cpio; cached."""
+    import fcntl
+    info = prepare()
+    cache = cache_dir()
+    with open(os.path.join(cache, ".lock-systemd"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        base = os.path.join(cache, f"systemd-{systemd_image_key()}")
+        os.makedirs(base, exist_ok=True)
+        rootfs = os.path.join(base, "rootfs")
+        image = os.path.join(base, f"rootfs-{_setup_key()}.cpio")
+        if not os.path.exists(image):
+            t0 = time.time()
+            _debootstrap(rootfs)
+            _customise(rootfs)
+            for old in glob.glob(os.path.join(base, "rootfs-*.cpio")):
+                os.unlink(old)
+            _pack_dir(rootfs, image)
+            log(f"systemd image {os.path.getsize(image) >> 20} MiB in {time.time() - t0:.1f}s: {image}")
+        # stale images of other package lists
+        for other in glob.glob(os.path.join(cache, "systemd-*")):
+            if os.path.isdir(other) and other != base:
+                log(f"removing stale systemd image {other}")
+                shutil.rmtree(other, ignore_errors=True)
+    info = dict(info)
+    info["systemd_rootfs"] = rootfs
+    info["systemd_image"] = image
+    info["systemd_packages"] = SYSTEMD_PACKAGES
+    return info
 
 
 def choose_accel(requested=None):
@@ -328,7 +562,7 @@ def run_vm(args):
     qemu = shutil.which("qemu-system-x86_64")
     if qemu is None:
         raise Skip("qemu-system-x86_64 not found (apt-get install --no-install-recommends qemu-system-x86)")
-    info = prepare()
+    info = prepare_systemd() if args.systemd else prepare()
     cache = cache_dir()
     work = os.path.join(cache, "runs")
     os.makedirs(work, exist_ok=True)
@@ -340,10 +574,14 @@ def run_vm(args):
             raise HarnessError(f"--file wants SRC:DEST, got {spec!r}")
         files.append((src, dest))
     t0 = time.time()
-    size = build_initramfs(info, args.script, args.bin or [], files, initrd)
+    size = build_initramfs(info, args.script, args.bin or [], files, initrd, systemd=args.systemd)
     t_initrd = time.time() - t0
     accel = choose_accel(args.accel)
     append = "console=ttyS0 quiet loglevel=3 panic=-1 psi=1 mitigations=off"
+    if args.systemd:
+        # systemd as PID 1 from the initramfs root, cgroup v2 only.
+        append += (" rdinit=/init systemd.unified_cgroup_hierarchy=1"
+                   " systemd.show_status=error systemd.log_level=warning")
     if args.append:
         append += " " + args.append
     cmd = [
@@ -429,21 +667,30 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("prepare")
+    sub.add_parser("prepare-systemd")
     r = sub.add_parser("run")
     r.add_argument("--script", required=True)
     r.add_argument("--bin", action="append")
     r.add_argument("--file", action="append", help="SRC:DEST (DEST inside the VM, e.g. test/plan.json)")
     r.add_argument("--timeout", type=float, default=180)
-    r.add_argument("--mem", type=int, default=1024)
+    r.add_argument("--mem", type=int, default=None, help="MiB (default 1024; 2048 with --systemd)")
+    r.add_argument("--systemd", action="store_true",
+                   help="boot the Debian systemd node (systemd PID 1, dbus, containerd) instead of busybox")
     r.add_argument("--smp", type=int, default=2)
     r.add_argument("--append", default="")
     r.add_argument("--log")
     r.add_argument("--results", help="file receiving what the script writes to $VMTEST_RESULTS (/dev/ttyS1)")
     r.add_argument("--accel")
     args = ap.parse_args()
+    if args.cmd == "run" and args.mem is None:
+        args.mem = 2048 if args.systemd else 1024
     try:
         if args.cmd == "prepare":
             info = prepare()
+            print(json.dumps(info, indent=2))
+            return 0
+        if args.cmd == "prepare-systemd":
+            info = prepare_systemd()
             print(json.dumps(info, indent=2))
             return 0
         return run_vm(args)

@@ -115,8 +115,10 @@ scenario cgroupfs qosd-test-$ID /qosd-test-$ID qosd-test-$ID-fresh /qosd-test-$I
 # shellcheck disable=SC2086
 scenario systemd qosd_test_$ID.slice /qosd-test-$ID qosd_test_${ID}_fresh.slice /qosd-test-$ID-fresh \
     --cgroup-driver systemd $BASE
-# MemoryQoS: `qosd run --memory-qos true` is `qosd plan --memory-qos`.
-RUNX="--memory-qos true" PLANX="--memory-qos"
+# MemoryQoS: `qosd run --memory-qos true` is `qosd plan --memory-qos`
+# (kubelet 1.35's model, memory.min = request; 1.36's tiers are checked in
+# tests/cgroup_v2_vm.rs).
+RUNX="--memory-qos true --kubelet-version 1.35" PLANX="--memory-qos --kubelet-version 1.35"
 # shellcheck disable=SC2086
 scenario memqos qosd-test-$ID-mq /qosd-test-$ID-mq qosd-test-$ID-mqfresh /qosd-test-$ID-mqfresh $BASE
 RUNX="" PLANX=""

@@ -63,7 +63,7 @@ use std::time::Duration;
 
 use qosd::core::model::CgroupVersion;
 use qosd::policy::evict::threshold::Signal;
-use qosd::runtime::evictor::kill_cgroup_tree;
+use qosd::sys::kill::kill_cgroup_tree;
 use qosd::sys::watch::{usage_probe, WakeSource, WatchConfig, WatchTarget, Watcher};
 
 const MI: u64 = 1024 * 1024;

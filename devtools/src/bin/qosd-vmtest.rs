@@ -112,7 +112,9 @@ fn cmd_kill(args: &[String]) -> R<()> {
         .map(|s| s.parse().map_err(|e| format!("--deadline-ms: {e}")))
         .transpose()?
         .unwrap_or(1000);
-    apply::kill_cgroup(Path::new(dir), Duration::from_millis(ms)).map_err(|e| e.to_string())
+    qosd::sys::kill::kill_cgroup_tree(Path::new(dir), Duration::from_millis(ms))
+        .map(|_| ())
+        .map_err(|e| e.to_string())
 }
 
 // ---------------------------------------------------------------- scenario
@@ -385,7 +387,7 @@ fn scenario_v2(args: &[String]) -> R<()> {
         "orphan with a live process is not removed",
     );
     let t = Instant::now();
-    let k = apply::kill_cgroup(&pod1, Duration::from_secs(2));
+    let k = qosd::sys::kill::kill_cgroup_tree(&pod1, Duration::from_secs(2)).map(|_| ());
     let kill_time = t.elapsed();
     c.check(k.is_ok(), &format!("cgroup.kill: pod emptied ({k:?})"));
     println!(
@@ -400,7 +402,7 @@ fn scenario_v2(args: &[String]) -> R<()> {
     // v1-style SIGKILL loop works on a v2 tree too.
     let child = spawn_sleeper_in(&ctr)?;
     guard.children.push(child);
-    let kills = fs::kill_all_v1(&pod1, Duration::from_secs(2));
+    let kills = qosd::sys::kill::sigkill_tree(&pod1, Duration::from_secs(2)).map(|r| r.signalled);
     c.check(
         matches!(kills, Ok(n) if n >= 1),
         &format!("SIGKILL loop: {kills:?}"),

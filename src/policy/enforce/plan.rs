@@ -12,8 +12,12 @@ use serde::Serialize;
 use crate::core::model::{CgroupLevel, CgroupVersion, CgroupWrite, Pod, QosClass};
 use crate::core::node::NodeResources;
 use crate::core::qos::classify;
-use crate::core::resources::{pod_resources, PodResources};
+use crate::core::resources::{pod_resources_with, PodResources};
+use crate::policy::enforce::hugepages;
+use crate::policy::enforce::memory_qos::{self, MemoryReservationPolicy};
 use crate::policy::enforce::naming::CgroupLayout;
+use crate::policy::enforce::reserved::ReservedCgroup;
+use crate::policy::enforce::versions::{KubeletVersion, Rule};
 
 /// kubelet `MinShares`.
 pub const MIN_SHARES: u64 = 2;
@@ -59,6 +63,17 @@ pub struct PlanConfig {
     pub enforce_node_allocatable: bool,
     /// `--pod-max-pids` (unset: no pids.max on pods).
     pub pod_pids_limit: Option<i64>,
+    /// `kubeletVersion`: whose rules to follow where kubelets differ
+    /// (docs/semantics.md §9).
+    pub kubelet_version: KubeletVersion,
+    /// `memoryReservationPolicy` (MemoryQoS from kubelet 1.36).
+    pub memory_reservation_policy: MemoryReservationPolicy,
+    /// Hugepage sizes (bytes) the node offers and the hugetlb controller
+    /// can limit; every pod gets a limit for each.
+    pub hugepage_sizes: Vec<u64>,
+    /// Reserved cgroups to limit (`enforceNodeAllocatable` with
+    /// system-reserved / kube-reserved). qosd never creates them.
+    pub reserved_cgroups: Vec<ReservedCgroup>,
 }
 
 impl PlanConfig {
@@ -75,7 +90,31 @@ impl PlanConfig {
             qos_reserved_memory_percent: None,
             enforce_node_allocatable: true,
             pod_pids_limit: None,
+            kubelet_version: KubeletVersion::NEWEST,
+            memory_reservation_policy: MemoryReservationPolicy::None,
+            hugepage_sizes: Vec::new(),
+            reserved_cgroups: Vec::new(),
         }
+    }
+
+    /// A pod as this kubelet version sees it: before `pod-level-resources`
+    /// (1.34) the API server drops `spec.resources`.
+    pub fn effective_pod<'a>(&self, pod: &'a Pod) -> std::borrow::Cow<'a, Pod> {
+        if pod.pod_resources.is_some() && !self.kubelet_version.has(Rule::PodLevelResources) {
+            let mut p = pod.clone();
+            p.pod_resources = None;
+            std::borrow::Cow::Owned(p)
+        } else {
+            std::borrow::Cow::Borrowed(pod)
+        }
+    }
+
+    /// The pod's sums under this version's rules.
+    pub fn pod_resources(&self, pod: &Pod) -> PodResources {
+        pod_resources_with(
+            &self.effective_pod(pod),
+            self.kubelet_version.has(Rule::OwnLimitDeclared),
+        )
     }
 
     fn v2(&self) -> bool {
@@ -132,9 +171,15 @@ pub struct PlannedPod {
 /// A full plan.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Plan {
+    /// Whose rules the plan follows (`--kubelet-version`).
+    pub kubelet_version: KubeletVersion,
     pub node: PlanNode,
     pub pods: Vec<PlannedPod>,
     pub writes: Vec<CgroupWrite>,
+    /// systemd driver: the slice units and the properties that carry the
+    /// writes' values (absent with the cgroupfs driver).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub units: Vec<crate::policy::enforce::units::PlannedUnit>,
 }
 
 // ---------------------------------------------------------------- formulas
@@ -207,7 +252,10 @@ struct Values {
     quota: Option<i64>,
     memory_limit: Option<i64>,
     memory_min: Option<i64>,
+    memory_low: Option<i64>,
     memory_high: Option<i64>,
+    /// (kernel size name, bytes), e.g. ("2MB", 0).
+    hugetlb: Vec<(String, i64)>,
     pids: Option<i64>,
 }
 
@@ -220,12 +268,13 @@ fn render(
 ) {
     let l = &cfg.layout;
     // One directory per controller (v1) or one for all (v2), computed once.
-    let mut dirs: [Option<std::path::PathBuf>; 3] = [None, None, None];
+    let mut dirs: [Option<std::path::PathBuf>; 4] = [None, None, None, None];
     let mut push = |file: &str, value: String| {
         let controller = file.split('.').next().unwrap_or(file);
         let slot = match (l.version, controller) {
             (CgroupVersion::V2, _) | (_, "cpu") => 0,
             (_, "memory") => 1,
+            (_, "hugetlb") => 3,
             _ => 2,
         };
         let dir = dirs[slot].get_or_insert_with(|| l.dir(cgroup, controller));
@@ -259,8 +308,14 @@ fn render(
         if let Some(m) = v.memory_min {
             push("memory.min", m.to_string());
         }
+        if let Some(m) = v.memory_low {
+            push("memory.low", m.to_string());
+        }
         if let Some(m) = v.memory_high {
             push("memory.high", m.to_string());
+        }
+        for (size, bytes) in &v.hugetlb {
+            push(&format!("hugetlb.{size}.max"), bytes.to_string());
         }
         if let Some(p) = v.pids {
             push("pids.max", p.to_string());
@@ -275,6 +330,9 @@ fn render(
         }
         if let Some(m) = v.memory_limit {
             push("memory.limit_in_bytes", m.to_string());
+        }
+        for (size, bytes) in &v.hugetlb {
+            push(&format!("hugetlb.{size}.limit_in_bytes"), bytes.to_string());
         }
         if let Some(p) = v.pids {
             push("pids.max", p.to_string());
@@ -329,11 +387,17 @@ pub fn qos_level_writes_from(
         mem[QosClass::Burstable as usize],
     );
     let memory_qos = cfg.memory_qos && cfg.v2();
+    let (node_p, burst_p) = if memory_qos {
+        memory_qos::qos_protection(cfg.kubelet_version, cfg.memory_reservation_policy, g, b)
+    } else {
+        Default::default()
+    };
 
     // MemoryQoS on the "Guaranteed QoS cgroup" = kubepods itself.
-    if memory_qos && g + b > 0 {
+    if node_p.min.is_some() || node_p.low.is_some() {
         let v = Values {
-            memory_min: Some(g + b),
+            memory_min: node_p.min,
+            memory_low: node_p.low,
             ..Values::default()
         };
         render(
@@ -359,7 +423,8 @@ pub fn qos_level_writes_from(
     let burst = Values {
         shares: Some(milli_cpu_to_shares(burstable_cpu)),
         memory_limit: burst_limit,
-        memory_min: (memory_qos && b > 0).then_some(b),
+        memory_min: burst_p.min,
+        memory_low: burst_p.low,
         ..Values::default()
     };
     render(
@@ -391,13 +456,18 @@ pub fn qos_level_writes_from(
 pub fn qos_level_writes(cfg: &PlanConfig, pods: &[Pod]) -> Vec<CgroupWrite> {
     let classified: Vec<(QosClass, PodResources)> = pods
         .iter()
-        .map(|p| (classify(p).class, pod_resources(p)))
+        .map(|p| (classify(&cfg.effective_pod(p)).class, cfg.pod_resources(p)))
         .collect();
     qos_level_writes_from(cfg, &classified)
 }
 
 /// The values `ResourceConfigForPod` gives a pod.
-fn pod_values(cfg: &PlanConfig, class: QosClass, r: &PodResources) -> Values {
+fn pod_values(
+    cfg: &PlanConfig,
+    class: QosClass,
+    r: &PodResources,
+    hp: &std::collections::BTreeMap<u64, i64>,
+) -> Values {
     let mut v = Values::default();
     let quota = |m: i64| {
         if cfg.enforce_cpu_limits {
@@ -428,30 +498,61 @@ fn pod_values(cfg: &PlanConfig, class: QosClass, r: &PodResources) -> Values {
     }
     if cfg.memory_qos && cfg.v2() {
         let req = r.memory_request_bytes;
-        if req > 0 {
-            v.memory_min = Some(req);
-        }
-        // memory.high: never for Guaranteed (request == limit).
-        let limit = r.memory_limit_bytes.unwrap_or(0);
-        if class != QosClass::Guaranteed && req != limit {
-            let base = if limit > 0 {
-                limit
-            } else {
-                cfg.node.enforced_memory_bytes
-            };
-            v.memory_high = memory_high(req, base, cfg.memory_throttling_factor);
+        let p = memory_qos::pod_protection(
+            cfg.kubelet_version,
+            cfg.memory_reservation_policy,
+            class,
+            req,
+        );
+        v.memory_min = p.min;
+        v.memory_low = p.low;
+        // memory.high: never for Guaranteed (request == limit), and only
+        // when the pod declares a memory limit (the kubelet writes none
+        // without one).
+        if let Some(limit) = r.memory_limit_bytes {
+            if class != QosClass::Guaranteed && req != limit {
+                v.memory_high = memory_high(req, limit, cfg.memory_throttling_factor);
+            }
         }
     }
+    v.hugetlb = hugepages::limits(hp, &cfg.hugepage_sizes);
     v.pids = cfg.pod_pids_limit.filter(|p| *p > 0);
     v
 }
 
+/// system-reserved / kube-reserved cgroups: cpu shares, memory limit,
+/// pids.max and hugetlb from the reservation (`enforceExistingCgroup`),
+/// with MemoryQoS memory.min = the reserved memory.
+pub fn reserved_level_writes(cfg: &PlanConfig) -> Vec<CgroupWrite> {
+    let mut out = Vec::new();
+    let protect = cfg.memory_qos
+        && cfg.v2()
+        && memory_qos::reserved_cgroup_protected(
+            cfg.kubelet_version,
+            cfg.memory_reservation_policy,
+        );
+    for rc in &cfg.reserved_cgroups {
+        let r = &rc.resources;
+        let v = Values {
+            shares: r.cpu_millis.map(milli_cpu_to_shares),
+            memory_limit: r.memory_bytes,
+            memory_min: r.memory_bytes.filter(|_| protect),
+            hugetlb: hugepages::limits(&r.hugepages, &cfg.hugepage_sizes),
+            pids: r.pids,
+            ..Values::default()
+        };
+        render(cfg, &rc.cgroup, CgroupLevel::Reserved, &v, &mut out);
+    }
+    out
+}
+
 /// The writes for one pod of class `class` (parents not included).
 pub fn pod_writes(cfg: &PlanConfig, pod: &Pod, class: QosClass) -> Vec<CgroupWrite> {
-    let r = pod_resources(pod);
+    let r = cfg.pod_resources(pod);
     let mut out = Vec::new();
     let cgroup = cfg.layout.pod_cgroup(class, &pod.uid);
-    pod_writes_into(cfg, &cgroup, class, &r, &mut out);
+    let hp = hugepages::pod_hugepage_requests(pod);
+    pod_writes_into(cfg, &cgroup, class, &r, &hp, &mut out);
     out
 }
 
@@ -460,13 +561,14 @@ fn pod_writes_into(
     cgroup: &str,
     class: QosClass,
     r: &PodResources,
+    hp: &std::collections::BTreeMap<u64, i64>,
     out: &mut Vec<CgroupWrite>,
 ) {
     render(
         cfg,
         cgroup,
         CgroupLevel::Pod,
-        &pod_values(cfg, class, r),
+        &pod_values(cfg, class, r, hp),
         out,
     );
 }
@@ -476,9 +578,15 @@ pub fn build(cfg: &PlanConfig, pods: &[Pod]) -> Plan {
     let namer = cfg.layout.pod_namer();
     let mut planned = Vec::with_capacity(pods.len());
     let mut classified = Vec::with_capacity(pods.len());
+    let mut hugepage_requests = Vec::with_capacity(pods.len());
     for p in pods {
-        let c = classify(p);
-        let r = pod_resources(p);
+        hugepage_requests.push(if cfg.hugepage_sizes.is_empty() {
+            Default::default()
+        } else {
+            hugepages::pod_hugepage_requests(p)
+        });
+        let c = classify(&cfg.effective_pod(p));
+        let r = cfg.pod_resources(p);
         classified.push((c.class, r.clone()));
         planned.push(PlannedPod {
             uid: p.uid.clone(),
@@ -491,14 +599,16 @@ pub fn build(cfg: &PlanConfig, pods: &[Pod]) -> Plan {
             resources: r,
         });
     }
-    let mut writes = node_level_writes(cfg);
+    let mut writes = reserved_level_writes(cfg);
+    writes.extend(node_level_writes(cfg));
     writes.extend(qos_level_writes_from(cfg, &classified));
     writes.reserve(pods.len() * 4);
-    for (pp, (class, r)) in planned.iter().zip(&classified) {
-        pod_writes_into(cfg, &pp.cgroup, *class, r, &mut writes);
+    for ((pp, (class, r)), hp) in planned.iter().zip(&classified).zip(&hugepage_requests) {
+        pod_writes_into(cfg, &pp.cgroup, *class, r, hp, &mut writes);
     }
     let (cpu, mem) = cfg.node_cgroup_resources();
     Plan {
+        kubelet_version: cfg.kubelet_version,
         node: PlanNode {
             cpu_millis: cpu,
             memory_bytes: mem,
@@ -508,6 +618,12 @@ pub fn build(cfg: &PlanConfig, pods: &[Pod]) -> Plan {
             capacity_memory_bytes: cfg.node.capacity_memory_bytes,
             cgroupfs: cfg.layout.cgroupfs.display().to_string(),
             cgroup_root: cfg.layout.cgroup_root.clone(),
+        },
+        units: if cfg.layout.driver == crate::core::model::CgroupDriver::Systemd {
+            // The plan's own values are numbers: always expressible.
+            crate::policy::enforce::units::plan_units(&writes).unwrap_or_default()
+        } else {
+            Vec::new()
         },
         pods: planned,
         writes,
@@ -520,6 +636,7 @@ impl Plan {
         use std::fmt::Write;
         let mut s = String::new();
         let n = &self.node;
+        let _ = writeln!(s, "rules: kubelet {}", self.kubelet_version);
         let _ = writeln!(
             s,
             "node: cgroup {} ({} driver) at {}, root {}; kubepods cpu {}m, memory {} bytes (capacity {}m, {} bytes)",
@@ -563,8 +680,34 @@ impl Plan {
                 let _ = writeln!(s, "  {} = {}", w.file.display(), w.value);
             }
         }
+        if !self.units.is_empty() {
+            let _ = writeln!(
+                s,
+                "\nsystemd units (set over D-Bus when systemd manages the tree, then the files are checked):"
+            );
+            for u in &self.units {
+                let props: Vec<String> = u.properties.iter().map(|p| p.render()).collect();
+                let _ = writeln!(s, "  {}  {}", u.unit, props.join(" "));
+            }
+        }
         s
     }
+}
+
+/// The directories of a reserved cgroup that its planned writes touch
+/// (v1: one per controller written; v2: one).
+pub fn reserved_dirs(
+    cfg: &PlanConfig,
+    rc: &crate::policy::enforce::reserved::ReservedCgroup,
+) -> Vec<std::path::PathBuf> {
+    let mut c = cfg.clone();
+    c.reserved_cgroups = vec![rc.clone()];
+    let mut dirs: Vec<std::path::PathBuf> = reserved_level_writes(&c)
+        .into_iter()
+        .map(|w| w.dir)
+        .collect();
+    dirs.dedup();
+    dirs
 }
 
 #[cfg(test)]
@@ -794,6 +937,7 @@ mod tests {
     fn memory_qos_pod_values() {
         let mut c = cfg(CgroupVersion::V2, CgroupDriver::Cgroupfs);
         c.memory_qos = true;
+        c.kubelet_version = KubeletVersion::V1_35;
         let b = pod("b", vec![container("c", "memory=100Mi", "memory=200Mi")]);
         let got = values(&pod_writes(&c, &b, QosClass::Burstable));
         assert_eq!(got[1].1, "209715200");
@@ -811,11 +955,16 @@ mod tests {
                 "199229440".into()
             )
         );
-        // no limit: against node allocatable
+        // no memory limit declared: no memory.high (the kubelet writes none)
         let n = pod("n", vec![container("c", "memory=1Gi", "")]);
         let got = values(&pod_writes(&c, &n, QosClass::Burstable));
-        let high = memory_high(1 << 30, 32 << 30, 0.9).unwrap().to_string();
-        assert_eq!(got.last().unwrap().1, high);
+        assert!(
+            !got.iter().any(|(f, _)| f.ends_with("memory.high")),
+            "{got:?}"
+        );
+        assert!(got
+            .iter()
+            .any(|(f, v)| f.ends_with("memory.min") && v == "1073741824"));
         // Guaranteed: memory.min only
         let g = pod(
             "g",
@@ -824,6 +973,25 @@ mod tests {
         let got = values(&pod_writes(&c, &g, QosClass::Guaranteed));
         assert!(got.iter().any(|(f, _)| f.ends_with("memory.min")));
         assert!(!got.iter().any(|(f, _)| f.ends_with("memory.high")));
+        // 1.36: None protects nothing (zeros), TieredReservation tiers.
+        c.kubelet_version = KubeletVersion::V1_36;
+        let file = |ws: &[(String, String)], f: &str| {
+            ws.iter()
+                .find(|(p, _)| p.ends_with(f))
+                .map(|(_, v)| v.clone())
+        };
+        let got = values(&pod_writes(&c, &b, QosClass::Burstable));
+        assert_eq!(file(&got, "memory.min").as_deref(), Some("0"));
+        assert_eq!(file(&got, "memory.low").as_deref(), Some("0"));
+        assert_eq!(file(&got, "memory.high").as_deref(), Some("199229440"));
+        c.memory_reservation_policy = MemoryReservationPolicy::TieredReservation;
+        let got = values(&pod_writes(&c, &b, QosClass::Burstable));
+        assert_eq!(file(&got, "memory.min").as_deref(), Some("0"));
+        assert_eq!(file(&got, "memory.low").as_deref(), Some("104857600"));
+        let got = values(&pod_writes(&c, &g, QosClass::Guaranteed));
+        assert_eq!(file(&got, "memory.min").as_deref(), Some("1073741824"));
+        assert_eq!(file(&got, "memory.low").as_deref(), Some("0"));
+        assert_eq!(file(&got, "memory.high"), None);
         // v1 ignores MemoryQoS
         c.layout.version = CgroupVersion::V1;
         assert!(!values(&pod_writes(&c, &b, QosClass::Burstable))
@@ -891,6 +1059,7 @@ mod tests {
         c.layout.version = CgroupVersion::V2;
         c.qos_reserved_memory_percent = None;
         c.memory_qos = true;
+        c.kubelet_version = KubeletVersion::V1_35;
         assert_eq!(
             values(&qos_level_writes(&c, &pods)),
             pairs(&[
@@ -906,11 +1075,181 @@ mod tests {
                 ("/sys/fs/cgroup/kubepods/besteffort/cpu.weight", "1"),
             ])
         );
+        // 1.36 TieredReservation: kubepods memory.min, burstable memory.low;
+        // with no protected pod left, zeros.
+        c.kubelet_version = KubeletVersion::V1_36;
+        c.memory_reservation_policy = MemoryReservationPolicy::TieredReservation;
+        assert_eq!(
+            values(&qos_level_writes(&c, &pods)),
+            pairs(&[
+                (
+                    "/sys/fs/cgroup/kubepods/memory.min",
+                    &(5i64 << 30).to_string()
+                ),
+                ("/sys/fs/cgroup/kubepods/burstable/cpu.weight", "20"),
+                (
+                    "/sys/fs/cgroup/kubepods/burstable/memory.low",
+                    &(1i64 << 30).to_string()
+                ),
+                ("/sys/fs/cgroup/kubepods/besteffort/cpu.weight", "1"),
+            ])
+        );
+        let only_be = vec![pod("e", vec![container("c", "", "")])];
+        assert_eq!(
+            values(&qos_level_writes(&c, &only_be)),
+            pairs(&[
+                ("/sys/fs/cgroup/kubepods/memory.min", "0"),
+                ("/sys/fs/cgroup/kubepods/burstable/cpu.weight", "1"),
+                ("/sys/fs/cgroup/kubepods/burstable/memory.low", "0"),
+                ("/sys/fs/cgroup/kubepods/besteffort/cpu.weight", "1"),
+            ])
+        );
         c.enforce_node_allocatable = false;
         assert_eq!(
             node_level_writes(&c)[0].value,
             shares_to_weight_kubelet(8192).to_string()
         );
+    }
+
+    #[test]
+    fn hugetlb_files_v1_and_v2() {
+        let p = pod(
+            "h",
+            vec![container(
+                "c",
+                "cpu=1,memory=1Gi,hugepages-2Mi=6Mi",
+                "cpu=1,memory=1Gi,hugepages-2Mi=6Mi",
+            )],
+        );
+        let mut c = cfg(CgroupVersion::V1, CgroupDriver::Cgroupfs);
+        c.hugepage_sizes = vec![1 << 30, 2 << 20];
+        let got = values(&pod_writes(&c, &p, QosClass::Guaranteed));
+        assert_eq!(
+            &got[4..],
+            &pairs(&[
+                (
+                    "/sys/fs/cgroup/hugetlb/kubepods/podh/hugetlb.2MB.limit_in_bytes",
+                    "6291456"
+                ),
+                (
+                    "/sys/fs/cgroup/hugetlb/kubepods/podh/hugetlb.1GB.limit_in_bytes",
+                    "0"
+                ),
+            ])[..]
+        );
+        c.layout.version = CgroupVersion::V2;
+        c.pod_pids_limit = Some(64);
+        let got = values(&pod_writes(&c, &p, QosClass::Guaranteed));
+        assert_eq!(
+            &got[3..],
+            &pairs(&[
+                ("/sys/fs/cgroup/kubepods/podh/hugetlb.2MB.max", "6291456"),
+                ("/sys/fs/cgroup/kubepods/podh/hugetlb.1GB.max", "0"),
+                ("/sys/fs/cgroup/kubepods/podh/pids.max", "64"),
+            ])[..]
+        );
+        // no sizes offered: no hugetlb files
+        c.hugepage_sizes.clear();
+        assert!(!values(&pod_writes(&c, &p, QosClass::Guaranteed))
+            .iter()
+            .any(|(f, _)| f.contains("hugetlb")));
+    }
+
+    #[test]
+    fn reserved_cgroups_first_and_never_pods() {
+        use crate::policy::enforce::reserved::{
+            reserved_cgroups, EnforceNodeAllocatable, ReservedResources,
+        };
+        let mut c = cfg(CgroupVersion::V1, CgroupDriver::Systemd);
+        let sys = ReservedResources::parse("cpu=1,memory=2Gi,pid=500").unwrap();
+        let kube = ReservedResources::parse("memory=1Gi").unwrap();
+        c.reserved_cgroups = reserved_cgroups(
+            &EnforceNodeAllocatable::parse("pods,system-reserved,kube-reserved").unwrap(),
+            (&Some("/system.slice".into()), &sys),
+            (&Some("/kube.slice".into()), &kube),
+        )
+        .unwrap();
+        let plan = build(&c, &[]);
+        assert_eq!(
+            values(&plan.writes[..5]),
+            pairs(&[
+                ("/sys/fs/cgroup/cpu/system.slice/cpu.shares", "1024"),
+                (
+                    "/sys/fs/cgroup/memory/system.slice/memory.limit_in_bytes",
+                    "2147483648"
+                ),
+                ("/sys/fs/cgroup/pids/system.slice/pids.max", "500"),
+                (
+                    "/sys/fs/cgroup/memory/kube.slice/memory.limit_in_bytes",
+                    "1073741824"
+                ),
+                ("/sys/fs/cgroup/cpu/kubepods.slice/cpu.shares", "8192"),
+            ])
+        );
+        assert!(plan.writes[..4]
+            .iter()
+            .all(|w| w.level == CgroupLevel::Reserved));
+        // MemoryQoS on v2: memory.min = reserved memory up to 1.35, and in
+        // 1.36 only under TieredReservation.
+        c.layout.version = CgroupVersion::V2;
+        c.memory_qos = true;
+        for (v, policy, min) in [
+            (KubeletVersion::V1_35, MemoryReservationPolicy::None, true),
+            (KubeletVersion::V1_36, MemoryReservationPolicy::None, false),
+            (
+                KubeletVersion::V1_36,
+                MemoryReservationPolicy::TieredReservation,
+                true,
+            ),
+        ] {
+            c.kubelet_version = v;
+            c.memory_reservation_policy = policy;
+            let ws = values(&reserved_level_writes(&c));
+            assert_eq!(
+                ws.contains(&(
+                    "/sys/fs/cgroup/kube.slice/memory.min".to_string(),
+                    "1073741824".to_string()
+                )),
+                min,
+                "{v} {policy}: {ws:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn pod_level_resources_from_1_34() {
+        let mut p = pod("l", vec![container("c", "", "")]);
+        p.pod_resources = Some(crate::core::model::ResourceRequirements {
+            requests: Default::default(),
+            limits: [
+                (
+                    "cpu".to_string(),
+                    crate::core::quantity::Quantity::parse("1").unwrap(),
+                ),
+                (
+                    "memory".to_string(),
+                    crate::core::quantity::Quantity::parse("512Mi").unwrap(),
+                ),
+            ]
+            .into_iter()
+            .collect(),
+        });
+        let mut c = cfg(CgroupVersion::V2, CgroupDriver::Cgroupfs);
+        for (v, class, cgroup) in [
+            (
+                KubeletVersion::V1_33,
+                QosClass::BestEffort,
+                "kubepods/besteffort/podl",
+            ),
+            (KubeletVersion::V1_34, QosClass::Guaranteed, "kubepods/podl"),
+            (KubeletVersion::V1_36, QosClass::Guaranteed, "kubepods/podl"),
+        ] {
+            c.kubelet_version = v;
+            let plan = build(&c, std::slice::from_ref(&p));
+            assert_eq!(plan.pods[0].qos_class, class, "{v}");
+            assert_eq!(plan.pods[0].cgroup, cgroup, "{v}");
+            assert_eq!(plan.kubelet_version, v);
+        }
     }
 
     #[test]
@@ -977,6 +1316,8 @@ mod tests {
             );
             c.memory_qos = mq;
             c.qos_reserved_memory_percent = qr.then_some(30);
+            c.kubelet_version = KubeletVersion::ALL[(v2 as usize) * 2 + (sd as usize)];
+            c.hugepage_sizes = if qr { vec![2 << 20] } else { vec![] };
             let plan = build(&c, &pods);
             // a cgroup's writes never come after a write to one of its descendants
             for (i, w) in plan.writes.iter().enumerate() {

@@ -256,7 +256,12 @@ const BAD: &[(&str, &str, &str, &str)] = &[
     ("nodeCPU: eight", "nodeCPU", "eight", "positive"),
     ("nodeMemory: -32Gi", "nodeMemory", "-32Gi", "positive"),
     ("logFormat: xml", "logFormat", "xml", "text | json"),
-    ("evictionBackend: sigterm", "evictionBackend", "sigterm", "kill | cri | dry-run"),
+    ("evictionBackend: sigterm", "evictionBackend", "sigterm", "kill | cri | api | dry-run"),
+    ("kubeconfig: admin.conf", "kubeconfig", "admin.conf", "absolute path"),
+    ("nodeName: Worker_1", "nodeName", "Worker_1", "DNS subdomain"),
+    ("apiEvictionTimeout: 5ms", "apiEvictionTimeout", "5ms", "at least 10ms"),
+    ("apiEvictionTimeout: 2m", "apiEvictionTimeout", "2m", "at most 1m0s"),
+    ("runtimeUnhealthyAfter: soon", "runtimeUnhealthyAfter", "soon", "Go duration"),
 ];
 
 #[test]

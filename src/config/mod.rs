@@ -289,6 +289,21 @@ pub struct Config {
     pub node_memory: Option<Quantity>,
     pub log_format: LogFormat,
     pub eviction_backend: EvictionBackend,
+    // --- Kubernetes API (src/kube) -----------------------------------------
+    /// A kubeconfig file for the API server; unset: in-cluster config when
+    /// running in a pod (KUBERNETES_SERVICE_HOST and a service account).
+    pub kubeconfig: Option<PathBuf>,
+    /// This node's name (pods are watched with `spec.nodeName=<it>`);
+    /// the API side is off without it.
+    pub node_name: Option<String>,
+    /// Deadline of an Eviction call; a hard eviction with no answer by
+    /// then falls back to the local kill.
+    #[serde(serialize_with = "ser_duration")]
+    pub api_eviction_timeout: Duration,
+    /// `/healthz` fails once the runtime has been unreachable this long
+    /// (0s: never), so a DaemonSet pod is restarted.
+    #[serde(serialize_with = "ser_duration")]
+    pub runtime_unhealthy_after: Duration,
     /// Where qosd keeps its `cpu_manager_state` (static policy).
     pub cpu_manager_state_dir: PathBuf,
     /// The kubelet's `cpu_manager_state`: audit it instead of assigning CPUs.

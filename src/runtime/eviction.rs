@@ -80,10 +80,10 @@ impl Engine {
                 })
                 .collect::<Vec<_>>()
         });
-        let decision = self
-            .manager
-            .synchronize(now, &obs, pods.as_deref().map_err(Clone::clone));
-        let outcome = decision.victim().map(|v| {
+        let mut decision =
+            self.manager
+                .synchronize(now, &obs, pods.as_deref().map_err(Clone::clone));
+        let mut outcome = decision.victim().map(|v| {
             let r = self.evictor.evict(v);
             if let Err(e) = &r {
                 tracing::error!(pod = %v.candidate.uid, error = %e, "eviction failed");
@@ -91,6 +91,24 @@ impl Engine {
             }
             r
         });
+        // A soft eviction the API refused moves on to the next candidate
+        // at once (the refused pod is in back-off), a few at most per pass.
+        for _ in 0..MAX_REFUSED_PER_PASS {
+            if !matches!(outcome, Some(Err(EvictError::ApiRefused { .. }))) {
+                break;
+            }
+            decision = self
+                .manager
+                .synchronize(now, &obs, pods.as_deref().map_err(Clone::clone));
+            outcome = decision.victim().map(|v| {
+                let r = self.evictor.evict(v);
+                if let Err(e) = &r {
+                    tracing::error!(pod = %v.candidate.uid, error = %e, "eviction failed");
+                    self.manager.eviction_failed(&v.candidate.uid, now);
+                }
+                r
+            });
+        }
         PassReport {
             decision,
             outcome,
@@ -109,6 +127,9 @@ impl Engine {
         Watcher::spawn(targets, cfg, on_event)
     }
 }
+
+/// Candidates tried in one pass after API refusals of soft evictions.
+const MAX_REFUSED_PER_PASS: usize = 8;
 
 /// The latest pod list, shared between the daemon's listing loop (writer)
 /// and the eviction loop (reader).

@@ -94,8 +94,21 @@ impl EvictionService {
         metrics: Arc<Metrics>,
         health: Arc<Health>,
     ) -> Result<EvictionService, WatchError> {
+        EvictionService::start_with_api(cfg, stopper, None, metrics, health)
+    }
+
+    /// [`EvictionService::start`] with the Kubernetes API side of the
+    /// `api` backend.
+    pub fn start_with_api(
+        cfg: ServiceConfig,
+        stopper: Option<Arc<dyn PodStopper>>,
+        api: Option<Arc<dyn crate::runtime::evictor::ApiEvictor>>,
+        metrics: Arc<Metrics>,
+        health: Arc<Health>,
+    ) -> Result<EvictionService, WatchError> {
         let backend = cfg.backend;
-        let evictor = Evictor::new(backend, stopper, cfg.eviction.max_pod_grace_period);
+        let mut evictor = Evictor::new(backend, stopper, cfg.eviction.max_pod_grace_period);
+        evictor.api = api;
         let engine = Engine::new(cfg.eviction, cfg.manager, cfg.sources, evictor);
         let feed = Arc::new(PodFeed::default());
         let mut conditions: BTreeMap<NodeCondition, bool> = BTreeMap::new();

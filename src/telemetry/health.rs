@@ -22,6 +22,14 @@ pub struct Health {
     loops: Mutex<Vec<Arc<Heartbeat>>>,
     /// Set once a supervised loop died (a panic): liveness fails for good.
     failure: Mutex<Option<String>>,
+    /// When the runtime stopped answering (None: it answers).
+    cri_down_since: Mutex<Option<Instant>>,
+    /// `/healthz` fails once the runtime was unreachable this long (a
+    /// restarted pod remounts the runtime's socket directory afresh).
+    runtime_unhealthy_after: Mutex<Option<Duration>>,
+    /// Working, but with less: e.g. the Kubernetes API is unavailable
+    /// (key → reason); shown with readiness.
+    degraded: Mutex<std::collections::BTreeMap<&'static str, String>>,
 }
 
 /// The heartbeat of one long-running loop: it must [`Heartbeat::beat`] at
@@ -63,7 +71,37 @@ impl Health {
             status: Mutex::new(StatusDoc::default()),
             loops: Mutex::new(Vec::new()),
             failure: Mutex::new(None),
+            cri_down_since: Mutex::new(None),
+            runtime_unhealthy_after: Mutex::new(None),
+            degraded: Mutex::new(Default::default()),
         }
+    }
+
+    /// `/healthz` fails after the runtime was unreachable for `limit`.
+    pub fn set_runtime_unhealthy_after(&self, limit: Option<Duration>) {
+        *self
+            .runtime_unhealthy_after
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = limit;
+    }
+
+    /// Mark a degraded mode (`Some(reason)`) or clear it (`None`).
+    pub fn set_degraded(&self, key: &'static str, reason: Option<String>) {
+        let mut g = self.degraded.lock().unwrap_or_else(|e| e.into_inner());
+        match reason {
+            Some(r) => g.insert(key, r),
+            None => g.remove(key),
+        };
+    }
+
+    /// The degraded modes in force, as `key: reason`.
+    pub fn degraded(&self) -> Vec<String> {
+        self.degraded
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(k, v)| format!("{k}: {v}"))
+            .collect()
     }
 
     /// The main loop is alive (call once per loop iteration).
@@ -75,6 +113,15 @@ impl Health {
     /// Whether the container runtime answered the last call.
     pub fn set_cri_reachable(&self, ok: bool) {
         self.cri_reachable.store(ok, Ordering::Relaxed);
+        let mut since = self
+            .cri_down_since
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        match (ok, *since) {
+            (true, _) => *since = None,
+            (false, None) => *since = Some(Instant::now()),
+            (false, Some(_)) => {}
+        }
     }
 
     /// A reconcile pass completed (readiness needs at least one).
@@ -139,6 +186,23 @@ impl Health {
                 ));
             }
         }
+        let limit = *self
+            .runtime_unhealthy_after
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let since = *self
+            .cri_down_since
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let (Some(limit), Some(since)) = (limit, since) {
+            if since.elapsed() > limit {
+                return Err(format!(
+                    "container runtime unreachable for {:.0}s (limit {:.0}s)",
+                    since.elapsed().as_secs_f64(),
+                    limit.as_secs_f64()
+                ));
+            }
+        }
         let age = self.heartbeat_age();
         if age > self.stale_after {
             Err(format!(
@@ -190,6 +254,37 @@ impl Health {
         doc.alive = self.alive().is_ok();
         doc.ready = self.ready().is_ok();
         doc.not_ready_reason = self.ready().err();
+        doc.degraded = self.degraded();
         doc
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runtime_unreachable_too_long_fails_liveness_and_degraded_is_reported() {
+        let h = Health::new(Duration::from_secs(60));
+        h.set_runtime_unhealthy_after(Some(Duration::from_millis(30)));
+        h.set_cri_reachable(false);
+        assert!(h.alive().is_ok(), "not yet past the limit");
+        std::thread::sleep(Duration::from_millis(60));
+        h.beat();
+        let why = h.alive().unwrap_err();
+        assert!(why.contains("container runtime unreachable"), "{why}");
+        h.set_cri_reachable(true);
+        assert!(h.alive().is_ok(), "the runtime answers again");
+        h.set_cri_reachable(false);
+        assert!(h.alive().is_ok(), "the clock restarts");
+        h.set_runtime_unhealthy_after(None);
+        std::thread::sleep(Duration::from_millis(60));
+        assert!(h.alive().is_ok(), "no limit: never");
+
+        h.set_degraded("kubernetes-api", Some("gone".into()));
+        assert_eq!(h.degraded(), ["kubernetes-api: gone"]);
+        assert_eq!(h.status().degraded, ["kubernetes-api: gone"]);
+        h.set_degraded("kubernetes-api", None);
+        assert!(h.degraded().is_empty());
     }
 }

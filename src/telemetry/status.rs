@@ -32,6 +32,27 @@ pub struct StatusDoc {
     /// Most recent first, at most [`StatusDoc::MAX_EVICTIONS`].
     pub last_evictions: Vec<EvictionRecord>,
     pub last_reconcile: Option<ReconcileStatus>,
+    /// Degraded modes in force (`kubernetes-api: …`): working, with less.
+    pub degraded: Vec<String>,
+    /// The Kubernetes API side (absent when not configured).
+    pub kubernetes: Option<KubeStatus>,
+}
+
+/// The Kubernetes API pod source, in `/status`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct KubeStatus {
+    /// API server URL and where the config came from.
+    pub server: String,
+    pub node_name: String,
+    /// `synced` (exact specs in use) or `unavailable` (runtime data alone).
+    pub state: String,
+    pub reason: Option<String>,
+    /// Live pods whose values are exact (from the API) / inferred.
+    pub pods_exact: usize,
+    pub pods_inferred: usize,
+    pub relists: u64,
+    pub watch_restarts: u64,
 }
 
 /// One eviction signal and its thresholds.
@@ -182,6 +203,20 @@ impl StatusDoc {
         );
         if let Some(why) = &self.not_ready_reason {
             let _ = writeln!(o, "not ready: {why}");
+        }
+        for d in &self.degraded {
+            let _ = writeln!(o, "degraded: {d}");
+        }
+        if let Some(k) = &self.kubernetes {
+            let _ = writeln!(
+                o,
+                "kubernetes API {} ({}): {}  pods exact {} inferred {}",
+                or_dash(&k.server),
+                or_dash(&k.node_name),
+                or_dash(&k.state),
+                k.pods_exact,
+                k.pods_inferred
+            );
         }
         let _ = writeln!(o);
         let _ = writeln!(

@@ -47,6 +47,8 @@
 //! Many Containerd instances may run at once (own dirs, sockets, cgroup roots).
 #![allow(dead_code)]
 
+pub mod kubeapi;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -689,6 +691,11 @@ impl Containerd {
             class,
             containers,
         }
+    }
+
+    /// Remove this sandbox on drop too (for sandboxes a test made itself).
+    pub fn track_sandbox(&self, id: &str) {
+        self.sandboxes.lock().unwrap().push(id.to_string());
     }
 
     /// StopPodSandbox + RemovePodSandbox.

@@ -12,6 +12,8 @@ pub mod threshold;
 pub enum Backend {
     Kill,
     Cri,
+    /// The Kubernetes Eviction API (src/kube), local kill as fall-back.
+    Api,
     DryRun,
 }
 
@@ -20,6 +22,7 @@ impl Backend {
         match self {
             Backend::Kill => "kill",
             Backend::Cri => "cri",
+            Backend::Api => "api",
             Backend::DryRun => "dry-run",
         }
     }
@@ -31,9 +34,10 @@ impl std::str::FromStr for Backend {
         match s {
             "kill" => Ok(Backend::Kill),
             "cri" => Ok(Backend::Cri),
+            "api" => Ok(Backend::Api),
             "dry-run" | "dryrun" => Ok(Backend::DryRun),
             _ => Err(format!(
-                "unknown evictor backend {s:?} (kill, cri, dry-run)"
+                "unknown evictor backend {s:?} (kill, cri, api, dry-run)"
             )),
         }
     }

@@ -97,6 +97,19 @@ pub struct RawConfig {
     pub node_memory: Option<Scalar>,
     pub log_format: Option<Scalar>,
     pub eviction_backend: Option<Scalar>,
+    /// Kubelet `podPidsLimit` (pids.max of every pod; -1: none).
+    pub pod_pids_limit: Option<Scalar>,
+    #[serde(rename = "imageGCHighThresholdPercent")]
+    pub image_gc_high_threshold_percent: Option<Scalar>,
+    #[serde(rename = "imageGCLowThresholdPercent")]
+    pub image_gc_low_threshold_percent: Option<Scalar>,
+    /// `enforce` | `audit` (see `cgroupEnforcement` in docs/operations.md).
+    pub cgroup_enforcement: Option<Scalar>,
+    /// The kubelet's config file (KubeletConfiguration): its fields replace
+    /// qosd's kubelet fields.
+    pub kubelet_config: Option<Scalar>,
+    /// The kubelet's drop-in directory (`--config-dir`).
+    pub kubelet_config_dir: Option<Scalar>,
 }
 
 impl RawConfig {
@@ -205,6 +218,9 @@ pub struct Overrides {
     pub node_memory: Option<String>,
     pub log_format: Option<String>,
     pub eviction_backend: Option<String>,
+    pub cgroup_enforcement: Option<String>,
+    pub kubelet_config: Option<String>,
+    pub kubelet_config_dir: Option<String>,
 }
 
 fn to_raw_map(m: &BTreeMap<String, String>) -> RawMap {
@@ -284,6 +300,9 @@ impl Overrides {
         text!(node_memory, "nodeMemory");
         text!(log_format, "logFormat");
         text!(eviction_backend, "evictionBackend");
+        text!(cgroup_enforcement, "cgroupEnforcement");
+        text!(kubelet_config, "kubeletConfig");
+        text!(kubelet_config_dir, "kubeletConfigDir");
         set
     }
 }

@@ -30,6 +30,8 @@ pub struct RunOptions {
     pub machine_memory_bytes: i64,
     /// The CPU manager (`cpuManagerPolicy: static`); `None`: policy none.
     pub cpu_manager: Option<crate::runtime::cpu_manager::CpuManagerSettings>,
+    /// `cgroupEnforcement: audit`: compare and report, write nothing.
+    pub audit: bool,
 }
 
 /// Hooks the daemon calls as it runs, so eviction, metrics and health can
@@ -85,9 +87,16 @@ pub async fn run_loop(opts: RunOptions, observer: &mut dyn Observer) -> anyhow::
             }
         }
     };
-    let mut reconciler = Reconciler::new(opts.plan.clone(), opts.dry_run, opts.orphan_grace);
+    let mode = if opts.audit {
+        crate::sys::apply::Mode::Audit
+    } else if opts.dry_run {
+        crate::sys::apply::Mode::DryRun
+    } else {
+        crate::sys::apply::Mode::Real
+    };
+    let mut reconciler = Reconciler::with_mode(opts.plan.clone(), mode, opts.orphan_grace);
     let mut cpu = match &opts.cpu_manager {
-        Some(s) => crate::runtime::cpu_manager::CpuManager::start(s, opts.dry_run)?,
+        Some(s) => crate::runtime::cpu_manager::CpuManager::start(s, opts.dry_run || opts.audit)?,
         None => None,
     };
     if cpu.is_some() && !matches!(source, Source::Cri { .. }) {
@@ -231,6 +240,9 @@ pub struct ServiceObserver {
     pub reloader: Option<Reloader>,
     /// The eviction loop, fed the pods of every listing.
     pub eviction: Option<Arc<crate::runtime::eviction_service::EvictionService>>,
+    /// `cgroupEnforcement: audit`: report drift in metrics and `/status`.
+    pub audit: bool,
+    audit_changes_total: u64,
 }
 
 impl ServiceObserver {
@@ -255,6 +267,8 @@ impl ServiceObserver {
             layout: plan.layout.clone(),
             reloader: None,
             eviction: None,
+            audit: false,
+            audit_changes_total: 0,
         }
     }
 }
@@ -273,6 +287,22 @@ impl Observer for ServiceObserver {
         self.metrics.pods(QosClass::Guaranteed, counts.guaranteed);
         self.metrics.pods(QosClass::Burstable, counts.burstable);
         self.metrics.pods(QosClass::BestEffort, counts.best_effort);
+        if self.audit {
+            self.metrics
+                .audit_drift(report.audit_drift.len(), report.audit_changes);
+            self.audit_changes_total += report.audit_changes as u64;
+            let audit = crate::telemetry::status::AuditStatus {
+                drifting: report.audit_drift.len(),
+                changes_total: self.audit_changes_total,
+                values: report
+                    .audit_drift
+                    .iter()
+                    .take(crate::telemetry::status::AuditStatus::MAX_VALUES)
+                    .cloned()
+                    .collect(),
+            };
+            self.health.update_status(|d| d.audit = Some(audit));
+        }
         self.health.set_cri_reachable(true);
         self.health.set_reconciled();
         self.health.update_status(|d| {

@@ -32,6 +32,39 @@ pub struct StatusDoc {
     /// Most recent first, at most [`StatusDoc::MAX_EVICTIONS`].
     pub last_evictions: Vec<EvictionRecord>,
     pub last_reconcile: Option<ReconcileStatus>,
+    /// `enforce` or `audit` (cgroupEnforcement).
+    pub cgroup_enforcement: String,
+    /// `cgroupEnforcement: audit`: the planned values the cgroups do not hold.
+    pub audit: Option<AuditStatus>,
+}
+
+/// A planned cgroup value the cgroup does not hold (audit).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct DriftValue {
+    /// The interface file.
+    pub file: String,
+    /// What qosd (the kubelet's rules) plans.
+    pub planned: String,
+    /// What the file holds; `None` when the cgroup or file does not exist.
+    pub found: Option<String>,
+}
+
+/// Drift found by `cgroupEnforcement: audit` at the last reconcile.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AuditStatus {
+    /// Planned values that differ now.
+    pub drifting: usize,
+    /// Differences reported since start (each new or changed value once).
+    pub changes_total: u64,
+    /// The differing values (at most [`AuditStatus::MAX_VALUES`]).
+    pub values: Vec<DriftValue>,
+}
+
+impl AuditStatus {
+    /// How many differing values `/status` lists.
+    pub const MAX_VALUES: usize = 100;
 }
 
 /// One eviction signal and its thresholds.
@@ -182,6 +215,22 @@ impl StatusDoc {
         );
         if let Some(why) = &self.not_ready_reason {
             let _ = writeln!(o, "not ready: {why}");
+        }
+        if let Some(a) = &self.audit {
+            let _ = writeln!(
+                o,
+                "cgroups: audit (nothing written): {} planned values differ, {} changes reported",
+                a.drifting, a.changes_total
+            );
+            for d in &a.values {
+                let _ = writeln!(
+                    o,
+                    "  {}: found {}, planned {}",
+                    d.file,
+                    d.found.as_deref().unwrap_or("(missing)"),
+                    d.planned
+                );
+            }
         }
         let _ = writeln!(o);
         let _ = writeln!(

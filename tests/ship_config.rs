@@ -254,6 +254,10 @@ const BAD: &[(&str, &str, &str, &str)] = &[
     ("nodeMemory: -32Gi", "nodeMemory", "-32Gi", "positive"),
     ("logFormat: xml", "logFormat", "xml", "text | json"),
     ("evictionBackend: sigterm", "evictionBackend", "sigterm", "kill | cri | dry-run"),
+    ("podPidsLimit: many", "podPidsLimit", "many", "-1: no limit"),
+    ("imageGCHighThresholdPercent: 101", "imageGCHighThresholdPercent", "101", "0..100"),
+    ("imageGCLowThresholdPercent: 90", "imageGCLowThresholdPercent", "90", "below imageGCHighThresholdPercent"),
+    ("cgroupEnforcement: observe", "cgroupEnforcement", "observe", "enforce | audit"),
 ];
 
 #[test]

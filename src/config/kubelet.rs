@@ -318,11 +318,15 @@ impl KubeletConfig {
             if key == "cgroupsPerQOS" && value == &Value::Bool(false) {
                 k.cgroups_per_qos_off = true;
             }
-            let Some((_, qosd)) = KUBELET_FIELDS.iter().find(|(kf, _)| kf == key) else {
+            let Some(qosd) = KUBELET_FIELDS
+                .iter()
+                .find(|(kf, _)| *kf == key.as_str())
+                .map(|(_, q)| *q)
+            else {
                 k.ignored.push(key.clone());
                 continue;
             };
-            let value = if *qosd == "memoryQoS" {
+            let value = if qosd == "memoryQoS" {
                 match value.get("MemoryQoS") {
                     Some(v) => v.clone(),
                     None => continue,
@@ -335,7 +339,7 @@ impl KubeletConfig {
             if value.is_null() || value.as_str() == Some("") {
                 continue;
             }
-            let origin_key = if *qosd == "memoryQoS" {
+            let origin_key = if qosd == "memoryQoS" {
                 "featureGates.MemoryQoS"
             } else {
                 key.as_str()

@@ -680,6 +680,30 @@ mod tests {
     }
 
     #[test]
+    fn audit_reads_and_writes_nothing() {
+        let t = tempfile::tempdir().unwrap();
+        let (kp, _qos, pod) = fake_v1(t.path());
+        let newpod = kp.join("besteffort/pod2");
+        let plan = vec![
+            wr(&pod, "cpu.shares", "256", CgroupLevel::Pod),
+            wr(&pod, "cpu.cfs_period_us", "100000", CgroupLevel::Pod),
+            wr(&newpod, "cpu.shares", "2", CgroupLevel::Pod),
+        ];
+        let mut a = Applier::new(Mode::Audit, kp.clone())
+            .enable_v2_controllers_from(t.path().to_path_buf());
+        let r = a.apply(&plan);
+        assert!(r.errors.is_empty(), "{:?}", r.errors);
+        assert_eq!(r.unchanged, 1);
+        assert_eq!(r.previous, vec![Some("1024".to_string()), None]);
+        assert!(!kp.join("besteffort").exists(), "audit must not mkdir");
+        assert_eq!(
+            sfs::read_to_string(pod.join("cpu.shares")).unwrap(),
+            "1024\n"
+        );
+        assert!(!Mode::Audit.writes() && !Mode::DryRun.writes() && Mode::Real.writes());
+    }
+
+    #[test]
     fn never_outside_base() {
         let t = tempfile::tempdir().unwrap();
         let (kp, _, _) = fake_v1(t.path());

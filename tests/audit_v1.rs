@@ -221,13 +221,15 @@ async fn audit_writes_nothing_and_reports_a_changed_value() {
         "no audit in /status:\n{}",
         read_log()
     );
-    let st = status(addr);
-    assert_eq!(st["cgroup_enforcement"], "audit");
+    assert_eq!(status(addr)["cgroup_enforcement"], "audit");
     assert!(
-        st["signals"]
-            .as_array()
-            .is_some_and(|s| s.iter().any(|s| s["signal"] == "memory.available")),
-        "eviction stays on in audit: {st}"
+        wait_until(Duration::from_secs(30), || {
+            status(addr)["signals"]
+                .as_array()
+                .is_some_and(|s| s.iter().any(|s| s["signal"] == "memory.available"))
+        }),
+        "eviction stays on in audit: {}",
+        status(addr)
     );
     let m = get(addr, "/metrics");
     let changes0 = sample(&m, "qosd_cgroup_audit_drift_changes_total").expect("counter");

@@ -49,7 +49,11 @@ fn snapshot(root: &str) -> BTreeMap<PathBuf, Option<String>> {
         let top = Path::new("/sys/fs/cgroup")
             .join(c)
             .join(root.trim_start_matches('/'));
-        assert!(top.is_dir(), "{} missing: is this cgroup v1?", top.display());
+        assert!(
+            top.is_dir(),
+            "{} missing: is this cgroup v1?",
+            top.display()
+        );
         walk(&top, &mut out);
     }
     out
@@ -169,9 +173,10 @@ async fn audit_writes_nothing_and_reports_a_changed_value() {
         Some(before[&g_shares].as_deref().unwrap().trim())
     );
     assert!(
-        drift.iter().any(|d| d["file"]
-            == besteffort.join("cpu.shares").to_str().unwrap()
-            && d["found"].is_null()),
+        drift.iter().any(
+            |d| d["file"] == besteffort.join("cpu.shares").to_str().unwrap()
+                && d["found"].is_null()
+        ),
         "a missing QoS cgroup is reported as missing: {drift:?}"
     );
     assert_eq!(snapshot(&env.cgroup_root), before, "audit --once wrote");
@@ -246,7 +251,10 @@ async fn audit_writes_nothing_and_reports_a_changed_value() {
     // A few more passes: still reported once, never corrected.
     let at = status(addr)["last_reconcile"]["at_ms"].as_u64().unwrap();
     assert!(wait_until(Duration::from_secs(30), || {
-        status(addr)["last_reconcile"]["at_ms"].as_u64().unwrap_or(0) > at + 500
+        status(addr)["last_reconcile"]["at_ms"]
+            .as_u64()
+            .unwrap_or(0)
+            > at + 500
     }));
     assert_eq!(std::fs::read_to_string(&g_shares).unwrap().trim(), "2048");
     let m = get(addr, "/metrics");

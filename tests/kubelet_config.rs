@@ -122,7 +122,10 @@ fn docs_eks_kind_and_tuned_configs_show_their_values() {
     let tuned = show_kubelet("tuned-node.yaml");
     assert_eq!(tuned["podPidsLimit"], 4096);
     assert_eq!(tuned["evictionPressureTransitionPeriod"], "30s");
-    assert_eq!(tuned["evictionSoftGracePeriod"]["memory.available"], "1m30s");
+    assert_eq!(
+        tuned["evictionSoftGracePeriod"]["memory.available"],
+        "1m30s"
+    );
     assert_eq!(tuned["evictionMaxPodGracePeriod"], 60);
     assert_eq!(tuned["memoryThrottlingFactor"], 0.8);
     assert_eq!(tuned["cpuManagerPolicy"], "static");
@@ -145,7 +148,10 @@ fn config_show_yaml_uses_kubelet_formats() {
         &fixture("kubeadm.yaml"),
     ]);
     assert_eq!(code, 0, "{err}");
-    assert!(out.contains("evictionPressureTransitionPeriod: 5m0s"), "{out}");
+    assert!(
+        out.contains("evictionPressureTransitionPeriod: 5m0s"),
+        "{out}"
+    );
     assert!(
         out.contains("containerRuntimeEndpoint: unix:///run/containerd/containerd.sock"),
         "{out}"
@@ -265,7 +271,12 @@ fn bad_kubelet_values_name_the_kubelet_file() {
         "k.yaml",
         &format!("{HEAD}cgroupDriver: systemd-ish\nevictionHard:\n  memory.available: lots\n"),
     );
-    let (code, _out, err) = qosd(&["config", "check", "--kubelet-config", &k.display().to_string()]);
+    let (code, _out, err) = qosd(&[
+        "config",
+        "check",
+        "--kubelet-config",
+        &k.display().to_string(),
+    ]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("cgroupDriver (from kubelet config"), "{err}");
     assert!(err.contains("k.yaml"), "{err}");
@@ -330,9 +341,9 @@ fn plan_takes_layout_and_reservations_from_the_kubelet_config() {
         "{files:?}"
     );
     // podPidsLimit 4096 on every pod.
-    assert!(v["writes"]
-        .as_array()
+    assert!(v["writes"].as_array().unwrap().iter().any(|w| w["file"]
+        .as_str()
         .unwrap()
-        .iter()
-        .any(|w| w["file"].as_str().unwrap().ends_with("pids.max") && w["value"] == "4096"));
+        .ends_with("pids.max")
+        && w["value"] == "4096"));
 }

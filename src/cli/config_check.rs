@@ -324,7 +324,11 @@ impl ConfigFlags {
             log_format: self.log_format.clone(),
             eviction_backend: self.eviction_backend.clone(),
             cgroup_enforcement: self.cgroup_enforcement.clone(),
-            kubelet_config: self.kubelet.kubelet_config.as_ref().map(|p| p.display().to_string()),
+            kubelet_config: self
+                .kubelet
+                .kubelet_config
+                .as_ref()
+                .map(|p| p.display().to_string()),
             kubelet_config_dir: self
                 .kubelet
                 .kubelet_config_dir

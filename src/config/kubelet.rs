@@ -46,7 +46,10 @@ pub const KUBELET_FIELDS: &[(&str, &str)] = &[
         "evictionPressureTransitionPeriod",
         "evictionPressureTransitionPeriod",
     ),
-    ("mergeDefaultEvictionSettings", "mergeDefaultEvictionSettings"),
+    (
+        "mergeDefaultEvictionSettings",
+        "mergeDefaultEvictionSettings",
+    ),
     ("cgroupDriver", "cgroupDriver"),
     ("cgroupRoot", "cgroupRoot"),
     ("systemReserved", "systemReserved"),
@@ -554,7 +557,10 @@ mod tests {
         assert_eq!(k.fields["runtimeEndpoint"], DEFAULT_RUNTIME_ENDPOINT);
         assert_eq!(k.fields["evictionPressureTransitionPeriod"], "5m0s");
         assert_eq!(k.fields["evictionHard"]["memory.available"], "100Mi");
-        assert_eq!(k.fields["enforceNodeAllocatable"], serde_json::json!(["pods"]));
+        assert_eq!(
+            k.fields["enforceNodeAllocatable"],
+            serde_json::json!(["pods"])
+        );
         assert_eq!(k.fields["podPidsLimit"], -1);
         assert_eq!(k.fields["imageGCHighThresholdPercent"], 85);
         assert_eq!(k.fields["cgroupDriver"], "systemd");
@@ -574,7 +580,11 @@ mod tests {
             &format!("{HEAD}cgroupRoot: /b\nevictionHard:\n  memory.available: 300Mi\n"),
         );
         let c = write(&dir, "30-c.conf", &format!("{HEAD}cgroupRoot: /c\n"));
-        write(&dir, "10-a.conf", &format!("{HEAD}cgroupRoot: /z\nkubeReserved:\n  cpu: 100m\n"));
+        write(
+            &dir,
+            "10-a.conf",
+            &format!("{HEAD}cgroupRoot: /z\nkubeReserved:\n  cpu: 100m\n"),
+        );
         write(&dir, "99-ignored.yaml", &format!("{HEAD}cgroupRoot: /no\n"));
         let k = KubeletConfig::load(Some(&f), Some(&dir)).unwrap();
         assert_eq!(k.fields["cgroupRoot"], "/c");
@@ -595,7 +605,10 @@ mod tests {
                 "apiVersion: kubelet.config.k8s.io/v1alpha1\nkind: KubeletConfiguration\n",
                 "not supported",
             ),
-            ("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: Pod\n", "is not KubeletConfiguration"),
+            (
+                "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: Pod\n",
+                "is not KubeletConfiguration",
+            ),
             ("", "empty"),
         ] {
             let f = write(d.path(), "k.yaml", text);

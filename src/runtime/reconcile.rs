@@ -262,12 +262,7 @@ impl Reconciler {
 
     /// `cgroupEnforcement: audit`: report every planned value the cgroup
     /// does not hold (logged once per change), write and remove nothing.
-    fn audit(
-        &mut self,
-        plan: plan::Plan,
-        report: ApplyReport,
-        start: Instant,
-    ) -> ReconcileReport {
+    fn audit(&mut self, plan: plan::Plan, report: ApplyReport, start: Instant) -> ReconcileReport {
         let mut out = ReconcileReport {
             unchanged: report.unchanged,
             pods: plan.pods.len(),

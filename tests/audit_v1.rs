@@ -59,7 +59,7 @@ fn snapshot(root: &str) -> BTreeMap<PathBuf, Option<String>> {
     out
 }
 
-fn base_args<'a>(env: &'a Containerd) -> Vec<&'a str> {
+fn base_args(env: &Containerd) -> Vec<&str> {
     vec![
         "--kubelet-config",
         KUBELET,

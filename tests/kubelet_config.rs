@@ -347,3 +347,10 @@ fn plan_takes_layout_and_reservations_from_the_kubelet_config() {
         .ends_with("pids.max")
         && w["value"] == "4096"));
 }
+
+#[test]
+fn config_check_needs_a_file_or_a_kubelet_config() {
+    let (code, _out, err) = qosd(&["config", "check"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--kubelet-config"), "{err}");
+}

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use crate::config::{self, Config, ConfigError, Overrides};
 
 #[derive(Debug, clap::Subcommand)]
+#[allow(clippy::large_enum_variant)] // parsed once; boxing buys nothing
 pub enum ConfigCommand {
     /// Validate a config file and print the effective configuration.
     ///

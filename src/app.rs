@@ -243,6 +243,14 @@ pub fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<DaemonExit> {
     // Liveness: the loop turns at least every relist interval.
     let stale_after = (cfg.relist_interval * 3).max(cfg.reconcile_interval * 3);
     let health = Arc::new(Health::new(stale_after));
+    // A dead or stalled loop fails /healthz and, a few seconds later, exits
+    // the process non-zero so systemd or the kubelet restarts it.
+    crate::runtime::supervisor::watch(
+        health.clone(),
+        Duration::from_secs(1),
+        Duration::from_secs(3),
+    )
+    .context("cannot start the supervisor")?;
     let mode = if dry_run { "dry-run" } else { "enforce" };
     let mut observer = ServiceObserver::new(metrics.clone(), health.clone(), mode, &opts.plan);
     observer.audit = audit;
@@ -296,7 +304,20 @@ pub fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<DaemonExit> {
         .await
         .with_context(|| format!("cannot serve metrics on {addr}"))?;
         tracing::info!(address = %server.local_addr(), mode, "qosd running");
-        let outcome = daemon::run_loop(opts, &mut observer).await;
+
+        // The HTTP server is supervised too: if its task ends, liveness
+        // fails (and the supervisor exits the process).
+        let outcome = tokio::select! {
+            o = daemon::run_loop(opts, &mut observer) => o,
+            _ = async {
+                loop {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    if !server.is_running() {
+                        health.fail("HTTP server stopped serving".into());
+                    }
+                }
+            } => unreachable!("the server monitor never ends"),
+        };
         health.set_shutting_down();
         let _ = crate::telemetry::notify::stopping();
         let _ = tokio::time::timeout(Duration::from_millis(300), server.shutdown()).await;

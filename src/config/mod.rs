@@ -185,16 +185,6 @@ impl CgroupVersionSetting {
     }
 }
 
-/// Value of `memoryAvailableSource`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum MemoryAvailableSource {
-    /// capacity − working set (usage − inactive_file), like the kubelet.
-    Workingset,
-    /// `MemAvailable` from /proc/meminfo.
-    Meminfo,
-}
-
 /// Value of `cpuWeightFormula` (cgroup v2 cpu.shares → cpu.weight).
 pub use crate::policy::enforce::plan::CpuWeightFormula;
 
@@ -327,7 +317,7 @@ pub struct Config {
     pub root_dir: PathBuf,
     /// Filesystem for imagefs signals when the runtime does not report it.
     pub imagefs_path: Option<PathBuf>,
-    pub memory_available_source: MemoryAvailableSource,
+    pub memory_available_source: crate::policy::evict::MemorySource,
     pub cpu_weight_formula: CpuWeightFormula,
     /// Set memory.min / memory.high like the kubelet's MemoryQoS (v2 only).
     #[serde(rename = "memoryQoS")]

@@ -508,10 +508,10 @@ pub fn validate(
     let memory_available_source = c.choice(
         "memoryAvailableSource",
         &raw.memory_available_source,
-        MemoryAvailableSource::Workingset,
+        crate::policy::evict::MemorySource::WorkingSet,
         &[
-            ("workingset", MemoryAvailableSource::Workingset),
-            ("meminfo", MemoryAvailableSource::Meminfo),
+            ("workingset", crate::policy::evict::MemorySource::WorkingSet),
+            ("meminfo", crate::policy::evict::MemorySource::Meminfo),
         ],
     );
     let cpu_weight_formula = c.choice(

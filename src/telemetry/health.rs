@@ -2,7 +2,7 @@
 //! conditions `/readyz` reports, plus the published status document.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::telemetry::status::StatusDoc;
@@ -18,6 +18,34 @@ pub struct Health {
     reconciled: AtomicBool,
     shutting_down: AtomicBool,
     status: Mutex<StatusDoc>,
+    /// Heartbeats of the other long-running loops (eviction, watcher, …).
+    loops: Mutex<Vec<Arc<Heartbeat>>>,
+    /// Set once a supervised loop died (a panic): liveness fails for good.
+    failure: Mutex<Option<String>>,
+}
+
+/// The heartbeat of one long-running loop: it must [`Heartbeat::beat`] at
+/// least every `deadline`, or `/healthz` fails (see
+/// [`crate::runtime::supervisor`]).
+#[derive(Debug)]
+pub struct Heartbeat {
+    name: &'static str,
+    deadline: Duration,
+    started: Instant,
+    last_ms: AtomicU64,
+}
+
+impl Heartbeat {
+    /// The loop is alive.
+    pub fn beat(&self) {
+        let ms = self.started.elapsed().as_millis() as u64;
+        self.last_ms.store(ms, Ordering::Relaxed);
+    }
+
+    fn age(&self) -> Duration {
+        let now = self.started.elapsed().as_millis() as u64;
+        Duration::from_millis(now.saturating_sub(self.last_ms.load(Ordering::Relaxed)))
+    }
 }
 
 impl Health {
@@ -33,6 +61,8 @@ impl Health {
             reconciled: AtomicBool::new(false),
             shutting_down: AtomicBool::new(false),
             status: Mutex::new(StatusDoc::default()),
+            loops: Mutex::new(Vec::new()),
+            failure: Mutex::new(None),
         }
     }
 
@@ -63,8 +93,52 @@ impl Health {
         Duration::from_millis(now.saturating_sub(self.last_beat_ms.load(Ordering::Relaxed)))
     }
 
+    /// Register a loop that must beat at least every `deadline`
+    /// (registration counts as a beat).
+    pub fn register_loop(&self, name: &'static str, deadline: Duration) -> Arc<Heartbeat> {
+        let hb = Arc::new(Heartbeat {
+            name,
+            deadline,
+            started: Instant::now(),
+            last_ms: AtomicU64::new(0),
+        });
+        self.loops
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(hb.clone());
+        hb
+    }
+
+    /// A supervised loop died: liveness fails from now on, with `reason`.
+    /// The first failure is kept.
+    pub fn fail(&self, reason: String) {
+        let mut f = self.failure.lock().unwrap_or_else(|e| e.into_inner());
+        if f.is_none() {
+            *f = Some(reason);
+        }
+    }
+
     /// Liveness: `Ok` or why not.
     pub fn alive(&self) -> Result<(), String> {
+        if let Some(f) = self
+            .failure
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+        {
+            return Err(f);
+        }
+        for l in self.loops.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            let age = l.age();
+            if age > l.deadline {
+                return Err(format!(
+                    "{} heartbeat is {:.1}s old (limit {:.1}s)",
+                    l.name,
+                    age.as_secs_f64(),
+                    l.deadline.as_secs_f64()
+                ));
+            }
+        }
         let age = self.heartbeat_age();
         if age > self.stale_after {
             Err(format!(

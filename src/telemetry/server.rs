@@ -105,6 +105,12 @@ impl Server {
         self.local_addr
     }
 
+    /// Whether the serving task is still running (it ends only on
+    /// [`Server::shutdown`], or when serving failed or panicked).
+    pub fn is_running(&self) -> bool {
+        !self.task.is_finished()
+    }
+
     /// Stop accepting, finish in-flight requests, wait for the task.
     pub async fn shutdown(mut self) -> Result<(), HttpError> {
         if let Some(tx) = self.stop.take() {

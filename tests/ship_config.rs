@@ -262,6 +262,10 @@ const BAD: &[(&str, &str, &str, &str)] = &[
     ("apiEvictionTimeout: 5ms", "apiEvictionTimeout", "5ms", "at least 10ms"),
     ("apiEvictionTimeout: 2m", "apiEvictionTimeout", "2m", "at most 1m0s"),
     ("runtimeUnhealthyAfter: soon", "runtimeUnhealthyAfter", "soon", "Go duration"),
+    ("podPidsLimit: many", "podPidsLimit", "many", "-1: no limit"),
+    ("imageGCHighThresholdPercent: 101", "imageGCHighThresholdPercent", "101", "0..100"),
+    ("imageGCLowThresholdPercent: 90", "imageGCLowThresholdPercent", "90", "below imageGCHighThresholdPercent"),
+    ("cgroupEnforcement: observe", "cgroupEnforcement", "observe", "enforce | audit"),
 ];
 
 #[test]

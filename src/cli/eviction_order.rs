@@ -48,6 +48,10 @@ pub struct Args {
     pub output: Output,
     #[command(flatten)]
     pub kube: crate::cli::kube::KubeFlags,
+    /// The kubelet's config (its containerRuntimeEndpoint replaces the
+    /// default of --runtime-endpoint).
+    #[command(flatten)]
+    pub kubelet: crate::cli::config_check::KubeletFlags,
 }
 
 /// The usage file.
@@ -200,8 +204,14 @@ pub fn render_text(doc: &OrderDoc) -> String {
     out
 }
 
-pub fn run(args: Args) -> anyhow::Result<i32> {
+pub fn run(mut args: Args) -> anyhow::Result<i32> {
     let signal: Signal = args.signal.parse().map_err(bad_input)?;
+    if args.kubelet.is_set() {
+        let kc = crate::cli::kubelet_adopt::load(&args.kubelet)?;
+        if !crate::cli::kubelet_adopt::explicit_args().contains("runtime_endpoint") {
+            args.runtime_endpoint = kc.runtime_endpoint.clone();
+        }
+    }
     if args.pods.is_empty() && !args.cri {
         return Err(bad_input(
             "give --pods PATH... (manifests) or --cri (live pods)",

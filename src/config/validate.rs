@@ -727,6 +727,83 @@ pub fn validate(
         None,
     );
 
+    // --- kubelet fields qosd shows or plans with, and the kubelet source --
+    let pod_pids_limit = match &raw.pod_pids_limit {
+        None => -1,
+        Some(Scalar(s)) => match s.parse::<i64>() {
+            // Negative means "no limit" (-1), as the kubelet defaults it.
+            Ok(n) => n.max(-1),
+            Err(_) => {
+                c.bad(
+                    "podPidsLimit",
+                    None,
+                    s,
+                    "not a whole number",
+                    "an integer number of processes per pod (-1: no limit)",
+                );
+                -1
+            }
+        },
+    };
+    let mut percent = |field: &'static str, v: &Option<Scalar>, default: i32| -> i32 {
+        let Some(Scalar(s)) = v else { return default };
+        match s.parse::<i32>() {
+            Ok(n) if (0..=100).contains(&n) => n,
+            _ => {
+                c.bad(
+                    field,
+                    None,
+                    s,
+                    "not a whole percentage 0..100",
+                    "an integer 0..100",
+                );
+                default
+            }
+        }
+    };
+    let image_gc_high_threshold_percent = percent(
+        "imageGCHighThresholdPercent",
+        &raw.image_gc_high_threshold_percent,
+        85,
+    );
+    let image_gc_low_threshold_percent = percent(
+        "imageGCLowThresholdPercent",
+        &raw.image_gc_low_threshold_percent,
+        80,
+    );
+    if image_gc_low_threshold_percent >= image_gc_high_threshold_percent {
+        c.bad(
+            "imageGCLowThresholdPercent",
+            None,
+            &image_gc_low_threshold_percent.to_string(),
+            format!(
+                "must be less than imageGCHighThresholdPercent ({image_gc_high_threshold_percent}), as the kubelet requires"
+            ),
+            "a percentage below imageGCHighThresholdPercent",
+        );
+    }
+    let kubelet_config = raw
+        .kubelet_config
+        .as_ref()
+        .map(|Scalar(s)| PathBuf::from(s));
+    let kubelet_config_dir = raw
+        .kubelet_config_dir
+        .as_ref()
+        .map(|Scalar(s)| PathBuf::from(s));
+    let cgroup_enforcement = c.choice(
+        "cgroupEnforcement",
+        &raw.cgroup_enforcement,
+        if kubelet_config.is_some() || kubelet_config_dir.is_some() {
+            CgroupEnforcement::Audit
+        } else {
+            CgroupEnforcement::Enforce
+        },
+        &[
+            ("enforce", CgroupEnforcement::Enforce),
+            ("audit", CgroupEnforcement::Audit),
+        ],
+    );
+
     if !c.errors.is_empty() {
         return Err(c.errors);
     }
@@ -735,6 +812,12 @@ pub fn validate(
         node_name,
         api_eviction_timeout,
         runtime_unhealthy_after,
+        pod_pids_limit,
+        image_gc_high_threshold_percent,
+        image_gc_low_threshold_percent,
+        cgroup_enforcement,
+        kubelet_config,
+        kubelet_config_dir,
         eviction_hard,
         eviction_soft,
         eviction_soft_grace_period,

@@ -32,6 +32,8 @@ pub struct RunOptions {
     pub cpu_manager: Option<crate::runtime::cpu_manager::CpuManagerSettings>,
     /// Pod specs from the Kubernetes API (CRI source only).
     pub specs: Option<Arc<dyn crate::runtime::pod_source::SpecSource>>,
+    /// `cgroupEnforcement: audit`: compare and report, write nothing.
+    pub audit: bool,
 }
 
 /// Hooks the daemon calls as it runs, so eviction, metrics and health can
@@ -90,9 +92,16 @@ pub async fn run_loop(opts: RunOptions, observer: &mut dyn Observer) -> anyhow::
     if let Source::Cri { specs, .. } = &mut source {
         specs.clone_from(&opts.specs);
     }
-    let mut reconciler = Reconciler::new(opts.plan.clone(), opts.dry_run, opts.orphan_grace);
+    let mode = if opts.audit {
+        crate::sys::apply::Mode::Audit
+    } else if opts.dry_run {
+        crate::sys::apply::Mode::DryRun
+    } else {
+        crate::sys::apply::Mode::Real
+    };
+    let mut reconciler = Reconciler::with_mode(opts.plan.clone(), mode, opts.orphan_grace);
     let mut cpu = match &opts.cpu_manager {
-        Some(s) => crate::runtime::cpu_manager::CpuManager::start(s, opts.dry_run)?,
+        Some(s) => crate::runtime::cpu_manager::CpuManager::start(s, opts.dry_run || opts.audit)?,
         None => None,
     };
     if cpu.is_some() && !matches!(source, Source::Cri { .. }) {
@@ -238,6 +247,9 @@ pub struct ServiceObserver {
     pub eviction: Option<Arc<crate::runtime::eviction_service::EvictionService>>,
     /// The Kubernetes API side, for status and readiness reasons.
     pub specs: Option<Arc<dyn crate::runtime::pod_source::SpecSource>>,
+    /// `cgroupEnforcement: audit`: report drift in metrics and `/status`.
+    pub audit: bool,
+    audit_changes_total: u64,
 }
 
 impl ServiceObserver {
@@ -263,6 +275,8 @@ impl ServiceObserver {
             reloader: None,
             eviction: None,
             specs: None,
+            audit: false,
+            audit_changes_total: 0,
         }
     }
 }
@@ -281,6 +295,22 @@ impl Observer for ServiceObserver {
         self.metrics.pods(QosClass::Guaranteed, counts.guaranteed);
         self.metrics.pods(QosClass::Burstable, counts.burstable);
         self.metrics.pods(QosClass::BestEffort, counts.best_effort);
+        if self.audit {
+            self.metrics
+                .audit_drift(report.audit_drift.len(), report.audit_changes);
+            self.audit_changes_total += report.audit_changes as u64;
+            let audit = crate::telemetry::status::AuditStatus {
+                drifting: report.audit_drift.len(),
+                changes_total: self.audit_changes_total,
+                values: report
+                    .audit_drift
+                    .iter()
+                    .take(crate::telemetry::status::AuditStatus::MAX_VALUES)
+                    .cloned()
+                    .collect(),
+            };
+            self.health.update_status(|d| d.audit = Some(audit));
+        }
         self.health.set_cri_reachable(true);
         self.health.set_reconciled();
         if let Some(k) = &self.specs {

@@ -36,6 +36,10 @@ pub struct StatusDoc {
     pub degraded: Vec<String>,
     /// The Kubernetes API side (absent when not configured).
     pub kubernetes: Option<KubeStatus>,
+    /// `enforce` or `audit` (cgroupEnforcement).
+    pub cgroup_enforcement: String,
+    /// `cgroupEnforcement: audit`: the planned values the cgroups do not hold.
+    pub audit: Option<AuditStatus>,
 }
 
 /// The Kubernetes API pod source, in `/status`.
@@ -53,6 +57,35 @@ pub struct KubeStatus {
     pub pods_inferred: usize,
     pub relists: u64,
     pub watch_restarts: u64,
+}
+
+/// A planned cgroup value the cgroup does not hold (audit).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct DriftValue {
+    /// The interface file.
+    pub file: String,
+    /// What qosd (the kubelet's rules) plans.
+    pub planned: String,
+    /// What the file holds; `None` when the cgroup or file does not exist.
+    pub found: Option<String>,
+}
+
+/// Drift found by `cgroupEnforcement: audit` at the last reconcile.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AuditStatus {
+    /// Planned values that differ now.
+    pub drifting: usize,
+    /// Differences reported since start (each new or changed value once).
+    pub changes_total: u64,
+    /// The differing values (at most [`AuditStatus::MAX_VALUES`]).
+    pub values: Vec<DriftValue>,
+}
+
+impl AuditStatus {
+    /// How many differing values `/status` lists.
+    pub const MAX_VALUES: usize = 100;
 }
 
 /// One eviction signal and its thresholds.
@@ -217,6 +250,22 @@ impl StatusDoc {
                 k.pods_exact,
                 k.pods_inferred
             );
+        }
+        if let Some(a) = &self.audit {
+            let _ = writeln!(
+                o,
+                "cgroups: audit (nothing written): {} planned values differ, {} changes reported",
+                a.drifting, a.changes_total
+            );
+            for d in &a.values {
+                let _ = writeln!(
+                    o,
+                    "  {}: found {}, planned {}",
+                    d.file,
+                    d.found.as_deref().unwrap_or("(missing)"),
+                    d.planned
+                );
+            }
         }
         let _ = writeln!(o);
         let _ = writeln!(

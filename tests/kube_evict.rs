@@ -521,8 +521,11 @@ async fn soft_eviction_refused_moves_to_the_next_pod() {
         "the API evicts (the kubelet would stop it), not qosd"
     );
     assert!(api.deletes().is_empty());
+    // The Event follows the accepted eviction.
+    wait_until("the Evicted event", Duration::from_secs(10), || {
+        !api.events().is_empty()
+    });
     let events = api.events();
-    assert!(!events.is_empty());
     assert_eq!(events[0]["involvedObject"]["name"], "next");
     assert!(
         metric(

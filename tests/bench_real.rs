@@ -329,9 +329,7 @@ fn print_result(kind: &str, doc: Value) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "benchmark: run by bench/run.sh"]
 async fn reconcile() {
-    if !require_root("bench reconcile") {
-        return;
-    }
+    require_containerd();
     let counts: Vec<usize> = std::env::var("QOSD_BENCH_PODS")
         .unwrap_or_else(|_| "10,50,110".into())
         .split(',')
@@ -548,9 +546,7 @@ fn wait_ready(sock: &UnixDatagram, timeout: Duration) -> Option<Instant> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "benchmark: run by bench/run.sh"]
 async fn footprint() {
-    if !require_root("bench footprint") {
-        return;
-    }
+    require_containerd();
     let n: usize = env_or("QOSD_BENCH_FOOTPRINT_PODS", 50);
     let duration: f64 = env_or("QOSD_BENCH_DURATION", 300.0);
     let windows: usize = env_or("QOSD_BENCH_WINDOWS", 5usize).max(1);
@@ -632,9 +628,7 @@ async fn footprint() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "benchmark: run by bench/run.sh"]
 async fn startup() {
-    if !require_root("bench startup") {
-        return;
-    }
+    require_containerd();
     let n: usize = env_or("QOSD_BENCH_STARTUP_PODS", 110);
     let runs: usize = env_or("QOSD_BENCH_STARTUP_RUNS", 7);
     let env = Containerd::start();

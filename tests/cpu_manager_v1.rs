@@ -55,10 +55,7 @@ fn state(dir: &Path) -> CpuState {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root: starts containerd and writes cgroup v1 cpusets"]
 async fn static_policy_pins_a_guaranteed_pod_on_real_cgroup_v1() {
-    assert!(
-        require_root("static_policy_pins_a_guaranteed_pod_on_real_cgroup_v1"),
-        "needs root"
-    );
+    require_containerd();
     let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
     assert_eq!(
         online.trim(),

@@ -53,10 +53,9 @@ fn writes(doc: &Value, key: &str) -> Vec<(String, String)> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: starts containerd and creates cgroups"]
 async fn run_enforces_kubelet_values_on_real_cgroup_v1() {
-    if !require_root("run_enforces_kubelet_values_on_real_cgroup_v1") {
-        return;
-    }
+    require_containerd();
     let env = Containerd::start();
     let g = env
         .run_pod(

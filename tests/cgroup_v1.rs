@@ -8,16 +8,15 @@
 mod support;
 
 use std::collections::BTreeSet;
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use qosd::core::model::{CgroupLevel, CgroupVersion, CgroupWrite};
 use qosd::sys::apply::{self, Applier, Mode};
 use qosd::sys::cgroupfs::{self as fs, CgroupFsError};
 use qosd::sys::detect::{self, CgroupLayout};
-use support::{require_root, Cgroups, KillOnDrop};
+use support::{require_root, Cgroups, KillOnDrop, Memhog};
 
 struct Env {
     cpu: PathBuf,
@@ -227,23 +226,10 @@ fn quota_ordering_children_first_when_lowering() {
     assert_eq!(a.apply(&raise).write_count(), 0);
 }
 
-/// A child that allocates and touches `mib` MiB once it reads a line on
-/// stdin (so it can be moved into a cgroup first), then sleeps.
-fn spawn_hog(mib: u32) -> Child {
-    let prog =
-        format!("$| = 1; <STDIN>; $x = \"a\" x ({mib} * 1048576); print \"ready\\n\"; sleep 120;");
-    Command::new("perl")
-        .args(["-e", &prog])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("perl (the memory hog): {e}"))
-}
-
 #[test]
 #[ignore = "needs root: creates cgroups in this machine's cgroup v1 hierarchies"]
 fn memory_limit_below_usage_is_ebusy_reported_once() {
-    let mut env = setup("ebusy");
+    let env = setup("ebusy");
     let mk = env.mem.join("kubepods");
     let mp = mk.join(POD);
     let mut a = applier(&env);
@@ -255,16 +241,10 @@ fn memory_limit_below_usage_is_ebusy_reported_once() {
     )]);
     assert!(r.errors.is_empty(), "{:?}", r.errors);
 
-    let mut hog = spawn_hog(64);
-    let pid = hog.id();
-    let mut stdin = hog.stdin.take().unwrap();
-    let mut stdout = hog.stdout.take().unwrap();
-    env.children.push(KillOnDrop(hog));
-    fs::write(&mp.join("cgroup.procs"), &pid.to_string()).unwrap();
+    // The memory hog, in the pod cgroup before it allocates 64 MiB.
+    let hog = Memhog::start_in(&mp, &["64"]);
+    let pid = hog.pid();
     assert_eq!(fs::list_pids(&mp).unwrap(), vec![pid as i32]);
-    writeln!(stdin, "go").unwrap();
-    let mut buf = [0u8; 6];
-    std::io::Read::read_exact(&mut stdout, &mut buf).unwrap();
     let usage: u64 = read(&mp.join("memory.usage_in_bytes")).parse().unwrap();
     assert!(usage >= 64 << 20, "usage {usage}");
 
@@ -294,8 +274,7 @@ fn memory_limit_below_usage_is_ebusy_reported_once() {
     eprintln!("MEASURE v1 kill-all until empty: {:?}", t.elapsed());
     assert!(report.signalled >= 1);
     assert!(fs::list_pids(&mp).unwrap().is_empty());
-    let mut hog = env.children.pop().unwrap();
-    let st = hog.0.wait().unwrap();
+    let st = hog.wait();
     assert!(!st.success());
 
     // Now the limit can be lowered.

@@ -35,16 +35,9 @@ fn read(p: &Path) -> String {
 /// settings by flags), `extra` appended.
 fn start_daemon(env: &Containerd, extra: &[&str]) -> Daemon {
     let root_dir = env.dir().display().to_string();
-    let mut args = vec![
-        "run",
-        "--config",
-        EXAMPLE_CONFIG,
-        "--runtime-endpoint",
-        &env.endpoint,
-        "--cgroup-version",
-        "v1",
-        "--cgroup-root",
-        &env.cgroup_root,
+    let mut args = vec!["run", "--config", EXAMPLE_CONFIG];
+    args.extend(env.qosd_flags());
+    args.extend([
         "--reconcile-interval",
         "1s",
         "--relist-interval",
@@ -52,7 +45,7 @@ fn start_daemon(env: &Containerd, extra: &[&str]) -> Daemon {
         // nodefs signals on the env's own filesystem (no kubelet here).
         "--root-dir",
         &root_dir,
-    ];
+    ]);
     args.extend_from_slice(extra);
     Daemon::start(&args)
 }

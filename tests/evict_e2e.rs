@@ -85,14 +85,9 @@ async fn evicts_besteffort_then_burstable_guaranteed_survives_no_oom() {
     let b_pid = env.container_pid(&b.containers[0].1).await;
     let be_pid = env.container_pid(&be.containers[0].1).await;
 
-    let daemon = Daemon::start(&[
-        "run",
-        "--runtime-endpoint",
-        &env.endpoint,
-        "--cgroup-version",
-        "v1",
-        "--cgroup-root",
-        &env.cgroup_root,
+    let mut args = vec!["run"];
+    args.extend(env.qosd_flags());
+    args.extend([
         "--node-memory",
         "512Mi",
         "--eviction-hard",
@@ -102,6 +97,7 @@ async fn evicts_besteffort_then_burstable_guaranteed_survives_no_oom() {
         "--reconcile-interval",
         "2s",
     ]);
+    let daemon = Daemon::start(&args);
     let port = daemon.port;
 
     // Wait for the first reconcile: kubepods limited to 512 MiB.

@@ -9,9 +9,7 @@ mod vm;
 /// The dev tool lives in the `qosd-devtools` workspace member: build it
 /// statically (the build the VM tests share) and return its path.
 fn evict_bench_bin() -> std::path::PathBuf {
-    vm::static_bins(&["qosd-evict-bench"])
-        .unwrap_or_else(|e| panic!("qosd-evict-bench: {e}"))
-        .remove(0)
+    vm::static_bins(&["qosd-evict-bench"]).remove(0)
 }
 
 #[test]

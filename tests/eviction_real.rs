@@ -98,7 +98,6 @@ fn spawn_hog(tree: &mut Tree, cgroup: &Path, rate_mib: u64, total_mib: u64) -> u
     // QOSD_EVICT_BENCH_BIN: the hog binary elsewhere (e.g. inside the v2 VM)
     let hog_bin = std::env::var("QOSD_EVICT_BENCH_BIN").unwrap_or_else(|_| {
         vm::static_bins(&["qosd-evict-bench"])
-            .unwrap_or_else(|e| panic!("qosd-evict-bench: {e}"))
             .remove(0)
             .display()
             .to_string()

@@ -213,3 +213,19 @@ impl Drop for Daemon {
         self.shut_down(Duration::from_secs(3));
     }
 }
+
+impl super::Containerd {
+    /// The flags that point qosd at this env on this cgroup v1 host:
+    /// `--runtime-endpoint <its socket> --cgroup-version v1 --cgroup-root
+    /// <its root>`.
+    pub fn qosd_flags(&self) -> [&str; 6] {
+        [
+            "--runtime-endpoint",
+            &self.endpoint,
+            "--cgroup-version",
+            "v1",
+            "--cgroup-root",
+            &self.cgroup_root,
+        ]
+    }
+}

@@ -10,7 +10,11 @@
 //! * [`images`]`()`: builds (once per test binary, cached by source hash in
 //!   `$CARGO_TARGET_TMPDIR/qosd-images/`) static `pause` and `memhog` from
 //!   tests/images/*.c and packs OCI image tarballs with tests/images/mkimage.py.
-//!   Image names: [`PAUSE_IMAGE`], [`MEMHOG_IMAGE`].
+//!   Image names: [`PAUSE_IMAGE`], [`MEMHOG_IMAGE`]. [`static_binary`]`(name)`:
+//!   the static binary alone; [`Memhog`]: memhog as a host process in a cgroup.
+//! * [`Daemon`] (`qosd run` as a child: start, wait, scrape), [`wait_until`],
+//!   [`free_port`], [`status_json`]: tests/support/daemon.rs.
+//! * Cleanup guards [`Cgroups`], [`KillOnDrop`], [`Tmpfs`]: tests/support/guards.rs.
 //! * [`Containerd::start`]`()`: containerd with its own config, root, state,
 //!   socket under a temp dir (config per docs/test-environments: CRI plugin,
 //!   cgroupfs driver, `restrict_oom_score_adj = true`, overlayfs, no AppArmor,
@@ -61,9 +65,15 @@ use qosd::cri::{ConnectOptions, CriClient};
 
 pub mod daemon;
 pub mod guards;
+pub mod hog;
 pub mod require;
+#[allow(unused_imports)]
 pub use daemon::*;
+#[allow(unused_imports)]
 pub use guards::*;
+#[allow(unused_imports)]
+pub use hog::*;
+#[allow(unused_imports)]
 pub use require::*;
 
 pub const PAUSE_IMAGE: &str = "qosd.test/pause:1";
@@ -103,20 +113,49 @@ fn run_ok(cmd: &mut Command) {
     );
 }
 
+/// The cache dir of the built test binaries and images (by source hash).
+fn images_dir() -> PathBuf {
+    use std::hash::{Hash, Hasher};
+    let src = repo_dir().join("tests/images");
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for f in ["pause.c", "memhog.c", "mkimage.py"] {
+        std::fs::read(src.join(f)).unwrap().hash(&mut h);
+    }
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join("qosd-images")
+        .join(format!("{:016x}", h.finish()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// tests/images/`name`.c built with `gcc -static` (once; cached on disk):
+/// "pause" or "memhog" (see [`Memhog`] for memhog on the host).
+pub fn static_binary(name: &str) -> PathBuf {
+    let dir = images_dir();
+    let bin = dir.join(name);
+    if !bin.is_file() {
+        // Build in a private dir, then rename: parallel test binaries race safely.
+        let work = tempfile::Builder::new()
+            .prefix(&format!("build-{name}-"))
+            .tempdir_in(&dir)
+            .unwrap();
+        let built = work.path().join(name);
+        run_ok(
+            Command::new("gcc")
+                .args(["-static", "-O2", "-Wall", "-o"])
+                .arg(&built)
+                .arg(repo_dir().join(format!("tests/images/{name}.c"))),
+        );
+        std::fs::rename(&built, &bin).unwrap();
+    }
+    bin
+}
+
 /// Build the pause and memhog images (once per process; cached on disk).
 pub fn images() -> &'static Images {
     static IMAGES: OnceLock<Images> = OnceLock::new();
     IMAGES.get_or_init(|| {
-        use std::hash::{Hash, Hasher};
-        let src = repo_dir().join("tests/images");
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        for f in ["pause.c", "memhog.c", "mkimage.py"] {
-            std::fs::read(src.join(f)).unwrap().hash(&mut h);
-        }
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-            .join("qosd-images")
-            .join(format!("{:016x}", h.finish()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = images_dir();
         let images = Images {
             pause_tar: dir.join("pause.tar"),
             memhog_tar: dir.join("memhog.tar"),
@@ -128,22 +167,16 @@ pub fn images() -> &'static Images {
             if tar.is_file() {
                 continue;
             }
-            // Build in a private dir, then rename: parallel test binaries race safely.
+            let bin = static_binary(name);
+            // Pack in a private dir, then rename: parallel test binaries race safely.
             let work = tempfile::Builder::new()
                 .prefix(&format!("build-{name}-"))
                 .tempdir_in(&dir)
                 .unwrap();
-            let bin = work.path().join(name);
-            run_ok(
-                Command::new("gcc")
-                    .args(["-static", "-O2", "-Wall", "-o"])
-                    .arg(&bin)
-                    .arg(src.join(format!("{name}.c"))),
-            );
             let out = work.path().join(format!("{name}.tar"));
             run_ok(
                 Command::new("python3")
-                    .arg(src.join("mkimage.py"))
+                    .arg(repo_dir().join("tests/images/mkimage.py"))
                     .arg(&bin)
                     .arg(image)
                     .arg(&out),

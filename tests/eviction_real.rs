@@ -14,9 +14,7 @@ mod support;
 #[path = "vm/harness.rs"]
 mod vm;
 
-use std::ffi::CString;
 use std::io::Write;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -94,7 +92,6 @@ fn spawn_hog(tree: &mut Tree, cgroup: &Path, rate_mib: u64, total_mib: u64) -> u
     use std::os::unix::fs::FileExt;
     f.write_at(&1u64.to_ne_bytes(), 8).unwrap();
     tree.files.push(progress.clone());
-    let procs = CString::new(cgroup.join("cgroup.procs").as_os_str().as_encoded_bytes()).unwrap();
     // QOSD_EVICT_BENCH_BIN: the hog binary elsewhere (e.g. inside the v2 VM)
     let hog_bin = std::env::var("QOSD_EVICT_BENCH_BIN").unwrap_or_else(|_| {
         vm::static_bins(&["qosd-evict-bench"])
@@ -109,21 +106,7 @@ fn spawn_hog(tree: &mut Tree, cgroup: &Path, rate_mib: u64, total_mib: u64) -> u
         &rate_mib.to_string(),
         &total_mib.to_string(),
     ]);
-    // SAFETY: only async-signal-safe libc calls between fork and exec.
-    unsafe {
-        cmd.pre_exec(move || {
-            let fd = libc::open(procs.as_ptr(), libc::O_WRONLY);
-            if fd < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            let r = libc::write(fd, b"0".as_ptr() as *const libc::c_void, 1);
-            libc::close(fd);
-            if r != 1 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    support::in_cgroup(&mut cmd, cgroup);
     let child = cmd.spawn().expect("spawn hog");
     let pid = child.id();
     tree.kids.push(KillOnDrop(child));

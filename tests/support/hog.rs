@@ -19,24 +19,9 @@ impl Memhog {
     /// of the cgroup `dir` (it joins `dir/cgroup.procs` before exec, so all
     /// its memory is charged there); returns once it holds its initial MiB.
     pub fn start_in(dir: &Path, args: &[&str]) -> Memhog {
-        let procs = CString::new(dir.join("cgroup.procs").as_os_str().as_encoded_bytes()).unwrap();
         let mut cmd = Command::new(super::static_binary("memhog"));
         cmd.args(args).stdin(Stdio::null()).stdout(Stdio::piped());
-        // SAFETY: only async-signal-safe libc calls between fork and exec.
-        unsafe {
-            cmd.pre_exec(move || {
-                let fd = libc::open(procs.as_ptr(), libc::O_WRONLY);
-                if fd < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                let r = libc::write(fd, b"0".as_ptr() as *const libc::c_void, 1);
-                libc::close(fd);
-                if r != 1 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        in_cgroup(&mut cmd, dir);
         let mut child = cmd
             .spawn()
             .unwrap_or_else(|e| panic!("memhog in {}: {e}", dir.display()));
@@ -71,6 +56,27 @@ impl Memhog {
     /// Wait for it to end (after someone killed it): its exit status.
     pub fn wait(mut self) -> ExitStatus {
         self.child.take().unwrap().wait().unwrap()
+    }
+}
+
+/// Make `cmd`'s process join the cgroup `dir` (its `cgroup.procs`) between
+/// fork and exec, so everything it does is charged there from the start.
+pub fn in_cgroup<'a>(cmd: &'a mut Command, dir: &Path) -> &'a mut Command {
+    let procs = CString::new(dir.join("cgroup.procs").as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: only async-signal-safe libc calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            let fd = libc::open(procs.as_ptr(), libc::O_WRONLY);
+            if fd < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let r = libc::write(fd, b"0".as_ptr() as *const libc::c_void, 1);
+            libc::close(fd);
+            if r != 1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
     }
 }
 

@@ -23,7 +23,7 @@ mod support;
 
 use std::io::Read;
 use std::os::unix::net::UnixDatagram;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -393,7 +393,7 @@ async fn reconcile() {
 
 /// `qosd run` against `env` (support's [`Daemon`], stopped by its PID),
 /// sending sd_notify messages to `notify`.
-fn spawn_daemon(env: &Containerd, notify: &PathBuf) -> Daemon {
+fn spawn_daemon(env: &Containerd, notify: &Path) -> Daemon {
     let mut args = vec!["run".to_string()];
     args.extend(common_args(env));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();

@@ -27,13 +27,6 @@ fn condition(doc: &serde_json::Value, name: &str) -> bool {
         .unwrap_or(false)
 }
 
-fn wait_for(what: &str, secs: u64, f: impl FnMut() -> bool) {
-    assert!(
-        wait_until(Duration::from_secs(secs), f).is_some(),
-        "timed out waiting for {what}"
-    );
-}
-
 #[test]
 #[ignore = "needs root: mounts a tmpfs and creates cgroups"]
 fn tmpfs_root_dir_drives_nodefs_signals_and_disk_pressure() {
@@ -65,7 +58,7 @@ fn tmpfs_root_dir_drives_nodefs_signals_and_disk_pressure() {
     let port = daemon.port;
 
     // Empty filesystem: observed, not met, no pressure.
-    wait_for("nodefs observations", 15, || {
+    wait_for("nodefs observations", Duration::from_secs(15), || {
         signal(&status_json(port), "nodefs.available").is_some_and(|s| s["observed"].is_i64())
     });
     let doc = status_json(port);
@@ -80,11 +73,15 @@ fn tmpfs_root_dir_drives_nodefs_signals_and_disk_pressure() {
 
     // Fill 14 MiB: nodefs.available drops below 25 %.
     std::fs::write(mountpoint.join("blob"), vec![7u8; 14 << 20]).unwrap();
-    wait_for("nodefs.available threshold met", 10, || {
-        let d = status_json(port);
-        signal(&d, "nodefs.available").is_some_and(|s| s["thresholds"][0]["met"] == true)
-            && condition(&d, "DiskPressure")
-    });
+    wait_for(
+        "nodefs.available threshold met",
+        Duration::from_secs(10),
+        || {
+            let d = status_json(port);
+            signal(&d, "nodefs.available").is_some_and(|s| s["thresholds"][0]["met"] == true)
+                && condition(&d, "DiskPressure")
+        },
+    );
     let observed = signal(&status_json(port), "nodefs.available").unwrap()["observed"]
         .as_i64()
         .unwrap();
@@ -95,11 +92,16 @@ fn tmpfs_root_dir_drives_nodefs_signals_and_disk_pressure() {
     for i in 0..360 {
         std::fs::write(mountpoint.join(format!("f{i}")), b"").unwrap();
     }
-    wait_for("nodefs.inodesFree threshold met", 10, || {
-        let d = status_json(port);
-        signal(&d, "nodefs.inodesFree").is_some_and(|s| s["thresholds"][0]["met"] == true)
-            && signal(&d, "nodefs.available").is_some_and(|s| s["thresholds"][0]["met"] == false)
-    });
+    wait_for(
+        "nodefs.inodesFree threshold met",
+        Duration::from_secs(10),
+        || {
+            let d = status_json(port);
+            signal(&d, "nodefs.inodesFree").is_some_and(|s| s["thresholds"][0]["met"] == true)
+                && signal(&d, "nodefs.available")
+                    .is_some_and(|s| s["thresholds"][0]["met"] == false)
+        },
+    );
     let metrics = daemon.metrics();
     assert!(
         metrics.lines().any(|l| l.starts_with("qosd_node_condition")

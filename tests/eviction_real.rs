@@ -24,9 +24,10 @@ use qosd::policy::evict::manager::{Action, Manager, ManagerOptions};
 use qosd::policy::evict::rank::Candidate;
 use qosd::policy::evict::threshold::{EvictionConfig, RawEvictionConfig, Signal};
 use qosd::policy::evict::Backend;
+use qosd::policy::evict::MemorySource;
 use qosd::runtime::evictor::Evictor;
 use qosd::sys::kill::cgroup_tree_pids;
-use qosd::sys::signals::{pod_stats, MemorySource, SignalSources};
+use qosd::sys::signals::{pod_stats, SignalSources};
 use qosd::sys::watch::{targets_from_config, WatchConfig, Watcher};
 use support::{require_root, Cgroups, KillOnDrop};
 

@@ -190,9 +190,21 @@ pub struct ConfigFlags {
     /// Log format: text | json.
     #[arg(long, value_name = "FORMAT")]
     pub log_format: Option<String>,
-    /// Eviction backend: kill | cri | dry-run.
+    /// Eviction backend: kill | cri | api | dry-run.
     #[arg(long, value_name = "BACKEND")]
     pub eviction_backend: Option<String>,
+    /// kubeconfig for the Kubernetes API server (default: in-cluster config in a pod).
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<String>,
+    /// This node's name: its pods are watched on the API server (env NODE_NAME).
+    #[arg(long, env = "NODE_NAME", value_name = "NAME")]
+    pub node_name: Option<String>,
+    /// Deadline of an Eviction API call (e.g. 1s); a hard eviction falls back to the local kill after it.
+    #[arg(long, value_name = "DURATION")]
+    pub api_eviction_timeout: Option<String>,
+    /// /healthz fails after the runtime was unreachable this long (e.g. 2m; 0s: never).
+    #[arg(long, value_name = "DURATION")]
+    pub runtime_unhealthy_after: Option<String>,
 }
 
 impl ConfigFlags {
@@ -237,6 +249,10 @@ impl ConfigFlags {
             node_memory: self.node_memory.clone(),
             log_format: self.log_format.clone(),
             eviction_backend: self.eviction_backend.clone(),
+            kubeconfig: self.kubeconfig.clone(),
+            node_name: self.node_name.clone(),
+            api_eviction_timeout: self.api_eviction_timeout.clone(),
+            runtime_unhealthy_after: self.runtime_unhealthy_after.clone(),
             ..Overrides::default()
         }
     }

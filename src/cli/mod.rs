@@ -12,6 +12,7 @@ pub mod classify;
 pub mod config_check;
 pub mod cpu;
 pub mod eviction_order;
+pub mod kube;
 pub mod plan;
 pub mod pods;
 pub mod run;

@@ -173,16 +173,6 @@ impl CgroupVersionSetting {
     }
 }
 
-/// Value of `memoryAvailableSource`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum MemoryAvailableSource {
-    /// capacity − working set (usage − inactive_file), like the kubelet.
-    Workingset,
-    /// `MemAvailable` from /proc/meminfo.
-    Meminfo,
-}
-
 /// Value of `cpuWeightFormula` (cgroup v2 cpu.shares → cpu.weight).
 pub use crate::policy::enforce::plan::CpuWeightFormula;
 
@@ -286,7 +276,7 @@ pub struct Config {
     pub root_dir: PathBuf,
     /// Filesystem for imagefs signals when the runtime does not report it.
     pub imagefs_path: Option<PathBuf>,
-    pub memory_available_source: MemoryAvailableSource,
+    pub memory_available_source: crate::policy::evict::MemorySource,
     pub cpu_weight_formula: CpuWeightFormula,
     /// Set memory.min / memory.high like the kubelet's MemoryQoS (v2 only).
     #[serde(rename = "memoryQoS")]
@@ -299,6 +289,21 @@ pub struct Config {
     pub node_memory: Option<Quantity>,
     pub log_format: LogFormat,
     pub eviction_backend: EvictionBackend,
+    // --- Kubernetes API (src/kube) -----------------------------------------
+    /// A kubeconfig file for the API server; unset: in-cluster config when
+    /// running in a pod (KUBERNETES_SERVICE_HOST and a service account).
+    pub kubeconfig: Option<PathBuf>,
+    /// This node's name (pods are watched with `spec.nodeName=<it>`);
+    /// the API side is off without it.
+    pub node_name: Option<String>,
+    /// Deadline of an Eviction call; a hard eviction with no answer by
+    /// then falls back to the local kill.
+    #[serde(serialize_with = "ser_duration")]
+    pub api_eviction_timeout: Duration,
+    /// `/healthz` fails once the runtime has been unreachable this long
+    /// (0s: never), so a DaemonSet pod is restarted.
+    #[serde(serialize_with = "ser_duration")]
+    pub runtime_unhealthy_after: Duration,
     /// Where qosd keeps its `cpu_manager_state` (static policy).
     pub cpu_manager_state_dir: PathBuf,
     /// The kubelet's `cpu_manager_state`: audit it instead of assigning CPUs.

@@ -97,6 +97,10 @@ pub struct RawConfig {
     pub node_memory: Option<Scalar>,
     pub log_format: Option<Scalar>,
     pub eviction_backend: Option<Scalar>,
+    pub kubeconfig: Option<Scalar>,
+    pub node_name: Option<Scalar>,
+    pub api_eviction_timeout: Option<Scalar>,
+    pub runtime_unhealthy_after: Option<Scalar>,
 }
 
 impl RawConfig {
@@ -205,6 +209,10 @@ pub struct Overrides {
     pub node_memory: Option<String>,
     pub log_format: Option<String>,
     pub eviction_backend: Option<String>,
+    pub kubeconfig: Option<String>,
+    pub node_name: Option<String>,
+    pub api_eviction_timeout: Option<String>,
+    pub runtime_unhealthy_after: Option<String>,
 }
 
 fn to_raw_map(m: &BTreeMap<String, String>) -> RawMap {
@@ -284,6 +292,10 @@ impl Overrides {
         text!(node_memory, "nodeMemory");
         text!(log_format, "logFormat");
         text!(eviction_backend, "evictionBackend");
+        text!(kubeconfig, "kubeconfig");
+        text!(node_name, "nodeName");
+        text!(api_eviction_timeout, "apiEvictionTimeout");
+        text!(runtime_unhealthy_after, "runtimeUnhealthyAfter");
         set
     }
 }

@@ -508,10 +508,10 @@ pub fn validate(
     let memory_available_source = c.choice(
         "memoryAvailableSource",
         &raw.memory_available_source,
-        MemoryAvailableSource::Workingset,
+        crate::policy::evict::MemorySource::WorkingSet,
         &[
-            ("workingset", MemoryAvailableSource::Workingset),
-            ("meminfo", MemoryAvailableSource::Meminfo),
+            ("workingset", crate::policy::evict::MemorySource::WorkingSet),
+            ("meminfo", crate::policy::evict::MemorySource::Meminfo),
         ],
     );
     let cpu_weight_formula = c.choice(
@@ -632,6 +632,7 @@ pub fn validate(
         &[
             ("kill", EvictionBackend::Kill),
             ("cri", EvictionBackend::Cri),
+            ("api", EvictionBackend::Api),
             ("dry-run", EvictionBackend::DryRun),
         ],
     );
@@ -681,11 +682,59 @@ pub fn validate(
         .kubelet_cpu_manager_state
         .as_ref()
         .map(|_| c.path("kubeletCPUManagerState", &raw.kubelet_cpu_manager_state, ""));
+    let kubeconfig = raw
+        .kubeconfig
+        .as_ref()
+        .filter(|s| !s.0.is_empty())
+        .map(|_| c.path("kubeconfig", &raw.kubeconfig, ""));
+    let node_name = raw
+        .node_name
+        .as_ref()
+        .map(|s| s.0.trim().to_string())
+        .filter(|s| !s.is_empty());
+    if let Some(n) = &node_name {
+        // Node names are DNS subdomains (RFC 1123).
+        let label_ok = |l: &str| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+        };
+        if n.len() > 253 || !n.split('.').all(label_ok) {
+            c.bad(
+                "nodeName",
+                None,
+                n,
+                "not a node name",
+                "a DNS subdomain (RFC 1123): lowercase letters, digits, '-' and '.', at most 253 characters",
+            );
+        }
+    }
+    let api_eviction_timeout = c.opt_duration(
+        "apiEvictionTimeout",
+        &raw.api_eviction_timeout,
+        Duration::from_secs(1),
+        Duration::from_millis(10),
+        Some(Duration::from_secs(60)),
+    );
+    let runtime_unhealthy_after = c.opt_duration(
+        "runtimeUnhealthyAfter",
+        &raw.runtime_unhealthy_after,
+        Duration::from_secs(120),
+        Duration::ZERO,
+        None,
+    );
 
     if !c.errors.is_empty() {
         return Err(c.errors);
     }
     Ok(Config {
+        kubeconfig,
+        node_name,
+        api_eviction_timeout,
+        runtime_unhealthy_after,
         eviction_hard,
         eviction_soft,
         eviction_soft_grace_period,

@@ -30,6 +30,8 @@ pub struct RunOptions {
     pub machine_memory_bytes: i64,
     /// The CPU manager (`cpuManagerPolicy: static`); `None`: policy none.
     pub cpu_manager: Option<crate::runtime::cpu_manager::CpuManagerSettings>,
+    /// Pod specs from the Kubernetes API (CRI source only).
+    pub specs: Option<Arc<dyn crate::runtime::pod_source::SpecSource>>,
 }
 
 /// Hooks the daemon calls as it runs, so eviction, metrics and health can
@@ -69,7 +71,7 @@ pub async fn run_loop(opts: RunOptions, observer: &mut dyn Observer) -> anyhow::
 
     // `--once` gives up when the runtime stays away; the daemon keeps
     // waiting for it (not ready meanwhile), as a node agent must.
-    let source = loop {
+    let mut source = loop {
         let attempt = tokio::select! {
             s = Source::connect(&opts.source, opts.connect, opts.machine_memory_bytes) => s,
             _ = sigterm.recv() => return Ok(Outcome::Stopped),
@@ -85,6 +87,9 @@ pub async fn run_loop(opts: RunOptions, observer: &mut dyn Observer) -> anyhow::
             }
         }
     };
+    if let Source::Cri { specs, .. } = &mut source {
+        specs.clone_from(&opts.specs);
+    }
     let mut reconciler = Reconciler::new(opts.plan.clone(), opts.dry_run, opts.orphan_grace);
     let mut cpu = match &opts.cpu_manager {
         Some(s) => crate::runtime::cpu_manager::CpuManager::start(s, opts.dry_run)?,
@@ -231,6 +236,8 @@ pub struct ServiceObserver {
     pub reloader: Option<Reloader>,
     /// The eviction loop, fed the pods of every listing.
     pub eviction: Option<Arc<crate::runtime::eviction_service::EvictionService>>,
+    /// The Kubernetes API side, for status and readiness reasons.
+    pub specs: Option<Arc<dyn crate::runtime::pod_source::SpecSource>>,
 }
 
 impl ServiceObserver {
@@ -255,6 +262,7 @@ impl ServiceObserver {
             layout: plan.layout.clone(),
             reloader: None,
             eviction: None,
+            specs: None,
         }
     }
 }
@@ -275,6 +283,18 @@ impl Observer for ServiceObserver {
         self.metrics.pods(QosClass::BestEffort, counts.best_effort);
         self.health.set_cri_reachable(true);
         self.health.set_reconciled();
+        if let Some(k) = &self.specs {
+            let (status, unavailable) = k.status();
+            self.health.set_degraded(
+                "kubernetes-api",
+                unavailable.map(|why| {
+                    format!(
+                        "{why}; exact pod specs unavailable, working from the runtime's data alone"
+                    )
+                }),
+            );
+            self.health.update_status(|d| d.kubernetes = Some(status));
+        }
         self.health.update_status(|d| {
             d.generated_at_ms = crate::telemetry::status::now_ms();
             d.pods = counts.clone();

@@ -122,6 +122,8 @@ pub struct Metrics {
     cri_duration: HistogramFamily<MethodLabels>,
     cri_failures: Family<MethodLabels, Counter>,
     pods: Family<QosLabels, Gauge>,
+    /// The Kubernetes API side's series.
+    pub kube: crate::telemetry::kube_metrics::KubeMetrics,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -160,8 +162,10 @@ impl Metrics {
             cri_duration: Family::new_with_constructor(cri_histogram),
             cri_failures: Family::default(),
             pods: Family::default(),
+            kube: Default::default(),
             registry: Registry::default(),
         };
+        m.kube.register(&mut r);
         r.register(
             "evictions",
             "Pods evicted, by the signal that triggered the eviction and the pod's QoS class",

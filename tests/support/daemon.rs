@@ -5,12 +5,14 @@
 //!   `qosd <args> --metrics-address 127.0.0.1:<free port>`, stdout and
 //!   stderr to a log file ([`Daemon::log`], printed when the test panics),
 //!   `QOSD_LOG=info` unless `envs` says otherwise, no inherited
-//!   `CONTAINER_RUNTIME_ENDPOINT`, `NOTIFY_SOCKET` or `QOSD_CONFIG`.
+//!   `CONTAINER_RUNTIME_ENDPOINT`, `NOTIFY_SOCKET`, `QOSD_CONFIG`,
+//!   `NODE_NAME` or `QOSD_INJECT_PANIC`.
 //!   Stopped by its PID on drop (SIGTERM, SIGKILL after 3 s).
 //! * [`Daemon::get`], [`Daemon::metrics`], [`Daemon::metric`],
 //!   [`Daemon::status`]: scrape it; [`sample`] reads one series of a
 //!   Prometheus text; [`status_json`]`(port)` is the lenient `/status`.
-//! * [`wait_until`]`(timeout, f)`: poll until true; [`free_port`] /
+//! * [`wait_until`]`(timeout, f)`: poll until true ([`wait_for`]: or panic);
+//!   [`free_port`] /
 //!   [`free_addr`]: a loopback port for a daemon to take.
 
 use std::ffi::OsStr;
@@ -49,6 +51,14 @@ pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> Option<Dura
     }
 }
 
+/// [`wait_until`], panicking "timed out waiting for {what}" after `timeout`.
+pub fn wait_for(what: &str, timeout: Duration, f: impl FnMut() -> bool) {
+    assert!(
+        wait_until(timeout, f).is_some(),
+        "timed out waiting for {what}"
+    );
+}
+
 /// `GET path` on loopback `addr` (2 s timeout); None when nothing answers.
 pub fn http_get(addr: SocketAddr, path: &str) -> Option<HttpResponse> {
     qosd::telemetry::client::get(addr, path, Duration::from_secs(2)).ok()
@@ -72,7 +82,9 @@ pub fn status_json(port: u16) -> serde_json::Value {
 
 /// `qosd run` as a child process; stopped by its PID on drop.
 pub struct Daemon {
-    child: Option<Child>,
+    /// Never taken: std caches the exit status once reaped, so a PID is
+    /// signalled only while the process is ours and unreaped.
+    child: Child,
     pub addr: SocketAddr,
     pub port: u16,
     log: PathBuf,
@@ -99,6 +111,8 @@ impl Daemon {
             .env_remove("CONTAINER_RUNTIME_ENDPOINT")
             .env_remove("NOTIFY_SOCKET")
             .env_remove("QOSD_CONFIG")
+            .env_remove("NODE_NAME")
+            .env_remove(qosd::runtime::supervisor::INJECT_PANIC_ENV)
             .env("QOSD_LOG", "info")
             .envs(envs.iter().copied())
             .stdin(Stdio::null())
@@ -107,7 +121,7 @@ impl Daemon {
             .spawn()
             .expect("spawn qosd");
         Daemon {
-            child: Some(child),
+            child,
             addr,
             port: addr.port(),
             log,
@@ -121,31 +135,46 @@ impl Daemon {
     }
 
     pub fn pid(&self) -> i32 {
-        self.child.as_ref().expect("daemon still running").id() as i32
+        self.child.id() as i32
+    }
+
+    /// Its exit status once it has exited (reaped; cached by std).
+    pub fn exit_status(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().unwrap()
     }
 
     /// Still running? Panics with the log when it exited early.
     pub fn assert_running(&mut self) {
-        if let Some(st) = self.child.as_mut().unwrap().try_wait().unwrap() {
+        if let Some(st) = self.exit_status() {
             panic!("qosd run exited early ({st}):\n{}", self.log());
+        }
+    }
+
+    /// Wait up to `timeout` for it to exit by itself: its exit status.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let t = Instant::now();
+        loop {
+            if let Some(st) = self.exit_status() {
+                return Some(st);
+            }
+            if t.elapsed() >= timeout {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(5));
         }
     }
 
     /// SIGTERM by PID; the exit status and how long it took (None: still
     /// running after `timeout`).
     pub fn terminate(&mut self, timeout: Duration) -> Option<(ExitStatus, Duration)> {
+        if let Some(st) = self.exit_status() {
+            return Some((st, Duration::ZERO));
+        }
         let pid = nix::unistd::Pid::from_raw(self.pid());
         nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
         let t = Instant::now();
-        let child = self.child.as_mut().unwrap();
-        while t.elapsed() < timeout {
-            if let Some(st) = child.try_wait().unwrap() {
-                self.child = None;
-                return Some((st, t.elapsed()));
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        None
+        let st = self.wait_exit(timeout)?;
+        Some((st, t.elapsed()))
     }
 
     /// SIGTERM by PID, wait up to 5 s, then SIGKILL.
@@ -155,20 +184,10 @@ impl Daemon {
 
     /// SIGTERM by PID, wait up to `grace`, then SIGKILL; reaped.
     fn shut_down(&mut self, grace: Duration) {
-        let Some(mut c) = self.child.take() else {
-            return;
-        };
-        let pid = nix::unistd::Pid::from_raw(c.id() as i32);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-        let t = Instant::now();
-        while t.elapsed() < grace {
-            if let Ok(Some(_)) = c.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        if self.terminate(grace).is_none() {
+            let _ = self.child.kill(); // SIGKILL to this PID only
+            let _ = self.child.wait();
         }
-        let _ = c.kill(); // SIGKILL to this PID only
-        let _ = c.wait();
     }
 
     /// `GET path`; None when nothing answers.

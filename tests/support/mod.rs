@@ -52,6 +52,8 @@
 //! Many Containerd instances may run at once (own dirs, sockets, cgroup roots).
 #![allow(dead_code)]
 
+pub mod kubeapi;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -699,6 +701,11 @@ impl Containerd {
             class,
             containers,
         }
+    }
+
+    /// Remove this sandbox on drop too (for sandboxes a test made itself).
+    pub fn track_sandbox(&self, id: &str) {
+        self.sandboxes.lock().unwrap().push(id.to_string());
     }
 
     /// StopPodSandbox + RemovePodSandbox.

@@ -76,14 +76,6 @@ fn get(port: u16, path: &str) -> Option<qosd::telemetry::client::HttpResponse> {
     qosd::telemetry::client::get(addr, path, Duration::from_secs(2)).ok()
 }
 
-fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 /// A recursive bind of `src` at `dst`, made rshared: `HostToContainer`
 /// propagation needs the host path on a shared (or slave) mount, as `/` is
 /// on a systemd node but not on this machine. Unmounted on drop.
@@ -124,7 +116,7 @@ fn read(p: &Path) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root: starts containerd, runs qosd as a pod, creates cgroups"]
 async fn daemonset_pod_survives_a_runtime_restart_and_keeps_enforcing_and_evicting() {
-    assert!(require_root("daemonset_pod_survives_a_runtime_restart"));
+    require_containerd();
     let bin = static_qosd();
     let tmp = tempfile::tempdir().unwrap();
     let kubelet_dir = tmp.path().join("kubelet-dir");
@@ -420,11 +412,11 @@ async fn daemonset_pod_survives_a_runtime_restart_and_keeps_enforcing_and_evicti
     // Probed on its port like the manifest's probes.
     let healthz = s(&c["livenessProbe"]["httpGet"]["path"]);
     let readyz = s(&c["readinessProbe"]["httpGet"]["path"]);
-    wait_until("readiness", Duration::from_secs(60), || {
+    wait_for("readiness", Duration::from_secs(60), || {
         get(port, &readyz).is_some_and(|r| r.status == 200)
     });
     assert_eq!(get(port, &healthz).unwrap().status, 200);
-    wait_until("the API view", Duration::from_secs(30), || {
+    wait_for("the API view", Duration::from_secs(30), || {
         status_json(port)["kubernetes"]["state"] == "synced"
     });
     let kubepods_mem = Path::new("/sys/fs/cgroup/memory")
@@ -439,7 +431,7 @@ async fn daemonset_pod_survives_a_runtime_restart_and_keeps_enforcing_and_evicti
     // mounted directory.
     let pid_before = env.pid().unwrap();
     env.stop();
-    wait_until(
+    wait_for(
         "not ready while the runtime is down",
         Duration::from_secs(30),
         || get(port, &readyz).is_some_and(|r| r.status == 503),
@@ -447,7 +439,7 @@ async fn daemonset_pod_survives_a_runtime_restart_and_keeps_enforcing_and_evicti
     assert_eq!(get(port, &healthz).unwrap().status, 200, "alive meanwhile");
     env.start_again();
     assert_ne!(env.pid().unwrap(), pid_before);
-    wait_until(
+    wait_for(
         "ready again after the runtime restart",
         Duration::from_secs(60),
         || get(port, &readyz).is_some_and(|r| r.status == 200),
@@ -459,7 +451,7 @@ async fn daemonset_pod_survives_a_runtime_restart_and_keeps_enforcing_and_evicti
         .join("kubepods/besteffort/cpu.shares");
     assert_eq!(read(&be_shares), "2");
     std::fs::write(&be_shares, "1024").unwrap();
-    wait_until("drift corrected", Duration::from_secs(30), || {
+    wait_for("drift corrected", Duration::from_secs(30), || {
         read(&be_shares) == "2"
     });
 
@@ -476,7 +468,7 @@ async fn daemonset_pod_survives_a_runtime_restart_and_keeps_enforcing_and_evicti
         kill(Pid::from_raw(hog_pid), None).is_err(),
         "the BestEffort pod was not evicted by the qosd pod"
     );
-    wait_until(
+    wait_for(
         "the delete through the API",
         Duration::from_secs(15),
         || api.deletes().iter().any(|d| d.1 == "hog"),

@@ -18,7 +18,6 @@
 mod support;
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, Signal};
@@ -28,23 +27,6 @@ use support::kubeapi::{fixture_pod, Answer, FakeApi};
 use support::*;
 
 const NODE: &str = "qosd-test-node";
-
-struct Daemon(Child);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = kill(Pid::from_raw(self.0.id() as i32), Signal::SIGTERM);
-        let deadline = Instant::now() + Duration::from_secs(3);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.0.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn alive(pid: i32) -> bool {
     kill(Pid::from_raw(pid), None).is_ok()
@@ -126,7 +108,7 @@ fn order(out: &str) -> (Vec<String>, Vec<String>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root: starts containerd and creates cgroups"]
 async fn exact_priority_and_request_change_the_victim() {
-    assert!(require_root("exact_priority_and_request_change_the_victim"));
+    require_containerd();
     let env = Containerd::start();
     // A Burstable pod with a request below 0.1 % of the node: the runtime
     // cannot tell its request (oom_score_adj 999), the API can.
@@ -254,16 +236,10 @@ async fn exact_priority_and_request_change_the_victim() {
 }
 
 /// Start `qosd run` against the env and the fake API with extra flags.
-fn start_daemon(env: &Containerd, kubeconfig: &Path, port: u16, extra: &[&str]) -> Daemon {
-    let port_s = format!("127.0.0.1:{port}");
-    let mut args = vec![
-        "run",
-        "--runtime-endpoint",
-        &env.endpoint,
-        "--cgroup-version",
-        "v1",
-        "--cgroup-root",
-        &env.cgroup_root,
+fn start_daemon(env: &Containerd, kubeconfig: &Path, extra: &[&str]) -> Daemon {
+    let mut args = vec!["run"];
+    args.extend(env.qosd_flags());
+    args.extend([
         "--node-memory",
         "512Mi",
         "--eviction-backend",
@@ -272,33 +248,15 @@ fn start_daemon(env: &Containerd, kubeconfig: &Path, port: u16, extra: &[&str]) 
         kubeconfig.to_str().unwrap(),
         "--node-name",
         NODE,
-        "--metrics-address",
-        &port_s,
         "--reconcile-interval",
         "2s",
-    ];
+    ]);
     args.extend_from_slice(extra);
-    let child = Command::new(env!("CARGO_BIN_EXE_qosd"))
-        .args(&args)
-        .env("QOSD_LOG", "info")
-        .env_remove("NODE_NAME")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start qosd run");
-    Daemon(child)
-}
-
-fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    Daemon::start(&args)
 }
 
 fn wait_synced(port: u16, exact: u64) {
-    wait_until("the API view merged", Duration::from_secs(30), || {
+    wait_for("the API view merged", Duration::from_secs(30), || {
         let s = status_json(port);
         s["kubernetes"]["state"] == "synced"
             && s["kubernetes"]["pods_exact"].as_u64() == Some(exact)
@@ -335,9 +293,7 @@ fn grow_until_dead(pid: i32, limit: Duration) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root: starts containerd and creates cgroups"]
 async fn hard_eviction_refused_or_unanswered_falls_back_to_local_kill_and_delete() {
-    assert!(require_root(
-        "hard_eviction_refused_or_unanswered_falls_back"
-    ));
+    require_containerd();
     let env = Containerd::start();
     let g = env
         .run_pod(
@@ -367,11 +323,9 @@ async fn hard_eviction_refused_or_unanswered_falls_back_to_local_kill_and_delete
     // The first eviction is refused by a PDB, the second never answered.
     api.script_evictions(&[Answer::TooManyRequests, Answer::Hang]);
     let d = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let _daemon = start_daemon(
+    let daemon = start_daemon(
         &env,
         &api.kubeconfig(d.path()),
-        port,
         &[
             "--eviction-hard",
             "allocatableMemory.available<100Mi",
@@ -379,6 +333,7 @@ async fn hard_eviction_refused_or_unanswered_falls_back_to_local_kill_and_delete
             "1s",
         ],
     );
+    let port = daemon.port;
     wait_synced(port, 3);
     let g_pid = env.container_pid(&g.containers[0].1).await;
     let p1 = env.container_pid(&be1.containers[0].1).await;
@@ -386,16 +341,16 @@ async fn hard_eviction_refused_or_unanswered_falls_back_to_local_kill_and_delete
 
     grow_until_dead(p1, Duration::from_secs(20));
     assert!(!alive(p1), "refused (429): killed locally");
-    wait_until("the delete after the kill", Duration::from_secs(10), || {
+    wait_for("the delete after the kill", Duration::from_secs(10), || {
         api.deletes().len() == 1
     });
     assert!(api.pod(&be1.spec.uid).is_none(), "deleted through the API");
     grow_until_dead(p2, Duration::from_secs(20));
     assert!(!alive(p2), "no answer: killed locally");
-    wait_until("the second delete", Duration::from_secs(10), || {
+    wait_for("the second delete", Duration::from_secs(10), || {
         api.deletes().len() == 2
     });
-    wait_until("the delete counted", Duration::from_secs(10), || {
+    wait_for("the delete counted", Duration::from_secs(10), || {
         metric(
             port,
             "qosd_api_evictions_total{path=\"fallback_pod_deleted\"}",
@@ -451,7 +406,7 @@ async fn hard_eviction_refused_or_unanswered_falls_back_to_local_kill_and_delete
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root: starts containerd and creates cgroups"]
 async fn soft_eviction_refused_moves_to_the_next_pod() {
-    assert!(require_root("soft_eviction_refused_moves_to_the_next_pod"));
+    require_containerd();
     let env = Containerd::start();
     let big = env
         .run_pod(
@@ -468,11 +423,9 @@ async fn soft_eviction_refused_moves_to_the_next_pod() {
     }
     api.script_evictions(&[Answer::TooManyRequests]);
     let d = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let _daemon = start_daemon(
+    let daemon = start_daemon(
         &env,
         &api.kubeconfig(d.path()),
-        port,
         &[
             "--eviction-hard",
             "allocatableMemory.available<10Mi",
@@ -484,6 +437,7 @@ async fn soft_eviction_refused_moves_to_the_next_pod() {
             "30",
         ],
     );
+    let port = daemon.port;
     wait_synced(port, 2);
     let big_pid = env.container_pid(&big.containers[0].1).await;
     let next_pid = env.container_pid(&next.containers[0].1).await;
@@ -540,7 +494,7 @@ async fn soft_eviction_refused_moves_to_the_next_pod() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root: starts containerd and creates cgroups"]
 async fn api_going_away_degrades_to_runtime_data_without_stale_evictions() {
-    assert!(require_root("api_going_away_degrades"));
+    require_containerd();
     let env = Containerd::start();
     // A Burstable pod within its exact request (64Mi; the runtime cannot
     // tell it below 0.1 % of the node) and a BestEffort one.
@@ -567,18 +521,17 @@ async fn api_going_away_degrades_to_runtime_data_without_stale_evictions() {
         Some("system-cluster-critical"),
     ));
     let d = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let _daemon = start_daemon(
+    let daemon = start_daemon(
         &env,
         &api.kubeconfig(d.path()),
-        port,
         &["--eviction-hard", "allocatableMemory.available<100Mi"],
     );
+    let port = daemon.port;
     wait_synced(port, 2);
     assert_eq!(metric(port, "qosd_kube_api_up"), 1.0);
 
     api.go_away();
-    wait_until("degraded", Duration::from_secs(40), || {
+    wait_for("degraded", Duration::from_secs(40), || {
         let s = status_json(port);
         s["kubernetes"]["state"] == "unavailable"
             && s["kubernetes"]["pods_inferred"].as_u64() == Some(2)

@@ -319,12 +319,21 @@ fn start_eviction(
         Some(opts.plan.node.enforced_memory_bytes),
     );
     let backend = cfg.effective_eviction_backend();
-    let stopper: Option<Arc<dyn crate::runtime::evictor::PodStopper>> = match &opts.source {
-        PodSourceSpec::Cri { endpoint } => Some(Arc::new(
-            crate::runtime::stopper::CriStopper::new(endpoint.clone(), rt.handle().clone()),
-        )),
+    // One lazily connected CRI client for the eviction side: stopping
+    // victims, writable layers, dead containers and image GC.
+    let cri = match &opts.source {
+        PodSourceSpec::Cri { endpoint } => {
+            let mut s =
+                crate::runtime::stopper::CriStopper::new(endpoint.clone(), rt.handle().clone());
+            s.image_gc.minimum_age = cfg.image_minimum_gc_age;
+            Some(Arc::new(s))
+        }
         PodSourceSpec::Manifests(_) => None,
     };
+    let stopper = cri
+        .clone()
+        .map(|c| c as Arc<dyn crate::runtime::evictor::PodStopper>);
+    let node_runtime = cri.map(|c| c as Arc<dyn crate::runtime::eviction::NodeRuntime>);
     let service = EvictionService::start(
         ServiceConfig {
             eviction,
@@ -338,9 +347,18 @@ fn start_eviction(
                 ..WatchConfig::default()
             }),
             max_listing_age: (cfg.reconcile_interval * 3).max(Duration::from_secs(30)),
-            manager: Default::default(),
+            manager: crate::policy::evict::manager::ManagerOptions {
+                disk_layout: crate::runtime::eviction_service::disk_layout(cfg),
+                ..Default::default()
+            },
+            image_gc: crate::runtime::eviction::ImageGcPolicy {
+                high_percent: cfg.image_gc_high_threshold_percent,
+                low_percent: cfg.image_gc_low_threshold_percent,
+                minimum_age: cfg.image_minimum_gc_age,
+            },
         },
         stopper,
+        node_runtime,
         metrics.clone(),
         health.clone(),
     )

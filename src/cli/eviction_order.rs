@@ -263,6 +263,8 @@ mod tests {
             termination_grace_period_seconds: None,
             sandbox_id: None,
             cgroup_dirs: vec![],
+            storage_limits: Default::default(),
+            storage_detail: None,
             stats: usage.map(|u| PodStats {
                 memory_working_set_bytes: Some(u),
                 ..Default::default()

@@ -424,7 +424,11 @@ impl Manager {
                     stale_met.join(", ")
                 ));
             }
-            // pressure gone: nothing to do (victims in flight stay excluded)
+            // pressure gone: nothing to wait for (victims in flight stay
+            // excluded while they are listed)
+            for f in self.in_flight.values_mut() {
+                f.done = true;
+            }
             return Action::None;
         };
         let pods = match pods {
@@ -816,7 +820,13 @@ mod tests {
         let v = d.victim().expect("victim");
         assert_eq!(v.candidate.uid, "be"); // exceeds by 250Mi > bu's 200Mi
         assert_eq!(v.kind, ThresholdKind::Hard);
-        assert_eq!(v.grace, Duration::ZERO);
+        // the kubelet's immediateEvictionGracePeriodSeconds
+        assert_eq!(v.grace, s(1));
+        assert!(
+            v.message.starts_with("The node was low on resource: memory. Threshold quantity: 100Mi, available: 99Mi. "),
+            "{}",
+            v.message
+        );
         assert_eq!(v.threshold_value, 100 * MI);
         assert_eq!(v.observed, 99 * MI);
         assert_eq!(d.conditions, vec![NodeCondition::MemoryPressure]);
@@ -832,7 +842,7 @@ mod tests {
         assert_eq!(d.met().count(), 1);
         // the release pass chooses nobody: the observation may predate it
         assert_eq!(d.action, Action::None);
-        assert!(d.notes.iter().any(|n| n.contains("released: pod gone")));
+        assert!(d.events.iter().any(|n| n.contains("released: pod gone")));
         // an observation as old as the release is not enough either
         let d = m.synchronize(t0 + s(3), &mem(120, t0 + s(3)), Ok(&p2));
         assert_eq!(d.action, Action::None);
@@ -936,7 +946,7 @@ mod tests {
             config(
                 "memory.available<10Mi",
                 "memory.available<1Gi",
-                "memory.available=0s",
+                "memory.available=1s",
                 "",
                 "0s",
             ),
@@ -946,8 +956,134 @@ mod tests {
         for c in &mut p {
             c.termination_grace_period_seconds = Some(5);
         }
-        let d = m.synchronize(t0, &mem(500, t0), Ok(&p));
-        assert_eq!(d.victim().unwrap().grace, s(5));
+        assert!(m.synchronize(t0, &mem(500, t0), Ok(&p)).victim().is_none());
+        let d = m.synchronize(t0 + s(1), &mem(500, t0 + s(1)), Ok(&p));
+        let v = d.victim().unwrap();
+        assert_eq!((v.kind, v.grace), (ThresholdKind::Soft, s(5)));
+    }
+
+    #[test]
+    fn soft_with_zero_grace_acts_as_hard() {
+        // the kubelet's isHardEvictionThreshold: grace period 0 = hard
+        let t0 = Instant::now();
+        let mut m = Manager::new(
+            config("", "memory.available<1Gi", "memory.available=0s", "", "0s"),
+            ManagerOptions::default(),
+        );
+        let d = m.synchronize(t0, &mem(500, t0), Ok(&pods()));
+        let v = d.victim().unwrap();
+        assert_eq!((v.kind, v.grace), (ThresholdKind::Hard, s(1)));
+    }
+
+    #[test]
+    fn hard_threshold_does_not_wait_for_a_soft_victim() {
+        let t0 = Instant::now();
+        let mut m = Manager::new(
+            config(
+                "memory.available<100Mi",
+                "memory.available<1Gi",
+                "memory.available=1s",
+                "",
+                "0s",
+            ),
+            ManagerOptions::default(),
+        );
+        let p = pods();
+        m.synchronize(t0, &mem(900, t0), Ok(&p));
+        let d = m.synchronize(t0 + s(1), &mem(900, t0 + s(1)), Ok(&p));
+        let soft = d.victim().unwrap().candidate.uid.clone();
+        assert_eq!(d.victim().unwrap().kind, ThresholdKind::Soft);
+        // still terminating (grace 20 s): soft keeps waiting
+        let d = m.synchronize(t0 + s(2), &mem(900, t0 + s(2)), Ok(&p));
+        assert!(matches!(d.action, Action::WaitingForRelease { .. }));
+        // the hard threshold is crossed: the next pass evicts another pod
+        let d = m.synchronize(t0 + s(3), &mem(50, t0 + s(3)), Ok(&p));
+        let v = d.victim().expect("escalation on the next pass");
+        assert_eq!(v.kind, ThresholdKind::Hard);
+        assert_ne!(v.candidate.uid, soft);
+        assert_eq!(v.grace, s(1));
+        assert!(d.events.iter().any(|e| e.contains("still terminating")));
+        // both in flight now: the hard victim blocks further choices
+        let d = m.synchronize(t0 + s(4), &mem(50, t0 + s(4)), Ok(&p));
+        assert!(matches!(d.action, Action::WaitingForRelease { .. }), "{:?}", d.action);
+    }
+
+    #[test]
+    fn a_victim_is_never_chosen_twice() {
+        // released by "no process" while still listed (the kill backend
+        // before the runtime removed it): never chosen again
+        let t0 = Instant::now();
+        let mut m = Manager::new(
+            config("memory.available<100Mi", "", "", "", "0s"),
+            ManagerOptions::default(),
+        );
+        let mut p = pods();
+        let mut chosen = Vec::new();
+        for i in 0..40u64 {
+            let now = t0 + Duration::from_millis(600 * i);
+            let d = m.synchronize(now, &mem(1, now), Ok(&p));
+            if let Some(v) = d.victim() {
+                chosen.push(v.candidate.uid.clone());
+                for c in &mut p {
+                    if c.uid == v.candidate.uid {
+                        c.stats.as_mut().unwrap().processes = Some(0);
+                    }
+                }
+            }
+        }
+        assert_eq!(chosen, vec!["be", "bu", "g"], "each victim once, in order");
+        let d = m.synchronize(t0 + s(60), &mem(1, t0 + s(60)), Ok(&p));
+        assert!(matches!(d.action, Action::Blocked(ref w) if w.contains("3 already evicted")), "{:?}", d.action);
+        // gone from the list: forgotten
+        let d = m.synchronize(t0 + s(61), &mem(1, t0 + s(61)), Ok(&[]));
+        assert!(m.in_flight().next().is_none(), "{:?}", d.action);
+    }
+
+    #[test]
+    fn local_storage_limit_evicts_without_pressure() {
+        use crate::policy::evict::local_storage::{ContainerStorage, StorageDetail};
+        let t0 = Instant::now();
+        let mut m = Manager::new(
+            config("memory.available<100Mi", "", "", "", "0s"),
+            ManagerOptions::default(),
+        );
+        let mut p = pods();
+        let mut pod = crate::core::model::Pod::new("bu", "ns", "bu");
+        let mut c = crate::core::model::Container {
+            name: "app".into(),
+            ..Default::default()
+        };
+        c.resources.limits.insert(
+            "ephemeral-storage".into(),
+            crate::core::quantity::Quantity::parse("10Mi").unwrap(),
+        );
+        pod.containers.push(c);
+        p[1].storage_limits = crate::policy::evict::local_storage::StorageLimits::of(&pod);
+        let detail = |mib: u64| StorageDetail {
+            containers: vec![ContainerStorage {
+                name: "app".into(),
+                rootfs_bytes: Some(mib << 20),
+                logs_bytes: Some(0),
+            }],
+            volumes: vec![],
+            total_bytes: mib << 20,
+        };
+        p[1].storage_detail = Some(detail(9));
+        let d = m.synchronize(t0, &mem(4000, t0), Ok(&p));
+        assert_eq!(d.action, Action::None);
+        p[1].storage_detail = Some(detail(11));
+        let d = m.synchronize(t0 + s(1), &mem(4000, t0 + s(1)), Ok(&p));
+        let v = d.victim().expect("over its limit");
+        assert_eq!(v.candidate.uid, "bu");
+        assert_eq!(v.grace, s(1));
+        assert_eq!(v.metric_label(), "ephemeralpodfs.limit");
+        assert_eq!(
+            v.message,
+            "Pod ephemeral local storage usage exceeds the total limit of containers 10Mi. "
+        );
+        // once
+        let d = m.synchronize(t0 + s(2), &mem(4000, t0 + s(2)), Ok(&p));
+        assert_eq!(d.action, Action::None);
     }
 
     #[test]
@@ -1108,9 +1244,9 @@ mod tests {
         }
         let d = m.synchronize(t0 + s(1), &mem(1, t0 + s(1)), Ok(&p));
         assert!(
-            d.notes.iter().any(|n| n.contains("usage dropped")),
+            d.events.iter().any(|n| n.contains("usage dropped")),
             "{:?}",
-            d.notes
+            d.events
         );
         assert_eq!(d.action, Action::None);
         let d = m.synchronize(t0 + s(2), &mem(1, t0 + s(2)), Ok(&p));
@@ -1121,9 +1257,9 @@ mod tests {
         assert!(matches!(d.action, Action::WaitingForRelease { .. }));
         let d = m.synchronize(t0 + s(32), &mem(1, t0 + s(32)), Ok(&p));
         assert!(
-            d.notes.iter().any(|n| n.contains("not released after 30s")),
+            d.events.iter().any(|n| n.contains("not released after 30s")),
             "{:?}",
-            d.notes
+            d.events
         );
         assert!(d.victim().is_some());
     }
@@ -1183,11 +1319,11 @@ mod tests {
         );
         let d = m.synchronize(t0 + ms(500), &mem(1, t0 + ms(500)), Ok(&p));
         assert!(
-            d.notes
+            d.events
                 .iter()
                 .any(|n| n.contains("no process left for 500ms")),
             "{:?}",
-            d.notes
+            d.events
         );
     }
 

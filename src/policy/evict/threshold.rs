@@ -1092,10 +1092,10 @@ mod tests {
             ),
             (
                 RawEvictionConfig {
-                    eviction_minimum_reclaim: [("nodefs.available".into(), "150%".into())].into(),
+                    eviction_minimum_reclaim: [("nodefs.available".into(), "0%".into())].into(),
                     ..Default::default()
                 },
-                "must be <= 100%",
+                "a percentage minimum reclaim must be positive",
             ),
             (
                 RawEvictionConfig {

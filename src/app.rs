@@ -326,6 +326,9 @@ fn start_eviction(
             let mut s =
                 crate::runtime::stopper::CriStopper::new(endpoint.clone(), rt.handle().clone());
             s.image_gc.minimum_age = cfg.image_minimum_gc_age;
+            if cfg.eviction_max_pod_grace_period > 0 {
+                s.max_grace = Duration::from_secs(cfg.eviction_max_pod_grace_period as u64);
+            }
             Some(Arc::new(s))
         }
         PodSourceSpec::Manifests(_) => None,

@@ -445,5 +445,10 @@ fn soft_eviction_escalates_to_hard_on_the_next_pass() {
         .find(|l| l.contains("evicting pod") && l.contains("other"))
         .unwrap();
     assert!(hard_line.contains("hard") && hard_line.contains("grace_s=1"), "{hard_line}");
+    // the soft victim still ends after its grace, stopped once
+    assert!(sandbox_exists(&rt, &env, &stubborn), "the soft victim had 20 s");
+    wait_for("the soft victim gone after its grace", 40, || !sandbox_exists(&rt, &env, &stubborn));
     assert_eq!(stop_calls(&env, &stubborn), 1);
+    assert_eq!(stop_calls(&env, &other), 1);
+    assert_eq!(d.metric("qosd_evictions_total"), 2.0);
 }

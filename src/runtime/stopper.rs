@@ -19,6 +19,12 @@ pub struct CriStopper {
     endpoint: String,
     handle: tokio::runtime::Handle,
     client: Mutex<Option<crate::cri::CriClient>>,
+    /// A second client whose calls may last a whole grace period
+    /// (StopContainer with the pod's grace).
+    stop_client: Mutex<Option<crate::cri::CriClient>>,
+    /// The longest grace a stop can take (evictionMaxPodGracePeriod, or the
+    /// kubelet's default 30 s when that is 0).
+    pub max_grace: Duration,
     images: Mutex<ImageTracker>,
     /// Image GC policy (minimum age).
     pub image_gc: ImageGcPolicy,
@@ -38,6 +44,8 @@ impl CriStopper {
             endpoint,
             handle,
             client: Mutex::new(None),
+            stop_client: Mutex::new(None),
+            max_grace: Duration::from_secs(30),
             images: Mutex::new(ImageTracker::default()),
             image_gc: ImageGcPolicy::default(),
         }
@@ -195,7 +203,25 @@ impl CriStopper {
         &self,
         f: impl FnOnce(crate::cri::CriClient) -> Result<T, crate::cri::CriError>,
     ) -> Result<T, String> {
-        let mut guard = self.client.lock().map_err(|e| e.to_string())?;
+        self.with(&self.client, Duration::from_secs(10), f)
+    }
+
+    /// The client for stopping pods: its calls may last the grace period.
+    fn with_stop_client<T>(
+        &self,
+        f: impl FnOnce(crate::cri::CriClient) -> Result<T, crate::cri::CriError>,
+    ) -> Result<T, String> {
+        let deadline = self.max_grace.max(Duration::from_secs(1)) + Duration::from_secs(15);
+        self.with(&self.stop_client, deadline, f)
+    }
+
+    fn with<T>(
+        &self,
+        slot: &Mutex<Option<crate::cri::CriClient>>,
+        call_timeout: Duration,
+        f: impl FnOnce(crate::cri::CriClient) -> Result<T, crate::cri::CriError>,
+    ) -> Result<T, String> {
+        let mut guard = slot.lock().map_err(|e| e.to_string())?;
         let client = match guard.as_ref() {
             Some(c) => c.clone(),
             None => {
@@ -204,6 +230,7 @@ impl CriStopper {
                         max_elapsed: Duration::from_secs(2),
                         ..Default::default()
                     },
+                    call_timeout,
                     ..Default::default()
                 };
                 let c = self
@@ -222,7 +249,7 @@ impl CriStopper {
 impl crate::runtime::evictor::PodStopper for CriStopper {
     fn stop_pod(&self, sandbox_id: &str, grace: Duration) -> Result<(), String> {
         let handle = self.handle.clone();
-        self.with_client(|c| {
+        self.with_stop_client(|c| {
             handle.block_on(async {
                 if !grace.is_zero() {
                     // StopPodSandbox has no grace period: stop the running

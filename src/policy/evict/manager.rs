@@ -455,11 +455,18 @@ impl Manager {
                     since: f.since,
                 };
             }
+            let soft: Vec<String> = blocking.iter().map(|(u, _)| (*u).clone()).collect();
             events.push(format!(
                 "{} met while soft victim {} is still terminating: evicting for the hard threshold now",
-                chosen.threshold.statement(),
-                uid
+                chosen.threshold,
+                soft.join(", ")
             ));
+            // they go on terminating, excluded, but no longer hold back
+            for u in soft {
+                if let Some(f) = self.in_flight.get_mut(&u) {
+                    f.done = true;
+                }
+            }
         }
         let signal = chosen.threshold.signal;
         let obs = chosen

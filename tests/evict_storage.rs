@@ -452,3 +452,62 @@ fn soft_eviction_escalates_to_hard_on_the_next_pass() {
     assert_eq!(stop_calls(&env, &other), 1);
     assert_eq!(d.metric("qosd_evictions_total"), 2.0);
 }
+
+#[test]
+#[ignore = "needs root: runs a private containerd, pod cgroups and qosd run"]
+fn memory_ranking_uses_the_top_of_the_oom_score_adj_band() {
+    // A Burstable container with request 16Mi and limit 400Mi gets
+    // oom_score_adj 999 (its request is under 0.2 % of the node): qosd takes
+    // its request as the top of that band, never the limit, so using more
+    // it ranks as exceeding its request — before the Guaranteed pod.
+    let tmp = tempfile::tempdir().unwrap();
+    let root_dir = tmp.path().join("kubelet");
+    std::fs::create_dir_all(&root_dir).unwrap();
+    let env = Containerd::start();
+    let rt = rt();
+    let g = rt.block_on(env.run_pod(
+        &PodSpec::new("guaranteed").container(
+            ContainerSpec::memhog("hog", &["60"])
+                .cpu(Some(100), Some(100))
+                .memory(Some(128 * MI), Some(128 * MI)),
+        ),
+    ));
+    let b = rt.block_on(env.run_pod(
+        &PodSpec::new("burstable").container(
+            ContainerSpec::memhog("hog", &["60", "16", "3600000", "380"])
+                .memory(Some(16 * MI), Some(400 * MI)),
+        ),
+    ));
+    let d = Daemon::start(
+        &env,
+        &root_dir,
+        "nodeMemory: 512Mi\n",
+        &[
+            "--eviction-hard",
+            "allocatableMemory.available<200Mi",
+            "--eviction-backend",
+            "kill",
+        ],
+    );
+    let b_pid = rt.block_on(env.container_pid(&b.containers[0].1));
+    let g_pid = rt.block_on(env.container_pid(&g.containers[0].1));
+    let alive = |pid: i32| nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok();
+    let t = Instant::now();
+    while alive(b_pid) && t.elapsed() < Duration::from_secs(30) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(b_pid),
+            nix::sys::signal::Signal::SIGUSR1,
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert!(!alive(b_pid), "the Burstable pod over its request was not evicted");
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(alive(g_pid), "the Guaranteed pod under its limit must survive");
+    let line = d
+        .lines()
+        .into_iter()
+        .find(|l| l.contains("evicting pod"))
+        .unwrap();
+    assert!(line.contains("burstable") && line.contains("exceeds request"), "{line}");
+    assert_eq!(d.metric("qosd_evictions_total"), 1.0);
+}

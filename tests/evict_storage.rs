@@ -511,3 +511,100 @@ fn memory_ranking_uses_the_top_of_the_oom_score_adj_band() {
     assert!(line.contains("burstable") && line.contains("exceeds request"), "{line}");
     assert_eq!(d.metric("qosd_evictions_total"), 1.0);
 }
+
+#[test]
+#[ignore = "needs root: mounts a tmpfs, runs a private containerd"]
+fn local_storage_limit_evicts_without_node_pressure() {
+    // The production eviction pass (Engine) with a real containerd for the
+    // writable layers and the clean-up, the pod specs from manifests (the
+    // CRI does not carry ephemeral-storage limits), no node pressure.
+    use qosd::policy::evict::manager::ManagerOptions;
+    use qosd::policy::evict::threshold::{parse_threshold_flag, EvictionConfig, RawEvictionConfig};
+    use qosd::policy::evict::Backend;
+    use qosd::runtime::eviction::{Engine, NodeRuntime};
+    use qosd::runtime::evictor::{Evictor, PodStopper};
+
+    let fs = tmpfs("200m", 200_000);
+    let root_dir = fs.path.join("kubelet");
+    std::fs::create_dir_all(&root_dir).unwrap();
+    let env = Containerd::start_with_root(Some(&fs.path.join("containerd")));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let over = rt.block_on(env.run_pod(&PodSpec::new("over").container(ContainerSpec::memhog("app", &["2"]))));
+    let under = rt.block_on(env.run_pod(&PodSpec::new("under").container(ContainerSpec::memhog("app", &["2"]))));
+    fill_writable_layer(&rt, &env, &over, "fill", 12);
+    fill_writable_layer(&rt, &env, &under, "fill", 2);
+    let manifest = |p: &RunningPod, limit: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {}, namespace: {}, uid: {}}}\nspec:\n  containers:\n  - name: app\n    resources: {{limits: {{ephemeral-storage: {limit}}}}}\n",
+            p.spec.name, p.spec.namespace, p.spec.uid
+        )
+    };
+    let mut pods = qosd::manifest::parse_str(&manifest(&over, "8Mi"), "over.yaml").unwrap();
+    pods.extend(qosd::manifest::parse_str(&manifest(&under, "8Mi"), "under.yaml").unwrap());
+    let sandboxes = [&over, &under]
+        .iter()
+        .map(|p| (p.spec.uid.clone(), p.sandbox_id.clone()))
+        .collect();
+    let layout = qosd::policy::enforce::naming::CgroupLayout::new(
+        qosd::core::model::CgroupVersion::V1,
+        qosd::core::model::CgroupDriver::Cgroupfs,
+    )
+    .with_cgroup_root(env.cgroup_root.clone());
+    let candidates = qosd::runtime::eviction_service::candidates(&pods, &sandboxes, &layout);
+
+    let mut sources = qosd::sys::signals::SignalSources::host(qosd::core::model::CgroupVersion::V1);
+    sources.nodefs = Some(root_dir.clone());
+    sources.pod_root_dir = Some(root_dir.clone());
+    sources.pod_logs_dir = fs.path.join("logs");
+    let cfg = EvictionConfig::from_raw(&RawEvictionConfig {
+        eviction_hard: Some(parse_threshold_flag("h", "nodefs.available<1Ki").unwrap()),
+        ..Default::default()
+    })
+    .unwrap();
+    let cri = Arc::new(qosd::runtime::stopper::CriStopper::new(
+        env.endpoint.clone(),
+        rt.handle().clone(),
+    ));
+    let stopper: Arc<dyn PodStopper> = cri.clone();
+    let mut engine = Engine::new(
+        cfg,
+        ManagerOptions::default(),
+        sources,
+        Evictor::new(Backend::Cri, Some(stopper), Duration::from_secs(30)),
+    );
+    engine.runtime = Some(cri as Arc<dyn NodeRuntime>);
+
+    let mut evicted = Vec::new();
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(20) && sandbox_exists(&rt, &env, &over) {
+        let r = engine.pass(Ok(candidates.clone()));
+        assert!(r.decision.conditions.is_empty(), "no node pressure");
+        if let Some(v) = r.decision.victim() {
+            assert!(matches!(r.outcome, Some(Ok(_))), "{:?}", r.outcome);
+            evicted.push((v.candidate.name.clone(), v.metric_label(), v.message.clone(), v.grace));
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert!(!sandbox_exists(&rt, &env, &over), "the pod over its limit was not evicted");
+    assert!(sandbox_exists(&rt, &env, &under), "the pod under its limit must stay");
+    assert_eq!(evicted.len(), 1, "{evicted:?}");
+    let (name, label, message, grace) = &evicted[0];
+    assert_eq!(name, "over");
+    // one container: the pod total (layer) is checked before the container
+    assert_eq!(*label, "ephemeralpodfs.limit");
+    assert_eq!(
+        message,
+        "Pod ephemeral local storage usage exceeds the total limit of containers 8Mi. "
+    );
+    assert_eq!(*grace, Duration::from_secs(1));
+    // more passes: the pod under its limit is never chosen
+    for _ in 0..3 {
+        let r = engine.pass(Ok(candidates.clone()));
+        assert!(r.decision.victim().is_none());
+    }
+    assert_eq!(stop_calls(&env, &over), 1);
+}

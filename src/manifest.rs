@@ -465,10 +465,9 @@ fn volumes(spec: &Obj, sat: &At) -> Result<Vec<crate::core::model::Volume>, Stri
                             Value::String(s) => s.clone(),
                             Value::Number(n) => n.to_string(),
                             other => {
-                                return Err(eat.field("sizeLimit").err(format!(
-                                    "expected a quantity, got {}",
-                                    type_name(other)
-                                )))
+                                return Err(eat
+                                    .field("sizeLimit")
+                                    .err(format!("expected a quantity, got {}", type_name(other))))
                             }
                         };
                         Some(Quantity::parse(&text).map_err(|e| eat.field("sizeLimit").err(e))?)

@@ -45,7 +45,12 @@ fn tmpfs(size: &str, inodes: u32) -> Tmpfs {
         nix::mount::MsFlags::MS_NODEV,
         Some(format!("size={size},nr_inodes={inodes}").as_str()),
     )
-    .unwrap_or_else(|e| panic!("needs root: cannot mount a tmpfs at {}: {e}", path.display()));
+    .unwrap_or_else(|e| {
+        panic!(
+            "needs root: cannot mount a tmpfs at {}: {e}",
+            path.display()
+        )
+    });
     Tmpfs { path, _dir: dir }
 }
 
@@ -163,7 +168,13 @@ fn sandbox_exists(rt: &tokio::runtime::Runtime, env: &Containerd, pod: &RunningP
 
 /// Write `mib` MiB into the container's own root filesystem (its writable
 /// layer), through /proc/<pid>/root as the container would.
-fn fill_writable_layer(rt: &tokio::runtime::Runtime, env: &Containerd, pod: &RunningPod, name: &str, mib: usize) {
+fn fill_writable_layer(
+    rt: &tokio::runtime::Runtime,
+    env: &Containerd,
+    pod: &RunningPod,
+    name: &str,
+    mib: usize,
+) {
     let pid = rt.block_on(env.container_pid(&pod.containers[0].1));
     let buf = vec![0x5au8; MI as usize];
     let path = PathBuf::from(format!("/proc/{pid}/root/{name}"));
@@ -208,16 +219,18 @@ fn disk_pressure_reclaims_images_then_evicts_the_writer() {
     let unused = support::filler_image("qosd.test/unused:1", 24 << 20);
     env.import(&unused);
     let rt = rt();
-    let quiet = rt.block_on(env.run_pod(
-        &PodSpec::new("guaranteed-quiet").container(
-            ContainerSpec::memhog("app", &["4"])
-                .cpu(Some(100), Some(100))
-                .memory(Some(64 * MI), Some(64 * MI)),
+    let quiet = rt.block_on(
+        env.run_pod(
+            &PodSpec::new("guaranteed-quiet").container(
+                ContainerSpec::memhog("app", &["4"])
+                    .cpu(Some(100), Some(100))
+                    .memory(Some(64 * MI), Some(64 * MI)),
+            ),
         ),
-    ));
-    let writer = rt.block_on(
-        env.run_pod(&PodSpec::new("besteffort-writer").container(ContainerSpec::memhog("app", &["4"]))),
     );
+    let writer = rt.block_on(env.run_pod(
+        &PodSpec::new("besteffort-writer").container(ContainerSpec::memhog("app", &["4"])),
+    ));
     // Its container log, where the kubelet would keep it.
     let wlog = logs_dir.join(format!(
         "{}_{}_{}/app",
@@ -234,7 +247,10 @@ fn disk_pressure_reclaims_images_then_evicts_the_writer() {
     let d = Daemon::start(
         &env,
         &root_dir,
-        &format!("podLogsDir: {}\nimageMinimumGCAge: 0s\n", logs_dir.display()),
+        &format!(
+            "podLogsDir: {}\nimageMinimumGCAge: 0s\n",
+            logs_dir.display()
+        ),
         &[
             "--eviction-hard",
             &format!("nodefs.available<{threshold}Mi"),
@@ -242,7 +258,10 @@ fn disk_pressure_reclaims_images_then_evicts_the_writer() {
             "kill",
         ],
     );
-    assert!(rt.block_on(env.image_tags()).iter().any(|t| t.contains("unused")));
+    assert!(rt
+        .block_on(env.image_tags())
+        .iter()
+        .any(|t| t.contains("unused")));
 
     // The writer writes 56 MiB into its writable layer: nodefs below the
     // line by ~16 MiB; the image frees ~24 MiB but the line + nothing is
@@ -263,7 +282,9 @@ fn disk_pressure_reclaims_images_then_evicts_the_writer() {
     fill_writable_layer(&rt, &env, &writer, "fill-2", 20);
 
     wait_for("the unused image removed", 30, || {
-        !rt.block_on(env.image_tags()).iter().any(|t| t.contains("unused"))
+        !rt.block_on(env.image_tags())
+            .iter()
+            .any(|t| t.contains("unused"))
     });
     assert!(sandbox_exists(&rt, &env, &writer));
     // Still writing: the image alone is not enough; the writer goes.
@@ -274,17 +295,36 @@ fn disk_pressure_reclaims_images_then_evicts_the_writer() {
         fill_writable_layer(&rt, &env, &writer, &format!("more-{i}"), 8);
         std::thread::sleep(Duration::from_secs(2));
     }
-    wait_for("the writer evicted", 60, || !sandbox_exists(&rt, &env, &writer));
+    wait_for("the writer evicted", 60, || {
+        !sandbox_exists(&rt, &env, &writer)
+    });
     std::thread::sleep(Duration::from_secs(3));
-    assert!(sandbox_exists(&rt, &env, &quiet), "the quiet Guaranteed pod must stay");
+    assert!(
+        sandbox_exists(&rt, &env, &quiet),
+        "the quiet Guaranteed pod must stay"
+    );
     let tags = rt.block_on(env.image_tags());
-    assert!(tags.iter().any(|t| t.contains("memhog")), "an image in use was removed: {tags:?}");
+    assert!(
+        tags.iter().any(|t| t.contains("memhog")),
+        "an image in use was removed: {tags:?}"
+    );
     assert!(d.metric("qosd_reclaimed_images_total") >= 1.0);
-    assert_eq!(d.metric("qosd_evictions_total{signal=\"nodefs.available\""), 1.0);
-    assert_eq!(stop_calls(&env, &writer), 1, "StopPodSandbox calls for the writer");
+    assert_eq!(
+        d.metric("qosd_evictions_total{signal=\"nodefs.available\""),
+        1.0
+    );
+    assert_eq!(
+        stop_calls(&env, &writer),
+        1,
+        "StopPodSandbox calls for the writer"
+    );
     let lines = d.lines();
-    let removed = lines.iter().position(|l| l.contains("removed unused image"));
-    let evicted = lines.iter().position(|l| l.contains("evicting pod") && l.contains("besteffort-writer"));
+    let removed = lines
+        .iter()
+        .position(|l| l.contains("removed unused image"));
+    let evicted = lines
+        .iter()
+        .position(|l| l.contains("evicting pod") && l.contains("besteffort-writer"));
     assert!(
         matches!((removed, evicted), (Some(r), Some(e)) if r < e),
         "image removal must come before the eviction: {removed:?} {evicted:?}"
@@ -300,17 +340,20 @@ fn inode_pressure_evicts_the_pod_with_many_files() {
     std::fs::create_dir_all(&root_dir).unwrap();
     let env = Containerd::start_with_root(Some(&fs.path.join("containerd")));
     let rt = rt();
-    let quiet = rt.block_on(env.run_pod(
-        &PodSpec::new("guaranteed-quiet").container(
-            ContainerSpec::memhog("app", &["4"])
-                .cpu(Some(100), Some(100))
-                .memory(Some(64 * MI), Some(64 * MI)),
+    let quiet = rt.block_on(
+        env.run_pod(
+            &PodSpec::new("guaranteed-quiet").container(
+                ContainerSpec::memhog("app", &["4"])
+                    .cpu(Some(100), Some(100))
+                    .memory(Some(64 * MI), Some(64 * MI)),
+            ),
         ),
-    ));
+    );
     let writer = rt.block_on(
-        env.run_pod(&PodSpec::new("burstable-files").container(
-            ContainerSpec::memhog("app", &["4"]).memory(Some(32 * MI), None),
-        )),
+        env.run_pod(
+            &PodSpec::new("burstable-files")
+                .container(ContainerSpec::memhog("app", &["4"]).memory(Some(32 * MI), None)),
+        ),
     );
     let (free0, _) = qosd::sys::signals::fs_inodes(&fs.path).unwrap();
     let threshold = free0 - 1500;
@@ -331,10 +374,18 @@ fn inode_pressure_evicts_the_pod_with_many_files() {
     for i in 0..2000 {
         std::fs::write(dir.join(format!("f{i}")), b"").unwrap();
     }
-    wait_for("the file writer evicted", 60, || !sandbox_exists(&rt, &env, &writer));
+    wait_for("the file writer evicted", 60, || {
+        !sandbox_exists(&rt, &env, &writer)
+    });
     std::thread::sleep(Duration::from_secs(3));
-    assert!(sandbox_exists(&rt, &env, &quiet), "the quiet Guaranteed pod must stay");
-    assert_eq!(d.metric("qosd_evictions_total{signal=\"nodefs.inodesFree\""), 1.0);
+    assert!(
+        sandbox_exists(&rt, &env, &quiet),
+        "the quiet Guaranteed pod must stay"
+    );
+    assert_eq!(
+        d.metric("qosd_evictions_total{signal=\"nodefs.inodesFree\""),
+        1.0
+    );
     assert_eq!(stop_calls(&env, &writer), 1);
 }
 
@@ -349,9 +400,9 @@ fn exactly_once_each_in_the_kubelets_order_with_quiet_logs() {
     // Four BestEffort pods writing 8, 6, 4, 2 MiB: the kubelet's disk order.
     let mut pods = Vec::new();
     for (i, mib) in [8usize, 6, 4, 2].iter().enumerate() {
-        let p = rt.block_on(
-            env.run_pod(&PodSpec::new(&format!("w{i}")).container(ContainerSpec::memhog("app", &["2"]))),
-        );
+        let p = rt.block_on(env.run_pod(
+            &PodSpec::new(&format!("w{i}")).container(ContainerSpec::memhog("app", &["2"])),
+        ));
         fill_writable_layer(&rt, &env, &p, "fill", *mib);
         pods.push(p);
     }
@@ -370,22 +421,41 @@ fn exactly_once_each_in_the_kubelets_order_with_quiet_logs() {
         ],
     );
     let t = Instant::now();
-    wait_for("all four evicted", 60, || pods.iter().all(|p| !sandbox_exists(&rt, &env, p)));
+    wait_for("all four evicted", 60, || {
+        pods.iter().all(|p| !sandbox_exists(&rt, &env, p))
+    });
     // Hold the threshold met for 10 s more: nothing is evicted twice.
-    std::thread::sleep(Duration::from_secs(10).saturating_sub(t.elapsed()).max(Duration::from_secs(5)));
+    std::thread::sleep(
+        Duration::from_secs(10)
+            .saturating_sub(t.elapsed())
+            .max(Duration::from_secs(5)),
+    );
     for p in &pods {
-        assert_eq!(stop_calls(&env, p), 1, "StopPodSandbox calls for {}", p.spec.name);
+        assert_eq!(
+            stop_calls(&env, p),
+            1,
+            "StopPodSandbox calls for {}",
+            p.spec.name
+        );
     }
     assert_eq!(d.metric("qosd_evictions_total"), 4.0);
     let lines = d.lines();
     let order: Vec<String> = lines
         .iter()
         .filter(|l| l.contains("evicting pod"))
-        .filter_map(|l| pods.iter().find(|p| l.contains(&p.spec.name)).map(|p| p.spec.name.clone()))
+        .filter_map(|l| {
+            pods.iter()
+                .find(|p| l.contains(&p.spec.name))
+                .map(|p| p.spec.name.clone())
+        })
         .collect();
     assert_eq!(order, ["w0", "w1", "w2", "w3"], "eviction order");
     let blocked = lines.iter().filter(|l| l.contains("blocked")).count();
-    assert!(blocked <= 3, "blocked logged {blocked} times:\n{}", lines.join("\n"));
+    assert!(
+        blocked <= 3,
+        "blocked logged {blocked} times:\n{}",
+        lines.join("\n")
+    );
     assert!(lines.len() < 80, "{} log lines", lines.len());
 }
 
@@ -402,7 +472,10 @@ fn soft_eviction_escalates_to_hard_on_the_next_pass() {
         &PodSpec::new("stubborn").container(ContainerSpec::memhog("app", &["--ignore-term", "2"])),
     ));
     let other = rt.block_on(
-        env.run_pod(&PodSpec::new("other").container(ContainerSpec::memhog("app", &["2"]).memory(Some(16 * MI), None))),
+        env.run_pod(
+            &PodSpec::new("other")
+                .container(ContainerSpec::memhog("app", &["2"]).memory(Some(16 * MI), None)),
+        ),
     );
     fill_writable_layer(&rt, &env, &stubborn, "fill", 12);
     fill_writable_layer(&rt, &env, &other, "fill", 4);
@@ -426,14 +499,25 @@ fn soft_eviction_escalates_to_hard_on_the_next_pass() {
     );
     // Soft: the stubborn pod is chosen and given 20 s.
     wait_for("the soft eviction", 30, || {
-        d.lines().iter().any(|l| l.contains("evicting pod") && l.contains("stubborn"))
+        d.lines()
+            .iter()
+            .any(|l| l.contains("evicting pod") && l.contains("stubborn"))
     });
-    let soft_line = d.lines().into_iter().find(|l| l.contains("evicting pod")).unwrap();
-    assert!(soft_line.contains("soft") && soft_line.contains("grace_s=20"), "{soft_line}");
+    let soft_line = d
+        .lines()
+        .into_iter()
+        .find(|l| l.contains("evicting pod"))
+        .unwrap();
+    assert!(
+        soft_line.contains("soft") && soft_line.contains("grace_s=20"),
+        "{soft_line}"
+    );
     // Cross the hard threshold while it is still terminating.
     std::fs::write(root_dir.join("ballast"), vec![1u8; 24 << 20]).unwrap();
     let t = Instant::now();
-    wait_for("the hard eviction of the other pod", 15, || !sandbox_exists(&rt, &env, &other));
+    wait_for("the hard eviction of the other pod", 15, || {
+        !sandbox_exists(&rt, &env, &other)
+    });
     assert!(t.elapsed() < Duration::from_secs(15));
     assert!(
         d.lines().iter().any(|l| l.contains("still terminating")),
@@ -444,10 +528,18 @@ fn soft_eviction_escalates_to_hard_on_the_next_pass() {
         .into_iter()
         .find(|l| l.contains("evicting pod") && l.contains("other"))
         .unwrap();
-    assert!(hard_line.contains("hard") && hard_line.contains("grace_s=1"), "{hard_line}");
+    assert!(
+        hard_line.contains("hard") && hard_line.contains("grace_s=1"),
+        "{hard_line}"
+    );
     // the soft victim still ends after its grace, stopped once
-    assert!(sandbox_exists(&rt, &env, &stubborn), "the soft victim had 20 s");
-    wait_for("the soft victim gone after its grace", 40, || !sandbox_exists(&rt, &env, &stubborn));
+    assert!(
+        sandbox_exists(&rt, &env, &stubborn),
+        "the soft victim had 20 s"
+    );
+    wait_for("the soft victim gone after its grace", 40, || {
+        !sandbox_exists(&rt, &env, &stubborn)
+    });
     assert_eq!(stop_calls(&env, &stubborn), 1);
     assert_eq!(stop_calls(&env, &other), 1);
     assert_eq!(d.metric("qosd_evictions_total"), 2.0);
@@ -465,19 +557,23 @@ fn memory_ranking_uses_the_top_of_the_oom_score_adj_band() {
     std::fs::create_dir_all(&root_dir).unwrap();
     let env = Containerd::start();
     let rt = rt();
-    let g = rt.block_on(env.run_pod(
-        &PodSpec::new("guaranteed").container(
-            ContainerSpec::memhog("hog", &["60"])
-                .cpu(Some(100), Some(100))
-                .memory(Some(128 * MI), Some(128 * MI)),
+    let g = rt.block_on(
+        env.run_pod(
+            &PodSpec::new("guaranteed").container(
+                ContainerSpec::memhog("hog", &["60"])
+                    .cpu(Some(100), Some(100))
+                    .memory(Some(128 * MI), Some(128 * MI)),
+            ),
         ),
-    ));
-    let b = rt.block_on(env.run_pod(
-        &PodSpec::new("burstable").container(
-            ContainerSpec::memhog("hog", &["60", "16", "3600000", "380"])
-                .memory(Some(16 * MI), Some(400 * MI)),
+    );
+    let b = rt.block_on(
+        env.run_pod(
+            &PodSpec::new("burstable").container(
+                ContainerSpec::memhog("hog", &["60", "16", "3600000", "380"])
+                    .memory(Some(16 * MI), Some(400 * MI)),
+            ),
         ),
-    ));
+    );
     let d = Daemon::start(
         &env,
         &root_dir,
@@ -500,15 +596,24 @@ fn memory_ranking_uses_the_top_of_the_oom_score_adj_band() {
         );
         std::thread::sleep(Duration::from_millis(300));
     }
-    assert!(!alive(b_pid), "the Burstable pod over its request was not evicted");
+    assert!(
+        !alive(b_pid),
+        "the Burstable pod over its request was not evicted"
+    );
     std::thread::sleep(Duration::from_secs(2));
-    assert!(alive(g_pid), "the Guaranteed pod under its limit must survive");
+    assert!(
+        alive(g_pid),
+        "the Guaranteed pod under its limit must survive"
+    );
     let line = d
         .lines()
         .into_iter()
         .find(|l| l.contains("evicting pod"))
         .unwrap();
-    assert!(line.contains("burstable") && line.contains("exceeds request"), "{line}");
+    assert!(
+        line.contains("burstable") && line.contains("exceeds request"),
+        "{line}"
+    );
     assert_eq!(d.metric("qosd_evictions_total"), 1.0);
 }
 
@@ -533,8 +638,12 @@ fn local_storage_limit_evicts_without_node_pressure() {
         .enable_all()
         .build()
         .unwrap();
-    let over = rt.block_on(env.run_pod(&PodSpec::new("over").container(ContainerSpec::memhog("app", &["2"]))));
-    let under = rt.block_on(env.run_pod(&PodSpec::new("under").container(ContainerSpec::memhog("app", &["2"]))));
+    let over = rt.block_on(
+        env.run_pod(&PodSpec::new("over").container(ContainerSpec::memhog("app", &["2"]))),
+    );
+    let under = rt.block_on(
+        env.run_pod(&PodSpec::new("under").container(ContainerSpec::memhog("app", &["2"]))),
+    );
     fill_writable_layer(&rt, &env, &over, "fill", 12);
     fill_writable_layer(&rt, &env, &under, "fill", 2);
     let manifest = |p: &RunningPod, limit: &str| {
@@ -585,12 +694,23 @@ fn local_storage_limit_evicts_without_node_pressure() {
         assert!(r.decision.conditions.is_empty(), "no node pressure");
         if let Some(v) = r.decision.victim() {
             assert!(matches!(r.outcome, Some(Ok(_))), "{:?}", r.outcome);
-            evicted.push((v.candidate.name.clone(), v.metric_label(), v.message.clone(), v.grace));
+            evicted.push((
+                v.candidate.name.clone(),
+                v.metric_label(),
+                v.message.clone(),
+                v.grace,
+            ));
         }
         std::thread::sleep(Duration::from_millis(500));
     }
-    assert!(!sandbox_exists(&rt, &env, &over), "the pod over its limit was not evicted");
-    assert!(sandbox_exists(&rt, &env, &under), "the pod under its limit must stay");
+    assert!(
+        !sandbox_exists(&rt, &env, &over),
+        "the pod over its limit was not evicted"
+    );
+    assert!(
+        sandbox_exists(&rt, &env, &under),
+        "the pod under its limit must stay"
+    );
     assert_eq!(evicted.len(), 1, "{evicted:?}");
     let (name, label, message, grace) = &evicted[0];
     assert_eq!(name, "over");

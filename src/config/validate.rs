@@ -349,7 +349,13 @@ pub fn validate(
             Some(Scalar(s)) => match s.parse::<u32>() {
                 Ok(p) if p <= 100 => p,
                 _ => {
-                    c.bad(field, None, s, "not a whole percentage 0..100", "an integer 0..100");
+                    c.bad(
+                        field,
+                        None,
+                        s,
+                        "not a whole percentage 0..100",
+                        "an integer 0..100",
+                    );
                     default
                 }
             },

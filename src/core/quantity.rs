@@ -352,23 +352,8 @@ mod tests {
     #[test]
     fn table_errors() {
         for bad in [
-            "",
-            "1.2.3",
-            "10Qi",
-            "--1",
-            "+-1",
-            "1 ",
-            " 1",
-            "Mi",
-            ".",
-            "-",
-            "1e",
-            "1e+",
-            "1ee3",
-            "1Kib",
-            "1.5x",
-            "0x10",
-            "1,5",
+            "", "1.2.3", "10Qi", "--1", "+-1", "1 ", " 1", "Mi", ".", "-", "1e", "1e+", "1ee3",
+            "1Kib", "1.5x", "0x10", "1,5",
         ] {
             assert!(Quantity::parse(bad).is_err(), "{bad:?} should be rejected");
         }

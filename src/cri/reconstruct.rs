@@ -488,9 +488,7 @@ mod tests {
         // every band holds exactly the requests giving that adj
         for adj in [3i64, 4, 500, 998, 999] {
             let (lo, hi) = memory_request_band(adj, cap).unwrap();
-            let f = |req: i64| {
-                (1000 - (1000 * req as i128 / cap as i128) as i64).clamp(3, 999)
-            };
+            let f = |req: i64| (1000 - (1000 * req as i128 / cap as i128) as i64).clamp(3, 999);
             assert_eq!(f(lo), adj, "low of {adj}");
             if lo > 0 {
                 assert_ne!(f(lo - 1), adj, "below low of {adj}");

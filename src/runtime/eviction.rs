@@ -170,16 +170,19 @@ impl Engine {
             measured = Some(out.clone());
             out
         });
-        let mut decision = self
-            .manager
-            .synchronize(now, &obs, pods.as_deref().map_err(Clone::clone));
+        let mut decision =
+            self.manager
+                .synchronize(now, &obs, pods.as_deref().map_err(Clone::clone));
         let mut reclaim = self.periodic_image_gc(now, &obs);
         // Node-level reclaim before evicting for disk (kubelet
         // reclaimNodeLevelResources): dead containers, unused images; then
         // evict only if a threshold is still met.
         if let (Some(v), Some(rt)) = (decision.victim().cloned(), self.runtime.clone()) {
             if v.cause == Cause::Threshold
-                && matches!(v.signal.resource(), SignalResource::Disk | SignalResource::Inodes)
+                && matches!(
+                    v.signal.resource(),
+                    SignalResource::Disk | SignalResource::Inodes
+                )
             {
                 let rep = rt.reclaim(now);
                 let (after, _) = self
@@ -260,8 +263,9 @@ impl Engine {
         if usage_percent < i64::from(self.image_gc.high_percent) {
             return None;
         }
-        let to_free =
-            (cap as i128 * i128::from(100 - self.image_gc.low_percent) / 100 - avail as i128).max(0);
+        let to_free = (cap as i128 * i128::from(100 - self.image_gc.low_percent) / 100
+            - avail as i128)
+            .max(0);
         tracing::info!(
             target: "qosd::eviction",
             usage_percent,

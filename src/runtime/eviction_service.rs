@@ -181,10 +181,17 @@ impl QuietLog {
                     tracing::warn!(target: "qosd::eviction", "{new}");
                     self.since = Some(now);
                     self.last = Some(now);
-                } else if self.last.is_some_and(|l| now.saturating_duration_since(l) >= REPEAT) {
+                } else if self
+                    .last
+                    .is_some_and(|l| now.saturating_duration_since(l) >= REPEAT)
+                {
                     let lasting = self
                         .since
-                        .map(|s| crate::policy::evict::threshold::format_duration(now.saturating_duration_since(s)))
+                        .map(|s| {
+                            crate::policy::evict::threshold::format_duration(
+                                now.saturating_duration_since(s),
+                            )
+                        })
                         .unwrap_or_default();
                     tracing::warn!(target: "qosd::eviction", lasting = %lasting, "{new}");
                     self.last = Some(now);
@@ -230,7 +237,10 @@ fn report(
         tracing::info!(target: "qosd::eviction", "{e}");
     }
     if let Some(rep) = &r.reclaim {
-        metrics.reclaimed(rep.images_removed.len() as u64, rep.containers_removed as u64);
+        metrics.reclaimed(
+            rep.images_removed.len() as u64,
+            rep.containers_removed as u64,
+        );
     }
     if let Some(pods) = &r.pods {
         let usage: Vec<crate::telemetry::status::PodUsage> = pods

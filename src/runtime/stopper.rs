@@ -148,13 +148,14 @@ impl CriStopper {
     /// containers of ready sandboxes but the newest per container name, and
     /// the not-ready sandboxes left without containers.
     async fn remove_dead_containers(&self, c: &crate::cri::CriClient, rep: &mut ReclaimReport) {
-        let (sandboxes, containers) = match (c.list_pod_sandboxes().await, c.list_containers(None).await) {
-            (Ok(s), Ok(ctrs)) => (s, ctrs),
-            (Err(e), _) | (_, Err(e)) => {
-                rep.errors.push(format!("listing containers: {e}"));
-                return;
-            }
-        };
+        let (sandboxes, containers) =
+            match (c.list_pod_sandboxes().await, c.list_containers(None).await) {
+                (Ok(s), Ok(ctrs)) => (s, ctrs),
+                (Err(e), _) | (_, Err(e)) => {
+                    rep.errors.push(format!("listing containers: {e}"));
+                    return;
+                }
+            };
         let ready: BTreeSet<&str> = sandboxes
             .iter()
             .filter(|s| s.state == proto::PodSandboxState::SandboxReady as i32)
@@ -164,7 +165,9 @@ impl CriStopper {
         let mut newest: BTreeMap<(&str, &str), i64> = BTreeMap::new();
         for ctr in containers.iter().filter(|c| c.state == exited) {
             let name = ctr.metadata.as_ref().map(|m| m.name.as_str()).unwrap_or("");
-            let e = newest.entry((ctr.pod_sandbox_id.as_str(), name)).or_insert(i64::MIN);
+            let e = newest
+                .entry((ctr.pod_sandbox_id.as_str(), name))
+                .or_insert(i64::MIN);
             *e = (*e).max(ctr.created_at);
         }
         let mut remaining: BTreeMap<&str, usize> = BTreeMap::new();
@@ -260,7 +263,10 @@ impl crate::runtime::evictor::PodStopper for CriStopper {
                         r => r?,
                     };
                     for ctr in ctrs.iter().filter(|c| c.state == running) {
-                        done_if_not_found(c.stop_container(&ctr.id, grace.as_secs().max(1) as i64).await)?;
+                        done_if_not_found(
+                            c.stop_container(&ctr.id, grace.as_secs().max(1) as i64)
+                                .await,
+                        )?;
                     }
                 }
                 done_if_not_found(c.stop_pod_sandbox(sandbox_id).await)
@@ -270,7 +276,9 @@ impl crate::runtime::evictor::PodStopper for CriStopper {
 
     fn remove_pod(&self, sandbox_id: &str) -> Result<(), String> {
         let handle = self.handle.clone();
-        self.with_client(|c| handle.block_on(async { done_if_not_found(c.remove_pod_sandbox(sandbox_id).await) }))
+        self.with_client(|c| {
+            handle.block_on(async { done_if_not_found(c.remove_pod_sandbox(sandbox_id).await) })
+        })
     }
 }
 

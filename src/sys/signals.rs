@@ -499,7 +499,8 @@ pub fn pod_local_storage(
             });
         }
     }
-    out.volumes.sort_by(|a, b| (&a.plugin, &a.name).cmp(&(&b.plugin, &b.name)));
+    out.volumes
+        .sort_by(|a, b| (&a.plugin, &a.name).cmp(&(&b.plugin, &b.name)));
     Ok(out)
 }
 
@@ -680,7 +681,11 @@ mod tests {
         std::fs::create_dir_all(&c).unwrap();
         std::fs::write(c.join("0.log"), vec![1u8; 16 * 1024]).unwrap();
         let st = pod_local_storage(&root, &logs, "ns", "p", "u1").unwrap();
-        assert_eq!(st.volumes.len(), 1, "secrets are not local ephemeral storage");
+        assert_eq!(
+            st.volumes.len(),
+            1,
+            "secrets are not local ephemeral storage"
+        );
         let v = &st.volumes[0];
         assert_eq!((v.name.as_str(), v.own_mount), ("scratch", false));
         // scratch, sub, a (linked twice: once), sub/b

@@ -535,7 +535,11 @@ impl Containerd {
         let root = root
             .map(Path::to_path_buf)
             .unwrap_or_else(|| dir.path().join("root"));
-        std::fs::write(dir.path().join("config.toml"), config_toml(dir.path(), &root)).unwrap();
+        std::fs::write(
+            dir.path().join("config.toml"),
+            config_toml(dir.path(), &root),
+        )
+        .unwrap();
         let socket = dir.path().join("containerd.sock");
         let mut env = Containerd {
             endpoint: format!("unix://{}", socket.display()),

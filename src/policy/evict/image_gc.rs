@@ -79,8 +79,7 @@ impl ImageTracker {
             if r.pinned || r.last_used.is_some_and(|t| t >= now) {
                 continue;
             }
-            if r
-                .first_detected
+            if r.first_detected
                 .is_some_and(|t| now.saturating_duration_since(t) < min_age)
             {
                 continue;
@@ -131,7 +130,13 @@ mod tests {
         pinned.pinned = true;
         let t2 = t0 + Duration::from_secs(100);
         t.detect(
-            &[img("a", 10), img("b", 20), img("c", 30), img("d", 40), pinned],
+            &[
+                img("a", 10),
+                img("b", 20),
+                img("c", 30),
+                img("d", 40),
+                pinned,
+            ],
             &used,
             t2,
         );
@@ -145,7 +150,11 @@ mod tests {
         assert_eq!(ids, vec!["c"]);
         // later, d is old enough
         let t3 = t1 + Duration::from_secs(121);
-        t.detect(&[img("a", 10), img("b", 20), img("c", 30), img("d", 40)], &used, t3);
+        t.detect(
+            &[img("a", 10), img("b", 20), img("c", 30), img("d", 40)],
+            &used,
+            t3,
+        );
         let (ids, _) = t.to_free(u64::MAX, t3, Duration::from_secs(120));
         assert_eq!(ids, vec!["c", "d", "b"]);
         t.removed("c");

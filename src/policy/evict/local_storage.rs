@@ -148,7 +148,10 @@ pub fn violation(
             if i128::from(*used) * 1_000_000_000 > limit.nanos() {
                 return Some(Violation {
                     kind: LimitKind::EmptyDir,
-                    message: format!("Usage of EmptyDir volume {name:?} exceeds the limit {limit:?}. ", limit = limit.to_string()),
+                    message: format!(
+                        "Usage of EmptyDir volume {name:?} exceeds the limit {limit:?}. ",
+                        limit = limit.to_string()
+                    ),
                     usage_bytes: *used,
                     limit_bytes: limit.value_ceil(),
                 });
@@ -286,7 +289,8 @@ mod tests {
         );
         let l = StorageLimits::of(&p);
         // (detail, dedicated imagefs, expected kind, message)
-        let table: Vec<(StorageDetail, bool, Option<LimitKind>, &str)> = vec![
+        let table: Vec<(StorageDetail, bool, Option<LimitKind>, &str)> =
+            vec![
             (detail(&[("a", MI, MI), ("b", MI, 0)], &[("scratch", MI)]), false, None, ""),
             (
                 detail(&[("a", MI, 0)], &[("scratch", 11 * MI)]),

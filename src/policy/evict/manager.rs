@@ -1012,7 +1012,11 @@ mod tests {
         assert!(d.events.iter().any(|e| e.contains("still terminating")));
         // both in flight now: the hard victim blocks further choices
         let d = m.synchronize(t0 + s(4), &mem(50, t0 + s(4)), Ok(&p));
-        assert!(matches!(d.action, Action::WaitingForRelease { .. }), "{:?}", d.action);
+        assert!(
+            matches!(d.action, Action::WaitingForRelease { .. }),
+            "{:?}",
+            d.action
+        );
     }
 
     #[test]
@@ -1040,7 +1044,11 @@ mod tests {
         }
         assert_eq!(chosen, vec!["be", "bu", "g"], "each victim once, in order");
         let d = m.synchronize(t0 + s(60), &mem(1, t0 + s(60)), Ok(&p));
-        assert!(matches!(d.action, Action::Blocked(ref w) if w.contains("3 already evicted")), "{:?}", d.action);
+        assert!(
+            matches!(d.action, Action::Blocked(ref w) if w.contains("3 already evicted")),
+            "{:?}",
+            d.action
+        );
         // gone from the list: forgotten
         let d = m.synchronize(t0 + s(61), &mem(1, t0 + s(61)), Ok(&[]));
         assert!(m.in_flight().next().is_none(), "{:?}", d.action);
@@ -1264,7 +1272,9 @@ mod tests {
         assert!(matches!(d.action, Action::WaitingForRelease { .. }));
         let d = m.synchronize(t0 + s(32), &mem(1, t0 + s(32)), Ok(&p));
         assert!(
-            d.events.iter().any(|n| n.contains("not released after 30s")),
+            d.events
+                .iter()
+                .any(|n| n.contains("not released after 30s")),
             "{:?}",
             d.events
         );

@@ -121,9 +121,11 @@ impl PodStats {
     /// Totals from the measured parts (writable layers + logs + volumes).
     pub fn with_totals(mut self) -> PodStats {
         let add = |a: [Option<u64>; 3]| {
-            a.iter()
-                .any(Option::is_some)
-                .then(|| a.iter().map(|x| x.unwrap_or(0)).fold(0u64, u64::saturating_add))
+            a.iter().any(Option::is_some).then(|| {
+                a.iter()
+                    .map(|x| x.unwrap_or(0))
+                    .fold(0u64, u64::saturating_add)
+            })
         };
         if let Some(b) = add([self.rootfs_bytes, self.logs_bytes, self.volumes_bytes]) {
             self.ephemeral_storage_bytes = Some(b);

@@ -554,7 +554,11 @@ impl EvictionConfig {
     /// holding the containers' writable layers they copy `imagefs.*`.
     /// Configured `containerfs.*` thresholds are replaced (the kubelet
     /// ignores them with a logged error).
-    pub fn with_containerfs_thresholds(mut self, dedicated_imagefs: bool, split: bool) -> EvictionConfig {
+    pub fn with_containerfs_thresholds(
+        mut self,
+        dedicated_imagefs: bool,
+        split: bool,
+    ) -> EvictionConfig {
         let from_imagefs = dedicated_imagefs && !split;
         let (bytes, inodes) = if from_imagefs {
             (Signal::ImageFsAvailable, Signal::ImageFsInodesFree)
@@ -578,7 +582,10 @@ impl EvictionConfig {
                 } else {
                     return None;
                 };
-                Some(Threshold { signal, ..t.clone() })
+                Some(Threshold {
+                    signal,
+                    ..t.clone()
+                })
             })
             .collect();
         self.thresholds.extend(extra);
@@ -687,7 +694,10 @@ fn parse_quantity(setting: &str, signal: Signal, v: &str) -> Result<i64, Thresho
 /// Parse a minimum-reclaim value as the kubelet does: a percentage must be
 /// positive (`0%` is an error), a quantity must not be negative (`0` means
 /// none). `Ok(None)`: no extra reclaim.
-pub fn parse_min_reclaim(signal: Signal, v: &str) -> Result<Option<ThresholdValue>, ThresholdError> {
+pub fn parse_min_reclaim(
+    signal: Signal,
+    v: &str,
+) -> Result<Option<ThresholdValue>, ThresholdError> {
     const SETTING: &str = "eviction-minimum-reclaim";
     if let Some(num) = v.strip_suffix('%') {
         let p = parse_percent(SETTING, signal, v, num)?;

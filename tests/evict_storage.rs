@@ -279,6 +279,31 @@ fn disk_pressure_reclaims_images_then_evicts_the_writer() {
     );
     assert!(usage_of(d.port, &writer.spec.uid, "inodes").unwrap() >= 3);
     assert!(usage_of(d.port, &quiet.spec.uid, "processes").unwrap() >= 1);
+    // `qosd eviction-order --cri` measures the same way and ranks the writer first
+    let (code, out, err) = support::qosd(&[
+        "eviction-order",
+        "--cri",
+        "--runtime-endpoint",
+        &env.endpoint,
+        "--signal",
+        "nodefs.available",
+        "--root-dir",
+        root_dir.to_str().unwrap(),
+        "--pod-logs-dir",
+        logs_dir.to_str().unwrap(),
+        "--output",
+        "json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let first = &doc["order"][0];
+    assert_eq!(first["uid"], writer.spec.uid.as_str(), "{out}");
+    assert!(
+        first["ephemeral_storage_bytes"].as_u64().unwrap() >= 36 << 20,
+        "{out}"
+    );
+    assert!(first["inodes"].as_u64().unwrap() >= 3, "{out}");
+    assert!(first["processes"].as_u64().unwrap() >= 1, "{out}");
     fill_writable_layer(&rt, &env, &writer, "fill-2", 20);
 
     wait_for("the unused image removed", 30, || {

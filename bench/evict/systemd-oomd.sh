@@ -7,7 +7,7 @@
 #
 # Usage (root): bench/evict/systemd-oomd.sh
 # Env: VM_RUNS (default 5), VM_RATES (default 50,200,1000), EO_RUNS (default 3),
-#      OUT (default bench/results)
+#      OUT (default bench/results), NO_BUILD=1 (use the built binary as is)
 # Results: $OUT/oomd-vm-<config>.jsonl (one qosd-evict-bench document each),
 #          $OUT/oomd-vm-journal.log (systemd-oomd's and earlyoom's own words),
 #          $OUT/oomd-vm-console.log; the summary: bench/evict/summarize.py.
@@ -40,7 +40,7 @@ cd "$repo"
 
 # The VM is Debian bookworm like this host: the ordinary (glibc) release
 # binary runs there.
-cargo build --release -p qosd-devtools --bin qosd-evict-bench >&2
+[ -n "${NO_BUILD:-}" ] || cargo build --release -p qosd-devtools --bin qosd-evict-bench >&2
 B=target/release/qosd-evict-bench
 
 script=target/oomd-bench/vm-run.sh

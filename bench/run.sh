@@ -21,6 +21,8 @@
 #   QOSD_BENCH_BASELINE_REV [merge-base of HEAD and main]: the previous
 #     commit, built once into target/bench-baseline/qosd-<rev> and run
 #     interleaved by reconcile and startup (QOSD_BENCH_BASELINE=none: skip)
+#   QOSD_BENCH_PREBUILT=1: run the already built bench_real test binary
+#     (and skip the cargo build), e.g. while another build holds target/
 #   QOSD_BENCH_EARLYOOM [earlyoom in PATH, else target/earlyoom/...]: run
 #     beside the daemon by footprint (see bench/earlyoom.sh to fetch it)
 # e.g. a quick pass: QOSD_BENCH_DURATION=30 QOSD_BENCH_RUNS=3 bench/run.sh
@@ -148,7 +150,15 @@ real() {
     META=$(meta)
     local log
     log=$(mktemp)
-    cargo test --release --test bench_real -- --ignored --nocapture --exact "$name" | tee "$log"
+    if [ -n "${QOSD_BENCH_PREBUILT:-}" ]; then
+        # The test binary built earlier (no cargo: another build may hold
+        # target/'s lock meanwhile).
+        local bin
+        bin=$(ls -t target/release/deps/bench_real-* | grep -v '\.d$' | head -1)
+        "$bin" --ignored --nocapture --exact "$name" | tee "$log"
+    else
+        cargo test --release --test bench_real -- --ignored --nocapture --exact "$name" | tee "$log"
+    fi
     local line
     line=$(grep '^BENCH_JSON ' "$log" | tail -1 | sed 's/^BENCH_JSON //')
     rm -f "$log"
@@ -239,7 +249,12 @@ case "$part" in
     plan|reconcile|footprint|startup|churn|profile|all) ;;
     *) echo "usage: bench/run.sh [all|plan|reconcile|footprint|startup|churn|profile|summary]" >&2; exit 2 ;;
 esac
-build
+[ -n "${QOSD_BENCH_PREBUILT:-}" ] || build
+# The qosd under test, copied: a baseline build shares target/.
+mkdir -p "$ROOT/target/bench-bin"
+cp "$ROOT/target/release/qosd" "$ROOT/target/bench-bin/qosd-$$"
+export QOSD_BENCH_QOSD=$ROOT/target/bench-bin/qosd-$$
+trap 'rm -f "$QOSD_BENCH_QOSD"' EXIT
 case "$part" in reconcile|startup|all) baseline ;; esac
 case "$part" in footprint|profile|all) earlyoom_bin ;; esac
 if [ "$part" = all ]; then

@@ -43,8 +43,13 @@ use support::*;
 
 // ------------------------------------------------------------------ helpers
 
+/// The `qosd` under test: `QOSD_BENCH_QOSD` (a copy bench/run.sh makes,
+/// so that a build meanwhile cannot replace it), else cargo's.
 fn qosd_bin() -> &'static str {
-    env!("CARGO_BIN_EXE_qosd")
+    static BIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        std::env::var("QOSD_BENCH_QOSD").unwrap_or_else(|_| env!("CARGO_BIN_EXE_qosd").to_string())
+    })
 }
 
 /// The previous commit's `qosd`, when bench/run.sh built one.
@@ -656,7 +661,16 @@ async fn footprint() {
     std::thread::sleep(Duration::from_secs(5));
     let perf = std::env::var("QOSD_BENCH_PERF_OUT").ok().and_then(|out| {
         Command::new("perf")
-            .args(["record", "-F", "999", "-g", "-o", &out, "-p", &pid.to_string()])
+            .args([
+                "record",
+                "-F",
+                "999",
+                "-g",
+                "-o",
+                &out,
+                "-p",
+                &pid.to_string(),
+            ])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -908,7 +922,10 @@ async fn churn() {
     let pid = d.pid();
     let t = Instant::now();
     while d.metric("qosd_reconciles_total").unwrap_or(0.0) < 1.0 {
-        assert!(t.elapsed() < Duration::from_secs(60), "qosd never reconciled");
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "qosd never reconciled"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // Let the first relists settle before the baseline sample.

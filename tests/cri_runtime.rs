@@ -302,7 +302,13 @@ async fn cached_listing_matches_a_fresh_inventory() {
     use qosd::runtime::pod_source::{PodSourceSpec, Source};
     let env = Containerd::start();
     let a = env
-        .run_pod(&PodSpec::new("a").container(ContainerSpec::pause("app").cpu(Some(100), Some(100)).memory(Some(32 * MI), Some(32 * MI))))
+        .run_pod(
+            &PodSpec::new("a").container(
+                ContainerSpec::pause("app")
+                    .cpu(Some(100), Some(100))
+                    .memory(Some(32 * MI), Some(32 * MI)),
+            ),
+        )
         .await;
     let b = env
         .run_pod(&PodSpec::new("b").container(ContainerSpec::pause("app").cpu(Some(50), None)))
@@ -315,10 +321,15 @@ async fn cached_listing_matches_a_fresh_inventory() {
         .unwrap();
     let client = env.client().await;
     let fresh = || async {
-        let mut p = qosd::cri::inventory(&client, &InventoryOptions { memory_capacity_bytes: Some(0) })
-            .await
-            .unwrap()
-            .pods;
+        let mut p = qosd::cri::inventory(
+            &client,
+            &InventoryOptions {
+                memory_capacity_bytes: Some(0),
+            },
+        )
+        .await
+        .unwrap()
+        .pods;
         p.sort_by(|x, y| x.sandbox_id.cmp(&y.sandbox_id));
         p
     };
@@ -334,9 +345,16 @@ async fn cached_listing_matches_a_fresh_inventory() {
     client.stop_pod_sandbox(&b.sandbox_id).await.unwrap();
     let after_stop = cached().await;
     assert_eq!(after_stop, fresh().await);
-    let sb = after_stop.iter().find(|p| p.sandbox_id == b.sandbox_id).unwrap();
+    let sb = after_stop
+        .iter()
+        .find(|p| p.sandbox_id == b.sandbox_id)
+        .unwrap();
     assert_eq!(sb.state, qosd::cri::SandboxState::NotReady);
-    assert!(sb.containers.iter().all(|c| c.state == "exited"), "{:?}", sb.containers);
+    assert!(
+        sb.containers.iter().all(|c| c.state == "exited"),
+        "{:?}",
+        sb.containers
+    );
 
     env.remove_pod(&b).await;
     let c = env

@@ -378,7 +378,9 @@ async fn status_cache_asks_only_about_new_ids() {
     for (sb, uid) in [("s1", uid1), ("s2", uid2)] {
         fake.infos.insert(
             sb.into(),
-            format!(r#"{{"config":{{"linux":{{"cgroup_parent":"/kubepods/burstable/pod{uid}"}}}}}}"#),
+            format!(
+                r#"{{"config":{{"linux":{{"cgroup_parent":"/kubepods/burstable/pod{uid}"}}}}}}"#
+            ),
         );
         let cid = format!("c-{sb}");
         fake.containers.push(Container {

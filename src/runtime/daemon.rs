@@ -299,9 +299,10 @@ impl PodEventState {
 
     fn on_readable(&mut self, r: std::io::Result<()>) {
         let Some(fd) = self.fd.as_mut() else { return };
-        let n = match r.map_err(|e| e.to_string()).and_then(|()| {
-            fd.get_mut().drain().map_err(|e| e.to_string())
-        }) {
+        let n = match r
+            .map_err(|e| e.to_string())
+            .and_then(|()| fd.get_mut().drain().map_err(|e| e.to_string()))
+        {
             Ok(n) => n,
             Err(e) => {
                 tracing::warn!(error = %e, "pod cgroup events failed; relisting on the relist interval");

@@ -129,9 +129,9 @@ impl PodEvents {
                     continue;
                 }
                 n += 1;
-                let created = ev.mask.intersects(
-                    AddWatchFlags::IN_CREATE.union(AddWatchFlags::IN_MOVED_TO),
-                );
+                let created = ev
+                    .mask
+                    .intersects(AddWatchFlags::IN_CREATE.union(AddWatchFlags::IN_MOVED_TO));
                 let Some((dir, Level::Parent)) = self.watches.get(&ev.wd).cloned() else {
                     continue;
                 };

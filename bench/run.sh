@@ -232,10 +232,13 @@ profile() {
     {
         echo "# perf record -F 999 -g -p <qosd run>, 110 pods, idle; commit $(git rev-parse --short=12 HEAD)"
         echo "## samples by thread"
-        perf report -i "$data" --stdio --sort comm 2>/dev/null | grep -v '^$' | head -30
-        echo "## top symbols (self)"
-        perf report -i "$data" --stdio --no-children --sort comm,dso,sym 2>/dev/null \
-            | grep -E '^ +[0-9]' | head -60
+        perf report -i "$data" --stdio --no-children --sort comm -g none 2>/dev/null | grep -E '^ +[0-9]'
+        echo "## inclusive, by symbol (user space)"
+        perf report -i "$data" --stdio --children --sort sym -g none 2>/dev/null \
+            | grep -E '^ +[0-9]' | grep -v '\[k\]' | head -40
+        echo "## self, by thread and symbol"
+        perf report -i "$data" --stdio --no-children --sort comm,dso,sym -g none 2>/dev/null \
+            | grep -E '^ +[0-9]' | head -50
     } >"$out"
     rm -f "$data"
     echo "bench: wrote $out"

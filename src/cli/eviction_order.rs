@@ -46,6 +46,12 @@ pub struct Args {
     pub runtime_endpoint: String,
     #[arg(long, value_enum, default_value = "text")]
     pub output: Output,
+    #[command(flatten)]
+    pub kube: crate::cli::kube::KubeFlags,
+    /// The kubelet's config (its containerRuntimeEndpoint replaces the
+    /// default of --runtime-endpoint).
+    #[command(flatten)]
+    pub kubelet: crate::cli::config_check::KubeletFlags,
 }
 
 /// The usage file.
@@ -198,8 +204,14 @@ pub fn render_text(doc: &OrderDoc) -> String {
     out
 }
 
-pub fn run(args: Args) -> anyhow::Result<i32> {
+pub fn run(mut args: Args) -> anyhow::Result<i32> {
     let signal: Signal = args.signal.parse().map_err(bad_input)?;
+    if args.kubelet.is_set() {
+        let kc = crate::cli::kubelet_adopt::load(&args.kubelet)?;
+        if !crate::cli::kubelet_adopt::explicit_args().contains("runtime_endpoint") {
+            args.runtime_endpoint = kc.runtime_endpoint.clone();
+        }
+    }
     if args.pods.is_empty() && !args.cri {
         return Err(bad_input(
             "give --pods PATH... (manifests) or --cri (live pods)",
@@ -218,12 +230,41 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     let pods = if args.cri {
         // Live pods from the runtime; usage from the --usage file for now
         // (the daemon reads it from the pod cgroups).
-        crate::cri::live_pods_blocking(&args.runtime_endpoint).with_context(|| {
-            format!(
-                "eviction-order --cri requires a reachable CRI runtime at {}",
-                args.runtime_endpoint
+        if args.kube.enabled() {
+            // The live pods merged with their API specs (exact priority
+            // and requests).
+            let mut inv = crate::cri::inventory_blocking(
+                &args.runtime_endpoint,
+                crate::cri::ConnectOptions {
+                    retry: crate::cri::RetryPolicy {
+                        max_elapsed: std::time::Duration::from_secs(5),
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                },
+                crate::cri::InventoryOptions {
+                    memory_capacity_bytes: crate::sys::procfs::meminfo_total(std::path::Path::new(
+                        "/proc/meminfo",
+                    ))
+                    .ok(),
+                },
             )
-        })?
+            .with_context(|| {
+                format!(
+                    "eviction-order --cri requires a reachable CRI runtime at {}",
+                    args.runtime_endpoint
+                )
+            })?;
+            args.kube.merge(&mut inv)?;
+            inv.ready_pods()
+        } else {
+            crate::cri::live_pods_blocking(&args.runtime_endpoint).with_context(|| {
+                format!(
+                    "eviction-order --cri requires a reachable CRI runtime at {}",
+                    args.runtime_endpoint
+                )
+            })?
+        }
     } else {
         crate::manifest::load_paths(&args.pods).map_err(bad_input)?
     };

@@ -20,7 +20,7 @@ use crate::core::model::{CgroupVersion, Pod};
 use crate::policy::enforce::naming::CgroupLayout;
 use crate::policy::evict::manager::ManagerOptions;
 use crate::policy::evict::rank::Candidate;
-use crate::policy::evict::threshold::{EvictionConfig, NodeCondition, Signal};
+use crate::policy::evict::threshold::{EvictionConfig, NodeCondition};
 use crate::policy::evict::Backend;
 use crate::runtime::eviction::{Engine, EvictionLoop, LoopOptions, PassReport, PodFeed};
 use crate::runtime::evictor::{Evictor, PodStopper};
@@ -28,7 +28,7 @@ use crate::sys::signals::SignalSources;
 use crate::sys::watch::{WatchConfig, WatchError};
 use crate::telemetry::health::Health;
 use crate::telemetry::metrics::Metrics;
-use crate::telemetry::status::{ConditionStatus, EvictionRecord, SignalStatus, ThresholdStatus};
+use crate::telemetry::status::EvictionRecord;
 
 /// Settings of the eviction loop.
 #[derive(Debug, Clone)]
@@ -94,14 +94,27 @@ impl EvictionService {
         metrics: Arc<Metrics>,
         health: Arc<Health>,
     ) -> Result<EvictionService, WatchError> {
+        EvictionService::start_with_api(cfg, stopper, None, metrics, health)
+    }
+
+    /// [`EvictionService::start`] with the Kubernetes API side of the
+    /// `api` backend.
+    pub fn start_with_api(
+        cfg: ServiceConfig,
+        stopper: Option<Arc<dyn PodStopper>>,
+        api: Option<Arc<dyn crate::runtime::evictor::ApiEvictor>>,
+        metrics: Arc<Metrics>,
+        health: Arc<Health>,
+    ) -> Result<EvictionService, WatchError> {
         let backend = cfg.backend;
-        let evictor = Evictor::new(backend, stopper, cfg.eviction.max_pod_grace_period);
+        let mut evictor = Evictor::new(backend, stopper, cfg.eviction.max_pod_grace_period);
+        evictor.api = api;
         let engine = Engine::new(cfg.eviction, cfg.manager, cfg.sources, evictor);
         let feed = Arc::new(PodFeed::default());
         let mut conditions: BTreeMap<NodeCondition, bool> = BTreeMap::new();
         let mut blocked_logged = String::new();
         let mut signal_errors_logged = std::collections::BTreeSet::<String>::new();
-        let lp = EvictionLoop::spawn(
+        let lp = EvictionLoop::spawn_supervised(
             engine,
             feed.clone(),
             LoopOptions {
@@ -109,6 +122,7 @@ impl EvictionService {
                 max_pod_list_age: cfg.max_listing_age,
                 watch: cfg.watch,
             },
+            Some(health.clone()),
             move |r| {
                 log_signal_errors(r, &mut signal_errors_logged);
                 report(
@@ -204,41 +218,17 @@ fn publish(
     decision: &crate::policy::evict::manager::Decision,
     prev: &mut BTreeMap<NodeCondition, bool>,
 ) {
-    let mut by_signal: BTreeMap<Signal, SignalStatus> = BTreeMap::new();
-    let obs: BTreeMap<Signal, crate::policy::evict::manager::Observation> = decision
-        .thresholds
-        .iter()
-        .filter_map(|t| t.observed.map(|o| (t.threshold.signal, o)))
-        .collect();
-    for (s, o) in &obs {
-        metrics.signal_observed(s.as_str(), o.available);
-        metrics.signal_capacity(s.as_str(), o.capacity);
-    }
     for t in &decision.thresholds {
-        let sig = t.threshold.signal;
+        if let Some(o) = t.observed {
+            metrics.signal_observed(t.threshold.signal.as_str(), o.available);
+            metrics.signal_capacity(t.threshold.signal.as_str(), o.capacity);
+        }
         let value = t
             .observed
             .map(|o| t.threshold.threshold_for(o.capacity))
             .unwrap_or(0);
-        metrics.threshold(sig.as_str(), t.threshold.kind, value, t.met);
-        let entry = by_signal.entry(sig).or_insert_with(|| SignalStatus {
-            signal: sig.to_string(),
-            observed: obs.get(&sig).map(|o| o.available),
-            capacity: obs.get(&sig).map(|o| o.capacity),
-            thresholds: Vec::new(),
-        });
-        entry.thresholds.push(ThresholdStatus {
-            kind: t.threshold.kind.as_str().to_string(),
-            threshold: t.threshold.statement(),
-            value,
-            met: t.met,
-            grace_period: (!t.threshold.grace_period.is_zero()).then(|| {
-                crate::policy::evict::threshold::format_duration(t.threshold.grace_period)
-            }),
-            min_reclaim: None,
-        });
+        metrics.threshold(t.threshold.signal.as_str(), t.threshold.kind, value, t.met);
     }
-    let mut conditions = Vec::new();
     for c in [
         NodeCondition::MemoryPressure,
         NodeCondition::DiskPressure,
@@ -250,15 +240,14 @@ fn publish(
         if before.is_some_and(|b| b != active) || (before.is_none() && active) {
             tracing::warn!(target: "qosd::eviction", condition = c.as_str(), active, "node condition changed");
         }
-        conditions.push(ConditionStatus {
-            condition: c.as_str().to_string(),
-            active,
-            since_ms: None,
-            reason: None,
-        });
     }
+    let (signals, conditions) = crate::telemetry::status::eviction_status(
+        &decision.thresholds,
+        None,
+        Some(&decision.conditions),
+    );
     health.update_status(|d| {
-        d.signals = by_signal.into_values().collect();
+        d.signals = signals;
         d.conditions = conditions;
     });
 }
@@ -288,7 +277,6 @@ pub fn signal_sources(
     proc_root: &std::path::Path,
     allocatable_memory_bytes: Option<i64>,
 ) -> SignalSources {
-    use crate::sys::signals::MemorySource;
     let mut s = SignalSources::host(layout.version);
     s.memory_root = match layout.version {
         CgroupVersion::V1 => layout.cgroupfs.join(layout.v1_controller_dir("memory")),
@@ -301,9 +289,6 @@ pub fn signal_sources(
     s.pid_max = proc_root.join("sys/kernel/pid_max");
     s.nodefs = Some(cfg.root_dir.clone());
     s.imagefs = cfg.imagefs_path.clone();
-    s.memory_source = match cfg.memory_available_source {
-        crate::config::MemoryAvailableSource::Workingset => MemorySource::WorkingSet,
-        crate::config::MemoryAvailableSource::Meminfo => MemorySource::Meminfo,
-    };
+    s.memory_source = cfg.memory_available_source;
     s
 }

@@ -29,11 +29,26 @@ pub struct Listing {
     pub live: Vec<crate::cri::LivePod>,
 }
 
+/// Pod specs from another source (the Kubernetes API server, see
+/// `crate::kube`), merged into the runtime's live pods by uid.
+pub trait SpecSource: Send + Sync + std::fmt::Debug {
+    /// Merge in place; each value records whether it is exact or inferred.
+    fn merge(&self, live: &mut [crate::cri::LivePod]);
+    /// Changes whenever the source's view does (a pod event, the source
+    /// going away or coming back): part of the change detector.
+    fn change_key(&self) -> String;
+    /// For `/status`: the source's state after the last merge, and why its
+    /// data is unusable (`None`: current).
+    fn status(&self) -> (crate::telemetry::status::KubeStatus, Option<String>);
+}
+
 /// A connected pod source.
 pub enum Source {
     Cri {
         client: Box<crate::cri::CriClient>,
         inventory: crate::cri::InventoryOptions,
+        /// The API server's pod specs, merged by uid (`None`: runtime alone).
+        specs: Option<std::sync::Arc<dyn SpecSource>>,
         /// Per-id statuses: a listing asks only about new sandboxes and
         /// containers.
         cache: Arc<crate::cri::StatusCache>,
@@ -76,6 +91,7 @@ impl Source {
                 inventory: crate::cri::InventoryOptions {
                     memory_capacity_bytes: Some(memory_capacity_bytes),
                 },
+                specs: None,
                 cache: Arc::default(),
                 lists: Mutex::new(None),
             },
@@ -88,7 +104,12 @@ impl Source {
     /// files is cheap).
     pub async fn fingerprint(&self) -> Result<Vec<String>, SourceError> {
         match self {
-            Source::Cri { client, lists, .. } => {
+            Source::Cri {
+                client,
+                specs,
+                lists,
+                ..
+            } => {
                 let sandboxes = client.list_pod_sandboxes().await?;
                 let containers = client.list_containers(None).await?;
                 let mut v: Vec<String> = sandboxes
@@ -100,6 +121,11 @@ impl Source {
                         .iter()
                         .map(|c| format!("c:{}:{}:{}", c.pod_sandbox_id, c.id, c.state)),
                 );
+                // The API's view too: a pod event or the API going away
+                // (or coming back) relists and re-merges at once.
+                if let Some(k) = specs {
+                    v.push(k.change_key());
+                }
                 v.sort();
                 *lists.lock().unwrap_or_else(|e| e.into_inner()) =
                     Some((Instant::now(), sandboxes, containers));
@@ -137,6 +163,7 @@ impl Source {
             Source::Cri {
                 client,
                 inventory,
+                specs,
                 cache,
                 lists,
             } => {
@@ -148,7 +175,7 @@ impl Source {
                         client.list_containers(None).await?,
                     ),
                 };
-                let inv = crate::cri::inventory_with(
+                let mut inv = crate::cri::inventory_with(
                     client,
                     sandboxes,
                     containers,
@@ -156,6 +183,9 @@ impl Source {
                     Some(cache),
                 )
                 .await?;
+                if let Some(k) = specs {
+                    k.merge(&mut inv.pods);
+                }
                 for s in &inv.skipped {
                     tracing::warn!(sandbox = %s.sandbox_id, "sandbox skipped: {}", s.reason);
                 }

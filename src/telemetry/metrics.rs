@@ -24,6 +24,8 @@
 //! | `qosd_cri_call_failures_total` | counter | `method` |
 //! | `qosd_pods` | gauge | `qos_class` |
 //! | `qosd_build_info` | gauge 1 | `version` |
+//! | `qosd_cgroup_audit_drift` | gauge | — |
+//! | `qosd_cgroup_audit_drift_changes_total` | counter | — |
 
 use std::sync::atomic::AtomicU64;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -122,6 +124,10 @@ pub struct Metrics {
     cri_duration: HistogramFamily<MethodLabels>,
     cri_failures: Family<MethodLabels, Counter>,
     pods: Family<QosLabels, Gauge>,
+    /// The Kubernetes API side's series.
+    pub kube: crate::telemetry::kube_metrics::KubeMetrics,
+    audit_drift: Gauge,
+    audit_drift_changes: Counter,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -160,8 +166,12 @@ impl Metrics {
             cri_duration: Family::new_with_constructor(cri_histogram),
             cri_failures: Family::default(),
             pods: Family::default(),
+            kube: Default::default(),
+            audit_drift: Gauge::default(),
+            audit_drift_changes: Counter::default(),
             registry: Registry::default(),
         };
+        m.kube.register(&mut r);
         r.register(
             "evictions",
             "Pods evicted, by the signal that triggered the eviction and the pod's QoS class",
@@ -238,6 +248,16 @@ impl Metrics {
             m.cri_failures.clone(),
         );
         r.register("pods", "Live pods, by QoS class", m.pods.clone());
+        r.register(
+            "cgroup_audit_drift",
+            "cgroupEnforcement audit: planned cgroup values the cgroups do not hold at the last reconcile (nothing is written)",
+            m.audit_drift.clone(),
+        );
+        r.register(
+            "cgroup_audit_drift_changes",
+            "cgroupEnforcement audit: differing cgroup values reported (each new or changed value once)",
+            m.audit_drift_changes.clone(),
+        );
         let build = Family::<VersionLabels, Gauge>::default();
         build
             .get_or_create(&VersionLabels {
@@ -354,6 +374,13 @@ impl Metrics {
         if !ok {
             self.cri_failures.get_or_create(&l).inc();
         }
+    }
+
+    /// Audit: `drifting` planned values differ now, `changes` of them are
+    /// new or changed since the last pass.
+    pub fn audit_drift(&self, drifting: usize, changes: usize) {
+        self.audit_drift.set(drifting as i64);
+        self.audit_drift_changes.inc_by(changes as u64);
     }
 
     /// Live pods of a QoS class.

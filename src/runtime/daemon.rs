@@ -134,6 +134,7 @@ pub async fn run_loop(opts: RunOptions, observer: &mut dyn Observer) -> anyhow::
     // after each, instead of one every `relist_interval`. Started after the
     // first reconcile (which creates kubepods and the QoS cgroups).
     let mut pod_events = PodEventState::default();
+    let mut spec_key = source.spec_key();
     loop {
         observer.heartbeat();
         let relist_due = pod_events.due();
@@ -151,9 +152,15 @@ pub async fn run_loop(opts: RunOptions, observer: &mut dyn Observer) -> anyhow::
             _ = reconcile_tick.tick() => Tick::Reconcile,
             // With pod events the relist timer is not needed: the reconcile
             // timer (which relists too) is the safety net.
+            // The API server's view (when configured) is checked on the
+            // relist timer still: its change key costs no runtime call.
             _ = relist_tick.tick() => {
                 if pod_events.active() {
-                    continue;
+                    let k = source.spec_key();
+                    if k == spec_key {
+                        continue;
+                    }
+                    spec_key = k;
                 }
                 Tick::Relist
             }

@@ -149,6 +149,15 @@ impl Source {
         }
     }
 
+    /// The API server source's change key (`None` without one): cheap, no
+    /// runtime call.
+    pub fn spec_key(&self) -> Option<String> {
+        match self {
+            Source::Cri { specs: Some(k), .. } => Some(k.change_key()),
+            _ => None,
+        }
+    }
+
     /// Sandboxes and containers whose statuses are held (CRI; 0 otherwise).
     pub fn cached_statuses(&self) -> (usize, usize) {
         match self {

@@ -62,10 +62,9 @@ fn bad_endpoint_is_bad_input() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: starts containerd and creates cgroups"]
 async fn runtime_restart_while_qosd_retries() {
-    if !require_root("runtime_restart_while_qosd_retries") {
-        return;
-    }
+    require_containerd();
     let mut env = Containerd::start();
     let pod = env
         .run_pod(
@@ -133,10 +132,9 @@ async fn runtime_restart_while_qosd_retries() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: starts containerd and creates cgroups"]
 async fn sandbox_removed_between_list_and_status() {
-    if !require_root("sandbox_removed_between_list_and_status") {
-        return;
-    }
+    require_containerd();
     let env = Containerd::start();
     let gone = env
         .run_pod(&PodSpec::new("gone").container(ContainerSpec::pause("app")))
@@ -183,10 +181,9 @@ async fn sandbox_removed_between_list_and_status() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: starts containerd and creates cgroups"]
 async fn notready_sandbox_is_reported_not_planned() {
-    if !require_root("notready_sandbox_is_reported_not_planned") {
-        return;
-    }
+    require_containerd();
     let env = Containerd::start();
     let stopped = env
         .run_pod(&PodSpec::new("stopped").container(ContainerSpec::pause("app")))
@@ -212,10 +209,9 @@ async fn notready_sandbox_is_reported_not_planned() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: starts containerd and creates cgroups"]
 async fn memhog_grows_on_signal_and_is_oom_killed() {
-    if !require_root("memhog_grows_on_signal_and_is_oom_killed") {
-        return;
-    }
+    require_containerd();
     let env = Containerd::start();
     // 8 MiB at start, +16 MiB per SIGUSR1; limit 40 MiB.
     let pod = env
@@ -255,10 +251,9 @@ async fn memhog_grows_on_signal_and_is_oom_killed() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: starts containerd and creates cgroups"]
 async fn inventory_of_twenty_pods_is_fast() {
-    if !require_root("inventory_of_twenty_pods_is_fast") {
-        return;
-    }
+    require_containerd();
     let env = Containerd::start();
     let t = Instant::now();
     for i in 0..20 {
@@ -289,4 +284,79 @@ async fn inventory_of_twenty_pods_is_fast() {
     assert_eq!(stats.len(), 20);
     eprintln!("inventory of 20 pods: best {best:?}; ListContainerStats: {stats_took:?}");
     assert!(best < Duration::from_secs(2), "{best:?}");
+}
+
+/// The daemon's cached listing (statuses asked once per id) against real
+/// containerd follows pods stopping, going away and arriving exactly like an
+/// uncached inventory, and holds entries only for listed ids.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cached_listing_matches_a_fresh_inventory() {
+    require_containerd();
+    use qosd::runtime::pod_source::{PodSourceSpec, Source};
+    let env = Containerd::start();
+    let a = env
+        .run_pod(
+            &PodSpec::new("a").container(
+                ContainerSpec::pause("app")
+                    .cpu(Some(100), Some(100))
+                    .memory(Some(32 * MI), Some(32 * MI)),
+            ),
+        )
+        .await;
+    let b = env
+        .run_pod(&PodSpec::new("b").container(ContainerSpec::pause("app").cpu(Some(50), None)))
+        .await;
+    let spec = PodSourceSpec::Cri {
+        endpoint: env.endpoint.clone(),
+    };
+    let source = Source::connect(&spec, ConnectOptions::default(), 0)
+        .await
+        .unwrap();
+    let client = env.client().await;
+    let fresh = || async {
+        let mut p = qosd::cri::inventory(
+            &client,
+            &InventoryOptions {
+                memory_capacity_bytes: Some(0),
+            },
+        )
+        .await
+        .unwrap()
+        .pods;
+        p.sort_by(|x, y| x.sandbox_id.cmp(&y.sandbox_id));
+        p
+    };
+    let cached = || async {
+        let mut p = source.list().await.unwrap().live;
+        p.sort_by(|x, y| x.sandbox_id.cmp(&y.sandbox_id));
+        p
+    };
+    assert_eq!(cached().await, fresh().await);
+    assert_eq!(source.cached_statuses(), (2, 2));
+    assert_eq!(cached().await, fresh().await, "second, cached listing");
+
+    client.stop_pod_sandbox(&b.sandbox_id).await.unwrap();
+    let after_stop = cached().await;
+    assert_eq!(after_stop, fresh().await);
+    let sb = after_stop
+        .iter()
+        .find(|p| p.sandbox_id == b.sandbox_id)
+        .unwrap();
+    assert_eq!(sb.state, qosd::cri::SandboxState::NotReady);
+    assert!(
+        sb.containers.iter().all(|c| c.state == "exited"),
+        "{:?}",
+        sb.containers
+    );
+
+    env.remove_pod(&b).await;
+    let c = env
+        .run_pod(&PodSpec::new("c").container(ContainerSpec::pause("app")))
+        .await;
+    let now = cached().await;
+    assert_eq!(now, fresh().await);
+    let ids: Vec<&str> = now.iter().map(|p| p.sandbox_id.as_str()).collect();
+    assert!(ids.contains(&a.sandbox_id.as_str()) && ids.contains(&c.sandbox_id.as_str()));
+    assert!(!ids.contains(&b.sandbox_id.as_str()));
+    assert_eq!(source.cached_statuses(), (2, 2), "b's entries dropped");
 }

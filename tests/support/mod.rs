@@ -2,14 +2,19 @@
 //! tests/*.rs: add `mod support;`).
 //!
 //! # API
-//! * [`require_root`]`("test name") -> bool`: false (and prints why) when the
-//!   test must skip: not root. As root, missing tools (containerd, ctr, runc,
-//!   gcc, python3) are a test FAILURE with an apt hint, unless
-//!   `QOSD_TEST_ALLOW_SKIP=1` is set (so CI never skips silently).
+//! * The one skip mechanism ([`require`]): a test needing root or a kernel
+//!   feature is `#[ignore = "needs root: <why>"]` and starts with
+//!   [`require_containerd`]`()` (root + containerd, ctr, runc, gcc, python3),
+//!   [`require_root`]`(why)` or [`require_tools`]`(tools, apt)`: a missing
+//!   precondition panics with the reason, never returns early as a pass.
 //! * [`images`]`()`: builds (once per test binary, cached by source hash in
 //!   `$CARGO_TARGET_TMPDIR/qosd-images/`) static `pause` and `memhog` from
 //!   tests/images/*.c and packs OCI image tarballs with tests/images/mkimage.py.
-//!   Image names: [`PAUSE_IMAGE`], [`MEMHOG_IMAGE`].
+//!   Image names: [`PAUSE_IMAGE`], [`MEMHOG_IMAGE`]. [`static_binary`]`(name)`:
+//!   the static binary alone; [`Memhog`]: memhog as a host process in a cgroup.
+//! * [`Daemon`] (`qosd run` as a child: start, wait, scrape), [`wait_until`],
+//!   [`free_port`], [`status_json`]: tests/support/daemon.rs.
+//! * Cleanup guards [`Cgroups`], [`KillOnDrop`], [`Tmpfs`]: tests/support/guards.rs.
 //! * [`Containerd::start`]`()`: containerd with its own config, root, state,
 //!   socket under a temp dir (config per docs/test-environments: CRI plugin,
 //!   cgroupfs driver, `restrict_oom_score_adj = true`, overlayfs, no AppArmor,
@@ -47,6 +52,8 @@
 //! Many Containerd instances may run at once (own dirs, sockets, cgroup roots).
 #![allow(dead_code)]
 
+pub mod kubeapi;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -58,6 +65,19 @@ use qosd::core::model::QosClass;
 use qosd::cri::proto;
 use qosd::cri::{ConnectOptions, CriClient};
 
+pub mod daemon;
+pub mod guards;
+pub mod hog;
+pub mod require;
+#[allow(unused_imports)]
+pub use daemon::*;
+#[allow(unused_imports)]
+pub use guards::*;
+#[allow(unused_imports)]
+pub use hog::*;
+#[allow(unused_imports)]
+pub use require::*;
+
 pub const PAUSE_IMAGE: &str = "qosd.test/pause:1";
 pub const MEMHOG_IMAGE: &str = "qosd.test/memhog:1";
 pub const MI: i64 = 1 << 20;
@@ -67,37 +87,6 @@ static COUNTER: AtomicUsize = AtomicUsize::new(0);
 
 fn unique() -> usize {
     COUNTER.fetch_add(1, Ordering::SeqCst)
-}
-
-/// False (after printing why) when the test cannot run here. See module docs.
-pub fn require_root(test: &str) -> bool {
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipping {test}: needs root (starts containerd and creates cgroups)");
-        return false;
-    }
-    let missing: Vec<&str> = ["containerd", "ctr", "runc", "gcc", "python3"]
-        .into_iter()
-        .filter(|t| which(t).is_none())
-        .collect();
-    if !missing.is_empty() {
-        let msg = format!(
-            "{test}: missing tools {missing:?} (apt-get install -y containerd runc gcc libc6-dev python3)"
-        );
-        if std::env::var_os("QOSD_TEST_ALLOW_SKIP").is_some() {
-            eprintln!("skipping {msg}");
-            return false;
-        }
-        panic!("{msg}; set QOSD_TEST_ALLOW_SKIP=1 to skip instead");
-    }
-    true
-}
-
-pub fn which(tool: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .chain(["/usr/sbin", "/sbin"].map(PathBuf::from))
-        .map(|d| d.join(tool))
-        .find(|p| p.is_file())
 }
 
 // ------------------------------------------------------------------ images
@@ -126,20 +115,89 @@ fn run_ok(cmd: &mut Command) {
     );
 }
 
+/// The cache dir of the built test binaries and images (by source hash).
+fn images_dir() -> PathBuf {
+    use std::hash::{Hash, Hasher};
+    let src = repo_dir().join("tests/images");
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for f in ["pause.c", "memhog.c", "mkimage.py"] {
+        std::fs::read(src.join(f)).unwrap().hash(&mut h);
+    }
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join("qosd-images")
+        .join(format!("{:016x}", h.finish()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// tests/images/`name`.c built with `gcc -static` (once; cached on disk):
+/// "pause" or "memhog" (see [`Memhog`] for memhog on the host).
+pub fn static_binary(name: &str) -> PathBuf {
+    let dir = images_dir();
+    let bin = dir.join(name);
+    if !bin.is_file() {
+        // Build in a private dir, then rename: parallel test binaries race safely.
+        let work = tempfile::Builder::new()
+            .prefix(&format!("build-{name}-"))
+            .tempdir_in(&dir)
+            .unwrap();
+        let built = work.path().join(name);
+        run_ok(
+            Command::new("gcc")
+                .args(["-static", "-O2", "-Wall", "-o"])
+                .arg(&built)
+                .arg(repo_dir().join(format!("tests/images/{name}.c"))),
+        );
+        std::fs::rename(&built, &bin).unwrap();
+    }
+    bin
+}
+
+/// Build an image of `bytes` random bytes named `name` (never run: it only
+/// takes space), cached like the others.
+pub fn filler_image(name: &str, bytes: usize) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("qosd-images");
+    std::fs::create_dir_all(&dir).unwrap();
+    let safe: String = name
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    let tar = dir.join(format!("filler-{safe}-{bytes}.tar"));
+    if tar.is_file() {
+        return tar;
+    }
+    let work = tempfile::Builder::new()
+        .prefix("build-filler-")
+        .tempdir_in(&dir)
+        .unwrap();
+    let blob = work.path().join("filler");
+    let mut data = vec![0u8; bytes];
+    let mut x: u64 = 0x9e3779b97f4a7c15;
+    for b in data.iter_mut() {
+        // xorshift: incompressible, so the layer takes its size on disk
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *b = x as u8;
+    }
+    std::fs::write(&blob, data).unwrap();
+    let out = work.path().join("filler.tar");
+    run_ok(
+        Command::new("python3")
+            .arg(repo_dir().join("tests/images/mkimage.py"))
+            .arg(&blob)
+            .arg(name)
+            .arg(&out),
+    );
+    std::fs::rename(&out, &tar).unwrap();
+    tar
+}
+
 /// Build the pause and memhog images (once per process; cached on disk).
 pub fn images() -> &'static Images {
     static IMAGES: OnceLock<Images> = OnceLock::new();
     IMAGES.get_or_init(|| {
-        use std::hash::{Hash, Hasher};
-        let src = repo_dir().join("tests/images");
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        for f in ["pause.c", "memhog.c", "mkimage.py"] {
-            std::fs::read(src.join(f)).unwrap().hash(&mut h);
-        }
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-            .join("qosd-images")
-            .join(format!("{:016x}", h.finish()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = images_dir();
         let images = Images {
             pause_tar: dir.join("pause.tar"),
             memhog_tar: dir.join("memhog.tar"),
@@ -151,22 +209,16 @@ pub fn images() -> &'static Images {
             if tar.is_file() {
                 continue;
             }
-            // Build in a private dir, then rename: parallel test binaries race safely.
+            let bin = static_binary(name);
+            // Pack in a private dir, then rename: parallel test binaries race safely.
             let work = tempfile::Builder::new()
                 .prefix(&format!("build-{name}-"))
                 .tempdir_in(&dir)
                 .unwrap();
-            let bin = work.path().join(name);
-            run_ok(
-                Command::new("gcc")
-                    .args(["-static", "-O2", "-Wall", "-o"])
-                    .arg(&bin)
-                    .arg(src.join(format!("{name}.c"))),
-            );
             let out = work.path().join(format!("{name}.tar"));
             run_ok(
                 Command::new("python3")
-                    .arg(src.join("mkimage.py"))
+                    .arg(repo_dir().join("tests/images/mkimage.py"))
                     .arg(&bin)
                     .arg(image)
                     .arg(&out),
@@ -411,11 +463,12 @@ pub struct Containerd {
     sandboxes: Mutex<Vec<String>>,
 }
 
-fn config_toml(d: &Path) -> String {
+fn config_toml(d: &Path, root: &Path) -> String {
+    let root = root.display();
     let d = d.display();
     format!(
         r#"version = 2
-root = "{d}/root"
+root = "{root}"
 state = "{d}/state"
 temp = "{d}/tmp"
 disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs", "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
@@ -438,6 +491,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
   netns_mounts_under_state_dir = true
+  stats_collect_period = 1
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "{d}/cni/bin"
     conf_dir = "{d}/cni/conf"
@@ -475,6 +529,13 @@ impl Containerd {
     /// Start a private containerd and import the test images. Panics (with
     /// the log) if it does not come up.
     pub fn start() -> Containerd {
+        Containerd::start_with_root(None)
+    }
+
+    /// Like [`Containerd::start`], with containerd's root (images, snapshots:
+    /// the writable layers) at `root` — e.g. on a small filesystem the test
+    /// made.
+    pub fn start_with_root(root: Option<&Path>) -> Containerd {
         let images = images().clone();
         let dir = tempfile::Builder::new()
             .prefix("qosd-ctrd-")
@@ -483,7 +544,14 @@ impl Containerd {
         for sub in ["cni/bin", "cni/conf", "opt"] {
             std::fs::create_dir_all(dir.path().join(sub)).unwrap();
         }
-        std::fs::write(dir.path().join("config.toml"), config_toml(dir.path())).unwrap();
+        let root = root
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| dir.path().join("root"));
+        std::fs::write(
+            dir.path().join("config.toml"),
+            config_toml(dir.path(), &root),
+        )
+        .unwrap();
         let socket = dir.path().join("containerd.sock");
         let mut env = Containerd {
             endpoint: format!("unix://{}", socket.display()),
@@ -577,6 +645,29 @@ impl Containerd {
 
     pub fn dir(&self) -> &Path {
         self.dir.path()
+    }
+
+    /// Import an image tarball (`ctr images import`).
+    pub fn import(&self, tar: &Path) {
+        run_ok(
+            Command::new("ctr")
+                .arg("--address")
+                .arg(&self.socket)
+                .args(["-n", "k8s.io", "images", "import"])
+                .arg(tar),
+        );
+    }
+
+    /// Image names (repo tags) the runtime lists.
+    pub async fn image_tags(&self) -> Vec<String> {
+        self.client()
+            .await
+            .list_images()
+            .await
+            .unwrap()
+            .into_iter()
+            .flat_map(|i| i.repo_tags)
+            .collect()
     }
 
     /// A client with short retries (tests fail fast).
@@ -689,6 +780,11 @@ impl Containerd {
             class,
             containers,
         }
+    }
+
+    /// Remove this sandbox on drop too (for sandboxes a test made itself).
+    pub fn track_sandbox(&self, id: &str) {
+        self.sandboxes.lock().unwrap().push(id.to_string());
     }
 
     /// StopPodSandbox + RemovePodSandbox.
@@ -813,33 +909,11 @@ impl Containerd {
             prefix.starts_with("qosd-test-"),
             "refusing to touch {prefix}"
         );
-        for attempt in 0..50 {
-            let mut left = Vec::new();
-            for root in Self::hierarchy_roots() {
-                let top = root.join(prefix);
-                if !top.is_dir() {
-                    continue;
-                }
-                let mut dirs = Vec::new();
-                collect_dirs(&top, &mut dirs);
-                // Deepest first.
-                dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
-                for d in dirs {
-                    if std::fs::remove_dir(&d).is_err() && d.exists() {
-                        if attempt > 5 {
-                            kill_procs(&d);
-                        }
-                        left.push(d);
-                    }
-                }
+        for root in Self::hierarchy_roots() {
+            let top = root.join(prefix);
+            if top.is_dir() {
+                remove_tree(&top);
             }
-            if left.is_empty() {
-                return;
-            }
-            if attempt == 49 {
-                eprintln!("support: could not remove cgroups: {left:?}");
-            }
-            std::thread::sleep(Duration::from_millis(100));
         }
     }
 
@@ -856,30 +930,6 @@ impl Containerd {
         points.sort_by_key(|p| std::cmp::Reverse(p.len()));
         for p in points {
             let _ = nix::mount::umount2(p.as_str(), nix::mount::MntFlags::MNT_DETACH);
-        }
-    }
-}
-
-fn collect_dirs(dir: &Path, out: &mut Vec<PathBuf>) {
-    out.push(dir.to_path_buf());
-    if let Ok(rd) = std::fs::read_dir(dir) {
-        for e in rd.flatten() {
-            if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
-                collect_dirs(&e.path(), out);
-            }
-        }
-    }
-}
-
-fn kill_procs(cgroup: &Path) {
-    for f in ["cgroup.procs", "tasks"] {
-        if let Ok(s) = std::fs::read_to_string(cgroup.join(f)) {
-            for pid in s.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(pid),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-            }
         }
     }
 }
@@ -975,23 +1025,4 @@ pub fn check_contract(kind: &str, json: &str) {
         "contract {kind}: {}",
         String::from_utf8_lossy(&out.stdout)
     );
-}
-
-/// A free loopback port (bound, then released for a daemon to take).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// `GET /status` of a daemon on loopback `port` as JSON (`Null` when it does
-/// not answer or the body is not JSON).
-pub fn status_json(port: u16) -> serde_json::Value {
-    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-    qosd::telemetry::client::get(addr, "/status", Duration::from_secs(2))
-        .ok()
-        .and_then(|r| serde_json::from_str(&r.body).ok())
-        .unwrap_or_default()
 }

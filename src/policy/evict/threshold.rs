@@ -171,10 +171,27 @@ impl ThresholdValue {
     }
 }
 
+/// A count or byte amount in Kubernetes' binary-suffix form when exact
+/// (`104857600` → `100Mi`), else as a plain number.
+pub fn binary_quantity(v: i64) -> String {
+    const SUFFIXES: [&str; 6] = ["Ki", "Mi", "Gi", "Ti", "Pi", "Ei"];
+    let mut n = v;
+    let mut suffix = "";
+    for s in SUFFIXES {
+        if n != 0 && n % 1024 == 0 {
+            n /= 1024;
+            suffix = s;
+        } else {
+            break;
+        }
+    }
+    format!("{n}{suffix}")
+}
+
 impl fmt::Display for ThresholdValue {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
-            ThresholdValue::Quantity(q) => write!(f, "{q}"),
+            ThresholdValue::Quantity(q) => f.write_str(&binary_quantity(q)),
             ThresholdValue::Percentage(p) => write!(f, "{}%", round_pct(p * 100.0)),
         }
     }
@@ -484,6 +501,14 @@ impl EvictionConfig {
                             })?
                     }
                 };
+                // The kubelet treats every threshold with a zero grace
+                // period as hard (isHardEvictionThreshold): a soft one with
+                // `0s` acts at once, with the hard 1 s pod grace.
+                let kind = if grace_period.is_zero() {
+                    ThresholdKind::Hard
+                } else {
+                    kind
+                };
                 list.push(Threshold {
                     signal: sig,
                     kind,
@@ -492,9 +517,10 @@ impl EvictionConfig {
                     min_reclaim: reclaim.get(&sig).copied(),
                 });
             }
-            list.sort_by_key(|t| t.signal);
             thresholds.extend(list);
         }
+        // hard first, then soft; each in signal order (stable)
+        thresholds.sort_by_key(|t| (t.kind, t.signal));
 
         if max_pod_grace_period_seconds < 0 {
             return Err(ThresholdError::NegativeMaxPodGrace {
@@ -536,6 +562,51 @@ impl EvictionConfig {
         for (i, t) in extra.into_iter().enumerate() {
             self.thresholds.insert(soft_at + i, t);
         }
+        self
+    }
+
+    /// `containerfs.*` thresholds as the kubelet derives them
+    /// (UpdateContainerFsThresholds): on one filesystem, or with images and
+    /// containers split, they copy `nodefs.*`; with a dedicated imagefs
+    /// holding the containers' writable layers they copy `imagefs.*`.
+    /// Configured `containerfs.*` thresholds are replaced (the kubelet
+    /// ignores them with a logged error).
+    pub fn with_containerfs_thresholds(
+        mut self,
+        dedicated_imagefs: bool,
+        split: bool,
+    ) -> EvictionConfig {
+        let from_imagefs = dedicated_imagefs && !split;
+        let (bytes, inodes) = if from_imagefs {
+            (Signal::ImageFsAvailable, Signal::ImageFsInodesFree)
+        } else {
+            (Signal::NodeFsAvailable, Signal::NodeFsInodesFree)
+        };
+        self.thresholds.retain(|t| {
+            !matches!(
+                t.signal,
+                Signal::ContainerFsAvailable | Signal::ContainerFsInodesFree
+            )
+        });
+        let extra: Vec<Threshold> = self
+            .thresholds
+            .iter()
+            .filter_map(|t| {
+                let signal = if t.signal == bytes {
+                    Signal::ContainerFsAvailable
+                } else if t.signal == inodes {
+                    Signal::ContainerFsInodesFree
+                } else {
+                    return None;
+                };
+                Some(Threshold {
+                    signal,
+                    ..t.clone()
+                })
+            })
+            .collect();
+        self.thresholds.extend(extra);
+        self.thresholds.sort_by_key(|t| (t.kind, t.signal));
         self
     }
 
@@ -637,27 +708,25 @@ fn parse_quantity(setting: &str, signal: Signal, v: &str) -> Result<i64, Thresho
     Ok(q.value_ceil())
 }
 
-fn parse_min_reclaim(signal: Signal, v: &str) -> Result<Option<ThresholdValue>, ThresholdError> {
+/// Parse a minimum-reclaim value as the kubelet does: a percentage must be
+/// positive (`0%` is an error), a quantity must not be negative (`0` means
+/// none). `Ok(None)`: no extra reclaim.
+pub fn parse_min_reclaim(
+    signal: Signal,
+    v: &str,
+) -> Result<Option<ThresholdValue>, ThresholdError> {
     const SETTING: &str = "eviction-minimum-reclaim";
     if let Some(num) = v.strip_suffix('%') {
         let p = parse_percent(SETTING, signal, v, num)?;
-        if p < 0.0 {
+        if p <= 0.0 {
             return Err(ThresholdError::BadPercentage {
                 setting: SETTING.into(),
                 signal: signal.to_string(),
                 value: v.into(),
-                reason: "must be >= 0%".into(),
+                reason: "a percentage minimum reclaim must be positive".into(),
             });
         }
-        if p > 1.0 {
-            return Err(ThresholdError::BadPercentage {
-                setting: SETTING.into(),
-                signal: signal.to_string(),
-                value: v.into(),
-                reason: "must be <= 100%".into(),
-            });
-        }
-        return Ok((p > 0.0).then_some(ThresholdValue::Percentage(p)));
+        return Ok(Some(ThresholdValue::Percentage(p)));
     }
     let q = parse_quantity(SETTING, signal, v)?;
     if q < 0 {
@@ -668,6 +737,19 @@ fn parse_min_reclaim(signal: Signal, v: &str) -> Result<Option<ThresholdValue>, 
         });
     }
     Ok((q > 0).then_some(ThresholdValue::Quantity(q)))
+}
+
+/// Check one entry of an eviction map exactly as [`EvictionConfig::from_parts`]
+/// will (the signal, then the value for its setting): the config file
+/// validation calls this, so `qosd config check` refuses what `qosd run`
+/// refuses. `setting`: `eviction-hard`, `eviction-soft` or
+/// `eviction-minimum-reclaim`.
+pub fn check_entry(setting: &str, signal: &str, value: &str) -> Result<(), ThresholdError> {
+    let sig = parse_signal(signal)?;
+    match setting {
+        "eviction-minimum-reclaim" => parse_min_reclaim(sig, value.trim()).map(|_| ()),
+        _ => parse_threshold_value(setting, sig, value.trim()).map(|_| ()),
+    }
 }
 
 /// Parse a `--eviction-hard` / `--eviction-soft` flag value:
@@ -847,7 +929,7 @@ mod tests {
         assert_eq!(
             got,
             [
-                "memory.available<104857600",
+                "memory.available<100Mi",
                 "nodefs.available<10%",
                 "nodefs.inodesFree<5%",
                 "imagefs.available<15%",
@@ -1001,9 +1083,9 @@ mod tests {
         assert_eq!(
             got,
             [
-                "hard memory.available<104857600",
-                "hard nodefs.available<10% min-reclaim 524288000",
-                "soft memory.available<1073741824 grace 1m30s",
+                "hard memory.available<100Mi",
+                "hard nodefs.available<10% min-reclaim 500Mi",
+                "soft memory.available<1Gi grace 1m30s",
                 "soft nodefs.inodesFree<10% grace 2m0s min-reclaim 5%",
             ]
         );
@@ -1037,10 +1119,10 @@ mod tests {
             ),
             (
                 RawEvictionConfig {
-                    eviction_minimum_reclaim: [("nodefs.available".into(), "150%".into())].into(),
+                    eviction_minimum_reclaim: [("nodefs.available".into(), "0%".into())].into(),
                     ..Default::default()
                 },
-                "must be <= 100%",
+                "a percentage minimum reclaim must be positive",
             ),
             (
                 RawEvictionConfig {
@@ -1099,9 +1181,9 @@ evictionPressureTransitionPeriod: "1m0s"
         assert_eq!(
             got,
             [
-                "hard memory.available<209715200 min-reclaim 104857600",
+                "hard memory.available<200Mi min-reclaim 100Mi",
                 "hard pid.available<1000",
-                "soft memory.available<1073741824 grace 1m30s min-reclaim 104857600",
+                "soft memory.available<1Gi grace 1m30s min-reclaim 100Mi",
             ]
         );
         assert_eq!(c.pressure_transition_period, Duration::from_secs(60));
@@ -1124,7 +1206,7 @@ evictionPressureTransitionPeriod: "1m0s"
         assert_eq!(
             got,
             [
-                "memory.available<1073741824",
+                "memory.available<1Gi",
                 "nodefs.inodesFree<5%",
                 "imagefs.available<15%",
                 "imagefs.inodesFree<5%",

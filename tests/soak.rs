@@ -102,6 +102,9 @@ async fn soak() {
             "1s",
             "--orphan-grace-period",
             "0s",
+            // Memory only: the shared machine's disk may be under real pressure.
+            "--eviction-hard",
+            "memory.available<100Mi",
             "--root-dir",
             &env.dir().display().to_string(),
         ])

@@ -1,5 +1,5 @@
-//! Soak (issue 13; not a CI test: scripts/test skips it, bench/soak.sh runs
-//! it): `qosd run` against a real containerd for `QOSD_SOAK_SECONDS`
+//! Soak (issue 13; not a CI test: `test = false` in Cargo.toml, bench/soak.sh
+//! runs it): `qosd run` against a real containerd for `QOSD_SOAK_SECONDS`
 //! (default 1800) of pod churn with faults injected at random — runtime
 //! SIGSTOP (3–12 s), runtime SIGKILL + restart, cgroup drift, bursts of 50
 //! slow HTTP clients — recording qosd's RSS and descriptors, its error

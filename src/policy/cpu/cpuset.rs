@@ -17,6 +17,10 @@ pub struct CpuSetError {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct CpuSet(BTreeSet<u32>);
 
+/// The largest CPU id accepted (Linux supports at most 8192 CPUs on
+/// x86-64 today; this leaves room while keeping any range small).
+pub const MAX_CPU_ID: u32 = 65_535;
+
 impl CpuSet {
     pub fn new() -> CpuSet {
         CpuSet(BTreeSet::new())
@@ -25,6 +29,8 @@ impl CpuSet {
     /// Parse a CPU list. Empty (or only whitespace) is the empty set; a
     /// trailing newline (sysfs) is accepted; every element is `N` or `A-B`
     /// with `A <= B`, like the Go `cpuset.Parse`.
+    /// Parse the kernel's list format (`0-3,8`); ids above [`MAX_CPU_ID`]
+    /// are refused.
     pub fn parse(s: &str) -> Result<CpuSet, CpuSetError> {
         let err = |reason: String| CpuSetError {
             input: s.to_string(),
@@ -37,8 +43,17 @@ impl CpuSet {
         }
         for part in t.split(',') {
             let num = |x: &str| {
-                x.parse::<u32>()
-                    .map_err(|_| err(format!("{x:?} is not a CPU id")))
+                let id = x
+                    .parse::<u32>()
+                    .map_err(|_| err(format!("{x:?} is not a CPU id")))?;
+                // A range like `0-4294967295` (a broken runtime answer or
+                // state file) would expand into billions of entries.
+                if id > MAX_CPU_ID {
+                    return Err(err(format!(
+                        "CPU id {id} is above the largest supported ({MAX_CPU_ID})"
+                    )));
+                }
+                Ok(id)
             };
             match part.split_once('-') {
                 None => {
@@ -142,6 +157,15 @@ impl fmt::Display for CpuSet {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn huge_ranges_are_refused() {
+        // Found by the cgroup_files fuzz target: 872 M entries.
+        let e = CpuSet::parse("05,7-872872800,").unwrap_err().to_string();
+        assert!(e.contains("above the largest supported"), "{e}");
+        assert!(CpuSet::parse("0-4294967295").is_err());
+        assert_eq!(CpuSet::parse("0-65535").unwrap().len(), 65_536);
+    }
 
     #[test]
     fn parse_and_format_table() {

@@ -85,7 +85,8 @@ pub fn load_or_bad_input(path: Option<&Path>, o: &Overrides) -> anyhow::Result<C
 /// ```
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct ConfigFlags {
-    /// Config file (YAML). Without it, built-in defaults; flags override either.
+    /// Config file (YAML). Default: /etc/qosd/config.yaml when it exists,
+    /// else the built-in defaults; flags override either.
     #[arg(long, env = "QOSD_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Log and count what would be written or evicted; change nothing (mode: dry-run).
@@ -158,7 +159,12 @@ pub struct ConfigFlags {
     #[arg(long, value_name = "VERSION")]
     pub cgroup_version: Option<String>,
     /// CRI endpoint, e.g. unix:///run/containerd/containerd.sock.
-    #[arg(long, alias = "container-runtime-endpoint", value_name = "ENDPOINT")]
+    #[arg(
+        long,
+        alias = "container-runtime-endpoint",
+        env = "CONTAINER_RUNTIME_ENDPOINT",
+        value_name = "ENDPOINT"
+    )]
     pub runtime_endpoint: Option<String>,
     /// Periodic reconcile interval (e.g. 10s).
     #[arg(long, value_name = "DURATION")]
@@ -193,6 +199,19 @@ pub struct ConfigFlags {
     /// Eviction backend: kill | cri | dry-run.
     #[arg(long, value_name = "BACKEND")]
     pub eviction_backend: Option<String>,
+    /// kubelet --pod-max-pids: pids.max of every pod (-1: unlimited).
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub pod_max_pids: Option<String>,
+    /// Hugepage sizes limited on every pod (e.g. 2Mi,1Gi, or none). Default:
+    /// the node's sizes (sysfs) when the hugetlb controller is mounted.
+    #[arg(long, value_name = "LIST")]
+    pub hugepage_sizes: Option<String>,
+    /// kubelet memoryThrottlingFactor (MemoryQoS memory.high), 0 < f <= 1.
+    #[arg(long, value_name = "F")]
+    pub memory_throttling_factor: Option<String>,
+    /// Log filter: error | warn | info | debug | trace (or qosd=debug,info).
+    #[arg(long, value_name = "LEVEL")]
+    pub log_level: Option<String>,
 }
 
 impl ConfigFlags {
@@ -237,6 +256,10 @@ impl ConfigFlags {
             node_memory: self.node_memory.clone(),
             log_format: self.log_format.clone(),
             eviction_backend: self.eviction_backend.clone(),
+            pod_pids_limit: self.pod_max_pids.clone(),
+            hugepage_sizes: self.hugepage_sizes.clone(),
+            memory_throttling_factor: self.memory_throttling_factor.clone(),
+            log_level: self.log_level.clone(),
             ..Overrides::default()
         }
     }
@@ -244,7 +267,15 @@ impl ConfigFlags {
     /// Load `--config` (or the defaults), apply the flags, validate.
     /// Bad input (missing file, syntax, bad values) → exit code 2.
     pub fn load(&self) -> anyhow::Result<Config> {
-        load_or_bad_input(self.config.as_deref(), &self.overrides())
+        load_or_bad_input(self.config_path().as_deref(), &self.overrides())
+    }
+
+    /// `--config`, else the default path when that file exists.
+    pub fn config_path(&self) -> Option<PathBuf> {
+        self.config.clone().or_else(|| {
+            let p = Path::new(config::DEFAULT_CONFIG_PATH);
+            p.is_file().then(|| p.to_path_buf())
+        })
     }
 }
 

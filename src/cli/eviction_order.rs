@@ -11,17 +11,16 @@ use crate::cli::bad_input;
 use crate::policy::evict::rank::{self, Candidate, PodStats, Ranking};
 use crate::policy::evict::threshold::{Signal, SignalResource};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Output {
-    Text,
-    Json,
-}
+use crate::cli::config_check::ConfigFlags;
+use crate::cli::output::Output;
 
 #[derive(Debug, clap::Args)]
 #[command(
-    after_help = "Usage file format: {\"pods\": {\"<uid>\": {\"memory_working_set_bytes\": N, \
-\"ephemeral_storage_bytes\": N, \"processes\": N}}} (\"inodes\" too). Pods missing from it have no \
-stats, and the kubelet ranks pods without stats first."
+    after_help = "With --cri the pods, their cgroups and their usage are the daemon's: the same \
+listing, layout (--config and the flags of `qosd run`) and cgroup readers. \
+Usage file format: {\"pods\": {\"<uid>\": {\"memory_working_set_bytes\": N, \
+\"ephemeral_storage_bytes\": N, \"processes\": N}}} (\"inodes\" too); it overrides live usage. \
+Pods without stats rank first, like the kubelet's."
 )]
 pub struct Args {
     /// Eviction signal to rank for (memory.available, allocatableMemory.available,
@@ -34,17 +33,19 @@ pub struct Args {
     /// JSON file with per-pod usage (see below).
     #[arg(long, value_name = "FILE")]
     pub usage: Option<PathBuf>,
-    /// Rank the live pods of the container runtime.
+    /// Rank the live pods of the container runtime, with usage read from their cgroups.
     #[arg(long)]
     pub cri: bool,
-    /// CRI endpoint for --cri.
-    #[arg(
-        long,
-        env = "CONTAINER_RUNTIME_ENDPOINT",
-        default_value = "unix:///run/containerd/containerd.sock"
-    )]
-    pub runtime_endpoint: String,
-    #[arg(long, value_enum, default_value = "text")]
+    #[command(flatten)]
+    pub config: ConfigFlags,
+    /// Where sysfs is (hugepage sizes of the layout).
+    #[arg(long, value_name = "DIR", default_value = "/sys")]
+    pub sysfs: PathBuf,
+    /// Where /proc is.
+    #[arg(long, value_name = "DIR", default_value = "/proc", hide = true)]
+    pub proc_root: PathBuf,
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value = "text")]
     pub output: Output,
 }
 
@@ -215,34 +216,48 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                 .map_err(|e| bad_input(format!("usage file {}: {e}", p.display())))?
         }
     };
-    let pods = if args.cri {
-        // Live pods from the runtime; usage from the --usage file for now
-        // (the daemon reads it from the pod cgroups).
-        crate::cri::live_pods_blocking(&args.runtime_endpoint).with_context(|| {
-            format!(
-                "eviction-order --cri requires a reachable CRI runtime at {}",
-                args.runtime_endpoint
-            )
-        })?
+    let candidates: Vec<Candidate> = if args.cri {
+        // The daemon's listing, layout and cgroup readers.
+        let cfg = args.config.load()?;
+        let plan = crate::app::plan_config(&cfg, &args.proc_root, &args.sysfs)?;
+        let listing = crate::app::live_listing(&cfg, &args.proc_root)?;
+        crate::app::check_parents(&plan, &listing).map_err(bad_input)?;
+        let mut c = crate::app::live_candidates(&plan, &listing);
+        for x in &mut c {
+            if let Some(st) = usage.pods.get(&x.uid) {
+                x.stats = Some(*st);
+            }
+        }
+        warn_unknown(&usage, &c);
+        c
     } else {
-        crate::manifest::load_paths(&args.pods).map_err(bad_input)?
+        let pods = crate::manifest::load_paths(&args.pods).map_err(bad_input)?;
+        if pods.is_empty() {
+            eprintln!("qosd: warning: no pod in the --pods paths");
+            return Ok(crate::cli::EXIT_BAD_INPUT);
+        }
+        let c: Vec<Candidate> = pods
+            .iter()
+            .map(|p| Candidate::from_pod(p, usage.pods.get(&p.uid).copied()))
+            .collect();
+        warn_unknown(&usage, &c);
+        c
     };
+    let ranking = rank::rank(signal, &candidates);
+    let doc = document(signal, &ranking);
+    match args.output.structured(&doc)? {
+        Some(s) => print!("{s}"),
+        None => print!("{}", render_text(&doc)),
+    }
+    Ok(0)
+}
+
+fn warn_unknown(usage: &UsageFile, c: &[Candidate]) {
     for uid in usage.pods.keys() {
-        if !pods.iter().any(|p| &p.uid == uid) {
+        if !c.iter().any(|p| &p.uid == uid) {
             eprintln!("qosd: warning: usage file names pod uid {uid}, which is not among the pods");
         }
     }
-    let candidates: Vec<Candidate> = pods
-        .iter()
-        .map(|p| Candidate::from_pod(p, usage.pods.get(&p.uid).copied()))
-        .collect();
-    let ranking = rank::rank(signal, &candidates);
-    let doc = document(signal, &ranking);
-    match args.output {
-        Output::Json => println!("{}", serde_json::to_string_pretty(&doc)?),
-        Output::Text => print!("{}", render_text(&doc)),
-    }
-    Ok(0)
 }
 
 #[cfg(test)]

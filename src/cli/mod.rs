@@ -9,9 +9,11 @@ use clap::{Parser, Subcommand};
 use crate::telemetry::log::{init_logging, LogFormat};
 
 pub mod classify;
+pub mod completion;
 pub mod config_check;
 pub mod cpu;
 pub mod eviction_order;
+pub mod output;
 pub mod plan;
 pub mod pods;
 pub mod run;
@@ -57,6 +59,10 @@ pub enum Command {
     /// Configuration file tools.
     #[command(subcommand)]
     Config(config_check::ConfigCommand),
+    /// Print a shell completion script (bash, zsh, fish).
+    Completion(completion::Args),
+    /// Print the man page (roff), generated from these flags.
+    Man(completion::ManArgs),
 }
 
 /// Parse arguments, run, and map errors to exit codes.
@@ -74,6 +80,8 @@ pub fn main() -> i32 {
         Command::EvictionOrder(a) => eviction_order::run(a),
         Command::Status(a) => status::run(a),
         Command::Config(c) => config_check::run(c),
+        Command::Completion(a) => completion::run(a),
+        Command::Man(a) => completion::run_man(a),
     };
     match result {
         Ok(code) => code,

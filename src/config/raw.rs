@@ -97,6 +97,11 @@ pub struct RawConfig {
     pub node_memory: Option<Scalar>,
     pub log_format: Option<Scalar>,
     pub eviction_backend: Option<Scalar>,
+    pub pod_pids_limit: Option<Scalar>,
+    pub hugepage_sizes: Option<Scalar>,
+    pub log_level: Option<Scalar>,
+    pub eviction_hook: Option<Scalar>,
+    pub eviction_hook_timeout: Option<Scalar>,
 }
 
 impl RawConfig {
@@ -205,6 +210,11 @@ pub struct Overrides {
     pub node_memory: Option<String>,
     pub log_format: Option<String>,
     pub eviction_backend: Option<String>,
+    pub pod_pids_limit: Option<String>,
+    pub hugepage_sizes: Option<String>,
+    pub log_level: Option<String>,
+    pub eviction_hook: Option<String>,
+    pub eviction_hook_timeout: Option<String>,
 }
 
 fn to_raw_map(m: &BTreeMap<String, String>) -> RawMap {
@@ -284,6 +294,11 @@ impl Overrides {
         text!(node_memory, "nodeMemory");
         text!(log_format, "logFormat");
         text!(eviction_backend, "evictionBackend");
+        text!(pod_pids_limit, "podPidsLimit");
+        text!(hugepage_sizes, "hugepageSizes");
+        text!(log_level, "logLevel");
+        text!(eviction_hook, "evictionHook");
+        text!(eviction_hook_timeout, "evictionHookTimeout");
         set
     }
 }

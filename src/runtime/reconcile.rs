@@ -119,6 +119,9 @@ pub struct Reconciler {
     /// The value qosd last had in place in each file, written or found
     /// already right (drift = someone changed it since).
     last_written: HashMap<PathBuf, String>,
+    /// Dry run: the planned value last logged per file (a planned write is
+    /// logged when it first appears or changes, not every pass).
+    dry_run_logged: HashMap<PathBuf, String>,
 }
 
 impl Reconciler {
@@ -142,6 +145,7 @@ impl Reconciler {
             orphans_seen: HashMap::new(),
             drift_logged: HashSet::new(),
             last_written: HashMap::new(),
+            dry_run_logged: HashMap::new(),
         }
     }
 
@@ -152,6 +156,20 @@ impl Reconciler {
     /// Replace the planner config (SIGHUP reload). The layout must stay.
     pub fn set_config(&mut self, cfg: PlanConfig) {
         self.cfg = cfg;
+    }
+
+    /// Apply a reloaded config and mode: the applier is rebuilt when the
+    /// mode or the layout changes (what was written and the orphans seen
+    /// are kept).
+    pub fn reconfigure(&mut self, cfg: PlanConfig, dry_run: bool) {
+        if dry_run == self.dry_run() && cfg.layout == self.cfg.layout {
+            self.cfg = cfg;
+            return;
+        }
+        let mut fresh = Reconciler::new(cfg, dry_run, self.orphan_grace);
+        fresh.orphans_seen = std::mem::take(&mut self.orphans_seen);
+        fresh.last_written = std::mem::take(&mut self.last_written);
+        *self = fresh;
     }
 
     pub fn dry_run(&self) -> bool {
@@ -194,8 +212,13 @@ impl Reconciler {
                         tracing::warn!(file = %w.file.display(), value = %w.value, found = %found, "corrected drift: {verb} planned value over a value set by someone else");
                     }
                 }
+                _ if self.dry_run()
+                    && self.dry_run_logged.get(&w.file) == Some(&w.value) => {}
                 _ => {
                     tracing::info!(file = %w.file.display(), value = %w.value, previous = prev.as_deref().unwrap_or("(new)"), "{verb} cgroup value");
+                    if self.dry_run() {
+                        self.dry_run_logged.insert(w.file.clone(), w.value.clone());
+                    }
                 }
             }
             if !self.dry_run() {
@@ -225,6 +248,8 @@ impl Reconciler {
         }
         let planned: HashSet<&PathBuf> = plan.writes.iter().map(|w| &w.file).collect();
         self.last_written.retain(|f, _| planned.contains(f));
+        let pending: HashSet<&PathBuf> = report.written.iter().map(|w| &w.file).collect();
+        self.dry_run_logged.retain(|f, _| pending.contains(f));
         out.writes = report.written;
         out.planned = plan.writes;
         if let Some(live) = all_live_uids {

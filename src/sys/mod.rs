@@ -11,6 +11,7 @@ pub mod cpu_topology;
 pub mod detect;
 pub mod hugepages;
 pub mod kill;
+pub mod process;
 pub mod procfs;
 pub mod signals;
 pub mod systemd;

@@ -17,6 +17,9 @@ pub struct Health {
     cri_reachable: AtomicBool,
     reconciled: AtomicBool,
     shutting_down: AtomicBool,
+    /// Why qosd refuses to write (e.g. the pods' cgroup parents do not
+    /// match the configuration): not ready while set.
+    refused: Mutex<Option<String>>,
     status: Mutex<StatusDoc>,
 }
 
@@ -32,6 +35,7 @@ impl Health {
             cri_reachable: AtomicBool::new(false),
             reconciled: AtomicBool::new(false),
             shutting_down: AtomicBool::new(false),
+            refused: Mutex::new(None),
             status: Mutex::new(StatusDoc::default()),
         }
     }
@@ -50,6 +54,11 @@ impl Health {
     /// A reconcile pass completed (readiness needs at least one).
     pub fn set_reconciled(&self) {
         self.reconciled.store(true, Ordering::Relaxed);
+    }
+
+    /// qosd refuses to write for `why` (`None`: no longer).
+    pub fn set_refused(&self, why: Option<String>) {
+        *self.refused.lock().unwrap_or_else(|e| e.into_inner()) = why;
     }
 
     /// The daemon is stopping: `/readyz` fails from now on.
@@ -79,15 +88,23 @@ impl Health {
 
     /// Readiness: `Ok` or every reason it is not ready.
     pub fn ready(&self) -> Result<(), String> {
-        let mut why = Vec::new();
+        let mut why: Vec<String> = Vec::new();
         if self.shutting_down.load(Ordering::Relaxed) {
-            why.push("shutting down");
+            why.push("shutting down".into());
+        }
+        if let Some(r) = self
+            .refused
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+        {
+            why.push(r.clone());
         }
         if !self.cri_reachable.load(Ordering::Relaxed) {
-            why.push("container runtime (CRI) not reachable");
+            why.push("container runtime (CRI) not reachable".into());
         }
         if !self.reconciled.load(Ordering::Relaxed) {
-            why.push("first reconcile not done");
+            why.push("first reconcile not done".into());
         }
         if why.is_empty() {
             Ok(())

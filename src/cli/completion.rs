@@ -87,7 +87,10 @@ mod tests {
         let man = String::from_utf8(man_page().unwrap()).unwrap();
         for sub in ["plan", "classify", "pods", "run", "eviction-order", "status"] {
             assert!(bash.contains(sub), "bash completion lacks {sub}");
-            assert!(man.contains(&format!("qosd\\-{sub}")), "man page lacks {sub}");
+            assert!(
+                man.contains(&format!("qosd\\-{}", sub.replace('-', "\\-"))),
+                "man page lacks {sub}"
+            );
         }
         assert!(bash.contains("--runtime-endpoint"));
         assert!(man.contains("runtime\\-endpoint"));

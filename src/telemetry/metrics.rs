@@ -866,7 +866,7 @@ mod tests {
             FAMILIES.iter().map(|s| s.to_string()).collect();
         assert_eq!(got, want, "FAMILIES and the registry differ");
         assert!(t.ends_with("# EOF\n"));
-        assert!(t.contains("# TYPE qosd_signal_available_inodes gauge\n# HELP"), "{t}");
+        assert!(t.contains("# TYPE qosd_signal_available_inodes gauge\n"), "{t}");
         assert!(t.contains("# UNIT qosd_signal_available_inodes inodes\n"), "{t}");
         assert_eq!(
             sample(&t, "qosd_signal_available_processes{eviction_signal=\"pid.available\"}"),

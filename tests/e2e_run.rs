@@ -83,6 +83,9 @@ impl Daemon {
             "run",
             "--config",
             EXAMPLE_CONFIG,
+            // The example starts in dry-run; this test enforces.
+            "--mode",
+            "enforce",
             "--runtime-endpoint",
             &env.endpoint,
             "--cgroup-version",

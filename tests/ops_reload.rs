@@ -152,10 +152,18 @@ async fn sighup_switches_dry_run_to_enforce_and_changes_a_threshold() {
 
     // Grow the hog to ~200 MiB: allocatable available ~300 MiB of 512 MiB,
     // far above 1Mi: no eviction, and none would be made in dry-run anyway.
-    for _ in 0..12 {
+    let mem = env.cgroup_dir("memory", &be);
+    let usage = || {
+        read(&mem.join("memory.usage_in_bytes"))
+            .parse::<i64>()
+            .unwrap_or(0)
+    };
+    wait("the hog's start", Duration::from_secs(10), || usage() >= 8 * MI);
+    wait("the hog's growth", Duration::from_secs(20), || {
         let _ = kill(Pid::from_raw(be_pid), Signal::SIGUSR1);
-        std::thread::sleep(Duration::from_millis(50));
-    }
+        std::thread::sleep(Duration::from_millis(100));
+        usage() > 150 * MI
+    });
     let kubepods = Path::new("/sys/fs/cgroup/memory")
         .join(env.cgroup_root.trim_start_matches('/'))
         .join("kubepods");
@@ -386,4 +394,75 @@ async fn a_cgroup_root_the_runtime_does_not_use_is_refused() {
     for d in &dirs {
         assert!(!d.join("kubepods").exists(), "{} written", d.display());
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eviction_order_cri_reads_usage_from_the_live_cgroups() {
+    if !require_root("eviction_order_cri_reads_usage_from_the_live_cgroups") {
+        return;
+    }
+    let env = Containerd::start();
+    let be = env
+        .run_pod(
+            &PodSpec::new("besteffort")
+                .container(ContainerSpec::memhog("hog", &["8", "16", "3600000", "100"])),
+        )
+        .await;
+    let g = env
+        .run_pod(
+            &PodSpec::new("guaranteed").container(
+                ContainerSpec::pause("app")
+                    .cpu(Some(100), Some(100))
+                    .memory(Some(64 * MI), Some(64 * MI)),
+            ),
+        )
+        .await;
+    let pid = env.container_pid(&be.containers[0].1).await;
+    let mem = env.cgroup_dir("memory", &be);
+    let usage = || {
+        read(&mem.join("memory.usage_in_bytes"))
+            .parse::<i64>()
+            .unwrap_or(0)
+    };
+    // Its initial 8 MiB first (signal handlers installed), then growth.
+    wait("the hog's start", Duration::from_secs(10), || usage() >= 8 * MI);
+    wait("the hog's growth", Duration::from_secs(10), || {
+        let _ = kill(Pid::from_raw(pid), Signal::SIGUSR1);
+        std::thread::sleep(Duration::from_millis(100));
+        usage() > 60 * MI
+    });
+    let out = Command::new(env!("CARGO_BIN_EXE_qosd"))
+        .args([
+            "eviction-order",
+            "--cri",
+            "--config",
+            "/dev/null",
+            "--cgroup-version",
+            "v1",
+            "--cgroup-root",
+            &env.cgroup_root,
+            "--hugepage-sizes",
+            "none",
+            "-o",
+            "json",
+        ])
+        // The endpoint from the environment, like crictl.
+        .env("CONTAINER_RUNTIME_ENDPOINT", &env.endpoint)
+        .env_remove("QOSD_CONFIG")
+        .output()
+        .unwrap();
+    let json = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    check_contract("eviction-order", &json);
+    let doc: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let order = doc["order"].as_array().unwrap();
+    assert_eq!(order[0]["uid"], be.spec.uid.as_str(), "{doc}");
+    assert_eq!(order[0]["usage_known"], true, "{doc}");
+    assert!(order[0]["usage_bytes"].as_i64().unwrap() > 60 * MI, "{doc}");
+    assert_eq!(order[1]["uid"], g.spec.uid.as_str(), "{doc}");
+    assert_eq!(order[1]["usage_known"], true, "{doc}");
 }

@@ -126,8 +126,9 @@ pub fn plan_config(cfg: &Config, proc_root: &Path, sysfs: &Path) -> anyhow::Resu
     plan.pod_pids_limit = cfg.pod_pids_limit;
     plan.hugepage_sizes = match &cfg.hugepage_sizes {
         Some(sizes) => sizes.clone(),
-        None => crate::sys::hugepages::detect(sysfs, &cfg.cgroupfs, version)
-            .context("cannot read the node's hugepage sizes (set hugepageSizes / --hugepage-sizes)")?,
+        None => crate::sys::hugepages::detect(sysfs, &cfg.cgroupfs, version).context(
+            "cannot read the node's hugepage sizes (set hugepageSizes / --hugepage-sizes)",
+        )?,
     };
     let res = |name: &str, list: &crate::core::model::ResourceList| {
         ReservedResources::from_list(list).map_err(|e| bad_input(format!("{name}: {e}")))
@@ -359,7 +360,9 @@ pub fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<DaemonExit> {
         let applied = match outcome {
             Ok(Some((new, plan, eviction, changed))) => {
                 let swap = if changed.iter().any(|f| f != "logLevel") {
-                    match start_eviction(&new, eviction, &plan, &source, &proc_root, &handle, &m, &h) {
+                    match start_eviction(
+                        &new, eviction, &plan, &source, &proc_root, &handle, &m, &h,
+                    ) {
                         Ok(ev) => {
                             m.clear_thresholds();
                             EvictionSwap::Replace(ev.map(Arc::new))
@@ -380,7 +383,11 @@ pub fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<DaemonExit> {
                     crate::telemetry::log::set_level(&new.log_level);
                 }
                 generation += 1;
-                tracing::info!(?changed, generation, "SIGHUP: configuration reloaded and applied");
+                tracing::info!(
+                    ?changed,
+                    generation,
+                    "SIGHUP: configuration reloaded and applied"
+                );
                 let r = Reloaded {
                     plan,
                     dry_run: new.mode == config::Mode::DryRun,
@@ -462,11 +469,26 @@ pub const RESTART_FIELDS: &[(&str, &str)] = &[
     ("metricsAddress", "the HTTP listener is bound at start"),
     ("runtimeEndpoint", "the runtime connection is made at start"),
     ("logFormat", "the log format is set at start"),
-    ("cpuManagerPolicy", "the CPU manager's state is set at start"),
-    ("cpuManagerPolicyOptions", "the CPU manager's state is set at start"),
-    ("reservedSystemCPUs", "the CPU manager's state is set at start"),
-    ("cpuManagerStateDir", "the CPU manager's state is set at start"),
-    ("kubeletCPUManagerState", "the CPU manager's state is set at start"),
+    (
+        "cpuManagerPolicy",
+        "the CPU manager's state is set at start",
+    ),
+    (
+        "cpuManagerPolicyOptions",
+        "the CPU manager's state is set at start",
+    ),
+    (
+        "reservedSystemCPUs",
+        "the CPU manager's state is set at start",
+    ),
+    (
+        "cpuManagerStateDir",
+        "the CPU manager's state is set at start",
+    ),
+    (
+        "kubeletCPUManagerState",
+        "the CPU manager's state is set at start",
+    ),
 ];
 
 /// Why a reload was not applied.

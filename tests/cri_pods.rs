@@ -218,8 +218,16 @@ async fn pods_classify_each_qos_class() {
         .lines()
         .find(|l| l.starts_with("qosd-test/guaranteed "))
         .unwrap_or_else(|| panic!("no guaranteed row in\n{text}"));
-    let cells: Vec<&str> = row.split("  ").map(str::trim).filter(|c| !c.is_empty()).collect();
-    assert_eq!(&cells[1..4], ["ready", "Guaranteed", "cgroup-parent"], "{row}");
+    let cells: Vec<&str> = row
+        .split("  ")
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .collect();
+    assert_eq!(
+        &cells[1..4],
+        ["ready", "Guaranteed", "cgroup-parent"],
+        "{row}"
+    );
     assert!(cells.contains(&guaranteed.uid.as_str()), "{row}");
     let header = text.lines().next().unwrap();
     assert!(header.starts_with("POD "), "{text}");
@@ -228,7 +236,11 @@ async fn pods_classify_each_qos_class() {
         row.find("ready"),
         "columns are aligned:\n{text}"
     );
-    assert!(text.lines().any(|l| l.contains("Burstable") && l.contains("oom-score-adj")), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.contains("Burstable") && l.contains("oom-score-adj")),
+        "{text}"
+    );
     assert!(text.contains("skipped sandbox"), "{text}");
     eprintln!("{text}");
 }

@@ -107,7 +107,10 @@ fn every_json_output_matches_its_contract() {
     assert_eq!(code, 0, "{err}");
     check_contract("run-once", &json);
     assert!(
-        std::fs::read_dir(fs.join("memory")).unwrap().next().is_none(),
+        std::fs::read_dir(fs.join("memory"))
+            .unwrap()
+            .next()
+            .is_none(),
         "dry run created something"
     );
 
@@ -146,9 +149,21 @@ fn workloads_are_read_by_pod_template_and_said_so() {
         out.contains("shop/web (template of Deployment/web)") && out.contains("Guaranteed"),
         "{out}"
     );
-    assert!(out.contains("default/nightly (template of CronJob/nightly)"), "{out}");
-    assert!(err.contains("2 pod(s) come from workload pod templates"), "{err}");
-    let mut args = vec!["plan", "--pods", f.to_str().unwrap(), "--cgroup-version", "v1"];
+    assert!(
+        out.contains("default/nightly (template of CronJob/nightly)"),
+        "{out}"
+    );
+    assert!(
+        err.contains("2 pod(s) come from workload pod templates"),
+        "{err}"
+    );
+    let mut args = vec![
+        "plan",
+        "--pods",
+        f.to_str().unwrap(),
+        "--cgroup-version",
+        "v1",
+    ];
     args.extend_from_slice(NODE);
     args.extend_from_slice(&["-o", "json"]);
     let (code, json, err) = run(&args);
@@ -212,9 +227,23 @@ fn completions_and_man_page_come_from_the_cli() {
 
 #[test]
 fn durations_are_go_durations_everywhere() {
-    let (code, _, err) = run(&["pods", "--retry-for", "1 s", "--runtime-endpoint", "unix:///nonexistent.sock"]);
+    let (code, _, err) = run(&[
+        "pods",
+        "--retry-for",
+        "1 s",
+        "--runtime-endpoint",
+        "unix:///nonexistent.sock",
+    ]);
     assert_eq!(code, 2, "humantime spelling must be refused: {err}");
-    let (code, _, err) = run(&["pods", "--retry-for", "0s", "--timeout", "200ms", "--runtime-endpoint", "unix:///nonexistent/qosd.sock"]);
+    let (code, _, err) = run(&[
+        "pods",
+        "--retry-for",
+        "0s",
+        "--timeout",
+        "200ms",
+        "--runtime-endpoint",
+        "unix:///nonexistent/qosd.sock",
+    ]);
     assert_eq!(code, 1, "{err}");
 }
 
@@ -252,7 +281,9 @@ fn get_with_accept(port: u16, path: &str, accept: &str) -> (String, String) {
     let (head, body) = raw.split_once("\r\n\r\n").unwrap();
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     assert!(
-        !head.to_ascii_lowercase().contains("transfer-encoding: chunked"),
+        !head
+            .to_ascii_lowercase()
+            .contains("transfer-encoding: chunked"),
         "{head}"
     );
     let ct = head
@@ -362,7 +393,10 @@ fn live_scrape_passes_promtool_and_a_strict_openmetrics_parser() {
     );
     // Dry run is counted apart: the real write counter stays 0.
     assert!(text.contains("\nqosd_cgroup_writes_total 0\n"), "{text}");
-    assert!(!text.contains("\nqosd_dry_run_cgroup_writes_total 0\n"), "{text}");
+    assert!(
+        !text.contains("\nqosd_dry_run_cgroup_writes_total 0\n"),
+        "{text}"
+    );
     assert!(text.contains("\nprocess_resident_memory_bytes "), "{text}");
 
     // OpenMetrics for a client that prefers it (what Prometheus sends).
@@ -388,7 +422,10 @@ fn live_scrape_passes_promtool_and_a_strict_openmetrics_parser() {
     ] {
         assert!(parsed.contains(fam), "{fam} not in\n{parsed}");
     }
-    assert!(parsed.contains("process_cpu_seconds counter seconds"), "{parsed}");
+    assert!(
+        parsed.contains("process_cpu_seconds counter seconds"),
+        "{parsed}"
+    );
 }
 
 /// docs/operations.md lists exactly the families the registry exposes and
@@ -422,7 +459,12 @@ fn docs_list_every_metric_and_error_kind() {
         false,
     );
     let text = m.encode_prometheus();
-    for f in ["qosd_errors_total", "qosd_pods", "process_open_fds", "qosd_evictions_total"] {
+    for f in [
+        "qosd_errors_total",
+        "qosd_pods",
+        "process_open_fds",
+        "qosd_evictions_total",
+    ] {
         assert!(text.contains(&format!("# TYPE {f} ")), "{f}");
     }
     let mut kinds = section("Error kinds");

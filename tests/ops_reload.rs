@@ -158,7 +158,9 @@ async fn sighup_switches_dry_run_to_enforce_and_changes_a_threshold() {
             .parse::<i64>()
             .unwrap_or(0)
     };
-    wait("the hog's start", Duration::from_secs(10), || usage() >= 8 * MI);
+    wait("the hog's start", Duration::from_secs(10), || {
+        usage() >= 8 * MI
+    });
     wait("the hog's growth", Duration::from_secs(20), || {
         let _ = kill(Pid::from_raw(be_pid), Signal::SIGUSR1);
         std::thread::sleep(Duration::from_millis(100));
@@ -194,9 +196,11 @@ async fn sighup_switches_dry_run_to_enforce_and_changes_a_threshold() {
         read(&kubepods.join("memory.limit_in_bytes")) == (512 * MI).to_string()
     });
     // ... and a real eviction with the new threshold.
-    wait("the BestEffort pod's eviction", Duration::from_secs(20), || {
-        !alive(be_pid)
-    });
+    wait(
+        "the BestEffort pod's eviction",
+        Duration::from_secs(20),
+        || !alive(be_pid),
+    );
     let st = status_json(port);
     let ev = &st["last_evictions"][0];
     assert_eq!(ev["uid"], be.spec.uid.as_str(), "{st}");
@@ -232,8 +236,11 @@ async fn sighup_switches_dry_run_to_enforce_and_changes_a_threshold() {
         "{m}"
     );
     assert!(
-        sample(&m, "qosd_cri_call_duration_seconds_count{method=\"ListPodSandbox\"}")
-            .unwrap_or(0.0)
+        sample(
+            &m,
+            "qosd_cri_call_duration_seconds_count{method=\"ListPodSandbox\"}"
+        )
+        .unwrap_or(0.0)
             > 0.0,
         "{m}"
     );
@@ -241,13 +248,19 @@ async fn sighup_switches_dry_run_to_enforce_and_changes_a_threshold() {
         sample(&m, "qosd_config_reload_total{result=\"applied\"}"),
         Some(1.0)
     );
-    assert!(sample(&m, "qosd_cgroup_writes_total").unwrap() >= 1.0, "{m}");
+    assert!(
+        sample(&m, "qosd_cgroup_writes_total").unwrap() >= 1.0,
+        "{m}"
+    );
     // The hook ran once, with the eviction in its environment.
     wait("the eviction hook", Duration::from_secs(10), || {
         hook_out.exists()
     });
     wait("the hook's result", Duration::from_secs(10), || {
-        sample(&metrics(port), "qosd_eviction_hook_runs_total{result=\"ok\"}") == Some(1.0)
+        sample(
+            &metrics(port),
+            "qosd_eviction_hook_runs_total{result=\"ok\"}",
+        ) == Some(1.0)
     });
     let line = std::fs::read_to_string(&hook_out).unwrap();
     assert!(
@@ -283,12 +296,18 @@ async fn sighup_switches_dry_run_to_enforce_and_changes_a_threshold() {
     let st = status_json(port);
     assert_eq!(st["mode"], "enforce", "the refused reload changed the mode");
     let m = metrics(port);
-    assert_eq!(sample(&m, "qosd_config_reload_total{result=\"invalid\"}"), Some(1.0));
+    assert_eq!(
+        sample(&m, "qosd_config_reload_total{result=\"invalid\"}"),
+        Some(1.0)
+    );
     assert_eq!(
         sample(&m, "qosd_config_reload_total{result=\"restart_required\"}"),
         Some(1.0)
     );
-    assert_eq!(sample(&m, "qosd_errors_total{kind=\"config_reload\"}"), Some(2.0));
+    assert_eq!(
+        sample(&m, "qosd_errors_total{kind=\"config_reload\"}"),
+        Some(2.0)
+    );
 }
 
 /// A cgroup directory of the test (under the env's unique root) in the
@@ -296,7 +315,9 @@ async fn sighup_switches_dry_run_to_enforce_and_changes_a_threshold() {
 fn make_cgroup(rel: &str) -> Vec<PathBuf> {
     let mut made = Vec::new();
     for c in ["cpu", "memory", "pids"] {
-        let d = Path::new("/sys/fs/cgroup").join(c).join(rel.trim_start_matches('/'));
+        let d = Path::new("/sys/fs/cgroup")
+            .join(c)
+            .join(rel.trim_start_matches('/'));
         std::fs::create_dir_all(&d).unwrap();
         made.push(d);
     }
@@ -343,8 +364,14 @@ async fn a_cgroup_root_the_runtime_does_not_use_is_refused() {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains("refusing to build a parallel cgroup tree"), "{err}");
-    assert!(err.contains(&format!("qosd-test/besteffort ({})", be.spec.uid)), "{err}");
+    assert!(
+        err.contains("refusing to build a parallel cgroup tree"),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("qosd-test/besteffort ({})", be.spec.uid)),
+        "{err}"
+    );
     assert!(err.contains(&be.cgroup_parent), "{err}");
     assert!(
         err.contains(&format!("cgroupRoot: {:?}", env.cgroup_root)),
@@ -352,27 +379,48 @@ async fn a_cgroup_root_the_runtime_does_not_use_is_refused() {
     );
     for d in &dirs {
         assert!(
-            std::fs::read_dir(d).unwrap().all(|e| !e
+            std::fs::read_dir(d)
                 .unwrap()
-                .file_type()
-                .unwrap()
-                .is_dir()),
+                .all(|e| !e.unwrap().file_type().unwrap().is_dir()),
             "something was created under {}",
             d.display()
         );
     }
     // `plan --cri` is the daemon's plan: the same refusal.
     let out = Command::new(env!("CARGO_BIN_EXE_qosd"))
-        .args(["plan", "--cri", "--config", "/dev/null", "--runtime-endpoint", &env.endpoint, "--cgroup-version", "v1", "--cgroup-root", &wrong, "--hugepage-sizes", "none"])
+        .args([
+            "plan",
+            "--cri",
+            "--config",
+            "/dev/null",
+            "--runtime-endpoint",
+            &env.endpoint,
+            "--cgroup-version",
+            "v1",
+            "--cgroup-root",
+            &wrong,
+            "--hugepage-sizes",
+            "none",
+        ])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     // As a daemon: running, not ready, nothing written.
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
     let child = Command::new(env!("CARGO_BIN_EXE_qosd"))
-        .args(args(&["--metrics-address", &addr, "--reconcile-interval", "1s"]))
+        .args(args(&[
+            "--metrics-address",
+            &addr,
+            "--reconcile-interval",
+            "1s",
+        ]))
         .env("QOSD_LOG", "info")
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
@@ -380,7 +428,10 @@ async fn a_cgroup_root_the_runtime_does_not_use_is_refused() {
         .unwrap();
     let _d = Daemon(child);
     wait("the refusal", Duration::from_secs(20), || {
-        sample(&metrics(port), "qosd_errors_total{kind=\"parent_mismatch\"}") == Some(1.0)
+        sample(
+            &metrics(port),
+            "qosd_errors_total{kind=\"parent_mismatch\"}",
+        ) == Some(1.0)
     });
     let st = status_json(port);
     assert_eq!(st["ready"], false, "{st}");
@@ -425,7 +476,9 @@ async fn eviction_order_cri_reads_usage_from_the_live_cgroups() {
             .unwrap_or(0)
     };
     // Its initial 8 MiB first (signal handlers installed), then growth.
-    wait("the hog's start", Duration::from_secs(10), || usage() >= 8 * MI);
+    wait("the hog's start", Duration::from_secs(10), || {
+        usage() >= 8 * MI
+    });
     wait("the hog's growth", Duration::from_secs(10), || {
         let _ = kill(Pid::from_raw(pid), Signal::SIGUSR1);
         std::thread::sleep(Duration::from_millis(100));

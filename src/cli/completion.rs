@@ -14,12 +14,10 @@ pub enum Shell {
 }
 
 #[derive(Debug, clap::Args)]
-#[command(
-    long_about = "Print a shell completion script.\n\n\
+#[command(long_about = "Print a shell completion script.\n\n\
 bash: qosd completion bash > /etc/bash_completion.d/qosd\n\
 zsh:  qosd completion zsh > \"${fpath[1]}/_qosd\"\n\
-fish: qosd completion fish > ~/.config/fish/completions/qosd.fish"
-)]
+fish: qosd completion fish > ~/.config/fish/completions/qosd.fish")]
 pub struct Args {
     #[arg(value_enum)]
     pub shell: Shell,
@@ -85,7 +83,14 @@ mod tests {
         );
         let bash = String::from_utf8(bash).unwrap();
         let man = String::from_utf8(man_page().unwrap()).unwrap();
-        for sub in ["plan", "classify", "pods", "run", "eviction-order", "status"] {
+        for sub in [
+            "plan",
+            "classify",
+            "pods",
+            "run",
+            "eviction-order",
+            "status",
+        ] {
             assert!(bash.contains(sub), "bash completion lacks {sub}");
             assert!(
                 man.contains(&format!("qosd\\-{}", sub.replace('-', "\\-"))),

@@ -183,7 +183,11 @@ pub fn to_text(inv: &Inventory, wide: bool) -> String {
                 p.containers.iter().map(move |c| {
                     vec![
                         p.pod.key(),
-                        format!("{}{}", c.name, if c.counted { "" } else { " (not counted)" }),
+                        format!(
+                            "{}{}",
+                            c.name,
+                            if c.counted { "" } else { " (not counted)" }
+                        ),
                         short(&c.id).to_string(),
                         c.state.clone(),
                         opt(c.cpu_shares),
@@ -312,7 +316,10 @@ mod tests {
         let w = to_text(&inv(), true);
         assert!(w.contains("UID  CGROUP PARENT\n"), "{w}");
         assert!(w.contains("  u-1  -\n"), "{w}");
-        assert!(w.contains("ns/web  app        c0ffee  running  2           -"), "{w}");
+        assert!(
+            w.contains("ns/web  app        c0ffee  running  2           -"),
+            "{w}"
+        );
         assert!(w.contains("1000           2-3\n"), "{w}");
         assert_eq!(to_text(&Inventory::default(), false), "no pod sandboxes\n");
     }

@@ -147,7 +147,11 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             (report, if runtime_ok { 0 } else { 1 })
         }
     };
-    match args.output.structured(&report.to_json()).map_err(bad_input)? {
+    match args
+        .output
+        .structured(&report.to_json())
+        .map_err(bad_input)?
+    {
         Some(s) => print_out(&s)?,
         None => print_out(&report.to_text(crate::telemetry::status::now_ms()))?,
     }

@@ -682,8 +682,10 @@ pub fn validate(
         .as_ref()
         .map(|_| c.path("kubeletCPUManagerState", &raw.kubelet_cpu_manager_state, ""));
 
-    let pod_pids_limit = raw.pod_pids_limit.as_ref().and_then(|Scalar(s)| {
-        match s.parse::<i64>() {
+    let pod_pids_limit = raw
+        .pod_pids_limit
+        .as_ref()
+        .and_then(|Scalar(s)| match s.parse::<i64>() {
             Ok(n) if n > 0 => Some(n),
             Ok(-1) | Ok(0) => None,
             _ => {
@@ -696,8 +698,7 @@ pub fn validate(
                 );
                 None
             }
-        }
-    });
+        });
     let hugepage_sizes = raw.hugepage_sizes.as_ref().and_then(|Scalar(s)| {
         match crate::policy::enforce::hugepages::parse_size_list(s) {
             Ok(v) => Some(v),

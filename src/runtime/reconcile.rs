@@ -95,6 +95,10 @@ pub struct ReconcileReport {
     /// value qosd had in place), as opposed to new cgroups or plan changes.
     #[serde(skip)]
     pub drift: Vec<PathBuf>,
+    /// Dry run: the planned writes logged this pass (new or changed since
+    /// they were last logged; the others stay quiet).
+    #[serde(skip)]
+    pub logged: Vec<PathBuf>,
     #[serde(skip)]
     pub duration: Duration,
 }
@@ -212,12 +216,12 @@ impl Reconciler {
                         tracing::warn!(file = %w.file.display(), value = %w.value, found = %found, "corrected drift: {verb} planned value over a value set by someone else");
                     }
                 }
-                _ if self.dry_run()
-                    && self.dry_run_logged.get(&w.file) == Some(&w.value) => {}
+                _ if self.dry_run() && self.dry_run_logged.get(&w.file) == Some(&w.value) => {}
                 _ => {
                     tracing::info!(file = %w.file.display(), value = %w.value, previous = prev.as_deref().unwrap_or("(new)"), "{verb} cgroup value");
                     if self.dry_run() {
                         self.dry_run_logged.insert(w.file.clone(), w.value.clone());
+                        out.logged.push(w.file.clone());
                     }
                 }
             }
@@ -431,6 +435,36 @@ mod tests {
         std::fs::write(&weight, "4096").unwrap();
         let after = fresh.reconcile(&pods2, None, Instant::now());
         assert_eq!(after.drift, vec![weight]);
+    }
+
+    #[test]
+    fn dry_run_logs_a_planned_write_once_until_it_changes() {
+        let d = fake_v2_tree();
+        let c = cfg(d.path());
+        let mut r = Reconciler::new(c.clone(), true, Duration::from_secs(0));
+        let pods = vec![pod("0000-a", "250m")];
+        let first = r.reconcile(&pods, None, Instant::now());
+        assert!(!first.writes.is_empty());
+        assert_eq!(first.logged.len(), first.writes.len());
+        // Still pending (nothing is written in dry-run) but already said.
+        let second = r.reconcile(&pods, None, Instant::now());
+        assert_eq!(second.writes.len(), first.writes.len());
+        assert!(second.logged.is_empty(), "{:?}", second.logged);
+        // A changed plan: only what changed is logged again.
+        let third = r.reconcile(&[pod("0000-a", "500m")], None, Instant::now());
+        let weight = c.layout.file(
+            &c.layout.pod_cgroup(QosClass::Burstable, "0000-a"),
+            "cpu.weight",
+        );
+        assert!(third.logged.contains(&weight), "{:?}", third.logged);
+        assert!(
+            third.logged.len() < third.writes.len(),
+            "{:?}",
+            third.logged
+        );
+        // Switched to enforce by a reload: no longer a dry run.
+        r.reconfigure(c, false);
+        assert!(!r.dry_run());
     }
 
     #[test]

@@ -101,7 +101,10 @@ mod tests {
         assert_eq!(parse_stat("garbage"), None);
         let limits = "Limit                     Soft Limit           Hard Limit           Units\nMax open files            1024                 524288               files\n";
         assert_eq!(parse_max_fds(limits), Some(1024));
-        assert_eq!(parse_btime("cpu 1 2\nbtime 1700000000\n"), Some(1_700_000_000));
+        assert_eq!(
+            parse_btime("cpu 1 2\nbtime 1700000000\n"),
+            Some(1_700_000_000)
+        );
     }
 
     #[test]

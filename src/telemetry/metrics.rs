@@ -341,8 +341,14 @@ impl Metrics {
             "Capacity each eviction signal is measured against",
         );
         let t = &m.threshold_value;
-        let help = "Eviction threshold resolved to the signal's unit (percentages applied to capacity)";
-        r.register_with_unit("qosd_eviction_threshold", help, Unit::Bytes, t.bytes.clone());
+        let help =
+            "Eviction threshold resolved to the signal's unit (percentages applied to capacity)";
+        r.register_with_unit(
+            "qosd_eviction_threshold",
+            help,
+            Unit::Bytes,
+            t.bytes.clone(),
+        );
         r.register_with_unit(
             "qosd_eviction_threshold",
             help,
@@ -866,13 +872,25 @@ mod tests {
             FAMILIES.iter().map(|s| s.to_string()).collect();
         assert_eq!(got, want, "FAMILIES and the registry differ");
         assert!(t.ends_with("# EOF\n"));
-        assert!(t.contains("# TYPE qosd_signal_available_inodes gauge\n"), "{t}");
-        assert!(t.contains("# UNIT qosd_signal_available_inodes inodes\n"), "{t}");
+        assert!(
+            t.contains("# TYPE qosd_signal_available_inodes gauge\n"),
+            "{t}"
+        );
+        assert!(
+            t.contains("# UNIT qosd_signal_available_inodes inodes\n"),
+            "{t}"
+        );
         assert_eq!(
-            sample(&t, "qosd_signal_available_processes{eviction_signal=\"pid.available\"}"),
+            sample(
+                &t,
+                "qosd_signal_available_processes{eviction_signal=\"pid.available\"}"
+            ),
             Some(1.0)
         );
-        assert_eq!(sample(&t, "qosd_errors_total{kind=\"parent_mismatch\"}"), Some(0.0));
+        assert_eq!(
+            sample(&t, "qosd_errors_total{kind=\"parent_mismatch\"}"),
+            Some(0.0)
+        );
         assert!(sample(&t, "process_resident_memory_bytes").unwrap() > 0.0);
         assert!(sample(&t, "process_open_fds").unwrap() > 0.0);
     }
@@ -880,9 +898,15 @@ mod tests {
     #[test]
     fn prometheus_text_names_counters_by_their_samples() {
         let p = exercised().encode_prometheus();
-        assert!(p.contains("# HELP qosd_evictions_total Pods evicted"), "{p}");
+        assert!(
+            p.contains("# HELP qosd_evictions_total Pods evicted"),
+            "{p}"
+        );
         assert!(p.contains("# TYPE qosd_evictions_total counter\n"), "{p}");
-        assert!(p.contains("# TYPE process_cpu_seconds_total counter\n"), "{p}");
+        assert!(
+            p.contains("# TYPE process_cpu_seconds_total counter\n"),
+            "{p}"
+        );
         assert!(!p.contains("# UNIT") && !p.contains("# EOF"), "{p}");
         assert!(p.contains("# TYPE qosd_eviction_reaction_seconds histogram\n"));
     }
@@ -908,7 +932,12 @@ mod tests {
         m.eviction(Signal::MemoryAvailable, QosClass::BestEffort, false);
         m.eviction(Signal::NodeFsAvailable, QosClass::Burstable, true);
         m.signal(Signal::MemoryAvailable, 123_456_789, 1 << 30);
-        m.threshold(Signal::MemoryAvailable, ThresholdKind::Hard, 104_857_600, true);
+        m.threshold(
+            Signal::MemoryAvailable,
+            ThresholdKind::Hard,
+            104_857_600,
+            true,
+        );
         m.node_condition("MemoryPressure", true);
         m.reconcile_done(Duration::from_millis(3));
         m.cgroup_writes(5, false);

@@ -166,7 +166,11 @@ mod tests {
     fn other_root_is_named_with_the_matching_setting() {
         let l = CgroupLayout::new(CgroupVersion::V1, CgroupDriver::Cgroupfs);
         let pods = [
-            pod("a", QosClass::Burstable, "/qosd-test-1/kubepods/burstable/poda"),
+            pod(
+                "a",
+                QosClass::Burstable,
+                "/qosd-test-1/kubepods/burstable/poda",
+            ),
             pod("b", QosClass::Burstable, "/kubepods/burstable/podb"),
         ];
         let e = check(&l, &pods).unwrap_err();
@@ -174,7 +178,10 @@ mod tests {
         assert_eq!(e.matching_root.as_deref(), Some("/qosd-test-1"));
         let m = e.to_string();
         assert!(m.contains("default/a (a)"), "{m}");
-        assert!(m.contains("\"/qosd-test-1/kubepods/burstable/poda\""), "{m}");
+        assert!(
+            m.contains("\"/qosd-test-1/kubepods/burstable/poda\""),
+            "{m}"
+        );
         assert!(m.contains("cgroupRoot: \"/qosd-test-1\""), "{m}");
         let l = CgroupLayout::new(CgroupVersion::V2, CgroupDriver::Cgroupfs);
         let pods = [pod(

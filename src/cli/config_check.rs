@@ -15,30 +15,27 @@ pub enum ConfigCommand {
     Check {
         /// Config file (YAML).
         file: PathBuf,
-        /// Output format of the effective configuration.
-        #[arg(long, value_enum, default_value_t = Format::Yaml)]
-        output: Format,
+        /// Output format of the effective configuration (`text`/`wide`: YAML).
+        #[arg(short = 'o', long, value_enum, default_value = "yaml")]
+        output: Output,
         /// Print nothing when valid.
         #[arg(long, short)]
         quiet: bool,
     },
     /// Print the built-in defaults (the kubelet's plus qosd's) as YAML.
     Default {
-        #[arg(long, value_enum, default_value_t = Format::Yaml)]
-        output: Format,
+        /// Output format (`text`/`wide`: YAML).
+        #[arg(short = 'o', long, value_enum, default_value = "yaml")]
+        output: Output,
     },
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Format {
-    Yaml,
-    Json,
-}
+use crate::cli::output::Output;
 
-fn render(c: &Config, f: Format) -> anyhow::Result<String> {
+fn render(c: &Config, f: Output) -> anyhow::Result<String> {
     Ok(match f {
-        Format::Yaml => c.to_effective_yaml(),
-        Format::Json => serde_json::to_string_pretty(c)? + "\n",
+        Output::Json => crate::cli::output::json(c)?,
+        Output::Yaml | Output::Text | Output::Wide => c.to_effective_yaml(),
     })
 }
 

@@ -10,16 +10,14 @@
 FROM rust:1-bookworm AS build
 WORKDIR /src
 COPY . .
-ENV RUSTFLAGS="-C target-feature=+crt-static" \
-    CARGO_TERM_COLOR=never
-# Build for the host triple (amd64 or arm64 builders alike), then refuse a
-# dynamically linked result.
+ENV CARGO_TERM_COLOR=never
+# scripts/build-static-qosd: RUSTFLAGS="-C target-feature=+crt-static",
+# the host triple (amd64 or arm64 builders alike), and a refusal of a
+# dynamically linked result. The DaemonSet pod test builds with the same
+# script and packs the binary at the same path (tests/kube_daemonset.rs).
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    target="$(rustc -vV | sed -n 's/^host: //p')" && \
-    cargo build --release --locked --bin qosd --target "$target" && \
-    install -D -m 0755 "target/$target/release/qosd" /out/qosd && \
-    ! ldd /out/qosd 2>/dev/null | grep -q '=>'
+    scripts/build-static-qosd /out/qosd --release
 
 FROM scratch
 COPY --from=build /out/qosd /usr/local/bin/qosd

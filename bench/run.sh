@@ -20,7 +20,7 @@
 # The real-pod parts need root, containerd, runc, gcc and python3 (see
 # tests/support/mod.rs); they run as #[ignore]d functions of
 # tests/bench_real.rs and print one `BENCH_JSON {...}` line each.
-# Eviction reaction time is measured by src/bin/qosd-evict-bench.rs.
+# Eviction reaction time is measured by devtools/src/bin/qosd-evict-bench.rs.
 set -euo pipefail
 shopt -s lastpipe  # `… | store` records its file in this shell
 
@@ -84,8 +84,8 @@ print("bench: wrote", sys.argv[2])
 }
 
 build() {
-    echo "bench: cargo build --release --bins" >&2
-    cargo build --release --bins
+    echo "bench: cargo build --release --workspace --bins" >&2
+    cargo build --release --workspace --bins
 }
 
 # A real-pod part: run one ignored function of tests/bench_real.rs.

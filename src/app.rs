@@ -123,7 +123,7 @@ pub fn plan_config(cfg: &Config, proc_root: &Path, sysfs: &Path) -> anyhow::Resu
     plan.kubelet_version = cfg.kubelet_version;
     plan.memory_reservation_policy = cfg.memory_reservation_policy;
     plan.enforce_node_allocatable = cfg.enforce_node_allocatable.pods;
-    plan.pod_pids_limit = cfg.pod_pids_limit;
+    plan.pod_pids_limit = (cfg.pod_pids_limit > 0).then_some(cfg.pod_pids_limit);
     plan.hugepage_sizes = match &cfg.hugepage_sizes {
         Some(sizes) => sizes.clone(),
         None => crate::sys::hugepages::detect(sysfs, &cfg.cgroupfs, version).context(
@@ -280,6 +280,13 @@ pub fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<DaemonExit> {
         PodSourceSpec::Manifests(args.pods.clone())
     };
     let dry_run = cfg.mode == config::Mode::DryRun;
+    let audit = cfg.cgroup_enforcement == config::CgroupEnforcement::Audit;
+    if audit {
+        tracing::info!(
+            kubelet_config = ?cfg.kubelet_config,
+            "cgroupEnforcement audit: cgroups are read and compared with the plan, never written; eviction stays on"
+        );
+    }
     let plan_capacity = plan.node.capacity_memory_bytes;
     let opts = RunOptions {
         plan,
@@ -301,6 +308,8 @@ pub fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<DaemonExit> {
         machine_memory_bytes: crate::sys::procfs::detect_memory_bytes(&args.proc_root)
             .unwrap_or(plan_capacity),
         cpu_manager: args.cpu_manager,
+        specs: None,
+        audit,
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -335,12 +344,34 @@ pub fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<DaemonExit> {
     // Liveness: the loop turns at least every relist interval.
     let stale_after = (cfg.relist_interval * 3).max(cfg.reconcile_interval * 3);
     let health = Arc::new(Health::new(stale_after));
+    // A dead or stalled loop fails /healthz and, a few seconds later, exits
+    // the process non-zero so systemd or the kubelet restarts it.
+    crate::runtime::supervisor::watch(
+        health.clone(),
+        Duration::from_secs(1),
+        Duration::from_secs(3),
+    )
+    .context("cannot start the supervisor")?;
+    health.set_runtime_unhealthy_after(
+        (!cfg.runtime_unhealthy_after.is_zero()).then_some(cfg.runtime_unhealthy_after),
+    );
+    let mut opts = opts;
+    let kube = match opts.source {
+        PodSourceSpec::Cri { .. } => start_kube(&cfg, &opts.plan, &rt, &metrics, &health)?,
+        PodSourceSpec::Manifests(_) => None,
+    };
+    opts.specs = kube
+        .clone()
+        .map(|k| k as Arc<dyn crate::runtime::pod_source::SpecSource>);
     let mode = if dry_run { "dry-run" } else { "enforce" };
     let mut observer = ServiceObserver::new(metrics.clone(), health.clone(), mode, &opts.plan);
     health.update_status(|d| {
         d.config_generation = 1;
         d.config_loaded_at_ms = crate::telemetry::status::now_ms();
     });
+    observer.specs = opts.specs.clone();
+    observer.audit = audit;
+    health.update_status(|d| d.cgroup_enforcement = cfg.cgroup_enforcement.as_str().to_string());
     let mut reload = args.reload;
     let proc_root = args.proc_root.clone();
     let sysfs = args.sysfs.clone();
@@ -349,6 +380,7 @@ pub fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<DaemonExit> {
     let (m, h) = (metrics.clone(), health.clone());
     let source = opts.source.clone();
     let handle = rt.handle().clone();
+    let kube_side = kube.clone();
     observer.reloader = Some(Box::new(move || {
         let outcome = reload_config(&mut reload, &current, &proc_root, &sysfs);
         let (result, why) = match &outcome {
@@ -361,7 +393,15 @@ pub fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<DaemonExit> {
             Ok(Some((new, plan, eviction, changed))) => {
                 let swap = if changed.iter().any(|f| f != "logLevel") {
                     match start_eviction(
-                        &new, eviction, &plan, &source, &proc_root, &handle, &m, &h,
+                        &new,
+                        eviction,
+                        &plan,
+                        &source,
+                        kube_side.clone(),
+                        &proc_root,
+                        &handle,
+                        &m,
+                        &h,
                     ) {
                         Ok(ev) => {
                             m.clear_thresholds();
@@ -431,6 +471,7 @@ pub fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<DaemonExit> {
         eviction,
         &opts.plan,
         &opts.source,
+        kube,
         &args.proc_root,
         rt.handle(),
         &metrics,
@@ -450,7 +491,20 @@ pub fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<DaemonExit> {
         .await
         .with_context(|| format!("cannot serve metrics on {addr}"))?;
         tracing::info!(address = %server.local_addr(), mode, "qosd running");
-        let outcome = daemon::run_loop(opts, &mut observer).await;
+
+        // The HTTP server is supervised too: if its task ends, liveness
+        // fails (and the supervisor exits the process).
+        let outcome = tokio::select! {
+            o = daemon::run_loop(opts, &mut observer) => o,
+            _ = async {
+                loop {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    if !server.is_running() {
+                        health.fail("HTTP server stopped serving".into());
+                    }
+                }
+            } => unreachable!("the server monitor never ends"),
+        };
         health.set_shutting_down();
         let _ = crate::telemetry::notify::stopping();
         let _ = tokio::time::timeout(Duration::from_millis(300), server.shutdown()).await;
@@ -469,6 +523,14 @@ pub const RESTART_FIELDS: &[(&str, &str)] = &[
     ("metricsAddress", "the HTTP listener is bound at start"),
     ("runtimeEndpoint", "the runtime connection is made at start"),
     ("logFormat", "the log format is set at start"),
+    ("nodeName", "the Kubernetes API watch is set up at start"),
+    ("kubeconfig", "the Kubernetes API client is made at start"),
+    (
+        "apiEvictionTimeout",
+        "the Kubernetes API client is made at start",
+    ),
+    ("runtimeUnhealthyAfter", "liveness is set up at start"),
+    ("cgroupEnforcement", "the cgroup writer is chosen at start"),
     (
         "cpuManagerPolicy",
         "the CPU manager's state is set at start",
@@ -537,6 +599,64 @@ fn reload_config(
     Ok(Some((new, plan, eviction, changed)))
 }
 
+/// How long a disconnected API view stays in use (the watch reconnects in
+/// milliseconds after a normal close); past it, the runtime's data alone.
+pub const API_MAX_STALENESS: Duration = Duration::from_secs(10);
+
+/// The Kubernetes API side, when `nodeName` is set: a kubeconfig or the
+/// in-cluster config. Without usable credentials qosd runs from the
+/// runtime alone and says so (status, readiness reasons, metrics).
+fn start_kube(
+    cfg: &Config,
+    plan: &PlanConfig,
+    rt: &tokio::runtime::Runtime,
+    metrics: &Arc<Metrics>,
+    health: &Arc<Health>,
+) -> anyhow::Result<Option<Arc<crate::kube::KubeSide>>> {
+    let Some(node) = cfg.node_name.clone() else {
+        if cfg.eviction_backend == crate::policy::evict::Backend::Api {
+            return Err(bad_input(
+                "evictionBackend: api needs nodeName (--node-name or NODE_NAME)",
+            ));
+        }
+        tracing::info!(
+            "no nodeName: the Kubernetes API is not used (pod values inferred from the runtime)"
+        );
+        return Ok(None);
+    };
+    let kcfg = match &cfg.kubeconfig {
+        Some(p) => crate::kube::config::from_kubeconfig(p).map_err(bad_input)?,
+        None => match crate::kube::config::in_cluster_from_env() {
+            Ok(c) => c,
+            Err(e) => {
+                let why = format!("no API server credentials ({e})");
+                tracing::warn!(reason = %why, "Kubernetes API unavailable: working from the runtime's data alone");
+                metrics.kube.set_api_up(false);
+                health.set_degraded(
+                    "kubernetes-api",
+                    Some(format!(
+                        "{why}; exact pod specs unavailable, working from the runtime's data alone"
+                    )),
+                );
+                return Ok(None);
+            }
+        },
+    };
+    let client = crate::kube::KubeClient::new(kcfg).map_err(bad_input)?;
+    tracing::info!(server = client.server(), origin = client.origin(), node = %node, "watching this node's pods on the Kubernetes API server");
+    Ok(Some(crate::kube::KubeSide::start(
+        client,
+        crate::kube::KubeSettings {
+            node_name: node,
+            max_stale: API_MAX_STALENESS,
+            eviction_timeout: cfg.api_eviction_timeout,
+            cgroup_version: plan.layout.version,
+        },
+        metrics.kube.clone(),
+        rt.handle().clone(),
+    )))
+}
+
 /// Start the eviction loop beside the reconcile loop.
 #[allow(clippy::too_many_arguments)]
 fn start_eviction(
@@ -544,6 +664,7 @@ fn start_eviction(
     eviction: crate::policy::evict::threshold::EvictionConfig,
     plan: &PlanConfig,
     source: &PodSourceSpec,
+    kube: Option<Arc<crate::kube::KubeSide>>,
     proc_root: &Path,
     rt: &tokio::runtime::Handle,
     metrics: &Arc<Metrics>,
@@ -559,7 +680,15 @@ fn start_eviction(
         proc_root,
         Some(plan.node.enforced_memory_bytes),
     );
-    let backend = cfg.effective_eviction_backend();
+    let mut backend = cfg.effective_eviction_backend();
+    if backend == crate::policy::evict::Backend::Api && kube.is_none() {
+        tracing::warn!(
+            "evictionBackend api without a Kubernetes API client: evicting with the kill backend"
+        );
+        backend = crate::policy::evict::Backend::Kill;
+    }
+    let api: Option<Arc<dyn crate::runtime::evictor::ApiEvictor>> =
+        kube.map(|k| k as Arc<dyn crate::runtime::evictor::ApiEvictor>);
     let stopper: Option<Arc<dyn crate::runtime::evictor::PodStopper>> = match source {
         PodSourceSpec::Cri { endpoint } => Some(Arc::new(
             crate::runtime::stopper::CriStopper::new(endpoint.clone(), rt.clone()),
@@ -579,7 +708,7 @@ fn start_eviction(
             }),
         )
     });
-    let service = EvictionService::start(
+    let service = EvictionService::start_with_api(
         ServiceConfig {
             eviction,
             sources,
@@ -596,6 +725,7 @@ fn start_eviction(
             hook,
         },
         stopper,
+        api,
         metrics.clone(),
         health.clone(),
     )

@@ -18,6 +18,7 @@ pub mod cli;
 pub mod config;
 pub mod core;
 pub mod cri;
+pub mod kube;
 pub mod manifest;
 pub mod policy;
 pub mod runtime;

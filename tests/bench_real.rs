@@ -23,8 +23,8 @@ mod support;
 
 use std::io::Read;
 use std::os::unix::net::UnixDatagram;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -86,17 +86,7 @@ async fn grow(env: &Containerd, pods: &mut Vec<RunningPod>, n: usize) {
 }
 
 fn common_args(env: &Containerd) -> Vec<String> {
-    [
-        "--runtime-endpoint",
-        &env.endpoint,
-        "--cgroup-version",
-        "v1",
-        "--cgroup-root",
-        &env.cgroup_root,
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
+    env.qosd_flags().iter().map(|s| s.to_string()).collect()
 }
 
 /// One measured child process run to completion.
@@ -329,9 +319,7 @@ fn print_result(kind: &str, doc: Value) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "benchmark: run by bench/run.sh"]
 async fn reconcile() {
-    if !require_root("bench reconcile") {
-        return;
-    }
+    require_containerd();
     let counts: Vec<usize> = std::env::var("QOSD_BENCH_PODS")
         .unwrap_or_else(|_| "10,50,110".into())
         .split(',')
@@ -403,75 +391,19 @@ async fn reconcile() {
 
 // ------------------------------------------------------------ daemon helpers
 
-/// A `qosd run` daemon started by this benchmark, stopped by its PID.
-struct Daemon {
-    child: Child,
-    port: u16,
-}
-
-impl Daemon {
-    fn spawn(env: &Containerd, notify: Option<&PathBuf>) -> Daemon {
-        let port = free_port();
-        let mut args = vec!["run".to_string()];
-        args.extend(common_args(env));
-        args.extend(["--metrics-address".into(), format!("127.0.0.1:{port}")]);
-        let mut cmd = Command::new(qosd_bin());
-        cmd.args(&args)
-            .env_remove("CONTAINER_RUNTIME_ENDPOINT")
-            .env("QOSD_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit());
-        match notify {
-            Some(p) => cmd.env("NOTIFY_SOCKET", p),
-            None => cmd.env_remove("NOTIFY_SOCKET"),
-        };
-        Daemon {
-            child: cmd.spawn().expect("spawn qosd run"),
-            port,
-        }
-    }
-
-    fn pid(&self) -> i32 {
-        self.child.id() as i32
-    }
-
-    /// SIGTERM by PID, wait up to 5 s, then SIGKILL.
-    fn stop(mut self) {
-        let pid = nix::unistd::Pid::from_raw(self.pid());
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-        let t = Instant::now();
-        while t.elapsed() < Duration::from_secs(5) {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    fn http_get(&self, path: &str) -> Option<String> {
-        use std::io::Write;
-        let mut s = std::net::TcpStream::connect(("127.0.0.1", self.port)).ok()?;
-        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-        write!(
-            s,
-            "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-        )
-        .ok()?;
-        let mut out = String::new();
-        s.read_to_string(&mut out).ok()?;
-        Some(out)
-    }
-
-    fn metric(&self, name: &str) -> Option<f64> {
-        let body = self.http_get("/metrics")?;
-        body.lines()
-            .filter(|l| !l.starts_with('#'))
-            .find(|l| l.split([' ', '{']).next() == Some(name))
-            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-    }
+/// `qosd run` against `env` (support's [`Daemon`], stopped by its PID),
+/// sending sd_notify messages to `notify`.
+fn spawn_daemon(env: &Containerd, notify: &Path) -> Daemon {
+    let mut args = vec!["run".to_string()];
+    args.extend(common_args(env));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    Daemon::start_with(
+        &args,
+        &[
+            ("QOSD_LOG", "warn".as_ref()),
+            ("NOTIFY_SOCKET", notify.as_os_str()),
+        ],
+    )
 }
 
 /// (utime + stime in clock ticks, the threads' schedstat run time in ns)
@@ -548,9 +480,7 @@ fn wait_ready(sock: &UnixDatagram, timeout: Duration) -> Option<Instant> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "benchmark: run by bench/run.sh"]
 async fn footprint() {
-    if !require_root("bench footprint") {
-        return;
-    }
+    require_containerd();
     let n: usize = env_or("QOSD_BENCH_FOOTPRINT_PODS", 50);
     let duration: f64 = env_or("QOSD_BENCH_DURATION", 300.0);
     let windows: usize = env_or("QOSD_BENCH_WINDOWS", 5usize).max(1);
@@ -560,7 +490,7 @@ async fn footprint() {
     let dir = tempfile::tempdir().unwrap();
     let sock_path = dir.path().join("notify.sock");
     let sock = UnixDatagram::bind(&sock_path).unwrap();
-    let d = Daemon::spawn(&env, Some(&sock_path));
+    let d = spawn_daemon(&env, &sock_path);
     let pid = d.pid();
     let ready = wait_ready(&sock, Duration::from_secs(60)).is_some();
     assert!(ready, "qosd did not report READY=1");
@@ -595,13 +525,11 @@ async fn footprint() {
     let threads = threads_of(pid);
     let writes1 = d.metric("qosd_cgroup_writes_total");
     let reconciles1 = d.metric("qosd_reconciles_total");
-    let status = d.http_get("/status").unwrap_or_default();
-    d.stop();
-    let status_json: Value = status
-        .split("\r\n\r\n")
-        .nth(1)
-        .and_then(|b| serde_json::from_str(b).ok())
+    let status_json: Value = d
+        .get("/status")
+        .and_then(|r| serde_json::from_str(&r.body).ok())
         .unwrap_or(Value::Null);
+    d.stop();
     print_result(
         "footprint",
         json!({
@@ -632,9 +560,7 @@ async fn footprint() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "benchmark: run by bench/run.sh"]
 async fn startup() {
-    if !require_root("bench startup") {
-        return;
-    }
+    require_containerd();
     let n: usize = env_or("QOSD_BENCH_STARTUP_PODS", 110);
     let runs: usize = env_or("QOSD_BENCH_STARTUP_RUNS", 7);
     let env = Containerd::start();
@@ -654,12 +580,12 @@ async fn startup() {
         while sock.recv(&mut buf).is_ok() {}
         sock.set_nonblocking(false).unwrap();
         let t = Instant::now();
-        let d = Daemon::spawn(&env, Some(&sock_path));
+        let d = spawn_daemon(&env, &sock_path);
         let ready = wait_ready(&sock, Duration::from_secs(60)).expect("READY=1");
         let ms = (ready - t).as_secs_f64() * 1e3;
         // Cross-check with /readyz (must answer 200 now).
-        let readyz = d.http_get("/readyz").unwrap_or_default();
-        assert!(readyz.starts_with("HTTP/1.1 200"), "{readyz}");
+        let readyz = d.get("/readyz");
+        assert_eq!(readyz.as_ref().map(|r| r.status), Some(200), "{readyz:?}");
         let (_, hwm) = rss_of(d.pid());
         let (_, sched_ns) = cpu_of(d.pid());
         d.stop();

@@ -2,87 +2,58 @@
 //! prefix `/qosd-test-<pid>-<rand>` in the cpu and memory hierarchies
 //! (removed leaf first by a Drop guard, also when a check panics).
 //!
-//! Skips with the reason when not root or without v1 cpu+memory controllers.
+//! Needs root and v1 cpu+memory controllers: `#[ignore]`d, scripts/test runs
+//! it as root, where their absence fails it.
+
+mod support;
 
 use std::collections::BTreeSet;
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use qosd::core::model::{CgroupLevel, CgroupVersion, CgroupWrite};
 use qosd::sys::apply::{self, Applier, Mode};
 use qosd::sys::cgroupfs::{self as fs, CgroupFsError};
 use qosd::sys::detect::{self, CgroupLayout};
+use support::{require_root, Cgroups, KillOnDrop, Memhog};
 
 struct Env {
     cpu: PathBuf,
     mem: PathBuf,
-    guard: Guard,
+    /// Our children, killed before the cgroups go (fields drop in order).
+    children: Vec<KillOnDrop>,
+    _cgroups: Cgroups,
 }
 
-/// Kills our children, then removes our prefix trees leaf first.
-struct Guard {
-    prefixes: Vec<PathBuf>,
-    children: Vec<Child>,
+/// This machine's cgroup layout; panics unless it has v1 cpu and memory.
+fn layout() -> CgroupLayout {
+    let l = detect::detect_layout(Path::new("/proc/self/mountinfo"))
+        .unwrap_or_else(|e| panic!("cgroup layout: {e}"));
+    assert!(
+        l.version == CgroupVersion::V1 && l.v1_dir("memory").is_some() && l.v1_dir("cpu").is_some(),
+        "no cgroup v1 cpu+memory controllers mounted (layout {l:?})"
+    );
+    l
 }
 
-impl Drop for Guard {
-    fn drop(&mut self) {
-        for c in &mut self.children {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        for p in &self.prefixes {
-            if let Ok(order) = fs::walk_leaf_first(p) {
-                for d in order {
-                    if let Err(e) = std::fs::remove_dir(&d) {
-                        eprintln!("cleanup: cannot remove {}: {e}", d.display());
-                    }
-                }
-            }
-        }
-    }
-}
-
-fn layout() -> Result<CgroupLayout, String> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Err("not root".into());
-    }
-    let l = detect::detect_layout(Path::new("/proc/self/mountinfo")).map_err(|e| e.to_string())?;
-    if l.version != CgroupVersion::V1 || l.v1_dir("memory").is_none() || l.v1_dir("cpu").is_none() {
-        return Err(format!(
-            "no cgroup v1 cpu+memory controllers mounted (layout {l:?})"
-        ));
-    }
-    Ok(l)
-}
-
-fn setup(tag: &str) -> Option<Env> {
-    let l = match layout() {
-        Ok(l) => l,
-        Err(why) => {
-            eprintln!("SKIP (cgroup v1 integration): {why}");
-            return None;
-        }
-    };
+fn setup(tag: &str) -> Env {
+    require_root("creates cgroups in the v1 cpu and memory hierarchies");
+    let l = layout();
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .subsec_nanos();
     let name = format!("qosd-test-{}-{nanos:x}-{tag}", std::process::id());
-    let cpu = l.v1_dir("cpu").unwrap().join(&name);
-    let mem = l.v1_dir("memory").unwrap().join(&name);
-    let mut guard = Guard {
-        prefixes: Vec::new(),
+    let mut cgroups = Cgroups::new();
+    let cpu = cgroups.create(&l.v1_dir("cpu").unwrap().join(&name));
+    let mem = cgroups.create(&l.v1_dir("memory").unwrap().join(&name));
+    Env {
+        cpu,
+        mem,
         children: Vec::new(),
-    };
-    for p in [&cpu, &mem] {
-        std::fs::create_dir(p).unwrap_or_else(|e| panic!("mkdir {}: {e}", p.display()));
-        guard.prefixes.push(p.clone());
+        _cgroups: cgroups,
     }
-    Some(Env { cpu, mem, guard })
 }
 
 fn w(dir: &Path, file: &str, value: &str, level: CgroupLevel) -> CgroupWrite {
@@ -132,8 +103,9 @@ fn applier(env: &Env) -> Applier {
 }
 
 #[test]
+#[ignore = "needs root: creates cgroups in this machine's cgroup v1 hierarchies"]
 fn values_steady_state_and_drift() {
-    let Some(env) = setup("values") else { return };
+    let env = setup("values");
     let plan = plan(&env.cpu, &env.mem);
     let mut a = applier(&env);
 
@@ -210,8 +182,9 @@ fn values_steady_state_and_drift() {
 }
 
 #[test]
+#[ignore = "needs root: creates cgroups in this machine's cgroup v1 hierarchies"]
 fn quota_ordering_children_first_when_lowering() {
-    let Some(env) = setup("order") else { return };
+    let env = setup("order");
     let ck = env.cpu.join("kubepods");
     let cp = ck.join(POD);
     let mut a = applier(&env);
@@ -253,24 +226,10 @@ fn quota_ordering_children_first_when_lowering() {
     assert_eq!(a.apply(&raise).write_count(), 0);
 }
 
-/// A child that allocates and touches `mib` MiB once it reads a line on
-/// stdin (so it can be moved into a cgroup first), then sleeps.
-fn spawn_hog(mib: u32) -> Option<Child> {
-    let prog =
-        format!("$| = 1; <STDIN>; $x = \"a\" x ({mib} * 1048576); print \"ready\\n\"; sleep 120;");
-    Command::new("perl")
-        .args(["-e", &prog])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .ok()
-}
-
 #[test]
+#[ignore = "needs root: creates cgroups in this machine's cgroup v1 hierarchies"]
 fn memory_limit_below_usage_is_ebusy_reported_once() {
-    let Some(mut env) = setup("ebusy") else {
-        return;
-    };
+    let env = setup("ebusy");
     let mk = env.mem.join("kubepods");
     let mp = mk.join(POD);
     let mut a = applier(&env);
@@ -282,19 +241,10 @@ fn memory_limit_below_usage_is_ebusy_reported_once() {
     )]);
     assert!(r.errors.is_empty(), "{:?}", r.errors);
 
-    let Some(mut hog) = spawn_hog(64) else {
-        eprintln!("SKIP (EBUSY case): perl not available");
-        return;
-    };
-    let pid = hog.id();
-    let mut stdin = hog.stdin.take().unwrap();
-    let mut stdout = hog.stdout.take().unwrap();
-    env.guard.children.push(hog);
-    fs::write(&mp.join("cgroup.procs"), &pid.to_string()).unwrap();
+    // The memory hog, in the pod cgroup before it allocates 64 MiB.
+    let hog = Memhog::start_in(&mp, &["64"]);
+    let pid = hog.pid();
     assert_eq!(fs::list_pids(&mp).unwrap(), vec![pid as i32]);
-    writeln!(stdin, "go").unwrap();
-    let mut buf = [0u8; 6];
-    std::io::Read::read_exact(&mut stdout, &mut buf).unwrap();
     let usage: u64 = read(&mp.join("memory.usage_in_bytes")).parse().unwrap();
     assert!(usage >= 64 << 20, "usage {usage}");
 
@@ -324,8 +274,7 @@ fn memory_limit_below_usage_is_ebusy_reported_once() {
     eprintln!("MEASURE v1 kill-all until empty: {:?}", t.elapsed());
     assert!(report.signalled >= 1);
     assert!(fs::list_pids(&mp).unwrap().is_empty());
-    let mut hog = env.guard.children.pop().unwrap();
-    let st = hog.wait().unwrap();
+    let st = hog.wait();
     assert!(!st.success());
 
     // Now the limit can be lowered.
@@ -335,10 +284,9 @@ fn memory_limit_below_usage_is_ebusy_reported_once() {
 }
 
 #[test]
+#[ignore = "needs root: creates cgroups in this machine's cgroup v1 hierarchies"]
 fn orphans_removed_only_when_empty() {
-    let Some(mut env) = setup("orphan") else {
-        return;
-    };
+    let mut env = setup("orphan");
     let kp = env.cpu.join("kubepods");
     let bases = vec![kp.clone()];
     let live_uid = "11111111-aaaa-bbbb-cccc-000000000001";
@@ -353,7 +301,7 @@ fn orphans_removed_only_when_empty() {
     }
     let sleeper = Command::new("sleep").arg("120").spawn().unwrap();
     let spid = sleeper.id();
-    env.guard.children.push(sleeper);
+    env.children.push(KillOnDrop(sleeper));
     let busy = kp.join(format!("burstable/pod{busy_uid}"));
     fs::write(&busy.join("ctr/cgroup.procs"), &spid.to_string()).unwrap();
 
@@ -378,17 +326,15 @@ fn orphans_removed_only_when_empty() {
 
     // Kill the busy one's processes; then it goes.
     qosd::sys::kill::kill_cgroup_tree(&busy, Duration::from_secs(5)).unwrap();
-    let _ = env.guard.children.pop().unwrap().wait();
+    let _ = env.children.pop().unwrap().0.wait();
     let r = apply::remove_cgroup_tree_if_empty(&busy, &bases).unwrap();
     assert_eq!(r, vec![busy.join("ctr"), busy.clone()]);
 }
 
 #[test]
+#[ignore = "needs root: a cgroup v1 host like the CI machine (reads its cgroup mounts)"]
 fn layout_of_this_machine() {
-    let l = match layout() {
-        Ok(l) => l,
-        Err(why) => return eprintln!("SKIP (cgroup v1 layout): {why}"),
-    };
+    let l = layout();
     // Every v1 controller dir found in mountinfo is a real cgroup v1 mount
     // holding that controller's files.
     assert!(l.v1_dir("cpu").unwrap().join("cpu.shares").is_file());

@@ -25,17 +25,9 @@ fn cpuset(env: &Containerd, pod: &RunningPod) -> String {
 }
 
 fn run_once(env: &Containerd, state_dir: &Path) -> String {
-    let (code, out, err) = qosd(&[
-        "run",
-        "--once",
-        "--output",
-        "json",
-        "--runtime-endpoint",
-        &env.endpoint,
-        "--cgroup-version",
-        "v1",
-        "--cgroup-root",
-        &env.cgroup_root,
+    let mut args = vec!["run", "--once", "--output", "json"];
+    args.extend(env.qosd_flags());
+    args.extend([
         "--cpu-manager-policy",
         "static",
         "--reserved-cpus",
@@ -43,6 +35,7 @@ fn run_once(env: &Containerd, state_dir: &Path) -> String {
         "--cpu-manager-state-dir",
         state_dir.to_str().unwrap(),
     ]);
+    let (code, out, err) = qosd(&args);
     assert_eq!(code, 0, "qosd run --once failed: {err}\n{out}");
     err
 }
@@ -55,10 +48,7 @@ fn state(dir: &Path) -> CpuState {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root: starts containerd and writes cgroup v1 cpusets"]
 async fn static_policy_pins_a_guaranteed_pod_on_real_cgroup_v1() {
-    assert!(
-        require_root("static_policy_pins_a_guaranteed_pod_on_real_cgroup_v1"),
-        "needs root"
-    );
+    require_containerd();
     let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
     assert_eq!(
         online.trim(),
@@ -149,15 +139,9 @@ async fn static_policy_pins_a_guaranteed_pod_on_real_cgroup_v1() {
     );
     let kfile = dir.path().join("kubelet_cpu_manager_state");
     std::fs::write(&kfile, kubelet.to_json()).unwrap();
-    let (code, out, err) = qosd(&[
-        "run",
-        "--once",
-        "--runtime-endpoint",
-        &env.endpoint,
-        "--cgroup-version",
-        "v1",
-        "--cgroup-root",
-        &env.cgroup_root,
+    let mut args = vec!["run", "--once"];
+    args.extend(env.qosd_flags());
+    args.extend([
         "--cpu-manager-policy",
         "static",
         "--reserved-cpus",
@@ -165,6 +149,7 @@ async fn static_policy_pins_a_guaranteed_pod_on_real_cgroup_v1() {
         "--kubelet-cpu-manager-state",
         kfile.to_str().unwrap(),
     ]);
+    let (code, out, err) = qosd(&args);
     assert_eq!(code, 0, "{err}{out}");
     assert!(
         err.contains("live cpuset 1 != kubelet state 0"),

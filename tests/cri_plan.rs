@@ -1,11 +1,6 @@
 //! `qosd plan --cri` against a real containerd: the plan for the live pods
 //! classifies them like `qosd pods` and has the kubelet's pod-level values,
-//! and changes nothing. Needs root.
-//!
-//! NOTE for the lead: `plan --cri` lives in the core branch (src/cli/plan.rs).
-//! On a build without it this test prints "skipping ... plan --cri" and
-//! passes; after core is merged it runs (set QOSD_REQUIRE_PLAN_CRI=1 to make
-//! its absence a failure, e.g. in CI).
+//! and changes nothing. Needs root (`#[ignore]`d: scripts/test runs it as root).
 
 mod support;
 
@@ -14,24 +9,10 @@ use std::collections::HashMap;
 use serde_json::Value;
 use support::*;
 
-fn plan_cri_available() -> bool {
-    let (_, out, err) = qosd(&["plan", "--help"]);
-    let ok = out.contains("--cri") || err.contains("--cri");
-    if !ok {
-        assert!(
-            std::env::var_os("QOSD_REQUIRE_PLAN_CRI").is_none(),
-            "QOSD_REQUIRE_PLAN_CRI is set but `qosd plan --cri` is missing"
-        );
-        eprintln!("skipping plan_cri: `qosd plan --cri` is not in this build (core not merged)");
-    }
-    ok
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: starts containerd and creates cgroups"]
 async fn plan_cri_matches_live_pods() {
-    if !require_root("plan_cri_matches_live_pods") || !plan_cri_available() {
-        return;
-    }
+    require_containerd();
     let env = Containerd::start();
     let guaranteed = PodSpec::new("guaranteed").container(
         ContainerSpec::pause("app")

@@ -19,10 +19,9 @@ fn millis(v: &Value) -> i64 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: starts containerd and creates cgroups"]
 async fn pods_classify_each_qos_class() {
-    if !require_root("pods_classify_each_qos_class") {
-        return;
-    }
+    require_containerd();
     let env = Containerd::start();
     let capacity = kubelet::memory_capacity();
 

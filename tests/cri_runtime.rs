@@ -62,10 +62,9 @@ fn bad_endpoint_is_bad_input() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: starts containerd and creates cgroups"]
 async fn runtime_restart_while_qosd_retries() {
-    if !require_root("runtime_restart_while_qosd_retries") {
-        return;
-    }
+    require_containerd();
     let mut env = Containerd::start();
     let pod = env
         .run_pod(
@@ -133,10 +132,9 @@ async fn runtime_restart_while_qosd_retries() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: starts containerd and creates cgroups"]
 async fn sandbox_removed_between_list_and_status() {
-    if !require_root("sandbox_removed_between_list_and_status") {
-        return;
-    }
+    require_containerd();
     let env = Containerd::start();
     let gone = env
         .run_pod(&PodSpec::new("gone").container(ContainerSpec::pause("app")))
@@ -183,10 +181,9 @@ async fn sandbox_removed_between_list_and_status() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: starts containerd and creates cgroups"]
 async fn notready_sandbox_is_reported_not_planned() {
-    if !require_root("notready_sandbox_is_reported_not_planned") {
-        return;
-    }
+    require_containerd();
     let env = Containerd::start();
     let stopped = env
         .run_pod(&PodSpec::new("stopped").container(ContainerSpec::pause("app")))
@@ -212,10 +209,9 @@ async fn notready_sandbox_is_reported_not_planned() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: starts containerd and creates cgroups"]
 async fn memhog_grows_on_signal_and_is_oom_killed() {
-    if !require_root("memhog_grows_on_signal_and_is_oom_killed") {
-        return;
-    }
+    require_containerd();
     let env = Containerd::start();
     // 8 MiB at start, +16 MiB per SIGUSR1; limit 40 MiB.
     let pod = env
@@ -255,10 +251,9 @@ async fn memhog_grows_on_signal_and_is_oom_killed() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: starts containerd and creates cgroups"]
 async fn inventory_of_twenty_pods_is_fast() {
-    if !require_root("inventory_of_twenty_pods_is_fast") {
-        return;
-    }
+    require_containerd();
     let env = Containerd::start();
     let t = Instant::now();
     for i in 0..20 {

@@ -4,34 +4,16 @@
 //! `allocatableMemory.available<100Mi` qosd must evict the BestEffort pod
 //! first, then the Burstable pod once it is over its request and the line
 //! is crossed again; the Guaranteed pod survives and the kernel OOM killer
-//! never fires. Needs root (skips otherwise, saying why).
+//! never fires. Needs root (`#[ignore]`d; scripts/test runs it as root).
 
 mod support;
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use support::*;
-
-struct Daemon(Child);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = kill(Pid::from_raw(self.0.id() as i32), Signal::SIGTERM);
-        let deadline = Instant::now() + Duration::from_secs(3);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.0.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn read(p: &Path) -> String {
     std::fs::read_to_string(p)
@@ -69,10 +51,9 @@ fn evicted_uids(port: u16) -> Vec<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: starts containerd and creates cgroups"]
 async fn evicts_besteffort_then_burstable_guaranteed_survives_no_oom() {
-    if !require_root("evicts_besteffort_then_burstable_guaranteed_survives_no_oom") {
-        return;
-    }
+    require_containerd();
     let env = Containerd::start();
     // memhog <initial> <step> <interval ms> <max>: an hour-long interval, so
     // the test drives growth with SIGUSR1 (one 16 MiB step each).
@@ -104,53 +85,36 @@ async fn evicts_besteffort_then_burstable_guaranteed_survives_no_oom() {
     let b_pid = env.container_pid(&b.containers[0].1).await;
     let be_pid = env.container_pid(&be.containers[0].1).await;
 
-    let port = free_port();
-    let port_s = format!("127.0.0.1:{port}");
-    let child = Command::new(env!("CARGO_BIN_EXE_qosd"))
-        .args([
-            "run",
-            "--runtime-endpoint",
-            &env.endpoint,
-            "--cgroup-version",
-            "v1",
-            "--cgroup-root",
-            &env.cgroup_root,
-            "--node-memory",
-            "512Mi",
-            "--eviction-hard",
-            "allocatableMemory.available<100Mi",
-            "--eviction-backend",
-            "kill",
-            "--metrics-address",
-            &port_s,
-            "--reconcile-interval",
-            "2s",
-        ])
-        .env("QOSD_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start qosd run");
-    let _daemon = Daemon(child);
+    let mut args = vec!["run"];
+    args.extend(env.qosd_flags());
+    args.extend([
+        "--node-memory",
+        "512Mi",
+        "--eviction-hard",
+        "allocatableMemory.available<100Mi",
+        "--eviction-backend",
+        "kill",
+        "--reconcile-interval",
+        "2s",
+    ]);
+    let daemon = Daemon::start(&args);
+    let port = daemon.port;
 
     // Wait for the first reconcile: kubepods limited to 512 MiB.
     let kubepods = Path::new("/sys/fs/cgroup/memory")
         .join(env.cgroup_root.trim_start_matches('/'))
         .join("kubepods");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while read(&kubepods.join("memory.limit_in_bytes")) != (512 * MI).to_string() {
-        assert!(Instant::now() < deadline, "qosd never sized kubepods");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let sized = wait_until(Duration::from_secs(20), || {
+        read(&kubepods.join("memory.limit_in_bytes")) == (512 * MI).to_string()
+    });
+    assert!(sized.is_some(), "qosd never sized kubepods");
     // ... and for the eviction loop to have a pod listing.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while status_json(port)["signals"]
-        .as_array()
-        .is_none_or(|a| a.is_empty())
-    {
-        assert!(Instant::now() < deadline, "no signals in /status");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let listed = wait_until(Duration::from_secs(10), || {
+        status_json(port)["signals"]
+            .as_array()
+            .is_some_and(|a| !a.is_empty())
+    });
+    assert!(listed.is_some(), "no signals in /status");
     let oom_before = oom_kills(&kubepods);
 
     // Phase 1: BestEffort and Burstable grow together (~300 MiB/s in all)

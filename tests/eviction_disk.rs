@@ -1,9 +1,12 @@
 //! Disk pressure on a real (tmpfs) filesystem used as the kubelet root dir:
 //! files written by "pods" drive nodefs.available and nodefs.inodesFree,
 //! the manager reports DiskPressure and picks the pod using the most
-//! ephemeral storage beyond its request. Needs root (mount); skips otherwise.
+//! ephemeral storage beyond its request. Needs root (mount; `#[ignore]`d,
+//! scripts/test runs it as root).
 
-use std::path::{Path, PathBuf};
+mod support;
+
+use std::path::Path;
 use std::time::Instant;
 
 use qosd::core::model::{CgroupVersion, QosClass};
@@ -13,46 +16,7 @@ use qosd::policy::evict::threshold::{
     parse_threshold_flag, EvictionConfig, NodeCondition, RawEvictionConfig, Signal,
 };
 use qosd::sys::signals::SignalSources;
-
-/// Unmounts, then the temp dir removes the mount point (fields drop after `drop`).
-struct Mount {
-    path: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        let _ = nix::mount::umount(&self.path);
-    }
-}
-
-fn tmpfs(size: &str, inodes: u32) -> Option<Mount> {
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipping: needs root to mount a tmpfs");
-        return None;
-    }
-    let dir = tempfile::Builder::new()
-        .prefix("qosd-test-")
-        .tempdir()
-        .unwrap();
-    let opts = format!("size={size},nr_inodes={inodes}");
-    match nix::mount::mount(
-        Some("tmpfs"),
-        dir.path(),
-        Some("tmpfs"),
-        nix::mount::MsFlags::empty(),
-        Some(opts.as_str()),
-    ) {
-        Ok(()) => Some(Mount {
-            path: dir.path().to_path_buf(),
-            _dir: dir,
-        }),
-        Err(e) => {
-            eprintln!("skipping: cannot mount tmpfs: {e}");
-            None
-        }
-    }
-}
+use support::{require_root, Tmpfs};
 
 fn fill(dir: &Path, files: usize, bytes_each: usize) -> u64 {
     std::fs::create_dir_all(dir).unwrap();
@@ -86,10 +50,10 @@ fn pod(uid: &str, req: i64, usage: u64, inodes: u64) -> Candidate {
 }
 
 #[test]
+#[ignore = "needs root: mounts a tmpfs"]
 fn tmpfs_root_dir_drives_nodefs_signals() {
-    let Some(m) = tmpfs("16m", 200) else {
-        return;
-    };
+    require_root("mounts a tmpfs");
+    let m = Tmpfs::mount("size=16m,nr_inodes=200");
     let sources = SignalSources {
         nodefs: Some(m.path.clone()),
         ..SignalSources::host(CgroupVersion::V1)

@@ -2,6 +2,8 @@
 //! The ranking cases need the core branch (manifest loader, classifier);
 //! the input-error cases run on their own.
 
+mod support;
+
 use assert_cmd::Command;
 use std::path::PathBuf;
 
@@ -88,11 +90,6 @@ fn pid_and_disk_orders() {
 
 #[test]
 fn json_matches_the_contract() {
-    let checker = PathBuf::from("/work/shared/contracts/check-json.py");
-    if !checker.exists() {
-        eprintln!("skipping: {} not present", checker.display());
-        return;
-    }
     let out = qosd()
         .args(["eviction-order", "--output", "json", "--pods"])
         .arg(fixture("pods.yaml"))
@@ -101,75 +98,5 @@ fn json_matches_the_contract() {
         .output()
         .unwrap();
     assert!(out.status.success());
-    let mut child = std::process::Command::new("python3")
-        .arg(&checker)
-        .arg("eviction-order")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::Write;
-    child.stdin.take().unwrap().write_all(&out.stdout).unwrap();
-    let res = child.wait_with_output().unwrap();
-    assert!(
-        res.status.success(),
-        "{}",
-        String::from_utf8_lossy(&res.stdout)
-    );
-}
-
-#[test]
-fn text_output_explains() {
-    let out = qosd()
-        .args(["eviction-order", "--pods"])
-        .arg(fixture("pods.yaml"))
-        .arg("--usage")
-        .arg(fixture("usage.json"))
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    let s = String::from_utf8(out.stdout).unwrap();
-    assert!(s.contains("Eviction order for memory.available"), "{s}");
-    assert!(s.contains("batch/besteffort"), "{s}");
-    assert!(s.contains("Never evicted:"), "{s}");
-}
-
-#[test]
-fn bad_inputs_exit_2() {
-    let cases: Vec<(Vec<String>, &str)> = vec![
-        (
-            vec![
-                "--signal".into(),
-                "memory.free".into(),
-                "--pods".into(),
-                "x".into(),
-            ],
-            "unknown eviction signal \"memory.free\"",
-        ),
-        (vec![], "--pods"),
-        (
-            vec![
-                "--pods".into(),
-                fixture("pods.yaml").display().to_string(),
-                "--usage".into(),
-                "/nonexistent/usage.json".into(),
-            ],
-            "/nonexistent/usage.json",
-        ),
-        (
-            vec![
-                "--pods".into(),
-                fixture("pods.yaml").display().to_string(),
-                "--usage".into(),
-                fixture("pods.yaml").display().to_string(),
-            ],
-            "usage file",
-        ),
-    ];
-    for (args, want) in cases {
-        let out = qosd().arg("eviction-order").args(&args).output().unwrap();
-        assert_eq!(out.status.code(), Some(2), "{args:?}");
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains(want), "{args:?}: {err}");
-    }
+    support::check_contract("eviction-order", &String::from_utf8(out.stdout).unwrap());
 }

@@ -7,14 +7,14 @@
 //! kernel OOM killer must never fire.
 //!
 //! Needs root and a memory cgroup (v1 hierarchy at /sys/fs/cgroup/memory or
-//! v2 with the memory controller at the root); skips with a reason otherwise.
+//! v2 with the memory controller at the root): `#[ignore]`d, scripts/test
+//! runs it as root, where a missing memory cgroup fails it.
 
+mod support;
 #[path = "vm/harness.rs"]
 mod vm;
 
-use std::ffi::CString;
 use std::io::Write;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -24,35 +24,31 @@ use qosd::policy::evict::manager::{Action, Manager, ManagerOptions};
 use qosd::policy::evict::rank::Candidate;
 use qosd::policy::evict::threshold::{EvictionConfig, RawEvictionConfig, Signal};
 use qosd::policy::evict::Backend;
+use qosd::policy::evict::MemorySource;
 use qosd::runtime::evictor::Evictor;
-use qosd::sys::kill::{cgroup_tree_pids, kill_cgroup_tree};
-use qosd::sys::signals::{pod_stats, MemorySource, SignalSources};
+use qosd::sys::kill::cgroup_tree_pids;
+use qosd::sys::signals::{pod_stats, SignalSources};
 use qosd::sys::watch::{targets_from_config, WatchConfig, Watcher};
+use support::{require_root, Cgroups, KillOnDrop};
 
 const MI: i64 = 1024 * 1024;
 const SHM_BYTES: u64 = 64 + (1 << 17) * 16;
 
-fn memory_root() -> Option<(CgroupVersion, PathBuf)> {
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipping: needs root to create cgroups");
-        return None;
-    }
+/// The memory hierarchy to test in; panics when there is none.
+fn memory_root() -> (CgroupVersion, PathBuf) {
     let sys = Path::new("/sys/fs/cgroup");
     match qosd::sys::detect::detect_version(sys) {
         Ok(CgroupVersion::V1) if sys.join("memory/memory.usage_in_bytes").exists() => {
-            Some((CgroupVersion::V1, sys.join("memory")))
+            (CgroupVersion::V1, sys.join("memory"))
         }
         Ok(CgroupVersion::V2)
             if std::fs::read_to_string(sys.join("cgroup.subtree_control"))
                 .map(|s| s.contains("memory"))
                 .unwrap_or(false) =>
         {
-            Some((CgroupVersion::V2, sys.to_path_buf()))
+            (CgroupVersion::V2, sys.to_path_buf())
         }
-        other => {
-            eprintln!("skipping: no usable memory cgroup ({other:?})");
-            None
-        }
+        other => panic!("no usable memory cgroup ({other:?})"),
     }
 }
 
@@ -64,30 +60,16 @@ fn write(p: &Path, s: &str) {
         .unwrap_or_else(|e| panic!("write {} to {}: {e}", s, p.display()));
 }
 
-/// Removes the tree leaf first and kills remaining hogs (ours) on drop.
+/// Kills the hogs (ours), removes the cgroup tree leaf first and the
+/// progress files on drop (fields drop in order after `drop`).
 struct Tree {
-    dirs: Vec<PathBuf>,
-    kids: Vec<std::process::Child>,
+    kids: Vec<KillOnDrop>,
+    cgroups: Cgroups,
     files: Vec<PathBuf>,
 }
 
 impl Drop for Tree {
     fn drop(&mut self) {
-        for k in &mut self.kids {
-            let _ = k.kill();
-            let _ = k.wait();
-        }
-        for d in self.dirs.iter().rev() {
-            if d.exists() {
-                let _ = kill_cgroup_tree(d, Duration::from_secs(2));
-            }
-            for _ in 0..200 {
-                if !d.exists() || std::fs::remove_dir(d).is_ok() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
-        }
         for f in &self.files {
             let _ = std::fs::remove_file(f);
         }
@@ -111,11 +93,9 @@ fn spawn_hog(tree: &mut Tree, cgroup: &Path, rate_mib: u64, total_mib: u64) -> u
     use std::os::unix::fs::FileExt;
     f.write_at(&1u64.to_ne_bytes(), 8).unwrap();
     tree.files.push(progress.clone());
-    let procs = CString::new(cgroup.join("cgroup.procs").as_os_str().as_encoded_bytes()).unwrap();
     // QOSD_EVICT_BENCH_BIN: the hog binary elsewhere (e.g. inside the v2 VM)
     let hog_bin = std::env::var("QOSD_EVICT_BENCH_BIN").unwrap_or_else(|_| {
         vm::static_bins(&["qosd-evict-bench"])
-            .unwrap_or_else(|e| panic!("qosd-evict-bench: {e}"))
             .remove(0)
             .display()
             .to_string()
@@ -127,24 +107,10 @@ fn spawn_hog(tree: &mut Tree, cgroup: &Path, rate_mib: u64, total_mib: u64) -> u
         &rate_mib.to_string(),
         &total_mib.to_string(),
     ]);
-    // SAFETY: only async-signal-safe libc calls between fork and exec.
-    unsafe {
-        cmd.pre_exec(move || {
-            let fd = libc::open(procs.as_ptr(), libc::O_WRONLY);
-            if fd < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            let r = libc::write(fd, b"0".as_ptr() as *const libc::c_void, 1);
-            libc::close(fd);
-            if r != 1 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    support::in_cgroup(&mut cmd, cgroup);
     let child = cmd.spawn().expect("spawn hog");
     let pid = child.id();
-    tree.kids.push(child);
+    tree.kids.push(KillOnDrop(child));
     pid
 }
 
@@ -165,18 +131,18 @@ fn oom_kills(version: CgroupVersion, dir: &Path) -> u64 {
 }
 
 #[test]
+#[ignore = "needs root: creates memory cgroups and fills them"]
 fn evicts_besteffort_then_burstable_keeps_guaranteed_no_oom() {
-    let Some((version, root)) = memory_root() else {
-        return;
-    };
+    require_root("creates memory cgroups and fills them");
+    let (version, root) = memory_root();
     let base = root.join(format!("qosd-test-{}-evict", std::process::id()));
     let kubepods = base.join("kubepods");
     let be_dir = kubepods.join("besteffort/pod-be");
     let bu_dir = kubepods.join("burstable/pod-bu");
     let g_dir = kubepods.join("pod-g");
     let mut tree = Tree {
-        dirs: vec![],
         kids: vec![],
+        cgroups: Cgroups::new(),
         files: vec![],
     };
     for d in [
@@ -188,8 +154,11 @@ fn evicts_besteffort_then_burstable_keeps_guaranteed_no_oom() {
         &bu_dir,
         &g_dir,
     ] {
-        std::fs::create_dir(d).unwrap_or_else(|e| panic!("mkdir {}: {e}", d.display()));
-        tree.dirs.push(d.clone());
+        if d == &base {
+            tree.cgroups.create(d);
+        } else {
+            std::fs::create_dir(d).unwrap_or_else(|e| panic!("mkdir {}: {e}", d.display()));
+        }
         if version == CgroupVersion::V2 && d != &be_dir && d != &bu_dir && d != &g_dir {
             write(&d.join("cgroup.subtree_control"), "+memory");
         }

@@ -91,10 +91,9 @@ fn config(env: &Containerd, port: u16, mode: &str, threshold: &str, extra: &str)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: a private containerd, real cgroup v1 writes and a real eviction"]
 async fn sighup_switches_dry_run_to_enforce_and_changes_a_threshold() {
-    if !require_root("sighup_switches_dry_run_to_enforce_and_changes_a_threshold") {
-        return;
-    }
+    require_containerd();
     let env = Containerd::start();
     let g = env
         .run_pod(
@@ -325,10 +324,9 @@ fn make_cgroup(rel: &str) -> Vec<PathBuf> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: a private containerd and real cgroup v1 hierarchies"]
 async fn a_cgroup_root_the_runtime_does_not_use_is_refused() {
-    if !require_root("a_cgroup_root_the_runtime_does_not_use_is_refused") {
-        return;
-    }
+    require_containerd();
     let env = Containerd::start();
     let be = env
         .run_pod(&PodSpec::new("besteffort").container(ContainerSpec::pause("app")))
@@ -448,10 +446,9 @@ async fn a_cgroup_root_the_runtime_does_not_use_is_refused() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: a private containerd and its pods' cgroups"]
 async fn eviction_order_cri_reads_usage_from_the_live_cgroups() {
-    if !require_root("eviction_order_cri_reads_usage_from_the_live_cgroups") {
-        return;
-    }
+    require_containerd();
     let env = Containerd::start();
     let be = env
         .run_pod(

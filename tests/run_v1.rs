@@ -19,18 +19,8 @@ fn read(p: &Path) -> String {
 }
 
 fn run_once(env: &Containerd, extra: &[&str]) -> Value {
-    let mut args = vec![
-        "run",
-        "--once",
-        "--output",
-        "json",
-        "--runtime-endpoint",
-        &env.endpoint,
-        "--cgroup-version",
-        "v1",
-        "--cgroup-root",
-        &env.cgroup_root,
-    ];
+    let mut args = vec!["run", "--once", "--output", "json"];
+    args.extend(env.qosd_flags());
     args.extend_from_slice(extra);
     let (code, out, err) = qosd(&args);
     assert_eq!(code, 0, "qosd run --once failed: {err}\n{out}");
@@ -53,10 +43,9 @@ fn writes(doc: &Value, key: &str) -> Vec<(String, String)> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: starts containerd and creates cgroups"]
 async fn run_enforces_kubelet_values_on_real_cgroup_v1() {
-    if !require_root("run_enforces_kubelet_values_on_real_cgroup_v1") {
-        return;
-    }
+    require_containerd();
     let env = Containerd::start();
     let g = env
         .run_pod(
@@ -89,18 +78,9 @@ async fn run_enforces_kubelet_values_on_real_cgroup_v1() {
     // Dry run first: nothing written, and the writes it would make are a
     // subset of what `qosd plan --cri` prints (the rest already hold).
     let dry = run_once(&env, &["--dry-run"]);
-    let (code, plan_out, err) = qosd(&[
-        "plan",
-        "--cri",
-        "--runtime-endpoint",
-        &env.endpoint,
-        "--cgroup-version",
-        "v1",
-        "--cgroup-root",
-        &env.cgroup_root,
-        "--output",
-        "json",
-    ]);
+    let mut plan_args = vec!["plan", "--cri", "--output", "json"];
+    plan_args.extend(env.qosd_flags());
+    let (code, plan_out, err) = qosd(&plan_args);
     assert_eq!(code, 0, "{err}");
     let plan: Value = serde_json::from_str(&plan_out).unwrap();
     assert_eq!(

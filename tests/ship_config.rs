@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use assert_cmd::Command;
 use qosd::config::{
-    CgroupVersionSetting, Config, ConfigError, CpuWeightFormula, EvictionBackend, LogFormat,
-    MemoryAvailableSource, Mode, Overrides, Percent,
+    CgroupVersionSetting, Config, ConfigError, CpuWeightFormula, EvictionBackend, LogFormat, Mode,
+    Overrides, Percent,
 };
 use qosd::core::model::{CgroupDriver, CgroupVersion};
 
@@ -122,7 +122,10 @@ fn every_field_is_read() {
     assert_eq!(c.metrics_address.to_string(), "[::1]:19847");
     assert_eq!(c.root_dir, PathBuf::from("/mnt/kubelet"));
     assert_eq!(c.imagefs_path, Some(PathBuf::from("/var/lib/containerd")));
-    assert_eq!(c.memory_available_source, MemoryAvailableSource::Meminfo);
+    assert_eq!(
+        c.memory_available_source,
+        qosd::policy::evict::MemorySource::Meminfo
+    );
     assert_eq!(c.cpu_weight_formula, CpuWeightFormula::Runc);
     assert!(c.memory_qos);
     assert_eq!(c.node_cpu.as_ref().unwrap().milli_ceil(), 8000);
@@ -254,12 +257,20 @@ const BAD: &[(&str, &str, &str, &str)] = &[
     ("nodeCPU: eight", "nodeCPU", "eight", "positive"),
     ("nodeMemory: -32Gi", "nodeMemory", "-32Gi", "positive"),
     ("logFormat: xml", "logFormat", "xml", "text | json"),
-    ("evictionBackend: sigterm", "evictionBackend", "sigterm", "kill | cri | dry-run"),
-    ("podPidsLimit: lots", "podPidsLimit", "lots", "-1 (unlimited)"),
     ("hugepageSizes: 3Mx", "hugepageSizes", "3Mx", "2Mi,1Gi"),
     ("logLevel: \"qosd=loud\"", "logLevel", "qosd=loud", "qosd=debug,info"),
     ("evictionHook: hook.sh", "evictionHook", "hook.sh", "absolute path"),
     ("evictionHookTimeout: 1h", "evictionHookTimeout", "1h", "at most 10m0s"),
+    ("evictionBackend: sigterm", "evictionBackend", "sigterm", "kill | cri | api | dry-run"),
+    ("kubeconfig: admin.conf", "kubeconfig", "admin.conf", "absolute path"),
+    ("nodeName: Worker_1", "nodeName", "Worker_1", "DNS subdomain"),
+    ("apiEvictionTimeout: 5ms", "apiEvictionTimeout", "5ms", "at least 10ms"),
+    ("apiEvictionTimeout: 2m", "apiEvictionTimeout", "2m", "at most 1m0s"),
+    ("runtimeUnhealthyAfter: soon", "runtimeUnhealthyAfter", "soon", "Go duration"),
+    ("podPidsLimit: many", "podPidsLimit", "many", "-1: no limit"),
+    ("imageGCHighThresholdPercent: 101", "imageGCHighThresholdPercent", "101", "0..100"),
+    ("imageGCLowThresholdPercent: 90", "imageGCLowThresholdPercent", "90", "below imageGCHighThresholdPercent"),
+    ("cgroupEnforcement: observe", "cgroupEnforcement", "observe", "enforce | audit"),
 ];
 
 #[test]

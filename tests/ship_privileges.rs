@@ -12,53 +12,22 @@
 //! and without CAP_KILL it cannot kill the other user's process (so the
 //! capability is needed, not just allowed).
 //!
-//! Needs root, `setpriv` (util-linux) and a writable cgroupfs; skips with the
-//! reason otherwise. Creates only `/qosd-test-<pid>-priv` cgroups (removed
+//! Needs root, `setpriv` (util-linux) and a writable cgroupfs: `#[ignore]`d,
+//! scripts/test runs it as root, where a missing one fails it. Creates only `/qosd-test-<pid>-priv` cgroups (removed
 //! afterwards, even on failure) and kills only the process it started.
+
+mod support;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
-fn skip(why: &str) -> bool {
-    eprintln!("skipping: {why}");
-    true
-}
+use support::{require_root, require_tools, Cgroups, KillOnDrop};
 
-fn preconditions() -> bool {
-    if unsafe { libc::geteuid() } != 0 {
-        return !skip("needs root");
-    }
-    if Command::new("setpriv").arg("--version").output().is_err() {
-        return !skip("setpriv (util-linux) not installed");
-    }
-    true
-}
-
-/// A cgroup directory we created, removed on drop (after its processes are gone).
-struct CgroupGuard(Vec<PathBuf>);
-
-impl Drop for CgroupGuard {
-    fn drop(&mut self) {
-        for dir in self.0.iter().rev() {
-            for _ in 0..50 {
-                if !dir.exists() || std::fs::remove_dir(dir).is_ok() {
-                    break;
-                }
-                std::thread::sleep(std::time::Duration::from_millis(20));
-            }
-        }
-    }
-}
-
-/// A process we started as `nobody`, killed and reaped on drop.
-struct NobodySleep(Child);
-
-impl Drop for NobodySleep {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+/// Root and setpriv; panics naming what is missing.
+fn preconditions() {
+    require_root("runs processes with a reduced capability bounding set");
+    require_tools(&["setpriv"], "apt-get install -y util-linux");
 }
 
 /// The cgroup to test in: v1 `cpu` controller if mounted, else the v2 root.
@@ -98,23 +67,14 @@ fn capped_sh(caps: &str, script: &str, args: &[&str]) -> std::process::Output {
 }
 
 #[test]
+#[ignore = "needs root: creates a cgroup, drops capabilities with setpriv"]
 fn cap_kill_alone_is_enough_and_needed() {
-    if !preconditions() {
-        return;
-    }
-    let Some((base, knob)) = cgroup_base() else {
-        skip("no cgroupfs at /sys/fs/cgroup");
-        return;
-    };
+    preconditions();
+    let (base, knob) = cgroup_base().expect("no cgroupfs at /sys/fs/cgroup");
     let parent = base.join(format!("qosd-test-{}-priv", std::process::id()));
     let pod = parent.join("podtest");
-    let mut guard = CgroupGuard(vec![]);
-    if let Err(e) = std::fs::create_dir(&parent) {
-        skip(&format!("cannot create {}: {e}", parent.display()));
-        return;
-    }
-    guard.0.push(parent.clone());
-    guard.0.push(pod.clone());
+    let mut guard = Cgroups::new();
+    guard.create(&parent);
 
     // 1. As root with only CAP_KILL: create the pod cgroup, write a knob, read it.
     let value = if knob == "cpu.shares" { "512" } else { "50" };
@@ -151,7 +111,7 @@ grep -i '^CapEff' /proc/self/status
         .spawn()
         .unwrap();
     let pid = sleeper.id();
-    let sleeper = NobodySleep(sleeper);
+    let sleeper = KillOnDrop(sleeper);
     std::fs::write(pod.join("cgroup.procs"), pid.to_string()).unwrap();
 
     // 3. Without CAP_KILL: the pod's processes are listed and readable, but
@@ -198,14 +158,10 @@ for p in $pids; do kill -KILL $p; done
 }
 
 #[test]
+#[ignore = "needs root: drops capabilities with setpriv"]
 fn cri_socket_connect_needs_no_capability() {
-    if !preconditions() {
-        return;
-    }
-    if Command::new("python3").arg("--version").output().is_err() {
-        skip("python3 not installed");
-        return;
-    }
+    preconditions();
+    require_tools(&["python3"], "apt-get install -y python3");
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("cri.sock");
     let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();

@@ -40,31 +40,12 @@ use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value;
+use vm::Results;
 
 const SCRIPT: &str = include_str!("vm/systemd_node.sh");
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-struct Results<'a> {
-    text: &'a str,
-}
-
-impl<'a> Results<'a> {
-    fn all(&self, tag: &str) -> Vec<&'a str> {
-        vm::lines_with(self.text, &format!("{tag} "))
-    }
-    fn one(&self, tag: &str) -> &'a str {
-        let v = self.all(tag);
-        assert_eq!(v.len(), 1, "expected one {tag} line, got {v:?}");
-        v[0].trim()
-    }
-    fn num(&self, tag: &str) -> i64 {
-        let v = self.one(tag);
-        v.parse()
-            .unwrap_or_else(|_| panic!("{tag}: not a number: {v:?}"))
-    }
 }
 
 /// The plan qosd makes on the host for the VM's pods (same flags, fixed
@@ -166,8 +147,7 @@ fn check_files(r: &Results, tag: &str, plan: &Value) {
 #[test]
 #[ignore = "needs root: boots the systemd VM (qemu; debootstrap of a Debian rootfs on first run)"]
 fn systemd_node() {
-    let bins = vm::static_bins(&["qosd", "qosd-cri-pod"])
-        .unwrap_or_else(|why| panic!("static build: {why}"));
+    let bins = vm::static_bins(&["qosd", "qosd-cri-pod"]);
     let plan = host_plan();
     let tmp = tempfile::tempdir().unwrap();
     let units_txt = tmp.path().join("units.txt");
@@ -220,11 +200,7 @@ fn systemd_node() {
         .map(|p| format!("{} {}\n", p.name, p.slice()))
         .collect();
     vm_files.push(put("podunits.txt", &podunits));
-    let run = match vm::run_systemd_script(SCRIPT, &bins, &vm_files, Duration::from_secs(900), &[])
-    {
-        vm::VmOutcome::Ran(r) => r,
-        vm::VmOutcome::Skipped(why) => panic!("the systemd VM cannot run here: {why}"),
-    };
+    let run = vm::run_systemd_script(SCRIPT, &bins, &vm_files, Duration::from_secs(900), &[]);
     let ctx = || format!("results:\n{}\nconsole:\n{}", run.results, run.output);
     eprintln!("systemd VM run: {:.1}s", run.elapsed.as_secs_f64());
     assert_eq!(run.code, 0, "script failed\n{}", ctx());
@@ -239,11 +215,11 @@ fn systemd_node() {
 }
 
 fn check(r: &Results, plan: &Value, ctx: &dyn Fn() -> String) {
-    let names: Vec<&str> = r.one("PROPNAMES").split_whitespace().collect();
-    assert_eq!(r.one("PID1"), "systemd", "{}", ctx());
-    assert_eq!(r.one("CGROUPFS"), "cgroup2fs");
+    let names: Vec<&str> = r.value("PROPNAMES").split_whitespace().collect();
+    assert_eq!(r.value("PID1"), "systemd", "{}", ctx());
+    assert_eq!(r.value("CGROUPFS"), "cgroup2fs");
     assert_eq!(
-        r.one("ACTIVE"),
+        r.value("ACTIVE"),
         "dbus=active containerd=active journald=active"
     );
 
@@ -259,7 +235,7 @@ fn check(r: &Results, plan: &Value, ctx: &dyn Fn() -> String) {
     assert_eq!(r.num("ONCE1_STARTED"), units.len() as i64, "{}", ctx());
     check_units(r, "UNIT1", plan, &names);
     check_files(r, "FILE1", plan);
-    let once2: Value = serde_json::from_str(r.one("ONCE2")).expect("ONCE2 JSON");
+    let once2: Value = serde_json::from_str(r.value("ONCE2")).expect("ONCE2 JSON");
     assert_eq!(
         once2["writes"].as_array().map(Vec::len),
         Some(0),
@@ -280,12 +256,12 @@ fn check(r: &Results, plan: &Value, ctx: &dyn Fn() -> String) {
         .find(|u| u["unit"] == "kubepods-burstable.slice")
         .unwrap();
     let want_weight = planned_props(burst)["CPUWeight"].clone();
-    let (_, _, _, after) = parse_unit(r.one("DRIFT_AFTER"), &names);
+    let (_, _, _, after) = parse_unit(r.value("DRIFT_AFTER"), &names);
     assert_eq!(after["CPUWeight"], want_weight);
-    assert_eq!(r.one("DRIFT_AFTER_FILE"), want_weight);
+    assert_eq!(r.value("DRIFT_AFTER_FILE"), want_weight);
     assert_eq!(r.num("RESTART_CORRECTIONS"), 0, "{}", ctx());
     assert_eq!(r.num("RESTART_DRIVER"), 1);
-    assert_eq!(r.one("A_DONE"), "clean");
+    assert_eq!(r.value("A_DONE"), "clean");
     check_unit_and_pods(r, &names, ctx);
 }
 
@@ -420,7 +396,7 @@ fn check_unit_and_pods(r: &Results, names: &[&str], ctx: &dyn Fn() -> String) {
         "systemctl start qosd failed\n{}",
         ctx()
     );
-    let st = r.one("UNIT_STATE");
+    let st = r.value("UNIT_STATE");
     for want in [
         "ActiveState=active",
         "SubState=running",
@@ -429,7 +405,7 @@ fn check_unit_and_pods(r: &Results, names: &[&str], ctx: &dyn Fn() -> String) {
     ] {
         assert!(st.contains(want), "{want} not in {st}\n{}", ctx());
     }
-    let sec = r.one("UNIT_SECURITY");
+    let sec = r.value("UNIT_SECURITY");
     let score: f64 = sec
         .split_whitespace()
         .next()
@@ -459,13 +435,13 @@ fn check_unit_and_pods(r: &Results, names: &[&str], ctx: &dyn Fn() -> String) {
             ctx()
         );
     }
-    assert_eq!(r.one("QOSD_OOM_SCORE_ADJ"), "-999");
+    assert_eq!(r.value("QOSD_OOM_SCORE_ADJ"), "-999");
     assert_eq!(r.num("QOSD_MEMORY_MIN"), 32 * MI);
     // field 41 of /proc/<pid>/stat is the policy: 0 SCHED_OTHER, 1 SCHED_FIFO
-    let sched = r.one("QOSD_SCHED");
+    let sched = r.value("QOSD_SCHED");
     assert!(!sched.contains('1'), "a thread runs real-time: {sched}");
 
-    let drift: Vec<&str> = r.one("UNIT_DRIFT").split_whitespace().collect();
+    let drift: Vec<&str> = r.value("UNIT_DRIFT").split_whitespace().collect();
     assert_ne!(
         drift[0],
         "300",
@@ -540,11 +516,11 @@ fn check_unit_and_pods(r: &Results, names: &[&str], ctx: &dyn Fn() -> String) {
         "qosd did not evict the hog: {ev:?}\n{}",
         ctx()
     );
-    let oom: Vec<&str> = r.one("OOM_KILLS").split_whitespace().collect();
+    let oom: Vec<&str> = r.value("OOM_KILLS").split_whitespace().collect();
     assert_eq!(oom[0], "0", "kernel OOM kill in kubepods.slice\n{}", ctx());
     assert_eq!(r.num("KERNEL_OOM"), 0, "{}", ctx());
-    assert!(r.one("AFTER_EVICT").starts_with("active"), "{}", ctx());
-    let prio = r.one("JOURNAL_PRIO");
+    assert!(r.value("AFTER_EVICT").starts_with("active"), "{}", ctx());
+    let prio = r.value("JOURNAL_PRIO");
     assert!(
         prio.contains("\"PRIORITY\":\"4\""),
         "no warning-priority entry: {prio}"
@@ -556,7 +532,7 @@ fn check_unit_and_pods(r: &Results, names: &[&str], ctx: &dyn Fn() -> String) {
     assert_eq!(r.num("JOURNAL_PREFIX_LEFT"), 0);
 
     // --- C2: watchdog
-    let wd = r.one("WATCHDOG");
+    let wd = r.value("WATCHDOG");
     assert!(wd.contains("state=active"), "{wd}\n{}", ctx());
     let old = wd
         .split_whitespace()

@@ -27,7 +27,7 @@ CAP=512 THR=100            # host: kubepods capacity 512 MiB, threshold 100 MiB
 LIMIT=$CAP                 # the kubepods-like cgroup's limit = capacity
 
 host() {
-    cargo build --release --bin qosd-evict-bench >&2
+    cargo build --release -p qosd-devtools --bin qosd-evict-bench >&2
     B=target/release/qosd-evict-bench
     common="--capacity-mib $CAP --threshold-mib $THR --limit-mib $LIMIT --sampler --rates $RATES"
     for c in qosd qosd-rt50 kubelet-poll10s kernel-oom; do : > "$OUT/evict-host-$c.jsonl"; done
@@ -50,7 +50,7 @@ host() {
 vm() {
     # static bench binary for the busybox VM
     CARGO_TARGET_DIR=target/static RUSTFLAGS="-C target-feature=+crt-static" CARGO_PROFILE_RELEASE_DEBUG=0 \
-        cargo build --release --target x86_64-unknown-linux-gnu --bin qosd-evict-bench >&2
+        cargo build --release -p qosd-devtools --target x86_64-unknown-linux-gnu --bin qosd-evict-bench >&2
     SB=target/static/x86_64-unknown-linux-gnu/release/qosd-evict-bench
     # earlyoom from Debian's package, never installed on the host
     eo=target/evict-bench/earlyoom

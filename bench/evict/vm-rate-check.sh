@@ -6,7 +6,7 @@ set -eu
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$repo"
 CARGO_TARGET_DIR=target/static RUSTFLAGS="-C target-feature=+crt-static" CARGO_PROFILE_RELEASE_DEBUG=0 \
-    cargo build --release --target x86_64-unknown-linux-gnu --bin qosd-evict-bench >&2
+    cargo build --release -p qosd-devtools --target x86_64-unknown-linux-gnu --bin qosd-evict-bench >&2
 mkdir -p target/evict-bench
 cat > target/evict-bench/vm-rates.sh <<'VMEOF'
 qosd-evict-bench --capacity-mib 256 --threshold-mib 56 --limit-mib 256 --sampler --rates 50,200,500,1000 --runs 3 | tr -d '\n' > $VMTEST_RESULTS

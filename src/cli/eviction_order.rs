@@ -220,7 +220,8 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         // The daemon's listing, layout and cgroup readers.
         let cfg = args.config.load()?;
         let plan = crate::app::plan_config(&cfg, &args.proc_root, &args.sysfs)?;
-        let listing = crate::app::live_listing(&cfg, &args.proc_root)?;
+        let mut listing = crate::app::live_listing(&cfg, &args.proc_root)?;
+        crate::cli::kube::merge_listing(&cfg, &mut listing)?;
         crate::app::check_parents(&plan, &listing).map_err(bad_input)?;
         let mut c = crate::app::live_candidates(&plan, &listing);
         for x in &mut c {

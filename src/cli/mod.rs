@@ -13,6 +13,7 @@ pub mod completion;
 pub mod config_check;
 pub mod cpu;
 pub mod eviction_order;
+pub mod kube;
 pub mod output;
 pub mod plan;
 pub mod pods;

@@ -64,7 +64,8 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     let cfg = args.config.load()?;
     let plan_cfg = crate::app::plan_config_or_v2(&cfg, &args.proc_root, &args.sysfs)?;
     let (pods, embedded) = if args.cri {
-        let listing = crate::app::live_listing(&cfg, &args.proc_root)?;
+        let mut listing = crate::app::live_listing(&cfg, &args.proc_root)?;
+        crate::cli::kube::merge_listing(&cfg, &mut listing)?;
         crate::app::check_parents(&plan_cfg, &listing).map_err(bad_input)?;
         (listing.pods, false)
     } else {

@@ -32,6 +32,8 @@ pub struct Args {
     /// memory requests from oom_score_adj).
     #[arg(long, default_value = "/proc/meminfo")]
     pub meminfo: PathBuf,
+    #[command(flatten)]
+    pub kube: crate::cli::kube::KubeFlags,
 }
 
 pub fn run(args: Args) -> anyhow::Result<i32> {
@@ -44,7 +46,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             ..RetryPolicy::default()
         },
     };
-    let inv = match cri::inventory_blocking(
+    let mut inv = match cri::inventory_blocking(
         &args.runtime_endpoint,
         opts,
         InventoryOptions {
@@ -60,6 +62,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             )))
         }
     };
+    args.kube.merge(&mut inv)?;
     match args.output.structured(&to_json(&inv))? {
         Some(s) => print!("{s}"),
         None => print!("{}", to_text(&inv, args.output == Output::Wide)),
@@ -118,10 +121,21 @@ pub fn to_json(inv: &Inventory) -> Value {
                 "containers": p.containers.iter().map(|c| container_json(p, c)).collect::<Vec<_>>(),
                 "notes": p.notes,
                 "warnings": p.warnings,
+                "priority": p.pod.priority,
+                "priority_class_name": p.pod.priority_class_name,
+                "sources": p.sources,
             })
         })
         .collect();
     json!({ "pods": pods, "skipped": inv.skipped })
+}
+
+fn or_none(s: String) -> String {
+    if s.is_empty() {
+        "-".into()
+    } else {
+        s
+    }
 }
 
 fn opt(v: Option<i64>) -> String {
@@ -152,8 +166,24 @@ pub fn to_text(inv: &Inventory, wide: bool) -> String {
                 short(&p.sandbox_id).to_string(),
             ];
             if wide {
+                let by = |want: crate::core::model::ValueSource| {
+                    or_none(
+                        p.sources
+                            .iter()
+                            .filter(|(_, s)| **s == want)
+                            .map(|(k, _)| *k)
+                            .collect::<Vec<_>>()
+                            .join(","),
+                    )
+                };
                 r.push(p.pod.uid.clone());
                 r.push(p.cgroup_parent.as_deref().unwrap_or("-").to_string());
+                r.push(match &p.pod.priority_class_name {
+                    Some(c) => format!("{} ({c})", p.pod.priority),
+                    None => p.pod.priority.to_string(),
+                });
+                r.push(by(crate::core::model::ValueSource::Exact));
+                r.push(by(crate::core::model::ValueSource::Inferred));
             }
             r
         })
@@ -168,6 +198,9 @@ pub fn to_text(inv: &Inventory, wide: bool) -> String {
             "SANDBOX",
             "UID",
             "CGROUP PARENT",
+            "PRIORITY",
+            "EXACT",
+            "INFERRED",
         ]
     } else {
         &["POD", "STATE", "QOS", "QOS SOURCE", "CONTAINERS", "SANDBOX"]
@@ -279,6 +312,9 @@ mod tests {
                 containers: vec![c],
                 notes: vec!["n".into()],
                 warnings: vec![],
+                sources: crate::core::model::provenance_all(
+                    crate::core::model::ValueSource::Inferred,
+                ),
             }],
             skipped: vec![Skipped {
                 sandbox_id: "dead".into(),

@@ -23,11 +23,9 @@ use crate::cli::config_check::load_or_bad_input;
 use crate::cli::output::Output;
 use crate::config::{self, Config, Overrides};
 use crate::core::model::CgroupVersion;
-use crate::policy::evict::threshold::{format_duration, EvictionConfig, Signal, ThresholdKind};
+use crate::policy::evict::threshold::{EvictionConfig, Signal};
 use crate::sys::signals::SignalSources;
-use crate::telemetry::status::{
-    ConditionStatus, PodCounts, SignalStatus, StatusDoc, ThresholdStatus,
-};
+use crate::telemetry::status::{ConditionStatus, PodCounts, SignalStatus, StatusDoc};
 
 #[derive(Debug, clap::Args)]
 #[command(
@@ -49,6 +47,8 @@ pub struct Args {
     /// default /etc/qosd/config.yaml when it exists.
     #[arg(long, env = "QOSD_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
+    #[command(flatten)]
+    pub kubelet: crate::cli::config_check::KubeletFlags,
     /// CRI endpoint for the live view (overrides runtimeEndpoint of --config).
     #[arg(
         long,
@@ -119,10 +119,11 @@ impl Report {
 }
 
 pub fn run(args: Args) -> anyhow::Result<i32> {
-    let overrides = Overrides {
+    let mut overrides = Overrides {
         runtime_endpoint: args.runtime_endpoint.clone(),
         ..Overrides::default()
     };
+    args.kubelet.apply(&mut overrides);
     // A bad config is bad input even when a daemon answers: say so now.
     let path = args.config.clone().or_else(|| {
         let p = std::path::Path::new(config::DEFAULT_CONFIG_PATH);
@@ -240,7 +241,7 @@ pub fn live(cfg: &Config, address: SocketAddr, timeout: Duration) -> (Report, bo
         Ok(ev) => {
             if let Some(v) = version {
                 let sources = signal_sources(cfg, v);
-                let (signals, conditions, mut n) = evaluate(&ev, &configured(cfg), &sources);
+                let (signals, conditions, mut n) = evaluate(&ev, &sources);
                 doc.signals = signals;
                 doc.conditions = conditions;
                 notes.append(&mut n);
@@ -276,86 +277,53 @@ fn signal_sources(cfg: &Config, version: CgroupVersion) -> SignalSources {
     )
 }
 
-/// Threshold and minimum-reclaim strings as configured, for display.
-#[derive(Debug, Clone, Default)]
-pub struct Configured {
-    pub hard: BTreeMap<String, String>,
-    pub soft: BTreeMap<String, String>,
-    pub min_reclaim: BTreeMap<String, String>,
-}
-
-fn configured(cfg: &Config) -> Configured {
-    Configured {
-        hard: cfg.eviction_hard.clone(),
-        soft: cfg.eviction_soft.clone(),
-        min_reclaim: cfg.eviction_minimum_reclaim.clone(),
-    }
-}
-
 /// Read every signal that has a threshold (and `memory.available` always)
-/// and compare. Returns signals, the conditions they imply, and notes for
-/// signals that could not be read.
+/// and compare, through the one status builder
+/// ([`crate::telemetry::status::eviction_status`]). Returns signals, the
+/// conditions the met thresholds imply, and notes for signals that could
+/// not be read.
 pub fn evaluate(
     ev: &EvictionConfig,
-    configured: &Configured,
     sources: &SignalSources,
 ) -> (Vec<SignalStatus>, Vec<ConditionStatus>, Vec<String>) {
-    let mut signals = Vec::new();
+    use crate::policy::evict::manager::ThresholdStatus as Evaluated;
     let mut notes = Vec::new();
-    let mut active: BTreeMap<&'static str, Vec<String>> = BTreeMap::new();
     let now = Instant::now();
-    for sig in Signal::ALL {
-        let ths: Vec<_> = ev.thresholds.iter().filter(|t| t.signal == sig).collect();
-        if ths.is_empty() && sig != Signal::MemoryAvailable {
-            continue;
-        }
+    let mut wanted: Vec<Signal> = ev.thresholds.iter().map(|t| t.signal).collect();
+    wanted.push(Signal::MemoryAvailable);
+    wanted.sort();
+    wanted.dedup();
+    let mut observed = BTreeMap::new();
+    for sig in wanted {
         let (obs, errs) = sources.observe([sig], now);
-        let reading = obs.get(&sig).map(|o| (o.available, o.capacity));
         for e in errs {
             notes.push(format!("{sig}: {e}"));
         }
-        let mut st = SignalStatus {
-            signal: sig.to_string(),
-            observed: reading.map(|r| r.0),
-            capacity: reading.map(|r| r.1),
-            thresholds: Vec::new(),
-        };
-        for t in ths {
-            let shown = match t.kind {
-                ThresholdKind::Hard => configured.hard.get(sig.as_str()),
-                ThresholdKind::Soft => configured.soft.get(sig.as_str()),
-            }
-            .cloned()
-            .unwrap_or_else(|| t.value.to_string());
-            let capacity = reading.map(|r| r.1).unwrap_or(0);
-            let met = reading.is_some_and(|(avail, cap)| t.is_met(avail, cap, false));
-            if met {
-                active
-                    .entry(sig.node_condition().as_str())
-                    .or_default()
-                    .push(format!("{} {sig}<{shown}", t.kind));
-            }
-            st.thresholds.push(ThresholdStatus {
-                kind: t.kind.to_string(),
-                threshold: shown,
-                value: t.threshold_for(capacity),
-                met,
-                grace_period: (t.kind == ThresholdKind::Soft)
-                    .then(|| format_duration(t.grace_period)),
-                min_reclaim: configured.min_reclaim.get(sig.as_str()).cloned(),
-            });
+        if let Some(o) = obs.get(&sig) {
+            observed.insert(sig, *o);
         }
-        signals.push(st);
     }
-    let conditions = ["MemoryPressure", "DiskPressure", "PIDPressure"]
-        .into_iter()
-        .map(|c| ConditionStatus {
-            condition: c.to_string(),
-            active: active.contains_key(c),
-            since_ms: None,
-            reason: active.get(c).map(|v| format!("met: {}", v.join(", "))),
+    let evaluated: Vec<Evaluated> = ev
+        .thresholds
+        .iter()
+        .map(|t| {
+            let o = observed.get(&t.signal).copied();
+            Evaluated {
+                threshold: t.clone(),
+                observed: o,
+                line: o.map(|o| t.threshold_for(o.capacity)),
+                met: o.is_some_and(|o| t.is_met(o.available, o.capacity, false)),
+                stale: o.is_none(),
+                met_since: None,
+                grace_satisfied: false,
+            }
         })
         .collect();
+    let (signals, conditions) = crate::telemetry::status::eviction_status(
+        &evaluated,
+        observed.get(&Signal::MemoryAvailable).copied(),
+        None,
+    );
     (signals, conditions, notes)
 }
 
@@ -379,7 +347,7 @@ mod tests {
         s.meminfo = meminfo;
         s.loadavg = loadavg;
         s.pid_max = pid_max;
-        s.memory_source = crate::sys::signals::MemorySource::Meminfo;
+        s.memory_source = crate::policy::evict::MemorySource::Meminfo;
         s.nodefs = Some(dir.to_path_buf());
         s.kubepods = None;
         s
@@ -401,7 +369,7 @@ mod tests {
         let soft = map(&[("memory.available", "300Mi")]);
         let mut grace = BTreeMap::new();
         grace.insert("memory.available".to_string(), Duration::from_secs(90));
-        let reclaim = map(&[("memory.available", "0Mi")]);
+        let reclaim = map(&[("memory.available", "50Mi")]);
         let ev = EvictionConfig::from_parts(
             Some(&hard),
             &soft,
@@ -411,12 +379,7 @@ mod tests {
             Duration::from_secs(300),
         )
         .unwrap();
-        let conf = Configured {
-            hard,
-            soft,
-            min_reclaim: reclaim,
-        };
-        let (signals, conds, notes) = evaluate(&ev, &conf, &s);
+        let (signals, conds, notes) = evaluate(&ev, &s);
         assert!(notes.is_empty(), "{notes:?}");
         let names: Vec<&str> = signals.iter().map(|s| s.signal.as_str()).collect();
         assert_eq!(names, ["memory.available", "pid.available"]);
@@ -428,7 +391,7 @@ mod tests {
         assert_eq!((h.kind.as_str(), h.threshold.as_str()), ("hard", "100Mi"));
         assert_eq!(h.value, 100 << 20);
         assert!(h.met);
-        assert_eq!(h.min_reclaim.as_deref(), Some("0Mi"));
+        assert_eq!(h.min_reclaim.as_deref(), Some("50Mi"));
         let so = &mem.thresholds[1];
         assert_eq!(so.kind, "soft");
         assert!(so.met);
@@ -472,11 +435,11 @@ mod tests {
             Duration::from_secs(300),
         )
         .unwrap();
-        let (signals, conds, notes) = evaluate(&ev, &Configured::default(), &s);
+        let (signals, conds, notes) = evaluate(&ev, &s);
         assert_eq!(signals[0].observed, None);
         assert!(!signals[0].thresholds[0].met);
-        // Falls back to the parsed value when the configured string is unknown.
-        assert_eq!(signals[0].thresholds[0].threshold, (100 << 20).to_string());
+        // The threshold in the kubelet's quantity form, whatever was read.
+        assert_eq!(signals[0].thresholds[0].threshold, "100Mi");
         assert!(conds.iter().all(|c| !c.active));
         assert_eq!(notes.len(), 1);
         assert!(notes[0].contains("missing"), "{notes:?}");

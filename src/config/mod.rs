@@ -31,6 +31,7 @@ pub use crate::core::duration::{format_go_duration, parse_go_duration};
 use crate::core::model::{CgroupDriver, CgroupVersion, ResourceList};
 use crate::core::quantity::Quantity;
 
+pub mod kubelet;
 mod raw;
 mod validate;
 pub use raw::{parse_eq_map, parse_langle_map, Overrides, RawConfig, Scalar};
@@ -93,6 +94,17 @@ pub enum ConfigError {
     Invalid {
         file: Option<PathBuf>,
         errors: Vec<InvalidValue>,
+    },
+    /// A kubelet config file (or drop-in) that cannot be used: syntax,
+    /// `apiVersion`, `kind`, a wrong value type.
+    #[error("kubelet config {}: {message}", .path.display())]
+    Kubelet { path: PathBuf, message: String },
+    /// Kubelet fields in qosd's own file while a kubelet config is given.
+    #[error("{}", .problems.join("\n"))]
+    Conflict {
+        qosd_file: PathBuf,
+        kubelet_file: PathBuf,
+        problems: Vec<String>,
     },
 }
 
@@ -173,16 +185,6 @@ impl CgroupVersionSetting {
     }
 }
 
-/// Value of `memoryAvailableSource`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum MemoryAvailableSource {
-    /// capacity − working set (usage − inactive_file), like the kubelet.
-    Workingset,
-    /// `MemAvailable` from /proc/meminfo.
-    Meminfo,
-}
-
 /// Value of `cpuWeightFormula` (cgroup v2 cpu.shares → cpu.weight).
 pub use crate::policy::enforce::plan::CpuWeightFormula;
 
@@ -193,6 +195,26 @@ pub use crate::telemetry::log::LogFormat;
 /// the runtime cleans up through the CRI), `cri` (StopPodSandbox /
 /// RemovePodSandbox), `dry-run` (log only).
 pub use crate::policy::evict::Backend as EvictionBackend;
+
+/// Value of `cgroupEnforcement`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CgroupEnforcement {
+    /// Write the planned cgroup values (qosd owns the kubepods cgroups).
+    Enforce,
+    /// Read and compare every planned value, report drift, write nothing
+    /// (the kubelet owns the cgroups; the default with a kubelet config).
+    Audit,
+}
+
+impl CgroupEnforcement {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CgroupEnforcement::Enforce => "enforce",
+            CgroupEnforcement::Audit => "audit",
+        }
+    }
+}
 
 /// A percentage 0–100 as in `qosReserved: {memory: "50%"}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -268,6 +290,15 @@ pub struct Config {
     pub kube_reserved_cgroup: Option<String>,
     /// Whose rules to follow where kubelets differ (1.33 … 1.36).
     pub kubelet_version: crate::policy::enforce::versions::KubeletVersion,
+    /// Kubelet `podPidsLimit`: pids.max of every pod cgroup (-1: none).
+    pub pod_pids_limit: i64,
+    /// Kubelet `imageGCHighThresholdPercent` (read and shown; qosd does no
+    /// image garbage collection — the kubelet does, before disk evictions).
+    #[serde(rename = "imageGCHighThresholdPercent")]
+    pub image_gc_high_threshold_percent: i32,
+    /// Kubelet `imageGCLowThresholdPercent` (read and shown, see above).
+    #[serde(rename = "imageGCLowThresholdPercent")]
+    pub image_gc_low_threshold_percent: i32,
 
     // --- qosd's own --------------------------------------------------------
     /// Where the cgroup filesystem is mounted.
@@ -286,7 +317,7 @@ pub struct Config {
     pub root_dir: PathBuf,
     /// Filesystem for imagefs signals when the runtime does not report it.
     pub imagefs_path: Option<PathBuf>,
-    pub memory_available_source: MemoryAvailableSource,
+    pub memory_available_source: crate::policy::evict::MemorySource,
     pub cpu_weight_formula: CpuWeightFormula,
     /// Set memory.min / memory.high like the kubelet's MemoryQoS (v2 only).
     #[serde(rename = "memoryQoS")]
@@ -299,6 +330,21 @@ pub struct Config {
     pub node_memory: Option<Quantity>,
     pub log_format: LogFormat,
     pub eviction_backend: EvictionBackend,
+    // --- Kubernetes API (src/kube) -----------------------------------------
+    /// A kubeconfig file for the API server; unset: in-cluster config when
+    /// running in a pod (KUBERNETES_SERVICE_HOST and a service account).
+    pub kubeconfig: Option<PathBuf>,
+    /// This node's name (pods are watched with `spec.nodeName=<it>`);
+    /// the API side is off without it.
+    pub node_name: Option<String>,
+    /// Deadline of an Eviction call; a hard eviction with no answer by
+    /// then falls back to the local kill.
+    #[serde(serialize_with = "ser_duration")]
+    pub api_eviction_timeout: Duration,
+    /// `/healthz` fails once the runtime has been unreachable this long
+    /// (0s: never), so a DaemonSet pod is restarted.
+    #[serde(serialize_with = "ser_duration")]
+    pub runtime_unhealthy_after: Duration,
     /// Where qosd keeps its `cpu_manager_state` (static policy).
     pub cpu_manager_state_dir: PathBuf,
     /// The kubelet's `cpu_manager_state`: audit it instead of assigning CPUs.
@@ -307,9 +353,6 @@ pub struct Config {
         skip_serializing_if = "Option::is_none"
     )]
     pub kubelet_cpu_manager_state: Option<PathBuf>,
-    /// Kubelet `podPidsLimit`: pids.max of every pod (`None`: unlimited, -1).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub pod_pids_limit: Option<i64>,
     /// Hugepage sizes (bytes) limited on every pod; `None`: the node's
     /// (sysfs) when the hugetlb controller is mounted; empty: none.
     #[serde(
@@ -325,6 +368,54 @@ pub struct Config {
     /// How long the eviction hook may run before it is killed.
     #[serde(serialize_with = "ser_duration")]
     pub eviction_hook_timeout: Duration,
+    /// `enforce` (write cgroups) or `audit` (compare only); default `audit`
+    /// with a kubelet config, else `enforce`.
+    pub cgroup_enforcement: CgroupEnforcement,
+    /// The kubelet's config file the kubelet fields came from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kubelet_config: Option<PathBuf>,
+    /// The kubelet's drop-in directory.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kubelet_config_dir: Option<PathBuf>,
+}
+
+/// Read the kubelet config named by the flags (or qosd's file) into `raw`.
+/// Relative paths in qosd's file are relative to that file's directory.
+fn load_kubelet(
+    raw: &mut RawConfig,
+    path: Option<&Path>,
+    overrides: &Overrides,
+) -> Result<Option<kubelet::KubeletConfig>, ConfigError> {
+    let resolve = |flag: &Option<String>, file: &Option<Scalar>| -> Option<PathBuf> {
+        if let Some(f) = flag {
+            return Some(PathBuf::from(f));
+        }
+        let Scalar(s) = file.as_ref()?;
+        let p = PathBuf::from(s);
+        Some(match path.and_then(Path::parent) {
+            Some(dir) if p.is_relative() => dir.join(p),
+            _ => p,
+        })
+    };
+    let file = resolve(&overrides.kubelet_config, &raw.kubelet_config);
+    let dir = resolve(&overrides.kubelet_config_dir, &raw.kubelet_config_dir);
+    if file.is_none() && dir.is_none() {
+        return Ok(None);
+    }
+    let k = kubelet::KubeletConfig::load(file.as_deref(), dir.as_deref())?;
+    if !k.ignored.is_empty() {
+        tracing::debug!(file = %k.display_path().display(), ignored = ?k.ignored, "kubelet config: fields qosd does not use");
+    }
+    if k.cgroups_per_qos_off {
+        tracing::warn!(file = %k.display_path().display(), "kubelet config has cgroupsPerQOS: false; qosd plans the QoS cgroups (burstable, besteffort) anyway");
+    }
+    // Kubelet fields the qosd file sets are refused after validation (so
+    // every problem is reported); keep the file's values out of the way.
+    let kubelet_raw = k.to_raw()?;
+    kubelet::fill(raw, kubelet_raw);
+    raw.kubelet_config = file.map(|p| Scalar(p.display().to_string()));
+    raw.kubelet_config_dir = dir.map(|p| Scalar(p.display().to_string()));
+    Ok(Some(k))
 }
 
 impl Default for Config {
@@ -343,19 +434,31 @@ impl Config {
     /// Read the file (if any; defaults otherwise), apply command-line
     /// overrides, validate. Errors name the file.
     pub fn load_with(path: Option<&Path>, overrides: &Overrides) -> Result<Config, ConfigError> {
-        let raw = match path {
+        let mut qosd_keys = Vec::new();
+        let mut raw = match path {
             Some(p) => {
                 let text = std::fs::read_to_string(p).map_err(|source| ConfigError::Read {
                     path: p.to_path_buf(),
                     source,
                 })?;
-                RawConfig::from_yaml(&text).map_err(|e| e.with_file(p))?
+                let raw = RawConfig::from_yaml(&text).map_err(|e| e.with_file(p))?;
+                qosd_keys = kubelet::top_level_keys(&text);
+                raw
             }
             None => RawConfig::default(),
         };
-        Config::from_raw(raw, overrides).map_err(|e| match path {
-            Some(p) => e.with_file(p),
-            None => e,
+        let kubelet = load_kubelet(&mut raw, path, overrides)?;
+        if let (Some(p), Some(k)) = (path, &kubelet) {
+            kubelet::check_conflicts(p, &qosd_keys, k)?;
+        }
+        Config::from_raw(raw, overrides).map_err(|mut e| {
+            if let (Some(k), ConfigError::Invalid { errors, .. }) = (&kubelet, &mut e) {
+                kubelet::annotate(errors, k);
+            }
+            match path {
+                Some(p) => e.with_file(p),
+                None => e,
+            }
         })
     }
 

@@ -97,11 +97,27 @@ pub struct RawConfig {
     pub node_memory: Option<Scalar>,
     pub log_format: Option<Scalar>,
     pub eviction_backend: Option<Scalar>,
-    pub pod_pids_limit: Option<Scalar>,
     pub hugepage_sizes: Option<Scalar>,
     pub log_level: Option<Scalar>,
     pub eviction_hook: Option<Scalar>,
     pub eviction_hook_timeout: Option<Scalar>,
+    pub kubeconfig: Option<Scalar>,
+    pub node_name: Option<Scalar>,
+    pub api_eviction_timeout: Option<Scalar>,
+    pub runtime_unhealthy_after: Option<Scalar>,
+    /// Kubelet `podPidsLimit` (pids.max of every pod; -1: none).
+    pub pod_pids_limit: Option<Scalar>,
+    #[serde(rename = "imageGCHighThresholdPercent")]
+    pub image_gc_high_threshold_percent: Option<Scalar>,
+    #[serde(rename = "imageGCLowThresholdPercent")]
+    pub image_gc_low_threshold_percent: Option<Scalar>,
+    /// `enforce` | `audit` (see `cgroupEnforcement` in docs/operations.md).
+    pub cgroup_enforcement: Option<Scalar>,
+    /// The kubelet's config file (KubeletConfiguration): its fields replace
+    /// qosd's kubelet fields.
+    pub kubelet_config: Option<Scalar>,
+    /// The kubelet's drop-in directory (`--config-dir`).
+    pub kubelet_config_dir: Option<Scalar>,
 }
 
 impl RawConfig {
@@ -215,6 +231,13 @@ pub struct Overrides {
     pub log_level: Option<String>,
     pub eviction_hook: Option<String>,
     pub eviction_hook_timeout: Option<String>,
+    pub kubeconfig: Option<String>,
+    pub node_name: Option<String>,
+    pub api_eviction_timeout: Option<String>,
+    pub runtime_unhealthy_after: Option<String>,
+    pub cgroup_enforcement: Option<String>,
+    pub kubelet_config: Option<String>,
+    pub kubelet_config_dir: Option<String>,
 }
 
 fn to_raw_map(m: &BTreeMap<String, String>) -> RawMap {
@@ -299,6 +322,13 @@ impl Overrides {
         text!(log_level, "logLevel");
         text!(eviction_hook, "evictionHook");
         text!(eviction_hook_timeout, "evictionHookTimeout");
+        text!(kubeconfig, "kubeconfig");
+        text!(node_name, "nodeName");
+        text!(api_eviction_timeout, "apiEvictionTimeout");
+        text!(runtime_unhealthy_after, "runtimeUnhealthyAfter");
+        text!(cgroup_enforcement, "cgroupEnforcement");
+        text!(kubelet_config, "kubeletConfig");
+        text!(kubelet_config_dir, "kubeletConfigDir");
         set
     }
 }

@@ -508,10 +508,10 @@ pub fn validate(
     let memory_available_source = c.choice(
         "memoryAvailableSource",
         &raw.memory_available_source,
-        MemoryAvailableSource::Workingset,
+        crate::policy::evict::MemorySource::WorkingSet,
         &[
-            ("workingset", MemoryAvailableSource::Workingset),
-            ("meminfo", MemoryAvailableSource::Meminfo),
+            ("workingset", crate::policy::evict::MemorySource::WorkingSet),
+            ("meminfo", crate::policy::evict::MemorySource::Meminfo),
         ],
     );
     let cpu_weight_formula = c.choice(
@@ -632,6 +632,7 @@ pub fn validate(
         &[
             ("kill", EvictionBackend::Kill),
             ("cri", EvictionBackend::Cri),
+            ("api", EvictionBackend::Api),
             ("dry-run", EvictionBackend::DryRun),
         ],
     );
@@ -681,24 +682,128 @@ pub fn validate(
         .kubelet_cpu_manager_state
         .as_ref()
         .map(|_| c.path("kubeletCPUManagerState", &raw.kubelet_cpu_manager_state, ""));
-
-    let pod_pids_limit = raw
-        .pod_pids_limit
+    let kubeconfig = raw
+        .kubeconfig
         .as_ref()
-        .and_then(|Scalar(s)| match s.parse::<i64>() {
-            Ok(n) if n > 0 => Some(n),
-            Ok(-1) | Ok(0) => None,
-            _ => {
+        .filter(|s| !s.0.is_empty())
+        .map(|_| c.path("kubeconfig", &raw.kubeconfig, ""));
+    let node_name = raw
+        .node_name
+        .as_ref()
+        .map(|s| s.0.trim().to_string())
+        .filter(|s| !s.is_empty());
+    if let Some(n) = &node_name {
+        // Node names are DNS subdomains (RFC 1123).
+        let label_ok = |l: &str| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+        };
+        if n.len() > 253 || !n.split('.').all(label_ok) {
+            c.bad(
+                "nodeName",
+                None,
+                n,
+                "not a node name",
+                "a DNS subdomain (RFC 1123): lowercase letters, digits, '-' and '.', at most 253 characters",
+            );
+        }
+    }
+    let api_eviction_timeout = c.opt_duration(
+        "apiEvictionTimeout",
+        &raw.api_eviction_timeout,
+        Duration::from_secs(1),
+        Duration::from_millis(10),
+        Some(Duration::from_secs(60)),
+    );
+    let runtime_unhealthy_after = c.opt_duration(
+        "runtimeUnhealthyAfter",
+        &raw.runtime_unhealthy_after,
+        Duration::from_secs(120),
+        Duration::ZERO,
+        None,
+    );
+
+    // --- kubelet fields qosd shows or plans with, and the kubelet source --
+    let pod_pids_limit = match &raw.pod_pids_limit {
+        None => -1,
+        Some(Scalar(s)) => match s.parse::<i64>() {
+            // Negative means "no limit" (-1), as the kubelet defaults it.
+            Ok(n) => n.max(-1),
+            Err(_) => {
                 c.bad(
                     "podPidsLimit",
                     None,
                     s,
-                    "not a positive integer or -1",
-                    "a positive number of processes, or -1 (unlimited)",
+                    "not a whole number",
+                    "an integer number of processes per pod (-1: no limit)",
                 );
-                None
+                -1
             }
-        });
+        },
+    };
+    let mut percent = |field: &'static str, v: &Option<Scalar>, default: i32| -> i32 {
+        let Some(Scalar(s)) = v else { return default };
+        match s.parse::<i32>() {
+            Ok(n) if (0..=100).contains(&n) => n,
+            _ => {
+                c.bad(
+                    field,
+                    None,
+                    s,
+                    "not a whole percentage 0..100",
+                    "an integer 0..100",
+                );
+                default
+            }
+        }
+    };
+    let image_gc_high_threshold_percent = percent(
+        "imageGCHighThresholdPercent",
+        &raw.image_gc_high_threshold_percent,
+        85,
+    );
+    let image_gc_low_threshold_percent = percent(
+        "imageGCLowThresholdPercent",
+        &raw.image_gc_low_threshold_percent,
+        80,
+    );
+    if image_gc_low_threshold_percent >= image_gc_high_threshold_percent {
+        c.bad(
+            "imageGCLowThresholdPercent",
+            None,
+            &image_gc_low_threshold_percent.to_string(),
+            format!(
+                "must be less than imageGCHighThresholdPercent ({image_gc_high_threshold_percent}), as the kubelet requires"
+            ),
+            "a percentage below imageGCHighThresholdPercent",
+        );
+    }
+    let kubelet_config = raw
+        .kubelet_config
+        .as_ref()
+        .map(|Scalar(s)| PathBuf::from(s));
+    let kubelet_config_dir = raw
+        .kubelet_config_dir
+        .as_ref()
+        .map(|Scalar(s)| PathBuf::from(s));
+    let cgroup_enforcement = c.choice(
+        "cgroupEnforcement",
+        &raw.cgroup_enforcement,
+        if kubelet_config.is_some() || kubelet_config_dir.is_some() {
+            CgroupEnforcement::Audit
+        } else {
+            CgroupEnforcement::Enforce
+        },
+        &[
+            ("enforce", CgroupEnforcement::Enforce),
+            ("audit", CgroupEnforcement::Audit),
+        ],
+    );
+
     let hugepage_sizes = raw.hugepage_sizes.as_ref().and_then(|Scalar(s)| {
         match crate::policy::enforce::hugepages::parse_size_list(s) {
             Ok(v) => Some(v),
@@ -750,11 +855,20 @@ pub fn validate(
         return Err(c.errors);
     }
     Ok(Config {
-        pod_pids_limit,
         hugepage_sizes,
         log_level,
         eviction_hook,
         eviction_hook_timeout,
+        kubeconfig,
+        node_name,
+        api_eviction_timeout,
+        runtime_unhealthy_after,
+        pod_pids_limit,
+        image_gc_high_threshold_percent,
+        image_gc_low_threshold_percent,
+        cgroup_enforcement,
+        kubelet_config,
+        kubelet_config_dir,
         eviction_hard,
         eviction_soft,
         eviction_soft_grace_period,

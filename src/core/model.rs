@@ -234,3 +234,43 @@ pub struct CgroupWrite {
     #[serde(skip)]
     pub level: CgroupLevel,
 }
+
+/// Which source decided a pod value: `exact` (the pod spec from the API
+/// server) or `inferred` (rebuilt from what the container runtime reports).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ValueSource {
+    Exact,
+    Inferred,
+}
+
+impl ValueSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ValueSource::Exact => "exact",
+            ValueSource::Inferred => "inferred",
+        }
+    }
+}
+
+/// Per-value sources of a live pod (value name → source).
+pub type Provenance = BTreeMap<&'static str, ValueSource>;
+
+/// The pod values whose source is tracked, in the pod spec's field names.
+pub const TRACKED_VALUES: [&str; 10] = [
+    "requests",
+    "limits",
+    "initContainers",
+    "overhead",
+    "podResources",
+    "ephemeralStorage",
+    "priority",
+    "priorityClassName",
+    "terminationGracePeriodSeconds",
+    "staticMirror",
+];
+
+/// Every tracked value from one source.
+pub fn provenance_all(source: ValueSource) -> Provenance {
+    TRACKED_VALUES.iter().map(|v| (*v, source)).collect()
+}

@@ -103,6 +103,9 @@ pub struct LivePod {
     pub notes: Vec<String>,
     /// Inconsistencies worth a look (class mismatch, uid mismatch, …).
     pub warnings: Vec<String>,
+    /// Which source decided each pod value (runtime alone: all inferred;
+    /// merged with the API server's spec: exact, see `crate::kube`).
+    pub sources: crate::core::model::Provenance,
 }
 
 /// A sandbox left out of the inventory, and why.
@@ -516,6 +519,7 @@ async fn build_pod(
         containers: live,
         notes,
         warnings,
+        sources: crate::core::model::provenance_all(crate::core::model::ValueSource::Inferred),
     }))
 }
 

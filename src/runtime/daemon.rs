@@ -30,6 +30,10 @@ pub struct RunOptions {
     pub machine_memory_bytes: i64,
     /// The CPU manager (`cpuManagerPolicy: static`); `None`: policy none.
     pub cpu_manager: Option<crate::runtime::cpu_manager::CpuManagerSettings>,
+    /// Pod specs from the Kubernetes API (CRI source only).
+    pub specs: Option<Arc<dyn crate::runtime::pod_source::SpecSource>>,
+    /// `cgroupEnforcement: audit`: compare and report, write nothing.
+    pub audit: bool,
 }
 
 /// Hooks the daemon calls as it runs, so eviction, metrics and health can
@@ -102,7 +106,7 @@ pub async fn run_loop(opts: RunOptions, observer: &mut dyn Observer) -> anyhow::
 
     // `--once` gives up when the runtime stays away; the daemon keeps
     // waiting for it (not ready meanwhile), as a node agent must.
-    let source = loop {
+    let mut source = loop {
         let attempt = tokio::select! {
             s = Source::connect(&opts.source, opts.connect, opts.machine_memory_bytes) => s,
             _ = sigterm.recv() => return Ok(Outcome::Stopped),
@@ -118,9 +122,19 @@ pub async fn run_loop(opts: RunOptions, observer: &mut dyn Observer) -> anyhow::
             }
         }
     };
-    let mut reconciler = Reconciler::new(opts.plan.clone(), opts.dry_run, opts.orphan_grace);
+    if let Source::Cri { specs, .. } = &mut source {
+        specs.clone_from(&opts.specs);
+    }
+    let mode = if opts.audit {
+        crate::sys::apply::Mode::Audit
+    } else if opts.dry_run {
+        crate::sys::apply::Mode::DryRun
+    } else {
+        crate::sys::apply::Mode::Real
+    };
+    let mut reconciler = Reconciler::with_mode(opts.plan.clone(), mode, opts.orphan_grace);
     let mut cpu = match &opts.cpu_manager {
-        Some(s) => crate::runtime::cpu_manager::CpuManager::start(s, opts.dry_run)?,
+        Some(s) => crate::runtime::cpu_manager::CpuManager::start(s, opts.dry_run || opts.audit)?,
         None => None,
     };
     if cpu.is_some() && !matches!(source, Source::Cri { .. }) {
@@ -302,6 +316,11 @@ pub struct ServiceObserver {
     dry_run: bool,
     /// The last refusal logged (logged again only when it changes).
     refused_logged: Option<String>,
+    /// The Kubernetes API side, for status and readiness reasons.
+    pub specs: Option<Arc<dyn crate::runtime::pod_source::SpecSource>>,
+    /// `cgroupEnforcement: audit`: report drift in metrics and `/status`.
+    pub audit: bool,
+    audit_changes_total: u64,
 }
 
 impl ServiceObserver {
@@ -328,6 +347,9 @@ impl ServiceObserver {
             eviction: None,
             dry_run: mode == "dry-run",
             refused_logged: None,
+            specs: None,
+            audit: false,
+            audit_changes_total: 0,
         }
     }
 }
@@ -348,9 +370,37 @@ impl Observer for ServiceObserver {
         self.metrics.pods(QosClass::Guaranteed, counts.guaranteed);
         self.metrics.pods(QosClass::Burstable, counts.burstable);
         self.metrics.pods(QosClass::BestEffort, counts.best_effort);
+        if self.audit {
+            self.metrics
+                .audit_drift(report.audit_drift.len(), report.audit_changes);
+            self.audit_changes_total += report.audit_changes as u64;
+            let audit = crate::telemetry::status::AuditStatus {
+                drifting: report.audit_drift.len(),
+                changes_total: self.audit_changes_total,
+                values: report
+                    .audit_drift
+                    .iter()
+                    .take(crate::telemetry::status::AuditStatus::MAX_VALUES)
+                    .cloned()
+                    .collect(),
+            };
+            self.health.update_status(|d| d.audit = Some(audit));
+        }
         self.health.set_cri_reachable(true);
         self.health.set_reconciled();
         self.metrics.set_ready(self.health.ready().is_ok());
+        if let Some(k) = &self.specs {
+            let (status, unavailable) = k.status();
+            self.health.set_degraded(
+                "kubernetes-api",
+                unavailable.map(|why| {
+                    format!(
+                        "{why}; exact pod specs unavailable, working from the runtime's data alone"
+                    )
+                }),
+            );
+            self.health.update_status(|d| d.kubernetes = Some(status));
+        }
         self.health.update_status(|d| {
             d.generated_at_ms = crate::telemetry::status::now_ms();
             d.pods = counts.clone();

@@ -80,10 +80,10 @@ impl Engine {
                 })
                 .collect::<Vec<_>>()
         });
-        let decision = self
-            .manager
-            .synchronize(now, &obs, pods.as_deref().map_err(Clone::clone));
-        let outcome = decision.victim().map(|v| {
+        let mut decision =
+            self.manager
+                .synchronize(now, &obs, pods.as_deref().map_err(Clone::clone));
+        let mut outcome = decision.victim().map(|v| {
             let r = self.evictor.evict(v);
             if let Err(e) = &r {
                 tracing::error!(pod = %v.candidate.uid, error = %e, "eviction failed");
@@ -91,6 +91,24 @@ impl Engine {
             }
             r
         });
+        // A soft eviction the API refused moves on to the next candidate
+        // at once (the refused pod is in back-off), a few at most per pass.
+        for _ in 0..MAX_REFUSED_PER_PASS {
+            if !matches!(outcome, Some(Err(EvictError::ApiRefused { .. }))) {
+                break;
+            }
+            decision = self
+                .manager
+                .synchronize(now, &obs, pods.as_deref().map_err(Clone::clone));
+            outcome = decision.victim().map(|v| {
+                let r = self.evictor.evict(v);
+                if let Err(e) = &r {
+                    tracing::error!(pod = %v.candidate.uid, error = %e, "eviction failed");
+                    self.manager.eviction_failed(&v.candidate.uid, now);
+                }
+                r
+            });
+        }
         PassReport {
             decision,
             outcome,
@@ -109,6 +127,9 @@ impl Engine {
         Watcher::spawn(targets, cfg, on_event)
     }
 }
+
+/// Candidates tried in one pass after API refusals of soft evictions.
+const MAX_REFUSED_PER_PASS: usize = 8;
 
 /// The latest pod list, shared between the daemon's listing loop (writer)
 /// and the eviction loop (reader).
@@ -187,9 +208,23 @@ impl EvictionLoop {
     /// every watcher event, and at least every `period`. `on_pass` gets each
     /// report (metrics, status, conditions) on that thread.
     pub fn spawn(
+        engine: Engine,
+        feed: std::sync::Arc<PodFeed>,
+        opts: LoopOptions,
+        on_pass: impl FnMut(&PassReport) + Send + 'static,
+    ) -> Result<EvictionLoop, WatchError> {
+        Self::spawn_supervised(engine, feed, opts, None, on_pass)
+    }
+
+    /// [`EvictionLoop::spawn`] under supervision: the loop beats a heartbeat
+    /// registered with `health` (deadline: 10 periods, at least 30 s), a
+    /// panic in it fails liveness with the reason, and so does a fast
+    /// watcher thread that died.
+    pub fn spawn_supervised(
         mut engine: Engine,
         feed: std::sync::Arc<PodFeed>,
         opts: LoopOptions,
+        health: Option<std::sync::Arc<crate::telemetry::health::Health>>,
         mut on_pass: impl FnMut(&PassReport) + Send + 'static,
     ) -> Result<EvictionLoop, WatchError> {
         use std::sync::atomic::{AtomicBool, Ordering};
@@ -218,9 +253,17 @@ impl EvictionLoop {
         let rt_priority = opts.watch.as_ref().and_then(|w| w.rt_priority);
         let stop = std::sync::Arc::new(AtomicBool::new(false));
         let stop2 = stop.clone();
-        let thread = std::thread::Builder::new()
-            .name("qosd-evict-loop".into())
-            .spawn(move || {
+        let heartbeat = health.as_ref().map(|h| {
+            h.register_loop(
+                "eviction loop",
+                (opts.period * 10).max(std::time::Duration::from_secs(30)),
+            )
+        });
+        let health2 = health.clone();
+        let thread = crate::runtime::supervisor::spawn_supervised(
+            "qosd-evict-loop",
+            health.clone(),
+            move || {
                 let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
                 if let Some(p) =
                     rt_priority.filter(|_| crate::sys::watch::realtime_allowed(&status))
@@ -230,8 +273,9 @@ impl EvictionLoop {
                     // SAFETY: plain syscall on the current thread.
                     unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
                 }
-                // A watcher started late lives (and stops) with this thread.
-                let mut _late_watcher: Option<Watcher> = None;
+                // The watcher lives (and stops) with this thread, which
+                // checks that it is still running.
+                let mut _late_watcher: Option<Watcher> = watcher;
                 while !stop2.load(Ordering::Relaxed) {
                     let _ = rx.recv_timeout(opts.period);
                     while rx.try_recv().is_ok() {} // coalesce wake-ups
@@ -253,16 +297,26 @@ impl EvictionLoop {
                             }
                         }
                     }
+                    if let Some(hb) = &heartbeat {
+                        hb.beat();
+                    }
+                    if let (Some(h), Some(w)) = (&health2, &_late_watcher) {
+                        if !w.is_running() {
+                            h.fail("fast memory watcher thread died".into());
+                        }
+                    }
+                    crate::runtime::supervisor::inject_panic("eviction-pass");
                     let report = engine.pass(feed.get(opts.max_pod_list_age));
                     on_pass(&report);
                 }
-            })
-            .map_err(WatchError::Spawn)?;
+            },
+        )
+        .map_err(WatchError::Spawn)?;
         Ok(EvictionLoop {
             stop,
             wake: tx,
             thread: Some(thread),
-            watcher,
+            watcher: None,
         })
     }
 
@@ -300,7 +354,7 @@ mod tests {
     use crate::core::model::{CgroupVersion, QosClass};
     use crate::policy::evict::threshold::RawEvictionConfig;
     use crate::policy::evict::Backend;
-    use crate::sys::signals::MemorySource;
+    use crate::policy::evict::MemorySource;
     use std::path::PathBuf;
     use std::time::Duration;
 

@@ -20,7 +20,7 @@ use crate::core::model::{CgroupVersion, Pod};
 use crate::policy::enforce::naming::CgroupLayout;
 use crate::policy::evict::manager::ManagerOptions;
 use crate::policy::evict::rank::Candidate;
-use crate::policy::evict::threshold::{EvictionConfig, NodeCondition, Signal};
+use crate::policy::evict::threshold::{EvictionConfig, NodeCondition};
 use crate::policy::evict::Backend;
 use crate::runtime::eviction::{Engine, EvictionLoop, LoopOptions, PassReport, PodFeed};
 use crate::runtime::evictor::{Evictor, PodStopper};
@@ -28,7 +28,7 @@ use crate::sys::signals::SignalSources;
 use crate::sys::watch::{WatchConfig, WatchError};
 use crate::telemetry::health::Health;
 use crate::telemetry::metrics::{ErrorKind, Metrics};
-use crate::telemetry::status::{ConditionStatus, EvictionRecord, SignalStatus, ThresholdStatus};
+use crate::telemetry::status::EvictionRecord;
 
 /// Settings of the eviction loop.
 #[derive(Debug, Clone)]
@@ -96,8 +96,21 @@ impl EvictionService {
         metrics: Arc<Metrics>,
         health: Arc<Health>,
     ) -> Result<EvictionService, WatchError> {
+        EvictionService::start_with_api(cfg, stopper, None, metrics, health)
+    }
+
+    /// [`EvictionService::start`] with the Kubernetes API side of the
+    /// `api` backend.
+    pub fn start_with_api(
+        cfg: ServiceConfig,
+        stopper: Option<Arc<dyn PodStopper>>,
+        api: Option<Arc<dyn crate::runtime::evictor::ApiEvictor>>,
+        metrics: Arc<Metrics>,
+        health: Arc<Health>,
+    ) -> Result<EvictionService, WatchError> {
         let backend = cfg.backend;
-        let evictor = Evictor::new(backend, stopper, cfg.eviction.max_pod_grace_period);
+        let mut evictor = Evictor::new(backend, stopper, cfg.eviction.max_pod_grace_period);
+        evictor.api = api;
         let engine = Engine::new(cfg.eviction, cfg.manager, cfg.sources, evictor);
         let feed = Arc::new(PodFeed::default());
         let mut conditions: BTreeMap<NodeCondition, bool> = BTreeMap::new();
@@ -105,7 +118,7 @@ impl EvictionService {
         let mut timing = ReactionTiming::default();
         let hook = cfg.hook;
         let mut signal_errors_logged = std::collections::BTreeSet::<String>::new();
-        let lp = EvictionLoop::spawn(
+        let lp = EvictionLoop::spawn_supervised(
             engine,
             feed.clone(),
             LoopOptions {
@@ -113,6 +126,7 @@ impl EvictionService {
                 max_pod_list_age: cfg.max_listing_age,
                 watch: cfg.watch,
             },
+            Some(health.clone()),
             move |r| {
                 log_signal_errors(r, &mut signal_errors_logged);
                 timing.observe(&metrics, backend, r);
@@ -162,7 +176,8 @@ impl EvictionService {
 #[derive(Debug, Default)]
 struct ReactionTiming {
     /// When each (signal, kind) threshold was first seen met, while it stays met.
-    met_since: BTreeMap<(Signal, &'static str), std::time::Instant>,
+    met_since:
+        BTreeMap<(crate::policy::evict::threshold::Signal, &'static str), std::time::Instant>,
     /// The last real victim waiting for release: uid and crossing time.
     pending: Option<(String, std::time::Instant)>,
 }
@@ -282,40 +297,16 @@ fn publish(
     decision: &crate::policy::evict::manager::Decision,
     prev: &mut BTreeMap<NodeCondition, bool>,
 ) {
-    let mut by_signal: BTreeMap<Signal, SignalStatus> = BTreeMap::new();
-    let obs: BTreeMap<Signal, crate::policy::evict::manager::Observation> = decision
-        .thresholds
-        .iter()
-        .filter_map(|t| t.observed.map(|o| (t.threshold.signal, o)))
-        .collect();
-    for (s, o) in &obs {
-        metrics.signal(*s, o.available, o.capacity);
-    }
     for t in &decision.thresholds {
-        let sig = t.threshold.signal;
+        if let Some(o) = t.observed {
+            metrics.signal(t.threshold.signal, o.available, o.capacity);
+        }
         let value = t
             .observed
             .map(|o| t.threshold.threshold_for(o.capacity))
             .unwrap_or(0);
-        metrics.threshold(sig, t.threshold.kind, value, t.met);
-        let entry = by_signal.entry(sig).or_insert_with(|| SignalStatus {
-            signal: sig.to_string(),
-            observed: obs.get(&sig).map(|o| o.available),
-            capacity: obs.get(&sig).map(|o| o.capacity),
-            thresholds: Vec::new(),
-        });
-        entry.thresholds.push(ThresholdStatus {
-            kind: t.threshold.kind.as_str().to_string(),
-            threshold: t.threshold.statement(),
-            value,
-            met: t.met,
-            grace_period: (!t.threshold.grace_period.is_zero()).then(|| {
-                crate::policy::evict::threshold::format_duration(t.threshold.grace_period)
-            }),
-            min_reclaim: None,
-        });
+        metrics.threshold(t.threshold.signal, t.threshold.kind, value, t.met);
     }
-    let mut conditions = Vec::new();
     for c in [
         NodeCondition::MemoryPressure,
         NodeCondition::DiskPressure,
@@ -327,15 +318,14 @@ fn publish(
         if before.is_some_and(|b| b != active) || (before.is_none() && active) {
             tracing::warn!(target: "qosd::eviction", condition = c.as_str(), active, "node condition changed");
         }
-        conditions.push(ConditionStatus {
-            condition: c.as_str().to_string(),
-            active,
-            since_ms: None,
-            reason: None,
-        });
     }
+    let (signals, conditions) = crate::telemetry::status::eviction_status(
+        &decision.thresholds,
+        None,
+        Some(&decision.conditions),
+    );
     health.update_status(|d| {
-        d.signals = by_signal.into_values().collect();
+        d.signals = signals;
         d.conditions = conditions;
     });
 }
@@ -365,7 +355,6 @@ pub fn signal_sources(
     proc_root: &std::path::Path,
     allocatable_memory_bytes: Option<i64>,
 ) -> SignalSources {
-    use crate::sys::signals::MemorySource;
     let mut s = SignalSources::host(layout.version);
     s.memory_root = match layout.version {
         CgroupVersion::V1 => layout.cgroupfs.join(layout.v1_controller_dir("memory")),
@@ -378,9 +367,6 @@ pub fn signal_sources(
     s.pid_max = proc_root.join("sys/kernel/pid_max");
     s.nodefs = Some(cfg.root_dir.clone());
     s.imagefs = cfg.imagefs_path.clone();
-    s.memory_source = match cfg.memory_available_source {
-        crate::config::MemoryAvailableSource::Workingset => MemorySource::WorkingSet,
-        crate::config::MemoryAvailableSource::Meminfo => MemorySource::Meminfo,
-    };
+    s.memory_source = cfg.memory_available_source;
     s
 }

@@ -10,6 +10,14 @@
 //! * [`Backend::Cri`]: StopPodSandbox with the grace (hard: 0; soft:
 //!   min(eviction-max-pod-grace-period, terminationGracePeriodSeconds)), then
 //!   RemovePodSandbox, on the caller's thread.
+//! * [`Backend::Api`]: the Kubernetes Eviction subresource through the
+//!   [`ApiEvictor`] the daemon provides (grace: hard 1 s, soft
+//!   min(eviction-max-pod-grace-period, terminationGracePeriodSeconds)),
+//!   with an `Evicted` Event. Hard threshold: a refusal, an error or no
+//!   answer within the deadline falls back to the local kill (as
+//!   [`Backend::Kill`]) followed by a pod delete through the API; soft
+//!   threshold: a refusal is an error ([`EvictError::ApiRefused`]) and the
+//!   engine moves to the next candidate.
 //! * [`Backend::DryRun`]: logs what would be done; touches nothing.
 //!
 //! Every eviction is logged (tracing, target `qosd::eviction`) with the
@@ -32,6 +40,58 @@ pub trait PodStopper: Send + Sync {
     fn remove_pod(&self, sandbox_id: &str) -> Result<(), String>;
 }
 
+/// Why the Kubernetes API did not evict a pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApiRefusal {
+    /// 429: a PodDisruptionBudget (or rate limit) refused it.
+    Refused(String),
+    /// 404: the pod is not in the API (already deleted).
+    Gone(String),
+    /// Any other error, or no answer within the deadline.
+    Failed(String),
+}
+
+impl std::fmt::Display for ApiRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ApiRefusal::Refused(m) => write!(f, "refused: {m}"),
+            ApiRefusal::Gone(m) => write!(f, "not found: {m}"),
+            ApiRefusal::Failed(m) => write!(f, "failed: {m}"),
+        }
+    }
+}
+
+/// The Kubernetes API side of an eviction (the daemon wraps its client).
+pub trait ApiEvictor: Send + Sync {
+    /// Create an Eviction for the victim with this grace period (and an
+    /// `Evicted` Event when it is accepted). Bounded by the deadline.
+    fn evict(&self, v: &Victim, grace: Duration) -> Result<(), ApiRefusal>;
+    /// After a local kill: delete the pod through the API (grace 0, uid
+    /// precondition) and write the Event.
+    fn delete_after_kill(&self, v: &Victim) -> Result<(), String>;
+    /// Count a path taken (metrics).
+    fn count(&self, _path: &str) {}
+}
+
+/// The paths an `api` eviction can take (the `path` label of
+/// `qosd_api_evictions_total`).
+pub mod api_path {
+    /// The Eviction subresource answered 201.
+    pub const EVICTED: &str = "evicted";
+    /// Soft threshold: refused (429) — the next candidate is tried.
+    pub const REFUSED_NEXT: &str = "refused_next_candidate";
+    /// Soft threshold: an error or no answer — the next candidate is tried.
+    pub const FAILED_NEXT: &str = "failed_next_candidate";
+    /// Hard threshold: refused, failed or no answer in time — local kill.
+    pub const FALLBACK_KILL: &str = "fallback_local_kill";
+    /// After a local kill: the pod deleted through the API.
+    pub const FALLBACK_DELETED: &str = "fallback_pod_deleted";
+    /// After a local kill: the delete failed (logged; the kubelet may restart it).
+    pub const FALLBACK_DELETE_FAILED: &str = "fallback_delete_failed";
+    /// 404: the pod is already gone from the API.
+    pub const GONE: &str = "already_gone";
+}
+
 /// An eviction that could not be carried out.
 #[derive(Debug, thiserror::Error)]
 pub enum EvictError {
@@ -48,6 +108,10 @@ pub enum EvictError {
         step: &'static str,
         message: String,
     },
+    #[error("pod {uid}: no Kubernetes API client configured for the api backend")]
+    NoApi { uid: String },
+    #[error("pod {uid}: eviction through the API {refusal}")]
+    ApiRefused { uid: String, refusal: ApiRefusal },
     #[error(transparent)]
     Kill(#[from] KillError),
 }
@@ -79,6 +143,8 @@ pub struct Evictor {
     pub max_pod_grace: Duration,
     /// Give up SIGKILL rounds after this long.
     pub kill_timeout: Duration,
+    /// The Kubernetes API side ([`Backend::Api`]).
+    pub api: Option<Arc<dyn ApiEvictor>>,
 }
 
 impl std::fmt::Debug for Evictor {
@@ -88,6 +154,7 @@ impl std::fmt::Debug for Evictor {
             .field("stopper", &self.stopper.is_some())
             .field("max_pod_grace", &self.max_pod_grace)
             .field("kill_timeout", &self.kill_timeout)
+            .field("api", &self.api.is_some())
             .finish()
     }
 }
@@ -103,6 +170,7 @@ impl Evictor {
             stopper,
             max_pod_grace,
             kill_timeout: Duration::from_secs(2),
+            api: None,
         }
     }
 
@@ -141,7 +209,73 @@ impl Evictor {
                     runtime: RuntimeCleanup::Done,
                 })
             }
-            Backend::Kill => {
+            Backend::Api => {
+                let api = self
+                    .api
+                    .as_ref()
+                    .ok_or(EvictError::NoApi { uid: uid.clone() })?;
+                // The kubelet's grace: 1 s for hard thresholds
+                // (immediateEvictionGracePeriodSeconds), the pod's capped
+                // grace for soft ones.
+                let api_grace = if v.kind == ThresholdKind::Hard {
+                    Duration::from_secs(1)
+                } else {
+                    grace
+                };
+                let refusal = match api.evict(v, api_grace) {
+                    Ok(()) => {
+                        api.count(api_path::EVICTED);
+                        tracing::info!(target: "qosd::eviction", pod = %format!("{}/{}", v.candidate.namespace, v.candidate.name), uid = %uid, grace_s = api_grace.as_secs(), "evicted through the Kubernetes API");
+                        return Ok(Outcome {
+                            uid,
+                            backend: Backend::Api,
+                            kill: None,
+                            runtime: RuntimeCleanup::NotApplicable,
+                        });
+                    }
+                    Err(r) => r,
+                };
+                if v.kind == ThresholdKind::Soft {
+                    let path = match &refusal {
+                        ApiRefusal::Refused(_) => api_path::REFUSED_NEXT,
+                        ApiRefusal::Gone(_) => api_path::GONE,
+                        ApiRefusal::Failed(_) => api_path::FAILED_NEXT,
+                    };
+                    api.count(path);
+                    tracing::warn!(target: "qosd::eviction", pod = %format!("{}/{}", v.candidate.namespace, v.candidate.name), uid = %uid, %refusal, "soft eviction not done through the API: trying the next candidate");
+                    return Err(EvictError::ApiRefused { uid, refusal });
+                }
+                // Hard: node-pressure evictions do not wait for PDBs.
+                api.count(api_path::FALLBACK_KILL);
+                tracing::warn!(target: "qosd::eviction", pod = %format!("{}/{}", v.candidate.namespace, v.candidate.name), uid = %uid, %refusal, "hard eviction not done through the API: killing the pod locally, then deleting it through the API");
+                let mut out = self.kill_locally(v, &uid, Duration::ZERO)?;
+                out.backend = Backend::Api;
+                let (api, victim) = (api.clone(), v.clone());
+                spawn_cleanup(move || {
+                    match api.delete_after_kill(&victim) {
+                        Ok(()) => {
+                            api.count(api_path::FALLBACK_DELETED);
+                            tracing::info!(target: "qosd::eviction", uid = %victim.candidate.uid, "pod deleted through the Kubernetes API after the local kill");
+                        }
+                        Err(e) => {
+                            api.count(api_path::FALLBACK_DELETE_FAILED);
+                            tracing::error!(target: "qosd::eviction", uid = %victim.candidate.uid, error = %e, "pod delete through the Kubernetes API failed after the local kill (the kubelet may restart it)");
+                        }
+                    }
+                    Ok(())
+                });
+                Ok(out)
+            }
+            Backend::Kill => self.kill_locally(v, &uid, grace),
+        }
+    }
+
+    /// The kill backend: the pod's processes killed from its cgroup (soft
+    /// with a grace: through the runtime), then the runtime cleans up.
+    fn kill_locally(&self, v: &Victim, uid: &str, grace: Duration) -> Result<Outcome, EvictError> {
+        let uid = uid.to_string();
+        {
+            {
                 let dir = v
                     .candidate
                     .cgroup_dirs

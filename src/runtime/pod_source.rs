@@ -27,11 +27,26 @@ pub struct Listing {
     pub live: Vec<crate::cri::LivePod>,
 }
 
+/// Pod specs from another source (the Kubernetes API server, see
+/// `crate::kube`), merged into the runtime's live pods by uid.
+pub trait SpecSource: Send + Sync + std::fmt::Debug {
+    /// Merge in place; each value records whether it is exact or inferred.
+    fn merge(&self, live: &mut [crate::cri::LivePod]);
+    /// Changes whenever the source's view does (a pod event, the source
+    /// going away or coming back): part of the change detector.
+    fn change_key(&self) -> String;
+    /// For `/status`: the source's state after the last merge, and why its
+    /// data is unusable (`None`: current).
+    fn status(&self) -> (crate::telemetry::status::KubeStatus, Option<String>);
+}
+
 /// A connected pod source.
 pub enum Source {
     Cri {
         client: Box<crate::cri::CriClient>,
         inventory: crate::cri::InventoryOptions,
+        /// The API server's pod specs, merged by uid (`None`: runtime alone).
+        specs: Option<std::sync::Arc<dyn SpecSource>>,
     },
     Manifests(Vec<PathBuf>),
 }
@@ -58,6 +73,7 @@ impl Source {
                 inventory: crate::cri::InventoryOptions {
                     memory_capacity_bytes: Some(memory_capacity_bytes),
                 },
+                specs: None,
             },
             PodSourceSpec::Manifests(paths) => Source::Manifests(paths.clone()),
         })
@@ -68,7 +84,7 @@ impl Source {
     /// files is cheap).
     pub async fn fingerprint(&self) -> Result<Vec<String>, SourceError> {
         match self {
-            Source::Cri { client, .. } => {
+            Source::Cri { client, specs, .. } => {
                 let mut v: Vec<String> = client
                     .list_pod_sandboxes()
                     .await?
@@ -82,6 +98,11 @@ impl Source {
                         .into_iter()
                         .map(|c| format!("c:{}:{}:{}", c.pod_sandbox_id, c.id, c.state)),
                 );
+                // The API's view too: a pod event or the API going away
+                // (or coming back) relists and re-merges at once.
+                if let Some(k) = specs {
+                    v.push(k.change_key());
+                }
                 v.sort();
                 Ok(v)
             }
@@ -97,8 +118,15 @@ impl Source {
     /// Full listing.
     pub async fn list(&self) -> Result<Listing, SourceError> {
         match self {
-            Source::Cri { client, inventory } => {
-                let inv = crate::cri::inventory(client, inventory).await?;
+            Source::Cri {
+                client,
+                inventory,
+                specs,
+            } => {
+                let mut inv = crate::cri::inventory(client, inventory).await?;
+                if let Some(k) = specs {
+                    k.merge(&mut inv.pods);
+                }
                 for s in &inv.skipped {
                     tracing::warn!(sandbox = %s.sandbox_id, "sandbox skipped: {}", s.reason);
                 }

@@ -1,1 +1,116 @@
+//! Supervision of the long-running loops of `qosd run`.
+//!
+//! Every loop (reconcile, eviction, the fast watcher through the eviction
+//! loop, the HTTP server) either beats a [`Heartbeat`] registered with
+//! [`Health`] or runs on a thread started by [`spawn_supervised`], which
+//! turns a panic into a recorded failure instead of a silently dead thread.
+//! [`watch`] checks liveness every second: once it fails (a panic, a loop
+//! whose heartbeat is older than its deadline), `/healthz` answers 503 with
+//! the reason for a short grace period, so probes see it, and then the
+//! process exits with [`EXIT_UNHEALTHY`] so systemd or the kubelet restarts
+//! it.
 
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::telemetry::health::Health;
+
+/// Exit code of a daemon whose supervisor found a dead or stalled loop.
+pub const EXIT_UNHEALTHY: i32 = 70;
+
+/// Environment variable naming a fault-injection point (tests only): the
+/// code at that point panics, as a bug there would.
+pub const INJECT_PANIC_ENV: &str = "QOSD_INJECT_PANIC";
+
+/// Panic here when `QOSD_INJECT_PANIC` names `point` (read once).
+pub fn inject_panic(point: &str) {
+    static ARMED: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    let armed = ARMED.get_or_init(|| std::env::var(INJECT_PANIC_ENV).ok());
+    if armed.as_deref() == Some(point) {
+        panic!("injected panic at {point} ({INJECT_PANIC_ENV})");
+    }
+}
+
+/// The text of a panic payload.
+fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        s.to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "(non-string panic payload)".to_string()
+    }
+}
+
+/// Run `f` on a named thread; a panic in it is logged and recorded in
+/// `health` (liveness fails), never lost.
+pub fn spawn_supervised<F>(
+    name: &'static str,
+    health: Option<Arc<Health>>,
+    f: F,
+) -> std::io::Result<std::thread::JoinHandle<()>>
+where
+    F: FnOnce() + Send + 'static,
+{
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            if let Err(p) = std::panic::catch_unwind(AssertUnwindSafe(f)) {
+                let msg = panic_message(p.as_ref());
+                tracing::error!(thread = name, panic = %msg, "supervised loop panicked");
+                if let Some(h) = health {
+                    h.fail(format!("{name} panicked: {msg}"));
+                }
+            }
+        })
+}
+
+/// Check liveness every `every`; once it fails, log why, keep serving the
+/// failure for `grace` (probes see 503) and exit with [`EXIT_UNHEALTHY`].
+pub fn watch(
+    health: Arc<Health>,
+    every: Duration,
+    grace: Duration,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("qosd-supervisor".into())
+        .spawn(move || loop {
+            std::thread::sleep(every);
+            if let Err(why) = health.alive() {
+                tracing::error!(reason = %why, grace = ?grace, exit_code = EXIT_UNHEALTHY, "unhealthy: exiting so the service manager restarts qosd");
+                std::thread::sleep(grace);
+                std::process::exit(EXIT_UNHEALTHY);
+            }
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_fails_liveness_with_the_reason() {
+        let h = Arc::new(Health::new(Duration::from_secs(60)));
+        assert!(h.alive().is_ok());
+        spawn_supervised("test-loop", Some(h.clone()), || panic!("boom"))
+            .unwrap()
+            .join()
+            .unwrap();
+        let why = h.alive().unwrap_err();
+        assert!(why.contains("test-loop panicked: boom"), "{why}");
+    }
+
+    #[test]
+    fn a_stalled_loop_fails_liveness() {
+        let h = Health::new(Duration::from_secs(60));
+        let hb = h.register_loop("eviction loop", Duration::from_millis(30));
+        hb.beat();
+        assert!(h.alive().is_ok());
+        std::thread::sleep(Duration::from_millis(60));
+        let why = h.alive().unwrap_err();
+        assert!(why.contains("eviction loop heartbeat"), "{why}");
+        hb.beat();
+        assert!(h.alive().is_ok());
+    }
+}

@@ -24,32 +24,7 @@ use std::time::Instant;
 use crate::core::model::CgroupVersion;
 use crate::policy::evict::manager::{Observation, Observations};
 use crate::policy::evict::threshold::Signal;
-
-/// Where `memory.available` comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum MemorySource {
-    /// The kubelet's: capacity − (usage − inactive_file) of the root cgroup.
-    #[default]
-    #[serde(alias = "working-set")]
-    WorkingSet,
-    /// `MemAvailable` from /proc/meminfo (does not count reclaimable page cache as used).
-    #[serde(alias = "memavailable")]
-    Meminfo,
-}
-
-impl std::str::FromStr for MemorySource {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "working-set" | "workingset" | "cgroup" => Ok(MemorySource::WorkingSet),
-            "meminfo" | "memavailable" => Ok(MemorySource::Meminfo),
-            _ => Err(format!(
-                "unknown memory-available source {s:?} (working-set, meminfo)"
-            )),
-        }
-    }
-}
+use crate::policy::evict::MemorySource;
 
 /// An I/O or format problem reading a signal source; names the path.
 #[derive(Debug, thiserror::Error)]

@@ -35,8 +35,9 @@ use nix::sys::eventfd::{EfdFlags, EventFd};
 
 use crate::core::model::CgroupVersion;
 use crate::policy::evict::threshold::{EvictionConfig, Signal};
+use crate::policy::evict::MemorySource;
 use crate::sys::procfs::parse_meminfo;
-use crate::sys::signals::{stat_field, MemorySource, SignalSources};
+use crate::sys::signals::{stat_field, SignalSources};
 
 /// How a target's working set is read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -439,6 +440,12 @@ pub struct Watcher {
 const REARM_DELTA: i64 = 16 << 20;
 
 impl Watcher {
+    /// Whether the poller thread is still running (it ends only when
+    /// stopped, or when it panicked).
+    pub fn is_running(&self) -> bool {
+        self.handle.as_ref().is_some_and(|h| !h.is_finished())
+    }
+
     /// Open every target and start the poller thread. `on_event` runs on
     /// that thread for each sample below a target's threshold.
     pub fn spawn(

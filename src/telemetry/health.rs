@@ -2,7 +2,7 @@
 //! conditions `/readyz` reports, plus the published status document.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::telemetry::status::StatusDoc;
@@ -21,6 +21,42 @@ pub struct Health {
     /// match the configuration): not ready while set.
     refused: Mutex<Option<String>>,
     status: Mutex<StatusDoc>,
+    /// Heartbeats of the other long-running loops (eviction, watcher, …).
+    loops: Mutex<Vec<Arc<Heartbeat>>>,
+    /// Set once a supervised loop died (a panic): liveness fails for good.
+    failure: Mutex<Option<String>>,
+    /// When the runtime stopped answering (None: it answers).
+    cri_down_since: Mutex<Option<Instant>>,
+    /// `/healthz` fails once the runtime was unreachable this long (a
+    /// restarted pod remounts the runtime's socket directory afresh).
+    runtime_unhealthy_after: Mutex<Option<Duration>>,
+    /// Working, but with less: e.g. the Kubernetes API is unavailable
+    /// (key → reason); shown with readiness.
+    degraded: Mutex<std::collections::BTreeMap<&'static str, String>>,
+}
+
+/// The heartbeat of one long-running loop: it must [`Heartbeat::beat`] at
+/// least every `deadline`, or `/healthz` fails (see
+/// [`crate::runtime::supervisor`]).
+#[derive(Debug)]
+pub struct Heartbeat {
+    name: &'static str,
+    deadline: Duration,
+    started: Instant,
+    last_ms: AtomicU64,
+}
+
+impl Heartbeat {
+    /// The loop is alive.
+    pub fn beat(&self) {
+        let ms = self.started.elapsed().as_millis() as u64;
+        self.last_ms.store(ms, Ordering::Relaxed);
+    }
+
+    fn age(&self) -> Duration {
+        let now = self.started.elapsed().as_millis() as u64;
+        Duration::from_millis(now.saturating_sub(self.last_ms.load(Ordering::Relaxed)))
+    }
 }
 
 impl Health {
@@ -37,7 +73,39 @@ impl Health {
             shutting_down: AtomicBool::new(false),
             refused: Mutex::new(None),
             status: Mutex::new(StatusDoc::default()),
+            loops: Mutex::new(Vec::new()),
+            failure: Mutex::new(None),
+            cri_down_since: Mutex::new(None),
+            runtime_unhealthy_after: Mutex::new(None),
+            degraded: Mutex::new(Default::default()),
         }
+    }
+
+    /// `/healthz` fails after the runtime was unreachable for `limit`.
+    pub fn set_runtime_unhealthy_after(&self, limit: Option<Duration>) {
+        *self
+            .runtime_unhealthy_after
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = limit;
+    }
+
+    /// Mark a degraded mode (`Some(reason)`) or clear it (`None`).
+    pub fn set_degraded(&self, key: &'static str, reason: Option<String>) {
+        let mut g = self.degraded.lock().unwrap_or_else(|e| e.into_inner());
+        match reason {
+            Some(r) => g.insert(key, r),
+            None => g.remove(key),
+        };
+    }
+
+    /// The degraded modes in force, as `key: reason`.
+    pub fn degraded(&self) -> Vec<String> {
+        self.degraded
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(k, v)| format!("{k}: {v}"))
+            .collect()
     }
 
     /// The main loop is alive (call once per loop iteration).
@@ -49,6 +117,15 @@ impl Health {
     /// Whether the container runtime answered the last call.
     pub fn set_cri_reachable(&self, ok: bool) {
         self.cri_reachable.store(ok, Ordering::Relaxed);
+        let mut since = self
+            .cri_down_since
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        match (ok, *since) {
+            (true, _) => *since = None,
+            (false, None) => *since = Some(Instant::now()),
+            (false, Some(_)) => {}
+        }
     }
 
     /// A reconcile pass completed (readiness needs at least one).
@@ -72,8 +149,69 @@ impl Health {
         Duration::from_millis(now.saturating_sub(self.last_beat_ms.load(Ordering::Relaxed)))
     }
 
+    /// Register a loop that must beat at least every `deadline`
+    /// (registration counts as a beat).
+    pub fn register_loop(&self, name: &'static str, deadline: Duration) -> Arc<Heartbeat> {
+        let hb = Arc::new(Heartbeat {
+            name,
+            deadline,
+            started: Instant::now(),
+            last_ms: AtomicU64::new(0),
+        });
+        self.loops
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(hb.clone());
+        hb
+    }
+
+    /// A supervised loop died: liveness fails from now on, with `reason`.
+    /// The first failure is kept.
+    pub fn fail(&self, reason: String) {
+        let mut f = self.failure.lock().unwrap_or_else(|e| e.into_inner());
+        if f.is_none() {
+            *f = Some(reason);
+        }
+    }
+
     /// Liveness: `Ok` or why not.
     pub fn alive(&self) -> Result<(), String> {
+        if let Some(f) = self
+            .failure
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+        {
+            return Err(f);
+        }
+        for l in self.loops.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            let age = l.age();
+            if age > l.deadline {
+                return Err(format!(
+                    "{} heartbeat is {:.1}s old (limit {:.1}s)",
+                    l.name,
+                    age.as_secs_f64(),
+                    l.deadline.as_secs_f64()
+                ));
+            }
+        }
+        let limit = *self
+            .runtime_unhealthy_after
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let since = *self
+            .cri_down_since
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let (Some(limit), Some(since)) = (limit, since) {
+            if since.elapsed() > limit {
+                return Err(format!(
+                    "container runtime unreachable for {:.0}s (limit {:.0}s)",
+                    since.elapsed().as_secs_f64(),
+                    limit.as_secs_f64()
+                ));
+            }
+        }
         let age = self.heartbeat_age();
         if age > self.stale_after {
             Err(format!(
@@ -133,6 +271,37 @@ impl Health {
         doc.alive = self.alive().is_ok();
         doc.ready = self.ready().is_ok();
         doc.not_ready_reason = self.ready().err();
+        doc.degraded = self.degraded();
         doc
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runtime_unreachable_too_long_fails_liveness_and_degraded_is_reported() {
+        let h = Health::new(Duration::from_secs(60));
+        h.set_runtime_unhealthy_after(Some(Duration::from_millis(30)));
+        h.set_cri_reachable(false);
+        assert!(h.alive().is_ok(), "not yet past the limit");
+        std::thread::sleep(Duration::from_millis(60));
+        h.beat();
+        let why = h.alive().unwrap_err();
+        assert!(why.contains("container runtime unreachable"), "{why}");
+        h.set_cri_reachable(true);
+        assert!(h.alive().is_ok(), "the runtime answers again");
+        h.set_cri_reachable(false);
+        assert!(h.alive().is_ok(), "the clock restarts");
+        h.set_runtime_unhealthy_after(None);
+        std::thread::sleep(Duration::from_millis(60));
+        assert!(h.alive().is_ok(), "no limit: never");
+
+        h.set_degraded("kubernetes-api", Some("gone".into()));
+        assert_eq!(h.degraded(), ["kubernetes-api: gone"]);
+        assert_eq!(h.status().degraded, ["kubernetes-api: gone"]);
+        h.set_degraded("kubernetes-api", None);
+        assert!(h.degraded().is_empty());
     }
 }

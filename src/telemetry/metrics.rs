@@ -68,6 +68,12 @@ pub const FAMILIES: &[&str] = &[
     "qosd_config_generation",
     "qosd_pods",
     "qosd_ready",
+    "qosd_cgroup_audit_drift",
+    "qosd_cgroup_audit_drift_changes_total",
+    "qosd_kube_api_up",
+    "qosd_kube_pods",
+    "qosd_api_evictions_total",
+    "qosd_api_eviction_events_total",
     "qosd_build_info",
     "process_cpu_seconds_total",
     "process_resident_memory_bytes",
@@ -246,6 +252,10 @@ pub struct Metrics {
     config_generation: Gauge,
     pods: Family<QosLabels, Gauge>,
     ready: Gauge,
+    /// The Kubernetes API side's series.
+    pub kube: crate::telemetry::kube_metrics::KubeMetrics,
+    audit_drift: Gauge,
+    audit_drift_changes: Counter,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -301,8 +311,12 @@ impl Metrics {
             config_generation: Gauge::default(),
             pods: Family::default(),
             ready: Gauge::default(),
+            kube: Default::default(),
+            audit_drift: Gauge::default(),
+            audit_drift_changes: Counter::default(),
             registry: Registry::default(),
         };
+        m.kube.register(r.sub_registry_with_prefix("qosd"));
         r.register(
             "qosd_evictions",
             "Pods evicted (enforce mode), by the signal that triggered the eviction and the pod's QoS class (kubelet: kubelet_evictions)",
@@ -440,6 +454,16 @@ impl Metrics {
             m.config_generation.clone(),
         );
         r.register("qosd_pods", "Live pods, by QoS class", m.pods.clone());
+        r.register(
+            "qosd_cgroup_audit_drift",
+            "cgroupEnforcement audit: planned cgroup values the cgroups do not hold at the last reconcile (nothing is written)",
+            m.audit_drift.clone(),
+        );
+        r.register(
+            "qosd_cgroup_audit_drift_changes",
+            "cgroupEnforcement audit: differing cgroup values reported (each new or changed value once)",
+            m.audit_drift_changes.clone(),
+        );
         r.register(
             "qosd_ready",
             "1 while qosd is ready (runtime reachable, reconciled, cgroup parents match)",
@@ -618,6 +642,13 @@ impl Metrics {
             })
             .inc();
         self.config_generation.set(generation as i64);
+    }
+
+    /// Audit: `drifting` planned values differ now, `changes` of them are
+    /// new or changed since the last pass.
+    pub fn audit_drift(&self, drifting: usize, changes: usize) {
+        self.audit_drift.set(drifting as i64);
+        self.audit_drift_changes.inc_by(changes as u64);
     }
 
     /// Live pods of a QoS class.

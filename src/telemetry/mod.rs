@@ -6,6 +6,7 @@
 pub mod client;
 pub mod health;
 pub mod journald;
+pub mod kube_metrics;
 pub mod log;
 pub mod metrics;
 pub mod notify;

@@ -106,7 +106,18 @@ async fn healthz(State(s): State<AppState>) -> Response {
 }
 
 async fn readyz(State(s): State<AppState>) -> Response {
-    probe(s.health.ready())
+    // Degraded modes do not fail readiness (qosd keeps working), but the
+    // probe's body says so.
+    let degraded = s.health.degraded();
+    match s.health.ready() {
+        Ok(()) if !degraded.is_empty() => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            format!("ok; degraded: {}\n", degraded.join("; ")),
+        )
+            .into_response(),
+        r => probe(r),
+    }
 }
 
 async fn status(State(s): State<AppState>) -> Response {
@@ -143,6 +154,12 @@ impl Server {
     /// The bound address (resolves port 0).
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
+    }
+
+    /// Whether the serving task is still running (it ends only on
+    /// [`Server::shutdown`], or when serving failed or panicked).
+    pub fn is_running(&self) -> bool {
+        !self.task.is_finished()
     }
 
     /// Stop accepting, finish in-flight requests, wait for the task.

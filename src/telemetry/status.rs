@@ -39,6 +39,60 @@ pub struct StatusDoc {
     /// The last SIGHUP reload's result (`applied`, `unchanged`, `invalid`,
     /// `restart_required`) and why, when it was not applied.
     pub last_reload: Option<String>,
+    /// Degraded modes in force (`kubernetes-api: …`): working, with less.
+    pub degraded: Vec<String>,
+    /// The Kubernetes API side (absent when not configured).
+    pub kubernetes: Option<KubeStatus>,
+    /// `enforce` or `audit` (cgroupEnforcement).
+    pub cgroup_enforcement: String,
+    /// `cgroupEnforcement: audit`: the planned values the cgroups do not hold.
+    pub audit: Option<AuditStatus>,
+}
+
+/// The Kubernetes API pod source, in `/status`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct KubeStatus {
+    /// API server URL and where the config came from.
+    pub server: String,
+    pub node_name: String,
+    /// `synced` (exact specs in use) or `unavailable` (runtime data alone).
+    pub state: String,
+    pub reason: Option<String>,
+    /// Live pods whose values are exact (from the API) / inferred.
+    pub pods_exact: usize,
+    pub pods_inferred: usize,
+    pub relists: u64,
+    pub watch_restarts: u64,
+}
+
+/// A planned cgroup value the cgroup does not hold (audit).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct DriftValue {
+    /// The interface file.
+    pub file: String,
+    /// What qosd (the kubelet's rules) plans.
+    pub planned: String,
+    /// What the file holds; `None` when the cgroup or file does not exist.
+    pub found: Option<String>,
+}
+
+/// Drift found by `cgroupEnforcement: audit` at the last reconcile.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AuditStatus {
+    /// Planned values that differ now.
+    pub drifting: usize,
+    /// Differences reported since start (each new or changed value once).
+    pub changes_total: u64,
+    /// The differing values (at most [`AuditStatus::MAX_VALUES`]).
+    pub values: Vec<DriftValue>,
+}
+
+impl AuditStatus {
+    /// How many differing values `/status` lists.
+    pub const MAX_VALUES: usize = 100;
 }
 
 /// One eviction signal and its thresholds.
@@ -202,6 +256,36 @@ impl StatusDoc {
                     .unwrap_or_default()
             );
         }
+        for d in &self.degraded {
+            let _ = writeln!(o, "degraded: {d}");
+        }
+        if let Some(k) = &self.kubernetes {
+            let _ = writeln!(
+                o,
+                "kubernetes API {} ({}): {}  pods exact {} inferred {}",
+                or_dash(&k.server),
+                or_dash(&k.node_name),
+                or_dash(&k.state),
+                k.pods_exact,
+                k.pods_inferred
+            );
+        }
+        if let Some(a) = &self.audit {
+            let _ = writeln!(
+                o,
+                "cgroups: audit (nothing written): {} planned values differ, {} changes reported",
+                a.drifting, a.changes_total
+            );
+            for d in &a.values {
+                let _ = writeln!(
+                    o,
+                    "  {}: found {}, planned {}",
+                    d.file,
+                    d.found.as_deref().unwrap_or("(missing)"),
+                    d.planned
+                );
+            }
+        }
         let _ = writeln!(o);
         let _ = writeln!(
             o,
@@ -362,4 +446,82 @@ pub fn now_ms() -> u64 {
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default()
         .as_millis() as u64
+}
+
+/// The one builder of the document's eviction part: each signal with its
+/// thresholds (as configured, e.g. `memory.available<100Mi`, the absolute
+/// line against the observed capacity, met or not), and the node
+/// conditions (`active`: the manager's, which outlast the thresholds by the
+/// pressure transition period; `None`: those the met thresholds imply),
+/// with the met thresholds as reasons. Used by the daemon (its last
+/// decision) and by `qosd status` when it reads the signals itself.
+pub fn eviction_status(
+    thresholds: &[crate::policy::evict::manager::ThresholdStatus],
+    memory_always: Option<crate::policy::evict::manager::Observation>,
+    active: Option<&[crate::policy::evict::threshold::NodeCondition]>,
+) -> (Vec<SignalStatus>, Vec<ConditionStatus>) {
+    use crate::policy::evict::threshold::{format_duration, NodeCondition, Signal, ThresholdKind};
+    use std::collections::BTreeMap;
+    let mut by_signal: BTreeMap<Signal, SignalStatus> = BTreeMap::new();
+    if let Some(o) = memory_always {
+        by_signal.insert(
+            Signal::MemoryAvailable,
+            SignalStatus {
+                signal: Signal::MemoryAvailable.to_string(),
+                observed: Some(o.available),
+                capacity: Some(o.capacity),
+                thresholds: Vec::new(),
+            },
+        );
+    }
+    let mut met: BTreeMap<NodeCondition, Vec<String>> = BTreeMap::new();
+    for t in thresholds {
+        let sig = t.threshold.signal;
+        let entry = by_signal.entry(sig).or_insert_with(|| SignalStatus {
+            signal: sig.to_string(),
+            observed: None,
+            capacity: None,
+            thresholds: Vec::new(),
+        });
+        if let Some(o) = t.observed {
+            entry.observed = Some(o.available);
+            entry.capacity = Some(o.capacity);
+        }
+        if t.met {
+            met.entry(sig.node_condition()).or_default().push(format!(
+                "{} {}",
+                t.threshold.kind,
+                t.threshold.statement()
+            ));
+        }
+        entry.thresholds.push(ThresholdStatus {
+            kind: t.threshold.kind.as_str().to_string(),
+            threshold: t.threshold.value.to_string(),
+            value: t
+                .observed
+                .map(|o| t.threshold.threshold_for(o.capacity))
+                .unwrap_or(0),
+            met: t.met,
+            grace_period: (t.threshold.kind == ThresholdKind::Soft)
+                .then(|| format_duration(t.threshold.grace_period)),
+            min_reclaim: t.threshold.min_reclaim.map(|v| v.to_string()),
+        });
+    }
+    let conditions = [
+        NodeCondition::MemoryPressure,
+        NodeCondition::DiskPressure,
+        NodeCondition::PIDPressure,
+    ]
+    .into_iter()
+    .map(|c| ConditionStatus {
+        condition: c.as_str().to_string(),
+        active: match active {
+            Some(a) => a.contains(&c),
+            None => met.contains_key(&c),
+        },
+        since_ms: None,
+        reason: met.get(&c).map(|v| format!("met: {}", v.join(", "))),
+    })
+    .collect();
+    (by_signal.into_values().collect(), conditions)
 }

@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Pack one static binary into an OCI image-layout tarball for `ctr images import`.
 
-Usage: mkimage.py BINARY IMAGE_NAME OUT.tar [ARG...]
+Usage: mkimage.py [--at PATH] [--file SRC:DEST]... BINARY IMAGE_NAME OUT.tar [ARG...]
 
-The image holds BINARY as /<basename> (mode 0755) in one gzip layer; its
-config's Entrypoint is ["/<basename>"] and Cmd is ARG... (may be empty).
+The image holds BINARY as /<basename> (or PATH, e.g. /usr/local/bin/qosd as
+in the Dockerfile) with mode 0755, plus each SRC at DEST (0644), in one gzip
+layer; its config's Entrypoint is [that path] and Cmd is ARG... (may be
+empty).
 IMAGE_NAME (e.g. "qosd.test/pause:1") is recorded in index.json under the
 `io.containerd.image.name` and `org.opencontainers.image.ref.name`
 annotations, which `ctr -n k8s.io images import` uses as the image name.
@@ -29,11 +31,15 @@ def tar_bytes(members):
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for name, data, mode in members:
             info = tarfile.TarInfo(name)
-            info.size = len(data)
             info.mode = mode
             info.mtime = 0
             info.uid = info.gid = 0
             info.uname = info.gname = "root"
+            if data is None:  # a directory
+                info.type = tarfile.DIRTYPE
+                tar.addfile(info)
+                continue
+            info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()
 
@@ -44,14 +50,27 @@ def blob(data, media_type):
 
 
 def main(argv):
+    argv = list(argv)
+    at, files = None, []
+    while len(argv) > 1 and argv[1] in ("--at", "--file"):
+        opt, val = argv[1], argv[2]
+        del argv[1:3]
+        if opt == "--at":
+            at = val
+        else:
+            src, dest = val.split(":", 1)
+            with open(src, "rb") as f:
+                files.append((dest.lstrip("/"), f.read(), 0o644))
     if len(argv) < 4:
         sys.exit(__doc__)
     binary, name, out, args = argv[1], argv[2], argv[3], argv[4:]
-    base = os.path.basename(binary)
+    base = (at or "/" + os.path.basename(binary)).lstrip("/")
     with open(binary, "rb") as f:
         payload = f.read()
 
-    layer_tar = tar_bytes([(base, payload, 0o755)])
+    entries = [(base, payload, 0o755)] + files
+    dirs = sorted({"/".join(n.split("/")[:i]) for n, _, _ in entries for i in range(1, n.count("/") + 1)})
+    layer_tar = tar_bytes([(d, None, 0o755) for d in dirs] + entries)
     gz = io.BytesIO()
     with gzip.GzipFile(fileobj=gz, mode="wb", mtime=0, filename="") as g:
         g.write(layer_tar)

@@ -2,14 +2,19 @@
 //! tests/*.rs: add `mod support;`).
 //!
 //! # API
-//! * [`require_root`]`("test name") -> bool`: false (and prints why) when the
-//!   test must skip: not root. As root, missing tools (containerd, ctr, runc,
-//!   gcc, python3) are a test FAILURE with an apt hint, unless
-//!   `QOSD_TEST_ALLOW_SKIP=1` is set (so CI never skips silently).
+//! * The one skip mechanism ([`require`]): a test needing root or a kernel
+//!   feature is `#[ignore = "needs root: <why>"]` and starts with
+//!   [`require_containerd`]`()` (root + containerd, ctr, runc, gcc, python3),
+//!   [`require_root`]`(why)` or [`require_tools`]`(tools, apt)`: a missing
+//!   precondition panics with the reason, never returns early as a pass.
 //! * [`images`]`()`: builds (once per test binary, cached by source hash in
 //!   `$CARGO_TARGET_TMPDIR/qosd-images/`) static `pause` and `memhog` from
 //!   tests/images/*.c and packs OCI image tarballs with tests/images/mkimage.py.
-//!   Image names: [`PAUSE_IMAGE`], [`MEMHOG_IMAGE`].
+//!   Image names: [`PAUSE_IMAGE`], [`MEMHOG_IMAGE`]. [`static_binary`]`(name)`:
+//!   the static binary alone; [`Memhog`]: memhog as a host process in a cgroup.
+//! * [`Daemon`] (`qosd run` as a child: start, wait, scrape), [`wait_until`],
+//!   [`free_port`], [`status_json`]: tests/support/daemon.rs.
+//! * Cleanup guards [`Cgroups`], [`KillOnDrop`], [`Tmpfs`]: tests/support/guards.rs.
 //! * [`Containerd::start`]`()`: containerd with its own config, root, state,
 //!   socket under a temp dir (config per docs/test-environments: CRI plugin,
 //!   cgroupfs driver, `restrict_oom_score_adj = true`, overlayfs, no AppArmor,
@@ -47,6 +52,8 @@
 //! Many Containerd instances may run at once (own dirs, sockets, cgroup roots).
 #![allow(dead_code)]
 
+pub mod kubeapi;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -58,6 +65,19 @@ use qosd::core::model::QosClass;
 use qosd::cri::proto;
 use qosd::cri::{ConnectOptions, CriClient};
 
+pub mod daemon;
+pub mod guards;
+pub mod hog;
+pub mod require;
+#[allow(unused_imports)]
+pub use daemon::*;
+#[allow(unused_imports)]
+pub use guards::*;
+#[allow(unused_imports)]
+pub use hog::*;
+#[allow(unused_imports)]
+pub use require::*;
+
 pub const PAUSE_IMAGE: &str = "qosd.test/pause:1";
 pub const MEMHOG_IMAGE: &str = "qosd.test/memhog:1";
 pub const MI: i64 = 1 << 20;
@@ -67,37 +87,6 @@ static COUNTER: AtomicUsize = AtomicUsize::new(0);
 
 fn unique() -> usize {
     COUNTER.fetch_add(1, Ordering::SeqCst)
-}
-
-/// False (after printing why) when the test cannot run here. See module docs.
-pub fn require_root(test: &str) -> bool {
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipping {test}: needs root (starts containerd and creates cgroups)");
-        return false;
-    }
-    let missing: Vec<&str> = ["containerd", "ctr", "runc", "gcc", "python3"]
-        .into_iter()
-        .filter(|t| which(t).is_none())
-        .collect();
-    if !missing.is_empty() {
-        let msg = format!(
-            "{test}: missing tools {missing:?} (apt-get install -y containerd runc gcc libc6-dev python3)"
-        );
-        if std::env::var_os("QOSD_TEST_ALLOW_SKIP").is_some() {
-            eprintln!("skipping {msg}");
-            return false;
-        }
-        panic!("{msg}; set QOSD_TEST_ALLOW_SKIP=1 to skip instead");
-    }
-    true
-}
-
-pub fn which(tool: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .chain(["/usr/sbin", "/sbin"].map(PathBuf::from))
-        .map(|d| d.join(tool))
-        .find(|p| p.is_file())
 }
 
 // ------------------------------------------------------------------ images
@@ -126,20 +115,49 @@ fn run_ok(cmd: &mut Command) {
     );
 }
 
+/// The cache dir of the built test binaries and images (by source hash).
+fn images_dir() -> PathBuf {
+    use std::hash::{Hash, Hasher};
+    let src = repo_dir().join("tests/images");
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for f in ["pause.c", "memhog.c", "mkimage.py"] {
+        std::fs::read(src.join(f)).unwrap().hash(&mut h);
+    }
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join("qosd-images")
+        .join(format!("{:016x}", h.finish()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// tests/images/`name`.c built with `gcc -static` (once; cached on disk):
+/// "pause" or "memhog" (see [`Memhog`] for memhog on the host).
+pub fn static_binary(name: &str) -> PathBuf {
+    let dir = images_dir();
+    let bin = dir.join(name);
+    if !bin.is_file() {
+        // Build in a private dir, then rename: parallel test binaries race safely.
+        let work = tempfile::Builder::new()
+            .prefix(&format!("build-{name}-"))
+            .tempdir_in(&dir)
+            .unwrap();
+        let built = work.path().join(name);
+        run_ok(
+            Command::new("gcc")
+                .args(["-static", "-O2", "-Wall", "-o"])
+                .arg(&built)
+                .arg(repo_dir().join(format!("tests/images/{name}.c"))),
+        );
+        std::fs::rename(&built, &bin).unwrap();
+    }
+    bin
+}
+
 /// Build the pause and memhog images (once per process; cached on disk).
 pub fn images() -> &'static Images {
     static IMAGES: OnceLock<Images> = OnceLock::new();
     IMAGES.get_or_init(|| {
-        use std::hash::{Hash, Hasher};
-        let src = repo_dir().join("tests/images");
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        for f in ["pause.c", "memhog.c", "mkimage.py"] {
-            std::fs::read(src.join(f)).unwrap().hash(&mut h);
-        }
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-            .join("qosd-images")
-            .join(format!("{:016x}", h.finish()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = images_dir();
         let images = Images {
             pause_tar: dir.join("pause.tar"),
             memhog_tar: dir.join("memhog.tar"),
@@ -151,22 +169,16 @@ pub fn images() -> &'static Images {
             if tar.is_file() {
                 continue;
             }
-            // Build in a private dir, then rename: parallel test binaries race safely.
+            let bin = static_binary(name);
+            // Pack in a private dir, then rename: parallel test binaries race safely.
             let work = tempfile::Builder::new()
                 .prefix(&format!("build-{name}-"))
                 .tempdir_in(&dir)
                 .unwrap();
-            let bin = work.path().join(name);
-            run_ok(
-                Command::new("gcc")
-                    .args(["-static", "-O2", "-Wall", "-o"])
-                    .arg(&bin)
-                    .arg(src.join(format!("{name}.c"))),
-            );
             let out = work.path().join(format!("{name}.tar"));
             run_ok(
                 Command::new("python3")
-                    .arg(src.join("mkimage.py"))
+                    .arg(repo_dir().join("tests/images/mkimage.py"))
                     .arg(&bin)
                     .arg(image)
                     .arg(&out),
@@ -691,6 +703,11 @@ impl Containerd {
         }
     }
 
+    /// Remove this sandbox on drop too (for sandboxes a test made itself).
+    pub fn track_sandbox(&self, id: &str) {
+        self.sandboxes.lock().unwrap().push(id.to_string());
+    }
+
     /// StopPodSandbox + RemovePodSandbox.
     pub async fn remove_pod(&self, pod: &RunningPod) {
         let client = self.client().await;
@@ -813,33 +830,11 @@ impl Containerd {
             prefix.starts_with("qosd-test-"),
             "refusing to touch {prefix}"
         );
-        for attempt in 0..50 {
-            let mut left = Vec::new();
-            for root in Self::hierarchy_roots() {
-                let top = root.join(prefix);
-                if !top.is_dir() {
-                    continue;
-                }
-                let mut dirs = Vec::new();
-                collect_dirs(&top, &mut dirs);
-                // Deepest first.
-                dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
-                for d in dirs {
-                    if std::fs::remove_dir(&d).is_err() && d.exists() {
-                        if attempt > 5 {
-                            kill_procs(&d);
-                        }
-                        left.push(d);
-                    }
-                }
+        for root in Self::hierarchy_roots() {
+            let top = root.join(prefix);
+            if top.is_dir() {
+                remove_tree(&top);
             }
-            if left.is_empty() {
-                return;
-            }
-            if attempt == 49 {
-                eprintln!("support: could not remove cgroups: {left:?}");
-            }
-            std::thread::sleep(Duration::from_millis(100));
         }
     }
 
@@ -856,30 +851,6 @@ impl Containerd {
         points.sort_by_key(|p| std::cmp::Reverse(p.len()));
         for p in points {
             let _ = nix::mount::umount2(p.as_str(), nix::mount::MntFlags::MNT_DETACH);
-        }
-    }
-}
-
-fn collect_dirs(dir: &Path, out: &mut Vec<PathBuf>) {
-    out.push(dir.to_path_buf());
-    if let Ok(rd) = std::fs::read_dir(dir) {
-        for e in rd.flatten() {
-            if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
-                collect_dirs(&e.path(), out);
-            }
-        }
-    }
-}
-
-fn kill_procs(cgroup: &Path) {
-    for f in ["cgroup.procs", "tasks"] {
-        if let Ok(s) = std::fs::read_to_string(cgroup.join(f)) {
-            for pid in s.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(pid),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-            }
         }
     }
 }
@@ -978,25 +949,6 @@ pub fn check_contract(kind: &str, json: &str) {
         "contract {kind}: {}",
         String::from_utf8_lossy(&out.stdout)
     );
-}
-
-/// A free loopback port (bound, then released for a daemon to take).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// `GET /status` of a daemon on loopback `port` as JSON (`Null` when it does
-/// not answer or the body is not JSON).
-pub fn status_json(port: u16) -> serde_json::Value {
-    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-    qosd::telemetry::client::get(addr, "/status", Duration::from_secs(2))
-        .ok()
-        .and_then(|r| serde_json::from_str(&r.body).ok())
-        .unwrap_or_default()
 }
 
 // ------------------------------------------------------------ JSON contracts

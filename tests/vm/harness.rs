@@ -4,13 +4,18 @@
 //! `#[path = "vm/harness.rs"] mod vm;` and then:
 //!
 //! ```ignore
-//! let bins = match vm::static_bins(&["qosd", "qosd-vmtest"]) { Ok(b) => b, Err(s) => return vm::skip(&s) };
-//! let out = match vm::run_script("qosd-vmtest scenario-v2\n", &bins, &[], Duration::from_secs(180)) {
-//!     vm::VmOutcome::Ran(r) => r,
-//!     vm::VmOutcome::Skipped(why) => return vm::skip(&why),
-//! };
-//! assert_eq!(out.code, 0, "{}", out.output);
+//! #[test]
+//! #[ignore = "needs root: boots a qemu VM (cgroup v2 kernel)"]
+//! fn my_vm_test() {
+//!     let bins = vm::static_bins(&["qosd", "qosd-vmtest"]);
+//!     let out = vm::run_script("qosd-vmtest scenario-v2\n", &bins, &[], Duration::from_secs(180));
+//!     assert_eq!(out.code, 0, "{}", out.output);
+//! }
 //! ```
+//!
+//! A VM that cannot run here (no qemu, no python3, the kernel download
+//! unavailable) FAILS the test with the reason: VM tests are `#[ignore]`d
+//! and run by scripts/test as root (tests/support/require.rs).
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
@@ -34,13 +39,6 @@ pub struct VmRun {
     pub elapsed: Duration,
 }
 
-#[derive(Debug)]
-pub enum VmOutcome {
-    Ran(VmRun),
-    /// The VM cannot run here (no qemu, no python3, downloads unavailable).
-    Skipped(String),
-}
-
 /// Repository root (the crate's manifest dir).
 pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -51,31 +49,20 @@ pub fn script_path() -> PathBuf {
     repo().join("tests/vm/qosd_vm.py")
 }
 
-/// When `QOSD_VM_REQUIRED=1` (set it in CI), a skip is a test failure.
-pub fn skip(reason: &str) {
-    if std::env::var("QOSD_VM_REQUIRED").as_deref() == Ok("1") {
-        panic!("cgroup v2 VM test required (QOSD_VM_REQUIRED=1) but cannot run: {reason}");
-    }
-    eprintln!("SKIP (cgroup v2 VM): {reason}");
-}
-
 static BUILD_LOCK: Mutex<()> = Mutex::new(());
 
 /// Build the crate's binaries `names` statically (glibc, `+crt-static`)
 /// into `target/vm-static` (its own target dir, so it never invalidates the
-/// normal build) and return their paths. `Err` = reason to skip.
+/// normal build) and return their paths; panics when that fails.
 /// Set `QOSD_VM_BIN_DIR` to use prebuilt static binaries from that dir.
-pub fn static_bins(names: &[&str]) -> Result<Vec<PathBuf>, String> {
+pub fn static_bins(names: &[&str]) -> Vec<PathBuf> {
     if let Ok(dir) = std::env::var("QOSD_VM_BIN_DIR") {
         return names
             .iter()
             .map(|n| {
                 let p = Path::new(&dir).join(n);
-                if p.is_file() {
-                    Ok(p)
-                } else {
-                    Err(format!("{} missing", p.display()))
-                }
+                assert!(p.is_file(), "{} missing (QOSD_VM_BIN_DIR)", p.display());
+                p
             })
             .collect();
     }
@@ -100,9 +87,11 @@ pub fn static_bins(names: &[&str]) -> Result<Vec<PathBuf>, String> {
         cmd.args(["--bin", n]);
     }
     let t = Instant::now();
-    let out = cmd.output().map_err(|e| format!("cannot run cargo: {e}"))?;
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run cargo: {e}"));
     if !out.status.success() {
-        // A build failure is a real failure, not a skip.
+        // A build failure fails the test like any other.
         panic!(
             "static build of {names:?} failed:\n{}",
             String::from_utf8_lossy(&out.stderr)
@@ -112,21 +101,22 @@ pub fn static_bins(names: &[&str]) -> Result<Vec<PathBuf>, String> {
         "static build of {names:?}: {:.1}s",
         t.elapsed().as_secs_f64()
     );
-    Ok(names
+    names
         .iter()
         .map(|n| target_dir.join("x86_64-unknown-linux-gnu/debug").join(n))
-        .collect())
+        .collect()
 }
 
 /// Run `script` (POSIX sh, run by busybox as `/test/run.sh` with
 /// `PATH=/test/bin:/bin`) in a fresh VM with `bins` in `/test/bin` and
 /// `files` (host path, path inside the VM such as `test/plan.json`).
+/// Panics with the reason when the VM cannot run here.
 pub fn run_script(
     script: &str,
     bins: &[PathBuf],
     files: &[(PathBuf, String)],
     timeout: Duration,
-) -> VmOutcome {
+) -> VmRun {
     run_script_with(script, bins, files, timeout, &[])
 }
 
@@ -138,14 +128,11 @@ pub fn run_script_with(
     files: &[(PathBuf, String)],
     timeout: Duration,
     extra: &[&str],
-) -> VmOutcome {
+) -> VmRun {
     if Command::new("python3").arg("--version").output().is_err() {
-        return VmOutcome::Skipped("python3 not found".into());
+        panic!("the VM cannot run here: python3 not found");
     }
-    let dir = match tempfile::tempdir() {
-        Ok(d) => d,
-        Err(e) => return VmOutcome::Skipped(format!("no temp dir: {e}")),
-    };
+    let dir = tempfile::tempdir().expect("temp dir");
     let script_file = dir.path().join("run.sh");
     let results_file = dir.path().join("results.txt");
     std::fs::write(&script_file, script).expect("write run.sh");
@@ -169,10 +156,10 @@ pub fn run_script_with(
         cmd.env("QOSD_VM_CACHE", repo().join("target/vm-cache"));
     }
     let t = Instant::now();
-    let out = match cmd.stdin(Stdio::null()).output() {
-        Ok(o) => o,
-        Err(e) => return VmOutcome::Skipped(format!("cannot run the harness: {e}")),
-    };
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("the VM cannot run here: cannot run the harness: {e}"));
     let elapsed = t.elapsed();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     let code = out.status.code().unwrap_or(-1);
@@ -180,20 +167,19 @@ pub fn run_script_with(
         let why = stderr
             .lines()
             .find_map(|l| l.strip_prefix("VMHARNESS_SKIP: "))
-            .unwrap_or("harness reported skip")
-            .to_string();
-        return VmOutcome::Skipped(why);
+            .unwrap_or("harness reported skip");
+        panic!("the VM cannot run here: {why}");
     }
     let mut output = String::from_utf8_lossy(&out.stdout).into_owned();
     output.push_str("\n--- harness stderr ---\n");
     output.push_str(&stderr);
     let results = std::fs::read_to_string(&results_file).unwrap_or_default();
-    VmOutcome::Ran(VmRun {
+    VmRun {
         code,
         output,
         results,
         elapsed,
-    })
+    }
 }
 
 /// [`run_script_with`] on the systemd node: a Debian bookworm root
@@ -206,7 +192,7 @@ pub fn run_systemd_script(
     files: &[(PathBuf, String)],
     timeout: Duration,
     extra: &[&str],
-) -> VmOutcome {
+) -> VmRun {
     let mut args = vec!["--systemd"];
     args.extend_from_slice(extra);
     run_script_with(script, bins, files, timeout, &args)
@@ -218,4 +204,52 @@ pub fn lines_with<'a>(output: &'a str, prefix: &str) -> Vec<&'a str> {
         .lines()
         .filter_map(|l| l.trim_end_matches('\r').strip_prefix(prefix))
         .collect()
+}
+
+/// The tagged lines a VM script wrote to `$VMTEST_RESULTS` (`TAG rest`).
+pub struct Results<'a> {
+    pub text: &'a str,
+}
+
+impl<'a> Results<'a> {
+    /// Every `TAG ` line's rest.
+    pub fn all(&self, tag: &str) -> Vec<&'a str> {
+        lines_with(self.text, &format!("{tag} "))
+    }
+
+    /// The one `TAG ` line's rest (panics unless there is exactly one).
+    pub fn one(&self, tag: &str) -> &'a str {
+        let v = self.all(tag);
+        assert_eq!(v.len(), 1, "expected one {tag} line, got {v:?}");
+        v[0]
+    }
+
+    /// [`Results::one`] without surrounding whitespace.
+    pub fn value(&self, tag: &str) -> &'a str {
+        self.one(tag).trim()
+    }
+
+    /// [`Results::value`] as a number.
+    pub fn num(&self, tag: &str) -> i64 {
+        let v = self.value(tag);
+        v.parse()
+            .unwrap_or_else(|_| panic!("{tag}: not a number: {v:?}"))
+    }
+
+    /// [`Results::one`] as JSON.
+    pub fn json(&self, tag: &str) -> serde_json::Value {
+        let line = self.one(tag);
+        serde_json::from_str(line).unwrap_or_else(|e| panic!("{tag}: bad JSON ({e}): {line}"))
+    }
+
+    /// `TAG <path> <rest>` lines as a map.
+    pub fn map(&self, tag: &str) -> std::collections::BTreeMap<String, String> {
+        self.all(tag)
+            .into_iter()
+            .map(|l| match l.split_once(' ') {
+                Some((p, rest)) => (p.to_string(), rest.to_string()),
+                None => (l.to_string(), String::new()),
+            })
+            .collect()
+    }
 }

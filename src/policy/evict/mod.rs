@@ -12,6 +12,8 @@ pub mod threshold;
 pub enum Backend {
     Kill,
     Cri,
+    /// The Kubernetes Eviction API (src/kube), local kill as fall-back.
+    Api,
     DryRun,
 }
 
@@ -20,6 +22,7 @@ impl Backend {
         match self {
             Backend::Kill => "kill",
             Backend::Cri => "cri",
+            Backend::Api => "api",
             Backend::DryRun => "dry-run",
         }
     }
@@ -31,9 +34,36 @@ impl std::str::FromStr for Backend {
         match s {
             "kill" => Ok(Backend::Kill),
             "cri" => Ok(Backend::Cri),
+            "api" => Ok(Backend::Api),
             "dry-run" | "dryrun" => Ok(Backend::DryRun),
             _ => Err(format!(
-                "unknown evictor backend {s:?} (kill, cri, dry-run)"
+                "unknown evictor backend {s:?} (kill, cri, api, dry-run)"
+            )),
+        }
+    }
+}
+
+/// Where `memory.available` comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MemorySource {
+    /// The kubelet's: capacity − (usage − inactive_file) of the root cgroup.
+    #[default]
+    #[serde(alias = "working-set")]
+    WorkingSet,
+    /// `MemAvailable` from /proc/meminfo (does not count reclaimable page cache as used).
+    #[serde(alias = "memavailable")]
+    Meminfo,
+}
+
+impl std::str::FromStr for MemorySource {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "working-set" | "workingset" | "cgroup" => Ok(MemorySource::WorkingSet),
+            "meminfo" | "memavailable" => Ok(MemorySource::Meminfo),
+            _ => Err(format!(
+                "unknown memory-available source {s:?} (working-set, meminfo)"
             )),
         }
     }

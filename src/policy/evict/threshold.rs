@@ -171,10 +171,27 @@ impl ThresholdValue {
     }
 }
 
+/// A count or byte amount in Kubernetes' binary-suffix form when exact
+/// (`104857600` → `100Mi`), else as a plain number.
+pub fn binary_quantity(v: i64) -> String {
+    const SUFFIXES: [&str; 6] = ["Ki", "Mi", "Gi", "Ti", "Pi", "Ei"];
+    let mut n = v;
+    let mut suffix = "";
+    for s in SUFFIXES {
+        if n != 0 && n % 1024 == 0 {
+            n /= 1024;
+            suffix = s;
+        } else {
+            break;
+        }
+    }
+    format!("{n}{suffix}")
+}
+
 impl fmt::Display for ThresholdValue {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
-            ThresholdValue::Quantity(q) => write!(f, "{q}"),
+            ThresholdValue::Quantity(q) => f.write_str(&binary_quantity(q)),
             ThresholdValue::Percentage(p) => write!(f, "{}%", round_pct(p * 100.0)),
         }
     }
@@ -847,7 +864,7 @@ mod tests {
         assert_eq!(
             got,
             [
-                "memory.available<104857600",
+                "memory.available<100Mi",
                 "nodefs.available<10%",
                 "nodefs.inodesFree<5%",
                 "imagefs.available<15%",
@@ -1001,9 +1018,9 @@ mod tests {
         assert_eq!(
             got,
             [
-                "hard memory.available<104857600",
-                "hard nodefs.available<10% min-reclaim 524288000",
-                "soft memory.available<1073741824 grace 1m30s",
+                "hard memory.available<100Mi",
+                "hard nodefs.available<10% min-reclaim 500Mi",
+                "soft memory.available<1Gi grace 1m30s",
                 "soft nodefs.inodesFree<10% grace 2m0s min-reclaim 5%",
             ]
         );
@@ -1099,9 +1116,9 @@ evictionPressureTransitionPeriod: "1m0s"
         assert_eq!(
             got,
             [
-                "hard memory.available<209715200 min-reclaim 104857600",
+                "hard memory.available<200Mi min-reclaim 100Mi",
                 "hard pid.available<1000",
-                "soft memory.available<1073741824 grace 1m30s min-reclaim 104857600",
+                "soft memory.available<1Gi grace 1m30s min-reclaim 100Mi",
             ]
         );
         assert_eq!(c.pressure_transition_period, Duration::from_secs(60));
@@ -1124,7 +1141,7 @@ evictionPressureTransitionPeriod: "1m0s"
         assert_eq!(
             got,
             [
-                "memory.available<1073741824",
+                "memory.available<1Gi",
                 "nodefs.inodesFree<5%",
                 "imagefs.available<15%",
                 "imagefs.inodesFree<5%",

@@ -1,0 +1,94 @@
+//! `--kubeconfig` / `--node-name` for the one-shot commands (`pods`,
+//! `eviction-order --cri`): the live pods merged with their specs from the
+//! API server (one list, no watch).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+
+use crate::cri::Inventory;
+use crate::kube::merge::MergeSummary;
+
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct KubeFlags {
+    /// kubeconfig of the Kubernetes API server: merge the live pods with their specs
+    /// (exact requests, limits, priority). Needs --node-name. In a pod, --node-name alone
+    /// uses the in-cluster config.
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// This node's name (its pods are listed from the API server).
+    #[arg(long, env = "NODE_NAME", value_name = "NAME")]
+    pub node_name: Option<String>,
+}
+
+/// The daemon's listing merged with the API server's pod specs when the
+/// config names this node (`nodeName`, `kubeconfig`), as `qosd run` does.
+pub fn merge_listing(
+    cfg: &crate::config::Config,
+    listing: &mut crate::runtime::pod_source::Listing,
+) -> anyhow::Result<()> {
+    let flags = KubeFlags {
+        kubeconfig: cfg.kubeconfig.clone(),
+        node_name: cfg.node_name.clone(),
+    };
+    if cfg.node_name.is_none() {
+        return Ok(());
+    }
+    let mut inv = Inventory {
+        pods: std::mem::take(&mut listing.live),
+        skipped: Vec::new(),
+    };
+    let merged = flags.merge(&mut inv);
+    listing.pods = inv.ready_pods();
+    listing.live = inv.pods;
+    merged.map(|_| ())
+}
+
+impl KubeFlags {
+    /// Whether the API is to be asked at all: a kubeconfig, or a node name
+    /// inside a pod (in-cluster config).
+    pub fn enabled(&self) -> bool {
+        self.kubeconfig.is_some()
+            || (self.node_name.as_deref().is_some_and(|n| !n.is_empty())
+                && std::env::var_os("KUBERNETES_SERVICE_HOST").is_some())
+    }
+
+    /// Merge `inv` with the API's view; `None` when not enabled. An
+    /// unreachable API leaves the runtime's data (and says why).
+    pub fn merge(
+        &self,
+        inv: &mut Inventory,
+    ) -> anyhow::Result<Option<(MergeSummary, Option<String>)>> {
+        if !self.enabled() {
+            return Ok(None);
+        }
+        let node = self
+            .node_name
+            .as_deref()
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| {
+                crate::cli::bad_input("--kubeconfig needs --node-name (or NODE_NAME)")
+            })?;
+        let cfg = match &self.kubeconfig {
+            Some(path) => crate::kube::config::from_kubeconfig(path),
+            None => crate::kube::config::in_cluster_from_env(),
+        }
+        .map_err(crate::cli::bad_input)?;
+        let client = crate::kube::KubeClient::new(cfg).map_err(crate::cli::bad_input)?;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("tokio runtime")?;
+        let view = rt.block_on(crate::kube::source::snapshot(
+            &client,
+            node,
+            Duration::from_secs(5),
+        ));
+        if let Some(why) = &view.unavailable {
+            eprintln!("qosd: warning: Kubernetes API unavailable ({why}): values inferred from the runtime alone");
+        }
+        let summary = crate::kube::merge::merge(&mut inv.pods, &view);
+        Ok(Some((summary, view.unavailable)))
+    }
+}

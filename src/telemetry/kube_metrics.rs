@@ -1,0 +1,91 @@
+//! Metrics of the Kubernetes API side (src/kube), registered with the
+//! others by [`super::metrics::Metrics`]. The `path` labels are
+//! `crate::runtime::evictor::api_path`.
+//! Cheap to clone: every clone shares the same series.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SourceLabels {
+    source: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PathLabels {
+    path: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    result: String,
+}
+
+#[derive(Clone, Default)]
+pub struct KubeMetrics {
+    api_up: Gauge,
+    pods: Family<SourceLabels, Gauge>,
+    evictions: Family<PathLabels, Counter>,
+    events: Family<ResultLabels, Counter>,
+}
+
+impl std::fmt::Debug for KubeMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("KubeMetrics { .. }")
+    }
+}
+
+impl KubeMetrics {
+    pub fn register(&self, r: &mut Registry) {
+        r.register(
+            "kube_api_up",
+            "1 while the Kubernetes API server's pod view is current (exact pod specs in use); 0: runtime data alone",
+            self.api_up.clone(),
+        );
+        r.register(
+            "kube_pods",
+            "Live pods by the source of their spec values: exact (API server) or inferred (container runtime)",
+            self.pods.clone(),
+        );
+        r.register(
+            "api_evictions",
+            "Evictions through the Kubernetes API, by the path taken (evicted, refused_next_candidate, failed_next_candidate, fallback_local_kill, fallback_pod_deleted, fallback_delete_failed, already_gone)",
+            self.evictions.clone(),
+        );
+        r.register(
+            "api_eviction_events",
+            "Evicted Events written to the API server, by result (created, failed)",
+            self.events.clone(),
+        );
+    }
+
+    pub fn set_api_up(&self, up: bool) {
+        self.api_up.set(up as i64);
+    }
+
+    pub fn set_pods(&self, exact: usize, inferred: usize) {
+        for (s, n) in [("exact", exact), ("inferred", inferred)] {
+            self.pods
+                .get_or_create(&SourceLabels { source: s.into() })
+                .set(n as i64);
+        }
+    }
+
+    pub fn eviction_path(&self, p: &str) {
+        self.evictions
+            .get_or_create(&PathLabels { path: p.into() })
+            .inc();
+    }
+
+    pub fn event(&self, ok: bool) {
+        let result = if ok { "created" } else { "failed" };
+        self.events
+            .get_or_create(&ResultLabels {
+                result: result.into(),
+            })
+            .inc();
+    }
+}

@@ -454,7 +454,7 @@ fn docs_list_every_metric_and_error_kind() {
     // The registry really exposes those families (with samples for each).
     let m = qosd::telemetry::metrics::Metrics::new();
     m.eviction(
-        qosd::policy::evict::threshold::Signal::PidAvailable,
+        "pid.available",
         qosd::core::model::QosClass::BestEffort,
         false,
     );

@@ -58,11 +58,8 @@ async fn endpoints_follow_daemon_state() {
     assert_eq!(get(addr, "/readyz").await.status, 200);
 
     // Metrics reflect what the daemon reported.
-    st.metrics.eviction(
-        qosd::policy::evict::threshold::Signal::MemoryAvailable,
-        QosClass::BestEffort,
-        false,
-    );
+    st.metrics
+        .eviction("memory.available", QosClass::BestEffort, false);
     st.metrics.cgroup_writes(4, false);
     st.metrics.pods(QosClass::Burstable, 2);
     // No Accept header: the Prometheus text format 0.0.4.

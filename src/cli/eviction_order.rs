@@ -70,6 +70,12 @@ pub struct OrderEntry {
     pub usage_known: bool,
     pub request_bytes: i64,
     pub reason: String,
+    /// The pod's measured usage (null: not measured).
+    pub memory_working_set_bytes: Option<u64>,
+    /// Writable layers + logs + local volumes.
+    pub ephemeral_storage_bytes: Option<u64>,
+    pub inodes: Option<u64>,
+    pub processes: Option<u64>,
 }
 
 #[derive(Debug, Serialize, PartialEq)]
@@ -111,6 +117,13 @@ pub fn document(signal: Signal, r: &Ranking) -> OrderDoc {
                 usage_known: x.usage.is_some(),
                 request_bytes: x.request,
                 reason: x.reason.clone(),
+                memory_working_set_bytes: x
+                    .candidate
+                    .stats
+                    .and_then(|s| s.memory_working_set_bytes),
+                ephemeral_storage_bytes: x.candidate.stats.and_then(|s| s.ephemeral_storage_bytes),
+                inodes: x.candidate.stats.and_then(|s| s.inodes),
+                processes: x.candidate.stats.and_then(|s| s.processes),
             })
             .collect(),
         never_evicted: r
@@ -140,7 +153,12 @@ pub fn render_text(doc: &OrderDoc) -> String {
             v.to_string()
         }
     };
-    let rows: Vec<[String; 7]> = doc
+    let opt_bytes = |v: Option<u64>| {
+        v.map(|b| rank::fmt_bytes(b.into()))
+            .unwrap_or_else(|| "-".into())
+    };
+    let opt_n = |v: Option<u64>| v.map(|n| n.to_string()).unwrap_or_else(|| "-".into());
+    let rows: Vec<[String; 10]> = doc
         .order
         .iter()
         .map(|e| {
@@ -155,23 +173,27 @@ pub fn render_text(doc: &OrderDoc) -> String {
                     "-".into()
                 },
                 show(e.request_bytes.into()),
+                opt_bytes(e.ephemeral_storage_bytes),
+                opt_n(e.inodes),
+                opt_n(e.processes),
                 e.reason.clone(),
             ]
         })
         .collect();
     let head = [
-        "RANK", "POD", "QOS", "PRIORITY", "USAGE", "REQUEST", "REASON",
+        "RANK", "POD", "QOS", "PRIORITY", "USAGE", "REQUEST", "STORAGE", "INODES", "PROCS",
+        "REASON",
     ];
     let mut w = head.map(str::len);
     for r in &rows {
-        for (i, c) in r.iter().enumerate().take(6) {
+        for (i, c) in r.iter().enumerate().take(9) {
             w[i] = w[i].max(c.chars().count());
         }
     }
-    let line = |cells: [&str; 7]| {
+    let line = |cells: [&str; 10]| {
         let mut s = String::new();
         for (i, c) in cells.iter().enumerate() {
-            if i < 6 {
+            if i < 9 {
                 s.push_str(&format!("{:<width$}  ", c, width = w[i]));
             } else {
                 s.push_str(c);
@@ -184,7 +206,7 @@ pub fn render_text(doc: &OrderDoc) -> String {
     } else {
         out.push_str(&line(head));
         for r in &rows {
-            out.push_str(&line([&r[0], &r[1], &r[2], &r[3], &r[4], &r[5], &r[6]]));
+            out.push_str(&line(std::array::from_fn(|i| r[i].as_str())));
         }
     }
     if !doc.never_evicted.is_empty() {
@@ -224,6 +246,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         crate::cli::kube::merge_listing(&cfg, &mut listing)?;
         crate::app::check_parents(&plan, &listing).map_err(bad_input)?;
         let mut c = crate::app::live_candidates(&plan, &listing);
+        add_disk_usage(&cfg, &mut c);
         for x in &mut c {
             if let Some(st) = usage.pods.get(&x.uid) {
                 x.stats = Some(*st);
@@ -261,6 +284,78 @@ fn warn_unknown(usage: &UsageFile, c: &[Candidate]) {
     }
 }
 
+/// Measure the live pods as the daemon does (best effort: what cannot be
+/// read stays unknown).
+/// Disk usage of live candidates measured like the daemon does: writable
+/// layers (CRI `ListContainerStats`), logs and local volumes under the
+/// kubelet's directories (`rootDir`, `podLogsDir`), added to their stats.
+fn add_disk_usage(cfg: &crate::config::Config, candidates: &mut [Candidate]) {
+    let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    else {
+        return;
+    };
+    let layers = rt
+        .block_on(async {
+            let c = crate::cri::CriClient::connect(
+                &cfg.runtime_endpoint,
+                crate::cri::ConnectOptions::default(),
+            )
+            .await?;
+            c.list_container_stats().await
+        })
+        .ok();
+    for c in candidates {
+        let pod_layers: Option<Vec<crate::runtime::eviction::WritableLayer>> =
+            layers.as_ref().map(|all| {
+                all.iter()
+                    .filter(|s| {
+                        s.attributes
+                            .as_ref()
+                            .and_then(|a| a.labels.get("io.kubernetes.pod.uid"))
+                            == Some(&c.uid)
+                    })
+                    .map(|s| crate::runtime::eviction::WritableLayer {
+                        container: s
+                            .attributes
+                            .as_ref()
+                            .and_then(|a| a.metadata.as_ref())
+                            .map(|m| m.name.clone())
+                            .unwrap_or_default(),
+                        bytes: s
+                            .writable_layer
+                            .as_ref()
+                            .and_then(|w| w.used_bytes.as_ref())
+                            .map(|v| v.value),
+                        inodes: s
+                            .writable_layer
+                            .as_ref()
+                            .and_then(|w| w.inodes_used.as_ref())
+                            .map(|v| v.value),
+                    })
+                    .collect()
+            });
+        if let Ok(local) = crate::sys::signals::pod_local_storage(
+            &cfg.root_dir,
+            &cfg.pod_logs_dir,
+            &c.namespace,
+            &c.name,
+            &c.uid,
+        ) {
+            let (_, parts) = crate::runtime::eviction::storage_of(&local, pod_layers.as_ref());
+            let mut st = c.stats.unwrap_or_default();
+            st.rootfs_bytes = parts.rootfs_bytes;
+            st.rootfs_inodes = parts.rootfs_inodes;
+            st.logs_bytes = parts.logs_bytes;
+            st.logs_inodes = parts.logs_inodes;
+            st.volumes_bytes = parts.volumes_bytes;
+            st.volumes_inodes = parts.volumes_inodes;
+            c.stats = Some(st.with_totals());
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -279,6 +374,8 @@ mod tests {
             termination_grace_period_seconds: None,
             sandbox_id: None,
             cgroup_dirs: vec![],
+            storage_limits: Default::default(),
+            storage_detail: None,
             stats: usage.map(|u| PodStats {
                 memory_working_set_bytes: Some(u),
                 ..Default::default()

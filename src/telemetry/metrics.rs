@@ -39,6 +39,8 @@ pub const CONTENT_TYPE_PROMETHEUS: &str = "text/plain; version=0.0.4; charset=ut
 pub const FAMILIES: &[&str] = &[
     "qosd_evictions_total",
     "qosd_dry_run_evictions_total",
+    "qosd_reclaimed_images_total",
+    "qosd_reclaimed_containers_total",
     "qosd_eviction_reaction_seconds",
     "qosd_eviction_release_seconds",
     "qosd_eviction_hook_runs_total",
@@ -229,6 +231,8 @@ pub struct Metrics {
     registry: Registry,
     evictions: Family<EvictionLabels, Counter>,
     dry_run_evictions: Family<EvictionLabels, Counter>,
+    reclaimed_images: Counter,
+    reclaimed_containers: Counter,
     eviction_reaction: Histogram,
     eviction_release: Histogram,
     hook_runs: Family<ResultLabels, Counter>,
@@ -285,6 +289,8 @@ impl Metrics {
         let m = Metrics {
             evictions: Family::default(),
             dry_run_evictions: Family::default(),
+            reclaimed_images: Counter::default(),
+            reclaimed_containers: Counter::default(),
             // 1 ms … ~4 s
             eviction_reaction: Histogram::new(exponential_buckets(0.001, 2.0, 13)),
             // 1 ms … ~33 s
@@ -324,8 +330,18 @@ impl Metrics {
         );
         r.register(
             "qosd_dry_run_evictions",
-            "Evictions dry-run mode would have made, by signal and QoS class (none was made)",
+            "Pods qosd would have evicted in dry-run mode (each victim once), by signal and QoS class (none was made)",
             m.dry_run_evictions.clone(),
+        );
+        r.register(
+            "qosd_reclaimed_images",
+            "Unused images removed by node-level reclaim and image GC",
+            m.reclaimed_images.clone(),
+        );
+        r.register(
+            "qosd_reclaimed_containers",
+            "Dead containers removed by node-level reclaim before disk evictions",
+            m.reclaimed_containers.clone(),
         );
         r.register_with_unit(
             "qosd_eviction_reaction",
@@ -507,17 +523,31 @@ impl Metrics {
     }
 
     /// A pod was evicted (or, `dry_run`, would have been) because of `signal`.
-    pub fn eviction(&self, signal: Signal, qos: QosClass, dry_run: bool) {
+    ///
+    /// `signal` is the `eviction_signal` label: the threshold's signal, or
+    /// for local-storage evictions the limit exceeded.
+    pub fn eviction(&self, signal: &str, qos: QosClass, dry_run: bool) {
         let f = if dry_run {
             &self.dry_run_evictions
         } else {
             &self.evictions
         };
         f.get_or_create(&EvictionLabels {
-            eviction_signal: signal.as_str().to_string(),
+            eviction_signal: signal.to_string(),
             qos_class: qos.as_str().to_string(),
         })
         .inc();
+    }
+
+    /// A pod would have been evicted (dry run) because of `signal`.
+    pub fn dry_run_eviction(&self, signal: &str, qos: QosClass) {
+        self.eviction(signal, qos, true);
+    }
+
+    /// Node-level reclaim removed images and dead containers.
+    pub fn reclaimed(&self, images: u64, containers: u64) {
+        self.reclaimed_images.inc_by(images);
+        self.reclaimed_containers.inc_by(containers);
     }
 
     /// Time from the threshold crossing being observed to the kill being issued.
@@ -880,8 +910,8 @@ mod tests {
 
     fn exercised() -> Metrics {
         let m = Metrics::new();
-        m.eviction(Signal::MemoryAvailable, QosClass::BestEffort, false);
-        m.eviction(Signal::MemoryAvailable, QosClass::BestEffort, true);
+        m.eviction("memory.available", QosClass::BestEffort, false);
+        m.eviction("memory.available", QosClass::BestEffort, true);
         m.eviction_reaction(Duration::from_millis(7));
         m.eviction_release(Duration::from_millis(70));
         m.hook_run("ok");
@@ -959,9 +989,9 @@ mod tests {
     #[test]
     fn methods_update_samples() {
         let m = Metrics::new();
-        m.eviction(Signal::MemoryAvailable, QosClass::BestEffort, false);
-        m.eviction(Signal::MemoryAvailable, QosClass::BestEffort, false);
-        m.eviction(Signal::NodeFsAvailable, QosClass::Burstable, true);
+        m.eviction("memory.available", QosClass::BestEffort, false);
+        m.eviction("memory.available", QosClass::BestEffort, false);
+        m.eviction("nodefs.available", QosClass::Burstable, true);
         m.signal(Signal::MemoryAvailable, 123_456_789, 1 << 30);
         m.threshold(
             Signal::MemoryAvailable,

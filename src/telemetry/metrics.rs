@@ -922,6 +922,9 @@ mod tests {
         m.threshold(Signal::NodeFsInodesFree, ThresholdKind::Hard, 1, false);
         m.threshold(Signal::PidAvailable, ThresholdKind::Hard, 1, true);
         m.cri_call("Version", Duration::from_millis(1), false);
+        m.kube.set_pods(1, 1);
+        m.kube.eviction_path("evicted");
+        m.kube.event(true);
         m
     }
 

@@ -350,7 +350,10 @@ mod tests {
         assert!(t.contains("note: ns/web: n\n"), "{t}");
         assert!(t.contains("skipped sandbox dead: removed"), "{t}");
         let w = to_text(&inv(), true);
-        assert!(w.contains("UID  CGROUP PARENT  PRIORITY  EXACT  INFERRED\n"), "{w}");
+        assert!(
+            w.contains("UID  CGROUP PARENT  PRIORITY  EXACT  INFERRED\n"),
+            "{w}"
+        );
         assert!(w.contains("  u-1  -              0         -      "), "{w}");
         assert!(
             w.contains("ns/web  app        c0ffee  running  2           -"),

@@ -8,6 +8,8 @@
 #   bench/run.sh reconcile       # qosd run --once with 10/50/110 real pods (root)
 #   bench/run.sh footprint       # idle CPU and RSS of `qosd run`, 50 pods (root)
 #   bench/run.sh startup         # exec -> READY=1 with 110 pods (root)
+#   bench/run.sh churn           # 110 pods, 5 created + 5 removed per second (root)
+#   bench/run.sh profile         # perf record of the idle daemon, 110 pods (root)
 #   bench/run.sh summary [FILE…] # print the summary of stored results
 #
 # Parameters (environment), defaults in brackets:
@@ -15,6 +17,14 @@
 #   QOSD_BENCH_FOOTPRINT_PODS [50]  QOSD_BENCH_DURATION [300]  QOSD_BENCH_WINDOWS [5]
 #   QOSD_BENCH_STARTUP_PODS [110]  QOSD_BENCH_STARTUP_RUNS [7]
 #   QOSD_BENCH_PLAN_ROUNDS [3]  QOSD_BENCH_PLAN_RUNS [20]       (plan)
+#   QOSD_BENCH_CHURN_PODS [110]  QOSD_BENCH_CHURN_RATE [5]  QOSD_BENCH_CHURN_DURATION [1800]
+#   QOSD_BENCH_BASELINE_REV [merge-base of HEAD and main]: the previous
+#     commit, built once into target/bench-baseline/qosd-<rev> and run
+#     interleaved by reconcile and startup (QOSD_BENCH_BASELINE=none: skip)
+#   QOSD_BENCH_PREBUILT=1: run the already built bench_real test binary
+#     (and skip the cargo build), e.g. while another build holds target/
+#   QOSD_BENCH_EARLYOOM [earlyoom in PATH, else target/earlyoom/...]: run
+#     beside the daemon by footprint (see bench/earlyoom.sh to fetch it)
 # e.g. a quick pass: QOSD_BENCH_DURATION=30 QOSD_BENCH_RUNS=3 bench/run.sh
 #
 # The real-pod parts need root, containerd, runc, gcc and python3 (see
@@ -88,9 +98,51 @@ build() {
     cargo build --release --workspace --bins
 }
 
+# The previous commit's qosd (release), for the side-by-side parts. Built in
+# a detached worktree sharing target/ (the dependencies are reused), then
+# copied away; our own binary is relinked afterwards.
+baseline() {
+    if [ "${QOSD_BENCH_BASELINE:-}" = none ]; then
+        unset QOSD_BENCH_BASELINE
+        return 0
+    fi
+    if [ -n "${QOSD_BENCH_BASELINE:-}" ]; then
+        export QOSD_BENCH_BASELINE
+        return 0
+    fi
+    local rev
+    rev=$(git rev-parse --short=12 "${QOSD_BENCH_BASELINE_REV:-$(git merge-base HEAD main)}")
+    local out=$ROOT/target/bench-baseline/qosd-$rev
+    if [ ! -x "$out" ]; then
+        echo "bench: building the baseline qosd at $rev" >&2
+        local wt=$ROOT/target/bench-baseline/src-$rev
+        rm -rf "$wt"
+        git worktree prune
+        git worktree add --detach "$wt" "$rev" >&2
+        (cd "$wt" && CARGO_TARGET_DIR=$ROOT/target cargo build --release --bin qosd) >&2
+        cp "$ROOT/target/release/qosd" "$out"
+        git worktree remove --force "$wt"
+        # Relink ours (the shared target's qosd is the baseline's now).
+        touch "$ROOT/src/main.rs"
+        cargo build --release --bin qosd >&2
+    fi
+    export QOSD_BENCH_BASELINE=$out
+    echo "bench: baseline $QOSD_BENCH_BASELINE" >&2
+}
+
+earlyoom_bin() {
+    if [ -n "${QOSD_BENCH_EARLYOOM:-}" ]; then
+        export QOSD_BENCH_EARLYOOM
+    elif command -v earlyoom >/dev/null; then
+        export QOSD_BENCH_EARLYOOM=earlyoom
+    else
+        export QOSD_BENCH_EARLYOOM=$("$ROOT/bench/earlyoom.sh")
+    fi
+}
+
 # A real-pod part: run one ignored function of tests/bench_real.rs.
 real() {
-    local name=$1
+    local name=$1 as=${2:-$1}
     if [ "$(id -u)" != 0 ]; then
         echo "bench: skipping $name: needs root (starts containerd, creates cgroups)" >&2
         return 0
@@ -98,7 +150,15 @@ real() {
     META=$(meta)
     local log
     log=$(mktemp)
-    cargo test --release --test bench_real -- --ignored --nocapture --exact "$name" | tee "$log"
+    if [ -n "${QOSD_BENCH_PREBUILT:-}" ]; then
+        # The test binary built earlier (no cargo: another build may hold
+        # target/'s lock meanwhile).
+        local bin
+        bin=$(ls -t target/release/deps/bench_real-* | grep -v '\.d$' | head -1)
+        "$bin" --ignored --nocapture --exact "$name" | tee "$log"
+    else
+        cargo test --release --test bench_real -- --ignored --nocapture --exact "$name" | tee "$log"
+    fi
     local line
     line=$(grep '^BENCH_JSON ' "$log" | tail -1 | sed 's/^BENCH_JSON //')
     rm -f "$log"
@@ -106,7 +166,7 @@ real() {
         echo "bench: $name printed no result" >&2
         return 1
     fi
-    printf '%s' "$line" | store "$name"
+    printf '%s' "$line" | store "$as"
 }
 
 plan() {
@@ -158,15 +218,48 @@ summary() {
     python3 "$ROOT/bench/summary.py" "$@"
 }
 
+# perf record of the idle daemon (a shorter footprint run), reported as
+# the top symbols by thread: bench/results/profile-<stamp>.txt.
+profile() {
+    if ! perf record -o /dev/null -- true >/dev/null 2>&1; then
+        echo "bench: skipping profile: perf record does not work here" >&2
+        return 0
+    fi
+    local data=$RESULTS/profile-$STAMP.data
+    QOSD_BENCH_PERF_OUT=$data QOSD_BENCH_DURATION=${QOSD_BENCH_PROFILE_DURATION:-120} \
+        QOSD_BENCH_WINDOWS=2 real footprint profile-footprint
+    local out=$RESULTS/profile-$STAMP.txt
+    {
+        echo "# perf record -F 999 -g -p <qosd run>, 110 pods, idle; commit $(git rev-parse --short=12 HEAD)"
+        echo "## samples by thread"
+        perf report -i "$data" --stdio --no-children --sort comm -g none 2>/dev/null | grep -E '^ +[0-9]'
+        echo "## inclusive, by symbol (user space)"
+        perf report -i "$data" --stdio --children --sort sym -g none 2>/dev/null \
+            | grep -E '^ +[0-9]' | grep -v '\[k\]' | head -40
+        echo "## self, by thread and symbol"
+        perf report -i "$data" --stdio --no-children --sort comm,dso,sym -g none 2>/dev/null \
+            | grep -E '^ +[0-9]' | head -50
+    } >"$out"
+    rm -f "$data"
+    echo "bench: wrote $out"
+}
+
 LAST_FILES=()
 part=${1:-all}
 shift || true
 case "$part" in
     summary) summary "$@"; exit 0 ;;
-    plan|reconcile|footprint|startup|all) ;;
-    *) echo "usage: bench/run.sh [all|plan|reconcile|footprint|startup|summary]" >&2; exit 2 ;;
+    plan|reconcile|footprint|startup|churn|profile|all) ;;
+    *) echo "usage: bench/run.sh [all|plan|reconcile|footprint|startup|churn|profile|summary]" >&2; exit 2 ;;
 esac
-build
+[ -n "${QOSD_BENCH_PREBUILT:-}" ] || build
+# The qosd under test, copied: a baseline build shares target/.
+mkdir -p "$ROOT/target/bench-bin"
+cp "$ROOT/target/release/qosd" "$ROOT/target/bench-bin/qosd-$$"
+export QOSD_BENCH_QOSD=$ROOT/target/bench-bin/qosd-$$
+trap 'rm -f "$QOSD_BENCH_QOSD"' EXIT
+case "$part" in reconcile|startup|all) baseline ;; esac
+case "$part" in footprint|profile|all) earlyoom_bin ;; esac
 if [ "$part" = all ]; then
     # Real-pod parts share the test binary: build it once up front.
     cargo test --release --test bench_real --no-run
@@ -174,9 +267,12 @@ if [ "$part" = all ]; then
     real reconcile
     real startup
     real footprint
+    profile
+    real churn
 else
     case "$part" in
         plan) plan ;;
+        profile) profile ;;
         *) real "$part" ;;
     esac
 fi

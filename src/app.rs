@@ -116,6 +116,7 @@ pub fn plan_config(cfg: &Config, proc_root: &Path, sysfs: &Path) -> anyhow::Resu
     plan.kubelet_version = cfg.kubelet_version;
     plan.memory_reservation_policy = cfg.memory_reservation_policy;
     plan.enforce_node_allocatable = cfg.enforce_node_allocatable.pods;
+    plan.pod_pids_limit = (cfg.pod_pids_limit > 0).then_some(cfg.pod_pids_limit);
     plan.hugepage_sizes = crate::sys::hugepages::detect(sysfs, &cfg.cgroupfs, version)
         .context("cannot read the node's hugepage sizes")?;
     let res = |name: &str, list: &crate::core::model::ResourceList| {
@@ -195,6 +196,13 @@ pub fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<DaemonExit> {
         PodSourceSpec::Manifests(args.pods.clone())
     };
     let dry_run = cfg.mode == config::Mode::DryRun;
+    let audit = cfg.cgroup_enforcement == config::CgroupEnforcement::Audit;
+    if audit {
+        tracing::info!(
+            kubelet_config = ?cfg.kubelet_config,
+            "cgroupEnforcement audit: cgroups are read and compared with the plan, never written; eviction stays on"
+        );
+    }
     let plan_capacity = plan.node.capacity_memory_bytes;
     let opts = RunOptions {
         plan,
@@ -217,6 +225,7 @@ pub fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<DaemonExit> {
             .unwrap_or(plan_capacity),
         cpu_manager: args.cpu_manager,
         specs: None,
+        audit,
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -257,6 +266,8 @@ pub fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<DaemonExit> {
     let mode = if dry_run { "dry-run" } else { "enforce" };
     let mut observer = ServiceObserver::new(metrics.clone(), health.clone(), mode, &opts.plan);
     observer.specs = opts.specs.clone();
+    observer.audit = audit;
+    health.update_status(|d| d.cgroup_enforcement = cfg.cgroup_enforcement.as_str().to_string());
     let mut reload = args.reload;
     let proc_root = args.proc_root.clone();
     let sysfs = args.sysfs.clone();
@@ -422,12 +433,24 @@ fn start_eviction(
     }
     let api: Option<Arc<dyn crate::runtime::evictor::ApiEvictor>> =
         kube.map(|k| k as Arc<dyn crate::runtime::evictor::ApiEvictor>);
-    let stopper: Option<Arc<dyn crate::runtime::evictor::PodStopper>> = match &opts.source {
-        PodSourceSpec::Cri { endpoint } => Some(Arc::new(
-            crate::runtime::stopper::CriStopper::new(endpoint.clone(), rt.handle().clone()),
-        )),
+    // One lazily connected CRI client for the eviction side: stopping
+    // victims, writable layers, dead containers and image GC.
+    let cri = match &opts.source {
+        PodSourceSpec::Cri { endpoint } => {
+            let mut s =
+                crate::runtime::stopper::CriStopper::new(endpoint.clone(), rt.handle().clone());
+            s.image_gc.minimum_age = cfg.image_minimum_gc_age;
+            if cfg.eviction_max_pod_grace_period > 0 {
+                s.max_grace = Duration::from_secs(cfg.eviction_max_pod_grace_period as u64);
+            }
+            Some(Arc::new(s))
+        }
         PodSourceSpec::Manifests(_) => None,
     };
+    let stopper = cri
+        .clone()
+        .map(|c| c as Arc<dyn crate::runtime::evictor::PodStopper>);
+    let node_runtime = cri.map(|c| c as Arc<dyn crate::runtime::eviction::NodeRuntime>);
     let service = EvictionService::start_with_api(
         ServiceConfig {
             eviction,
@@ -441,9 +464,18 @@ fn start_eviction(
                 ..WatchConfig::default()
             }),
             max_listing_age: (cfg.reconcile_interval * 3).max(Duration::from_secs(30)),
-            manager: Default::default(),
+            manager: crate::policy::evict::manager::ManagerOptions {
+                disk_layout: crate::runtime::eviction_service::disk_layout(cfg),
+                ..Default::default()
+            },
+            image_gc: crate::runtime::eviction::ImageGcPolicy {
+                high_percent: cfg.image_gc_high_threshold_percent,
+                low_percent: cfg.image_gc_low_threshold_percent,
+                minimum_age: cfg.image_minimum_gc_age,
+            },
         },
         stopper,
+        node_runtime,
         api,
         metrics.clone(),
         health.clone(),

@@ -15,6 +15,17 @@
 //! * `QOSD_BENCH_FOOTPRINT_PODS` / `QOSD_BENCH_DURATION` (s) /
 //!   `QOSD_BENCH_WINDOWS`: footprint, default 50 pods, 300 s, 5 windows.
 //! * `QOSD_BENCH_STARTUP_PODS` / `QOSD_BENCH_STARTUP_RUNS`: default 110, 7.
+//! * `QOSD_BENCH_BASELINE`: a second `qosd` binary (the previous commit,
+//!   built by bench/run.sh) run interleaved with this one by `reconcile`
+//!   and `startup`.
+//! * `QOSD_BENCH_EARLYOOM`: earlyoom binary run beside `qosd run` in
+//!   `footprint` (`--dryrun -r 3600`, Debian's service arguments), default
+//!   `earlyoom` from PATH; measured in the same windows.
+//! * `QOSD_BENCH_PERF_OUT`: `footprint` records `perf record -g` of the
+//!   daemon over the whole measurement into this file.
+//! * `QOSD_BENCH_CHURN_PODS` / `QOSD_BENCH_CHURN_RATE` /
+//!   `QOSD_BENCH_CHURN_DURATION` (s): churn, default 110 pods, 5 created
+//!   and 5 removed per second, 1800 s.
 //!
 //! Every cgroup touched lives under the support env's `/qosd-test-<pid>-<n>`
 //! root; every process started is stopped by its PID.
@@ -24,7 +35,7 @@ mod support;
 use std::io::Read;
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -32,8 +43,20 @@ use support::*;
 
 // ------------------------------------------------------------------ helpers
 
+/// The `qosd` under test: `QOSD_BENCH_QOSD` (a copy bench/run.sh makes,
+/// so that a build meanwhile cannot replace it), else cargo's.
 fn qosd_bin() -> &'static str {
-    env!("CARGO_BIN_EXE_qosd")
+    static BIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        std::env::var("QOSD_BENCH_QOSD").unwrap_or_else(|_| env!("CARGO_BIN_EXE_qosd").to_string())
+    })
+}
+
+/// The previous commit's `qosd`, when bench/run.sh built one.
+fn baseline_bin() -> Option<String> {
+    std::env::var("QOSD_BENCH_BASELINE")
+        .ok()
+        .filter(|p| std::path::Path::new(p).is_file())
 }
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
@@ -275,14 +298,39 @@ async fn in_process_phases(env: &Containerd, snap: &Snapshot, runs: usize) -> Va
     .await
     .expect("connect");
     let mut rec = Reconciler::new(plan, false, Duration::from_secs(60));
+    let spec = PodSourceSpec::Cri {
+        endpoint: env.endpoint.clone(),
+    };
     let (mut list_w, mut list_c) = (Vec::new(), Vec::new());
+    let (mut fresh_w, mut fresh_c) = (Vec::new(), Vec::new());
+    let (mut full_w, mut full_c) = (Vec::new(), Vec::new());
     let (mut first_w, mut first_c, mut first_n) = (Vec::new(), Vec::new(), Vec::new());
     let (mut steady_w, mut steady_c, mut steady_n) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..runs + 1 {
+        // A listing with nothing cached (what every full listing cost
+        // before the status cache): a new connection's source.
+        let fresh = Source::connect(&spec, qosd::cri::ConnectOptions::default(), 0)
+            .await
+            .expect("connect");
+        let (t, c) = (Instant::now(), process_cpu_ms());
+        fresh.list().await.expect("list");
+        fresh_w.push(t.elapsed().as_secs_f64() * 1e3);
+        fresh_c.push(process_cpu_ms() - c);
+        drop(fresh);
+        // The daemon's steady listing: statuses cached from earlier rounds.
         let (t, c) = (Instant::now(), process_cpu_ms());
         let listing = source.list().await.expect("list");
         list_w.push(t.elapsed().as_secs_f64() * 1e3);
         list_c.push(process_cpu_ms() - c);
+        // A steady full reconcile as the daemon makes it: fingerprint (the
+        // two List calls), listing from them, plan + read/compare.
+        let (t, c) = (Instant::now(), process_cpu_ms());
+        source.fingerprint().await.expect("fingerprint");
+        let l2 = source.list().await.expect("list");
+        let r = rec.reconcile(&l2.pods, l2.all_uids.as_ref(), Instant::now());
+        full_w.push(t.elapsed().as_secs_f64() * 1e3);
+        full_c.push(process_cpu_ms() - c);
+        assert!(r.errors.is_empty(), "{:?}", r.errors);
         snap.restore();
         for (w, cpu, n) in [
             (&mut first_w, &mut first_c, &mut first_n),
@@ -300,6 +348,8 @@ async fn in_process_phases(env: &Containerd, snap: &Snapshot, runs: usize) -> Va
     let d = |v: &mut Vec<f64>| summary(&v.split_off(1));
     json!({
         "list": {"wall_ms": d(&mut list_w), "cpu_ms": d(&mut list_c)},
+        "list_uncached": {"wall_ms": d(&mut fresh_w), "cpu_ms": d(&mut fresh_c)},
+        "steady_full_reconcile": {"wall_ms": d(&mut full_w), "cpu_ms": d(&mut full_c)},
         "reconcile_first_pass": {"wall_ms": d(&mut first_w), "cpu_ms": d(&mut first_c), "writes": first_n.split_off(1)},
         "reconcile_steady": {"wall_ms": d(&mut steady_w), "cpu_ms": d(&mut steady_c), "writes": steady_n.split_off(1)},
     })
@@ -339,6 +389,7 @@ async fn reconcile() {
         snap.restore();
         measure(qosd_bin(), &args, &log);
         let (mut first, mut steady, mut exec) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut base_first, mut base_steady) = (Vec::new(), Vec::new());
         let mut restored = 0;
         for _ in 0..runs {
             restored = snap.restore();
@@ -350,6 +401,15 @@ async fn reconcile() {
             first.push(a);
             steady.push(b);
             exec.push(c);
+            if let Some(base) = baseline_bin() {
+                snap.restore();
+                let a = measure(&base, &args, &log);
+                assert_eq!(a.code, 0, "{}\n{}", a.stdout, a.stderr);
+                let b = measure(&base, &args, &log);
+                assert_eq!(b.code, 0, "{}\n{}", b.stdout, b.stderr);
+                base_first.push(a);
+                base_steady.push(b);
+            }
         }
         let side = |ms: &[Measured]| {
             let counts: Vec<_> = ms.iter().map(|m| once_counts(&m.stdout)).collect();
@@ -375,6 +435,11 @@ async fn reconcile() {
             "files_restored_before_first_pass": restored,
             "first_pass": side(&first),
             "steady": side(&steady),
+            "baseline": baseline_bin().map(|b| json!({
+                "bin": b,
+                "first_pass": side(&base_first),
+                "steady": side(&base_steady),
+            })),
             "exec_baseline_version": {
                 "wall_ms": summary(&exec.iter().map(|m| m.wall_ms).collect::<Vec<_>>()),
                 "cpu_ms": summary(&exec.iter().map(|m| m.user_ms + m.sys_ms).collect::<Vec<_>>()),
@@ -394,16 +459,19 @@ async fn reconcile() {
 /// `qosd run` against `env` (support's [`Daemon`], stopped by its PID),
 /// sending sd_notify messages to `notify`.
 fn spawn_daemon(env: &Containerd, notify: &Path) -> Daemon {
+    spawn_daemon_bin(qosd_bin(), env, Some(notify))
+}
+
+/// [`spawn_daemon`] of a given binary (the baseline), `notify` optional.
+fn spawn_daemon_bin(bin: &str, env: &Containerd, notify: Option<&Path>) -> Daemon {
     let mut args = vec!["run".to_string()];
     args.extend(common_args(env));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    Daemon::start_with(
-        &args,
-        &[
-            ("QOSD_LOG", "warn".as_ref()),
-            ("NOTIFY_SOCKET", notify.as_os_str()),
-        ],
-    )
+    let mut envs: Vec<(&str, &std::ffi::OsStr)> = vec![("QOSD_LOG", "warn".as_ref())];
+    if let Some(n) = notify {
+        envs.push(("NOTIFY_SOCKET", n.as_os_str()));
+    }
+    Daemon::start_bin(bin, &args, &envs)
 }
 
 /// (utime + stime in clock ticks, the threads' schedstat run time in ns)
@@ -476,12 +544,34 @@ fn wait_ready(sock: &UnixDatagram, timeout: Duration) -> Option<Instant> {
 
 // ---------------------------------------------------------------- footprint
 
-/// Idle CPU and memory of `qosd run` (default intervals) with 50 real pods.
+/// An earlyoom started beside the daemon (dry run: it never kills), or
+/// `None` when there is no earlyoom binary.
+fn spawn_earlyoom() -> Option<Child> {
+    let bin = std::env::var("QOSD_BENCH_EARLYOOM").unwrap_or_else(|_| "earlyoom".into());
+    Command::new(bin)
+        .args(["--dryrun", "-r", "3600"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()
+}
+
+/// Open file descriptors of `pid`.
+fn fds_of(pid: i32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+/// Idle CPU and memory of `qosd run` (default intervals) with 110 real
+/// pods, and of earlyoom (Debian's service arguments, dry run) in the same
+/// windows.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "benchmark: run by bench/run.sh"]
 async fn footprint() {
     require_containerd();
-    let n: usize = env_or("QOSD_BENCH_FOOTPRINT_PODS", 50);
+    let n: usize = env_or("QOSD_BENCH_FOOTPRINT_PODS", 110);
     let duration: f64 = env_or("QOSD_BENCH_DURATION", 300.0);
     let windows: usize = env_or("QOSD_BENCH_WINDOWS", 5usize).max(1);
     let env = Containerd::start();
@@ -494,9 +584,30 @@ async fn footprint() {
     let pid = d.pid();
     let ready = wait_ready(&sock, Duration::from_secs(60)).is_some();
     assert!(ready, "qosd did not report READY=1");
+    let mut earlyoom = spawn_earlyoom();
+    let eo_pid = earlyoom.as_ref().map(|c| c.id() as i32);
     // Let the first pass's allocations and the first relists settle.
     std::thread::sleep(Duration::from_secs(5));
+    let perf = std::env::var("QOSD_BENCH_PERF_OUT").ok().and_then(|out| {
+        Command::new("perf")
+            .args([
+                "record",
+                "-F",
+                "999",
+                "-g",
+                "-o",
+                &out,
+                "-p",
+                &pid.to_string(),
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .ok()
+    });
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let eo0 = eo_pid.map(cpu_of);
     let writes0 = d.metric("qosd_cgroup_writes_total");
     let reconciles0 = d.metric("qosd_reconciles_total");
     let win = duration / windows as f64;
@@ -521,6 +632,21 @@ async fn footprint() {
     }
     let total = start.elapsed().as_secs_f64();
     let (t1_ticks, t1_sched) = cpu_of(pid);
+    let eo1 = eo_pid.map(cpu_of);
+    let eo_rss = eo_pid.map(rss_of);
+    if let Some(mut p) = perf {
+        // perf writes its file on SIGINT.
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(p.id() as i32),
+            nix::sys::signal::Signal::SIGINT,
+        );
+        let _ = p.wait();
+    }
+    if let Some(c) = earlyoom.as_mut() {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    let fds = fds_of(pid);
     let (vm_rss, vm_hwm) = rss_of(pid);
     let threads = threads_of(pid);
     let writes1 = d.metric("qosd_cgroup_writes_total");
@@ -544,6 +670,13 @@ async fn footprint() {
             "vm_rss_kib_end": vm_rss,
             "vm_hwm_kib": vm_hwm,
             "threads": threads,
+            "open_fds": fds,
+            "earlyoom": eo0.zip(eo1).map(|(a, b)| json!({
+                "args": "--dryrun -r 3600",
+                "cpu_percent_of_one_core_total_ticks": (b.0 - a.0) as f64 / hz / total * 100.0,
+                "cpu_percent_of_one_core_total_schedstat": (b.1 - a.1) as f64 / 1e9 / total * 100.0,
+                "vm_rss_kib_end": eo_rss.map(|r| r.0),
+            })),
             "reconciles_during": reconciles1.zip(reconciles0).map(|(a, b)| a - b),
             "cgroup_writes_during": writes1.zip(writes0).map(|(a, b)| a - b),
             "last_reconcile": status_json.get("last_reconcile").cloned().unwrap_or(Value::Null),
@@ -570,7 +703,7 @@ async fn startup() {
     let dir = tempfile::tempdir().unwrap();
     let sock_path = dir.path().join("notify.sock");
     let sock = UnixDatagram::bind(&sock_path).unwrap();
-    let once = |cold: bool| -> (f64, f64, u64) {
+    let once = |bin: &str, cold: bool| -> (f64, f64, u64) {
         if cold {
             snap.restore();
         }
@@ -580,7 +713,7 @@ async fn startup() {
         while sock.recv(&mut buf).is_ok() {}
         sock.set_nonblocking(false).unwrap();
         let t = Instant::now();
-        let d = spawn_daemon(&env, &sock_path);
+        let d = spawn_daemon_bin(bin, &env, Some(&sock_path));
         let ready = wait_ready(&sock, Duration::from_secs(60)).expect("READY=1");
         let ms = (ready - t).as_secs_f64() * 1e3;
         // Cross-check with /readyz (must answer 200 now).
@@ -591,15 +724,20 @@ async fn startup() {
         d.stop();
         (ms, sched_ns as f64 / 1e6, hwm)
     };
-    once(false); // warm-up
+    once(qosd_bin(), false); // warm-up
     let (mut cold, mut warm) = (Vec::new(), Vec::new());
     let (mut cold_cpu, mut warm_cpu, mut hwm) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut b_cold, mut b_warm) = (Vec::new(), Vec::new());
     for _ in 0..runs {
-        let (ms, cpu, h) = once(true);
+        if let Some(base) = baseline_bin() {
+            b_cold.push(once(&base, true).0);
+            b_warm.push(once(&base, false).0);
+        }
+        let (ms, cpu, h) = once(qosd_bin(), true);
         cold.push(ms);
         cold_cpu.push(cpu);
         hwm.push(h as f64);
-        let (ms, cpu, h) = once(false);
+        let (ms, cpu, h) = once(qosd_bin(), false);
         warm.push(ms);
         warm_cpu.push(cpu);
         hwm.push(h as f64);
@@ -620,7 +758,241 @@ async fn startup() {
             "cold_cpu_ms_at_ready": summary(&cold_cpu),
             "warm_cpu_ms_at_ready": summary(&warm_cpu),
             "vm_hwm_kib_at_ready": summary(&hwm),
+            "baseline": baseline_bin().map(|b| json!({
+                "bin": b,
+                "cold_exec_to_ready_ms": summary(&b_cold),
+                "warm_exec_to_ready_ms": summary(&b_warm),
+            })),
             "command": "NOTIFY_SOCKET=<dgram socket> qosd run --runtime-endpoint <private containerd> --cgroup-version v1 --cgroup-root /qosd-test-… --metrics-address 127.0.0.1:<port>",
+        }),
+    );
+}
+
+// -------------------------------------------------------------------- churn
+
+/// The kubelet's cpu.shares of a test pod's cgroup.
+fn pod_shares(spec: &PodSpec) -> i64 {
+    let milli: i64 = spec
+        .containers
+        .iter()
+        .map(|c| c.cpu_effective().0.unwrap_or(0))
+        .sum();
+    kubelet::shares(milli)
+}
+
+/// Poll the pod cgroup's cpu.shares until it holds the kubelet's value:
+/// the time that took, or `None` after `limit`.
+async fn until_enforced(pod: &RunningPod, limit: Duration) -> Option<Duration> {
+    let want = pod_shares(&pod.spec).to_string();
+    let f = PathBuf::from(format!(
+        "/sys/fs/cgroup/cpu{}/cpu.shares",
+        pod.cgroup_parent
+    ));
+    let t = Instant::now();
+    while t.elapsed() < limit {
+        if std::fs::read_to_string(&f).is_ok_and(|v| v.trim() == want) {
+            return Some(t.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    None
+}
+
+/// The sum of every `qosd_errors_total` series.
+fn errors_total(d: &Daemon) -> Option<f64> {
+    let body = d.get("/metrics")?.body;
+    Some(
+        body.lines()
+            .filter(|l| l.starts_with("qosd_errors_total"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum(),
+    )
+}
+
+/// Least-squares slope of (x, y), per unit of x.
+fn slope(points: &[(f64, f64)]) -> f64 {
+    let n = points.len() as f64;
+    if n < 2.0 {
+        return 0.0;
+    }
+    let mx = points.iter().map(|p| p.0).sum::<f64>() / n;
+    let my = points.iter().map(|p| p.1).sum::<f64>() / n;
+    let num: f64 = points.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
+    let den: f64 = points.iter().map(|p| (p.0 - mx).powi(2)).sum();
+    if den == 0.0 {
+        0.0
+    } else {
+        num / den
+    }
+}
+
+/// Pod churn under `qosd run` (default settings): 110 pods, 5 created and
+/// 5 removed per second. Per created pod: from RunPodSandbox to its pod
+/// cgroup holding the kubelet's cpu.shares (and from the pod running, i.e.
+/// its last StartContainer). Every 10 s: qosd's VmRSS and open fds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "benchmark: run by bench/run.sh"]
+async fn churn() {
+    require_containerd();
+    let n: usize = env_or("QOSD_BENCH_CHURN_PODS", 110);
+    let rate: usize = env_or("QOSD_BENCH_CHURN_RATE", 5);
+    let duration: f64 = env_or("QOSD_BENCH_CHURN_DURATION", 1800.0);
+    let env = std::sync::Arc::new(Containerd::start());
+    let mut pods = Vec::new();
+    grow(&env, &mut pods, n).await;
+    let mut live: std::collections::VecDeque<RunningPod> = pods.into();
+    let d = spawn_daemon_bin(qosd_bin(), &env, None);
+    let pid = d.pid();
+    let t = Instant::now();
+    while d.metric("qosd_reconciles_total").unwrap_or(0.0) < 1.0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "qosd never reconciled"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Let the first relists settle before the baseline sample.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let errors0 = errors_total(&d).unwrap_or(0.0);
+    let mut created = tokio::task::JoinSet::new();
+    let mut removed = tokio::task::JoinSet::new();
+    let (mut start_to_values, mut running_to_values) = (Vec::new(), Vec::new());
+    let (mut n_created, mut n_removed, mut missed, mut skipped) = (0usize, 0usize, 0usize, 0usize);
+    let mut runtime_errors = 0usize;
+    let mut samples: Vec<(f64, f64, f64)> = Vec::new(); // (s, VmRSS KiB, fds)
+    let mut next = n;
+    let start = Instant::now();
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut last_sample = -10.0f64;
+    let rss0 = rss_of(pid).0;
+    let fds0 = fds_of(pid);
+    while start.elapsed().as_secs_f64() < duration {
+        tick.tick().await;
+        let now = start.elapsed().as_secs_f64();
+        if now - last_sample >= 10.0 {
+            last_sample = now;
+            samples.push((now, rss_of(pid).0 as f64, fds_of(pid) as f64));
+            eprintln!(
+                "bench: churn {now:.0} s: {n_created} created, {n_removed} removed, VmRSS {} KiB, {} fds, {} live",
+                rss_of(pid).0,
+                fds_of(pid),
+                live.len()
+            );
+        }
+        // Keep at most two seconds of work in flight: a slow runtime lowers
+        // the achieved rate (reported) instead of piling up.
+        for _ in 0..rate {
+            if created.len() >= 2 * rate {
+                skipped += 1;
+                continue;
+            }
+            let (env, spec) = (env.clone(), pod_spec(next));
+            next += 1;
+            created.spawn(async move {
+                let t0 = Instant::now();
+                let p = env.run_pod(&spec).await;
+                let running = t0.elapsed();
+                let enforced = until_enforced(&p, Duration::from_secs(10)).await;
+                (p, running, enforced)
+            });
+        }
+        for _ in 0..rate {
+            if removed.len() >= 2 * rate || live.len() <= n.saturating_sub(2 * rate) {
+                continue;
+            }
+            if let Some(p) = live.pop_front() {
+                let env = env.clone();
+                removed.spawn(async move { env.remove_pod(&p).await });
+            }
+        }
+        while let Some(r) = created.try_join_next() {
+            // A runtime call that failed under load (deadline): counted,
+            // the run goes on (its sandbox is cleaned up with the env).
+            let Ok((p, running, enforced)) = r else {
+                runtime_errors += 1;
+                continue;
+            };
+            n_created += 1;
+            match enforced {
+                Some(e) => {
+                    running_to_values.push(e.as_secs_f64() * 1e3);
+                    start_to_values.push((running + e).as_secs_f64() * 1e3);
+                }
+                None => missed += 1,
+            }
+            live.push_back(p);
+        }
+        while let Some(r) = removed.try_join_next() {
+            match r {
+                Ok(()) => n_removed += 1,
+                Err(_) => runtime_errors += 1,
+            }
+        }
+    }
+    while let Some(r) = created.join_next().await {
+        let Ok((p, _, enforced)) = r else {
+            runtime_errors += 1;
+            continue;
+        };
+        n_created += 1;
+        if enforced.is_none() {
+            missed += 1;
+        }
+        live.push_back(p);
+    }
+    while let Some(r) = removed.join_next().await {
+        match r {
+            Ok(()) => n_removed += 1,
+            Err(_) => runtime_errors += 1,
+        }
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    samples.push((elapsed, rss_of(pid).0 as f64, fds_of(pid) as f64));
+    let errors1 = errors_total(&d).unwrap_or(0.0);
+    let reconciles = d.metric("qosd_reconciles_total");
+    let (_, hwm) = rss_of(pid);
+    d.stop();
+    let half: Vec<_> = samples
+        .iter()
+        .filter(|s| s.0 >= elapsed / 2.0)
+        .copied()
+        .collect();
+    let p99 = |v: &[f64]| {
+        let mut v = v.to_vec();
+        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        v.get(((v.len() as f64 * 0.99).ceil() as usize).saturating_sub(1))
+            .copied()
+    };
+    print_result(
+        "churn",
+        json!({
+            "pods": n,
+            "rate_asked_per_s": rate,
+            "duration_s": (elapsed * 10.0).round() / 10.0,
+            "created": n_created,
+            "removed": n_removed,
+            "created_per_s": n_created as f64 / elapsed,
+            "removed_per_s": n_removed as f64 / elapsed,
+            "creations_skipped_runtime_busy": skipped,
+            "runtime_call_failures_in_the_bench": runtime_errors,
+            "missed_pods_not_enforced_within_10s": missed,
+            "errors_during": errors1 - errors0,
+            "reconciles_total": reconciles,
+            "pod_start_to_values_ms": summary(&start_to_values),
+            "pod_start_to_values_p99_ms": p99(&start_to_values),
+            "pod_running_to_values_ms": summary(&running_to_values),
+            "pod_running_to_values_p99_ms": p99(&running_to_values),
+            "vm_rss_kib_start": rss0,
+            "vm_rss_kib_end": samples.last().map(|s| s.1),
+            "vm_rss_kib_max": samples.iter().map(|s| s.1).fold(0.0, f64::max),
+            "vm_hwm_kib": hwm,
+            "vm_rss_kib_per_hour_slope_second_half": slope(&half.iter().map(|s| (s.0, s.1)).collect::<Vec<_>>()) * 3600.0,
+            "fds_start": fds0,
+            "fds_end": samples.last().map(|s| s.2),
+            "fds_max": samples.iter().map(|s| s.2).fold(0.0, f64::max),
+            "fds_per_hour_slope_second_half": slope(&half.iter().map(|s| (s.0, s.2)).collect::<Vec<_>>()) * 3600.0,
+            "samples": samples.iter().map(|s| json!([s.0.round(), s.1, s.2])).collect::<Vec<_>>(),
+            "command": "qosd run --runtime-endpoint <private containerd> --cgroup-version v1 --cgroup-root /qosd-test-… --metrics-address 127.0.0.1:<port> (default settings)",
         }),
     );
 }

@@ -285,3 +285,78 @@ async fn inventory_of_twenty_pods_is_fast() {
     eprintln!("inventory of 20 pods: best {best:?}; ListContainerStats: {stats_took:?}");
     assert!(best < Duration::from_secs(2), "{best:?}");
 }
+
+/// The daemon's cached listing (statuses asked once per id) against real
+/// containerd follows pods stopping, going away and arriving exactly like an
+/// uncached inventory, and holds entries only for listed ids.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cached_listing_matches_a_fresh_inventory() {
+    require_containerd();
+    use qosd::runtime::pod_source::{PodSourceSpec, Source};
+    let env = Containerd::start();
+    let a = env
+        .run_pod(
+            &PodSpec::new("a").container(
+                ContainerSpec::pause("app")
+                    .cpu(Some(100), Some(100))
+                    .memory(Some(32 * MI), Some(32 * MI)),
+            ),
+        )
+        .await;
+    let b = env
+        .run_pod(&PodSpec::new("b").container(ContainerSpec::pause("app").cpu(Some(50), None)))
+        .await;
+    let spec = PodSourceSpec::Cri {
+        endpoint: env.endpoint.clone(),
+    };
+    let source = Source::connect(&spec, ConnectOptions::default(), 0)
+        .await
+        .unwrap();
+    let client = env.client().await;
+    let fresh = || async {
+        let mut p = qosd::cri::inventory(
+            &client,
+            &InventoryOptions {
+                memory_capacity_bytes: Some(0),
+            },
+        )
+        .await
+        .unwrap()
+        .pods;
+        p.sort_by(|x, y| x.sandbox_id.cmp(&y.sandbox_id));
+        p
+    };
+    let cached = || async {
+        let mut p = source.list().await.unwrap().live;
+        p.sort_by(|x, y| x.sandbox_id.cmp(&y.sandbox_id));
+        p
+    };
+    assert_eq!(cached().await, fresh().await);
+    assert_eq!(source.cached_statuses(), (2, 2));
+    assert_eq!(cached().await, fresh().await, "second, cached listing");
+
+    client.stop_pod_sandbox(&b.sandbox_id).await.unwrap();
+    let after_stop = cached().await;
+    assert_eq!(after_stop, fresh().await);
+    let sb = after_stop
+        .iter()
+        .find(|p| p.sandbox_id == b.sandbox_id)
+        .unwrap();
+    assert_eq!(sb.state, qosd::cri::SandboxState::NotReady);
+    assert!(
+        sb.containers.iter().all(|c| c.state == "exited"),
+        "{:?}",
+        sb.containers
+    );
+
+    env.remove_pod(&b).await;
+    let c = env
+        .run_pod(&PodSpec::new("c").container(ContainerSpec::pause("app")))
+        .await;
+    let now = cached().await;
+    assert_eq!(now, fresh().await);
+    let ids: Vec<&str> = now.iter().map(|p| p.sandbox_id.as_str()).collect();
+    assert!(ids.contains(&a.sandbox_id.as_str()) && ids.contains(&c.sandbox_id.as_str()));
+    assert!(!ids.contains(&b.sandbox_id.as_str()));
+    assert_eq!(source.cached_statuses(), (2, 2), "b's entries dropped");
+}

@@ -192,7 +192,13 @@ fn example_config_is_valid_and_documents_every_field() {
 const BAD: &[(&str, &str, &str, &str)] = &[
     ("evictionHard: {memory.availble: 1Gi}", "evictionHard[\"memory.availble\"]", "1Gi", "memory.available"),
     ("evictionHard: {memory.available: 1Qi}", "evictionHard[\"memory.available\"]", "1Qi", "percentage"),
-    ("evictionHard: {memory.available: -1Gi}", "evictionHard[\"memory.available\"]", "-1Gi", "non-negative"),
+    ("evictionHard: {memory.available: -1Gi}", "evictionHard[\"memory.available\"]", "-1Gi", "positive quantity"),
+    ("evictionHard: {memory.available: \"0\"}", "evictionHard[\"memory.available\"]", "0", "positive quantity"),
+    ("evictionMinimumReclaim: {memory.available: 0%}", "evictionMinimumReclaim[\"memory.available\"]", "0%", "positive percentage"),
+    ("imageGCHighThresholdPercent: 101", "imageGCHighThresholdPercent", "101", "0..100"),
+    ("imageGCLowThresholdPercent: 90", "imageGCLowThresholdPercent", "90", "below imageGCHighThresholdPercent"),
+    ("imageMinimumGCAge: 2 minutes", "imageMinimumGCAge", "2 minutes", "Go duration"),
+    ("podLogsDir: var/log/pods", "podLogsDir", "var/log/pods", "absolute path"),
     ("evictionHard: {nodefs.available: 101%}", "evictionHard[\"nodefs.available\"]", "101%", "0%..100%"),
     ("evictionHard: {nodefs.available: -5%}", "evictionHard[\"nodefs.available\"]", "-5%", "0%..100%"),
     ("evictionHard: {nodefs.available: x%}", "evictionHard[\"nodefs.available\"]", "x%", "percentage"),
@@ -262,6 +268,10 @@ const BAD: &[(&str, &str, &str, &str)] = &[
     ("apiEvictionTimeout: 5ms", "apiEvictionTimeout", "5ms", "at least 10ms"),
     ("apiEvictionTimeout: 2m", "apiEvictionTimeout", "2m", "at most 1m0s"),
     ("runtimeUnhealthyAfter: soon", "runtimeUnhealthyAfter", "soon", "Go duration"),
+    ("podPidsLimit: many", "podPidsLimit", "many", "-1: no limit"),
+    ("imageGCHighThresholdPercent: 101", "imageGCHighThresholdPercent", "101", "0..100"),
+    ("imageGCLowThresholdPercent: 90", "imageGCLowThresholdPercent", "90", "below imageGCHighThresholdPercent"),
+    ("cgroupEnforcement: observe", "cgroupEnforcement", "observe", "enforce | audit"),
 ];
 
 #[test]

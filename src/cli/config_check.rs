@@ -7,20 +7,35 @@ use std::path::{Path, PathBuf};
 use crate::config::{self, Config, ConfigError, Overrides};
 
 #[derive(Debug, clap::Subcommand)]
+#[allow(clippy::large_enum_variant)] // parsed once; boxing buys nothing
 pub enum ConfigCommand {
     /// Validate a config file and print the effective configuration.
     ///
     /// Exit 0 when valid (effective config on stdout); exit 2 with every bad
     /// field, its value and what is allowed when not.
     Check {
-        /// Config file (YAML).
-        file: PathBuf,
+        /// qosd's config file (YAML). Optional with --kubelet-config /
+        /// --kubelet-config-dir.
+        file: Option<PathBuf>,
+        #[command(flatten)]
+        kubelet: KubeletFlags,
         /// Output format of the effective configuration.
         #[arg(long, value_enum, default_value_t = Format::Yaml)]
         output: Format,
         /// Print nothing when valid.
         #[arg(long, short)]
         quiet: bool,
+    },
+    /// Print the effective settings as one document: qosd's file, the
+    /// kubelet's config (defaulted like the kubelet, drop-ins merged) and
+    /// the flags. Kubelet fields use their KubeletConfiguration names and
+    /// formats (Go durations, quantities as strings).
+    Show {
+        #[command(flatten)]
+        config: ConfigFlags,
+        /// Output format.
+        #[arg(long, short = 'o', value_enum, default_value_t = Format::Yaml)]
+        output: Format,
     },
     /// Print the built-in defaults (the kubelet's plus qosd's) as YAML.
     Default {
@@ -46,13 +61,26 @@ pub fn run(cmd: ConfigCommand) -> anyhow::Result<i32> {
     match cmd {
         ConfigCommand::Check {
             file,
+            kubelet,
             output,
             quiet,
         } => {
-            let c = load_or_bad_input(Some(&file), &Overrides::default())?;
+            if file.is_none() && !kubelet.is_set() {
+                return Err(crate::cli::bad_input(
+                    "give a config file, --kubelet-config FILE or --kubelet-config-dir DIR",
+                ));
+            }
+            let mut o = Overrides::default();
+            kubelet.apply(&mut o);
+            let c = load_or_bad_input(file.as_deref(), &o)?;
             if !quiet {
                 print!("{}", render(&c, output)?);
             }
+            Ok(0)
+        }
+        ConfigCommand::Show { config, output } => {
+            let c = config.load()?;
+            print!("{}", render_show(&c, output)?);
             Ok(0)
         }
         ConfigCommand::Default { output } => {
@@ -62,13 +90,66 @@ pub fn run(cmd: ConfigCommand) -> anyhow::Result<i32> {
     }
 }
 
+/// `qosd config show`: the effective configuration with the kubelet's
+/// field names (`containerRuntimeEndpoint`, not qosd's `runtimeEndpoint`).
+pub fn show_document(c: &Config) -> serde_json::Value {
+    let mut v = serde_json::to_value(c).expect("Config serialises");
+    if let Some(m) = v.as_object_mut() {
+        if let Some(ep) = m.remove("runtimeEndpoint") {
+            m.insert("containerRuntimeEndpoint".into(), ep);
+        }
+    }
+    v
+}
+
+fn render_show(c: &Config, f: Format) -> anyhow::Result<String> {
+    let v = show_document(c);
+    Ok(match f {
+        Format::Yaml => yaml_serde::to_string(&v)?,
+        Format::Json => serde_json::to_string_pretty(&v)? + "\n",
+    })
+}
+
+/// `--kubelet-config` / `--kubelet-config-dir`: the kubelet's own config as
+/// the source of qosd's kubelet fields.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct KubeletFlags {
+    /// The kubelet's config file (KubeletConfiguration, YAML or JSON), e.g.
+    /// /var/lib/kubelet/config.yaml: its fields replace qosd's kubelet fields.
+    #[arg(long, value_name = "FILE")]
+    pub kubelet_config: Option<PathBuf>,
+    /// The kubelet's drop-in directory (--config-dir): `*.conf` files merged
+    /// over --kubelet-config in lexical order.
+    #[arg(long, value_name = "DIR")]
+    pub kubelet_config_dir: Option<PathBuf>,
+}
+
+impl KubeletFlags {
+    pub fn is_set(&self) -> bool {
+        self.kubelet_config.is_some() || self.kubelet_config_dir.is_some()
+    }
+
+    /// Put the paths into `o`.
+    pub fn apply(&self, o: &mut Overrides) {
+        let s = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());
+        if self.kubelet_config.is_some() {
+            o.kubelet_config = s(&self.kubelet_config);
+        }
+        if self.kubelet_config_dir.is_some() {
+            o.kubelet_config_dir = s(&self.kubelet_config_dir);
+        }
+    }
+}
+
 /// Load a config, mapping problems in the user's input (syntax, unknown or
 /// bad fields, missing file) to exit code 2.
 pub fn load_or_bad_input(path: Option<&Path>, o: &Overrides) -> anyhow::Result<Config> {
     Config::load_with(path, o).map_err(|e| match e {
-        ConfigError::Read { .. } | ConfigError::Parse { .. } | ConfigError::Invalid { .. } => {
-            crate::cli::bad_input(e)
-        }
+        ConfigError::Read { .. }
+        | ConfigError::Parse { .. }
+        | ConfigError::Invalid { .. }
+        | ConfigError::Kubelet { .. }
+        | ConfigError::Conflict { .. } => crate::cli::bad_input(e),
     })
 }
 
@@ -205,6 +286,12 @@ pub struct ConfigFlags {
     /// /healthz fails after the runtime was unreachable this long (e.g. 2m; 0s: never).
     #[arg(long, value_name = "DURATION")]
     pub runtime_unhealthy_after: Option<String>,
+    #[command(flatten)]
+    pub kubelet: KubeletFlags,
+    /// cgroupEnforcement: enforce (write cgroups) | audit (compare, report
+    /// drift, write nothing). Default: audit with a kubelet config, else enforce.
+    #[arg(long, value_name = "MODE")]
+    pub cgroup_enforcement: Option<String>,
 }
 
 impl ConfigFlags {
@@ -253,6 +340,17 @@ impl ConfigFlags {
             node_name: self.node_name.clone(),
             api_eviction_timeout: self.api_eviction_timeout.clone(),
             runtime_unhealthy_after: self.runtime_unhealthy_after.clone(),
+            cgroup_enforcement: self.cgroup_enforcement.clone(),
+            kubelet_config: self
+                .kubelet
+                .kubelet_config
+                .as_ref()
+                .map(|p| p.display().to_string()),
+            kubelet_config_dir: self
+                .kubelet
+                .kubelet_config_dir
+                .as_ref()
+                .map(|p| p.display().to_string()),
             ..Overrides::default()
         }
     }

@@ -13,6 +13,7 @@ pub mod config_check;
 pub mod cpu;
 pub mod eviction_order;
 pub mod kube;
+pub mod kubelet_adopt;
 pub mod plan;
 pub mod pods;
 pub mod run;

@@ -316,6 +316,9 @@ pub struct Args {
     pub cpu: crate::cli::cpu::CpuManagerFlags,
     #[arg(long, value_enum, default_value = "text")]
     pub output: OutputFormat,
+    /// The kubelet's config: replaces the defaults of the flags above.
+    #[command(flatten)]
+    pub kubelet: crate::cli::config_check::KubeletFlags,
 }
 
 /// Pods from `--pods`, or the embedded examples when none are given.
@@ -328,7 +331,15 @@ pub fn load_pods(paths: &[PathBuf]) -> anyhow::Result<(Vec<Pod>, bool)> {
     Ok((pods, false))
 }
 
-pub fn run(args: Args) -> anyhow::Result<i32> {
+pub fn run(mut args: Args) -> anyhow::Result<i32> {
+    if args.kubelet.is_set() {
+        let kc = crate::cli::kubelet_adopt::load(&args.kubelet)?;
+        let explicit = crate::cli::kubelet_adopt::explicit_args();
+        crate::cli::kubelet_adopt::adopt_plan_options(&mut args.options, &kc, &explicit);
+        if !explicit.contains("runtime_endpoint") {
+            args.runtime_endpoint = kc.runtime_endpoint.clone();
+        }
+    }
     let (pods, embedded) = if args.cri {
         let pods = crate::cri::live_pods_blocking(&args.runtime_endpoint)
             .with_context(|| format!("cannot list pods from {}", args.runtime_endpoint))?;

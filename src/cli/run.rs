@@ -102,6 +102,14 @@ fn print_once(
                     d.display()
                 );
             }
+            for d in &report.audit_drift {
+                println!(
+                    "audit: {} = {} (planned {}; not written)",
+                    d.file,
+                    d.found.as_deref().unwrap_or("(missing)"),
+                    d.planned
+                );
+            }
             for e in &report.errors {
                 println!("error: {e}");
             }

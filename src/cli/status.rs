@@ -46,6 +46,8 @@ pub struct Args {
     /// Config file (thresholds, cgroup layout and runtime for the live view).
     #[arg(long, env = "QOSD_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
+    #[command(flatten)]
+    pub kubelet: crate::cli::config_check::KubeletFlags,
     /// CRI endpoint for the live view (overrides runtimeEndpoint of --config).
     #[arg(long, alias = "container-runtime-endpoint", value_name = "ENDPOINT")]
     pub runtime_endpoint: Option<String>,
@@ -111,10 +113,11 @@ impl Report {
 }
 
 pub fn run(args: Args) -> anyhow::Result<i32> {
-    let overrides = Overrides {
+    let mut overrides = Overrides {
         runtime_endpoint: args.runtime_endpoint.clone(),
         ..Overrides::default()
     };
+    args.kubelet.apply(&mut overrides);
     // A bad config is bad input even when a daemon answers: say so now.
     let cfg = load_or_bad_input(args.config.as_deref(), &overrides)?;
     let address = args.address.unwrap_or(cfg.metrics_address);

@@ -31,6 +31,7 @@ pub use crate::core::duration::{format_go_duration, parse_go_duration};
 use crate::core::model::{CgroupDriver, CgroupVersion, ResourceList};
 use crate::core::quantity::Quantity;
 
+pub mod kubelet;
 mod raw;
 mod validate;
 pub use raw::{parse_eq_map, parse_langle_map, Overrides, RawConfig, Scalar};
@@ -93,6 +94,17 @@ pub enum ConfigError {
     Invalid {
         file: Option<PathBuf>,
         errors: Vec<InvalidValue>,
+    },
+    /// A kubelet config file (or drop-in) that cannot be used: syntax,
+    /// `apiVersion`, `kind`, a wrong value type.
+    #[error("kubelet config {}: {message}", .path.display())]
+    Kubelet { path: PathBuf, message: String },
+    /// Kubelet fields in qosd's own file while a kubelet config is given.
+    #[error("{}", .problems.join("\n"))]
+    Conflict {
+        qosd_file: PathBuf,
+        kubelet_file: PathBuf,
+        problems: Vec<String>,
     },
 }
 
@@ -184,6 +196,26 @@ pub use crate::telemetry::log::LogFormat;
 /// RemovePodSandbox), `dry-run` (log only).
 pub use crate::policy::evict::Backend as EvictionBackend;
 
+/// Value of `cgroupEnforcement`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CgroupEnforcement {
+    /// Write the planned cgroup values (qosd owns the kubepods cgroups).
+    Enforce,
+    /// Read and compare every planned value, report drift, write nothing
+    /// (the kubelet owns the cgroups; the default with a kubelet config).
+    Audit,
+}
+
+impl CgroupEnforcement {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CgroupEnforcement::Enforce => "enforce",
+            CgroupEnforcement::Audit => "audit",
+        }
+    }
+}
+
 /// A percentage 0–100 as in `qosReserved: {memory: "50%"}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Percent(pub u32);
@@ -222,6 +254,18 @@ pub struct Config {
     /// `evictionHard` keeps the other default thresholds instead of
     /// disabling them.
     pub merge_default_eviction_settings: bool,
+    /// Kubelet `imageGCHighThresholdPercent` (85): image GC starts above it.
+    #[serde(rename = "imageGCHighThresholdPercent")]
+    pub image_gc_high_threshold_percent: u32,
+    /// Kubelet `imageGCLowThresholdPercent` (80): image GC frees down to it.
+    #[serde(rename = "imageGCLowThresholdPercent")]
+    pub image_gc_low_threshold_percent: u32,
+    /// Kubelet `imageMinimumGCAge` (2m0s): younger unused images are kept.
+    #[serde(rename = "imageMinimumGCAge", serialize_with = "ser_duration")]
+    pub image_minimum_gc_age: Duration,
+    /// Kubelet `podLogsDir` (/var/log/pods): the pods' container logs,
+    /// counted as their local ephemeral storage.
+    pub pod_logs_dir: PathBuf,
     pub cgroup_driver: CgroupDriver,
     /// Kubelet `cgroupRoot`: the parent of `kubepods` (default `/`).
     pub cgroup_root: String,
@@ -258,6 +302,8 @@ pub struct Config {
     pub kube_reserved_cgroup: Option<String>,
     /// Whose rules to follow where kubelets differ (1.33 … 1.36).
     pub kubelet_version: crate::policy::enforce::versions::KubeletVersion,
+    /// Kubelet `podPidsLimit`: pids.max of every pod cgroup (-1: none).
+    pub pod_pids_limit: i64,
 
     // --- qosd's own --------------------------------------------------------
     /// Where the cgroup filesystem is mounted.
@@ -312,6 +358,54 @@ pub struct Config {
         skip_serializing_if = "Option::is_none"
     )]
     pub kubelet_cpu_manager_state: Option<PathBuf>,
+    /// `enforce` (write cgroups) or `audit` (compare only); default `audit`
+    /// with a kubelet config, else `enforce`.
+    pub cgroup_enforcement: CgroupEnforcement,
+    /// The kubelet's config file the kubelet fields came from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kubelet_config: Option<PathBuf>,
+    /// The kubelet's drop-in directory.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kubelet_config_dir: Option<PathBuf>,
+}
+
+/// Read the kubelet config named by the flags (or qosd's file) into `raw`.
+/// Relative paths in qosd's file are relative to that file's directory.
+fn load_kubelet(
+    raw: &mut RawConfig,
+    path: Option<&Path>,
+    overrides: &Overrides,
+) -> Result<Option<kubelet::KubeletConfig>, ConfigError> {
+    let resolve = |flag: &Option<String>, file: &Option<Scalar>| -> Option<PathBuf> {
+        if let Some(f) = flag {
+            return Some(PathBuf::from(f));
+        }
+        let Scalar(s) = file.as_ref()?;
+        let p = PathBuf::from(s);
+        Some(match path.and_then(Path::parent) {
+            Some(dir) if p.is_relative() => dir.join(p),
+            _ => p,
+        })
+    };
+    let file = resolve(&overrides.kubelet_config, &raw.kubelet_config);
+    let dir = resolve(&overrides.kubelet_config_dir, &raw.kubelet_config_dir);
+    if file.is_none() && dir.is_none() {
+        return Ok(None);
+    }
+    let k = kubelet::KubeletConfig::load(file.as_deref(), dir.as_deref())?;
+    if !k.ignored.is_empty() {
+        tracing::debug!(file = %k.display_path().display(), ignored = ?k.ignored, "kubelet config: fields qosd does not use");
+    }
+    if k.cgroups_per_qos_off {
+        tracing::warn!(file = %k.display_path().display(), "kubelet config has cgroupsPerQOS: false; qosd plans the QoS cgroups (burstable, besteffort) anyway");
+    }
+    // Kubelet fields the qosd file sets are refused after validation (so
+    // every problem is reported); keep the file's values out of the way.
+    let kubelet_raw = k.to_raw()?;
+    kubelet::fill(raw, kubelet_raw);
+    raw.kubelet_config = file.map(|p| Scalar(p.display().to_string()));
+    raw.kubelet_config_dir = dir.map(|p| Scalar(p.display().to_string()));
+    Ok(Some(k))
 }
 
 impl Default for Config {
@@ -330,19 +424,31 @@ impl Config {
     /// Read the file (if any; defaults otherwise), apply command-line
     /// overrides, validate. Errors name the file.
     pub fn load_with(path: Option<&Path>, overrides: &Overrides) -> Result<Config, ConfigError> {
-        let raw = match path {
+        let mut qosd_keys = Vec::new();
+        let mut raw = match path {
             Some(p) => {
                 let text = std::fs::read_to_string(p).map_err(|source| ConfigError::Read {
                     path: p.to_path_buf(),
                     source,
                 })?;
-                RawConfig::from_yaml(&text).map_err(|e| e.with_file(p))?
+                let raw = RawConfig::from_yaml(&text).map_err(|e| e.with_file(p))?;
+                qosd_keys = kubelet::top_level_keys(&text);
+                raw
             }
             None => RawConfig::default(),
         };
-        Config::from_raw(raw, overrides).map_err(|e| match path {
-            Some(p) => e.with_file(p),
-            None => e,
+        let kubelet = load_kubelet(&mut raw, path, overrides)?;
+        if let (Some(p), Some(k)) = (path, &kubelet) {
+            kubelet::check_conflicts(p, &qosd_keys, k)?;
+        }
+        Config::from_raw(raw, overrides).map_err(|mut e| {
+            if let (Some(k), ConfigError::Invalid { errors, .. }) = (&kubelet, &mut e) {
+                kubelet::annotate(errors, k);
+            }
+            match path {
+                Some(p) => e.with_file(p),
+                None => e,
+            }
         })
     }
 

@@ -56,6 +56,13 @@ pub struct RawConfig {
     pub eviction_max_pod_grace_period: Option<Scalar>,
     pub eviction_pressure_transition_period: Option<Scalar>,
     pub merge_default_eviction_settings: Option<Scalar>,
+    #[serde(rename = "imageGCHighThresholdPercent")]
+    pub image_gc_high_threshold_percent: Option<Scalar>,
+    #[serde(rename = "imageGCLowThresholdPercent")]
+    pub image_gc_low_threshold_percent: Option<Scalar>,
+    #[serde(rename = "imageMinimumGCAge")]
+    pub image_minimum_gc_age: Option<Scalar>,
+    pub pod_logs_dir: Option<Scalar>,
     pub cgroup_driver: Option<Scalar>,
     pub cgroup_root: Option<Scalar>,
     pub system_reserved: Option<RawMap>,
@@ -101,6 +108,15 @@ pub struct RawConfig {
     pub node_name: Option<Scalar>,
     pub api_eviction_timeout: Option<Scalar>,
     pub runtime_unhealthy_after: Option<Scalar>,
+    /// Kubelet `podPidsLimit` (pids.max of every pod; -1: none).
+    pub pod_pids_limit: Option<Scalar>,
+    /// `enforce` | `audit` (see `cgroupEnforcement` in docs/operations.md).
+    pub cgroup_enforcement: Option<Scalar>,
+    /// The kubelet's config file (KubeletConfiguration): its fields replace
+    /// qosd's kubelet fields.
+    pub kubelet_config: Option<Scalar>,
+    /// The kubelet's drop-in directory (`--config-dir`).
+    pub kubelet_config_dir: Option<Scalar>,
 }
 
 impl RawConfig {
@@ -213,6 +229,9 @@ pub struct Overrides {
     pub node_name: Option<String>,
     pub api_eviction_timeout: Option<String>,
     pub runtime_unhealthy_after: Option<String>,
+    pub cgroup_enforcement: Option<String>,
+    pub kubelet_config: Option<String>,
+    pub kubelet_config_dir: Option<String>,
 }
 
 fn to_raw_map(m: &BTreeMap<String, String>) -> RawMap {
@@ -296,6 +315,9 @@ impl Overrides {
         text!(node_name, "nodeName");
         text!(api_eviction_timeout, "apiEvictionTimeout");
         text!(runtime_unhealthy_after, "runtimeUnhealthyAfter");
+        text!(cgroup_enforcement, "cgroupEnforcement");
+        text!(kubelet_config, "kubeletConfig");
+        text!(kubelet_config_dir, "kubeletConfigDir");
         set
     }
 }

@@ -25,6 +25,8 @@ struct Fake {
     containers: Vec<Container>,
     container_statuses: HashMap<String, ContainerStatus>,
     container_infos: HashMap<String, String>,
+    /// Status calls received: ("sandbox" | "container", id).
+    calls: std::sync::Arc<std::sync::Mutex<Vec<(&'static str, String)>>>,
 }
 
 #[tonic::async_trait]
@@ -61,6 +63,7 @@ impl RuntimeService for Fake {
         r: Request<PodSandboxStatusRequest>,
     ) -> Result<Response<PodSandboxStatusResponse>, Status> {
         let id = r.into_inner().pod_sandbox_id;
+        self.calls.lock().unwrap().push(("sandbox", id.clone()));
         if self.not_found.contains(&id) {
             return Err(Status::not_found(format!("sandbox {id} not found")));
         }
@@ -100,6 +103,10 @@ impl RuntimeService for Fake {
         r: Request<ContainerStatusRequest>,
     ) -> Result<Response<ContainerStatusResponse>, Status> {
         let r = r.into_inner();
+        self.calls
+            .lock()
+            .unwrap()
+            .push(("container", r.container_id.clone()));
         let status = self
             .container_statuses
             .get(&r.container_id)
@@ -350,5 +357,125 @@ async fn a_hung_call_hits_its_deadline_and_is_not_retried() {
     assert!(
         took >= Duration::from_millis(250) && took < Duration::from_secs(2),
         "{took:?}: {e}"
+    );
+}
+
+/// The status cache: a second listing asks the runtime nothing new, a
+/// resync asks the containers again, a new sandbox is asked about alone,
+/// and ids no longer listed are dropped; the inventory is the same as an
+/// uncached one every time.
+#[tokio::test]
+async fn status_cache_asks_only_about_new_ids() {
+    let d = tempfile::tempdir().unwrap();
+    let sock = d.path().join("cache.sock");
+    let uid1 = "11111111-2222-3333-4444-555555555555";
+    let uid2 = "22222222-2222-3333-4444-555555555555";
+    let mut fake = Fake {
+        api_version: "v1".into(),
+        sandboxes: vec![sandbox("s1", uid1, "one"), sandbox("s2", uid2, "two")],
+        ..Default::default()
+    };
+    for (sb, uid) in [("s1", uid1), ("s2", uid2)] {
+        fake.infos.insert(
+            sb.into(),
+            format!(
+                r#"{{"config":{{"linux":{{"cgroup_parent":"/kubepods/burstable/pod{uid}"}}}}}}"#
+            ),
+        );
+        let cid = format!("c-{sb}");
+        fake.containers.push(Container {
+            id: cid.clone(),
+            pod_sandbox_id: sb.into(),
+            metadata: Some(ContainerMetadata {
+                name: "app".into(),
+                attempt: 0,
+            }),
+            state: ContainerState::ContainerRunning as i32,
+            ..Default::default()
+        });
+        fake.container_statuses.insert(
+            cid.clone(),
+            ContainerStatus {
+                id: cid,
+                state: ContainerState::ContainerRunning as i32,
+                resources: Some(ContainerResources {
+                    linux: Some(LinuxContainerResources {
+                        cpu_shares: 102,
+                        cpu_period: 100_000,
+                        oom_score_adj: 900,
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        );
+    }
+    let calls = fake.calls.clone();
+    let _srv = serve(fake.clone(), &sock).await;
+    let c = CriClient::connect(&endpoint(&sock), quick()).await.unwrap();
+    let opts = InventoryOptions::default();
+    let cache = std::sync::Arc::new(StatusCache::default());
+    let taken = |calls: &std::sync::Mutex<Vec<(&'static str, String)>>| {
+        let mut v = std::mem::take(&mut *calls.lock().unwrap());
+        v.sort();
+        v
+    };
+    let list = |sandboxes: Vec<PodSandbox>| {
+        let c = c.clone();
+        let cache = cache.clone();
+        let containers = fake.containers.clone();
+        async move {
+            let containers = containers
+                .into_iter()
+                .filter(|k| sandboxes.iter().any(|s| s.id == k.pod_sandbox_id))
+                .collect();
+            inventory_with(&c, sandboxes, containers, &opts, Some(&cache))
+                .await
+                .unwrap()
+        }
+    };
+    let uncached = inventory(&c, &opts).await.unwrap();
+    taken(&calls);
+
+    let first = list(fake.sandboxes.clone()).await;
+    assert_eq!(first, uncached);
+    assert_eq!(taken(&calls).len(), 4, "two sandboxes, two containers");
+    assert_eq!(cache.len(), (2, 2));
+
+    let second = list(fake.sandboxes.clone()).await;
+    assert_eq!(second, uncached);
+    assert_eq!(taken(&calls), vec![], "nothing new: nothing asked");
+
+    // A sandbox's listed state wins over the cached status's.
+    let mut stopped = fake.sandboxes.clone();
+    stopped[1].state = PodSandboxState::SandboxNotready as i32;
+    let inv = list(stopped).await;
+    assert_eq!(inv.pods[1].state, SandboxState::NotReady);
+    assert_eq!(taken(&calls), vec![]);
+
+    cache.forget_containers();
+    assert_eq!(list(fake.sandboxes.clone()).await, uncached);
+    assert_eq!(
+        taken(&calls),
+        vec![
+            ("container", "c-s1".to_string()),
+            ("container", "c-s2".to_string())
+        ]
+    );
+
+    // s2 goes away: its entries are dropped.
+    let inv = list(vec![fake.sandboxes[0].clone()]).await;
+    assert_eq!(inv.pods.len(), 1);
+    assert_eq!(cache.len(), (1, 1));
+    assert_eq!(taken(&calls), vec![]);
+    // and comes back (a new id for the runtime is asked about again).
+    list(fake.sandboxes.clone()).await;
+    assert_eq!(
+        taken(&calls),
+        vec![
+            ("container", "c-s2".to_string()),
+            ("sandbox", "s2".to_string())
+        ]
     );
 }

@@ -157,6 +157,23 @@ pub async fn inventory_of(
     opts: &InventoryOptions,
 ) -> Result<Inventory, CriError> {
     let all_containers = client.list_containers(None).await?;
+    inventory_with(client, sandboxes, all_containers, opts, None).await
+}
+
+/// Build the inventory of already listed sandboxes and containers, asking
+/// the runtime only about what `cache` does not hold yet (see
+/// [`StatusCache`]); `None`: ask about everything. The cache is pruned to
+/// the listed ids afterwards.
+pub async fn inventory_with(
+    client: &CriClient,
+    sandboxes: Vec<proto::PodSandbox>,
+    all_containers: Vec<proto::Container>,
+    opts: &InventoryOptions,
+    cache: Option<&std::sync::Arc<StatusCache>>,
+) -> Result<Inventory, CriError> {
+    if let Some(c) = cache {
+        c.retain(&sandboxes, &all_containers);
+    }
     let mut by_sandbox: HashMap<String, Vec<proto::Container>> = HashMap::new();
     for c in all_containers {
         by_sandbox
@@ -165,17 +182,21 @@ pub async fn inventory_of(
             .push(c);
     }
     // Sandboxes are examined concurrently (a few at a time): each needs one
-    // PodSandboxStatus and one ContainerStatus per container.
+    // PodSandboxStatus and one ContainerStatus per container (unless cached).
     let limit = std::sync::Arc::new(tokio::sync::Semaphore::new(INVENTORY_CONCURRENCY));
     let mut tasks = tokio::task::JoinSet::new();
     for (idx, sb) in sandboxes.into_iter().enumerate() {
         let client = client.clone();
         let opts = *opts;
         let limit = limit.clone();
+        let cache = cache.cloned();
         let containers = by_sandbox.remove(&sb.id).unwrap_or_default();
         tasks.spawn(async move {
             let _permit = limit.acquire_owned().await;
-            (idx, sandbox_entry(&client, sb, containers, &opts).await)
+            (
+                idx,
+                sandbox_entry(&client, sb, containers, &opts, cache.as_deref()).await,
+            )
         });
     }
     let mut results = Vec::new();
@@ -201,6 +222,66 @@ pub async fn inventory_of(
     Ok(inv)
 }
 
+/// What the runtime said about sandboxes and containers that does not
+/// change while their id lives, kept so that a listing asks only about new
+/// ids: the verbose `PodSandboxStatus` (labels, annotations, metadata and
+/// the cgroup parent parsed from the info blob; the state comes from each
+/// `ListPodSandbox`) and each container's status, re-asked when the
+/// container's listed state changes or after [`StatusCache::forget_containers`]
+/// (in-place resource updates do not show in any listing). Entries of ids
+/// no longer listed are dropped at each listing.
+#[derive(Debug, Default)]
+pub struct StatusCache {
+    sandboxes: std::sync::Mutex<HashMap<String, SandboxFacts>>,
+    containers: std::sync::Mutex<HashMap<String, ContainerFacts>>,
+}
+
+#[derive(Debug, Clone)]
+struct SandboxFacts {
+    status: proto::PodSandboxStatus,
+    cgroup_parent: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+struct ContainerFacts {
+    /// The listed state this status was read at.
+    listed_state: i32,
+    state: i32,
+    res: Option<proto::LinuxContainerResources>,
+    origin: ResourcesOrigin,
+}
+
+impl StatusCache {
+    /// Drop the entries of ids that are not listed any more.
+    fn retain(&self, sandboxes: &[proto::PodSandbox], containers: &[proto::Container]) {
+        let sb: std::collections::HashSet<&str> = sandboxes.iter().map(|s| s.id.as_str()).collect();
+        let ct: std::collections::HashSet<&str> =
+            containers.iter().map(|c| c.id.as_str()).collect();
+        lock(&self.sandboxes).retain(|k, _| sb.contains(k.as_str()));
+        lock(&self.containers).retain(|k, _| ct.contains(k.as_str()));
+    }
+
+    /// Ask every container's status again at the next listing (a resync:
+    /// in-place resource updates change a status without changing a listing).
+    pub fn forget_containers(&self) {
+        lock(&self.containers).clear();
+    }
+
+    /// (sandboxes, containers) held.
+    pub fn len(&self) -> (usize, usize) {
+        (lock(&self.sandboxes).len(), lock(&self.containers).len())
+    }
+
+    /// Nothing held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == (0, 0)
+    }
+}
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Sandboxes examined at once by [`inventory_of`].
 pub const INVENTORY_CONCURRENCY: usize = 8;
 
@@ -210,18 +291,35 @@ async fn sandbox_entry(
     sb: proto::PodSandbox,
     containers: Vec<proto::Container>,
     opts: &InventoryOptions,
+    cache: Option<&StatusCache>,
 ) -> Result<Result<LivePod, Skipped>, CriError> {
-    let status = match client.pod_sandbox_status(&sb.id, true).await {
-        Ok(s) => s,
-        Err(e) if e.is_not_found() => {
-            return Ok(Err(Skipped {
-                sandbox_id: sb.id.clone(),
-                reason: format!("removed between ListPodSandbox and PodSandboxStatus ({e})"),
-            }))
+    let cached = cache.and_then(|c| lock(&c.sandboxes).get(&sb.id).cloned());
+    let facts = match cached {
+        Some(f) => f,
+        None => {
+            let resp = match client.pod_sandbox_status(&sb.id, true).await {
+                Ok(s) => s,
+                Err(e) if e.is_not_found() => {
+                    return Ok(Err(Skipped {
+                        sandbox_id: sb.id.clone(),
+                        reason: format!(
+                            "removed between ListPodSandbox and PodSandboxStatus ({e})"
+                        ),
+                    }))
+                }
+                Err(e) => return Err(e),
+            };
+            let f = SandboxFacts {
+                cgroup_parent: cgroup_parent_from_info(&resp.info),
+                status: resp.status.unwrap_or_default(),
+            };
+            if let Some(c) = cache {
+                lock(&c.sandboxes).insert(sb.id.clone(), f.clone());
+            }
+            f
         }
-        Err(e) => return Err(e),
     };
-    Ok(build_pod(client, &sb, status, containers, opts)
+    Ok(build_pod(client, &sb, facts, containers, opts, cache)
         .await?
         .map_err(|reason| Skipped {
             sandbox_id: sb.id.clone(),
@@ -342,11 +440,19 @@ fn container_state(s: i32) -> &'static str {
 async fn build_pod(
     client: &CriClient,
     sb: &proto::PodSandbox,
-    resp: proto::PodSandboxStatusResponse,
+    facts: SandboxFacts,
     mut containers: Vec<proto::Container>,
     opts: &InventoryOptions,
+    cache: Option<&StatusCache>,
 ) -> Result<Result<LivePod, String>, CriError> {
-    let status = resp.status.unwrap_or_default();
+    let SandboxFacts {
+        mut status,
+        cgroup_parent,
+    } = facts;
+    // The listing's state is current; a cached status's may not be.
+    if cache.is_some() {
+        status.state = sb.state;
+    }
     let meta = status
         .metadata
         .clone()
@@ -388,7 +494,6 @@ async fn build_pod(
         _ => SandboxState::NotReady,
     };
 
-    let cgroup_parent = cgroup_parent_from_info(&resp.info);
     let parsed = cgroup_parent.as_deref().and_then(parse_cgroup_parent);
     match (&cgroup_parent, &parsed) {
         (None, _) => notes.push("the runtime does not report the cgroup parent".to_string()),
@@ -420,27 +525,54 @@ async fn build_pod(
             .filter(|n| !n.is_empty())
             .or_else(|| c.labels.get(LABEL_CONTAINER_NAME).cloned())
             .unwrap_or_else(|| c.id.clone());
-        let st = match client.container_status(&c.id, false).await {
-            Ok(s) => s,
-            Err(e) if e.is_not_found() => {
-                warnings.push(format!(
-                    "container {cname} ({}) vanished before its status was read",
-                    c.id
-                ));
-                continue;
+        let hit = cache.and_then(|k| {
+            lock(&k.containers)
+                .get(&c.id)
+                .filter(|f| f.listed_state == c.state)
+                .cloned()
+        });
+        let facts = match hit {
+            Some(f) => f,
+            None => {
+                let st = match client.container_status(&c.id, false).await {
+                    Ok(s) => s,
+                    Err(e) if e.is_not_found() => {
+                        warnings.push(format!(
+                            "container {cname} ({}) vanished before its status was read",
+                            c.id
+                        ));
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                };
+                let cs = st.status.unwrap_or_default();
+                let mut origin = ResourcesOrigin::Status;
+                let mut res = cs.resources.as_ref().and_then(|r| r.linux.clone());
+                if res.is_none() {
+                    // Older runtimes: ask again verbosely and read the config.
+                    if let Ok(v) = client.container_status(&c.id, true).await {
+                        res = resources_from_info(&v.info);
+                        origin = ResourcesOrigin::VerboseConfig;
+                    }
+                }
+                let f = ContainerFacts {
+                    listed_state: c.state,
+                    state: cs.state,
+                    res,
+                    origin,
+                };
+                if let Some(k) = cache {
+                    lock(&k.containers).insert(c.id.clone(), f.clone());
+                }
+                f
             }
-            Err(e) => return Err(e),
         };
-        let cs = st.status.unwrap_or_default();
-        let mut origin = ResourcesOrigin::Status;
-        let mut res = cs.resources.as_ref().and_then(|r| r.linux.clone());
-        if res.is_none() {
-            // Older runtimes: ask again verbosely and read the config.
-            if let Ok(v) = client.container_status(&c.id, true).await {
-                res = resources_from_info(&v.info);
-                origin = ResourcesOrigin::VerboseConfig;
-            }
-        }
+        let ContainerFacts {
+            state: cs_state,
+            res,
+            mut origin,
+            ..
+        } = facts;
         let settings = res.as_ref().map(|r| ContainerSettings::from_cri(&cname, r));
         if settings.is_none() {
             origin = ResourcesOrigin::None;
@@ -449,7 +581,7 @@ async fn build_pod(
             ));
         }
         let s = settings.unwrap_or_default();
-        let state_str = container_state(cs.state);
+        let state_str = container_state(cs_state);
         let exited = state_str == "exited";
         let idx = live.len();
         match counted_by_name.get(&cname) {

@@ -24,8 +24,8 @@ use std::path::Path;
 
 pub use client::{ConnectOptions, CriClient, CriError, RetryPolicy, DEFAULT_ENDPOINT};
 pub use inventory::{
-    inventory, inventory_of, Inventory, InventoryOptions, LiveContainer, LivePod, SandboxState,
-    Skipped,
+    inventory, inventory_of, inventory_with, Inventory, InventoryOptions, LiveContainer, LivePod,
+    SandboxState, Skipped, StatusCache,
 };
 pub use reconstruct::QosSource;
 

@@ -32,6 +32,8 @@ pub struct RunOptions {
     pub cpu_manager: Option<crate::runtime::cpu_manager::CpuManagerSettings>,
     /// Pod specs from the Kubernetes API (CRI source only).
     pub specs: Option<Arc<dyn crate::runtime::pod_source::SpecSource>>,
+    /// `cgroupEnforcement: audit`: compare and report, write nothing.
+    pub audit: bool,
 }
 
 /// Hooks the daemon calls as it runs, so eviction, metrics and health can
@@ -90,9 +92,16 @@ pub async fn run_loop(opts: RunOptions, observer: &mut dyn Observer) -> anyhow::
     if let Source::Cri { specs, .. } = &mut source {
         specs.clone_from(&opts.specs);
     }
-    let mut reconciler = Reconciler::new(opts.plan.clone(), opts.dry_run, opts.orphan_grace);
+    let mode = if opts.audit {
+        crate::sys::apply::Mode::Audit
+    } else if opts.dry_run {
+        crate::sys::apply::Mode::DryRun
+    } else {
+        crate::sys::apply::Mode::Real
+    };
+    let mut reconciler = Reconciler::with_mode(opts.plan.clone(), mode, opts.orphan_grace);
     let mut cpu = match &opts.cpu_manager {
-        Some(s) => crate::runtime::cpu_manager::CpuManager::start(s, opts.dry_run)?,
+        Some(s) => crate::runtime::cpu_manager::CpuManager::start(s, opts.dry_run || opts.audit)?,
         None => None,
     };
     if cpu.is_some() && !matches!(source, Source::Cri { .. }) {
@@ -120,8 +129,15 @@ pub async fn run_loop(opts: RunOptions, observer: &mut dyn Observer) -> anyhow::
     // resource updates; timer reconciles in between reuse it and only
     // re-read the cgroups (drift).
     let mut cached: Option<(Vec<String>, Listing, Instant)> = None;
+    let mut last_resync = Instant::now();
+    // Pod cgroups appearing / going away (CRI source): a relist shortly
+    // after each, instead of one every `relist_interval`. Started after the
+    // first reconcile (which creates kubepods and the QoS cgroups).
+    let mut pod_events = PodEventState::default();
+    let mut spec_key = source.spec_key();
     loop {
         observer.heartbeat();
+        let relist_due = pod_events.due();
         let tick = tokio::select! {
             _ = sigterm.recv() => { tracing::info!("SIGTERM: stopping"); return Ok(Outcome::Stopped); }
             _ = sigint.recv() => { tracing::info!("SIGINT: stopping"); return Ok(Outcome::Stopped); }
@@ -134,7 +150,28 @@ pub async fn run_loop(opts: RunOptions, observer: &mut dyn Observer) -> anyhow::
                 Tick::Reconcile
             }
             _ = reconcile_tick.tick() => Tick::Reconcile,
-            _ = relist_tick.tick() => Tick::Relist,
+            // With pod events the relist timer is not needed: the reconcile
+            // timer (which relists too) is the safety net.
+            // The API server's view (when configured) is checked on the
+            // relist timer still: its change key costs no runtime call.
+            _ = relist_tick.tick() => {
+                if pod_events.active() {
+                    let k = source.spec_key();
+                    if k == spec_key {
+                        continue;
+                    }
+                    spec_key = k;
+                }
+                Tick::Relist
+            }
+            r = pod_events.readable() => {
+                pod_events.on_readable(r);
+                continue;
+            }
+            _ = sleep_until(relist_due) => {
+                pod_events.relisting();
+                Tick::Relist
+            }
         };
         // Calls retry while the runtime is down: stay stoppable.
         let fp = tokio::select! {
@@ -162,6 +199,12 @@ pub async fn run_loop(opts: RunOptions, observer: &mut dyn Observer) -> anyhow::
             (Some(_), Tick::Relist) => continue,
             (Some((_, listing, _)), Tick::Reconcile) => listing.clone(),
             (None, _) => {
+                if last_resync.elapsed() >= RESYNC {
+                    // Container statuses are asked again (in-place resource
+                    // updates); sandbox statuses never change.
+                    source.resync();
+                    last_resync = Instant::now();
+                }
                 let listed = tokio::select! {
                     r = source.list() => r,
                     _ = sigterm.recv() => { tracing::info!("SIGTERM: stopping"); return Ok(Outcome::Stopped); }
@@ -201,7 +244,134 @@ pub async fn run_loop(opts: RunOptions, observer: &mut dyn Observer) -> anyhow::
             "reconciled"
         );
         observer.reconciled(&report, &listing);
+        if matches!(source, Source::Cri { .. }) {
+            pod_events.start(&opts.plan);
+        }
     }
+}
+
+/// Relist this long after a pod cgroup event (more usually follow: the
+/// sandbox's and each container's cgroup).
+const EVENT_DEBOUNCE: Duration = Duration::from_millis(30);
+/// And once more this long after the last event: a sandbox or container
+/// whose cgroup appeared may only be listed as ready a moment later.
+const EVENT_FOLLOWUP: Duration = Duration::from_millis(700);
+
+/// The inotify watch on the pod cgroups and the relists it schedules.
+#[derive(Default)]
+struct PodEventState {
+    fd: Option<tokio::io::unix::AsyncFd<crate::sys::pod_events::PodEvents>>,
+    /// Tried and failed: logged once, retried after each reconcile.
+    failed: bool,
+    debounce: Option<tokio::time::Instant>,
+    followup: Option<tokio::time::Instant>,
+}
+
+impl PodEventState {
+    fn active(&self) -> bool {
+        self.fd.is_some()
+    }
+
+    fn start(&mut self, plan: &PlanConfig) {
+        if self.fd.is_some() {
+            return;
+        }
+        let dirs = pod_event_dirs(plan);
+        let r = crate::sys::pod_events::PodEvents::new(&dirs)
+            .map_err(|e| e.to_string())
+            .and_then(|w| {
+                // SAFETY: `PodEvents` owns its inotify fd and keeps it open
+                // for as long as it lives inside the AsyncFd.
+                unsafe { tokio::io::unix::AsyncFd::register(w) }.map_err(|e| e.to_string())
+            });
+        match r {
+            Ok(fd) => {
+                tracing::info!(
+                    watched = fd.get_ref().watched(),
+                    "pod cgroup events on: relisting on each pod cgroup change (and at every reconcile)"
+                );
+                self.fd = Some(fd);
+                self.failed = false;
+            }
+            Err(e) => {
+                if !self.failed {
+                    tracing::warn!(error = %e, "pod cgroup events unavailable; relisting on the relist interval");
+                }
+                self.failed = true;
+            }
+        }
+    }
+
+    /// The next scheduled relist.
+    fn due(&self) -> Option<tokio::time::Instant> {
+        match (self.debounce, self.followup) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Wait until the inotify fd is readable (forever without one).
+    async fn readable(&self) -> std::io::Result<()> {
+        match &self.fd {
+            Some(fd) => fd.readable().await.map(|mut g| g.clear_ready()),
+            None => std::future::pending().await,
+        }
+    }
+
+    fn on_readable(&mut self, r: std::io::Result<()>) {
+        let Some(fd) = self.fd.as_mut() else { return };
+        let n = match r
+            .map_err(|e| e.to_string())
+            .and_then(|()| fd.get_mut().drain().map_err(|e| e.to_string()))
+        {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::warn!(error = %e, "pod cgroup events failed; relisting on the relist interval");
+                self.fd = None;
+                self.failed = true;
+                return;
+            }
+        };
+        if n == 0 {
+            return;
+        }
+        let now = tokio::time::Instant::now();
+        self.debounce.get_or_insert(now + EVENT_DEBOUNCE);
+        self.followup = Some(now + EVENT_FOLLOWUP);
+    }
+
+    /// A scheduled relist is being made now.
+    fn relisting(&mut self) {
+        let now = tokio::time::Instant::now();
+        if self.debounce.is_some_and(|d| d <= now) {
+            self.debounce = None;
+        } else if self.followup.is_some_and(|f| f <= now) {
+            self.followup = None;
+        }
+    }
+}
+
+/// Sleep until `at` (forever when `None`).
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The directories whose sub-directories are pod cgroups: kubepods and its
+/// Burstable and BestEffort cgroups (v1: in the cpu hierarchy).
+pub fn pod_event_dirs(plan: &PlanConfig) -> Vec<std::path::PathBuf> {
+    use crate::core::model::QosClass;
+    let l = &plan.layout;
+    [
+        QosClass::Guaranteed,
+        QosClass::Burstable,
+        QosClass::BestEffort,
+    ]
+    .iter()
+    .map(|c| l.dir(&l.qos_cgroup(*c), "cpu"))
+    .collect()
 }
 
 /// What woke the loop.
@@ -238,6 +408,9 @@ pub struct ServiceObserver {
     pub eviction: Option<Arc<crate::runtime::eviction_service::EvictionService>>,
     /// The Kubernetes API side, for status and readiness reasons.
     pub specs: Option<Arc<dyn crate::runtime::pod_source::SpecSource>>,
+    /// `cgroupEnforcement: audit`: report drift in metrics and `/status`.
+    pub audit: bool,
+    audit_changes_total: u64,
 }
 
 impl ServiceObserver {
@@ -263,6 +436,8 @@ impl ServiceObserver {
             reloader: None,
             eviction: None,
             specs: None,
+            audit: false,
+            audit_changes_total: 0,
         }
     }
 }
@@ -281,6 +456,22 @@ impl Observer for ServiceObserver {
         self.metrics.pods(QosClass::Guaranteed, counts.guaranteed);
         self.metrics.pods(QosClass::Burstable, counts.burstable);
         self.metrics.pods(QosClass::BestEffort, counts.best_effort);
+        if self.audit {
+            self.metrics
+                .audit_drift(report.audit_drift.len(), report.audit_changes);
+            self.audit_changes_total += report.audit_changes as u64;
+            let audit = crate::telemetry::status::AuditStatus {
+                drifting: report.audit_drift.len(),
+                changes_total: self.audit_changes_total,
+                values: report
+                    .audit_drift
+                    .iter()
+                    .take(crate::telemetry::status::AuditStatus::MAX_VALUES)
+                    .cloned()
+                    .collect(),
+            };
+            self.health.update_status(|d| d.audit = Some(audit));
+        }
         self.health.set_cri_reachable(true);
         self.health.set_reconciled();
         if let Some(k) = &self.specs {

@@ -2,6 +2,8 @@
 //! CRI, or pod manifests.
 use std::collections::BTreeSet;
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use crate::core::model::Pod;
 
@@ -47,9 +49,25 @@ pub enum Source {
         inventory: crate::cri::InventoryOptions,
         /// The API server's pod specs, merged by uid (`None`: runtime alone).
         specs: Option<std::sync::Arc<dyn SpecSource>>,
+        /// Per-id statuses: a listing asks only about new sandboxes and
+        /// containers.
+        cache: Arc<crate::cri::StatusCache>,
+        /// The lists the last [`Source::fingerprint`] fetched, reused by a
+        /// [`Source::list`] right after it (no second pair of List calls).
+        lists: Mutex<Option<RawLists>>,
     },
     Manifests(Vec<PathBuf>),
 }
+
+/// ListPodSandbox and ListContainers as fetched at an instant.
+type RawLists = (
+    Instant,
+    Vec<crate::cri::proto::PodSandbox>,
+    Vec<crate::cri::proto::Container>,
+);
+
+/// A fingerprint's lists are reused by a listing at most this much later.
+const LISTS_REUSE: Duration = Duration::from_millis(500);
 
 /// Why a listing failed.
 #[derive(Debug, thiserror::Error)]
@@ -74,6 +92,8 @@ impl Source {
                     memory_capacity_bytes: Some(memory_capacity_bytes),
                 },
                 specs: None,
+                cache: Arc::default(),
+                lists: Mutex::new(None),
             },
             PodSourceSpec::Manifests(paths) => Source::Manifests(paths.clone()),
         })
@@ -84,18 +104,21 @@ impl Source {
     /// files is cheap).
     pub async fn fingerprint(&self) -> Result<Vec<String>, SourceError> {
         match self {
-            Source::Cri { client, specs, .. } => {
-                let mut v: Vec<String> = client
-                    .list_pod_sandboxes()
-                    .await?
-                    .into_iter()
+            Source::Cri {
+                client,
+                specs,
+                lists,
+                ..
+            } => {
+                let sandboxes = client.list_pod_sandboxes().await?;
+                let containers = client.list_containers(None).await?;
+                let mut v: Vec<String> = sandboxes
+                    .iter()
                     .map(|s| format!("s:{}:{}", s.id, s.state))
                     .collect();
                 v.extend(
-                    client
-                        .list_containers(None)
-                        .await?
-                        .into_iter()
+                    containers
+                        .iter()
                         .map(|c| format!("c:{}:{}:{}", c.pod_sandbox_id, c.id, c.state)),
                 );
                 // The API's view too: a pod event or the API going away
@@ -104,6 +127,8 @@ impl Source {
                     v.push(k.change_key());
                 }
                 v.sort();
+                *lists.lock().unwrap_or_else(|e| e.into_inner()) =
+                    Some((Instant::now(), sandboxes, containers));
                 Ok(v)
             }
             Source::Manifests(paths) => {
@@ -115,6 +140,32 @@ impl Source {
         }
     }
 
+    /// Ask the runtime about every container again at the next listing
+    /// (the periodic resync: in-place resource updates change no listing).
+    /// Sandbox statuses stay: nothing in them changes for a sandbox id.
+    pub fn resync(&self) {
+        if let Source::Cri { cache, .. } = self {
+            cache.forget_containers();
+        }
+    }
+
+    /// The API server source's change key (`None` without one): cheap, no
+    /// runtime call.
+    pub fn spec_key(&self) -> Option<String> {
+        match self {
+            Source::Cri { specs: Some(k), .. } => Some(k.change_key()),
+            _ => None,
+        }
+    }
+
+    /// Sandboxes and containers whose statuses are held (CRI; 0 otherwise).
+    pub fn cached_statuses(&self) -> (usize, usize) {
+        match self {
+            Source::Cri { cache, .. } => cache.len(),
+            Source::Manifests(_) => (0, 0),
+        }
+    }
+
     /// Full listing.
     pub async fn list(&self) -> Result<Listing, SourceError> {
         match self {
@@ -122,8 +173,25 @@ impl Source {
                 client,
                 inventory,
                 specs,
+                cache,
+                lists,
             } => {
-                let mut inv = crate::cri::inventory(client, inventory).await?;
+                let taken = lists.lock().unwrap_or_else(|e| e.into_inner()).take();
+                let (sandboxes, containers) = match taken {
+                    Some((at, s, c)) if at.elapsed() < LISTS_REUSE => (s, c),
+                    _ => (
+                        client.list_pod_sandboxes().await?,
+                        client.list_containers(None).await?,
+                    ),
+                };
+                let mut inv = crate::cri::inventory_with(
+                    client,
+                    sandboxes,
+                    containers,
+                    inventory,
+                    Some(cache),
+                )
+                .await?;
                 if let Some(k) = specs {
                     k.merge(&mut inv.pods);
                 }

@@ -95,6 +95,14 @@ pub struct ReconcileReport {
     /// value qosd had in place), as opposed to new cgroups or plan changes.
     #[serde(skip)]
     pub drift: Vec<PathBuf>,
+    /// `cgroupEnforcement: audit`: every planned value the cgroup does not
+    /// hold (nothing is written; `writes` stays empty).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub audit_drift: Vec<crate::telemetry::status::DriftValue>,
+    /// Audit: how many of `audit_drift` are new or changed since the last
+    /// pass (each is logged once).
+    #[serde(skip)]
+    pub audit_changes: usize,
     #[serde(skip)]
     pub duration: Duration,
 }
@@ -119,11 +127,20 @@ pub struct Reconciler {
     /// The value qosd last had in place in each file, written or found
     /// already right (drift = someone changed it since).
     last_written: HashMap<PathBuf, String>,
+    /// Audit: the value found in each differing file when it was last
+    /// reported (report once per change).
+    audit_seen: HashMap<PathBuf, Option<String>>,
 }
 
 impl Reconciler {
     pub fn new(cfg: PlanConfig, dry_run: bool, orphan_grace: Duration) -> Reconciler {
         let mode = if dry_run { Mode::DryRun } else { Mode::Real };
+        Reconciler::with_mode(cfg, mode, orphan_grace)
+    }
+
+    /// A reconciler in `mode`; [`Mode::Audit`] reads and compares every
+    /// planned value and writes, creates and removes nothing.
+    pub fn with_mode(cfg: PlanConfig, mode: Mode, orphan_grace: Duration) -> Reconciler {
         // Reserved cgroups are allowed but never created (not a create level).
         let mut applier = Applier::with_bases(mode, allowed_bases(&cfg));
         if cfg.layout.version == CgroupVersion::V2 {
@@ -142,7 +159,13 @@ impl Reconciler {
             orphans_seen: HashMap::new(),
             drift_logged: HashSet::new(),
             last_written: HashMap::new(),
+            audit_seen: HashMap::new(),
         }
+    }
+
+    /// Real, dry run or audit.
+    pub fn mode(&self) -> Mode {
+        self.applier.mode()
     }
 
     pub fn config(&self) -> &PlanConfig {
@@ -175,6 +198,9 @@ impl Reconciler {
         let start = Instant::now();
         let plan = plan::build(&self.cfg, pods);
         let report: ApplyReport = self.applier.apply(&plan.writes);
+        if self.mode() == Mode::Audit {
+            return self.audit(plan, report, start);
+        }
         let mut out = ReconcileReport {
             unchanged: report.unchanged,
             pods: plan.pods.len(),
@@ -230,6 +256,50 @@ impl Reconciler {
         if let Some(live) = all_live_uids {
             out.orphans_removed = self.clean_orphans(live, now);
         }
+        out.duration = start.elapsed();
+        out
+    }
+
+    /// `cgroupEnforcement: audit`: report every planned value the cgroup
+    /// does not hold (logged once per change), write and remove nothing.
+    fn audit(&mut self, plan: plan::Plan, report: ApplyReport, start: Instant) -> ReconcileReport {
+        let mut out = ReconcileReport {
+            unchanged: report.unchanged,
+            pods: plan.pods.len(),
+            ..Default::default()
+        };
+        let mut current = HashSet::new();
+        for (w, found) in report.written.iter().zip(report.previous.iter()) {
+            current.insert(w.file.clone());
+            if self.audit_seen.get(&w.file) != Some(found) {
+                out.audit_changes += 1;
+                tracing::warn!(
+                    file = %w.file.display(),
+                    planned = %w.value,
+                    found = found.as_deref().unwrap_or("(missing)"),
+                    "audit: cgroup value differs from the plan (cgroupEnforcement audit: not written)"
+                );
+                self.audit_seen.insert(w.file.clone(), found.clone());
+            }
+            out.audit_drift.push(crate::telemetry::status::DriftValue {
+                file: w.file.display().to_string(),
+                planned: w.value.clone(),
+                found: found.clone(),
+            });
+        }
+        self.audit_seen.retain(|f, _| {
+            let keep = current.contains(f);
+            if !keep {
+                tracing::info!(file = %f.display(), "audit: cgroup value matches the plan again");
+            }
+            keep
+        });
+        for e in &report.errors {
+            tracing::debug!(file = %e.file.display(), value = %e.value, error = %e.error, "audit: cgroup value not readable");
+            out.errors
+                .push(format!("{}: {}: {}", e.file.display(), e.value, e.error));
+        }
+        out.planned = plan.writes;
         out.duration = start.elapsed();
         out
     }

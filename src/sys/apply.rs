@@ -23,11 +23,21 @@ use std::sync::OnceLock;
 use crate::core::model::{CgroupLevel, CgroupWrite};
 use crate::sys::cgroupfs::{self as fs, CgroupFsError};
 
-/// Real writes or a dry run (reads, records, writes nothing).
+/// Real writes, a dry run (reads, records, writes nothing), or an audit
+/// (reads and compares like a dry run; the caller reports the differences
+/// as drift from the kubelet's values instead of as pending writes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
     Real,
     DryRun,
+    Audit,
+}
+
+impl Mode {
+    /// Whether this mode writes, creates or enables anything (only `Real`).
+    pub fn writes(self) -> bool {
+        self == Mode::Real
+    }
 }
 
 /// A failed write (or the read/mkdir before it).
@@ -161,7 +171,7 @@ impl Applier {
                     report.errors.push(err(w, e));
                     continue;
                 }
-                if self.mode == Mode::DryRun {
+                if !self.mode.writes() {
                     pending.push((w, None));
                     continue;
                 }
@@ -183,7 +193,7 @@ impl Applier {
         order_writes(&mut pending);
 
         for (w, prev) in pending {
-            if self.mode == Mode::DryRun {
+            if !self.mode.writes() {
                 report.written.push(w.clone());
                 report.previous.push(prev);
                 continue;
@@ -221,7 +231,7 @@ impl Applier {
         report: &mut ApplyReport,
         would_create: &mut BTreeSet<PathBuf>,
     ) -> Result<(), CgroupFsError> {
-        if self.mode == Mode::DryRun {
+        if !self.mode.writes() {
             // Record the missing dirs down from the first existing ancestor
             // inside the base, without creating anything.
             let (dir, base) = fs::match_base(dir, &self.bases).unwrap_or_default();
@@ -292,7 +302,7 @@ impl Applier {
                     {
                         return fs::read(&w.file).map(Some);
                     }
-                    if self.mode == Mode::DryRun && self.enable_from.is_some() {
+                    if !self.mode.writes() && self.enable_from.is_some() {
                         // Would be enabled, then written.
                         return Ok(None);
                     }
@@ -667,6 +677,30 @@ mod tests {
         );
         // Same answer again: a dry run has no memory.
         assert_eq!(a.apply(&plan).write_count(), 2);
+    }
+
+    #[test]
+    fn audit_reads_and_writes_nothing() {
+        let t = tempfile::tempdir().unwrap();
+        let (kp, _qos, pod) = fake_v1(t.path());
+        let newpod = kp.join("besteffort/pod2");
+        let plan = vec![
+            wr(&pod, "cpu.shares", "256", CgroupLevel::Pod),
+            wr(&pod, "cpu.cfs_period_us", "100000", CgroupLevel::Pod),
+            wr(&newpod, "cpu.shares", "2", CgroupLevel::Pod),
+        ];
+        let mut a = Applier::new(Mode::Audit, kp.clone())
+            .enable_v2_controllers_from(t.path().to_path_buf());
+        let r = a.apply(&plan);
+        assert!(r.errors.is_empty(), "{:?}", r.errors);
+        assert_eq!(r.unchanged, 1);
+        assert_eq!(r.previous, vec![Some("1024".to_string()), None]);
+        assert!(!kp.join("besteffort").exists(), "audit must not mkdir");
+        assert_eq!(
+            sfs::read_to_string(pod.join("cpu.shares")).unwrap(),
+            "1024\n"
+        );
+        assert!(!Mode::Audit.writes() && !Mode::DryRun.writes() && Mode::Real.writes());
     }
 
     #[test]

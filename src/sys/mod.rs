@@ -1,7 +1,8 @@
 //! Kernel I/O, every root injected: cgroupfs reads and writes ([`cgroupfs`]),
 //! version detection ([`detect`]), the plan applier ([`apply`]), /proc
 //! parsing ([`procfs`]), the one pid-tree killer ([`kill`]), eviction signal
-//! readers ([`signals`]), the fast memory-pressure watcher ([`watch`]), the
+//! readers ([`signals`]), the fast memory-pressure watcher ([`watch`]),
+//! pod cgroups coming and going ([`pod_events`]), the
 //! node's hugepage sizes ([`hugepages`]) and CPU topology ([`cpu_topology`]),
 //! and the systemd cgroup driver over D-Bus ([`systemd`]).
 
@@ -11,6 +12,7 @@ pub mod cpu_topology;
 pub mod detect;
 pub mod hugepages;
 pub mod kill;
+pub mod pod_events;
 pub mod procfs;
 pub mod signals;
 pub mod systemd;

@@ -623,7 +623,7 @@ impl Driver {
     /// mount. Then, unless this is a dry run, systemd is probed; when it is
     /// not PID 1 or not reachable qosd warns and writes cgroupfs.
     pub fn choose(fs: Applier, systemd_wanted: bool, probe_with: &SystemdProbe) -> Driver {
-        if !systemd_wanted || fs.mode() == Mode::DryRun {
+        if !systemd_wanted || !fs.mode().writes() {
             return Driver::Cgroupfs(fs);
         }
         match probe(probe_with) {

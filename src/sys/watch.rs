@@ -12,7 +12,7 @@
 //!
 //! The interval adapts to the distance from the line: at the assumed worst
 //! ramp (default 1 GiB/s) the next poll comes before half the remaining
-//! distance could be consumed, clamped to [5 ms, 100 ms]. On v1 a
+//! distance could be consumed, clamped to [1 ms, 100 ms]. On v1 a
 //! `cgroup.event_control` eventfd threshold on `memory.usage_in_bytes`
 //! (at the line + the last inactive_file, re-armed as it moves, like the
 //! kubelet's notifier) wakes the poller at once; it fires only every
@@ -175,7 +175,10 @@ pub struct WatchConfig {
 impl Default for WatchConfig {
     fn default() -> Self {
         WatchConfig {
-            min_interval: Duration::from_millis(5),
+            // Near the line (within ~2 MiB at the 1 GiB/s worst ramp) a
+            // poll every millisecond: a slow ramp that the v1 eventfd
+            // reports only every ~512 KiB is still seen within ~1 ms.
+            min_interval: Duration::from_millis(1),
             max_interval: Duration::from_millis(100),
             max_ramp_bytes_per_sec: 1 << 30,
             use_eventfd: true,
@@ -674,12 +677,13 @@ mod tests {
 
     #[test]
     fn interval_table() {
-        let cfg = WatchConfig::default(); // 1 GiB/s, 5..100 ms
+        let cfg = WatchConfig::default(); // 1 GiB/s, 1..100 ms
         let table: &[(i64, u64)] = &[
-            (-5, 5),
-            (0, 5),
-            (1, 5),
-            (10 * MI, 5),    // 10 MiB / 1 GiB/s / 2 ≈ 4.9 ms → 5
+            (-5, 1),
+            (0, 1),
+            (1, 1),
+            (MI, 1),         // ≈ 0.49 ms → 1
+            (10 * MI, 4),    // 10 MiB / 1 GiB/s / 2 ≈ 4.9 ms
             (20 * MI, 9),    // ≈ 9.77 ms
             (100 * MI, 48),  // ≈ 48.8 ms
             (205 * MI, 100), // ≈ 100.1 ms → 100

@@ -8,6 +8,9 @@
 //! | family | type | labels |
 //! |---|---|---|
 //! | `qosd_evictions_total` | counter | `signal`, `qos_class` |
+//! | `qosd_dry_run_evictions_total` | counter | `signal`, `qos_class` |
+//! | `qosd_reclaimed_images_total` | counter | — |
+//! | `qosd_reclaimed_containers_total` | counter | — |
 //! | `qosd_eviction_reaction_seconds` | histogram | — |
 //! | `qosd_signal_observed` | gauge | `signal` |
 //! | `qosd_signal_capacity` | gauge | `signal` |
@@ -24,6 +27,8 @@
 //! | `qosd_cri_call_failures_total` | counter | `method` |
 //! | `qosd_pods` | gauge | `qos_class` |
 //! | `qosd_build_info` | gauge 1 | `version` |
+//! | `qosd_cgroup_audit_drift` | gauge | — |
+//! | `qosd_cgroup_audit_drift_changes_total` | counter | — |
 
 use std::sync::atomic::AtomicU64;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -107,6 +112,9 @@ fn cri_histogram() -> Histogram {
 pub struct Metrics {
     registry: Registry,
     evictions: Family<EvictionLabels, Counter>,
+    dry_run_evictions: Family<EvictionLabels, Counter>,
+    reclaimed_images: Counter,
+    reclaimed_containers: Counter,
     eviction_reaction: Histogram,
     signal_observed: Family<SignalLabels, Gauge>,
     signal_capacity: Family<SignalLabels, Gauge>,
@@ -124,6 +132,8 @@ pub struct Metrics {
     pods: Family<QosLabels, Gauge>,
     /// The Kubernetes API side's series.
     pub kube: crate::telemetry::kube_metrics::KubeMetrics,
+    audit_drift: Gauge,
+    audit_drift_changes: Counter,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -145,6 +155,9 @@ impl Metrics {
         let mut r = Registry::with_prefix("qosd");
         let m = Metrics {
             evictions: Family::default(),
+            dry_run_evictions: Family::default(),
+            reclaimed_images: Counter::default(),
+            reclaimed_containers: Counter::default(),
             // 1 ms … ~4 s
             eviction_reaction: Histogram::new(exponential_buckets(0.001, 2.0, 13)),
             signal_observed: Family::default(),
@@ -163,6 +176,8 @@ impl Metrics {
             cri_failures: Family::default(),
             pods: Family::default(),
             kube: Default::default(),
+            audit_drift: Gauge::default(),
+            audit_drift_changes: Counter::default(),
             registry: Registry::default(),
         };
         m.kube.register(&mut r);
@@ -170,6 +185,21 @@ impl Metrics {
             "evictions",
             "Pods evicted, by the signal that triggered the eviction and the pod's QoS class",
             m.evictions.clone(),
+        );
+        r.register(
+            "dry_run_evictions",
+            "Pods qosd would have evicted in dry-run mode (each victim once), by signal and QoS class",
+            m.dry_run_evictions.clone(),
+        );
+        r.register(
+            "reclaimed_images",
+            "Unused images removed by node-level reclaim and image GC",
+            m.reclaimed_images.clone(),
+        );
+        r.register(
+            "reclaimed_containers",
+            "Dead containers removed by node-level reclaim before disk evictions",
+            m.reclaimed_containers.clone(),
         );
         r.register_with_unit(
             "eviction_reaction",
@@ -242,6 +272,16 @@ impl Metrics {
             m.cri_failures.clone(),
         );
         r.register("pods", "Live pods, by QoS class", m.pods.clone());
+        r.register(
+            "cgroup_audit_drift",
+            "cgroupEnforcement audit: planned cgroup values the cgroups do not hold at the last reconcile (nothing is written)",
+            m.audit_drift.clone(),
+        );
+        r.register(
+            "cgroup_audit_drift_changes",
+            "cgroupEnforcement audit: differing cgroup values reported (each new or changed value once)",
+            m.audit_drift_changes.clone(),
+        );
         let build = Family::<VersionLabels, Gauge>::default();
         build
             .get_or_create(&VersionLabels {
@@ -275,6 +315,22 @@ impl Metrics {
                 qos_class: qos.as_str().to_string(),
             })
             .inc();
+    }
+
+    /// A pod would have been evicted (dry run) because of `signal`.
+    pub fn dry_run_eviction(&self, signal: &str, qos: QosClass) {
+        self.dry_run_evictions
+            .get_or_create(&EvictionLabels {
+                signal: signal.to_string(),
+                qos_class: qos.as_str().to_string(),
+            })
+            .inc();
+    }
+
+    /// Node-level reclaim removed images and dead containers.
+    pub fn reclaimed(&self, images: u64, containers: u64) {
+        self.reclaimed_images.inc_by(images);
+        self.reclaimed_containers.inc_by(containers);
     }
 
     /// Time from threshold crossing to the eviction being issued.
@@ -358,6 +414,13 @@ impl Metrics {
         if !ok {
             self.cri_failures.get_or_create(&l).inc();
         }
+    }
+
+    /// Audit: `drifting` planned values differ now, `changes` of them are
+    /// new or changed since the last pass.
+    pub fn audit_drift(&self, drifting: usize, changes: usize) {
+        self.audit_drift.set(drifting as i64);
+        self.audit_drift_changes.inc_by(changes as u64);
     }
 
     /// Live pods of a QoS class.

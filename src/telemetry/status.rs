@@ -36,6 +36,13 @@ pub struct StatusDoc {
     pub degraded: Vec<String>,
     /// The Kubernetes API side (absent when not configured).
     pub kubernetes: Option<KubeStatus>,
+    /// `enforce` or `audit` (cgroupEnforcement).
+    pub cgroup_enforcement: String,
+    /// `cgroupEnforcement: audit`: the planned values the cgroups do not hold.
+    pub audit: Option<AuditStatus>,
+    /// Per-pod usage as the eviction manager last measured it (memory
+    /// working set, local ephemeral storage, inodes, processes).
+    pub pod_usage: Vec<PodUsage>,
 }
 
 /// The Kubernetes API pod source, in `/status`.
@@ -53,6 +60,53 @@ pub struct KubeStatus {
     pub pods_inferred: usize,
     pub relists: u64,
     pub watch_restarts: u64,
+}
+
+/// A planned cgroup value the cgroup does not hold (audit).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct DriftValue {
+    /// The interface file.
+    pub file: String,
+    /// What qosd (the kubelet's rules) plans.
+    pub planned: String,
+    /// What the file holds; `None` when the cgroup or file does not exist.
+    pub found: Option<String>,
+}
+
+/// Drift found by `cgroupEnforcement: audit` at the last reconcile.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AuditStatus {
+    /// Planned values that differ now.
+    pub drifting: usize,
+    /// Differences reported since start (each new or changed value once).
+    pub changes_total: u64,
+    /// The differing values (at most [`AuditStatus::MAX_VALUES`]).
+    pub values: Vec<DriftValue>,
+}
+
+impl AuditStatus {
+    /// How many differing values `/status` lists.
+    pub const MAX_VALUES: usize = 100;
+}
+
+/// One pod's measured usage (`None`: not measured).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PodUsage {
+    pub uid: String,
+    pub namespace: String,
+    pub name: String,
+    pub qos_class: String,
+    pub memory_working_set_bytes: Option<u64>,
+    /// Writable layers + logs + local volumes.
+    pub ephemeral_storage_bytes: Option<u64>,
+    pub inodes: Option<u64>,
+    pub processes: Option<u64>,
+    pub writable_layer_bytes: Option<u64>,
+    pub logs_bytes: Option<u64>,
+    pub volumes_bytes: Option<u64>,
 }
 
 /// One eviction signal and its thresholds.
@@ -218,6 +272,22 @@ impl StatusDoc {
                 k.pods_inferred
             );
         }
+        if let Some(a) = &self.audit {
+            let _ = writeln!(
+                o,
+                "cgroups: audit (nothing written): {} planned values differ, {} changes reported",
+                a.drifting, a.changes_total
+            );
+            for d in &a.values {
+                let _ = writeln!(
+                    o,
+                    "  {}: found {}, planned {}",
+                    d.file,
+                    d.found.as_deref().unwrap_or("(missing)"),
+                    d.planned
+                );
+            }
+        }
         let _ = writeln!(o);
         let _ = writeln!(
             o,
@@ -301,6 +371,31 @@ impl StatusDoc {
             }
             None => {
                 let _ = writeln!(o, "last reconcile: none yet");
+            }
+        }
+        if !self.pod_usage.is_empty() {
+            let _ = writeln!(o, "\npod usage (as last measured by the eviction manager):");
+            let _ = writeln!(
+                o,
+                "  {:<40} {:<11} {:>12} {:>12} {:>10} {:>9}",
+                "POD", "QOS", "MEMORY", "STORAGE", "INODES", "PROCESSES"
+            );
+            let b = |v: Option<u64>| {
+                v.map(|x| signal_value("memory.available", x as i64))
+                    .unwrap_or_else(|| "-".into())
+            };
+            let n = |v: Option<u64>| v.map(|x| x.to_string()).unwrap_or_else(|| "-".into());
+            for p in &self.pod_usage {
+                let _ = writeln!(
+                    o,
+                    "  {:<40} {:<11} {:>12} {:>12} {:>10} {:>9}",
+                    format!("{}/{}", p.namespace, p.name),
+                    p.qos_class,
+                    b(p.memory_working_set_bytes),
+                    b(p.ephemeral_storage_bytes),
+                    n(p.inodes),
+                    n(p.processes)
+                );
             }
         }
         if self.last_evictions.is_empty() {

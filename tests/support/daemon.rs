@@ -100,11 +100,17 @@ impl Daemon {
     /// [`Daemon::start`] with extra environment (set after the defaults, so
     /// `("QOSD_LOG", "warn")` or `("NOTIFY_SOCKET", path)` take effect).
     pub fn start_with(args: &[&str], envs: &[(&str, &OsStr)]) -> Daemon {
+        Daemon::start_bin(env!("CARGO_BIN_EXE_qosd"), args, envs)
+    }
+
+    /// [`Daemon::start_with`] of another `qosd` binary (a benchmark's
+    /// baseline build).
+    pub fn start_bin(bin: &str, args: &[&str], envs: &[(&str, &OsStr)]) -> Daemon {
         let addr = free_addr();
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("qosd.log");
         let out = std::fs::File::create(&log).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_qosd"))
+        let child = Command::new(bin)
             .args(args)
             .arg("--metrics-address")
             .arg(addr.to_string())

@@ -49,7 +49,7 @@
 //!
 //! Usage: qosd-evict-bench [--rates 200,1000] [--runs 10] [--capacity-mib 512]
 //!        [--threshold-mib 100] [--margin-mib 128] [--cgroup-root DIR] [--sampler]
-//!        [--no-eventfd] [--min-interval-ms 5] [--max-interval-ms 100] [--rt PRIO]
+//!        [--no-eventfd] [--min-interval-ms 1] [--max-interval-ms 100] [--rt PRIO]
 //!        [--limit-mib N] [--no-watcher] [--bystander-mib 32] [--random-phase-ms N]
 
 use std::ffi::CString;
@@ -266,7 +266,7 @@ fn parse_opts(args: &[String]) -> Opts {
         cgroup_root: None,
         sampler: false,
         eventfd: true,
-        min_interval_ms: 5.0,
+        min_interval_ms: 1.0,
         max_interval_ms: 100.0,
         rt: None,
         limit_mib: None,
@@ -311,7 +311,7 @@ fn parse_opts(args: &[String]) -> Opts {
             "--avail-pct" => o.avail_pct = num(val(&mut i)),
             "--sample-us" => o.sample_us = num(val(&mut i)),
             "--pause-ms" => o.pause_ms = num(val(&mut i)),
-            "--min-interval-ms" => o.min_interval_ms = val(&mut i).parse().unwrap_or(5.0),
+            "--min-interval-ms" => o.min_interval_ms = val(&mut i).parse().unwrap_or(1.0),
             "--max-interval-ms" => o.max_interval_ms = val(&mut i).parse().unwrap_or(100.0),
             "-h" | "--help" => {
                 println!("see the module documentation in src/bin/qosd-evict-bench.rs");
@@ -370,8 +370,13 @@ struct Run {
     /// Ramp achieved over the 200 ms before the crossing.
     achieved_mib_s: Option<f64>,
     run: usize,
-    /// Who killed the hog first: "qosd", "kernel-oom" or "none".
+    /// Who killed the hog first: "qosd", "kernel-oom", "external" (a
+    /// SIGKILL from outside the bench and not the OOM killer: systemd-oomd
+    /// with `--no-watcher`) or "none".
     killer: String,
+    /// The hog's exit seen by the bench (1 ms polls), after the crossing.
+    exit_ms: Option<f64>,
+    exit_after_sampled_ms: Option<f64>,
     detect_ms: Option<f64>,
     kill_ms: Option<f64>,
     empty_ms: Option<f64>,
@@ -699,6 +704,7 @@ fn one_run(
     let t_start = std::time::Instant::now();
     let mut got = None;
     let mut hog_status = None;
+    let mut t_exit = None;
     loop {
         match rx.recv_timeout(Duration::from_millis(1)) {
             Ok(x) => {
@@ -713,6 +719,7 @@ fn one_run(
         if let Some(c) = guard.child.as_mut() {
             if let Ok(Some(st)) = c.try_wait() {
                 hog_status = Some(st);
+                t_exit = Some(mono_ns());
                 // the watcher may still be reacting
                 got = rx.recv_timeout(Duration::from_millis(100)).ok();
                 break;
@@ -827,19 +834,26 @@ fn one_run(
         (Some(_), None) => true,
         (None, _) => oom_kills > 0 && t_kill.is_none(),
     };
+    let hog_signal = hog_status.as_ref().and_then(exit_signal);
     let killer = if oom_first {
         "kernel-oom"
     } else if t_kill.is_some() {
         "qosd"
+    } else if hog_signal == Some(libc::SIGKILL) {
+        "external"
     } else {
         "none"
     };
-    let hog_signal = hog_status.as_ref().and_then(exit_signal);
     Ok(Run {
         rate_mib_s: rate,
         achieved_mib_s: achieved_rate(&shm, count, cross).map(|r| r.round()),
         run: n,
         killer: killer.into(),
+        exit_ms: t_exit.map(|t| ms(d(t))),
+        exit_after_sampled_ms: match (sampler_cross, t_exit) {
+            (Some((s, _)), Some(k)) => Some(ms(k as i128 - s as i128)),
+            _ => None,
+        },
         detect_ms: got.as_ref().map(|g| ms(d(g.0))),
         kill_ms: t_kill.map(|t| ms(d(t))),
         empty_ms: got.as_ref().map(|g| ms(d(g.2))),
@@ -1172,6 +1186,9 @@ fn main() {
             "eventfd_wakes": rs.iter().filter(|r| r.wake.as_deref() == Some("eventfd")).count(),
             "killer_qosd": rs.iter().filter(|r| r.killer == "qosd").count(),
             "killer_kernel_oom": rs.iter().filter(|r| r.killer == "kernel-oom").count(),
+            "killer_external": rs.iter().filter(|r| r.killer == "external").count(),
+            "exit_ms": stats(col(&|r| r.exit_ms)),
+            "exit_after_sampled_ms": stats(col(&|r| r.exit_after_sampled_ms)),
             "runs_with_oom_kill": rs.iter().filter(|r| r.oom_kills > 0).count(),
             "victim_correct": rs.iter().filter(|r| r.victim_correct).count(),
         }));

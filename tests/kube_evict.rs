@@ -475,10 +475,14 @@ async fn soft_eviction_refused_moves_to_the_next_pod() {
         "the API evicts (the kubelet would stop it), not qosd"
     );
     assert!(api.deletes().is_empty());
-    // The Event follows the accepted eviction.
-    assert!(
-        wait_until(Duration::from_secs(10), || !api.events().is_empty()).is_some(),
-        "no Evicted event within 10 s"
+    // The Event and the metric follow the accepted POST: wait for them.
+    wait_for(
+        "the Event and the evicted count",
+        Duration::from_secs(10),
+        || {
+            !api.events().is_empty()
+                && metric(port, "qosd_api_evictions_total{path=\"evicted\"}") >= 1.0
+        },
     );
     let events = api.events();
     assert_eq!(events[0]["involvedObject"]["name"], "next");

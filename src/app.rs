@@ -433,12 +433,24 @@ fn start_eviction(
     }
     let api: Option<Arc<dyn crate::runtime::evictor::ApiEvictor>> =
         kube.map(|k| k as Arc<dyn crate::runtime::evictor::ApiEvictor>);
-    let stopper: Option<Arc<dyn crate::runtime::evictor::PodStopper>> = match &opts.source {
-        PodSourceSpec::Cri { endpoint } => Some(Arc::new(
-            crate::runtime::stopper::CriStopper::new(endpoint.clone(), rt.handle().clone()),
-        )),
+    // One lazily connected CRI client for the eviction side: stopping
+    // victims, writable layers, dead containers and image GC.
+    let cri = match &opts.source {
+        PodSourceSpec::Cri { endpoint } => {
+            let mut s =
+                crate::runtime::stopper::CriStopper::new(endpoint.clone(), rt.handle().clone());
+            s.image_gc.minimum_age = cfg.image_minimum_gc_age;
+            if cfg.eviction_max_pod_grace_period > 0 {
+                s.max_grace = Duration::from_secs(cfg.eviction_max_pod_grace_period as u64);
+            }
+            Some(Arc::new(s))
+        }
         PodSourceSpec::Manifests(_) => None,
     };
+    let stopper = cri
+        .clone()
+        .map(|c| c as Arc<dyn crate::runtime::evictor::PodStopper>);
+    let node_runtime = cri.map(|c| c as Arc<dyn crate::runtime::eviction::NodeRuntime>);
     let service = EvictionService::start_with_api(
         ServiceConfig {
             eviction,
@@ -452,9 +464,18 @@ fn start_eviction(
                 ..WatchConfig::default()
             }),
             max_listing_age: (cfg.reconcile_interval * 3).max(Duration::from_secs(30)),
-            manager: Default::default(),
+            manager: crate::policy::evict::manager::ManagerOptions {
+                disk_layout: crate::runtime::eviction_service::disk_layout(cfg),
+                ..Default::default()
+            },
+            image_gc: crate::runtime::eviction::ImageGcPolicy {
+                high_percent: cfg.image_gc_high_threshold_percent,
+                low_percent: cfg.image_gc_low_threshold_percent,
+                minimum_age: cfg.image_minimum_gc_age,
+            },
         },
         stopper,
+        node_runtime,
         api,
         metrics.clone(),
         health.clone(),

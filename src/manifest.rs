@@ -439,7 +439,46 @@ fn pod(o: &Obj, at: &At, source: &str) -> Result<Pod, String> {
     p.termination_grace_period_seconds = opt_int(spec, "terminationGracePeriodSeconds", &sat)?;
     p.annotations = annotations;
     p.origin = PodOrigin::Manifest(source.to_string());
+    p.volumes = volumes(spec, &sat)?;
     Ok(p)
+}
+
+/// `spec.volumes`: names, and emptyDir medium / sizeLimit (what local
+/// storage eviction needs).
+fn volumes(spec: &Obj, sat: &At) -> Result<Vec<crate::core::model::Volume>, String> {
+    let vat = sat.field("volumes");
+    let mut out = Vec::new();
+    for (i, v) in opt_list(spec, "volumes", sat)?.iter().enumerate() {
+        let at = vat.index(i);
+        let o = as_obj(v, &at)?;
+        let name = opt_str(o, "name", &at)?.ok_or_else(|| at.err("missing name"))?;
+        let empty_dir = match get(o, "emptyDir") {
+            None | Some(Value::Null) => None,
+            Some(ed) => {
+                let eat = at.field("emptyDir");
+                let eo = as_obj(ed, &eat)?;
+                let memory = opt_str(eo, "medium", &eat)?.as_deref() == Some("Memory");
+                let size_limit = match get(eo, "sizeLimit") {
+                    None | Some(Value::Null) => None,
+                    Some(q) => {
+                        let text = match q {
+                            Value::String(s) => s.clone(),
+                            Value::Number(n) => n.to_string(),
+                            other => {
+                                return Err(eat
+                                    .field("sizeLimit")
+                                    .err(format!("expected a quantity, got {}", type_name(other))))
+                            }
+                        };
+                        Some(Quantity::parse(&text).map_err(|e| eat.field("sizeLimit").err(e))?)
+                    }
+                };
+                Some(crate::core::model::EmptyDir { memory, size_limit })
+            }
+        };
+        out.push(crate::core::model::Volume { name, empty_dir });
+    }
+    Ok(out)
 }
 
 /// API-server defaulting of pod-level requests (`defaultPodRequests`),
@@ -738,6 +777,23 @@ spec:
             let p = parse_str(&text, "t.yaml").unwrap();
             proptest::prop_assert_eq!(p[0].containers[0].resources.requests["cpu"].milli_ceil(), m);
         }
+    }
+
+    #[test]
+    fn volumes_and_storage_limits() {
+        let p = one(
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: v, uid: u1}\nspec:\n  containers:\n  - name: c\n    resources: {limits: {ephemeral-storage: 64Mi}}\n  volumes:\n  - name: scratch\n    emptyDir: {sizeLimit: 10Mi}\n  - name: ram\n    emptyDir: {medium: Memory}\n  - name: cfg\n    configMap: {name: x}\n",
+        );
+        assert_eq!(p.volumes.len(), 3);
+        let ed = p.volumes[0].empty_dir.as_ref().unwrap();
+        assert_eq!(ed.size_limit.as_ref().unwrap().value_ceil(), 10 << 20);
+        assert!(!ed.memory);
+        assert!(p.volumes[1].empty_dir.as_ref().unwrap().memory);
+        assert!(p.volumes[2].empty_dir.is_none());
+        assert_eq!(
+            p.containers[0].resources.limits["ephemeral-storage"].value_ceil(),
+            64 << 20
+        );
     }
 
     #[test]

@@ -123,10 +123,7 @@ impl Drop for Daemon {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root: real cgroup v1 hierarchies and a private containerd"]
 async fn audit_writes_nothing_and_reports_a_changed_value() {
-    assert!(
-        require_root("audit_writes_nothing_and_reports_a_changed_value"),
-        "needs root: starts containerd and reads its pods' cgroups"
-    );
+    require_containerd();
     let env = Containerd::start();
     let g = env
         .run_pod(

@@ -184,6 +184,8 @@ fn evicts_besteffort_then_burstable_keeps_guaranteed_no_oom() {
         kubepods: Some(kubepods.clone()),
         allocatable_memory_bytes: Some(alloc),
         memory_source: MemorySource::WorkingSet,
+        pod_root_dir: None,
+        pod_logs_dir: "/nonexistent".into(),
         ..SignalSources::host(version)
     };
 
@@ -206,6 +208,8 @@ fn evicts_besteffort_then_burstable_keeps_guaranteed_no_oom() {
         termination_grace_period_seconds: Some(30),
         sandbox_id: None,
         cgroup_dirs: vec![dir.to_path_buf()],
+        storage_limits: Default::default(),
+        storage_detail: None,
         stats: None,
     };
     let pods = [

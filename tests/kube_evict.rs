@@ -476,9 +476,10 @@ async fn soft_eviction_refused_moves_to_the_next_pod() {
     );
     assert!(api.deletes().is_empty());
     // The Event follows the accepted eviction.
-    wait_until("the Evicted event", Duration::from_secs(10), || {
-        !api.events().is_empty()
-    });
+    assert!(
+        wait_until(Duration::from_secs(10), || !api.events().is_empty()).is_some(),
+        "no Evicted event within 10 s"
+    );
     let events = api.events();
     assert_eq!(events[0]["involvedObject"]["name"], "next");
     assert!(

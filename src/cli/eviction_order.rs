@@ -52,6 +52,12 @@ pub struct Args {
     /// default of --runtime-endpoint).
     #[command(flatten)]
     pub kubelet: crate::cli::config_check::KubeletFlags,
+    /// Kubelet root dir (local volumes under pods/<uid>/volumes) for --cri.
+    #[arg(long, value_name = "DIR", default_value = "/var/lib/kubelet")]
+    pub root_dir: PathBuf,
+    /// The pods' log directory (podLogsDir) for --cri.
+    #[arg(long, value_name = "DIR", default_value = "/var/log/pods")]
+    pub pod_logs_dir: PathBuf,
 }
 
 /// The usage file.
@@ -75,6 +81,12 @@ pub struct OrderEntry {
     pub usage_known: bool,
     pub request_bytes: i64,
     pub reason: String,
+    /// The pod's measured usage (null: not measured).
+    pub memory_working_set_bytes: Option<u64>,
+    /// Writable layers + logs + local volumes.
+    pub ephemeral_storage_bytes: Option<u64>,
+    pub inodes: Option<u64>,
+    pub processes: Option<u64>,
 }
 
 #[derive(Debug, Serialize, PartialEq)]
@@ -116,6 +128,13 @@ pub fn document(signal: Signal, r: &Ranking) -> OrderDoc {
                 usage_known: x.usage.is_some(),
                 request_bytes: x.request,
                 reason: x.reason.clone(),
+                memory_working_set_bytes: x
+                    .candidate
+                    .stats
+                    .and_then(|s| s.memory_working_set_bytes),
+                ephemeral_storage_bytes: x.candidate.stats.and_then(|s| s.ephemeral_storage_bytes),
+                inodes: x.candidate.stats.and_then(|s| s.inodes),
+                processes: x.candidate.stats.and_then(|s| s.processes),
             })
             .collect(),
         never_evicted: r
@@ -145,7 +164,12 @@ pub fn render_text(doc: &OrderDoc) -> String {
             v.to_string()
         }
     };
-    let rows: Vec<[String; 7]> = doc
+    let opt_bytes = |v: Option<u64>| {
+        v.map(|b| rank::fmt_bytes(b.into()))
+            .unwrap_or_else(|| "-".into())
+    };
+    let opt_n = |v: Option<u64>| v.map(|n| n.to_string()).unwrap_or_else(|| "-".into());
+    let rows: Vec<[String; 10]> = doc
         .order
         .iter()
         .map(|e| {
@@ -160,23 +184,27 @@ pub fn render_text(doc: &OrderDoc) -> String {
                     "-".into()
                 },
                 show(e.request_bytes.into()),
+                opt_bytes(e.ephemeral_storage_bytes),
+                opt_n(e.inodes),
+                opt_n(e.processes),
                 e.reason.clone(),
             ]
         })
         .collect();
     let head = [
-        "RANK", "POD", "QOS", "PRIORITY", "USAGE", "REQUEST", "REASON",
+        "RANK", "POD", "QOS", "PRIORITY", "USAGE", "REQUEST", "STORAGE", "INODES", "PROCS",
+        "REASON",
     ];
     let mut w = head.map(str::len);
     for r in &rows {
-        for (i, c) in r.iter().enumerate().take(6) {
+        for (i, c) in r.iter().enumerate().take(9) {
             w[i] = w[i].max(c.chars().count());
         }
     }
-    let line = |cells: [&str; 7]| {
+    let line = |cells: [&str; 10]| {
         let mut s = String::new();
         for (i, c) in cells.iter().enumerate() {
-            if i < 6 {
+            if i < 9 {
                 s.push_str(&format!("{:<width$}  ", c, width = w[i]));
             } else {
                 s.push_str(c);
@@ -189,7 +217,7 @@ pub fn render_text(doc: &OrderDoc) -> String {
     } else {
         out.push_str(&line(head));
         for r in &rows {
-            out.push_str(&line([&r[0], &r[1], &r[2], &r[3], &r[4], &r[5], &r[6]]));
+            out.push_str(&line(std::array::from_fn(|i| r[i].as_str())));
         }
     }
     if !doc.never_evicted.is_empty() {
@@ -227,10 +255,12 @@ pub fn run(mut args: Args) -> anyhow::Result<i32> {
                 .map_err(|e| bad_input(format!("usage file {}: {e}", p.display())))?
         }
     };
+    let mut measured: BTreeMap<String, PodStats> = BTreeMap::new();
     let pods = if args.cri {
-        // Live pods from the runtime; usage from the --usage file for now
-        // (the daemon reads it from the pod cgroups).
-        if args.kube.enabled() {
+        // Live pods from the runtime; without a --usage file their usage is
+        // measured like the daemon does: the pod cgroup (memory, processes),
+        // the writable layers (CRI), logs and local volumes.
+        let pods = if args.kube.enabled() {
             // The live pods merged with their API specs (exact priority
             // and requests).
             let mut inv = crate::cri::inventory_blocking(
@@ -264,7 +294,11 @@ pub fn run(mut args: Args) -> anyhow::Result<i32> {
                     args.runtime_endpoint
                 )
             })?
+        };
+        if args.usage.is_none() {
+            measured = measure_live(&args, &pods);
         }
+        pods
     } else {
         crate::manifest::load_paths(&args.pods).map_err(bad_input)?
     };
@@ -275,7 +309,7 @@ pub fn run(mut args: Args) -> anyhow::Result<i32> {
     }
     let candidates: Vec<Candidate> = pods
         .iter()
-        .map(|p| Candidate::from_pod(p, usage.pods.get(&p.uid).copied()))
+        .map(|p| Candidate::from_pod(p, usage.pods.get(&p.uid).or(measured.get(&p.uid)).copied()))
         .collect();
     let ranking = rank::rank(signal, &candidates);
     let doc = document(signal, &ranking);
@@ -284,6 +318,103 @@ pub fn run(mut args: Args) -> anyhow::Result<i32> {
         Output::Text => print!("{}", render_text(&doc)),
     }
     Ok(0)
+}
+
+/// Measure the live pods as the daemon does (best effort: what cannot be
+/// read stays unknown).
+fn measure_live(args: &Args, pods: &[crate::core::model::Pod]) -> BTreeMap<String, PodStats> {
+    let mut out = BTreeMap::new();
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(_) => return out,
+    };
+    let inv = crate::cri::inventory_blocking(
+        &args.runtime_endpoint,
+        crate::cri::ConnectOptions::default(),
+        crate::cri::InventoryOptions::default(),
+    )
+    .ok();
+    let layers = rt
+        .block_on(async {
+            let c = crate::cri::CriClient::connect(
+                &args.runtime_endpoint,
+                crate::cri::ConnectOptions::default(),
+            )
+            .await?;
+            c.list_container_stats().await
+        })
+        .ok();
+    let version = crate::sys::detect::detect_version(std::path::Path::new("/sys/fs/cgroup")).ok();
+    for p in pods {
+        let mut st = PodStats::default();
+        let parent = inv.as_ref().and_then(|i| {
+            i.pods
+                .iter()
+                .find(|l| l.pod.uid == p.uid)
+                .and_then(|l| l.cgroup_parent.clone())
+        });
+        if let (Some(v), Some(parent)) = (version, parent.filter(|p| p.starts_with('/'))) {
+            let base = match v {
+                crate::core::model::CgroupVersion::V1 => {
+                    std::path::PathBuf::from("/sys/fs/cgroup/memory")
+                }
+                crate::core::model::CgroupVersion::V2 => std::path::PathBuf::from("/sys/fs/cgroup"),
+            };
+            let m = crate::sys::signals::pod_stats(v, &base.join(parent.trim_start_matches('/')));
+            st.memory_working_set_bytes = m.memory_working_set_bytes;
+            st.processes = m.processes;
+        }
+        let pod_layers: Option<Vec<crate::runtime::eviction::WritableLayer>> =
+            layers.as_ref().map(|all| {
+                all.iter()
+                    .filter(|s| {
+                        s.attributes
+                            .as_ref()
+                            .and_then(|a| a.labels.get("io.kubernetes.pod.uid"))
+                            == Some(&p.uid)
+                    })
+                    .map(|s| crate::runtime::eviction::WritableLayer {
+                        container: s
+                            .attributes
+                            .as_ref()
+                            .and_then(|a| a.metadata.as_ref())
+                            .map(|m| m.name.clone())
+                            .unwrap_or_default(),
+                        bytes: s
+                            .writable_layer
+                            .as_ref()
+                            .and_then(|w| w.used_bytes.as_ref())
+                            .map(|v| v.value),
+                        inodes: s
+                            .writable_layer
+                            .as_ref()
+                            .and_then(|w| w.inodes_used.as_ref())
+                            .map(|v| v.value),
+                    })
+                    .collect()
+            });
+        if let Ok(local) = crate::sys::signals::pod_local_storage(
+            &args.root_dir,
+            &args.pod_logs_dir,
+            &p.namespace,
+            &p.name,
+            &p.uid,
+        ) {
+            let (_, parts) = crate::runtime::eviction::storage_of(&local, pod_layers.as_ref());
+            st.rootfs_bytes = parts.rootfs_bytes;
+            st.rootfs_inodes = parts.rootfs_inodes;
+            st.logs_bytes = parts.logs_bytes;
+            st.logs_inodes = parts.logs_inodes;
+            st.volumes_bytes = parts.volumes_bytes;
+            st.volumes_inodes = parts.volumes_inodes;
+            st = st.with_totals();
+        }
+        out.insert(p.uid.clone(), st);
+    }
+    out
 }
 
 #[cfg(test)]
@@ -304,6 +435,8 @@ mod tests {
             termination_grace_period_seconds: None,
             sandbox_id: None,
             cgroup_dirs: vec![],
+            storage_limits: Default::default(),
+            storage_detail: None,
             stats: usage.map(|u| PodStats {
                 memory_working_set_bytes: Some(u),
                 ..Default::default()

@@ -254,6 +254,18 @@ pub struct Config {
     /// `evictionHard` keeps the other default thresholds instead of
     /// disabling them.
     pub merge_default_eviction_settings: bool,
+    /// Kubelet `imageGCHighThresholdPercent` (85): image GC starts above it.
+    #[serde(rename = "imageGCHighThresholdPercent")]
+    pub image_gc_high_threshold_percent: u32,
+    /// Kubelet `imageGCLowThresholdPercent` (80): image GC frees down to it.
+    #[serde(rename = "imageGCLowThresholdPercent")]
+    pub image_gc_low_threshold_percent: u32,
+    /// Kubelet `imageMinimumGCAge` (2m0s): younger unused images are kept.
+    #[serde(rename = "imageMinimumGCAge", serialize_with = "ser_duration")]
+    pub image_minimum_gc_age: Duration,
+    /// Kubelet `podLogsDir` (/var/log/pods): the pods' container logs,
+    /// counted as their local ephemeral storage.
+    pub pod_logs_dir: PathBuf,
     pub cgroup_driver: CgroupDriver,
     /// Kubelet `cgroupRoot`: the parent of `kubepods` (default `/`).
     pub cgroup_root: String,
@@ -292,13 +304,6 @@ pub struct Config {
     pub kubelet_version: crate::policy::enforce::versions::KubeletVersion,
     /// Kubelet `podPidsLimit`: pids.max of every pod cgroup (-1: none).
     pub pod_pids_limit: i64,
-    /// Kubelet `imageGCHighThresholdPercent` (read and shown; qosd does no
-    /// image garbage collection — the kubelet does, before disk evictions).
-    #[serde(rename = "imageGCHighThresholdPercent")]
-    pub image_gc_high_threshold_percent: i32,
-    /// Kubelet `imageGCLowThresholdPercent` (read and shown, see above).
-    #[serde(rename = "imageGCLowThresholdPercent")]
-    pub image_gc_low_threshold_percent: i32,
 
     // --- qosd's own --------------------------------------------------------
     /// Where the cgroup filesystem is mounted.

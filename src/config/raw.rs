@@ -56,6 +56,13 @@ pub struct RawConfig {
     pub eviction_max_pod_grace_period: Option<Scalar>,
     pub eviction_pressure_transition_period: Option<Scalar>,
     pub merge_default_eviction_settings: Option<Scalar>,
+    #[serde(rename = "imageGCHighThresholdPercent")]
+    pub image_gc_high_threshold_percent: Option<Scalar>,
+    #[serde(rename = "imageGCLowThresholdPercent")]
+    pub image_gc_low_threshold_percent: Option<Scalar>,
+    #[serde(rename = "imageMinimumGCAge")]
+    pub image_minimum_gc_age: Option<Scalar>,
+    pub pod_logs_dir: Option<Scalar>,
     pub cgroup_driver: Option<Scalar>,
     pub cgroup_root: Option<Scalar>,
     pub system_reserved: Option<RawMap>,
@@ -103,10 +110,6 @@ pub struct RawConfig {
     pub runtime_unhealthy_after: Option<Scalar>,
     /// Kubelet `podPidsLimit` (pids.max of every pod; -1: none).
     pub pod_pids_limit: Option<Scalar>,
-    #[serde(rename = "imageGCHighThresholdPercent")]
-    pub image_gc_high_threshold_percent: Option<Scalar>,
-    #[serde(rename = "imageGCLowThresholdPercent")]
-    pub image_gc_low_threshold_percent: Option<Scalar>,
     /// `enforce` | `audit` (see `cgroupEnforcement` in docs/operations.md).
     pub cgroup_enforcement: Option<Scalar>,
     /// The kubelet's config file (KubeletConfiguration): its fields replace

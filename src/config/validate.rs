@@ -149,16 +149,6 @@ impl Checker<'_> {
         }
     }
 
-    /// Percentage `N%` with 0 ≤ N ≤ 100 (decimals allowed, like the kubelet).
-    fn percent_value(s: &str) -> Option<Result<f64, &'static str>> {
-        let num = s.strip_suffix('%')?;
-        Some(match num.trim().parse::<f64>() {
-            Ok(p) if p.is_finite() && (0.0..=100.0).contains(&p) => Ok(p),
-            Ok(_) => Err("percentage outside 0%..100%"),
-            Err(_) => Err("malformed percentage"),
-        })
-    }
-
     fn signal(&mut self, field: &'static str, key: &str, value: &str) -> bool {
         if Signal::parse(key).is_some() {
             return true;
@@ -173,34 +163,31 @@ impl Checker<'_> {
         false
     }
 
-    /// A threshold or minimum-reclaim map: signal → quantity or percentage.
-    fn threshold_map(&mut self, field: &'static str, m: &RawMap) -> BTreeMap<String, String> {
+    /// A threshold or minimum-reclaim map: signal → quantity or percentage,
+    /// each entry checked by the eviction threshold parser itself
+    /// ([`crate::policy::evict::threshold::check_entry`]): one validation
+    /// path, so `config check` refuses exactly what `run` refuses.
+    fn threshold_map(
+        &mut self,
+        field: &'static str,
+        setting: &str,
+        m: &RawMap,
+    ) -> BTreeMap<String, String> {
         let mut out = BTreeMap::new();
         for (k, Scalar(v)) in m {
             if !self.signal(field, k, v) {
                 continue;
             }
-            let allowed = "a non-negative quantity (100Mi, 1Gi, 1000 for inodes/pids) or a percentage of capacity 0%..100%";
-            let ok = match Checker::percent_value(v) {
-                Some(Ok(_)) => true,
-                Some(Err(problem)) => {
-                    self.bad(field, Some(k), v, problem, allowed);
-                    false
-                }
-                None => match Quantity::parse(v) {
-                    Err(e) => {
-                        self.bad(field, Some(k), v, e.reason, allowed);
-                        false
-                    }
-                    Ok(q) if q.is_negative() => {
-                        self.bad(field, Some(k), v, "must not be negative", allowed);
-                        false
-                    }
-                    Ok(_) => true,
-                },
+            let allowed = if setting == "eviction-minimum-reclaim" {
+                "a non-negative quantity (0, 500Mi, 1000 for inodes/pids) or a positive percentage of capacity"
+            } else {
+                "a positive quantity (100Mi, 1Gi, 1000 for inodes/pids) or a percentage of capacity 0%..100% (0% and 100% disable the signal)"
             };
-            if ok {
-                out.insert(k.clone(), v.clone());
+            match crate::policy::evict::threshold::check_entry(setting, k, v) {
+                Ok(()) => {
+                    out.insert(k.clone(), v.clone());
+                }
+                Err(e) => self.bad(field, Some(k), v, e.to_string(), allowed),
             }
         }
         out
@@ -270,7 +257,7 @@ pub fn validate(
     let eviction_hard = match &raw.eviction_hard {
         None => defaults,
         Some(m) => {
-            let given = c.threshold_map("evictionHard", m);
+            let given = c.threshold_map("evictionHard", "eviction-hard", m);
             if merge_defaults {
                 let mut all = defaults;
                 all.extend(given);
@@ -283,7 +270,7 @@ pub fn validate(
     let eviction_soft = raw
         .eviction_soft
         .as_ref()
-        .map(|m| c.threshold_map("evictionSoft", m))
+        .map(|m| c.threshold_map("evictionSoft", "eviction-soft", m))
         .unwrap_or_default();
     let mut eviction_soft_grace_period = BTreeMap::new();
     for (k, Scalar(v)) in raw.eviction_soft_grace_period.iter().flatten() {
@@ -294,28 +281,10 @@ pub fn validate(
             }
         }
     }
-    // A soft threshold without a grace period is a start-up error (kubelet).
-    if let Some(soft) = &raw.eviction_soft {
-        for (k, Scalar(v)) in soft {
-            let has_grace = raw
-                .eviction_soft_grace_period
-                .as_ref()
-                .is_some_and(|g| g.contains_key(k));
-            if Signal::parse(k).is_some() && !has_grace {
-                c.bad(
-                    "evictionSoft",
-                    Some(k),
-                    v,
-                    "soft threshold without a grace period",
-                    format!("a soft threshold together with evictionSoftGracePeriod[{k:?}]"),
-                );
-            }
-        }
-    }
     let eviction_minimum_reclaim = raw
         .eviction_minimum_reclaim
         .as_ref()
-        .map(|m| c.threshold_map("evictionMinimumReclaim", m))
+        .map(|m| c.threshold_map("evictionMinimumReclaim", "eviction-minimum-reclaim", m))
         .unwrap_or_default();
     let eviction_max_pod_grace_period = match &raw.eviction_max_pod_grace_period {
         None => 0,
@@ -340,6 +309,87 @@ pub fn validate(
         Duration::ZERO,
         None,
     );
+
+    // Cross-field rules (a soft threshold needs a grace period unless it is
+    // disabled by 0%/100%) come from the threshold parser too.
+    if let Err(e) = crate::policy::evict::threshold::EvictionConfig::from_parts(
+        Some(&eviction_hard),
+        &eviction_soft,
+        &eviction_soft_grace_period,
+        &eviction_minimum_reclaim,
+        eviction_max_pod_grace_period,
+        eviction_pressure_transition_period,
+    ) {
+        use crate::policy::evict::threshold::ThresholdError;
+        match &e {
+            ThresholdError::SoftWithoutGrace { signal, .. } => {
+                let v = eviction_soft.get(signal).cloned().unwrap_or_default();
+                c.bad(
+                    "evictionSoft",
+                    Some(signal),
+                    &v,
+                    e.to_string(),
+                    format!("a soft threshold together with evictionSoftGracePeriod[{signal:?}]"),
+                );
+            }
+            _ => c.bad(
+                "evictionHard",
+                None,
+                "",
+                e.to_string(),
+                "thresholds the kubelet accepts",
+            ),
+        }
+    }
+
+    // Image GC (kubelet validation: each percent in 0..=100, low < high).
+    let mut percent = |field: &'static str, v: &Option<Scalar>, default: u32| -> u32 {
+        match v {
+            None => default,
+            Some(Scalar(s)) => match s.parse::<u32>() {
+                Ok(p) if p <= 100 => p,
+                _ => {
+                    c.bad(
+                        field,
+                        None,
+                        s,
+                        "not a whole percentage 0..100",
+                        "an integer 0..100",
+                    );
+                    default
+                }
+            },
+        }
+    };
+    let image_gc_high_threshold_percent = percent(
+        "imageGCHighThresholdPercent",
+        &raw.image_gc_high_threshold_percent,
+        85,
+    );
+    let image_gc_low_threshold_percent = percent(
+        "imageGCLowThresholdPercent",
+        &raw.image_gc_low_threshold_percent,
+        80,
+    );
+    if image_gc_low_threshold_percent >= image_gc_high_threshold_percent {
+        c.bad(
+            "imageGCLowThresholdPercent",
+            None,
+            &image_gc_low_threshold_percent.to_string(),
+            format!(
+                "must be less than imageGCHighThresholdPercent ({image_gc_high_threshold_percent})"
+            ),
+            "a percentage below imageGCHighThresholdPercent",
+        );
+    }
+    let image_minimum_gc_age = c.opt_duration(
+        "imageMinimumGCAge",
+        &raw.image_minimum_gc_age,
+        Duration::from_secs(120),
+        Duration::ZERO,
+        None,
+    );
+    let pod_logs_dir = c.path("podLogsDir", &raw.pod_logs_dir, "/var/log/pods");
 
     // --- cgroups -----------------------------------------------------------
     let cgroup_driver = c.choice(
@@ -745,43 +795,6 @@ pub fn validate(
             }
         },
     };
-    let mut percent = |field: &'static str, v: &Option<Scalar>, default: i32| -> i32 {
-        let Some(Scalar(s)) = v else { return default };
-        match s.parse::<i32>() {
-            Ok(n) if (0..=100).contains(&n) => n,
-            _ => {
-                c.bad(
-                    field,
-                    None,
-                    s,
-                    "not a whole percentage 0..100",
-                    "an integer 0..100",
-                );
-                default
-            }
-        }
-    };
-    let image_gc_high_threshold_percent = percent(
-        "imageGCHighThresholdPercent",
-        &raw.image_gc_high_threshold_percent,
-        85,
-    );
-    let image_gc_low_threshold_percent = percent(
-        "imageGCLowThresholdPercent",
-        &raw.image_gc_low_threshold_percent,
-        80,
-    );
-    if image_gc_low_threshold_percent >= image_gc_high_threshold_percent {
-        c.bad(
-            "imageGCLowThresholdPercent",
-            None,
-            &image_gc_low_threshold_percent.to_string(),
-            format!(
-                "must be less than imageGCHighThresholdPercent ({image_gc_high_threshold_percent}), as the kubelet requires"
-            ),
-            "a percentage below imageGCHighThresholdPercent",
-        );
-    }
     let kubelet_config = raw
         .kubelet_config
         .as_ref()
@@ -813,8 +826,6 @@ pub fn validate(
         api_eviction_timeout,
         runtime_unhealthy_after,
         pod_pids_limit,
-        image_gc_high_threshold_percent,
-        image_gc_low_threshold_percent,
         cgroup_enforcement,
         kubelet_config,
         kubelet_config_dir,
@@ -825,6 +836,10 @@ pub fn validate(
         eviction_max_pod_grace_period,
         eviction_pressure_transition_period,
         merge_default_eviction_settings: merge_defaults,
+        image_gc_high_threshold_percent,
+        image_gc_low_threshold_percent,
+        image_minimum_gc_age,
+        pod_logs_dir,
         cgroup_driver,
         cgroup_root,
         system_reserved,

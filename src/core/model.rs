@@ -69,6 +69,25 @@ pub struct Pod {
     /// Set by sources that know the class better than the resources say
     /// (CRI: the cgroup parent's QoS segment). `None`: classify from resources.
     pub qos_override: Option<QosClass>,
+    /// `spec.volumes` as far as eviction needs them (emptyDir medium and
+    /// sizeLimit). Empty when the source does not carry them (the CRI).
+    pub volumes: Vec<Volume>,
+}
+
+/// One pod volume (the fields local-storage eviction needs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Volume {
+    pub name: String,
+    /// `emptyDir`, if the volume is one.
+    pub empty_dir: Option<EmptyDir>,
+}
+
+/// An `emptyDir` volume source.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EmptyDir {
+    /// `medium: Memory` (a tmpfs; not local ephemeral storage).
+    pub memory: bool,
+    pub size_limit: Option<Quantity>,
 }
 
 impl Pod {
@@ -93,6 +112,7 @@ impl Pod {
             annotations: BTreeMap::new(),
             origin: PodOrigin::Synthetic,
             qos_override: None,
+            volumes: Vec::new(),
         }
     }
 

@@ -11,7 +11,9 @@
 //! The value is kept exactly to nano precision (anything finer is rounded up,
 //! as Kubernetes' canonical form does), in an `i128`, so `0.0001` CPU is
 //! exactly 100000n and rounds up to 1m like the kubelet's `MilliValue()`.
-//! Values whose magnitude exceeds `i64::MAX` base units are rejected.
+//! Values whose magnitude exceeds `i64::MAX` base units are accepted and
+//! capped at `i64::MAX` (2^63−1), as `resource.Quantity` caps them: `9Ei`
+//! and `1e21` are valid quantities and mean "as much as can be counted".
 
 use std::fmt;
 
@@ -168,10 +170,9 @@ impl Quantity {
                 if edigits.is_empty() || !edigits.bytes().all(|b| b.is_ascii_digit()) {
                     return Err(err("malformed exponent"));
                 }
-                let e: i64 = edigits.parse().map_err(|_| err("exponent out of range"))?;
-                if e > 1000 {
-                    return Err(err("exponent out of range"));
-                }
+                // Huge exponents only push the value past the cap (or
+                // below a nano, which rounds up): clamp them.
+                let e: i64 = edigits.parse().unwrap_or(i64::MAX).min(10_000);
                 exp10 += if eneg { -e } else { e };
             }
         }
@@ -181,20 +182,28 @@ impl Quantity {
                 text: s.to_string(),
             });
         }
-        // value = mantissa * 2^exp2 * 10^exp10 ; nanos = ceil(value * 1e9)
-        let overflow = || err("value out of range (more than 2^63-1)");
-        let mut num: i128 = i128::try_from(mantissa).map_err(|_| overflow())?;
-        num = num.checked_mul(1i128 << exp2).ok_or_else(overflow)?;
+        // value = mantissa * 2^exp2 * 10^exp10 ; nanos = ceil(value * 1e9),
+        // capped at MAX_NANOS (resource.Quantity's cap at 2^63-1).
+        let capped = |negative: bool| Quantity {
+            nanos: if negative { -MAX_NANOS } else { MAX_NANOS },
+            text: s.to_string(),
+        };
+        let Ok(mut num) = i128::try_from(mantissa) else {
+            return Ok(capped(negative));
+        };
+        match num.checked_mul(1i128 << exp2) {
+            Some(v) => num = v,
+            None => return Ok(capped(negative)),
+        }
         let scale = exp10 + 9;
         let (mut nanos, exact) = if scale >= 0 {
-            if scale > 38 {
-                return Err(overflow());
+            match (scale <= 38)
+                .then(|| num.checked_mul(10i128.pow(scale as u32)))
+                .flatten()
+            {
+                Some(v) => (v, true),
+                None => return Ok(capped(negative)),
             }
-            (
-                num.checked_mul(10i128.pow(scale as u32))
-                    .ok_or_else(overflow)?,
-                true,
-            )
         } else {
             // ceil(num / 10^k), in steps that fit i128; exact when no remainder.
             let mut k = -scale;
@@ -213,7 +222,7 @@ impl Quantity {
             nanos += 1;
         }
         if nanos > MAX_NANOS {
-            return Err(overflow());
+            return Ok(capped(negative));
         }
         if negative {
             // Kubernetes rounds the magnitude up below nano precision.
@@ -343,28 +352,8 @@ mod tests {
     #[test]
     fn table_errors() {
         for bad in [
-            "",
-            "1.2.3",
-            "10Qi",
-            "--1",
-            "+-1",
-            "1 ",
-            " 1",
-            "Mi",
-            ".",
-            "-",
-            "1e",
-            "1e+",
-            "1ee3",
-            "1Kib",
-            "1.5x",
-            "10E",
-            "8Ei",
-            "1e19",
-            "1e1001",
-            "9223372036854775808",
-            "0x10",
-            "1,5",
+            "", "1.2.3", "10Qi", "--1", "+-1", "1 ", " 1", "Mi", ".", "-", "1e", "1e+", "1ee3",
+            "1Kib", "1.5x", "0x10", "1,5",
         ] {
             assert!(Quantity::parse(bad).is_err(), "{bad:?} should be rejected");
         }
@@ -384,6 +373,26 @@ mod tests {
     #[test]
     fn largest_value_accepted() {
         assert_eq!(q("9223372036854775807").value_ceil(), i64::MAX);
+    }
+
+    #[test]
+    fn huge_values_are_capped_like_resource_quantity() {
+        for text in [
+            "8Ei",
+            "9Ei",
+            "10E",
+            "1e19",
+            "1e21",
+            "1e1001",
+            "9223372036854775808",
+            "100000000000000000000000000000000000000000000",
+        ] {
+            let v = q(text);
+            assert_eq!(v.value_ceil(), i64::MAX, "{text}");
+            assert_eq!(v.milli_ceil(), i64::MAX, "{text}");
+        }
+        assert_eq!(q("-9Ei").value_ceil(), -i64::MAX);
+        assert_eq!(q("1e-1001").value_ceil(), 1);
     }
 
     proptest! {

@@ -568,6 +568,42 @@ impl CriClient {
         }
     }
 
+    /// `ListImages` (ImageService).
+    pub async fn list_images(&self) -> Result<Vec<proto::Image>, CriError> {
+        let mut c = self.image.clone();
+        c.list_images(proto::ListImagesRequest { filter: None })
+            .await
+            .map(|r| r.into_inner().images)
+            .map_err(|s| call_error("ListImages", s))
+    }
+
+    /// `RemoveImage` (ImageService; idempotent).
+    pub async fn remove_image(&self, image: &str) -> Result<(), CriError> {
+        let mut c = self.image.clone();
+        c.remove_image(proto::RemoveImageRequest {
+            image: Some(proto::ImageSpec {
+                image: image.to_string(),
+                ..Default::default()
+            }),
+        })
+        .await
+        .map(|_| ())
+        .map_err(|s| call_error("RemoveImage", s))
+    }
+
+    /// `RemoveContainer` (idempotent).
+    pub async fn remove_container(&self, container_id: &str) -> Result<(), CriError> {
+        self.call("RemoveContainer", |mut c| {
+            let container_id = container_id.to_string();
+            async move {
+                c.remove_container(proto::RemoveContainerRequest { container_id })
+                    .await
+            }
+        })
+        .await
+        .map(|_| ())
+    }
+
     /// The raw RuntimeService client, for RPCs this wrapper does not cover
     /// (the test support creates pods with it).
     pub fn runtime_service(&self) -> RuntimeServiceClient<Channel> {

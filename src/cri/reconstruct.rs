@@ -170,6 +170,28 @@ pub fn memory_request_from_oom_score_adj(adj: i64, capacity_bytes: i64) -> Optio
     Some(ceil_div((1000 - adj) as i128 * capacity_bytes as i128, 1000) as i64)
 }
 
+/// The memory requests a Burstable `oom_score_adj` allows, (lowest,
+/// highest; `None`: unbounded), from the kubelet's formula adj = 1000 −
+/// floor(1000·request/capacity) clamped to [3, 999]: 999 covers requests
+/// below 0.2 % of capacity (the BestEffort value 1000 is moved to 999), 3
+/// everything from 99.7 % up.
+pub fn memory_request_band(adj: i64, capacity_bytes: i64) -> Option<(i64, Option<i64>)> {
+    if capacity_bytes <= 0 || !(3..=999).contains(&adj) {
+        return None;
+    }
+    let cap = capacity_bytes as i128;
+    // floor(1000·req/cap) = k  ⇔  req ∈ [ceil(k·cap/1000), ceil((k+1)·cap/1000) − 1]
+    let lo = |k: i128| ceil_div(k * cap, 1000) as i64;
+    Some(match adj {
+        999 => (0, Some(lo(2) - 1)),
+        3 => (lo(997), None),
+        a => {
+            let k = (1000 - a) as i128;
+            (lo(k), Some(lo(k + 1) - 1))
+        }
+    })
+}
+
 /// Result of [`reconstruct`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct Reconstructed {
@@ -340,34 +362,30 @@ pub fn reconstruct(
                     res.requests
                         .insert("memory".into(), Quantity::from_value(m));
                 } else if let Some(a) = c.burstable_adj() {
-                    match memory_capacity_bytes
-                        .and_then(|cap| memory_request_from_oom_score_adj(a, cap))
-                    {
-                        Some(m) => {
-                            // adj pins the request to [m, m + capacity/1000); a limit
-                            // inside that band means the API server's default
-                            // (request = limit) is the likely value.
-                            let band = memory_capacity_bytes.unwrap_or(0) / 1000 + 1;
-                            match c.memory_limit_bytes {
-                                Some(l) if l >= m && l - m <= band => {
-                                    res.requests
-                                        .insert("memory".into(), Quantity::from_value(l));
-                                    notes.push(format!(
-                                        "container {}: memory request taken as the limit {l} \
-                                         (consistent with oom_score_adj {a})",
-                                        c.name
-                                    ));
+                    match memory_capacity_bytes.and_then(|cap| memory_request_band(a, cap)) {
+                        Some((low, high)) => {
+                            // The largest request consistent with the
+                            // oom_score_adj (the top of its band, capped by
+                            // the limit a request cannot exceed): a pod that
+                            // certainly exceeds its request ranks so.
+                            let top = match (high, c.memory_limit_bytes) {
+                                (Some(h), Some(l)) => h.min(l),
+                                (Some(h), None) => h,
+                                (None, Some(l)) => l,
+                                (None, None) => memory_capacity_bytes.unwrap_or(low),
+                            };
+                            res.requests
+                                .insert("memory".into(), Quantity::from_value(top));
+                            notes.push(format!(
+                                "container {}: memory request taken as {top} bytes, the largest \
+                                 value consistent with oom_score_adj {a} (band {low}..={}{})",
+                                c.name,
+                                high.map(|h| h.to_string()).unwrap_or_else(|| "∞".into()),
+                                match (high, c.memory_limit_bytes) {
+                                    (Some(h), Some(l)) if l < h => ", capped by the limit",
+                                    _ => "",
                                 }
-                                _ => {
-                                    res.requests
-                                        .insert("memory".into(), Quantity::from_value(m));
-                                    notes.push(format!(
-                                        "container {}: memory request ~{m} bytes inferred from \
-                                         oom_score_adj {a} (lower bound, +{band})",
-                                        c.name
-                                    ));
-                                }
-                            }
+                            ));
                         }
                         None => notes.push(format!(
                             "container {}: memory request unknown (oom_score_adj {a}{})",
@@ -461,6 +479,27 @@ mod tests {
             oom_score_adj: adj,
             memory_min_bytes: min,
         }
+    }
+
+    #[test]
+    fn memory_request_band_table() {
+        const GI: i64 = 1 << 30;
+        let cap = 24 * GI;
+        // every band holds exactly the requests giving that adj
+        for adj in [3i64, 4, 500, 998, 999] {
+            let (lo, hi) = memory_request_band(adj, cap).unwrap();
+            let f = |req: i64| (1000 - (1000 * req as i128 / cap as i128) as i64).clamp(3, 999);
+            assert_eq!(f(lo), adj, "low of {adj}");
+            if lo > 0 {
+                assert_ne!(f(lo - 1), adj, "below low of {adj}");
+            }
+            if let Some(h) = hi {
+                assert_eq!(f(h), adj, "high of {adj}");
+                assert_ne!(f(h + 1), adj, "above high of {adj}");
+            }
+        }
+        assert_eq!(memory_request_band(1000, cap), None);
+        assert_eq!(memory_request_band(-997, cap), None);
     }
 
     #[test]
@@ -689,13 +728,14 @@ mod tests {
         );
         let r = &b.containers[0].resources;
         assert_eq!(r.requests["cpu"].milli_ceil(), 100);
+        // the top of the oom_score_adj band: never below the real request
         let m = r.requests["memory"].value_ceil();
-        assert!(m <= req && req - m < cap / 1000, "{m} vs {req}");
+        assert!(m >= req && m - req <= cap / 1000 + 1, "{m} vs {req}");
         assert!(r.limits.is_empty());
         assert!(b
             .notes
             .iter()
-            .any(|n| n.contains("inferred from oom_score_adj")));
+            .any(|n| n.contains("largest value consistent with oom_score_adj")));
 
         // Without the node capacity the memory request stays unknown, said so.
         let b = reconstruct(

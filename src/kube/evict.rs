@@ -505,6 +505,8 @@ mod tests {
             usage: None,
             request: 0,
             reason: String::new(),
+            cause: crate::policy::evict::manager::Cause::Threshold,
+            message: String::new(),
         };
         let c = vec![
             ContainerUsage {

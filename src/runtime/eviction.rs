@@ -5,15 +5,72 @@
 //! (reporting a failure back to the manager). [`Engine::spawn_watcher`]
 //! starts the fast detector whose callback should trigger a pass at once.
 
-use std::collections::BTreeSet;
-use std::time::Instant;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use crate::policy::evict::manager::{watched_signals, Decision, Manager, ManagerOptions};
-use crate::policy::evict::rank::Candidate;
-use crate::policy::evict::threshold::{EvictionConfig, Signal};
+use crate::policy::evict::manager::{
+    watched_signals, Action, Cause, Decision, Manager, ManagerOptions,
+};
+use crate::policy::evict::rank::{Candidate, PodStats};
+use crate::policy::evict::threshold::{EvictionConfig, Signal, SignalResource};
 use crate::runtime::evictor::{EvictError, Evictor, Outcome};
-use crate::sys::signals::{pod_stats, SignalError, SignalSources};
+use crate::sys::signals::{pod_local_storage, pod_stats, SignalError, SignalSources};
 use crate::sys::watch::{targets_from_config, WatchConfig, WatchError, WatchEvent, Watcher};
+
+/// One container's writable layer as the runtime reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WritableLayer {
+    pub container: String,
+    pub bytes: Option<u64>,
+    pub inodes: Option<u64>,
+}
+
+/// What node-level reclaim (dead containers, unused images) did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReclaimReport {
+    pub containers_removed: usize,
+    pub sandboxes_removed: usize,
+    pub images_removed: Vec<String>,
+    /// Sizes of the removed images, as the runtime listed them.
+    pub image_bytes_freed: u64,
+    pub errors: Vec<String>,
+}
+
+/// The runtime side of disk eviction: per-container writable layers (CRI
+/// ListContainerStats) and node-level reclaim through the ImageService and
+/// RuntimeService. The daemon implements it with its CRI client.
+pub trait NodeRuntime: Send + Sync {
+    /// Writable layers of every container, by pod uid.
+    fn writable_layers(&self) -> Result<BTreeMap<String, Vec<WritableLayer>>, String>;
+    /// Remove dead containers, then unused images (all of them, least
+    /// recently used first, older than the minimum GC age): the kubelet's
+    /// reclaim before a disk eviction.
+    fn reclaim(&self, now: Instant) -> ReclaimReport;
+    /// Image GC: free at least `bytes` by removing unused images, least
+    /// recently used first.
+    fn free_images(&self, bytes: u64, now: Instant) -> ReclaimReport;
+}
+
+/// The kubelet's image GC policy (KubeletConfiguration
+/// `imageGCHighThresholdPercent`, `imageGCLowThresholdPercent`,
+/// `imageMinimumGCAge`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ImageGcPolicy {
+    pub high_percent: u32,
+    pub low_percent: u32,
+    pub minimum_age: Duration,
+}
+
+impl Default for ImageGcPolicy {
+    fn default() -> Self {
+        ImageGcPolicy {
+            high_percent: 85,
+            low_percent: 80,
+            minimum_age: Duration::from_secs(120),
+        }
+    }
+}
 
 /// What one pass saw and did.
 #[derive(Debug)]
@@ -23,14 +80,29 @@ pub struct PassReport {
     pub outcome: Option<Result<Outcome, EvictError>>,
     /// Signals that could not be read (they count as missing data).
     pub signal_errors: Vec<SignalError>,
+    /// The pods with the stats measured in this pass (None: not measured).
+    pub pods: Option<Vec<Candidate>>,
+    /// Node-level reclaim run in this pass (before a disk eviction, or the
+    /// periodic image GC).
+    pub reclaim: Option<ReclaimReport>,
 }
 
-/// Manager + signal sources + evictor.
+/// Manager + signal sources + evictor (+ the runtime for disk).
 pub struct Engine {
     pub manager: Manager,
     pub sources: SignalSources,
     pub evictor: Evictor,
+    /// Writable layers and node-level reclaim (None: no runtime).
+    pub runtime: Option<Arc<dyn NodeRuntime>>,
+    /// All per-pod stats (memory, processes, storage) at least this often,
+    /// even far from every threshold: local-storage limits and `/status`.
+    pub stats_interval: Duration,
+    pub image_gc: ImageGcPolicy,
+    /// How often the image GC checks the image filesystem (kubelet: 5 min).
+    pub image_gc_period: Duration,
     signals: BTreeSet<Signal>,
+    last_stats: Option<Instant>,
+    last_image_gc: Option<Instant>,
 }
 
 impl Engine {
@@ -45,44 +117,109 @@ impl Engine {
             manager: Manager::new(config, opts),
             sources,
             evictor,
+            runtime: None,
+            stats_interval: Duration::from_secs(10),
+            image_gc: ImageGcPolicy::default(),
+            image_gc_period: Duration::from_secs(300),
             signals,
+            last_stats: None,
+            last_image_gc: None,
         }
     }
 
-    /// One pass. `pods`: the current pods (stats `None` are read from their
-    /// `cgroup_dirs`), or why the pod list is unavailable (then nothing is
-    /// evicted).
+    /// One pass. `pods`: the current pods (stats `None` are measured: the
+    /// pod cgroup, logs, local volumes, writable layers), or why the pod
+    /// list is unavailable (then nothing is evicted).
     pub fn pass(&mut self, pods: Result<Vec<Candidate>, String>) -> PassReport {
         let now = Instant::now();
         // Errors go back in the report; the caller logs them (once).
-        let (obs, signal_errors) = self.sources.observe(self.signals.iter().copied(), now);
-        let version = self.sources.version;
-        // Per-pod usage matters only to choose a victim or to see one's
-        // resources released: skip reading every pod cgroup on quiet passes.
-        let near = self.manager.config().thresholds.iter().any(|t| {
-            obs.get(&t.signal).is_some_and(|o| {
-                o.available < t.threshold_for(o.capacity) + t.min_reclaim_for(o.capacity)
+        let (obs, mut signal_errors) = self.sources.observe(self.signals.iter().copied(), now);
+        // Per-pod usage matters to choose a victim, to see one's resources
+        // released, and for local-storage limits: on quiet passes it is
+        // measured only every `stats_interval`.
+        let near = |res: &[SignalResource]| {
+            self.manager.config().thresholds.iter().any(|t| {
+                res.contains(&t.signal.resource())
+                    && obs.get(&t.signal).is_some_and(|o| {
+                        o.available < t.threshold_for(o.capacity) + t.min_reclaim_for(o.capacity)
+                    })
             })
-        });
-        let needs_stats = near || self.manager.pending_victim().is_some();
+        };
+        let near_any = near(&[
+            SignalResource::Memory,
+            SignalResource::Disk,
+            SignalResource::Inodes,
+            SignalResource::Pids,
+        ]);
+        let near_disk = near(&[SignalResource::Disk, SignalResource::Inodes]);
+        let due = self
+            .last_stats
+            .is_none_or(|t| now.saturating_duration_since(t) >= self.stats_interval);
+        let in_flight = self.manager.in_flight().next().is_some();
+        let want_mem = near_any || in_flight || due;
+        let want_disk = near_disk || due;
+        let mut measured = None;
         let pods = pods.map(|ps| {
-            ps.into_iter()
-                .map(|mut c| {
-                    if needs_stats && c.stats.is_none() {
-                        if let Some(dir) = c.cgroup_dirs.first() {
-                            let st = pod_stats(version, dir);
-                            if st.memory_working_set_bytes.is_some() || st.processes.is_some() {
-                                c.stats = Some(st);
-                            }
-                        }
-                    }
-                    c
-                })
-                .collect::<Vec<_>>()
+            if !(want_mem || want_disk) {
+                return ps;
+            }
+            if due {
+                self.last_stats = Some(now);
+            }
+            let out = self.measure(ps, want_mem, want_disk, &mut signal_errors);
+            measured = Some(out.clone());
+            out
         });
         let mut decision =
             self.manager
                 .synchronize(now, &obs, pods.as_deref().map_err(Clone::clone));
+        let mut reclaim = self.periodic_image_gc(now, &obs);
+        // Node-level reclaim before evicting for disk (kubelet
+        // reclaimNodeLevelResources): dead containers, unused images; then
+        // evict only if a threshold is still met.
+        if let (Some(v), Some(rt)) = (decision.victim().cloned(), self.runtime.clone()) {
+            if v.cause == Cause::Threshold
+                && matches!(
+                    v.signal.resource(),
+                    SignalResource::Disk | SignalResource::Inodes
+                )
+            {
+                let rep = rt.reclaim(now);
+                let (after, _) = self
+                    .sources
+                    .observe(self.signals.iter().copied(), Instant::now());
+                let still: Vec<String> = self
+                    .manager
+                    .config()
+                    .thresholds
+                    .iter()
+                    .filter(|t| {
+                        after
+                            .get(&t.signal)
+                            .is_some_and(|o| t.is_met(o.available, o.capacity, true))
+                    })
+                    .map(|t| t.statement())
+                    .collect();
+                if still.is_empty() {
+                    decision.events.push(format!(
+                        "node-level reclaim freed enough ({} dead containers, {} images removed): no pod evicted for {}",
+                        rep.containers_removed,
+                        rep.images_removed.len(),
+                        v.threshold.statement()
+                    ));
+                    self.manager.cancel(&v.candidate.uid);
+                    decision.action = Action::None;
+                } else if rep.containers_removed + rep.images_removed.len() > 0 {
+                    decision.events.push(format!(
+                        "node-level reclaim removed {} dead containers and {} images; still met: {}: evicting",
+                        rep.containers_removed,
+                        rep.images_removed.len(),
+                        still.join(", ")
+                    ));
+                }
+                reclaim = Some(rep);
+            }
+        }
         let mut outcome = decision.victim().map(|v| {
             let r = self.evictor.evict(v);
             if let Err(e) = &r {
@@ -113,7 +250,120 @@ impl Engine {
             decision,
             outcome,
             signal_errors,
+            pods: measured,
+            reclaim,
         }
+    }
+
+    /// Image GC between the kubelet's high and low thresholds, every
+    /// `image_gc_period`, on the image filesystem.
+    fn periodic_image_gc(
+        &mut self,
+        now: Instant,
+        obs: &crate::policy::evict::manager::Observations,
+    ) -> Option<ReclaimReport> {
+        let rt = self.runtime.clone()?;
+        if self
+            .last_image_gc
+            .is_some_and(|t| now.saturating_duration_since(t) < self.image_gc_period)
+        {
+            return None;
+        }
+        self.last_image_gc = Some(now);
+        let (avail, cap) = match obs.get(&Signal::ImageFsAvailable) {
+            Some(o) => (o.available, o.capacity),
+            None => self.sources.read(Signal::ImageFsAvailable).ok()?,
+        };
+        if cap <= 0 {
+            return None;
+        }
+        let usage_percent = 100 - (avail.max(0) as i128 * 100 / cap as i128) as i64;
+        if usage_percent < i64::from(self.image_gc.high_percent) {
+            return None;
+        }
+        let to_free = (cap as i128 * i128::from(100 - self.image_gc.low_percent) / 100
+            - avail as i128)
+            .max(0);
+        tracing::info!(
+            target: "qosd::eviction",
+            usage_percent,
+            high = self.image_gc.high_percent,
+            bytes_to_free = to_free as u64,
+            "image filesystem over imageGCHighThresholdPercent: removing unused images"
+        );
+        Some(rt.free_images(to_free as u64, now))
+    }
+
+    /// Fill missing stats: memory and processes from the pod cgroup; local
+    /// storage from the writable layers (runtime), logs and local volumes.
+    fn measure(
+        &self,
+        pods: Vec<Candidate>,
+        mem: bool,
+        disk: bool,
+        errors: &mut Vec<SignalError>,
+    ) -> Vec<Candidate> {
+        let version = self.sources.version;
+        let layers = match (&self.runtime, disk) {
+            (Some(rt), true) => match rt.writable_layers() {
+                Ok(l) => Some(l),
+                Err(message) => {
+                    errors.push(SignalError::NotConfigured {
+                        signal: Signal::NodeFsAvailable,
+                        message: format!("per-pod writable layers unavailable: {message}"),
+                    });
+                    None
+                }
+            },
+            _ => None,
+        };
+        pods.into_iter()
+            .map(|mut c| {
+                if c.stats.is_some() {
+                    return c;
+                }
+                let mut st = PodStats::default();
+                let mut any = false;
+                if mem {
+                    if let Some(dir) = c.cgroup_dirs.first() {
+                        let m = pod_stats(version, dir);
+                        any |= m.memory_working_set_bytes.is_some() || m.processes.is_some();
+                        st.memory_working_set_bytes = m.memory_working_set_bytes;
+                        st.processes = m.processes;
+                    }
+                }
+                if disk {
+                    if let Some(root) = &self.sources.pod_root_dir {
+                        match pod_local_storage(
+                            root,
+                            &self.sources.pod_logs_dir,
+                            &c.namespace,
+                            &c.name,
+                            &c.uid,
+                        ) {
+                            Ok(local) => {
+                                let pod_layers = layers.as_ref().and_then(|l| l.get(&c.uid));
+                                let (detail, parts) = storage_of(&local, pod_layers);
+                                st.rootfs_bytes = parts.rootfs_bytes;
+                                st.rootfs_inodes = parts.rootfs_inodes;
+                                st.logs_bytes = parts.logs_bytes;
+                                st.logs_inodes = parts.logs_inodes;
+                                st.volumes_bytes = parts.volumes_bytes;
+                                st.volumes_inodes = parts.volumes_inodes;
+                                st = st.with_totals();
+                                c.storage_detail = Some(detail);
+                                any = true;
+                            }
+                            Err(e) => errors.push(e),
+                        }
+                    }
+                }
+                if any {
+                    c.stats = Some(st);
+                }
+                c
+            })
+            .collect()
     }
 
     /// Start the fast detector on the memory hard thresholds; `on_event`
@@ -130,6 +380,57 @@ impl Engine {
 
 /// Candidates tried in one pass after API refusals of soft evictions.
 const MAX_REFUSED_PER_PASS: usize = 8;
+
+/// A pod's storage from its measured logs/volumes and writable layers:
+/// the per-container/per-volume detail (limits) and the parts (ranking).
+pub fn storage_of(
+    local: &crate::sys::signals::PodLocalStorage,
+    layers: Option<&Vec<WritableLayer>>,
+) -> (crate::policy::evict::local_storage::StorageDetail, PodStats) {
+    use crate::policy::evict::local_storage::{ContainerStorage, StorageDetail};
+    let mut parts = PodStats::default();
+    let mut containers: BTreeMap<String, ContainerStorage> = BTreeMap::new();
+    if let Some(ls) = layers {
+        let (mut b, mut i, mut any_b, mut any_i) = (0u64, 0u64, false, false);
+        for l in ls {
+            if let Some(x) = l.bytes {
+                b += x;
+                any_b = true;
+            }
+            if let Some(x) = l.inodes {
+                i += x;
+                any_i = true;
+            }
+            let e = containers.entry(l.container.clone()).or_default();
+            e.name = l.container.clone();
+            e.rootfs_bytes = Some(e.rootfs_bytes.unwrap_or(0) + l.bytes.unwrap_or(0));
+        }
+        parts.rootfs_bytes = any_b.then_some(b);
+        parts.rootfs_inodes = any_i.then_some(i);
+    }
+    for (name, b) in &local.container_logs {
+        let e = containers.entry(name.clone()).or_default();
+        e.name = name.clone();
+        e.logs_bytes = Some(*b);
+    }
+    let (lb, li) = local.logs.unwrap_or((0, 0));
+    parts.logs_bytes = Some(lb);
+    parts.logs_inodes = Some(li);
+    let (vb, vi) = local.volumes_total();
+    parts.volumes_bytes = Some(vb);
+    parts.volumes_inodes = Some(vi);
+    let detail = StorageDetail {
+        containers: containers.into_values().collect(),
+        volumes: local
+            .volumes
+            .iter()
+            .filter(|v| v.plugin == "kubernetes.io~empty-dir")
+            .map(|v| (v.name.clone(), v.bytes))
+            .collect(),
+        total_bytes: parts.rootfs_bytes.unwrap_or(0) + lb + vb,
+    };
+    (detail, parts)
+}
 
 /// The latest pod list, shared between the daemon's listing loop (writer)
 /// and the eviction loop (reader).
@@ -376,6 +677,8 @@ mod tests {
             imagefs: None,
             containerfs: None,
             memory_source: MemorySource::WorkingSet,
+            pod_root_dir: None,
+            pod_logs_dir: "/nonexistent".into(),
         };
         let cfg = EvictionConfig::from_raw(&RawEvictionConfig {
             eviction_hard: Some(
@@ -409,6 +712,8 @@ mod tests {
             termination_grace_period_seconds: None,
             sandbox_id: None,
             cgroup_dirs: dir.into_iter().collect(),
+            storage_limits: Default::default(),
+            storage_detail: None,
             stats: None,
         }
     }

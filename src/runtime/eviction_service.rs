@@ -22,7 +22,9 @@ use crate::policy::evict::manager::ManagerOptions;
 use crate::policy::evict::rank::Candidate;
 use crate::policy::evict::threshold::{EvictionConfig, NodeCondition};
 use crate::policy::evict::Backend;
-use crate::runtime::eviction::{Engine, EvictionLoop, LoopOptions, PassReport, PodFeed};
+use crate::runtime::eviction::{
+    Engine, EvictionLoop, ImageGcPolicy, LoopOptions, NodeRuntime, PassReport, PodFeed,
+};
 use crate::runtime::evictor::{Evictor, PodStopper};
 use crate::sys::signals::SignalSources;
 use crate::sys::watch::{WatchConfig, WatchError};
@@ -44,6 +46,7 @@ pub struct ServiceConfig {
     /// A pod listing older than this is stale: no eviction.
     pub max_listing_age: Duration,
     pub manager: ManagerOptions,
+    pub image_gc: ImageGcPolicy,
 }
 
 /// The eviction candidates of a set of pods: class, requests, priority, and
@@ -91,10 +94,11 @@ impl EvictionService {
     pub fn start(
         cfg: ServiceConfig,
         stopper: Option<Arc<dyn PodStopper>>,
+        runtime: Option<Arc<dyn NodeRuntime>>,
         metrics: Arc<Metrics>,
         health: Arc<Health>,
     ) -> Result<EvictionService, WatchError> {
-        EvictionService::start_with_api(cfg, stopper, None, metrics, health)
+        EvictionService::start_with_api(cfg, stopper, runtime, None, metrics, health)
     }
 
     /// [`EvictionService::start`] with the Kubernetes API side of the
@@ -102,6 +106,7 @@ impl EvictionService {
     pub fn start_with_api(
         cfg: ServiceConfig,
         stopper: Option<Arc<dyn PodStopper>>,
+        runtime: Option<Arc<dyn NodeRuntime>>,
         api: Option<Arc<dyn crate::runtime::evictor::ApiEvictor>>,
         metrics: Arc<Metrics>,
         health: Arc<Health>,
@@ -109,10 +114,13 @@ impl EvictionService {
         let backend = cfg.backend;
         let mut evictor = Evictor::new(backend, stopper, cfg.eviction.max_pod_grace_period);
         evictor.api = api;
-        let engine = Engine::new(cfg.eviction, cfg.manager, cfg.sources, evictor);
+        let mut engine = Engine::new(cfg.eviction, cfg.manager, cfg.sources, evictor);
+        // dry-run reclaims nothing either
+        engine.runtime = runtime.filter(|_| backend != Backend::DryRun);
+        engine.image_gc = cfg.image_gc;
         let feed = Arc::new(PodFeed::default());
         let mut conditions: BTreeMap<NodeCondition, bool> = BTreeMap::new();
-        let mut blocked_logged = String::new();
+        let mut blocked_logged = QuietLog::default();
         let mut signal_errors_logged = std::collections::BTreeSet::<String>::new();
         let lp = EvictionLoop::spawn_supervised(
             engine,
@@ -162,6 +170,70 @@ fn log_signal_errors(r: &PassReport, logged: &mut std::collections::BTreeSet<Str
     *logged = now;
 }
 
+/// A blocked or stuck state, logged when it starts, when it changes and
+/// once a minute while it lasts — never per pass.
+#[derive(Debug, Default)]
+struct QuietLog {
+    state: Option<String>,
+    since: Option<std::time::Instant>,
+    last: Option<std::time::Instant>,
+}
+
+/// How often a lasting blocked/stuck state is logged again.
+const REPEAT: Duration = Duration::from_secs(60);
+
+impl QuietLog {
+    fn update(&mut self, state: Option<String>, now: std::time::Instant) {
+        match (&self.state, state) {
+            (None, None) => {}
+            (Some(old), None) => {
+                tracing::info!(target: "qosd::eviction", previous = %old, "eviction no longer blocked");
+                *self = QuietLog::default();
+            }
+            (old, Some(new)) => {
+                let changed = old.as_deref() != Some(new.as_str());
+                if changed {
+                    tracing::warn!(target: "qosd::eviction", "{new}");
+                    self.since = Some(now);
+                    self.last = Some(now);
+                } else if self
+                    .last
+                    .is_some_and(|l| now.saturating_duration_since(l) >= REPEAT)
+                {
+                    let lasting = self
+                        .since
+                        .map(|s| {
+                            crate::policy::evict::threshold::format_duration(
+                                now.saturating_duration_since(s),
+                            )
+                        })
+                        .unwrap_or_default();
+                    tracing::warn!(target: "qosd::eviction", lasting = %lasting, "{new}");
+                    self.last = Some(now);
+                }
+                self.state = Some(new);
+            }
+        }
+    }
+}
+
+/// The state worth logging quietly: blocked, or waiting for a victim for
+/// longer than a few seconds.
+fn quiet_state(d: &crate::policy::evict::manager::Decision) -> Option<String> {
+    use crate::policy::evict::manager::Action;
+    match &d.action {
+        Action::Blocked(why) => Some(format!("eviction needed but blocked: {why}")),
+        Action::WaitingForRelease { uid, since }
+            if d.at.saturating_duration_since(*since) >= Duration::from_secs(5) =>
+        {
+            Some(format!(
+                "eviction waiting for victim {uid} to release its resources"
+            ))
+        }
+        _ => None,
+    }
+}
+
 /// Metrics, `/status` and logs of one pass.
 fn report(
     metrics: &Metrics,
@@ -169,25 +241,54 @@ fn report(
     backend: Backend,
     r: &PassReport,
     conditions: &mut BTreeMap<NodeCondition, bool>,
-    blocked_logged: &mut String,
+    blocked_logged: &mut QuietLog,
 ) {
     for _ in &r.signal_errors {
         metrics.error("signal_read");
     }
     publish(metrics, health, &r.decision, conditions);
-    match &r.decision.action {
-        crate::policy::evict::manager::Action::Blocked(why) if why != blocked_logged => {
-            tracing::warn!(target: "qosd::eviction", "eviction needed but blocked: {why}");
-            *blocked_logged = why.clone();
-        }
-        _ => {}
+    blocked_logged.update(quiet_state(&r.decision), r.decision.at);
+    for e in &r.decision.events {
+        tracing::info!(target: "qosd::eviction", "{e}");
+    }
+    if let Some(rep) = &r.reclaim {
+        metrics.reclaimed(
+            rep.images_removed.len() as u64,
+            rep.containers_removed as u64,
+        );
+    }
+    if let Some(pods) = &r.pods {
+        let usage: Vec<crate::telemetry::status::PodUsage> = pods
+            .iter()
+            .map(|c| {
+                let st = c.stats.unwrap_or_default();
+                crate::telemetry::status::PodUsage {
+                    uid: c.uid.clone(),
+                    namespace: c.namespace.clone(),
+                    name: c.name.clone(),
+                    qos_class: c.qos.to_string(),
+                    memory_working_set_bytes: st.memory_working_set_bytes,
+                    ephemeral_storage_bytes: st.ephemeral_storage_bytes,
+                    inodes: st.inodes,
+                    processes: st.processes,
+                    writable_layer_bytes: st.rootfs_bytes,
+                    logs_bytes: st.logs_bytes,
+                    volumes_bytes: st.volumes_bytes,
+                }
+            })
+            .collect();
+        health.update_status(|d| d.pod_usage = usage);
     }
     let (Some(v), Some(outcome)) = (r.decision.victim(), &r.outcome) else {
         return;
     };
     match outcome {
         Ok(_) => {
-            metrics.eviction(v.signal.as_str(), v.candidate.qos);
+            if backend == Backend::DryRun {
+                metrics.dry_run_eviction(v.metric_label(), v.candidate.qos);
+            } else {
+                metrics.eviction(v.metric_label(), v.candidate.qos);
+            }
             health.update_status(|d| {
                 d.push_eviction(EvictionRecord {
                     at_ms: crate::telemetry::status::now_ms(),
@@ -196,7 +297,7 @@ fn report(
                     name: v.candidate.name.clone(),
                     qos_class: v.candidate.qos.to_string(),
                     priority: v.candidate.priority,
-                    signal: v.signal.to_string(),
+                    signal: v.metric_label().to_string(),
                     observed: v.observed,
                     threshold: v.threshold_value,
                     threshold_kind: v.kind.as_str().to_string(),
@@ -252,18 +353,44 @@ fn publish(
     });
 }
 
-/// The eviction settings of a daemon config.
+/// The eviction settings of a daemon config, with the thresholds the
+/// kubelet derives: `allocatableMemory.available` from the hard
+/// `memory.available` ones when `enforceNodeAllocatable` contains `pods`
+/// (the default), and `containerfs.*` from `nodefs.*` (or `imagefs.*` with
+/// a dedicated image filesystem).
 pub fn eviction_config(
     cfg: &crate::config::Config,
 ) -> Result<EvictionConfig, crate::policy::evict::threshold::ThresholdError> {
-    EvictionConfig::from_parts(
+    let mut e = EvictionConfig::from_parts(
         Some(&cfg.eviction_hard),
         &cfg.eviction_soft,
         &cfg.eviction_soft_grace_period,
         &cfg.eviction_minimum_reclaim,
         cfg.eviction_max_pod_grace_period,
         cfg.eviction_pressure_transition_period,
-    )
+    )?;
+    if cfg.enforce_node_allocatable.pods {
+        e = e.with_allocatable_thresholds();
+    }
+    let layout = disk_layout(cfg);
+    Ok(e.with_containerfs_thresholds(
+        layout != crate::policy::evict::rank::DiskLayout::Shared,
+        layout == crate::policy::evict::rank::DiskLayout::Split,
+    ))
+}
+
+/// The filesystem layout: a dedicated imagefs when `imagefsPath` is on
+/// another device than `rootDir` (it holds the writable layers: containerd
+/// keeps snapshots beside its images).
+pub fn disk_layout(cfg: &crate::config::Config) -> crate::policy::evict::rank::DiskLayout {
+    use std::os::unix::fs::MetadataExt;
+    let dev = |p: &std::path::Path| std::fs::metadata(p).ok().map(|m| m.dev());
+    match &cfg.imagefs_path {
+        Some(img) if dev(img).is_some() && dev(img) != dev(&cfg.root_dir) => {
+            crate::policy::evict::rank::DiskLayout::DedicatedImageFs
+        }
+        _ => crate::policy::evict::rank::DiskLayout::Shared,
+    }
 }
 
 /// Where the signals of a daemon config are read from, for a cgroup layout:
@@ -289,6 +416,11 @@ pub fn signal_sources(
     s.pid_max = proc_root.join("sys/kernel/pid_max");
     s.nodefs = Some(cfg.root_dir.clone());
     s.imagefs = cfg.imagefs_path.clone();
+    s.pod_root_dir = Some(cfg.root_dir.clone());
+    s.pod_logs_dir = cfg.pod_logs_dir.clone();
+    if disk_layout(cfg) == crate::policy::evict::rank::DiskLayout::DedicatedImageFs {
+        s.containerfs = cfg.imagefs_path.clone();
+    }
     s.memory_source = cfg.memory_available_source;
     s
 }

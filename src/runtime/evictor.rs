@@ -1,14 +1,16 @@
 //! Acting on a victim: kill, CRI stop/remove, or dry-run.
 //!
-//! * [`Backend::Kill`] (hard thresholds: speed matters): cgroup v2
+//! * [`Backend::Kill`] (hard memory thresholds: speed matters): cgroup v2
 //!   `cgroup.kill`; otherwise SIGKILL to every pid in the pod cgroup and its
 //!   children, repeated until the tree is empty (new forks are caught by
-//!   the next round). Then the runtime cleans up (StopPodSandbox with no
-//!   grace, RemovePodSandbox) on a background thread through the
-//!   [`PodStopper`] the daemon provides. Soft thresholds go through the
-//!   runtime with the pod's grace (or SIGTERM, grace, SIGKILL without one).
-//! * [`Backend::Cri`]: StopPodSandbox with the grace (hard: 0; soft:
-//!   min(eviction-max-pod-grace-period, terminationGracePeriodSeconds)), then
+//!   the next round). Then the runtime cleans up — StopPodSandbox, then
+//!   RemovePodSandbox, once, in this order, NotFound counting as done — on
+//!   a background thread through the [`PodStopper`] the daemon provides.
+//!   Other evictions (soft thresholds, disk, pids, local-storage limits) go
+//!   through the runtime with the victim's grace (1 s for hard ones, as the
+//!   kubelet's immediateEvictionGracePeriodSeconds), or SIGTERM, grace,
+//!   SIGKILL without a runtime.
+//! * [`Backend::Cri`]: StopContainer with the grace, StopPodSandbox, then
 //!   RemovePodSandbox, on the caller's thread.
 //! * [`Backend::Api`]: the Kubernetes Eviction subresource through the
 //!   [`ApiEvictor`] the daemon provides (grace: hard 1 s, soft
@@ -178,12 +180,14 @@ impl Evictor {
     pub fn evict(&self, v: &Victim) -> Result<Outcome, EvictError> {
         log_eviction(v, self.backend);
         let uid = v.candidate.uid.clone();
-        let grace = v.grace.min(self.max_pod_grace.max(Duration::ZERO));
-        let grace = if v.kind == ThresholdKind::Hard {
-            Duration::ZERO
-        } else {
-            grace
-        };
+        // The manager gave the grace: 1 s for hard thresholds and local
+        // storage limits, min(max pod grace, pod's own) for soft ones.
+        let grace = v.grace;
+        // Only a hard memory eviction kills at once: the kernel OOM killer
+        // must not get there first.
+        let kill_now = v.kind == ThresholdKind::Hard
+            && v.cause == crate::policy::evict::manager::Cause::Threshold
+            && v.signal.resource() == crate::policy::evict::threshold::SignalResource::Memory;
         match self.backend {
             Backend::DryRun => Ok(Outcome {
                 uid,
@@ -248,7 +252,7 @@ impl Evictor {
                 // Hard: node-pressure evictions do not wait for PDBs.
                 api.count(api_path::FALLBACK_KILL);
                 tracing::warn!(target: "qosd::eviction", pod = %format!("{}/{}", v.candidate.namespace, v.candidate.name), uid = %uid, %refusal, "hard eviction not done through the API: killing the pod locally, then deleting it through the API");
-                let mut out = self.kill_locally(v, &uid, Duration::ZERO)?;
+                let mut out = self.kill_locally(v, &uid, Duration::ZERO, true)?;
                 out.backend = Backend::Api;
                 let (api, victim) = (api.clone(), v.clone());
                 spawn_cleanup(move || {
@@ -266,13 +270,19 @@ impl Evictor {
                 });
                 Ok(out)
             }
-            Backend::Kill => self.kill_locally(v, &uid, grace),
+            Backend::Kill => self.kill_locally(v, &uid, grace, kill_now),
         }
     }
 
     /// The kill backend: the pod's processes killed from its cgroup (soft
     /// with a grace: through the runtime), then the runtime cleans up.
-    fn kill_locally(&self, v: &Victim, uid: &str, grace: Duration) -> Result<Outcome, EvictError> {
+    fn kill_locally(
+        &self,
+        v: &Victim,
+        uid: &str,
+        grace: Duration,
+        kill_now: bool,
+    ) -> Result<Outcome, EvictError> {
         let uid = uid.to_string();
         {
             {
@@ -283,7 +293,7 @@ impl Evictor {
                     .find(|d| d.is_dir())
                     .cloned()
                     .ok_or(EvictError::NoCgroup { uid: uid.clone() })?;
-                let report = if v.kind == ThresholdKind::Soft && !grace.is_zero() {
+                let report = if !kill_now && !grace.is_zero() {
                     if let (Some(stopper), Some(sandbox)) = (&self.stopper, &v.candidate.sandbox_id)
                     {
                         // the runtime does TERM → grace → KILL itself
@@ -300,7 +310,7 @@ impl Evictor {
                 } else {
                     kill_cgroup_tree(&dir, self.kill_timeout)?
                 };
-                tracing::info!(
+                tracing::debug!(
                     target: "qosd::eviction",
                     pod = %uid,
                     method = ?report.method,
@@ -375,7 +385,7 @@ pub fn log_eviction(v: &Victim, backend: Backend) {
     };
     tracing::warn!(
         target: "qosd::eviction",
-        signal = %v.signal,
+        signal = v.metric_label(),
         kind = %v.kind,
         observed = %show(v.observed),
         threshold = %show(v.threshold_value),
@@ -389,14 +399,26 @@ pub fn log_eviction(v: &Victim, backend: Backend) {
         grace_s = v.grace.as_secs_f64(),
         backend = backend.as_str(),
         reason = %v.reason,
-        "{}evicting pod {}/{}: {} {} observed {} < {}",
+        message = %v.message.trim_end(),
+        "{}evicting pod {}/{}: {}",
         if backend == Backend::DryRun { "dry-run: would be " } else { "" },
         c.namespace,
         c.name,
-        v.kind,
-        v.signal,
-        show(v.observed),
-        show(v.threshold_value),
+        match v.cause {
+            crate::policy::evict::manager::Cause::Threshold => format!(
+                "{} {} observed {} < {}",
+                v.kind,
+                v.signal,
+                show(v.observed),
+                show(v.threshold_value)
+            ),
+            crate::policy::evict::manager::Cause::LocalStorage(_) => format!(
+                "{} {} over its limit {}",
+                v.metric_label(),
+                show(v.observed),
+                show(v.threshold_value)
+            ),
+        },
     );
 }
 
@@ -455,6 +477,8 @@ mod tests {
                 termination_grace_period_seconds: Some(60),
                 sandbox_id: sandbox.map(String::from),
                 cgroup_dirs: dirs,
+                storage_limits: Default::default(),
+                storage_detail: None,
                 stats: Some(PodStats::default()),
             },
             signal: Signal::MemoryAvailable,
@@ -474,6 +498,8 @@ mod tests {
             usage: Some(10),
             request: 0,
             reason: "test".into(),
+            cause: crate::policy::evict::manager::Cause::Threshold,
+            message: String::new(),
         }
     }
 
@@ -504,12 +530,12 @@ mod tests {
 
     #[test]
     fn cri_grace_table() {
-        // (kind, victim grace, max grace, expected grace given to StopPodSandbox)
+        // (kind, victim grace, max grace, expected grace given to StopPodSandbox):
+        // the manager computed the grace (hard 1 s; soft already capped).
         let table = [
-            (ThresholdKind::Hard, 30, 60, 0),
+            (ThresholdKind::Hard, 1, 60, 1),
             (ThresholdKind::Soft, 30, 60, 30),
-            (ThresholdKind::Soft, 90, 60, 60),
-            (ThresholdKind::Soft, 10, 0, 0),
+            (ThresholdKind::Soft, 0, 0, 0),
         ];
         for (kind, g, max, want) in table {
             let st = Arc::new(FakeStopper::default());

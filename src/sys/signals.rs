@@ -15,7 +15,10 @@
 //!   inodesFree = f_ffree of f_files).
 //! * `pid.available` = pid_max − running tasks (the 4th field of
 //!   /proc/loadavg, like the kubelet, which avoids sysinfo's truncation).
-//! * per pod: working set of the pod cgroup and its process count.
+//! * per pod: working set of the pod cgroup and its process count; local
+//!   storage of its logs (`<podLogsDir>/<ns>_<name>_<uid>/`) and local
+//!   volumes (`<rootDir>/pods/<uid>/volumes/…`), bytes and inodes
+//!   ([`pod_local_storage`]); the writable layers come from the runtime.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -73,6 +76,11 @@ pub struct SignalSources {
     pub imagefs: Option<PathBuf>,
     pub containerfs: Option<PathBuf>,
     pub memory_source: MemorySource,
+    /// The kubelet root dir whose `pods/<uid>/volumes/` hold the pods'
+    /// local volumes (None: per-pod storage not measured).
+    pub pod_root_dir: Option<PathBuf>,
+    /// Where the pods' container logs are (`podLogsDir`, /var/log/pods).
+    pub pod_logs_dir: PathBuf,
 }
 
 impl SignalSources {
@@ -94,6 +102,8 @@ impl SignalSources {
             imagefs: None,
             containerfs: None,
             memory_source: MemorySource::WorkingSet,
+            pod_root_dir: Some("/var/lib/kubelet".into()),
+            pod_logs_dir: "/var/log/pods".into(),
         }
     }
 
@@ -326,7 +336,147 @@ pub fn pod_stats(version: CgroupVersion, pod_dir: &Path) -> crate::policy::evict
         ephemeral_storage_bytes: None,
         inodes: None,
         processes: cgroup_process_count(pod_dir).ok(),
+        ..Default::default()
     }
+}
+
+/// Bytes (allocated blocks, like `du`) and inodes (every file, directory
+/// and link, the directory itself included, like `du --inodes`) under a
+/// directory. Hard links count once. Does not follow symlinks.
+pub fn dir_usage(dir: &Path) -> Result<(u64, u64), SignalError> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::symlink_metadata(dir).map_err(io_err(dir))?;
+    let mut seen = std::collections::HashSet::new();
+    let mut bytes = 0u64;
+    let mut inodes = 0u64;
+    let mut stack = vec![(dir.to_path_buf(), meta)];
+    while let Some((path, m)) = stack.pop() {
+        if seen.insert((m.dev(), m.ino())) {
+            bytes = bytes.saturating_add(m.blocks().saturating_mul(512));
+            inodes += 1;
+        }
+        if !m.is_dir() {
+            continue;
+        }
+        let rd = match std::fs::read_dir(&path) {
+            Ok(rd) => rd,
+            // vanished while walking (a log rotated, a volume torn down)
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && path != dir => continue,
+            Err(e) => return Err(io_err(&path)(e)),
+        };
+        for e in rd.flatten() {
+            if let Ok(em) = e.path().symlink_metadata() {
+                stack.push((e.path(), em));
+            }
+        }
+    }
+    Ok((bytes, inodes))
+}
+
+/// The volume plugins whose data is local ephemeral storage on nodefs
+/// (kubelet `IsLocalEphemeralVolume`: emptyDir not in memory, configMap,
+/// downwardAPI, gitRepo).
+pub const LOCAL_VOLUME_PLUGINS: [&str; 4] = [
+    "kubernetes.io~empty-dir",
+    "kubernetes.io~configmap",
+    "kubernetes.io~downward-api",
+    "kubernetes.io~git-repo",
+];
+
+/// One measured volume directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VolumeUsage {
+    pub plugin: String,
+    pub name: String,
+    pub bytes: u64,
+    pub inodes: u64,
+    /// A mount of its own (emptyDir `medium: Memory` is a tmpfs): not on
+    /// nodefs, measured by statvfs, not counted as local ephemeral storage.
+    pub own_mount: bool,
+}
+
+/// The local storage of one pod outside its writable layers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodLocalStorage {
+    /// Whole log directory (None: no directory).
+    pub logs: Option<(u64, u64)>,
+    /// Per container (sub-directory name = container name): bytes.
+    pub container_logs: Vec<(String, u64)>,
+    pub volumes: Vec<VolumeUsage>,
+}
+
+impl PodLocalStorage {
+    /// Bytes and inodes of the disk-backed local volumes.
+    pub fn volumes_total(&self) -> (u64, u64) {
+        self.volumes
+            .iter()
+            .filter(|v| !v.own_mount)
+            .fold((0, 0), |(b, i), v| (b + v.bytes, i + v.inodes))
+    }
+}
+
+/// Measure a pod's logs and local volumes: `<logs_dir>/<ns>_<name>_<uid>/`
+/// and `<root_dir>/pods/<uid>/volumes/<plugin>/<volume>/` for the
+/// [`LOCAL_VOLUME_PLUGINS`]. Missing directories measure as nothing.
+pub fn pod_local_storage(
+    root_dir: &Path,
+    logs_dir: &Path,
+    namespace: &str,
+    name: &str,
+    uid: &str,
+) -> Result<PodLocalStorage, SignalError> {
+    use std::os::unix::fs::MetadataExt;
+    let mut out = PodLocalStorage::default();
+    let logs = logs_dir.join(format!("{namespace}_{name}_{uid}"));
+    if logs.is_dir() {
+        out.logs = Some(dir_usage(&logs)?);
+        for e in std::fs::read_dir(&logs).map_err(io_err(&logs))?.flatten() {
+            if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                let (b, _) = dir_usage(&e.path())?;
+                out.container_logs
+                    .push((e.file_name().to_string_lossy().into_owned(), b));
+            }
+        }
+        out.container_logs.sort();
+    }
+    let vols = root_dir.join("pods").join(uid).join("volumes");
+    for plugin in LOCAL_VOLUME_PLUGINS {
+        let pdir = vols.join(plugin);
+        let Ok(rd) = std::fs::read_dir(&pdir) else {
+            continue;
+        };
+        let parent_dev = std::fs::metadata(&pdir).map_err(io_err(&pdir))?.dev();
+        for e in rd.flatten() {
+            let path = e.path();
+            let Ok(m) = std::fs::symlink_metadata(&path) else {
+                continue;
+            };
+            if !m.is_dir() {
+                continue;
+            }
+            let own_mount = m.dev() != parent_dev;
+            let (bytes, inodes) = if own_mount {
+                let st = statvfs(&path)?;
+                let f = st.fragment_size();
+                (
+                    (st.blocks() - st.blocks_free()) * f,
+                    st.files() - st.files_free(),
+                )
+            } else {
+                dir_usage(&path)?
+            };
+            out.volumes.push(VolumeUsage {
+                plugin: plugin.to_string(),
+                name: e.file_name().to_string_lossy().into_owned(),
+                bytes,
+                inodes,
+                own_mount,
+            });
+        }
+    }
+    out.volumes
+        .sort_by(|a, b| (&a.plugin, &a.name).cmp(&(&b.plugin, &b.name)));
+    Ok(out)
 }
 
 fn statvfs(path: &Path) -> Result<nix::sys::statvfs::Statvfs, SignalError> {
@@ -372,6 +522,8 @@ mod tests {
             imagefs: None,
             containerfs: None,
             memory_source: MemorySource::WorkingSet,
+            pod_root_dir: None,
+            pod_logs_dir: f.join("logs"),
         }
     }
 
@@ -485,6 +637,43 @@ mod tests {
         let st = pod_stats(CgroupVersion::V2, &f.join("v2/missing"));
         assert_eq!(st.memory_working_set_bytes, None);
         assert_eq!(st.processes, None);
+    }
+
+    #[test]
+    fn pod_local_storage_on_a_real_dir() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("kubelet");
+        let logs = tmp.path().join("pods-logs");
+        let vol = root.join("pods/u1/volumes/kubernetes.io~empty-dir/scratch");
+        std::fs::create_dir_all(vol.join("sub")).unwrap();
+        std::fs::write(vol.join("a"), vec![1u8; 64 * 1024]).unwrap();
+        std::fs::write(vol.join("sub/b"), vec![1u8; 8 * 1024]).unwrap();
+        std::fs::hard_link(vol.join("a"), vol.join("a-link")).unwrap();
+        let secret = root.join("pods/u1/volumes/kubernetes.io~secret/tok");
+        std::fs::create_dir_all(&secret).unwrap();
+        std::fs::write(secret.join("t"), vec![1u8; 64 * 1024]).unwrap();
+        let c = logs.join("ns_p_u1/app");
+        std::fs::create_dir_all(&c).unwrap();
+        std::fs::write(c.join("0.log"), vec![1u8; 16 * 1024]).unwrap();
+        let st = pod_local_storage(&root, &logs, "ns", "p", "u1").unwrap();
+        assert_eq!(
+            st.volumes.len(),
+            1,
+            "secrets are not local ephemeral storage"
+        );
+        let v = &st.volumes[0];
+        assert_eq!((v.name.as_str(), v.own_mount), ("scratch", false));
+        // scratch, sub, a (linked twice: once), sub/b
+        assert_eq!(v.inodes, 4);
+        assert!(v.bytes >= 72 * 1024, "{}", v.bytes);
+        assert_eq!(st.container_logs.len(), 1);
+        assert!(st.container_logs[0].1 >= 16 * 1024);
+        let (lb, li) = st.logs.unwrap();
+        assert!(lb >= 16 * 1024);
+        assert_eq!(li, 3);
+        // another pod: nothing
+        let none = pod_local_storage(&root, &logs, "ns", "q", "u2").unwrap();
+        assert_eq!(none, PodLocalStorage::default());
     }
 
     #[test]

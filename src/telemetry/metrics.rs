@@ -8,6 +8,9 @@
 //! | family | type | labels |
 //! |---|---|---|
 //! | `qosd_evictions_total` | counter | `signal`, `qos_class` |
+//! | `qosd_dry_run_evictions_total` | counter | `signal`, `qos_class` |
+//! | `qosd_reclaimed_images_total` | counter | — |
+//! | `qosd_reclaimed_containers_total` | counter | — |
 //! | `qosd_eviction_reaction_seconds` | histogram | — |
 //! | `qosd_signal_observed` | gauge | `signal` |
 //! | `qosd_signal_capacity` | gauge | `signal` |
@@ -109,6 +112,9 @@ fn cri_histogram() -> Histogram {
 pub struct Metrics {
     registry: Registry,
     evictions: Family<EvictionLabels, Counter>,
+    dry_run_evictions: Family<EvictionLabels, Counter>,
+    reclaimed_images: Counter,
+    reclaimed_containers: Counter,
     eviction_reaction: Histogram,
     signal_observed: Family<SignalLabels, Gauge>,
     signal_capacity: Family<SignalLabels, Gauge>,
@@ -149,6 +155,9 @@ impl Metrics {
         let mut r = Registry::with_prefix("qosd");
         let m = Metrics {
             evictions: Family::default(),
+            dry_run_evictions: Family::default(),
+            reclaimed_images: Counter::default(),
+            reclaimed_containers: Counter::default(),
             // 1 ms … ~4 s
             eviction_reaction: Histogram::new(exponential_buckets(0.001, 2.0, 13)),
             signal_observed: Family::default(),
@@ -176,6 +185,21 @@ impl Metrics {
             "evictions",
             "Pods evicted, by the signal that triggered the eviction and the pod's QoS class",
             m.evictions.clone(),
+        );
+        r.register(
+            "dry_run_evictions",
+            "Pods qosd would have evicted in dry-run mode (each victim once), by signal and QoS class",
+            m.dry_run_evictions.clone(),
+        );
+        r.register(
+            "reclaimed_images",
+            "Unused images removed by node-level reclaim and image GC",
+            m.reclaimed_images.clone(),
+        );
+        r.register(
+            "reclaimed_containers",
+            "Dead containers removed by node-level reclaim before disk evictions",
+            m.reclaimed_containers.clone(),
         );
         r.register_with_unit(
             "eviction_reaction",
@@ -291,6 +315,22 @@ impl Metrics {
                 qos_class: qos.as_str().to_string(),
             })
             .inc();
+    }
+
+    /// A pod would have been evicted (dry run) because of `signal`.
+    pub fn dry_run_eviction(&self, signal: &str, qos: QosClass) {
+        self.dry_run_evictions
+            .get_or_create(&EvictionLabels {
+                signal: signal.to_string(),
+                qos_class: qos.as_str().to_string(),
+            })
+            .inc();
+    }
+
+    /// Node-level reclaim removed images and dead containers.
+    pub fn reclaimed(&self, images: u64, containers: u64) {
+        self.reclaimed_images.inc_by(images);
+        self.reclaimed_containers.inc_by(containers);
     }
 
     /// Time from threshold crossing to the eviction being issued.

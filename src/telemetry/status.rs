@@ -40,6 +40,9 @@ pub struct StatusDoc {
     pub cgroup_enforcement: String,
     /// `cgroupEnforcement: audit`: the planned values the cgroups do not hold.
     pub audit: Option<AuditStatus>,
+    /// Per-pod usage as the eviction manager last measured it (memory
+    /// working set, local ephemeral storage, inodes, processes).
+    pub pod_usage: Vec<PodUsage>,
 }
 
 /// The Kubernetes API pod source, in `/status`.
@@ -86,6 +89,24 @@ pub struct AuditStatus {
 impl AuditStatus {
     /// How many differing values `/status` lists.
     pub const MAX_VALUES: usize = 100;
+}
+
+/// One pod's measured usage (`None`: not measured).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PodUsage {
+    pub uid: String,
+    pub namespace: String,
+    pub name: String,
+    pub qos_class: String,
+    pub memory_working_set_bytes: Option<u64>,
+    /// Writable layers + logs + local volumes.
+    pub ephemeral_storage_bytes: Option<u64>,
+    pub inodes: Option<u64>,
+    pub processes: Option<u64>,
+    pub writable_layer_bytes: Option<u64>,
+    pub logs_bytes: Option<u64>,
+    pub volumes_bytes: Option<u64>,
 }
 
 /// One eviction signal and its thresholds.
@@ -350,6 +371,31 @@ impl StatusDoc {
             }
             None => {
                 let _ = writeln!(o, "last reconcile: none yet");
+            }
+        }
+        if !self.pod_usage.is_empty() {
+            let _ = writeln!(o, "\npod usage (as last measured by the eviction manager):");
+            let _ = writeln!(
+                o,
+                "  {:<40} {:<11} {:>12} {:>12} {:>10} {:>9}",
+                "POD", "QOS", "MEMORY", "STORAGE", "INODES", "PROCESSES"
+            );
+            let b = |v: Option<u64>| {
+                v.map(|x| signal_value("memory.available", x as i64))
+                    .unwrap_or_else(|| "-".into())
+            };
+            let n = |v: Option<u64>| v.map(|x| x.to_string()).unwrap_or_else(|| "-".into());
+            for p in &self.pod_usage {
+                let _ = writeln!(
+                    o,
+                    "  {:<40} {:<11} {:>12} {:>12} {:>10} {:>9}",
+                    format!("{}/{}", p.namespace, p.name),
+                    p.qos_class,
+                    b(p.memory_working_set_bytes),
+                    b(p.ephemeral_storage_bytes),
+                    n(p.inodes),
+                    n(p.processes)
+                );
             }
         }
         if self.last_evictions.is_empty() {

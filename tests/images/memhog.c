@@ -7,7 +7,9 @@
  * grows by one step (16 MiB when no step is given) at any time, up to
  * <max MiB> when given. SIGUSR2 frees everything above <initial MiB> and
  * stops the timed growth. Prints "memhog: <n> MiB" to stdout after each change
- * and exits 0 on SIGTERM/SIGINT. Built with `gcc -static` for the test
+ * and exits 0 on SIGTERM/SIGINT — unless the first argument is
+ * `--ignore-term`, which makes it ignore SIGTERM (a pod that uses its whole
+ * termination grace period). Built with `gcc -static` for the test
  * images of qosd; an OOM kill ends it with 137 like any container.
  */
 #include <errno.h>
@@ -82,7 +84,13 @@ static void report(void) {
 int main(int argc, char **argv) {
     long initial, step = 0, interval_ms = 0, max = 0;
     struct sigaction sa;
+    int ignore_term = 0;
 
+    if (argc > 1 && strcmp(argv[1], "--ignore-term") == 0) {
+        ignore_term = 1;
+        argv++;
+        argc--;
+    }
     if (argc != 2 && argc != 5) {
         fputs("usage: memhog <initial MiB> [<step MiB> <interval ms> <max MiB>]\n", stderr);
         return 2;
@@ -98,8 +106,9 @@ int main(int argc, char **argv) {
     }
 
     memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_term;
+    sa.sa_handler = ignore_term ? SIG_IGN : on_term;
     sigaction(SIGTERM, &sa, NULL);
+    sa.sa_handler = on_term;
     sigaction(SIGINT, &sa, NULL);
     sa.sa_handler = on_usr1;
     sigaction(SIGUSR1, &sa, NULL);

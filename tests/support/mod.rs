@@ -153,6 +153,46 @@ pub fn static_binary(name: &str) -> PathBuf {
     bin
 }
 
+/// Build an image of `bytes` random bytes named `name` (never run: it only
+/// takes space), cached like the others.
+pub fn filler_image(name: &str, bytes: usize) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("qosd-images");
+    std::fs::create_dir_all(&dir).unwrap();
+    let safe: String = name
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    let tar = dir.join(format!("filler-{safe}-{bytes}.tar"));
+    if tar.is_file() {
+        return tar;
+    }
+    let work = tempfile::Builder::new()
+        .prefix("build-filler-")
+        .tempdir_in(&dir)
+        .unwrap();
+    let blob = work.path().join("filler");
+    let mut data = vec![0u8; bytes];
+    let mut x: u64 = 0x9e3779b97f4a7c15;
+    for b in data.iter_mut() {
+        // xorshift: incompressible, so the layer takes its size on disk
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *b = x as u8;
+    }
+    std::fs::write(&blob, data).unwrap();
+    let out = work.path().join("filler.tar");
+    run_ok(
+        Command::new("python3")
+            .arg(repo_dir().join("tests/images/mkimage.py"))
+            .arg(&blob)
+            .arg(name)
+            .arg(&out),
+    );
+    std::fs::rename(&out, &tar).unwrap();
+    tar
+}
+
 /// Build the pause and memhog images (once per process; cached on disk).
 pub fn images() -> &'static Images {
     static IMAGES: OnceLock<Images> = OnceLock::new();
@@ -423,11 +463,12 @@ pub struct Containerd {
     sandboxes: Mutex<Vec<String>>,
 }
 
-fn config_toml(d: &Path) -> String {
+fn config_toml(d: &Path, root: &Path) -> String {
+    let root = root.display();
     let d = d.display();
     format!(
         r#"version = 2
-root = "{d}/root"
+root = "{root}"
 state = "{d}/state"
 temp = "{d}/tmp"
 disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs", "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
@@ -450,6 +491,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
   netns_mounts_under_state_dir = true
+  stats_collect_period = 1
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "{d}/cni/bin"
     conf_dir = "{d}/cni/conf"
@@ -487,6 +529,13 @@ impl Containerd {
     /// Start a private containerd and import the test images. Panics (with
     /// the log) if it does not come up.
     pub fn start() -> Containerd {
+        Containerd::start_with_root(None)
+    }
+
+    /// Like [`Containerd::start`], with containerd's root (images, snapshots:
+    /// the writable layers) at `root` — e.g. on a small filesystem the test
+    /// made.
+    pub fn start_with_root(root: Option<&Path>) -> Containerd {
         let images = images().clone();
         let dir = tempfile::Builder::new()
             .prefix("qosd-ctrd-")
@@ -495,7 +544,14 @@ impl Containerd {
         for sub in ["cni/bin", "cni/conf", "opt"] {
             std::fs::create_dir_all(dir.path().join(sub)).unwrap();
         }
-        std::fs::write(dir.path().join("config.toml"), config_toml(dir.path())).unwrap();
+        let root = root
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| dir.path().join("root"));
+        std::fs::write(
+            dir.path().join("config.toml"),
+            config_toml(dir.path(), &root),
+        )
+        .unwrap();
         let socket = dir.path().join("containerd.sock");
         let mut env = Containerd {
             endpoint: format!("unix://{}", socket.display()),
@@ -589,6 +645,29 @@ impl Containerd {
 
     pub fn dir(&self) -> &Path {
         self.dir.path()
+    }
+
+    /// Import an image tarball (`ctr images import`).
+    pub fn import(&self, tar: &Path) {
+        run_ok(
+            Command::new("ctr")
+                .arg("--address")
+                .arg(&self.socket)
+                .args(["-n", "k8s.io", "images", "import"])
+                .arg(tar),
+        );
+    }
+
+    /// Image names (repo tags) the runtime lists.
+    pub async fn image_tags(&self) -> Vec<String> {
+        self.client()
+            .await
+            .list_images()
+            .await
+            .unwrap()
+            .into_iter()
+            .flat_map(|i| i.repo_tags)
+            .collect()
     }
 
     /// A client with short retries (tests fail fast).

@@ -18,7 +18,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use crate::policy::evict::rank::{self, Candidate, Ranked};
+use crate::policy::evict::local_storage;
+use crate::policy::evict::rank::{self, Candidate, DiskLayout, Ranked};
 use crate::policy::evict::threshold::{
     format_duration, EvictionConfig, NodeCondition, Signal, SignalResource, Threshold,
     ThresholdKind,
@@ -59,6 +60,11 @@ pub struct ManagerOptions {
     pub failed_backoff: Duration,
     /// Soft evictions: pod grace when the pod has no terminationGracePeriodSeconds.
     pub default_pod_grace: Duration,
+    /// Grace of hard and local-storage evictions (kubelet
+    /// `immediateEvictionGracePeriodSeconds`: 1 s).
+    pub hard_grace: Duration,
+    /// The node's filesystem layout (what each disk signal ranks by).
+    pub disk_layout: DiskLayout,
 }
 
 impl Default for ManagerOptions {
@@ -70,6 +76,8 @@ impl Default for ManagerOptions {
             empty_settle: Duration::from_millis(500),
             failed_backoff: Duration::from_secs(10),
             default_pod_grace: Duration::from_secs(30),
+            hard_grace: Duration::from_secs(1),
+            disk_layout: DiskLayout::Shared,
         }
     }
 }
@@ -101,7 +109,8 @@ pub struct Victim {
     pub observed: i64,
     pub capacity: i64,
     pub threshold_value: i64,
-    /// Grace to give the pod: zero for hard thresholds (kill now), for soft
+    /// Grace to give the pod: 1 s for hard thresholds and local-storage
+    /// limits (the kubelet's immediateEvictionGracePeriodSeconds), for soft
     /// min(eviction-max-pod-grace-period, pod's terminationGracePeriodSeconds).
     pub grace: Duration,
     /// 1-based position in the ranking (always 1 today; kept for the log).
@@ -109,6 +118,30 @@ pub struct Victim {
     pub usage: Option<u64>,
     pub request: i64,
     pub reason: String,
+    /// Why: a threshold, or a local-storage limit.
+    pub cause: Cause,
+    /// The kubelet's eviction message (the `Evicted` event / pod status).
+    pub message: String,
+}
+
+/// Why a pod is evicted.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Cause {
+    /// A node-pressure threshold (`threshold`, `signal`).
+    Threshold,
+    /// A local-storage limit (no node pressure).
+    LocalStorage(local_storage::LimitKind),
+}
+
+impl Victim {
+    /// The label the kubelet counts this eviction under: the signal, or
+    /// `ephemeralcontainerfs.limit` / `ephemeralpodfs.limit` / `emptydirfs.limit`.
+    pub fn metric_label(&self) -> &'static str {
+        match self.cause {
+            Cause::Threshold => self.signal.as_str(),
+            Cause::LocalStorage(k) => k.metric_label(),
+        }
+    }
 }
 
 /// What the caller should do after a pass.
@@ -135,6 +168,10 @@ pub struct Decision {
     pub action: Action,
     /// Warnings and explanations for this pass (stale data, timeouts…).
     pub notes: Vec<String>,
+    /// Things that happened in this pass and are logged once: a victim
+    /// released, a victim not released in time (reported; the next one is
+    /// taken), an escalation from soft to hard.
+    pub events: Vec<String>,
 }
 
 impl Decision {
@@ -150,12 +187,18 @@ impl Decision {
     }
 }
 
+/// A victim chosen and not gone yet. It is never chosen again while it is
+/// listed; it blocks the next choice until it is released, it times out,
+/// or a hard threshold needs a victim while it was a soft one.
 #[derive(Debug, Clone)]
-struct Pending {
-    uid: String,
+struct InFlight {
+    signal: Signal,
     resource: SignalResource,
+    kind: ThresholdKind,
     usage_at_choice: Option<u64>,
     since: Instant,
+    /// Released (or timed out and reported): no longer blocks.
+    done: bool,
 }
 
 /// The eviction state machine.
@@ -166,7 +209,7 @@ pub struct Manager {
     met: Vec<bool>,
     first_met: Vec<Option<Instant>>,
     condition_last_met: BTreeMap<NodeCondition, Instant>,
-    pending: Option<Pending>,
+    in_flight: BTreeMap<String, InFlight>,
     /// When the last victim was seen released: the next victim needs an
     /// observation taken after this (the signal read before the pod stats
     /// may predate the release).
@@ -183,7 +226,7 @@ impl Manager {
             met: vec![false; n],
             first_met: vec![None; n],
             condition_last_met: BTreeMap::new(),
-            pending: None,
+            in_flight: BTreeMap::new(),
             released_at: None,
             failed: BTreeMap::new(),
         }
@@ -197,24 +240,45 @@ impl Manager {
         &self.opts
     }
 
-    /// The uid of the victim the manager is waiting for, if any.
+    /// The uid of a victim the manager is waiting for (chosen, not yet
+    /// released), if any.
     pub fn pending_victim(&self) -> Option<&str> {
-        self.pending.as_ref().map(|p| p.uid.as_str())
+        self.in_flight
+            .iter()
+            .find(|(_, f)| !f.done)
+            .map(|(u, _)| u.as_str())
+    }
+
+    /// Victims chosen and still listed (never chosen again).
+    pub fn in_flight(&self) -> impl Iterator<Item = &str> {
+        self.in_flight.keys().map(String::as_str)
     }
 
     /// The evictor confirmed the victim's resources are released (e.g. its
-    /// cgroup is empty): the next pass may choose another victim.
+    /// cgroup is empty): the next pass may choose another victim. The pod
+    /// itself stays excluded while it is listed.
     pub fn mark_released(&mut self, uid: &str) {
-        if self.pending.as_ref().is_some_and(|p| p.uid == uid) {
-            self.pending = None;
+        if let Some(f) = self.in_flight.get_mut(uid) {
+            f.done = true;
         }
     }
 
-    /// Evicting `uid` failed: forget it as pending and skip it for
-    /// [`ManagerOptions::failed_backoff`].
+    /// Evicting `uid` failed: forget it and skip it for
+    /// [`ManagerOptions::failed_backoff`] (then it may be chosen again).
     pub fn eviction_failed(&mut self, uid: &str, now: Instant) {
-        self.mark_released(uid);
+        self.in_flight.remove(uid);
         self.failed.insert(uid.to_string(), now);
+    }
+
+    /// The victim was not evicted after all (node-level reclaim freed
+    /// enough): forget it without a back-off.
+    pub fn cancel(&mut self, uid: &str) {
+        self.in_flight.remove(uid);
+    }
+
+    /// The filesystem layout the disk rankings use.
+    pub fn disk_layout(&self) -> DiskLayout {
+        self.opts.disk_layout
     }
 
     /// One pass. `pods`: the pods with their stats, or why they are unknown
@@ -298,16 +362,16 @@ impl Manager {
         self.failed
             .retain(|_, at| now.saturating_duration_since(*at) < self.opts.failed_backoff);
 
-        let action = self.choose(now, &statuses, pods, &mut notes);
-        match &action {
-            Action::Blocked(why) => tracing::warn!(reason = %why, "eviction blocked"),
-            Action::Evict(v) => {
-                tracing::debug!(pod = %v.candidate.uid, signal = %v.signal, "victim chosen")
-            }
-            _ => {}
+        let mut events = Vec::new();
+        if let Ok(p) = &pods {
+            self.track_in_flight(now, p, &mut events);
         }
-        for n in &notes {
-            tracing::debug!(note = %n, "eviction manager");
+        let action = match pods.as_ref().ok().and_then(|p| self.local_storage(now, p)) {
+            Some(v) => Action::Evict(Box::new(v)),
+            None => self.choose(now, &statuses, pods, &mut notes, &mut events),
+        };
+        if let Action::Evict(v) = &action {
+            tracing::debug!(pod = %v.candidate.uid, signal = %v.signal, "victim chosen");
         }
         Decision {
             at: now,
@@ -315,6 +379,7 @@ impl Manager {
             conditions,
             action,
             notes,
+            events,
         }
     }
 
@@ -324,6 +389,7 @@ impl Manager {
         statuses: &[ThresholdStatus],
         pods: Result<&[Candidate], String>,
         notes: &mut Vec<String>,
+        events: &mut Vec<String>,
     ) -> Action {
         // Thresholds that call for an eviction now: hard before soft, memory first.
         let mut eligible: Vec<&ThresholdStatus> = statuses
@@ -358,8 +424,11 @@ impl Manager {
                     stale_met.join(", ")
                 ));
             }
-            // pressure gone: nothing to wait for
-            self.pending = None;
+            // pressure gone: nothing to wait for (victims in flight stay
+            // excluded while they are listed)
+            for f in self.in_flight.values_mut() {
+                f.done = true;
+            }
             return Action::None;
         };
         let pods = match pods {
@@ -372,56 +441,33 @@ impl Manager {
             }
         };
 
-        if let Some(p) = &self.pending {
-            let waited = now.saturating_duration_since(p.since);
-            let released = match pods.iter().find(|c| c.uid == p.uid) {
-                None => Some("pod gone".to_string()),
-                Some(c) => {
-                    let st = c.stats.unwrap_or_default();
-                    let (usage, _) = c.usage_and_request(p.resource);
-                    match (usage, p.usage_at_choice) {
-                        (Some(u), Some(at))
-                            if (u as f64) <= at as f64 * self.opts.release_fraction =>
-                        {
-                            Some(format!("usage dropped from {at} to {u}"))
-                        }
-                        _ if st.processes == Some(0)
-                            && c.stats.is_some()
-                            && waited >= self.opts.empty_settle =>
-                        {
-                            Some(format!("no process left for {}", format_duration(waited)))
-                        }
-                        _ => None,
-                    }
-                }
-            };
-            match released {
-                Some(why) => {
-                    notes.push(format!(
-                        "previous victim {} released: {why}; re-evaluating with observations taken after this",
-                        p.uid
-                    ));
-                    self.pending = None;
-                    self.released_at = Some(now);
-                    return Action::None;
-                }
-                None if waited >= self.opts.release_timeout => {
-                    notes.push(format!(
-                        "previous victim {} not released after {}: choosing the next one",
-                        p.uid,
-                        format_duration(waited)
-                    ));
-                    self.pending = None;
-                }
-                None => {
-                    return Action::WaitingForRelease {
-                        uid: p.uid.clone(),
-                        since: p.since,
-                    }
+        // Victims still releasing block the next choice, except that a hard
+        // threshold does not wait for soft victims (escalation: the kubelet
+        // acts on the next pass).
+        let blocking: Vec<(&String, &InFlight)> =
+            self.in_flight.iter().filter(|(_, f)| !f.done).collect();
+        if let Some((uid, f)) = blocking.first() {
+            let escalate = chosen.threshold.kind == ThresholdKind::Hard
+                && blocking.iter().all(|(_, f)| f.kind == ThresholdKind::Soft);
+            if !escalate {
+                return Action::WaitingForRelease {
+                    uid: (*uid).clone(),
+                    since: f.since,
+                };
+            }
+            let soft: Vec<String> = blocking.iter().map(|(u, _)| (*u).clone()).collect();
+            events.push(format!(
+                "{} met while soft victim {} is still terminating: evicting for the hard threshold now",
+                chosen.threshold,
+                soft.join(", ")
+            ));
+            // they go on terminating, excluded, but no longer hold back
+            for u in soft {
+                if let Some(f) = self.in_flight.get_mut(&u) {
+                    f.done = true;
                 }
             }
         }
-
         let signal = chosen.threshold.signal;
         let obs = chosen
             .observed
@@ -436,10 +482,10 @@ impl Manager {
         }
         let live: Vec<Candidate> = pods
             .iter()
-            .filter(|c| !self.failed.contains_key(&c.uid))
+            .filter(|c| !self.failed.contains_key(&c.uid) && !self.in_flight.contains_key(&c.uid))
             .cloned()
             .collect();
-        let ranking = rank::rank(signal, &live);
+        let ranking = rank::rank_in(signal, &live, self.opts.disk_layout);
         let measured = ranking.order.iter().filter(|r| r.usage.is_some()).count();
         if !ranking.order.is_empty() && measured == 0 {
             return Action::Blocked(format!(
@@ -450,26 +496,156 @@ impl Manager {
         }
         let Some(first) = ranking.order.first() else {
             return Action::Blocked(format!(
-                "{} is met but no pod can be evicted ({} never evicted, {} in back-off)",
+                "{} is met but no pod can be evicted ({} never evicted, {} already evicted or in back-off)",
                 chosen.threshold.statement(),
                 ranking.never_evicted.len(),
                 pods.len() - live.len()
             ));
         };
-        let victim = self.victim(chosen, obs, first);
-        self.pending = Some(Pending {
-            uid: victim.candidate.uid.clone(),
-            resource: signal.resource(),
-            usage_at_choice: victim.usage,
-            since: now,
-        });
+        let victim = self.victim(chosen, obs, first, statuses);
+        self.in_flight.insert(
+            victim.candidate.uid.clone(),
+            InFlight {
+                signal,
+                resource: signal.resource(),
+                kind: chosen.threshold.kind,
+                usage_at_choice: victim.usage,
+                since: now,
+                done: false,
+            },
+        );
         Action::Evict(Box::new(victim))
     }
 
-    fn victim(&self, s: &ThresholdStatus, obs: Observation, r: &Ranked) -> Victim {
+    /// Forget victims that are gone, mark released ones, and report (once)
+    /// those not released in time.
+    fn track_in_flight(&mut self, now: Instant, pods: &[Candidate], events: &mut Vec<String>) {
+        let listed: BTreeMap<&str, &Candidate> = pods.iter().map(|c| (c.uid.as_str(), c)).collect();
+        let mut gone = Vec::new();
+        for (uid, f) in self.in_flight.iter_mut() {
+            let Some(c) = listed.get(uid.as_str()) else {
+                if !f.done {
+                    events.push(format!("victim {uid} released: pod gone"));
+                    self.released_at = Some(now);
+                }
+                gone.push(uid.clone());
+                continue;
+            };
+            if f.done {
+                continue;
+            }
+            let waited = now.saturating_duration_since(f.since);
+            let st = c.stats.unwrap_or_default();
+            let (usage, _) = c.usage_for(f.signal, self.opts.disk_layout);
+            let released = match (usage, f.usage_at_choice) {
+                (Some(u), Some(at)) if (u as f64) <= at as f64 * self.opts.release_fraction => {
+                    Some(format!("usage dropped from {at} to {u}"))
+                }
+                _ if f.resource != SignalResource::Pids
+                    && st.processes == Some(0)
+                    && c.stats.is_some()
+                    && waited >= self.opts.empty_settle =>
+                {
+                    Some(format!("no process left for {}", format_duration(waited)))
+                }
+                _ if f.resource == SignalResource::Pids
+                    && st.processes == Some(0)
+                    && c.stats.is_some() =>
+                {
+                    Some("no process left".to_string())
+                }
+                _ => None,
+            };
+            if let Some(why) = released {
+                events.push(format!(
+                    "victim {uid} released: {why}; re-evaluating with observations taken after this"
+                ));
+                f.done = true;
+                self.released_at = Some(now);
+            } else if waited >= self.opts.release_timeout {
+                events.push(format!(
+                    "victim {uid} not released after {}: reported; taking the next one (it is never chosen again)",
+                    format_duration(waited)
+                ));
+                f.done = true;
+            }
+        }
+        for uid in gone {
+            self.in_flight.remove(&uid);
+        }
+    }
+
+    /// The first pod over a local-storage limit (kubelet
+    /// localStorageEviction), evicted with the hard grace, with no node
+    /// pressure. Pods already chosen, in back-off or protected are skipped.
+    fn local_storage(&mut self, now: Instant, pods: &[Candidate]) -> Option<Victim> {
+        let dedicated = self.opts.disk_layout == DiskLayout::DedicatedImageFs;
+        let mut sorted: Vec<&Candidate> = pods
+            .iter()
+            .filter(|c| {
+                !c.storage_limits.is_empty()
+                    && c.protection().is_none()
+                    && !self.failed.contains_key(&c.uid)
+                    && !self.in_flight.contains_key(&c.uid)
+            })
+            .collect();
+        sorted.sort_by(|a, b| a.uid.cmp(&b.uid));
+        for c in sorted {
+            let Some(detail) = &c.storage_detail else {
+                continue;
+            };
+            let Some(v) = local_storage::violation(&c.storage_limits, detail, dedicated) else {
+                continue;
+            };
+            let t = Threshold {
+                signal: Signal::NodeFsAvailable,
+                kind: ThresholdKind::Hard,
+                value: crate::policy::evict::threshold::ThresholdValue::Quantity(v.limit_bytes),
+                grace_period: Duration::ZERO,
+                min_reclaim: None,
+            };
+            self.in_flight.insert(
+                c.uid.clone(),
+                InFlight {
+                    signal: Signal::NodeFsAvailable,
+                    resource: SignalResource::Disk,
+                    kind: ThresholdKind::Hard,
+                    usage_at_choice: Some(v.usage_bytes),
+                    since: now,
+                    // does not hold back threshold evictions
+                    done: true,
+                },
+            );
+            return Some(Victim {
+                candidate: c.clone(),
+                signal: Signal::NodeFsAvailable,
+                threshold: t,
+                kind: ThresholdKind::Hard,
+                observed: v.usage_bytes as i64,
+                capacity: 0,
+                threshold_value: v.limit_bytes,
+                grace: self.opts.hard_grace,
+                rank: 1,
+                usage: Some(v.usage_bytes),
+                request: c.ephemeral_storage_request_bytes,
+                reason: v.message.trim_end().to_string(),
+                cause: Cause::LocalStorage(v.kind),
+                message: v.message,
+            });
+        }
+        None
+    }
+
+    fn victim(
+        &self,
+        s: &ThresholdStatus,
+        obs: Observation,
+        r: &Ranked,
+        statuses: &[ThresholdStatus],
+    ) -> Victim {
         let t = &s.threshold;
         let grace = match t.kind {
-            ThresholdKind::Hard => Duration::ZERO,
+            ThresholdKind::Hard => self.opts.hard_grace,
             ThresholdKind::Soft => {
                 let pod = r
                     .candidate
@@ -492,8 +668,56 @@ impl Manager {
             usage: r.usage,
             request: r.request,
             reason: r.reason.clone(),
+            cause: Cause::Threshold,
+            message: eviction_message(t, obs, r, statuses),
         }
     }
+}
+
+/// The kubelet's eviction message (helpers.go evictionMessage): the starved
+/// resource, the first met threshold of that resource with its observation,
+/// and the pod's usage against its request when it exceeds it.
+pub fn eviction_message(
+    t: &Threshold,
+    obs: Observation,
+    r: &Ranked,
+    statuses: &[ThresholdStatus],
+) -> String {
+    let resource = match t.signal.resource() {
+        SignalResource::Memory => "memory",
+        SignalResource::Disk => "ephemeral-storage",
+        SignalResource::Inodes => "inodes",
+        SignalResource::Pids => "pids",
+    };
+    let mut m = format!("The node was low on resource: {resource}. ");
+    let first = statuses
+        .iter()
+        .filter(|s| s.met && s.threshold.signal.resource() == t.signal.resource())
+        .find_map(|s| s.observed.map(|o| (s.threshold.clone(), o)))
+        .unwrap_or((t.clone(), obs));
+    let q = |v: i64| {
+        if t.signal.is_bytes() {
+            crate::policy::evict::local_storage::canonical_bytes(i128::from(v)).to_string()
+        } else {
+            v.to_string()
+        }
+    };
+    m.push_str(&format!(
+        "Threshold quantity: {}, available: {}. ",
+        q(first.0.threshold_for(first.1.capacity)),
+        q(first.1.available)
+    ));
+    if let Some(u) = r.usage {
+        if i128::from(u) > i128::from(r.request) && t.signal.is_bytes() {
+            m.push_str(&format!(
+                "Pod {} was using {}, request is {}, has larger consumption of {resource}. ",
+                r.candidate.name,
+                q(u as i64),
+                q(r.request)
+            ));
+        }
+    }
+    m
 }
 
 /// Signals that have at least one threshold (what must be observed).
@@ -545,6 +769,8 @@ mod tests {
             termination_grace_period_seconds: Some(60),
             sandbox_id: Some(format!("sb-{uid}")),
             cgroup_dirs: vec![],
+            storage_limits: Default::default(),
+            storage_detail: None,
             stats: usage_mi.map(|u| PodStats {
                 memory_working_set_bytes: Some((u * MI) as u64),
                 processes: Some(1),
@@ -601,7 +827,13 @@ mod tests {
         let v = d.victim().expect("victim");
         assert_eq!(v.candidate.uid, "be"); // exceeds by 250Mi > bu's 200Mi
         assert_eq!(v.kind, ThresholdKind::Hard);
-        assert_eq!(v.grace, Duration::ZERO);
+        // the kubelet's immediateEvictionGracePeriodSeconds
+        assert_eq!(v.grace, s(1));
+        assert!(
+            v.message.starts_with("The node was low on resource: memory. Threshold quantity: 100Mi, available: 99Mi. "),
+            "{}",
+            v.message
+        );
         assert_eq!(v.threshold_value, 100 * MI);
         assert_eq!(v.observed, 99 * MI);
         assert_eq!(d.conditions, vec![NodeCondition::MemoryPressure]);
@@ -617,7 +849,7 @@ mod tests {
         assert_eq!(d.met().count(), 1);
         // the release pass chooses nobody: the observation may predate it
         assert_eq!(d.action, Action::None);
-        assert!(d.notes.iter().any(|n| n.contains("released: pod gone")));
+        assert!(d.events.iter().any(|n| n.contains("released: pod gone")));
         // an observation as old as the release is not enough either
         let d = m.synchronize(t0 + s(3), &mem(120, t0 + s(3)), Ok(&p2));
         assert_eq!(d.action, Action::None);
@@ -721,7 +953,7 @@ mod tests {
             config(
                 "memory.available<10Mi",
                 "memory.available<1Gi",
-                "memory.available=0s",
+                "memory.available=1s",
                 "",
                 "0s",
             ),
@@ -731,8 +963,142 @@ mod tests {
         for c in &mut p {
             c.termination_grace_period_seconds = Some(5);
         }
-        let d = m.synchronize(t0, &mem(500, t0), Ok(&p));
-        assert_eq!(d.victim().unwrap().grace, s(5));
+        assert!(m.synchronize(t0, &mem(500, t0), Ok(&p)).victim().is_none());
+        let d = m.synchronize(t0 + s(1), &mem(500, t0 + s(1)), Ok(&p));
+        let v = d.victim().unwrap();
+        assert_eq!((v.kind, v.grace), (ThresholdKind::Soft, s(5)));
+    }
+
+    #[test]
+    fn soft_with_zero_grace_acts_as_hard() {
+        // the kubelet's isHardEvictionThreshold: grace period 0 = hard
+        let t0 = Instant::now();
+        let mut m = Manager::new(
+            config("", "memory.available<1Gi", "memory.available=0s", "", "0s"),
+            ManagerOptions::default(),
+        );
+        let d = m.synchronize(t0, &mem(500, t0), Ok(&pods()));
+        let v = d.victim().unwrap();
+        assert_eq!((v.kind, v.grace), (ThresholdKind::Hard, s(1)));
+    }
+
+    #[test]
+    fn hard_threshold_does_not_wait_for_a_soft_victim() {
+        let t0 = Instant::now();
+        let mut m = Manager::new(
+            config(
+                "memory.available<100Mi",
+                "memory.available<1Gi",
+                "memory.available=1s",
+                "",
+                "0s",
+            ),
+            ManagerOptions::default(),
+        );
+        let p = pods();
+        m.synchronize(t0, &mem(900, t0), Ok(&p));
+        let d = m.synchronize(t0 + s(1), &mem(900, t0 + s(1)), Ok(&p));
+        let soft = d.victim().unwrap().candidate.uid.clone();
+        assert_eq!(d.victim().unwrap().kind, ThresholdKind::Soft);
+        // still terminating (grace 20 s): soft keeps waiting
+        let d = m.synchronize(t0 + s(2), &mem(900, t0 + s(2)), Ok(&p));
+        assert!(matches!(d.action, Action::WaitingForRelease { .. }));
+        // the hard threshold is crossed: the next pass evicts another pod
+        let d = m.synchronize(t0 + s(3), &mem(50, t0 + s(3)), Ok(&p));
+        let v = d.victim().expect("escalation on the next pass");
+        assert_eq!(v.kind, ThresholdKind::Hard);
+        assert_ne!(v.candidate.uid, soft);
+        assert_eq!(v.grace, s(1));
+        assert!(d.events.iter().any(|e| e.contains("still terminating")));
+        // both in flight now: the hard victim blocks further choices
+        let d = m.synchronize(t0 + s(4), &mem(50, t0 + s(4)), Ok(&p));
+        assert!(
+            matches!(d.action, Action::WaitingForRelease { .. }),
+            "{:?}",
+            d.action
+        );
+    }
+
+    #[test]
+    fn a_victim_is_never_chosen_twice() {
+        // released by "no process" while still listed (the kill backend
+        // before the runtime removed it): never chosen again
+        let t0 = Instant::now();
+        let mut m = Manager::new(
+            config("memory.available<100Mi", "", "", "", "0s"),
+            ManagerOptions::default(),
+        );
+        let mut p = pods();
+        let mut chosen = Vec::new();
+        for i in 0..40u64 {
+            let now = t0 + Duration::from_millis(600 * i);
+            let d = m.synchronize(now, &mem(1, now), Ok(&p));
+            if let Some(v) = d.victim() {
+                chosen.push(v.candidate.uid.clone());
+                for c in &mut p {
+                    if c.uid == v.candidate.uid {
+                        c.stats.as_mut().unwrap().processes = Some(0);
+                    }
+                }
+            }
+        }
+        assert_eq!(chosen, vec!["be", "bu", "g"], "each victim once, in order");
+        let d = m.synchronize(t0 + s(60), &mem(1, t0 + s(60)), Ok(&p));
+        assert!(
+            matches!(d.action, Action::Blocked(ref w) if w.contains("3 already evicted")),
+            "{:?}",
+            d.action
+        );
+        // gone from the list: forgotten
+        let d = m.synchronize(t0 + s(61), &mem(1, t0 + s(61)), Ok(&[]));
+        assert!(m.in_flight().next().is_none(), "{:?}", d.action);
+    }
+
+    #[test]
+    fn local_storage_limit_evicts_without_pressure() {
+        use crate::policy::evict::local_storage::{ContainerStorage, StorageDetail};
+        let t0 = Instant::now();
+        let mut m = Manager::new(
+            config("memory.available<100Mi", "", "", "", "0s"),
+            ManagerOptions::default(),
+        );
+        let mut p = pods();
+        let mut pod = crate::core::model::Pod::new("bu", "ns", "bu");
+        let mut c = crate::core::model::Container {
+            name: "app".into(),
+            ..Default::default()
+        };
+        c.resources.limits.insert(
+            "ephemeral-storage".into(),
+            crate::core::quantity::Quantity::parse("10Mi").unwrap(),
+        );
+        pod.containers.push(c);
+        p[1].storage_limits = crate::policy::evict::local_storage::StorageLimits::of(&pod);
+        let detail = |mib: u64| StorageDetail {
+            containers: vec![ContainerStorage {
+                name: "app".into(),
+                rootfs_bytes: Some(mib << 20),
+                logs_bytes: Some(0),
+            }],
+            volumes: vec![],
+            total_bytes: mib << 20,
+        };
+        p[1].storage_detail = Some(detail(9));
+        let d = m.synchronize(t0, &mem(4000, t0), Ok(&p));
+        assert_eq!(d.action, Action::None);
+        p[1].storage_detail = Some(detail(11));
+        let d = m.synchronize(t0 + s(1), &mem(4000, t0 + s(1)), Ok(&p));
+        let v = d.victim().expect("over its limit");
+        assert_eq!(v.candidate.uid, "bu");
+        assert_eq!(v.grace, s(1));
+        assert_eq!(v.metric_label(), "ephemeralpodfs.limit");
+        assert_eq!(
+            v.message,
+            "Pod ephemeral local storage usage exceeds the total limit of containers 10Mi. "
+        );
+        // once
+        let d = m.synchronize(t0 + s(2), &mem(4000, t0 + s(2)), Ok(&p));
+        assert_eq!(d.action, Action::None);
     }
 
     #[test]
@@ -893,9 +1259,9 @@ mod tests {
         }
         let d = m.synchronize(t0 + s(1), &mem(1, t0 + s(1)), Ok(&p));
         assert!(
-            d.notes.iter().any(|n| n.contains("usage dropped")),
+            d.events.iter().any(|n| n.contains("usage dropped")),
             "{:?}",
-            d.notes
+            d.events
         );
         assert_eq!(d.action, Action::None);
         let d = m.synchronize(t0 + s(2), &mem(1, t0 + s(2)), Ok(&p));
@@ -906,9 +1272,11 @@ mod tests {
         assert!(matches!(d.action, Action::WaitingForRelease { .. }));
         let d = m.synchronize(t0 + s(32), &mem(1, t0 + s(32)), Ok(&p));
         assert!(
-            d.notes.iter().any(|n| n.contains("not released after 30s")),
+            d.events
+                .iter()
+                .any(|n| n.contains("not released after 30s")),
             "{:?}",
-            d.notes
+            d.events
         );
         assert!(d.victim().is_some());
     }
@@ -968,11 +1336,11 @@ mod tests {
         );
         let d = m.synchronize(t0 + ms(500), &mem(1, t0 + ms(500)), Ok(&p));
         assert!(
-            d.notes
+            d.events
                 .iter()
                 .any(|n| n.contains("no process left for 500ms")),
             "{:?}",
-            d.notes
+            d.events
         );
     }
 

@@ -2,6 +2,8 @@
 //! kubelet's ranking ([`rank`]) and the pure, time-injected state machine
 //! that decides conditions and victims ([`manager`]).
 
+pub mod image_gc;
+pub mod local_storage;
 pub mod manager;
 pub mod rank;
 pub mod threshold;

@@ -6,7 +6,11 @@
 //!   request, then lower priority, then larger usage above the request;
 //! * disk (`nodefs.*`, `imagefs.*`, `containerfs.*`): pods without stats
 //!   first, then usage exceeding the ephemeral-storage request, then
-//!   priority, then larger usage above the request (inodes: no request);
+//!   priority, then larger usage above the request. Inodes: "exceeds" is
+//!   against an inode request of 0, and the last key subtracts the
+//!   ephemeral-storage request (in bytes) from the inode count, exactly as
+//!   the kubelet's `disk()` comparator does. Which parts of a pod's storage
+//!   count depends on the [`DiskLayout`] (buildSignalToRankFunc);
 //! * pid: lower priority first, then more processes first.
 //!
 //! qosd adds a final tiebreak on the pod uid so the order is total and does
@@ -22,6 +26,11 @@ use crate::core::model::{Pod, QosClass};
 use crate::policy::evict::threshold::{Signal, SignalResource};
 
 /// Usage of one pod, as measured now. `None` fields: not measured.
+///
+/// `ephemeral_storage_bytes` / `inodes` are the pod's totals (writable
+/// layers + logs + local volumes); the `rootfs_*`, `logs_*` and `volumes_*`
+/// parts, when measured, let the ranking count only what lives on the
+/// filesystem under pressure (see [`DiskLayout`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct PodStats {
     #[serde(default)]
@@ -32,6 +41,100 @@ pub struct PodStats {
     pub inodes: Option<u64>,
     #[serde(default)]
     pub processes: Option<u64>,
+    /// Containers' writable layers (CRI `writable_layer`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rootfs_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rootfs_inodes: Option<u64>,
+    /// Container logs (`<podLogsDir>/<ns>_<name>_<uid>/`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logs_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logs_inodes: Option<u64>,
+    /// Local (disk-backed) volumes under `<rootDir>/pods/<uid>/volumes/`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volumes_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volumes_inodes: Option<u64>,
+}
+
+/// How the node's filesystems are laid out, which decides what part of a
+/// pod's storage each disk signal ranks by (kubelet buildSignalToRankFunc).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DiskLayout {
+    /// nodefs, imagefs and containerfs are one filesystem: every disk
+    /// signal counts writable layers + logs + local volumes.
+    #[default]
+    Shared,
+    /// A dedicated imagefs that also holds the writable layers: nodefs
+    /// counts logs + local volumes, imagefs/containerfs the writable layers.
+    DedicatedImageFs,
+    /// Images on their own filesystem, writable layers with nodefs
+    /// (KubeletSeparateDiskGC): nodefs/containerfs count everything but
+    /// images, imagefs counts no pod storage.
+    Split,
+}
+
+/// What parts of a pod's storage a disk signal counts.
+fn disk_parts(signal: Signal, layout: DiskLayout) -> (bool, bool, bool) {
+    // (rootfs, logs, volumes)
+    use Signal::*;
+    match (layout, signal) {
+        (DiskLayout::Shared, _) => (true, true, true),
+        (DiskLayout::DedicatedImageFs, NodeFsAvailable | NodeFsInodesFree) => (false, true, true),
+        (DiskLayout::DedicatedImageFs, _) => (true, false, false),
+        (DiskLayout::Split, ImageFsAvailable | ImageFsInodesFree) => (false, false, false),
+        (DiskLayout::Split, _) => (true, true, true),
+    }
+}
+
+impl PodStats {
+    /// Bytes (or inodes) of the pod's storage a disk signal counts: the
+    /// measured parts, or the total when the parts are not known.
+    pub fn disk_usage(&self, signal: Signal, layout: DiskLayout) -> Option<u64> {
+        let inodes = signal.resource() == SignalResource::Inodes;
+        let (total, parts) = if inodes {
+            (
+                self.inodes,
+                [self.rootfs_inodes, self.logs_inodes, self.volumes_inodes],
+            )
+        } else {
+            (
+                self.ephemeral_storage_bytes,
+                [self.rootfs_bytes, self.logs_bytes, self.volumes_bytes],
+            )
+        };
+        if parts.iter().all(Option::is_none) {
+            return total;
+        }
+        let (r, l, v) = disk_parts(signal, layout);
+        let mut sum = 0u64;
+        for (want, part) in [(r, parts[0]), (l, parts[1]), (v, parts[2])] {
+            if want {
+                sum = sum.saturating_add(part.unwrap_or(0));
+            }
+        }
+        Some(sum)
+    }
+
+    /// Totals from the measured parts (writable layers + logs + volumes).
+    pub fn with_totals(mut self) -> PodStats {
+        let add = |a: [Option<u64>; 3]| {
+            a.iter().any(Option::is_some).then(|| {
+                a.iter()
+                    .map(|x| x.unwrap_or(0))
+                    .fold(0u64, u64::saturating_add)
+            })
+        };
+        if let Some(b) = add([self.rootfs_bytes, self.logs_bytes, self.volumes_bytes]) {
+            self.ephemeral_storage_bytes = Some(b);
+        }
+        if let Some(i) = add([self.rootfs_inodes, self.logs_inodes, self.volumes_inodes]) {
+            self.inodes = Some(i);
+        }
+        self
+    }
 }
 
 /// Everything the ranking (and the evictor) needs about one pod.
@@ -53,6 +156,11 @@ pub struct Candidate {
     /// kill backend and the per-pod signals.
     pub cgroup_dirs: Vec<PathBuf>,
     pub stats: Option<PodStats>,
+    /// Local-storage limits from the pod's spec (empty when the source does
+    /// not carry them: the CRI alone does not).
+    pub storage_limits: crate::policy::evict::local_storage::StorageLimits,
+    /// Per-container and per-volume storage, for the limit checks.
+    pub storage_detail: Option<crate::policy::evict::local_storage::StorageDetail>,
 }
 
 impl Candidate {
@@ -82,6 +190,8 @@ impl Candidate {
             sandbox_id,
             cgroup_dirs: Vec::new(),
             stats,
+            storage_limits: crate::policy::evict::local_storage::StorageLimits::of(pod),
+            storage_detail: None,
         }
     }
 
@@ -113,7 +223,7 @@ impl Candidate {
     }
 
     /// The usage and request relevant to a signal's resource (usage `None`
-    /// when not measured).
+    /// when not measured), on a shared filesystem.
     pub fn usage_and_request(&self, resource: SignalResource) -> (Option<u64>, i64) {
         let st = self.stats.unwrap_or_default();
         match resource {
@@ -127,6 +237,19 @@ impl Candidate {
             ),
             SignalResource::Inodes => (self.stats.and(st.inodes), 0),
             SignalResource::Pids => (self.stats.and(st.processes), 0),
+        }
+    }
+
+    /// The usage a signal ranks by, with the filesystem layout, and the
+    /// request it is compared with.
+    pub fn usage_for(&self, signal: Signal, layout: DiskLayout) -> (Option<u64>, i64) {
+        match signal.resource() {
+            r @ (SignalResource::Memory | SignalResource::Pids) => self.usage_and_request(r),
+            SignalResource::Disk => (
+                self.stats.and_then(|s| s.disk_usage(signal, layout)),
+                self.ephemeral_storage_request_bytes,
+            ),
+            SignalResource::Inodes => (self.stats.and_then(|s| s.disk_usage(signal, layout)), 0),
         }
     }
 }
@@ -159,8 +282,9 @@ enum Key {
     Pids(i32, bool, std::cmp::Reverse<u64>, String),
 }
 
-fn key(c: &Candidate, resource: SignalResource) -> Key {
-    let (usage, request) = c.usage_and_request(resource);
+fn key(c: &Candidate, signal: Signal, layout: DiskLayout) -> Key {
+    let resource = signal.resource();
+    let (usage, request) = c.usage_for(signal, layout);
     match resource {
         SignalResource::Pids => Key::Pids(
             c.priority,
@@ -169,12 +293,18 @@ fn key(c: &Candidate, resource: SignalResource) -> Key {
             c.uid.clone(),
         ),
         _ => {
+            // The kubelet's disk() comparator subtracts the ephemeral-storage
+            // request even from an inode count.
+            let subtract = match resource {
+                SignalResource::Inodes => c.ephemeral_storage_request_bytes,
+                _ => request,
+            };
             let (has, exceeds, above) = match usage {
                 None => (false, false, 0),
                 Some(u) => (
                     true,
                     i128::from(u) > i128::from(request),
-                    i128::from(u) - i128::from(request),
+                    i128::from(u) - i128::from(subtract),
                 ),
             };
             // false sorts first: "missing" = !has first, "exceeds" first = !exceeds
@@ -192,19 +322,22 @@ fn key(c: &Candidate, resource: SignalResource) -> Key {
 /// Compare two candidates for a signal: `Less` = `a` is evicted before `b`.
 /// A total order (ties broken by uid).
 pub fn compare(signal: Signal, a: &Candidate, b: &Candidate) -> Ordering {
-    let r = signal.resource();
-    key(a, r).cmp(&key(b, r))
+    key(a, signal, DiskLayout::Shared).cmp(&key(b, signal, DiskLayout::Shared))
 }
 
-/// Rank candidates for a signal.
+/// Rank candidates for a signal (one shared filesystem).
 pub fn rank(signal: Signal, candidates: &[Candidate]) -> Ranking {
-    let resource = signal.resource();
+    rank_in(signal, candidates, DiskLayout::Shared)
+}
+
+/// Rank candidates for a signal with the node's filesystem layout.
+pub fn rank_in(signal: Signal, candidates: &[Candidate], layout: DiskLayout) -> Ranking {
     let mut never = Vec::new();
     let mut evictable: Vec<(Key, &Candidate)> = Vec::new();
     for c in candidates {
         match c.protection() {
             Some(why) => never.push((c.clone(), why)),
-            None => evictable.push((key(c, resource), c)),
+            None => evictable.push((key(c, signal, layout), c)),
         }
     }
     evictable.sort_by(|a, b| a.0.cmp(&b.0));
@@ -213,7 +346,7 @@ pub fn rank(signal: Signal, candidates: &[Candidate]) -> Ranking {
         .into_iter()
         .enumerate()
         .map(|(i, (_, c))| {
-            let (usage, request) = c.usage_and_request(resource);
+            let (usage, request) = c.usage_for(signal, layout);
             Ranked {
                 rank: i + 1,
                 candidate: c.clone(),
@@ -333,6 +466,8 @@ mod tests {
             termination_grace_period_seconds: None,
             sandbox_id: None,
             cgroup_dirs: vec![],
+            storage_limits: Default::default(),
+            storage_detail: None,
             stats: usage_mi.map(|u| PodStats {
                 memory_working_set_bytes: Some(u * MI),
                 ..Default::default()

@@ -501,6 +501,14 @@ impl EvictionConfig {
                             })?
                     }
                 };
+                // The kubelet treats every threshold with a zero grace
+                // period as hard (isHardEvictionThreshold): a soft one with
+                // `0s` acts at once, with the hard 1 s pod grace.
+                let kind = if grace_period.is_zero() {
+                    ThresholdKind::Hard
+                } else {
+                    kind
+                };
                 list.push(Threshold {
                     signal: sig,
                     kind,
@@ -509,9 +517,10 @@ impl EvictionConfig {
                     min_reclaim: reclaim.get(&sig).copied(),
                 });
             }
-            list.sort_by_key(|t| t.signal);
             thresholds.extend(list);
         }
+        // hard first, then soft; each in signal order (stable)
+        thresholds.sort_by_key(|t| (t.kind, t.signal));
 
         if max_pod_grace_period_seconds < 0 {
             return Err(ThresholdError::NegativeMaxPodGrace {
@@ -553,6 +562,51 @@ impl EvictionConfig {
         for (i, t) in extra.into_iter().enumerate() {
             self.thresholds.insert(soft_at + i, t);
         }
+        self
+    }
+
+    /// `containerfs.*` thresholds as the kubelet derives them
+    /// (UpdateContainerFsThresholds): on one filesystem, or with images and
+    /// containers split, they copy `nodefs.*`; with a dedicated imagefs
+    /// holding the containers' writable layers they copy `imagefs.*`.
+    /// Configured `containerfs.*` thresholds are replaced (the kubelet
+    /// ignores them with a logged error).
+    pub fn with_containerfs_thresholds(
+        mut self,
+        dedicated_imagefs: bool,
+        split: bool,
+    ) -> EvictionConfig {
+        let from_imagefs = dedicated_imagefs && !split;
+        let (bytes, inodes) = if from_imagefs {
+            (Signal::ImageFsAvailable, Signal::ImageFsInodesFree)
+        } else {
+            (Signal::NodeFsAvailable, Signal::NodeFsInodesFree)
+        };
+        self.thresholds.retain(|t| {
+            !matches!(
+                t.signal,
+                Signal::ContainerFsAvailable | Signal::ContainerFsInodesFree
+            )
+        });
+        let extra: Vec<Threshold> = self
+            .thresholds
+            .iter()
+            .filter_map(|t| {
+                let signal = if t.signal == bytes {
+                    Signal::ContainerFsAvailable
+                } else if t.signal == inodes {
+                    Signal::ContainerFsInodesFree
+                } else {
+                    return None;
+                };
+                Some(Threshold {
+                    signal,
+                    ..t.clone()
+                })
+            })
+            .collect();
+        self.thresholds.extend(extra);
+        self.thresholds.sort_by_key(|t| (t.kind, t.signal));
         self
     }
 
@@ -654,27 +708,25 @@ fn parse_quantity(setting: &str, signal: Signal, v: &str) -> Result<i64, Thresho
     Ok(q.value_ceil())
 }
 
-fn parse_min_reclaim(signal: Signal, v: &str) -> Result<Option<ThresholdValue>, ThresholdError> {
+/// Parse a minimum-reclaim value as the kubelet does: a percentage must be
+/// positive (`0%` is an error), a quantity must not be negative (`0` means
+/// none). `Ok(None)`: no extra reclaim.
+pub fn parse_min_reclaim(
+    signal: Signal,
+    v: &str,
+) -> Result<Option<ThresholdValue>, ThresholdError> {
     const SETTING: &str = "eviction-minimum-reclaim";
     if let Some(num) = v.strip_suffix('%') {
         let p = parse_percent(SETTING, signal, v, num)?;
-        if p < 0.0 {
+        if p <= 0.0 {
             return Err(ThresholdError::BadPercentage {
                 setting: SETTING.into(),
                 signal: signal.to_string(),
                 value: v.into(),
-                reason: "must be >= 0%".into(),
+                reason: "a percentage minimum reclaim must be positive".into(),
             });
         }
-        if p > 1.0 {
-            return Err(ThresholdError::BadPercentage {
-                setting: SETTING.into(),
-                signal: signal.to_string(),
-                value: v.into(),
-                reason: "must be <= 100%".into(),
-            });
-        }
-        return Ok((p > 0.0).then_some(ThresholdValue::Percentage(p)));
+        return Ok(Some(ThresholdValue::Percentage(p)));
     }
     let q = parse_quantity(SETTING, signal, v)?;
     if q < 0 {
@@ -685,6 +737,19 @@ fn parse_min_reclaim(signal: Signal, v: &str) -> Result<Option<ThresholdValue>, 
         });
     }
     Ok((q > 0).then_some(ThresholdValue::Quantity(q)))
+}
+
+/// Check one entry of an eviction map exactly as [`EvictionConfig::from_parts`]
+/// will (the signal, then the value for its setting): the config file
+/// validation calls this, so `qosd config check` refuses what `qosd run`
+/// refuses. `setting`: `eviction-hard`, `eviction-soft` or
+/// `eviction-minimum-reclaim`.
+pub fn check_entry(setting: &str, signal: &str, value: &str) -> Result<(), ThresholdError> {
+    let sig = parse_signal(signal)?;
+    match setting {
+        "eviction-minimum-reclaim" => parse_min_reclaim(sig, value.trim()).map(|_| ()),
+        _ => parse_threshold_value(setting, sig, value.trim()).map(|_| ()),
+    }
 }
 
 /// Parse a `--eviction-hard` / `--eviction-soft` flag value:
@@ -1054,10 +1119,10 @@ mod tests {
             ),
             (
                 RawEvictionConfig {
-                    eviction_minimum_reclaim: [("nodefs.available".into(), "150%".into())].into(),
+                    eviction_minimum_reclaim: [("nodefs.available".into(), "0%".into())].into(),
                     ..Default::default()
                 },
-                "must be <= 100%",
+                "a percentage minimum reclaim must be positive",
             ),
             (
                 RawEvictionConfig {

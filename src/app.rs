@@ -16,13 +16,13 @@ use crate::core::node::{NodeResources, Reserved};
 use crate::policy::enforce::naming::CgroupLayout;
 use crate::policy::enforce::plan::PlanConfig;
 use crate::policy::enforce::reserved::ReservedResources;
-use crate::runtime::daemon::{self, Outcome, RunOptions, ServiceObserver};
+use crate::runtime::daemon::{self, EvictionSwap, Outcome, Reloaded, RunOptions, ServiceObserver};
 use crate::runtime::eviction_service::{EvictionService, ServiceConfig};
-use crate::runtime::pod_source::PodSourceSpec;
+use crate::runtime::pod_source::{Listing, PodSourceSpec, Source};
 use crate::runtime::reconcile::ReconcileReport;
 use crate::sys::watch::WatchConfig;
 use crate::telemetry::health::Health;
-use crate::telemetry::metrics::Metrics;
+use crate::telemetry::metrics::{ErrorKind, Metrics};
 use crate::telemetry::server::AppState;
 
 /// Marks an error as the user's input being wrong (the CLI exits 2).
@@ -77,9 +77,16 @@ pub fn plan_config(cfg: &Config, proc_root: &Path, sysfs: &Path) -> anyhow::Resu
             )
         })?,
     };
-    let layout = CgroupLayout::new(version, cfg.cgroup_driver)
+    let mut layout = CgroupLayout::new(version, cfg.cgroup_driver)
         .with_cgroupfs(cfg.cgroupfs.clone())
         .with_cgroup_root(cfg.cgroup_root.clone());
+    if version == CgroupVersion::V1 {
+        // A co-mounted `cpu,cpuacct` without the usual `cpu` symlink.
+        let fs = &cfg.cgroupfs;
+        if !fs.join("cpu").exists() && fs.join("cpu,cpuacct").is_dir() {
+            layout.v1_dirs.cpu = "cpu,cpuacct".to_string();
+        }
+    }
     let cpu = match &cfg.node_cpu {
         Some(q) => q.milli_ceil(),
         None => crate::sys::procfs::detect_cpu_millis(proc_root)
@@ -119,8 +126,12 @@ pub fn plan_config(cfg: &Config, proc_root: &Path, sysfs: &Path) -> anyhow::Resu
     plan.memory_reservation_policy = cfg.memory_reservation_policy;
     plan.enforce_node_allocatable = cfg.enforce_node_allocatable.pods;
     plan.pod_pids_limit = (cfg.pod_pids_limit > 0).then_some(cfg.pod_pids_limit);
-    plan.hugepage_sizes = crate::sys::hugepages::detect(sysfs, &cfg.cgroupfs, version)
-        .context("cannot read the node's hugepage sizes")?;
+    plan.hugepage_sizes = match &cfg.hugepage_sizes {
+        Some(sizes) => sizes.clone(),
+        None => crate::sys::hugepages::detect(sysfs, &cfg.cgroupfs, version).context(
+            "cannot read the node's hugepage sizes (set hugepageSizes / --hugepage-sizes)",
+        )?,
+    };
     let res = |name: &str, list: &crate::core::model::ResourceList| {
         ReservedResources::from_list(list).map_err(|e| bad_input(format!("{name}: {e}")))
     };
@@ -137,6 +148,79 @@ pub fn plan_config(cfg: &Config, proc_root: &Path, sysfs: &Path) -> anyhow::Resu
     )
     .map_err(bad_input)?;
     Ok(plan)
+}
+
+/// The planner config of a CLI command: like [`plan_config`], but when the
+/// cgroup version is `auto` and cannot be detected, warn and plan for v2
+/// (for commands that only print).
+pub fn plan_config_or_v2(
+    cfg: &Config,
+    proc_root: &Path,
+    sysfs: &Path,
+) -> anyhow::Result<PlanConfig> {
+    if cfg.cgroup_version.forced().is_none() {
+        if let Err(e) = crate::sys::detect::detect_version(&cfg.cgroupfs) {
+            eprintln!(
+                "qosd: warning: {e}; planning for cgroup v2 (pass --cgroup-version v1|v2 to choose)"
+            );
+            let mut v2 = cfg.clone();
+            v2.cgroup_version = config::CgroupVersionSetting::V2;
+            return plan_config(&v2, proc_root, sysfs);
+        }
+    }
+    plan_config(cfg, proc_root, sysfs)
+}
+
+/// The daemon's pod listing, once: the same source, connect options and
+/// inventory as `qosd run` (for `plan --cri`, `eviction-order --cri`).
+pub fn live_listing(cfg: &Config, proc_root: &Path) -> anyhow::Result<Listing> {
+    let machine = crate::sys::procfs::detect_memory_bytes(proc_root)
+        .context("cannot read the node's memory (MemTotal)")?;
+    let spec = PodSourceSpec::Cri {
+        endpoint: cfg.runtime_endpoint.clone(),
+    };
+    let connect = crate::cri::ConnectOptions {
+        retry: crate::cri::RetryPolicy {
+            max_elapsed: Duration::from_secs(5),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    rt.block_on(async {
+        let source = Source::connect(&spec, connect, machine).await?;
+        source.list().await
+    })
+    .with_context(|| format!("cannot list pods from {}", cfg.runtime_endpoint))
+}
+
+pub use crate::runtime::daemon::check_parents;
+
+/// The eviction candidates of a listing with their usage read from their
+/// cgroups, as the eviction loop reads it (`Engine::pass`).
+pub fn live_candidates(
+    plan: &PlanConfig,
+    listing: &Listing,
+) -> Vec<crate::policy::evict::rank::Candidate> {
+    let sandboxes = listing
+        .live
+        .iter()
+        .map(|p| (p.pod.uid.clone(), p.sandbox_id.clone()))
+        .collect();
+    let mut c =
+        crate::runtime::eviction_service::candidates(&listing.pods, &sandboxes, &plan.layout);
+    for x in &mut c {
+        if let Some(dir) = x.cgroup_dirs.first() {
+            let st = crate::sys::signals::pod_stats(plan.layout.version, dir);
+            if st.memory_working_set_bytes.is_some() || st.processes.is_some() {
+                x.stats = Some(st);
+            }
+        }
+    }
+    c
 }
 
 /// Warn about settings the chosen kubelet version would refuse.
@@ -235,7 +319,15 @@ pub fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<DaemonExit> {
         .build()
         .context("cannot start the async runtime")?;
     if args.once {
-        let outcome = rt.block_on(daemon::run_loop(opts, &mut daemon::NoObserver))?;
+        let outcome = rt
+            .block_on(daemon::run_loop(opts, &mut daemon::NoObserver))
+            .map_err(|e| {
+                if e.is::<crate::policy::enforce::parents::ParentMismatch>() {
+                    bad_input(e)
+                } else {
+                    e
+                }
+            })?;
         return Ok(match outcome {
             Outcome::Stopped => DaemonExit::Stopped,
             Outcome::Once(report) => DaemonExit::Once { report, dry_run },
@@ -243,6 +335,14 @@ pub fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<DaemonExit> {
     }
 
     let metrics = Arc::new(Metrics::new());
+    {
+        // Every CRI call of this process, by method (the reconcile loop's
+        // listings, the eviction stopper's StopPodSandbox, ...).
+        let m = metrics.clone();
+        crate::cri::client::set_call_observer(Box::new(move |method, d, ok| {
+            m.cri_call(method, d, ok)
+        }));
+    }
     // Liveness: the loop turns at least every relist interval.
     let stale_after = (cfg.relist_interval * 3).max(cfg.reconcile_interval * 3);
     let health = Arc::new(Health::new(stale_after));
@@ -267,6 +367,10 @@ pub fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<DaemonExit> {
         .map(|k| k as Arc<dyn crate::runtime::pod_source::SpecSource>);
     let mode = if dry_run { "dry-run" } else { "enforce" };
     let mut observer = ServiceObserver::new(metrics.clone(), health.clone(), mode, &opts.plan);
+    health.update_status(|d| {
+        d.config_generation = 1;
+        d.config_loaded_at_ms = crate::telemetry::status::now_ms();
+    });
     observer.specs = opts.specs.clone();
     observer.audit = audit;
     health.update_status(|d| d.cgroup_enforcement = cfg.cgroup_enforcement.as_str().to_string());
@@ -274,35 +378,104 @@ pub fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<DaemonExit> {
     let proc_root = args.proc_root.clone();
     let sysfs = args.sysfs.clone();
     let mut current = cfg.clone();
-    observer.reloader = Some(Box::new(move || match reload() {
-        Ok(new) => {
-            let changed = current.changed_fields(&new);
-            tracing::info!(?changed, "SIGHUP: config reloaded");
-            match plan_config(&new, &proc_root, &sysfs)
-                .and_then(|p| check_reserved_cgroups(&p).map(|()| p))
-            {
-                Ok(p) => {
-                    current = new;
-                    Some(p)
+    let mut generation = 1u64;
+    let (m, h) = (metrics.clone(), health.clone());
+    let source = opts.source.clone();
+    let handle = rt.handle().clone();
+    let kube_side = kube.clone();
+    observer.reloader = Some(Box::new(move || {
+        let outcome = reload_config(&mut reload, &current, &proc_root, &sysfs);
+        let (result, why) = match &outcome {
+            Ok(None) => ("unchanged", None),
+            Ok(Some(_)) => ("applied", None),
+            Err(ReloadRefused::Invalid(e)) => ("invalid", Some(e.clone())),
+            Err(ReloadRefused::RestartRequired(e)) => ("restart_required", Some(e.clone())),
+        };
+        let applied = match outcome {
+            Ok(Some((new, plan, eviction, changed))) => {
+                let swap = if changed.iter().any(|f| f != "logLevel") {
+                    match start_eviction(
+                        &new,
+                        eviction,
+                        &plan,
+                        &source,
+                        kube_side.clone(),
+                        &proc_root,
+                        &handle,
+                        &m,
+                        &h,
+                    ) {
+                        Ok(ev) => {
+                            m.clear_thresholds();
+                            EvictionSwap::Replace(ev.map(Arc::new))
+                        }
+                        Err(e) => {
+                            let why = format!("{e:#}");
+                            tracing::error!(error = %why, "SIGHUP: eviction loop not restarted; keeping the old configuration");
+                            m.error(ErrorKind::ConfigReload);
+                            m.config_reload("invalid", generation);
+                            h.update_status(|d| d.last_reload = Some(format!("invalid: {why}")));
+                            return None;
+                        }
+                    }
+                } else {
+                    EvictionSwap::Keep
+                };
+                if changed.iter().any(|f| f == "logLevel") {
+                    crate::telemetry::log::set_level(&new.log_level);
                 }
-                Err(e) => {
-                    tracing::error!(error = %format!("{e:#}"), "SIGHUP: new config rejected; keeping the old one");
-                    None
-                }
+                generation += 1;
+                tracing::info!(
+                    ?changed,
+                    generation,
+                    "SIGHUP: configuration reloaded and applied"
+                );
+                let r = Reloaded {
+                    plan,
+                    dry_run: new.mode == config::Mode::DryRun,
+                    reconcile_interval: new.reconcile_interval,
+                    relist_interval: new.relist_interval,
+                };
+                current = new;
+                Some((r, swap))
             }
-        }
-        Err(e) => {
-            tracing::error!(error = %format!("{e:#}"), "SIGHUP: config invalid; keeping the old one");
-            None
-        }
+            Ok(None) => {
+                tracing::info!("SIGHUP: configuration unchanged");
+                None
+            }
+            Err(ReloadRefused::Invalid(e)) => {
+                tracing::error!(error = %e, "SIGHUP: new configuration invalid; keeping the old one");
+                m.error(ErrorKind::ConfigReload);
+                None
+            }
+            Err(ReloadRefused::RestartRequired(e)) => {
+                tracing::error!("SIGHUP: {e}; keeping the old configuration");
+                m.error(ErrorKind::ConfigReload);
+                None
+            }
+        };
+        m.config_reload(result, generation);
+        let gen = generation;
+        h.update_status(|d| {
+            d.config_generation = gen;
+            if applied.is_some() {
+                d.config_loaded_at_ms = crate::telemetry::status::now_ms();
+            }
+            d.last_reload = Some(match &why {
+                Some(w) => format!("{result}: {w}"),
+                None => result.to_string(),
+            });
+        });
+        applied
     }));
     if let Some(ev) = start_eviction(
         &cfg,
         eviction,
-        &opts,
+        &opts.plan,
+        &opts.source,
         kube,
         &args.proc_root,
-        &rt,
+        rt.handle(),
         &metrics,
         &health,
     )? {
@@ -358,6 +531,88 @@ pub fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<DaemonExit> {
     rt.shutdown_timeout(Duration::from_millis(200));
     result?;
     Ok(DaemonExit::Stopped)
+}
+
+/// Fields a running daemon cannot change: a reload changing one is refused
+/// whole (the daemon keeps its old configuration and says which and why).
+pub const RESTART_FIELDS: &[(&str, &str)] = &[
+    ("metricsAddress", "the HTTP listener is bound at start"),
+    ("runtimeEndpoint", "the runtime connection is made at start"),
+    ("logFormat", "the log format is set at start"),
+    ("nodeName", "the Kubernetes API watch is set up at start"),
+    ("kubeconfig", "the Kubernetes API client is made at start"),
+    (
+        "apiEvictionTimeout",
+        "the Kubernetes API client is made at start",
+    ),
+    ("runtimeUnhealthyAfter", "liveness is set up at start"),
+    ("cgroupEnforcement", "the cgroup writer is chosen at start"),
+    (
+        "cpuManagerPolicy",
+        "the CPU manager's state is set at start",
+    ),
+    (
+        "cpuManagerPolicyOptions",
+        "the CPU manager's state is set at start",
+    ),
+    (
+        "reservedSystemCPUs",
+        "the CPU manager's state is set at start",
+    ),
+    (
+        "cpuManagerStateDir",
+        "the CPU manager's state is set at start",
+    ),
+    (
+        "kubeletCPUManagerState",
+        "the CPU manager's state is set at start",
+    ),
+];
+
+/// Why a reload was not applied.
+#[derive(Debug, Clone)]
+enum ReloadRefused {
+    Invalid(String),
+    RestartRequired(String),
+}
+
+type Applied = (
+    Config,
+    PlanConfig,
+    crate::policy::evict::threshold::EvictionConfig,
+    Vec<String>,
+);
+
+/// Read and check a new configuration against the running one: `None`
+/// when nothing changed.
+fn reload_config(
+    read: &mut Box<dyn FnMut() -> anyhow::Result<Config> + Send>,
+    current: &Config,
+    proc_root: &Path,
+    sysfs: &Path,
+) -> Result<Option<Applied>, ReloadRefused> {
+    let new = read().map_err(|e| ReloadRefused::Invalid(format!("{e:#}")))?;
+    let changed = current.changed_fields(&new);
+    if changed.is_empty() {
+        return Ok(None);
+    }
+    let fixed: Vec<String> = RESTART_FIELDS
+        .iter()
+        .filter(|(f, _)| changed.iter().any(|c| c == f))
+        .map(|(f, why)| format!("{f} ({why})"))
+        .collect();
+    if !fixed.is_empty() {
+        return Err(ReloadRefused::RestartRequired(format!(
+            "changing {} needs a restart",
+            fixed.join(", ")
+        )));
+    }
+    let plan = plan_config(&new, proc_root, sysfs)
+        .and_then(|p| check_reserved_cgroups(&p).map(|()| p))
+        .map_err(|e| ReloadRefused::Invalid(format!("{e:#}")))?;
+    let eviction = crate::runtime::eviction_service::eviction_config(&new)
+        .map_err(|e| ReloadRefused::Invalid(e.to_string()))?;
+    Ok(Some((new, plan, eviction, changed)))
 }
 
 /// How long a disconnected API view stays in use (the watch reconnects in
@@ -423,10 +678,11 @@ fn start_kube(
 fn start_eviction(
     cfg: &Config,
     eviction: crate::policy::evict::threshold::EvictionConfig,
-    opts: &RunOptions,
+    plan: &PlanConfig,
+    source: &PodSourceSpec,
     kube: Option<Arc<crate::kube::KubeSide>>,
     proc_root: &Path,
-    rt: &tokio::runtime::Runtime,
+    rt: &tokio::runtime::Handle,
     metrics: &Arc<Metrics>,
     health: &Arc<Health>,
 ) -> anyhow::Result<Option<EvictionService>> {
@@ -436,9 +692,9 @@ fn start_eviction(
     }
     let sources = crate::runtime::eviction_service::signal_sources(
         cfg,
-        &opts.plan.layout,
+        &plan.layout,
         proc_root,
-        Some(opts.plan.node.enforced_memory_bytes),
+        Some(plan.node.enforced_memory_bytes),
     );
     let mut backend = cfg.effective_eviction_backend();
     if backend == crate::policy::evict::Backend::Api && kube.is_none() {
@@ -449,12 +705,24 @@ fn start_eviction(
     }
     let api: Option<Arc<dyn crate::runtime::evictor::ApiEvictor>> =
         kube.map(|k| k as Arc<dyn crate::runtime::evictor::ApiEvictor>);
+    let hook = cfg.eviction_hook.as_ref().map(|p| {
+        let m = metrics.clone();
+        crate::runtime::hook::Hook::new(
+            p.clone(),
+            cfg.eviction_hook_timeout,
+            Arc::new(move |r: crate::runtime::hook::HookResult| {
+                m.hook_run(r.as_str());
+                if r != crate::runtime::hook::HookResult::Ok {
+                    m.error(ErrorKind::EvictionHook);
+                }
+            }),
+        )
+    });
     // One lazily connected CRI client for the eviction side: stopping
     // victims, writable layers, dead containers and image GC.
-    let cri = match &opts.source {
+    let cri = match source {
         PodSourceSpec::Cri { endpoint } => {
-            let mut s =
-                crate::runtime::stopper::CriStopper::new(endpoint.clone(), rt.handle().clone());
+            let mut s = crate::runtime::stopper::CriStopper::new(endpoint.clone(), rt.clone());
             s.image_gc.minimum_age = cfg.image_minimum_gc_age;
             if cfg.eviction_max_pod_grace_period > 0 {
                 s.max_grace = Duration::from_secs(cfg.eviction_max_pod_grace_period as u64);
@@ -489,6 +757,7 @@ fn start_eviction(
                 low_percent: cfg.image_gc_low_threshold_percent,
                 minimum_age: cfg.image_minimum_gc_age,
             },
+            hook,
         },
         stopper,
         node_runtime,

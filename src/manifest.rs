@@ -5,8 +5,10 @@
 //! (`spec.containers[0].resources.limits.cpu: invalid quantity "1.2.3": ...`).
 //! Like the API server: unknown fields are ignored, wrong types are errors,
 //! a missing request is defaulted to the limit, negative quantities and
-//! requests above limits are rejected. Documents of other kinds (Service,
-//! Deployment, ...) are skipped; empty documents too.
+//! requests above limits are rejected. Workloads (Deployment, StatefulSet,
+//! DaemonSet, ReplicaSet, Job, CronJob) give the pod of their template;
+//! documents of other kinds (Service, ConfigMap, ...) are skipped; empty
+//! documents too.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -362,13 +364,17 @@ fn document(doc: &Value, source: &str, out: &mut Vec<Pod>) -> Result<(), String>
                 let io = as_obj(item, &iat)?;
                 match opt_str(io, "kind", &iat)?.as_deref() {
                     Some("Pod") => out.push(pod(io, &iat, source)?),
+                    Some(w) if WORKLOADS.contains(&w) => {
+                        out.push(template_pod(io, &iat, w, source)?)
+                    }
                     None if k == "PodList" => out.push(pod(io, &iat, source)?),
                     None => return Err(iat.field("kind").err("missing")),
                     Some(_) => {} // other kinds are not pods: skipped
                 }
             }
         }
-        Some(_) => {} // Service, Deployment, ...: skipped
+        Some(w) if WORKLOADS.contains(&w) => out.push(template_pod(o, &at, w, source)?),
+        Some(_) => {} // Service, ConfigMap, ...: skipped
         None => {
             return Err(at
                 .field("kind")
@@ -376,6 +382,58 @@ fn document(doc: &Value, source: &str, out: &mut Vec<Pod>) -> Result<(), String>
         }
     }
     Ok(())
+}
+
+/// Workload kinds whose pod template is read as a pod (named after the
+/// workload, with a derived uid; `Pod::origin` says `file#Kind/name`).
+pub const WORKLOADS: &[&str] = &[
+    "Deployment",
+    "StatefulSet",
+    "DaemonSet",
+    "ReplicaSet",
+    "Job",
+    "CronJob",
+];
+
+/// The pod of a workload's template (`spec.template`; a CronJob's
+/// `spec.jobTemplate.spec.template`).
+fn template_pod(o: &Obj, at: &At, kind: &str, source: &str) -> Result<Pod, String> {
+    let mat = at.field("metadata");
+    let meta = match get(o, "metadata") {
+        Some(m) => as_obj(m, &mat)?,
+        None => return Err(mat.err("missing")),
+    };
+    let name = opt_str(meta, "name", &mat)?
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| mat.field("name").err("missing"))?;
+    let namespace = opt_str(meta, "namespace", &mat)?;
+    let path: &[&str] = if kind == "CronJob" {
+        &["spec", "jobTemplate", "spec", "template"]
+    } else {
+        &["spec", "template"]
+    };
+    let mut cur = o;
+    let mut tat = At(at.0.clone());
+    for f in path {
+        tat = tat.field(f);
+        cur = match get(cur, f) {
+            Some(v) => as_obj(v, &tat)?,
+            None => return Err(tat.err("missing (a workload needs a pod template)")),
+        };
+    }
+    let mut tmeta = match get(cur, "metadata") {
+        Some(m) => as_obj(m, &tat.field("metadata"))?.clone(),
+        None => Obj::new(),
+    };
+    tmeta.insert("name".into(), Value::String(name.clone()));
+    tmeta.remove("uid");
+    match namespace {
+        Some(ns) => tmeta.insert("namespace".into(), Value::String(ns)),
+        None => tmeta.remove("namespace"),
+    };
+    let mut t = cur.clone();
+    t.insert("metadata".into(), Value::Object(tmeta));
+    pod(&t, &tat, &format!("{source}#{kind}/{name}"))
 }
 
 /// The deterministic uid of a pod whose manifest has none.
@@ -695,6 +753,41 @@ spec:
         assert_eq!(p.uid, derived_uid("default", "a"));
         assert_eq!(p.containers[0].resources.requests["cpu"].milli_ceil(), 2000);
         assert_eq!(classify(&p).class, QosClass::Guaranteed);
+    }
+
+    #[test]
+    fn workloads_by_pod_template() {
+        let pods = parse_str(
+            "kind: Deployment\nmetadata: {name: web, namespace: shop}\nspec:\n  template:\n    metadata: {labels: {app: web}}\n    spec: {containers: [{name: c, resources: {limits: {cpu: 1, memory: 1Gi}}}]}\n---\nkind: CronJob\nmetadata: {name: nightly}\nspec:\n  jobTemplate:\n    spec:\n      template:\n        spec: {containers: [{name: c}]}\n---\nkind: List\nitems:\n- kind: StatefulSet\n  metadata: {name: db}\n  spec: {template: {spec: {containers: [{name: c, resources: {requests: {cpu: 1}}}]}}}\n",
+            "w.yaml",
+        )
+        .unwrap();
+        let got: Vec<(&str, &str, QosClass)> = pods
+            .iter()
+            .map(|p| (p.namespace.as_str(), p.name.as_str(), classify(p).class))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("shop", "web", QosClass::Guaranteed),
+                ("default", "nightly", QosClass::BestEffort),
+                ("default", "db", QosClass::Burstable),
+            ]
+        );
+        assert_eq!(
+            pods[0].origin,
+            PodOrigin::Manifest("w.yaml#Deployment/web".into())
+        );
+        let e = parse_str(
+            "kind: DaemonSet\nmetadata: {name: d}\nspec: {template: {spec: {containers: [{name: c, resources: {limits: {cpu: x}}}]}}}\n",
+            "d.yaml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("spec.template.spec.containers[0].resources.limits.cpu"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -290,6 +290,7 @@ async fn inventory_of_twenty_pods_is_fast() {
 /// containerd follows pods stopping, going away and arriving exactly like an
 /// uncached inventory, and holds entries only for listed ids.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: starts containerd and creates cgroups"]
 async fn cached_listing_matches_a_fresh_inventory() {
     require_containerd();
     use qosd::runtime::pod_source::{PodSourceSpec, Source};

@@ -35,7 +35,8 @@ fn read(p: &Path) -> String {
 /// settings by flags), `extra` appended.
 fn start_daemon(env: &Containerd, extra: &[&str]) -> Daemon {
     let root_dir = env.dir().display().to_string();
-    let mut args = vec!["run", "--config", EXAMPLE_CONFIG];
+    // The example starts in dry-run; these tests enforce (flags win).
+    let mut args = vec!["run", "--config", EXAMPLE_CONFIG, "--mode", "enforce"];
     args.extend(env.qosd_flags());
     args.extend([
         "--reconcile-interval",

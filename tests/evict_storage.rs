@@ -210,6 +210,7 @@ fn usage_of(port: u16, uid: &str, field: &str) -> Option<u64> {
 #[test]
 #[ignore = "needs root: mounts a tmpfs, runs a private containerd and qosd run"]
 fn disk_pressure_reclaims_images_then_evicts_the_writer() {
+    support::require_containerd();
     let fs = tmpfs("160m", 200_000);
     let root_dir = fs.path.join("kubelet");
     let logs_dir = fs.path.join("pod-logs");
@@ -285,6 +286,8 @@ fn disk_pressure_reclaims_images_then_evicts_the_writer() {
         "--cri",
         "--runtime-endpoint",
         &env.endpoint,
+        "--cgroup-root",
+        &env.cgroup_root,
         "--signal",
         "nodefs.available",
         "--root-dir",
@@ -335,7 +338,7 @@ fn disk_pressure_reclaims_images_then_evicts_the_writer() {
     );
     assert!(d.metric("qosd_reclaimed_images_total") >= 1.0);
     assert_eq!(
-        d.metric("qosd_evictions_total{signal=\"nodefs.available\""),
+        d.metric("qosd_evictions_total{eviction_signal=\"nodefs.available\""),
         1.0
     );
     assert_eq!(
@@ -360,6 +363,7 @@ fn disk_pressure_reclaims_images_then_evicts_the_writer() {
 #[test]
 #[ignore = "needs root: mounts a tmpfs, runs a private containerd and qosd run"]
 fn inode_pressure_evicts_the_pod_with_many_files() {
+    support::require_containerd();
     let fs = tmpfs("256m", 6000);
     let root_dir = fs.path.join("kubelet");
     std::fs::create_dir_all(&root_dir).unwrap();
@@ -408,7 +412,7 @@ fn inode_pressure_evicts_the_pod_with_many_files() {
         "the quiet Guaranteed pod must stay"
     );
     assert_eq!(
-        d.metric("qosd_evictions_total{signal=\"nodefs.inodesFree\""),
+        d.metric("qosd_evictions_total{eviction_signal=\"nodefs.inodesFree\""),
         1.0
     );
     assert_eq!(stop_calls(&env, &writer), 1);
@@ -417,6 +421,7 @@ fn inode_pressure_evicts_the_pod_with_many_files() {
 #[test]
 #[ignore = "needs root: runs a private containerd and qosd run"]
 fn exactly_once_each_in_the_kubelets_order_with_quiet_logs() {
+    support::require_containerd();
     let fs = tmpfs("200m", 200_000);
     let root_dir = fs.path.join("kubelet");
     std::fs::create_dir_all(&root_dir).unwrap();
@@ -487,6 +492,7 @@ fn exactly_once_each_in_the_kubelets_order_with_quiet_logs() {
 #[test]
 #[ignore = "needs root: runs a private containerd and qosd run"]
 fn soft_eviction_escalates_to_hard_on_the_next_pass() {
+    support::require_containerd();
     let fs = tmpfs("200m", 200_000);
     let root_dir = fs.path.join("kubelet");
     std::fs::create_dir_all(&root_dir).unwrap();
@@ -573,6 +579,7 @@ fn soft_eviction_escalates_to_hard_on_the_next_pass() {
 #[test]
 #[ignore = "needs root: runs a private containerd, pod cgroups and qosd run"]
 fn memory_ranking_uses_the_top_of_the_oom_score_adj_band() {
+    support::require_containerd();
     // A Burstable container with request 16Mi and limit 400Mi gets
     // oom_score_adj 999 (its request is under 0.2 % of the node): qosd takes
     // its request as the top of that band, never the limit, so using more
@@ -645,6 +652,7 @@ fn memory_ranking_uses_the_top_of_the_oom_score_adj_band() {
 #[test]
 #[ignore = "needs root: mounts a tmpfs, runs a private containerd"]
 fn local_storage_limit_evicts_without_node_pressure() {
+    support::require_containerd();
     // The production eviction pass (Engine) with a real containerd for the
     // writable layers and the clean-up, the pod specs from manifests (the
     // CRI does not carry ephemeral-storage limits), no node pressure.

@@ -49,7 +49,7 @@ fn bad_settings_exit_2() {
         (&["--hugepage-sizes", "3Mx"][..], "--hugepage-sizes"),
         (
             &["--memory-throttling-factor", "1.5"][..],
-            "must be > 0 and <= 1",
+            "memoryThrottlingFactor (from command-line flag): invalid value \"1.5\"",
         ),
     ] {
         qosd()

@@ -174,7 +174,8 @@ fn empty_and_comment_only_files_are_defaults() {
 #[test]
 fn example_config_is_valid_and_documents_every_field() {
     let c = Config::load(&example()).unwrap();
-    assert_eq!(c.mode, Mode::Enforce);
+    // The README's advice: start in dry-run.
+    assert_eq!(c.mode, Mode::DryRun);
     assert_eq!(c.metrics_address.to_string(), "127.0.0.1:9847");
     let text = std::fs::read_to_string(example()).unwrap();
     let effective: yaml_serde::Value = yaml_serde::from_str(&c.to_effective_yaml()).unwrap();
@@ -262,6 +263,10 @@ const BAD: &[(&str, &str, &str, &str)] = &[
     ("nodeCPU: eight", "nodeCPU", "eight", "positive"),
     ("nodeMemory: -32Gi", "nodeMemory", "-32Gi", "positive"),
     ("logFormat: xml", "logFormat", "xml", "text | json"),
+    ("hugepageSizes: 3Mx", "hugepageSizes", "3Mx", "2Mi,1Gi"),
+    ("logLevel: \"qosd=loud\"", "logLevel", "qosd=loud", "qosd=debug,info"),
+    ("evictionHook: hook.sh", "evictionHook", "hook.sh", "absolute path"),
+    ("evictionHookTimeout: 1h", "evictionHookTimeout", "1h", "at most 10m0s"),
     ("evictionBackend: sigterm", "evictionBackend", "sigterm", "kill | cri | api | dry-run"),
     ("kubeconfig: admin.conf", "kubeconfig", "admin.conf", "absolute path"),
     ("nodeName: Worker_1", "nodeName", "Worker_1", "DNS subdomain"),

@@ -59,21 +59,23 @@ async fn endpoints_follow_daemon_state() {
 
     // Metrics reflect what the daemon reported.
     st.metrics
-        .eviction("memory.available", QosClass::BestEffort);
-    st.metrics.cgroup_writes(4);
+        .eviction("memory.available", QosClass::BestEffort, false);
+    st.metrics.cgroup_writes(4, false);
     st.metrics.pods(QosClass::Burstable, 2);
+    // No Accept header: the Prometheus text format 0.0.4.
     let r = get(addr, "/metrics").await;
     assert_eq!(r.status, 200);
     assert!(
         r.header("content-type")
             .unwrap()
-            .starts_with("application/openmetrics-text"),
+            .starts_with("text/plain; version=0.0.4"),
         "{:?}",
         r.headers
     );
     assert!(r.body.contains(
-        "qosd_evictions_total{signal=\"memory.available\",qos_class=\"BestEffort\"} 1\n"
+        "qosd_evictions_total{eviction_signal=\"memory.available\",qos_class=\"BestEffort\"} 1\n"
     ));
+    assert!(!r.body.contains("# EOF"));
     assert!(
         r.body.contains("qosd_cgroup_writes_total 4\n"),
         "{}",
@@ -145,7 +147,15 @@ async fn curl_scrapes_metrics() {
     let url = format!("http://{}/metrics", server.local_addr());
     let out = tokio::task::spawn_blocking(move || {
         Command::new("curl")
-            .args(["-sS", "--fail", "--max-time", "5", &url])
+            .args([
+                "-sS",
+                "--fail",
+                "--max-time",
+                "5",
+                "-H",
+                "Accept: application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5",
+                &url,
+            ])
             .output()
             .unwrap()
     })

@@ -5,17 +5,20 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
-use crate::cli::plan::{load_pods, OutputFormat};
+use crate::cli::output::{table, Output};
+use crate::cli::plan::load_pods;
 use crate::core::model::QosClass;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Pod manifests (files or directories; YAML or JSON). Default: the
-    /// embedded example pods (fixtures/pods).
+    /// Pod manifests (files or directories; YAML or JSON; Pods and the pod
+    /// templates of Deployments, StatefulSets, DaemonSets, ReplicaSets,
+    /// Jobs and CronJobs). Default: the embedded example pods (fixtures/pods).
     #[arg(long, value_name = "PATH", num_args = 1..)]
     pub pods: Vec<PathBuf>,
-    #[arg(long, value_enum, default_value = "text")]
-    pub output: OutputFormat,
+    /// Output format (`wide` adds the uid and the manifest).
+    #[arg(short = 'o', long, value_enum, default_value = "text")]
+    pub output: Output,
 }
 
 #[derive(Debug, Serialize)]
@@ -26,6 +29,11 @@ struct Row {
     name: String,
     qos_class: QosClass,
     reason: String,
+    /// `Kind/name` when the pod is a workload's pod template.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    template_of: Option<String>,
+    #[serde(skip)]
+    source: String,
 }
 
 #[derive(Debug, Serialize)]
@@ -34,11 +42,17 @@ struct Doc {
 }
 
 pub fn run(args: Args) -> anyhow::Result<i32> {
-    let (pods, _) = load_pods(&args.pods)?;
+    let Some((pods, _)) = load_pods(&args.pods)? else {
+        return Ok(crate::cli::EXIT_BAD_INPUT);
+    };
     let rows: Vec<Row> = pods
         .iter()
         .map(|p| {
             let c = crate::core::qos::classify(p);
+            let source = match &p.origin {
+                crate::core::model::PodOrigin::Manifest(s) => s.clone(),
+                _ => String::new(),
+            };
             Row {
                 uid: p.uid.clone(),
                 uid_derived: p.uid_derived,
@@ -46,37 +60,47 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                 name: p.name.clone(),
                 qos_class: c.class,
                 reason: c.reason,
+                template_of: source.split_once('#').map(|(_, w)| w.to_string()),
+                source,
             }
         })
         .collect();
-    let out = match args.output {
-        OutputFormat::Json => {
-            let mut s = serde_json::to_string_pretty(&Doc { pods: rows })?;
-            s.push('\n');
-            s
-        }
-        OutputFormat::Text => {
-            let keys: Vec<String> = rows
+    let templates = rows.iter().filter(|r| r.template_of.is_some()).count();
+    let doc = Doc { pods: rows };
+    let out = match args.output.structured(&doc)? {
+        Some(s) => s,
+        None => {
+            let wide = args.output == Output::Wide;
+            let cells: Vec<Vec<String>> = doc
+                .pods
                 .iter()
-                .map(|r| format!("{}/{}", r.namespace, r.name))
+                .map(|r| {
+                    let pod = match &r.template_of {
+                        Some(w) => format!("{}/{} (template of {w})", r.namespace, r.name),
+                        None => format!("{}/{}", r.namespace, r.name),
+                    };
+                    let mut v = vec![pod, r.qos_class.as_str().to_string()];
+                    if wide {
+                        v.push(r.uid.clone());
+                        v.push(r.source.split('#').next().unwrap_or("").to_string());
+                    }
+                    v.push(r.reason.clone());
+                    v
+                })
                 .collect();
-            let w = keys
-                .iter()
-                .map(String::len)
-                .max()
-                .unwrap_or(0)
-                .max("POD".len());
-            let mut s = format!("{:<w$}  {:<10}  REASON\n", "POD", "QOS");
-            for (k, r) in keys.iter().zip(&rows) {
-                s.push_str(&format!(
-                    "{k:<w$}  {:<10}  {}\n",
-                    r.qos_class.as_str(),
-                    r.reason
-                ));
-            }
-            s
+            let head: &[&str] = if wide {
+                &["POD", "QOS", "UID", "MANIFEST", "REASON"]
+            } else {
+                &["POD", "QOS", "REASON"]
+            };
+            table(head, &cells)
         }
     };
+    if templates > 0 {
+        eprintln!(
+            "qosd: {templates} pod(s) come from workload pod templates (classified as the pods they would create)"
+        );
+    }
     let mut stdout = std::io::stdout().lock();
     stdout.write_all(out.as_bytes())?;
     stdout.flush()?;

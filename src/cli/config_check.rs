@@ -20,8 +20,9 @@ pub enum ConfigCommand {
         #[command(flatten)]
         kubelet: KubeletFlags,
         /// Output format of the effective configuration.
-        #[arg(long, value_enum, default_value_t = Format::Yaml)]
-        output: Format,
+        /// Output format of the effective configuration (`text`/`wide`: YAML).
+        #[arg(short = 'o', long, value_enum, default_value = "yaml")]
+        output: Output,
         /// Print nothing when valid.
         #[arg(long, short)]
         quiet: bool,
@@ -34,26 +35,24 @@ pub enum ConfigCommand {
         #[command(flatten)]
         config: ConfigFlags,
         /// Output format.
-        #[arg(long, short = 'o', value_enum, default_value_t = Format::Yaml)]
-        output: Format,
+        /// Output format (`text`/`wide`: YAML).
+        #[arg(short = 'o', long, value_enum, default_value = "yaml")]
+        output: Output,
     },
     /// Print the built-in defaults (the kubelet's plus qosd's) as YAML.
     Default {
-        #[arg(long, value_enum, default_value_t = Format::Yaml)]
-        output: Format,
+        /// Output format (`text`/`wide`: YAML).
+        #[arg(short = 'o', long, value_enum, default_value = "yaml")]
+        output: Output,
     },
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Format {
-    Yaml,
-    Json,
-}
+use crate::cli::output::Output;
 
-fn render(c: &Config, f: Format) -> anyhow::Result<String> {
+fn render(c: &Config, f: Output) -> anyhow::Result<String> {
     Ok(match f {
-        Format::Yaml => c.to_effective_yaml(),
-        Format::Json => serde_json::to_string_pretty(c)? + "\n",
+        Output::Json => crate::cli::output::json(c)?,
+        Output::Yaml | Output::Text | Output::Wide => c.to_effective_yaml(),
     })
 }
 
@@ -102,11 +101,11 @@ pub fn show_document(c: &Config) -> serde_json::Value {
     v
 }
 
-fn render_show(c: &Config, f: Format) -> anyhow::Result<String> {
+fn render_show(c: &Config, f: Output) -> anyhow::Result<String> {
     let v = show_document(c);
     Ok(match f {
-        Format::Yaml => yaml_serde::to_string(&v)?,
-        Format::Json => serde_json::to_string_pretty(&v)? + "\n",
+        Output::Yaml | Output::Text | Output::Wide => yaml_serde::to_string(&v)?,
+        Output::Json => serde_json::to_string_pretty(&v)? + "\n",
     })
 }
 
@@ -166,7 +165,8 @@ pub fn load_or_bad_input(path: Option<&Path>, o: &Overrides) -> anyhow::Result<C
 /// ```
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct ConfigFlags {
-    /// Config file (YAML). Without it, built-in defaults; flags override either.
+    /// Config file (YAML). Default: /etc/qosd/config.yaml when it exists,
+    /// else the built-in defaults; flags override either.
     #[arg(long, env = "QOSD_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Log and count what would be written or evicted; change nothing (mode: dry-run).
@@ -239,7 +239,12 @@ pub struct ConfigFlags {
     #[arg(long, value_name = "VERSION")]
     pub cgroup_version: Option<String>,
     /// CRI endpoint, e.g. unix:///run/containerd/containerd.sock.
-    #[arg(long, alias = "container-runtime-endpoint", value_name = "ENDPOINT")]
+    #[arg(
+        long,
+        alias = "container-runtime-endpoint",
+        env = "CONTAINER_RUNTIME_ENDPOINT",
+        value_name = "ENDPOINT"
+    )]
     pub runtime_endpoint: Option<String>,
     /// Periodic reconcile interval (e.g. 10s).
     #[arg(long, value_name = "DURATION")]
@@ -253,6 +258,10 @@ pub struct ConfigFlags {
     /// Kubelet root directory (nodefs signals).
     #[arg(long, value_name = "DIR")]
     pub root_dir: Option<String>,
+    /// Kubelet podLogsDir: the pods' container logs, counted in their
+    /// ephemeral-storage usage (default /var/log/pods).
+    #[arg(long, value_name = "DIR")]
+    pub pod_logs_dir: Option<String>,
     /// Filesystem path for imagefs signals.
     #[arg(long, value_name = "DIR")]
     pub imagefs_path: Option<String>,
@@ -274,6 +283,19 @@ pub struct ConfigFlags {
     /// Eviction backend: kill | cri | api | dry-run.
     #[arg(long, value_name = "BACKEND")]
     pub eviction_backend: Option<String>,
+    /// kubelet --pod-max-pids: pids.max of every pod (-1: unlimited).
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub pod_max_pids: Option<String>,
+    /// Hugepage sizes limited on every pod (e.g. 2Mi,1Gi, or none). Default:
+    /// the node's sizes (sysfs) when the hugetlb controller is mounted.
+    #[arg(long, value_name = "LIST")]
+    pub hugepage_sizes: Option<String>,
+    /// kubelet memoryThrottlingFactor (MemoryQoS memory.high), 0 < f <= 1.
+    #[arg(long, value_name = "F")]
+    pub memory_throttling_factor: Option<String>,
+    /// Log filter: error | warn | info | debug | trace (or qosd=debug,info).
+    #[arg(long, value_name = "LEVEL")]
+    pub log_level: Option<String>,
     /// kubeconfig for the Kubernetes API server (default: in-cluster config in a pod).
     #[arg(long, value_name = "FILE")]
     pub kubeconfig: Option<String>,
@@ -329,6 +351,7 @@ impl ConfigFlags {
             relist_interval: self.relist_interval.clone(),
             metrics_address: self.metrics_address.clone(),
             root_dir: self.root_dir.clone(),
+            pod_logs_dir: self.pod_logs_dir.clone(),
             imagefs_path: self.imagefs_path.clone(),
             memory_available_source: self.memory_available_source.clone(),
             cpu_weight_formula: self.cpu_weight_formula.clone(),
@@ -336,6 +359,10 @@ impl ConfigFlags {
             node_memory: self.node_memory.clone(),
             log_format: self.log_format.clone(),
             eviction_backend: self.eviction_backend.clone(),
+            pod_pids_limit: self.pod_max_pids.clone(),
+            hugepage_sizes: self.hugepage_sizes.clone(),
+            memory_throttling_factor: self.memory_throttling_factor.clone(),
+            log_level: self.log_level.clone(),
             kubeconfig: self.kubeconfig.clone(),
             node_name: self.node_name.clone(),
             api_eviction_timeout: self.api_eviction_timeout.clone(),
@@ -358,7 +385,15 @@ impl ConfigFlags {
     /// Load `--config` (or the defaults), apply the flags, validate.
     /// Bad input (missing file, syntax, bad values) → exit code 2.
     pub fn load(&self) -> anyhow::Result<Config> {
-        load_or_bad_input(self.config.as_deref(), &self.overrides())
+        load_or_bad_input(self.config_path().as_deref(), &self.overrides())
+    }
+
+    /// `--config`, else the default path when that file exists.
+    pub fn config_path(&self) -> Option<PathBuf> {
+        self.config.clone().or_else(|| {
+            let p = Path::new(config::DEFAULT_CONFIG_PATH);
+            p.is_file().then(|| p.to_path_buf())
+        })
     }
 }
 

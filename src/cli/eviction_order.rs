@@ -11,17 +11,16 @@ use crate::cli::bad_input;
 use crate::policy::evict::rank::{self, Candidate, PodStats, Ranking};
 use crate::policy::evict::threshold::{Signal, SignalResource};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Output {
-    Text,
-    Json,
-}
+use crate::cli::config_check::ConfigFlags;
+use crate::cli::output::Output;
 
 #[derive(Debug, clap::Args)]
 #[command(
-    after_help = "Usage file format: {\"pods\": {\"<uid>\": {\"memory_working_set_bytes\": N, \
-\"ephemeral_storage_bytes\": N, \"processes\": N}}} (\"inodes\" too). Pods missing from it have no \
-stats, and the kubelet ranks pods without stats first."
+    after_help = "With --cri the pods, their cgroups and their usage are the daemon's: the same \
+listing, layout (--config and the flags of `qosd run`) and cgroup readers. \
+Usage file format: {\"pods\": {\"<uid>\": {\"memory_working_set_bytes\": N, \
+\"ephemeral_storage_bytes\": N, \"processes\": N}}} (\"inodes\" too); it overrides live usage. \
+Pods without stats rank first, like the kubelet's."
 )]
 pub struct Args {
     /// Eviction signal to rank for (memory.available, allocatableMemory.available,
@@ -34,30 +33,20 @@ pub struct Args {
     /// JSON file with per-pod usage (see below).
     #[arg(long, value_name = "FILE")]
     pub usage: Option<PathBuf>,
-    /// Rank the live pods of the container runtime.
+    /// Rank the live pods of the container runtime, with usage read from their cgroups.
     #[arg(long)]
     pub cri: bool,
-    /// CRI endpoint for --cri.
-    #[arg(
-        long,
-        env = "CONTAINER_RUNTIME_ENDPOINT",
-        default_value = "unix:///run/containerd/containerd.sock"
-    )]
-    pub runtime_endpoint: String,
-    #[arg(long, value_enum, default_value = "text")]
+    #[command(flatten)]
+    pub config: ConfigFlags,
+    /// Where sysfs is (hugepage sizes of the layout).
+    #[arg(long, value_name = "DIR", default_value = "/sys")]
+    pub sysfs: PathBuf,
+    /// Where /proc is.
+    #[arg(long, value_name = "DIR", default_value = "/proc", hide = true)]
+    pub proc_root: PathBuf,
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value = "text")]
     pub output: Output,
-    #[command(flatten)]
-    pub kube: crate::cli::kube::KubeFlags,
-    /// The kubelet's config (its containerRuntimeEndpoint replaces the
-    /// default of --runtime-endpoint).
-    #[command(flatten)]
-    pub kubelet: crate::cli::config_check::KubeletFlags,
-    /// Kubelet root dir (local volumes under pods/<uid>/volumes) for --cri.
-    #[arg(long, value_name = "DIR", default_value = "/var/lib/kubelet")]
-    pub root_dir: PathBuf,
-    /// The pods' log directory (podLogsDir) for --cri.
-    #[arg(long, value_name = "DIR", default_value = "/var/log/pods")]
-    pub pod_logs_dir: PathBuf,
 }
 
 /// The usage file.
@@ -232,14 +221,8 @@ pub fn render_text(doc: &OrderDoc) -> String {
     out
 }
 
-pub fn run(mut args: Args) -> anyhow::Result<i32> {
+pub fn run(args: Args) -> anyhow::Result<i32> {
     let signal: Signal = args.signal.parse().map_err(bad_input)?;
-    if args.kubelet.is_set() {
-        let kc = crate::cli::kubelet_adopt::load(&args.kubelet)?;
-        if !crate::cli::kubelet_adopt::explicit_args().contains("runtime_endpoint") {
-            args.runtime_endpoint = kc.runtime_endpoint.clone();
-        }
-    }
     if args.pods.is_empty() && !args.cri {
         return Err(bad_input(
             "give --pods PATH... (manifests) or --cri (live pods)",
@@ -255,118 +238,75 @@ pub fn run(mut args: Args) -> anyhow::Result<i32> {
                 .map_err(|e| bad_input(format!("usage file {}: {e}", p.display())))?
         }
     };
-    let mut measured: BTreeMap<String, PodStats> = BTreeMap::new();
-    let pods = if args.cri {
-        // Live pods from the runtime; without a --usage file their usage is
-        // measured like the daemon does: the pod cgroup (memory, processes),
-        // the writable layers (CRI), logs and local volumes.
-        let pods = if args.kube.enabled() {
-            // The live pods merged with their API specs (exact priority
-            // and requests).
-            let mut inv = crate::cri::inventory_blocking(
-                &args.runtime_endpoint,
-                crate::cri::ConnectOptions {
-                    retry: crate::cri::RetryPolicy {
-                        max_elapsed: std::time::Duration::from_secs(5),
-                        ..Default::default()
-                    },
-                    ..Default::default()
-                },
-                crate::cri::InventoryOptions {
-                    memory_capacity_bytes: crate::sys::procfs::meminfo_total(std::path::Path::new(
-                        "/proc/meminfo",
-                    ))
-                    .ok(),
-                },
-            )
-            .with_context(|| {
-                format!(
-                    "eviction-order --cri requires a reachable CRI runtime at {}",
-                    args.runtime_endpoint
-                )
-            })?;
-            args.kube.merge(&mut inv)?;
-            inv.ready_pods()
-        } else {
-            crate::cri::live_pods_blocking(&args.runtime_endpoint).with_context(|| {
-                format!(
-                    "eviction-order --cri requires a reachable CRI runtime at {}",
-                    args.runtime_endpoint
-                )
-            })?
-        };
-        if args.usage.is_none() {
-            measured = measure_live(&args, &pods);
+    let candidates: Vec<Candidate> = if args.cri {
+        // The daemon's listing, layout and cgroup readers.
+        let cfg = args.config.load()?;
+        let plan = crate::app::plan_config(&cfg, &args.proc_root, &args.sysfs)?;
+        let mut listing = crate::app::live_listing(&cfg, &args.proc_root)?;
+        crate::cli::kube::merge_listing(&cfg, &mut listing)?;
+        crate::app::check_parents(&plan, &listing).map_err(bad_input)?;
+        let mut c = crate::app::live_candidates(&plan, &listing);
+        add_disk_usage(&cfg, &mut c);
+        for x in &mut c {
+            if let Some(st) = usage.pods.get(&x.uid) {
+                x.stats = Some(*st);
+            }
         }
-        pods
+        warn_unknown(&usage, &c);
+        c
     } else {
-        crate::manifest::load_paths(&args.pods).map_err(bad_input)?
-    };
-    for uid in usage.pods.keys() {
-        if !pods.iter().any(|p| &p.uid == uid) {
-            eprintln!("qosd: warning: usage file names pod uid {uid}, which is not among the pods");
+        let pods = crate::manifest::load_paths(&args.pods).map_err(bad_input)?;
+        if pods.is_empty() {
+            eprintln!("qosd: warning: no pod in the --pods paths");
+            return Ok(crate::cli::EXIT_BAD_INPUT);
         }
-    }
-    let candidates: Vec<Candidate> = pods
-        .iter()
-        .map(|p| Candidate::from_pod(p, usage.pods.get(&p.uid).or(measured.get(&p.uid)).copied()))
-        .collect();
+        let c: Vec<Candidate> = pods
+            .iter()
+            .map(|p| Candidate::from_pod(p, usage.pods.get(&p.uid).copied()))
+            .collect();
+        warn_unknown(&usage, &c);
+        c
+    };
     let ranking = rank::rank(signal, &candidates);
     let doc = document(signal, &ranking);
-    match args.output {
-        Output::Json => println!("{}", serde_json::to_string_pretty(&doc)?),
-        Output::Text => print!("{}", render_text(&doc)),
+    match args.output.structured(&doc)? {
+        Some(s) => print!("{s}"),
+        None => print!("{}", render_text(&doc)),
     }
     Ok(0)
 }
 
+fn warn_unknown(usage: &UsageFile, c: &[Candidate]) {
+    for uid in usage.pods.keys() {
+        if !c.iter().any(|p| &p.uid == uid) {
+            eprintln!("qosd: warning: usage file names pod uid {uid}, which is not among the pods");
+        }
+    }
+}
+
 /// Measure the live pods as the daemon does (best effort: what cannot be
 /// read stays unknown).
-fn measure_live(args: &Args, pods: &[crate::core::model::Pod]) -> BTreeMap<String, PodStats> {
-    let mut out = BTreeMap::new();
-    let rt = match tokio::runtime::Builder::new_current_thread()
+/// Disk usage of live candidates measured like the daemon does: writable
+/// layers (CRI `ListContainerStats`), logs and local volumes under the
+/// kubelet's directories (`rootDir`, `podLogsDir`), added to their stats.
+fn add_disk_usage(cfg: &crate::config::Config, candidates: &mut [Candidate]) {
+    let Ok(rt) = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-    {
-        Ok(rt) => rt,
-        Err(_) => return out,
+    else {
+        return;
     };
-    let inv = crate::cri::inventory_blocking(
-        &args.runtime_endpoint,
-        crate::cri::ConnectOptions::default(),
-        crate::cri::InventoryOptions::default(),
-    )
-    .ok();
     let layers = rt
         .block_on(async {
             let c = crate::cri::CriClient::connect(
-                &args.runtime_endpoint,
+                &cfg.runtime_endpoint,
                 crate::cri::ConnectOptions::default(),
             )
             .await?;
             c.list_container_stats().await
         })
         .ok();
-    let version = crate::sys::detect::detect_version(std::path::Path::new("/sys/fs/cgroup")).ok();
-    for p in pods {
-        let mut st = PodStats::default();
-        let parent = inv.as_ref().and_then(|i| {
-            i.pods
-                .iter()
-                .find(|l| l.pod.uid == p.uid)
-                .and_then(|l| l.cgroup_parent.clone())
-        });
-        if let (Some(v), Some(parent)) = (version, parent.filter(|p| p.starts_with('/'))) {
-            let base = match v {
-                crate::core::model::CgroupVersion::V1 => {
-                    std::path::PathBuf::from("/sys/fs/cgroup/memory")
-                }
-                crate::core::model::CgroupVersion::V2 => std::path::PathBuf::from("/sys/fs/cgroup"),
-            };
-            let m = crate::sys::signals::pod_stats(v, &base.join(parent.trim_start_matches('/')));
-            st.memory_working_set_bytes = m.memory_working_set_bytes;
-            st.processes = m.processes;
-        }
+    for c in candidates {
         let pod_layers: Option<Vec<crate::runtime::eviction::WritableLayer>> =
             layers.as_ref().map(|all| {
                 all.iter()
@@ -374,7 +314,7 @@ fn measure_live(args: &Args, pods: &[crate::core::model::Pod]) -> BTreeMap<Strin
                         s.attributes
                             .as_ref()
                             .and_then(|a| a.labels.get("io.kubernetes.pod.uid"))
-                            == Some(&p.uid)
+                            == Some(&c.uid)
                     })
                     .map(|s| crate::runtime::eviction::WritableLayer {
                         container: s
@@ -397,24 +337,23 @@ fn measure_live(args: &Args, pods: &[crate::core::model::Pod]) -> BTreeMap<Strin
                     .collect()
             });
         if let Ok(local) = crate::sys::signals::pod_local_storage(
-            &args.root_dir,
-            &args.pod_logs_dir,
-            &p.namespace,
-            &p.name,
-            &p.uid,
+            &cfg.root_dir,
+            &cfg.pod_logs_dir,
+            &c.namespace,
+            &c.name,
+            &c.uid,
         ) {
             let (_, parts) = crate::runtime::eviction::storage_of(&local, pod_layers.as_ref());
+            let mut st = c.stats.unwrap_or_default();
             st.rootfs_bytes = parts.rootfs_bytes;
             st.rootfs_inodes = parts.rootfs_inodes;
             st.logs_bytes = parts.logs_bytes;
             st.logs_inodes = parts.logs_inodes;
             st.volumes_bytes = parts.volumes_bytes;
             st.volumes_inodes = parts.volumes_inodes;
-            st = st.with_totals();
+            c.stats = Some(st.with_totals());
         }
-        out.insert(p.uid.clone(), st);
     }
-    out
 }
 
 #[cfg(test)]

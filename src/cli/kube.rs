@@ -22,6 +22,29 @@ pub struct KubeFlags {
     pub node_name: Option<String>,
 }
 
+/// The daemon's listing merged with the API server's pod specs when the
+/// config names this node (`nodeName`, `kubeconfig`), as `qosd run` does.
+pub fn merge_listing(
+    cfg: &crate::config::Config,
+    listing: &mut crate::runtime::pod_source::Listing,
+) -> anyhow::Result<()> {
+    let flags = KubeFlags {
+        kubeconfig: cfg.kubeconfig.clone(),
+        node_name: cfg.node_name.clone(),
+    };
+    if cfg.node_name.is_none() {
+        return Ok(());
+    }
+    let mut inv = Inventory {
+        pods: std::mem::take(&mut listing.live),
+        skipped: Vec::new(),
+    };
+    let merged = flags.merge(&mut inv);
+    listing.pods = inv.ready_pods();
+    listing.live = inv.pods;
+    merged.map(|_| ())
+}
+
 impl KubeFlags {
     /// Whether the API is to be asked at all: a kubeconfig, or a node name
     /// inside a pod (in-cluster config).

@@ -9,11 +9,12 @@ use clap::{Parser, Subcommand};
 use crate::telemetry::log::{init_logging, LogFormat};
 
 pub mod classify;
+pub mod completion;
 pub mod config_check;
 pub mod cpu;
 pub mod eviction_order;
 pub mod kube;
-pub mod kubelet_adopt;
+pub mod output;
 pub mod plan;
 pub mod pods;
 pub mod run;
@@ -59,6 +60,10 @@ pub enum Command {
     /// Configuration file tools.
     #[command(subcommand)]
     Config(config_check::ConfigCommand),
+    /// Print a shell completion script (bash, zsh, fish).
+    Completion(completion::Args),
+    /// Print the man page (roff), generated from these flags.
+    Man(completion::ManArgs),
 }
 
 /// Parse arguments, run, and map errors to exit codes.
@@ -76,6 +81,8 @@ pub fn main() -> i32 {
         Command::EvictionOrder(a) => eviction_order::run(a),
         Command::Status(a) => status::run(a),
         Command::Config(c) => config_check::run(c),
+        Command::Completion(a) => completion::run(a),
+        Command::Man(a) => completion::run_man(a),
     };
     match result {
         Ok(code) => code,

@@ -11,26 +11,22 @@ use crate::cri::{
     self, ConnectOptions, Inventory, InventoryOptions, LiveContainer, LivePod, RetryPolicy,
 };
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Output {
-    Text,
-    Json,
-}
+use crate::cli::output::{table, Output};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// CRI endpoint of the container runtime (unix socket).
     #[arg(long, env = "CONTAINER_RUNTIME_ENDPOINT", default_value = cri::DEFAULT_ENDPOINT)]
     pub runtime_endpoint: String,
-    /// Output format.
+    /// Output format (`wide`: uids, cgroup parents and every container's settings).
     #[arg(long, short, value_enum, default_value_t = Output::Text)]
     pub output: Output,
     /// How long to keep retrying while the runtime is down or restarting
-    /// (Go-style duration, e.g. 5s, 500ms; 0s: one attempt).
-    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    /// (Go duration, e.g. 5s, 500ms; 0s: one attempt).
+    #[arg(long, default_value = "5s", value_parser = crate::config::parse_go_duration)]
     pub retry_for: Duration,
-    /// Deadline of each CRI call.
-    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    /// Deadline of each CRI call (Go duration).
+    #[arg(long, default_value = "10s", value_parser = crate::config::parse_go_duration)]
     pub timeout: Duration,
     /// meminfo file giving the node memory capacity (to infer Burstable
     /// memory requests from oom_score_adj).
@@ -67,9 +63,9 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         }
     };
     args.kube.merge(&mut inv)?;
-    match args.output {
-        Output::Json => println!("{}", serde_json::to_string_pretty(&to_json(&inv))?),
-        Output::Text => print!("{}", to_text(&inv)),
+    match args.output.structured(&to_json(&inv))? {
+        Some(s) => print!("{s}"),
+        None => print!("{}", to_text(&inv, args.output == Output::Wide)),
     }
     Ok(0)
 }
@@ -150,68 +146,120 @@ fn short(id: &str) -> &str {
     &id[..id.len().min(13)]
 }
 
-/// Human-readable listing: one line per pod, then its containers.
-pub fn to_text(inv: &Inventory) -> String {
-    let mut s = String::new();
-    if inv.pods.is_empty() {
-        s.push_str("no pod sandboxes\n");
+/// Human-readable listing: a table of pods (wide: with uids, cgroup
+/// parents, then a table of every container's settings), notes, skips.
+pub fn to_text(inv: &Inventory, wide: bool) -> String {
+    if inv.pods.is_empty() && inv.skipped.is_empty() {
+        return "no pod sandboxes\n".to_string();
     }
-    for p in &inv.pods {
-        s.push_str(&format!(
-            "{}  uid={}  {}  {} ({})  cgroup-parent={}  sandbox={}\n",
-            p.pod.key(),
-            p.pod.uid,
-            p.state.as_str(),
-            p.qos_class,
-            p.qos_source,
-            p.cgroup_parent.as_deref().unwrap_or("-"),
-            short(&p.sandbox_id),
-        ));
-        for c in &p.containers {
-            s.push_str(&format!(
-                "  {}  {}  {}{}  cpu_shares={} cpu_quota={} cpu_period={} memory_limit={} oom_score_adj={}{}{}\n",
-                c.name,
-                short(&c.id),
-                c.state,
-                if c.counted { "" } else { " (not counted)" },
-                opt(c.cpu_shares),
-                opt(c.cpu_quota),
-                opt(c.cpu_period),
-                opt(c.memory_limit_bytes),
-                opt(c.oom_score_adj),
-                c.memory_min_bytes
-                    .map(|m| format!(" memory.min={m}"))
-                    .unwrap_or_default(),
-                c.cpuset_cpus
-                    .as_ref()
-                    .map(|m| format!(" cpuset={m}"))
-                    .unwrap_or_default(),
+    let mut s = String::new();
+    let rows: Vec<Vec<String>> = inv
+        .pods
+        .iter()
+        .map(|p| {
+            let mut r = vec![
+                p.pod.key(),
+                p.state.as_str().to_string(),
+                p.qos_class.to_string(),
+                p.qos_source.to_string(),
+                p.containers.len().to_string(),
+                short(&p.sandbox_id).to_string(),
+            ];
+            if wide {
+                let by = |want: crate::core::model::ValueSource| {
+                    or_none(
+                        p.sources
+                            .iter()
+                            .filter(|(_, s)| **s == want)
+                            .map(|(k, _)| *k)
+                            .collect::<Vec<_>>()
+                            .join(","),
+                    )
+                };
+                r.push(p.pod.uid.clone());
+                r.push(p.cgroup_parent.as_deref().unwrap_or("-").to_string());
+                r.push(match &p.pod.priority_class_name {
+                    Some(c) => format!("{} ({c})", p.pod.priority),
+                    None => p.pod.priority.to_string(),
+                });
+                r.push(by(crate::core::model::ValueSource::Exact));
+                r.push(by(crate::core::model::ValueSource::Inferred));
+            }
+            r
+        })
+        .collect();
+    let head: &[&str] = if wide {
+        &[
+            "POD",
+            "STATE",
+            "QOS",
+            "QOS SOURCE",
+            "CONTAINERS",
+            "SANDBOX",
+            "UID",
+            "CGROUP PARENT",
+            "PRIORITY",
+            "EXACT",
+            "INFERRED",
+        ]
+    } else {
+        &["POD", "STATE", "QOS", "QOS SOURCE", "CONTAINERS", "SANDBOX"]
+    };
+    if !rows.is_empty() {
+        s.push_str(&table(head, &rows));
+    }
+    if wide {
+        let rows: Vec<Vec<String>> = inv
+            .pods
+            .iter()
+            .flat_map(|p| {
+                p.containers.iter().map(move |c| {
+                    vec![
+                        p.pod.key(),
+                        format!(
+                            "{}{}",
+                            c.name,
+                            if c.counted { "" } else { " (not counted)" }
+                        ),
+                        short(&c.id).to_string(),
+                        c.state.clone(),
+                        opt(c.cpu_shares),
+                        opt(c.cpu_quota),
+                        opt(c.cpu_period),
+                        opt(c.memory_limit_bytes),
+                        opt(c.memory_min_bytes),
+                        opt(c.oom_score_adj),
+                        c.cpuset_cpus.clone().unwrap_or_else(|| "-".into()),
+                    ]
+                })
+            })
+            .collect();
+        if !rows.is_empty() {
+            s.push('\n');
+            s.push_str(&table(
+                &[
+                    "POD",
+                    "CONTAINER",
+                    "ID",
+                    "STATE",
+                    "CPU SHARES",
+                    "CPU QUOTA",
+                    "CPU PERIOD",
+                    "MEMORY LIMIT",
+                    "MEMORY MIN",
+                    "OOM SCORE ADJ",
+                    "CPUSET",
+                ],
+                &rows,
             ));
         }
-        let by = |want: crate::core::model::ValueSource| {
-            p.sources
-                .iter()
-                .filter(|(_, s)| **s == want)
-                .map(|(k, _)| *k)
-                .collect::<Vec<_>>()
-                .join(",")
-        };
-        s.push_str(&format!(
-            "  priority={}{}  exact: {}  inferred: {}\n",
-            p.pod.priority,
-            p.pod
-                .priority_class_name
-                .as_deref()
-                .map(|c| format!(" ({c})"))
-                .unwrap_or_default(),
-            or_none(by(crate::core::model::ValueSource::Exact)),
-            or_none(by(crate::core::model::ValueSource::Inferred)),
-        ));
+    }
+    for p in &inv.pods {
         for n in &p.notes {
-            s.push_str(&format!("  note: {n}\n"));
+            s.push_str(&format!("note: {}: {n}\n", p.pod.key()));
         }
         for w in &p.warnings {
-            s.push_str(&format!("  warning: {w}\n"));
+            s.push_str(&format!("warning: {}: {w}\n", p.pod.key()));
         }
     }
     for k in &inv.skipped {
@@ -293,19 +341,25 @@ mod tests {
     }
 
     #[test]
-    fn text_lines() {
-        let t = to_text(&inv());
+    fn text_tables() {
+        let t = to_text(&inv(), false);
         assert!(
-            t.starts_with("ns/web  uid=u-1  notready  BestEffort (resources)  cgroup-parent=-"),
+            t.starts_with("POD     STATE     QOS         QOS SOURCE  CONTAINERS  SANDBOX\nns/web  notready  BestEffort  resources   1           5a4d\n"),
             "{t}"
         );
-        assert!(
-            t.contains("  app  c0ffee  running  cpu_shares=2 cpu_quota=- "),
-            "{t}"
-        );
-        assert!(t.contains(" oom_score_adj=1000 cpuset=2-3\n"), "{t}");
-        assert!(t.contains("  note: n\n"), "{t}");
+        assert!(t.contains("note: ns/web: n\n"), "{t}");
         assert!(t.contains("skipped sandbox dead: removed"), "{t}");
-        assert_eq!(to_text(&Inventory::default()), "no pod sandboxes\n");
+        let w = to_text(&inv(), true);
+        assert!(
+            w.contains("UID  CGROUP PARENT  PRIORITY  EXACT  INFERRED\n"),
+            "{w}"
+        );
+        assert!(w.contains("  u-1  -              0         -      "), "{w}");
+        assert!(
+            w.contains("ns/web  app        c0ffee  running  2           -"),
+            "{w}"
+        );
+        assert!(w.contains("1000           2-3\n"), "{w}");
+        assert_eq!(to_text(&Inventory::default(), false), "no pod sandboxes\n");
     }
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::app::DaemonExit;
 use crate::cli::config_check::ConfigFlags;
-use crate::cli::plan::OutputFormat;
+use crate::cli::output::Output;
 use crate::config::{self};
 
 #[derive(Debug, clap::Args)]
@@ -22,8 +22,8 @@ pub struct Args {
     #[arg(long)]
     pub once: bool,
     /// Output of --once.
-    #[arg(long, value_enum, default_value = "text")]
-    pub output: OutputFormat,
+    #[arg(short = 'o', long, value_enum, default_value = "text")]
+    pub output: Output,
     /// Take pods from manifests instead of the CRI (nodes without a CRI runtime, tests).
     #[arg(long, value_name = "PATH", num_args = 1..)]
     pub pods: Vec<PathBuf>,
@@ -47,7 +47,7 @@ pub struct Args {
 
 pub fn run(args: Args) -> anyhow::Result<i32> {
     let cfg = args.config.load()?;
-    crate::telemetry::log::init_logging(cfg.log_format);
+    crate::telemetry::log::init_logging_at(cfg.log_format, &cfg.log_level);
     let cpu_settings = args.cpu.settings(
         crate::cli::cpu::settings_from_config(&cfg, &args.cpu_state)?,
         crate::cli::cpu::reserved_millis(&[&cfg.system_reserved, &cfg.kube_reserved]),
@@ -83,14 +83,12 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
 
 fn print_once(
     report: &crate::runtime::reconcile::ReconcileReport,
-    output: OutputFormat,
+    output: Output,
     dry_run: bool,
 ) -> anyhow::Result<()> {
-    match output {
-        OutputFormat::Json => {
-            println!("{}", serde_json::to_string_pretty(report)?);
-        }
-        OutputFormat::Text => {
+    match output.structured(report)? {
+        Some(s) => print!("{s}"),
+        None => {
             let verb = if dry_run { "would write" } else { "wrote" };
             for w in &report.writes {
                 println!("{verb} {} = {}", w.file.display(), w.value);

@@ -20,7 +20,7 @@ use serde_json::Value;
 
 use crate::cli::bad_input;
 use crate::cli::config_check::load_or_bad_input;
-use crate::cli::plan::OutputFormat;
+use crate::cli::output::Output;
 use crate::config::{self, Config, Overrides};
 use crate::core::model::CgroupVersion;
 use crate::policy::evict::threshold::{EvictionConfig, Signal};
@@ -41,15 +41,21 @@ pub struct Args {
     #[arg(long, value_name = "IP:PORT")]
     pub address: Option<SocketAddr>,
     /// Output format.
-    #[arg(long, value_enum, default_value = "text")]
-    pub output: OutputFormat,
-    /// Config file (thresholds, cgroup layout and runtime for the live view).
+    #[arg(short = 'o', long, value_enum, default_value = "text")]
+    pub output: Output,
+    /// Config file (thresholds, cgroup layout and runtime for the live view);
+    /// default /etc/qosd/config.yaml when it exists.
     #[arg(long, env = "QOSD_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
     #[command(flatten)]
     pub kubelet: crate::cli::config_check::KubeletFlags,
     /// CRI endpoint for the live view (overrides runtimeEndpoint of --config).
-    #[arg(long, alias = "container-runtime-endpoint", value_name = "ENDPOINT")]
+    #[arg(
+        long,
+        alias = "container-runtime-endpoint",
+        env = "CONTAINER_RUNTIME_ENDPOINT",
+        value_name = "ENDPOINT"
+    )]
     pub runtime_endpoint: Option<String>,
     /// How long to wait for the daemon and the runtime.
     #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = config::parse_go_duration)]
@@ -119,7 +125,11 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     };
     args.kubelet.apply(&mut overrides);
     // A bad config is bad input even when a daemon answers: say so now.
-    let cfg = load_or_bad_input(args.config.as_deref(), &overrides)?;
+    let path = args.config.clone().or_else(|| {
+        let p = std::path::Path::new(config::DEFAULT_CONFIG_PATH);
+        p.is_file().then(|| p.to_path_buf())
+    });
+    let cfg = load_or_bad_input(path.as_deref(), &overrides)?;
     let address = args.address.unwrap_or(cfg.metrics_address);
     let (report, code) = match crate::telemetry::client::fetch_status(address, args.timeout) {
         Ok(doc) => (
@@ -138,12 +148,13 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             (report, if runtime_ok { 0 } else { 1 })
         }
     };
-    match args.output {
-        OutputFormat::Json => print_out(&format!(
-            "{}\n",
-            serde_json::to_string_pretty(&report.to_json()).map_err(bad_input)?
-        ))?,
-        OutputFormat::Text => print_out(&report.to_text(crate::telemetry::status::now_ms()))?,
+    match args
+        .output
+        .structured(&report.to_json())
+        .map_err(bad_input)?
+    {
+        Some(s) => print_out(&s)?,
+        None => print_out(&report.to_text(crate::telemetry::status::now_ms()))?,
     }
     if code != 0 {
         eprintln!(

@@ -358,6 +358,21 @@ pub struct Config {
         skip_serializing_if = "Option::is_none"
     )]
     pub kubelet_cpu_manager_state: Option<PathBuf>,
+    /// Hugepage sizes (bytes) limited on every pod; `None`: the node's
+    /// (sysfs) when the hugetlb controller is mounted; empty: none.
+    #[serde(
+        serialize_with = "ser_hugepage_sizes",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub hugepage_sizes: Option<Vec<u64>>,
+    /// Log filter (`info`, `debug`, `qosd=trace,info`); `QOSD_LOG` wins at start.
+    pub log_level: String,
+    /// Program run after each eviction (pod, class, signal, values in its environment).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub eviction_hook: Option<PathBuf>,
+    /// How long the eviction hook may run before it is killed.
+    #[serde(serialize_with = "ser_duration")]
+    pub eviction_hook_timeout: Duration,
     /// `enforce` (write cgroups) or `audit` (compare only); default `audit`
     /// with a kubelet config, else `enforce`.
     pub cgroup_enforcement: CgroupEnforcement,
@@ -512,6 +527,19 @@ fn ser_enforce<S: Serializer>(
     s: S,
 ) -> Result<S::Ok, S::Error> {
     s.collect_seq(e.keys())
+}
+
+fn ser_hugepage_sizes<S: Serializer>(v: &Option<Vec<u64>>, s: S) -> Result<S::Ok, S::Error> {
+    match v {
+        None => s.serialize_none(),
+        Some(v) if v.is_empty() => s.serialize_str("none"),
+        Some(v) => s.serialize_str(
+            &v.iter()
+                .map(|b| crate::policy::enforce::hugepages::size_quantity(*b))
+                .collect::<Vec<_>>()
+                .join(","),
+        ),
+    }
 }
 
 fn ser_duration<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {

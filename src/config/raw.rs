@@ -104,6 +104,10 @@ pub struct RawConfig {
     pub node_memory: Option<Scalar>,
     pub log_format: Option<Scalar>,
     pub eviction_backend: Option<Scalar>,
+    pub hugepage_sizes: Option<Scalar>,
+    pub log_level: Option<Scalar>,
+    pub eviction_hook: Option<Scalar>,
+    pub eviction_hook_timeout: Option<Scalar>,
     pub kubeconfig: Option<Scalar>,
     pub node_name: Option<Scalar>,
     pub api_eviction_timeout: Option<Scalar>,
@@ -223,6 +227,7 @@ pub struct Overrides {
     pub relist_interval: Option<String>,
     pub metrics_address: Option<String>,
     pub root_dir: Option<String>,
+    pub pod_logs_dir: Option<String>,
     pub imagefs_path: Option<String>,
     pub memory_available_source: Option<String>,
     pub cpu_weight_formula: Option<String>,
@@ -231,6 +236,11 @@ pub struct Overrides {
     pub node_memory: Option<String>,
     pub log_format: Option<String>,
     pub eviction_backend: Option<String>,
+    pub pod_pids_limit: Option<String>,
+    pub hugepage_sizes: Option<String>,
+    pub log_level: Option<String>,
+    pub eviction_hook: Option<String>,
+    pub eviction_hook_timeout: Option<String>,
     pub kubeconfig: Option<String>,
     pub node_name: Option<String>,
     pub api_eviction_timeout: Option<String>,
@@ -309,6 +319,7 @@ impl Overrides {
         text!(relist_interval, "relistInterval");
         text!(metrics_address, "metricsAddress");
         text!(root_dir, "rootDir");
+        text!(pod_logs_dir, "podLogsDir");
         text!(imagefs_path, "imagefsPath");
         text!(memory_available_source, "memoryAvailableSource");
         text!(cpu_weight_formula, "cpuWeightFormula");
@@ -317,6 +328,11 @@ impl Overrides {
         text!(node_memory, "nodeMemory");
         text!(log_format, "logFormat");
         text!(eviction_backend, "evictionBackend");
+        text!(pod_pids_limit, "podPidsLimit");
+        text!(hugepage_sizes, "hugepageSizes");
+        text!(log_level, "logLevel");
+        text!(eviction_hook, "evictionHook");
+        text!(eviction_hook_timeout, "evictionHookTimeout");
         text!(kubeconfig, "kubeconfig");
         text!(node_name, "nodeName");
         text!(api_eviction_timeout, "apiEvictionTimeout");

@@ -817,10 +817,61 @@ pub fn validate(
         ],
     );
 
+    let hugepage_sizes = raw.hugepage_sizes.as_ref().and_then(|Scalar(s)| {
+        match crate::policy::enforce::hugepages::parse_size_list(s) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                c.bad(
+                    "hugepageSizes",
+                    None,
+                    s,
+                    e,
+                    "comma-separated page sizes such as 2Mi,1Gi, or none",
+                );
+                None
+            }
+        }
+    });
+    let log_level = match &raw.log_level {
+        None => "info".to_string(),
+        Some(Scalar(s)) => {
+            if let Err(e) = tracing_subscriber::EnvFilter::builder().parse(s) {
+                c.bad(
+                    "logLevel",
+                    None,
+                    s,
+                    e.to_string(),
+                    "error | warn | info | debug | trace, or a filter such as qosd=debug,info",
+                );
+            }
+            s.clone()
+        }
+    };
+    let eviction_hook = raw
+        .eviction_hook
+        .as_ref()
+        .map(|_| c.path("evictionHook", &raw.eviction_hook, ""));
+    let eviction_hook_timeout = match &raw.eviction_hook_timeout {
+        None => Duration::from_secs(10),
+        Some(Scalar(s)) => c
+            .duration(
+                "evictionHookTimeout",
+                None,
+                s,
+                Duration::from_millis(1),
+                Some(Duration::from_secs(600)),
+            )
+            .unwrap_or(Duration::from_secs(10)),
+    };
+
     if !c.errors.is_empty() {
         return Err(c.errors);
     }
     Ok(Config {
+        hugepage_sizes,
+        log_level,
+        eviction_hook,
+        eviction_hook_timeout,
         kubeconfig,
         node_name,
         api_eviction_timeout,

@@ -205,6 +205,23 @@ pub fn parse_endpoint(endpoint: &str) -> Result<PathBuf, CriError> {
     Ok(PathBuf::from(path))
 }
 
+/// Called after every CRI call (method, duration including retries, ok).
+pub type CallObserver = Box<dyn Fn(&'static str, Duration, bool) + Send + Sync>;
+
+static CALL_OBSERVER: std::sync::OnceLock<CallObserver> = std::sync::OnceLock::new();
+
+/// Install the process's CRI call observer (the daemon's metrics); only
+/// the first call takes effect.
+pub fn set_call_observer(f: CallObserver) {
+    let _ = CALL_OBSERVER.set(f);
+}
+
+fn observe_call(method: &'static str, start: Instant, ok: bool) {
+    if let Some(f) = CALL_OBSERVER.get() {
+        f(method, start.elapsed(), ok);
+    }
+}
+
 /// A connected CRI client (cheap to clone; calls may run concurrently).
 #[derive(Debug, Clone)]
 pub struct CriClient {
@@ -323,10 +340,14 @@ impl CriClient {
         loop {
             attempt += 1;
             match f(self.runtime.clone()).await {
-                Ok(r) => return Ok(r.into_inner()),
+                Ok(r) => {
+                    observe_call(method, start, true);
+                    return Ok(r.into_inner());
+                }
                 Err(s) => {
                     let delay = self.opts.retry.delay(attempt);
                     if !retryable(&s) || start.elapsed() + delay > budget {
+                        observe_call(method, start, false);
                         return Err(call_error(method, s));
                     }
                     tracing::debug!(method, attempt, ?delay, status = %s, "CRI call failed; retrying");
@@ -569,10 +590,14 @@ impl CriClient {
             attempt += 1;
             let mut c = self.image.clone();
             match c.image_fs_info(proto::ImageFsInfoRequest {}).await {
-                Ok(r) => return Ok(r.into_inner()),
+                Ok(r) => {
+                    observe_call("ImageFsInfo", start, true);
+                    return Ok(r.into_inner());
+                }
                 Err(s) => {
                     let delay = self.opts.retry.delay(attempt);
                     if !retryable(&s) || start.elapsed() + delay > self.opts.retry.max_elapsed {
+                        observe_call("ImageFsInfo", start, false);
                         return Err(call_error("ImageFsInfo", s));
                     }
                     tokio::time::sleep(delay).await;

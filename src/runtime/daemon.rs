@@ -48,10 +48,43 @@ pub trait Observer: Send {
     fn heartbeat(&mut self) {}
     /// A pod-source call started (`Some(method)`) or ended (`None`).
     fn call_pending(&mut self, _what: Option<&str>) {}
-    /// SIGHUP: return a new planner config to use, or None to keep it.
-    fn reload(&mut self) -> Option<PlanConfig> {
+    /// SIGHUP: the new settings to use, or None to keep the old ones.
+    fn reload(&mut self) -> Option<Reloaded> {
         None
     }
+    /// The runtime's pods live under a cgroup parent the configuration
+    /// would not produce (`Some`: nothing is written), or no longer (`None`).
+    fn refused(&mut self, _why: Option<&ParentMismatch>) {}
+}
+
+/// What a SIGHUP reload changes in the reconcile loop.
+#[derive(Debug, Clone)]
+pub struct Reloaded {
+    pub plan: PlanConfig,
+    pub dry_run: bool,
+    pub reconcile_interval: Duration,
+    pub relist_interval: Duration,
+}
+
+pub use crate::policy::enforce::parents::ParentMismatch;
+
+/// The pods of a listing whose cgroup parent the plan's layout would not
+/// produce (see [`crate::policy::enforce::parents`]).
+pub fn check_parents(plan: &PlanConfig, listing: &Listing) -> Result<(), ParentMismatch> {
+    use crate::policy::enforce::parents::{check, Reported};
+    let reported: Vec<Reported<'_>> = listing
+        .live
+        .iter()
+        .filter_map(|p| {
+            Some(Reported {
+                key: p.pod.key(),
+                uid: &p.pod.uid,
+                class: p.qos_class,
+                parent: p.cgroup_parent.as_deref()?,
+            })
+        })
+        .collect();
+    check(&plan.layout, &reported)
 }
 
 /// An observer that does nothing.
@@ -114,6 +147,8 @@ pub async fn run_loop(opts: RunOptions, observer: &mut dyn Observer) -> anyhow::
 
     if opts.once {
         let listing = source.list().await?;
+        // Never build a parallel tree: refuse before any write.
+        check_parents(reconciler.config(), &listing)?;
         let report = reconciler.reconcile(&listing.pods, listing.all_uids.as_ref(), Instant::now());
         if let (Some(cpu), Source::Cri { client, .. }) = (cpu.as_mut(), &source) {
             cpu.reconcile(client, &listing.live).await;
@@ -122,10 +157,15 @@ pub async fn run_loop(opts: RunOptions, observer: &mut dyn Observer) -> anyhow::
         return Ok(Outcome::Once(Box::new(report)));
     }
 
-    let mut reconcile_tick = tokio::time::interval(opts.reconcile_interval);
-    reconcile_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut relist_tick = tokio::time::interval(opts.relist_interval);
-    relist_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let ticker = |every: Duration| {
+        let mut t = tokio::time::interval(every);
+        t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        t
+    };
+    let mut reconcile_tick = ticker(opts.reconcile_interval);
+    let mut relist_tick = ticker(opts.relist_interval);
+    let mut intervals = (opts.reconcile_interval, opts.relist_interval);
+    let mut refused = false;
     let mut source_down = false;
     // The last full listing and the fingerprint it was taken at: a full
     // inventory (a status call per sandbox and container) is only needed
@@ -146,9 +186,15 @@ pub async fn run_loop(opts: RunOptions, observer: &mut dyn Observer) -> anyhow::
             _ = sigterm.recv() => { tracing::info!("SIGTERM: stopping"); return Ok(Outcome::Stopped); }
             _ = sigint.recv() => { tracing::info!("SIGINT: stopping"); return Ok(Outcome::Stopped); }
             _ = sighup.recv() => {
-                if let Some(cfg) = observer.reload() {
-                    tracing::info!("SIGHUP: configuration reloaded");
-                    reconciler.set_config(cfg);
+                if let Some(r) = observer.reload() {
+                    reconciler.reconfigure(r.plan, r.dry_run);
+                    if intervals.0 != r.reconcile_interval {
+                        reconcile_tick = ticker(r.reconcile_interval);
+                    }
+                    if intervals.1 != r.relist_interval {
+                        relist_tick = ticker(r.relist_interval);
+                    }
+                    intervals = (r.reconcile_interval, r.relist_interval);
                 }
                 cached = None;
                 Tick::Reconcile
@@ -248,6 +294,19 @@ pub async fn run_loop(opts: RunOptions, observer: &mut dyn Observer) -> anyhow::
                 }
             }
         };
+        match check_parents(reconciler.config(), &listing) {
+            Err(e) => {
+                // Not ready, nothing written, until the config matches.
+                observer.refused(Some(&e));
+                refused = true;
+                continue;
+            }
+            Ok(()) if refused => {
+                observer.refused(None);
+                refused = false;
+            }
+            Ok(()) => {}
+        }
         let report = reconciler.reconcile(&listing.pods, listing.all_uids.as_ref(), Instant::now());
         if let (Some(cpu), Source::Cri { client, .. }) = (cpu.as_mut(), &source) {
             cpu.reconcile(client, &listing.live).await;
@@ -433,8 +492,16 @@ const RESYNC: Duration = Duration::from_secs(60);
 
 // ------------------------------------------------- metrics, health, systemd
 
-/// Rebuilds the planner config on SIGHUP (None: keep the old one).
-pub type Reloader = Box<dyn FnMut() -> Option<PlanConfig> + Send>;
+/// What the eviction loop becomes after a reload.
+pub enum EvictionSwap {
+    /// Its settings did not change.
+    Keep,
+    /// Restarted with the new settings (`None`: eviction now off).
+    Replace(Option<Arc<crate::runtime::eviction_service::EvictionService>>),
+}
+
+/// Re-reads the configuration on SIGHUP (None: keep the old one).
+pub type Reloader = Box<dyn FnMut() -> Option<(Reloaded, EvictionSwap)> + Send>;
 
 /// The observer of a real `qosd run`: feeds metrics, health/readiness, the
 /// status document and systemd (READY after the first reconcile, watchdog).
@@ -450,6 +517,10 @@ pub struct ServiceObserver {
     pub reloader: Option<Reloader>,
     /// The eviction loop, fed the pods of every listing.
     pub eviction: Option<Arc<crate::runtime::eviction_service::EvictionService>>,
+    /// Dry run: writes and evictions are counted apart.
+    dry_run: bool,
+    /// The last refusal logged (logged again only when it changes).
+    refused_logged: Option<String>,
     /// The Kubernetes API side, for status and readiness reasons.
     pub specs: Option<Arc<dyn crate::runtime::pod_source::SpecSource>>,
     /// `cgroupEnforcement: audit`: report drift in metrics and `/status`.
@@ -480,6 +551,8 @@ impl ServiceObserver {
             layout: plan.layout.clone(),
             reloader: None,
             eviction: None,
+            dry_run: mode == "dry-run",
+            refused_logged: None,
             specs: None,
             audit: false,
             audit_changes_total: 0,
@@ -490,12 +563,14 @@ impl ServiceObserver {
 impl Observer for ServiceObserver {
     fn reconciled(&mut self, report: &ReconcileReport, listing: &Listing) {
         use crate::core::model::QosClass;
+        use crate::telemetry::metrics::ErrorKind;
         self.metrics.reconcile_done(report.duration);
-        self.metrics.cgroup_writes(report.writes.len() as u64);
         self.metrics
-            .orphans_removed(report.orphans_removed.len() as u64);
+            .cgroup_writes(report.writes.len() as u64, self.dry_run);
+        self.metrics
+            .orphans_removed(report.orphans_removed.len() as u64, self.dry_run);
         for _ in &report.errors {
-            self.metrics.error("cgroup_write");
+            self.metrics.error(ErrorKind::CgroupWrite);
         }
         // Readiness tells the truth: writes that fail (EROFS, EACCES, ...)
         // mean the node is not being enforced. A cgroup that vanished
@@ -531,6 +606,7 @@ impl Observer for ServiceObserver {
         }
         self.health.set_cri_reachable(true);
         self.health.set_reconciled();
+        self.metrics.set_ready(self.health.ready().is_ok());
         if let Some(k) = &self.specs {
             let (status, unavailable) = k.status();
             self.health.set_degraded(
@@ -577,7 +653,8 @@ impl Observer for ServiceObserver {
     }
 
     fn source_failed(&mut self, error: &SourceError) {
-        self.metrics.error("pod_source");
+        self.metrics
+            .error(crate::telemetry::metrics::ErrorKind::PodSource);
         if let Some(ev) = &self.eviction {
             ev.pods_unavailable(error.to_string());
         }
@@ -587,6 +664,7 @@ impl Observer for ServiceObserver {
             } else {
                 format!("container runtime (CRI) not reachable: {e}")
             });
+            self.metrics.set_ready(false);
         }
     }
 
@@ -594,11 +672,39 @@ impl Observer for ServiceObserver {
         self.health.set_cri_pending(what);
     }
 
+    fn refused(&mut self, why: Option<&ParentMismatch>) {
+        match why {
+            Some(e) => {
+                let msg = e.to_string();
+                if self.refused_logged.as_deref() != Some(msg.as_str()) {
+                    tracing::error!("{msg}; writing nothing and staying not ready until the configuration matches");
+                    self.metrics
+                        .error(crate::telemetry::metrics::ErrorKind::ParentMismatch);
+                    self.refused_logged = Some(msg);
+                }
+                self.health.set_refused(Some(format!(
+                    "cgroup parents of {} pod(s) do not match cgroupRoot/cgroupDriver",
+                    e.pods.len()
+                )));
+                if let Some(ev) = &self.eviction {
+                    ev.pods_unavailable("pod cgroups are not where the configuration says".into());
+                }
+            }
+            None => {
+                tracing::info!("the runtime's pod cgroup parents match the configuration again");
+                self.refused_logged = None;
+                self.health.set_refused(None);
+            }
+        }
+        self.metrics.set_ready(self.health.ready().is_ok());
+    }
+
     fn heartbeat(&mut self) {
         self.health.beat();
         let lost = crate::telemetry::log::log_write_errors();
         for _ in self.log_errors_reported..lost {
-            self.metrics.error("log_write");
+            self.metrics
+                .error(crate::telemetry::metrics::ErrorKind::LogWrite);
         }
         self.log_errors_reported = lost;
         if let Some((every, last)) = self.watchdog.as_mut() {
@@ -609,10 +715,22 @@ impl Observer for ServiceObserver {
         }
     }
 
-    fn reload(&mut self) -> Option<PlanConfig> {
+    fn reload(&mut self) -> Option<Reloaded> {
         let _ = crate::telemetry::notify::reloading();
         let out = self.reloader.as_mut().and_then(|f| f());
         let _ = crate::telemetry::notify::ready("configuration reloaded");
-        out
+        let (r, swap) = out?;
+        self.dry_run = r.dry_run;
+        self.layout = r.plan.layout.clone();
+        if let EvictionSwap::Replace(ev) = swap {
+            self.eviction = ev;
+        }
+        let mode = if r.dry_run { "dry-run" } else { "enforce" };
+        self.health.update_status(|d| {
+            d.mode = mode.to_string();
+            d.cgroup_version = r.plan.layout.version.to_string();
+            d.cgroup_driver = r.plan.layout.driver.to_string();
+        });
+        Some(r)
     }
 }

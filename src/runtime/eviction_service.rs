@@ -29,7 +29,7 @@ use crate::runtime::evictor::{Evictor, PodStopper};
 use crate::sys::signals::SignalSources;
 use crate::sys::watch::{WatchConfig, WatchError};
 use crate::telemetry::health::Health;
-use crate::telemetry::metrics::Metrics;
+use crate::telemetry::metrics::{ErrorKind, Metrics};
 use crate::telemetry::status::EvictionRecord;
 
 /// Settings of the eviction loop.
@@ -46,6 +46,8 @@ pub struct ServiceConfig {
     /// A pod listing older than this is stale: no eviction.
     pub max_listing_age: Duration,
     pub manager: ManagerOptions,
+    /// `evictionHook`: run after each eviction (never blocks the loop).
+    pub hook: Option<crate::runtime::hook::Hook>,
     pub image_gc: ImageGcPolicy,
 }
 
@@ -120,6 +122,8 @@ impl EvictionService {
         engine.image_gc = cfg.image_gc;
         let feed = Arc::new(PodFeed::default());
         let mut conditions: BTreeMap<NodeCondition, bool> = BTreeMap::new();
+        let mut timing = ReactionTiming::default();
+        let hook = cfg.hook;
         let mut blocked_logged = QuietLog::default();
         let mut signal_errors_logged = std::collections::BTreeSet::<String>::new();
         let lp = EvictionLoop::spawn_supervised(
@@ -133,6 +137,7 @@ impl EvictionService {
             Some(health.clone()),
             move |r| {
                 log_signal_errors(r, &mut signal_errors_logged, &health);
+                timing.observe(&metrics, backend, r);
                 report(
                     &metrics,
                     &health,
@@ -140,7 +145,22 @@ impl EvictionService {
                     r,
                     &mut conditions,
                     &mut blocked_logged,
-                )
+                );
+                if let (Some(h), Some(v), Some(Ok(_))) = (&hook, r.decision.victim(), &r.outcome) {
+                    if backend != Backend::DryRun {
+                        h.fire(crate::runtime::hook::HookEvent {
+                            namespace: v.candidate.namespace.clone(),
+                            name: v.candidate.name.clone(),
+                            uid: v.candidate.uid.clone(),
+                            qos_class: v.candidate.qos.to_string(),
+                            signal: v.signal.to_string(),
+                            observed: v.observed,
+                            threshold: v.threshold_value,
+                            threshold_kind: v.kind.as_str().to_string(),
+                            backend: backend.as_str().to_string(),
+                        });
+                    }
+                }
             },
         )?;
         Ok(EvictionService { feed, _loop: lp })
@@ -154,6 +174,65 @@ impl EvictionService {
     /// The pods cannot be listed: evict nothing until they can.
     pub fn pods_unavailable(&self, reason: String) {
         self.feed.failed(reason);
+    }
+}
+
+/// Eviction reaction times: from the pass that first saw the victim's
+/// threshold met (the crossing observed) to the kill being issued, and to
+/// the victim's resources being released (its process tree seen empty, or
+/// the manager seeing its usage drop).
+#[derive(Debug, Default)]
+struct ReactionTiming {
+    /// When each (signal, kind) threshold was first seen met, while it stays met.
+    met_since:
+        BTreeMap<(crate::policy::evict::threshold::Signal, &'static str), std::time::Instant>,
+    /// The last real victim waiting for release: uid and crossing time.
+    pending: Option<(String, std::time::Instant)>,
+}
+
+impl ReactionTiming {
+    fn observe(&mut self, metrics: &Metrics, backend: Backend, r: &PassReport) {
+        let d = &r.decision;
+        let mut met = BTreeMap::new();
+        for t in d.thresholds.iter().filter(|t| t.met) {
+            let key = (t.threshold.signal, t.threshold.kind.as_str());
+            let since = self.met_since.get(&key).copied().unwrap_or(d.at);
+            met.insert(key, since);
+        }
+        self.met_since = met;
+        if let Some((uid, crossed)) = &self.pending {
+            if d.notes
+                .iter()
+                .any(|n| n.starts_with(&format!("previous victim {uid} released")))
+            {
+                metrics.eviction_release(d.at.saturating_duration_since(*crossed));
+                self.pending = None;
+            }
+        }
+        let (Some(v), Some(Ok(outcome))) = (d.victim(), &r.outcome) else {
+            return;
+        };
+        if backend == Backend::DryRun {
+            return;
+        }
+        let crossed = self
+            .met_since
+            .get(&(v.signal, v.kind.as_str()))
+            .copied()
+            .unwrap_or(d.at);
+        let issued = outcome
+            .kill
+            .as_ref()
+            .map(|k| k.issued_at)
+            .unwrap_or_else(std::time::Instant::now);
+        metrics.eviction_reaction(issued.saturating_duration_since(crossed));
+        match outcome.kill.as_ref().and_then(|k| k.empty_at) {
+            Some(empty) => {
+                metrics.eviction_release(empty.saturating_duration_since(crossed));
+                self.pending = None;
+            }
+            None => self.pending = Some((v.candidate.uid.clone(), crossed)),
+        }
     }
 }
 
@@ -259,7 +338,7 @@ fn report(
     blocked_logged: &mut QuietLog,
 ) {
     for _ in &r.signal_errors {
-        metrics.error("signal_read");
+        metrics.error(ErrorKind::SignalRead);
     }
     publish(metrics, health, &r.decision, conditions);
     blocked_logged.update(quiet_state(&r.decision), r.decision.at);
@@ -299,11 +378,11 @@ fn report(
     };
     match outcome {
         Ok(_) => {
-            if backend == Backend::DryRun {
-                metrics.dry_run_eviction(v.metric_label(), v.candidate.qos);
-            } else {
-                metrics.eviction(v.metric_label(), v.candidate.qos);
-            }
+            metrics.eviction(
+                v.metric_label(),
+                v.candidate.qos,
+                backend == Backend::DryRun,
+            );
             health.update_status(|d| {
                 d.push_eviction(EvictionRecord {
                     at_ms: crate::telemetry::status::now_ms(),
@@ -324,7 +403,7 @@ fn report(
                 })
             });
         }
-        Err(_) => metrics.error("eviction"),
+        Err(_) => metrics.error(ErrorKind::Eviction),
     }
 }
 
@@ -336,14 +415,13 @@ fn publish(
 ) {
     for t in &decision.thresholds {
         if let Some(o) = t.observed {
-            metrics.signal_observed(t.threshold.signal.as_str(), o.available);
-            metrics.signal_capacity(t.threshold.signal.as_str(), o.capacity);
+            metrics.signal(t.threshold.signal, o.available, o.capacity);
         }
         let value = t
             .observed
             .map(|o| t.threshold.threshold_for(o.capacity))
             .unwrap_or(0);
-        metrics.threshold(t.threshold.signal.as_str(), t.threshold.kind, value, t.met);
+        metrics.threshold(t.threshold.signal, t.threshold.kind, value, t.met);
     }
     for c in [
         NodeCondition::MemoryPressure,

@@ -9,6 +9,7 @@ pub mod daemon;
 pub mod eviction;
 pub mod eviction_service;
 pub mod evictor;
+pub mod hook;
 pub mod pod_source;
 pub mod reconcile;
 pub mod stopper;

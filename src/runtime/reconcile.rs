@@ -99,6 +99,10 @@ pub struct ReconcileReport {
     /// value qosd had in place), as opposed to new cgroups or plan changes.
     #[serde(skip)]
     pub drift: Vec<PathBuf>,
+    /// Dry run: the planned writes logged this pass (new or changed since
+    /// they were last logged; the others stay quiet).
+    #[serde(skip)]
+    pub logged: Vec<PathBuf>,
     /// `cgroupEnforcement: audit`: every planned value the cgroup does not
     /// hold (nothing is written; `writes` stays empty).
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -137,6 +141,9 @@ pub struct Reconciler {
     /// The value qosd last had in place in each file, written or found
     /// already right (drift = someone changed it since).
     last_written: HashMap<PathBuf, String>,
+    /// Dry run: the planned value last logged per file (a planned write is
+    /// logged when it first appears or changes, not every pass).
+    dry_run_logged: HashMap<PathBuf, String>,
     /// Audit: the value found in each differing file when it was last
     /// reported (report once per change).
     audit_seen: HashMap<PathBuf, Option<String>>,
@@ -170,6 +177,7 @@ impl Reconciler {
             drift_logged: HashSet::new(),
             failures_logged: HashSet::new(),
             last_written: HashMap::new(),
+            dry_run_logged: HashMap::new(),
             audit_seen: HashMap::new(),
         }
     }
@@ -186,6 +194,26 @@ impl Reconciler {
     /// Replace the planner config (SIGHUP reload). The layout must stay.
     pub fn set_config(&mut self, cfg: PlanConfig) {
         self.cfg = cfg;
+    }
+
+    /// Apply a reloaded config and mode: the applier is rebuilt when the
+    /// mode or the layout changes (what was written and the orphans seen
+    /// are kept).
+    pub fn reconfigure(&mut self, cfg: PlanConfig, dry_run: bool) {
+        // Audit (cgroupEnforcement) is chosen at start and stays.
+        let mode = match self.mode() {
+            Mode::Audit => Mode::Audit,
+            _ if dry_run => Mode::DryRun,
+            _ => Mode::Real,
+        };
+        if mode == self.mode() && cfg.layout == self.cfg.layout {
+            self.cfg = cfg;
+            return;
+        }
+        let mut fresh = Reconciler::with_mode(cfg, mode, self.orphan_grace);
+        fresh.orphans_seen = std::mem::take(&mut self.orphans_seen);
+        fresh.last_written = std::mem::take(&mut self.last_written);
+        *self = fresh;
     }
 
     pub fn dry_run(&self) -> bool {
@@ -231,8 +259,13 @@ impl Reconciler {
                         tracing::warn!(file = %w.file.display(), value = %w.value, found = %found, "corrected drift: {verb} planned value over a value set by someone else");
                     }
                 }
+                _ if self.dry_run() && self.dry_run_logged.get(&w.file) == Some(&w.value) => {}
                 _ => {
                     tracing::info!(file = %w.file.display(), value = %w.value, previous = prev.as_deref().unwrap_or("(new)"), "{verb} cgroup value");
+                    if self.dry_run() {
+                        self.dry_run_logged.insert(w.file.clone(), w.value.clone());
+                        out.logged.push(w.file.clone());
+                    }
                 }
             }
             if !self.dry_run() {
@@ -288,6 +321,8 @@ impl Reconciler {
         }
         let planned: HashSet<&PathBuf> = plan.writes.iter().map(|w| &w.file).collect();
         self.last_written.retain(|f, _| planned.contains(f));
+        let pending: HashSet<&PathBuf> = report.written.iter().map(|w| &w.file).collect();
+        self.dry_run_logged.retain(|f, _| pending.contains(f));
         out.writes = report.written;
         out.planned = plan.writes;
         if let Some(live) = all_live_uids {
@@ -513,6 +548,36 @@ mod tests {
         std::fs::write(&weight, "4096").unwrap();
         let after = fresh.reconcile(&pods2, None, Instant::now());
         assert_eq!(after.drift, vec![weight]);
+    }
+
+    #[test]
+    fn dry_run_logs_a_planned_write_once_until_it_changes() {
+        let d = fake_v2_tree();
+        let c = cfg(d.path());
+        let mut r = Reconciler::new(c.clone(), true, Duration::from_secs(0));
+        let pods = vec![pod("0000-a", "250m")];
+        let first = r.reconcile(&pods, None, Instant::now());
+        assert!(!first.writes.is_empty());
+        assert_eq!(first.logged.len(), first.writes.len());
+        // Still pending (nothing is written in dry-run) but already said.
+        let second = r.reconcile(&pods, None, Instant::now());
+        assert_eq!(second.writes.len(), first.writes.len());
+        assert!(second.logged.is_empty(), "{:?}", second.logged);
+        // A changed plan: only what changed is logged again.
+        let third = r.reconcile(&[pod("0000-a", "500m")], None, Instant::now());
+        let weight = c.layout.file(
+            &c.layout.pod_cgroup(QosClass::Burstable, "0000-a"),
+            "cpu.weight",
+        );
+        assert!(third.logged.contains(&weight), "{:?}", third.logged);
+        assert!(
+            third.logged.len() < third.writes.len(),
+            "{:?}",
+            third.logged
+        );
+        // Switched to enforce by a reload: no longer a dry run.
+        r.reconfigure(c, false);
+        assert!(!r.dry_run());
     }
 
     #[test]

@@ -15,6 +15,7 @@ pub mod hugepages;
 pub mod input;
 pub mod kill;
 pub mod pod_events;
+pub mod process;
 pub mod procfs;
 pub mod signals;
 pub mod systemd;

@@ -17,6 +17,9 @@ pub struct Health {
     cri_reachable: AtomicBool,
     reconciled: AtomicBool,
     shutting_down: AtomicBool,
+    /// Why qosd refuses to write (e.g. the pods' cgroup parents do not
+    /// match the configuration): not ready while set.
+    refused: Mutex<Option<String>>,
     status: Mutex<StatusDoc>,
     /// Heartbeats of the other long-running loops (eviction, watcher, …).
     loops: Mutex<Vec<Arc<Heartbeat>>>,
@@ -84,6 +87,7 @@ impl Health {
             cri_reachable: AtomicBool::new(false),
             reconciled: AtomicBool::new(false),
             shutting_down: AtomicBool::new(false),
+            refused: Mutex::new(None),
             status: Mutex::new(StatusDoc::default()),
             loops: Mutex::new(Vec::new()),
             failure: Mutex::new(None),
@@ -173,6 +177,11 @@ impl Health {
     /// A reconcile pass completed (readiness needs at least one).
     pub fn set_reconciled(&self) {
         self.reconciled.store(true, Ordering::Relaxed);
+    }
+
+    /// qosd refuses to write for `why` (`None`: no longer).
+    pub fn set_refused(&self, why: Option<String>) {
+        *self.refused.lock().unwrap_or_else(|e| e.into_inner()) = why;
     }
 
     /// The daemon is stopping: `/readyz` fails from now on.
@@ -266,6 +275,9 @@ impl Health {
         let mut why: Vec<String> = Vec::new();
         if self.shutting_down.load(Ordering::Relaxed) {
             why.push("shutting down".into());
+        }
+        if let Some(r) = lock(&self.refused).as_ref() {
+            why.push(r.clone());
         }
         if let Some((what, since)) = lock(&self.cri_pending).as_ref() {
             let age = since.elapsed();

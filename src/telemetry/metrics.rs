@@ -1,59 +1,136 @@
-//! Prometheus metrics (`qosd_…`), exposed on `/metrics` by [`crate::telemetry::server`].
+//! Prometheus metrics (`qosd_…`, `process_…`), exposed on `/metrics` by
+//! [`crate::telemetry::server`].
 //!
 //! [`Metrics`] owns a `prometheus-client` registry and offers one typed
 //! method per event the daemon reports; it is cheap to share (`Arc<Metrics>`)
-//! and every method takes `&self`. The encoding is OpenMetrics text
-//! ([`CONTENT_TYPE`]), which Prometheus scrapes natively.
+//! and every method takes `&self`. [`Metrics::encode`] writes OpenMetrics
+//! 1.0 text; [`Metrics::encode_prometheus`] the Prometheus text format 0.0.4
+//! (the server picks by the scraper's `Accept`).
 //!
-//! | family | type | labels |
-//! |---|---|---|
-//! | `qosd_evictions_total` | counter | `signal`, `qos_class` |
-//! | `qosd_dry_run_evictions_total` | counter | `signal`, `qos_class` |
-//! | `qosd_reclaimed_images_total` | counter | — |
-//! | `qosd_reclaimed_containers_total` | counter | — |
-//! | `qosd_eviction_reaction_seconds` | histogram | — |
-//! | `qosd_signal_observed` | gauge | `signal` |
-//! | `qosd_signal_capacity` | gauge | `signal` |
-//! | `qosd_threshold_value` | gauge | `signal`, `kind` (hard/soft) |
-//! | `qosd_threshold_met` | gauge 0/1 | `signal`, `kind` |
-//! | `qosd_node_condition` | gauge 0/1 | `condition` |
-//! | `qosd_reconcile_duration_seconds` | histogram | — |
-//! | `qosd_reconciles_total` | counter | — |
-//! | `qosd_last_reconcile_timestamp_seconds` | gauge | — |
-//! | `qosd_cgroup_writes_total` | counter | — |
-//! | `qosd_orphan_cgroups_removed_total` | counter | — |
-//! | `qosd_errors_total` | counter | `kind` |
-//! | `qosd_cri_call_duration_seconds` | histogram | `method` |
-//! | `qosd_cri_call_failures_total` | counter | `method` |
-//! | `qosd_pods` | gauge | `qos_class` |
-//! | `qosd_build_info` | gauge 1 | `version` |
-//! | `qosd_cgroup_audit_drift` | gauge | — |
-//! | `qosd_cgroup_audit_drift_changes_total` | counter | — |
+//! Conventions: one unit per family (`_bytes`, `_inodes`, `_processes`,
+//! `_seconds`); where qosd mirrors a kubelet metric it uses the kubelet's
+//! label name `eviction_signal`; what dry-run *would* do is counted in
+//! `qosd_dry_run_…` families, never in the real ones. The table of families
+//! is [`FAMILIES`] (docs/operations.md lists the same; a test compares).
 
+use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
 use crate::core::model::QosClass;
+use crate::policy::evict::threshold::{Signal, SignalResource};
 
-/// Content type of [`Metrics::encode`]'s output.
+/// Content type of [`Metrics::encode`]'s output (OpenMetrics).
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// Content type of [`Metrics::encode_prometheus`]'s output.
+pub const CONTENT_TYPE_PROMETHEUS: &str = "text/plain; version=0.0.4; charset=utf-8";
 
-/// Suggested values for the `kind` label of `qosd_errors_total`.
-pub mod error_kind {
-    pub const CGROUP_READ: &str = "cgroup_read";
-    pub const CGROUP_WRITE: &str = "cgroup_write";
-    pub const CRI: &str = "cri";
-    pub const SIGNAL: &str = "signal";
-    pub const EVICTION: &str = "eviction";
-    pub const CONFIG_RELOAD: &str = "config_reload";
-    pub const ORPHAN_CLEANUP: &str = "orphan_cleanup";
+/// Every metric family qosd exposes (sample names of counters end in
+/// `_total`, histograms have `_bucket`, `_sum`, `_count`).
+pub const FAMILIES: &[&str] = &[
+    "qosd_evictions_total",
+    "qosd_dry_run_evictions_total",
+    "qosd_reclaimed_images_total",
+    "qosd_reclaimed_containers_total",
+    "qosd_eviction_reaction_seconds",
+    "qosd_eviction_release_seconds",
+    "qosd_eviction_hook_runs_total",
+    "qosd_signal_available_bytes",
+    "qosd_signal_available_inodes",
+    "qosd_signal_available_processes",
+    "qosd_signal_capacity_bytes",
+    "qosd_signal_capacity_inodes",
+    "qosd_signal_capacity_processes",
+    "qosd_eviction_threshold_bytes",
+    "qosd_eviction_threshold_inodes",
+    "qosd_eviction_threshold_processes",
+    "qosd_eviction_threshold_met",
+    "qosd_node_condition",
+    "qosd_reconcile_duration_seconds",
+    "qosd_reconciles_total",
+    "qosd_last_reconcile_timestamp_seconds",
+    "qosd_cgroup_writes_total",
+    "qosd_dry_run_cgroup_writes_total",
+    "qosd_orphan_cgroups_removed_total",
+    "qosd_dry_run_orphan_cgroups_removed_total",
+    "qosd_errors_total",
+    "qosd_cri_calls_total",
+    "qosd_cri_call_failures_total",
+    "qosd_cri_call_duration_seconds",
+    "qosd_config_reload_total",
+    "qosd_config_generation",
+    "qosd_pods",
+    "qosd_ready",
+    "qosd_cgroup_audit_drift",
+    "qosd_cgroup_audit_drift_changes_total",
+    "qosd_kube_api_up",
+    "qosd_kube_pods",
+    "qosd_api_evictions_total",
+    "qosd_api_eviction_events_total",
+    "qosd_build_info",
+    "process_cpu_seconds_total",
+    "process_resident_memory_bytes",
+    "process_virtual_memory_bytes",
+    "process_start_time_seconds",
+    "process_open_fds",
+    "process_max_fds",
+];
+
+/// The `kind` label of `qosd_errors_total`: every error qosd counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ErrorKind {
+    /// A cgroup file could not be written.
+    CgroupWrite,
+    /// The pod source (CRI runtime or manifests) could not be listed.
+    PodSource,
+    /// An eviction signal could not be read.
+    SignalRead,
+    /// An eviction was attempted and failed.
+    Eviction,
+    /// The eviction hook failed or timed out.
+    EvictionHook,
+    /// A SIGHUP reload was refused (invalid, or needs a restart).
+    ConfigReload,
+    /// The runtime's pods live under another cgroup parent (no writes).
+    ParentMismatch,
+    /// A log line could not be written (stderr full, closed pipe, journal
+    /// gone): counted and dropped.
+    LogWrite,
+}
+
+impl ErrorKind {
+    pub const ALL: [ErrorKind; 8] = [
+        ErrorKind::CgroupWrite,
+        ErrorKind::PodSource,
+        ErrorKind::SignalRead,
+        ErrorKind::Eviction,
+        ErrorKind::EvictionHook,
+        ErrorKind::ConfigReload,
+        ErrorKind::ParentMismatch,
+        ErrorKind::LogWrite,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::CgroupWrite => "cgroup_write",
+            ErrorKind::PodSource => "pod_source",
+            ErrorKind::SignalRead => "signal_read",
+            ErrorKind::Eviction => "eviction",
+            ErrorKind::EvictionHook => "eviction_hook",
+            ErrorKind::ConfigReload => "config_reload",
+            ErrorKind::ParentMismatch => "parent_mismatch",
+            ErrorKind::LogWrite => "log_write",
+        }
+    }
 }
 
 /// Hard or soft threshold (the `kind` label).
@@ -61,18 +138,18 @@ pub use crate::policy::evict::threshold::ThresholdKind;
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct EvictionLabels {
-    signal: String,
+    eviction_signal: String,
     qos_class: String,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct SignalLabels {
-    signal: String,
+    eviction_signal: String,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ThresholdLabels {
-    signal: String,
+    eviction_signal: String,
     kind: String,
 }
 
@@ -84,6 +161,11 @@ struct ConditionLabels {
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabels {
     kind: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    result: String,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -108,6 +190,47 @@ fn cri_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.0001, 2.0, 17))
 }
 
+/// One family per unit of the signals' resources.
+#[derive(Clone, Default)]
+struct PerUnit {
+    bytes: Family<SignalLabels, Gauge>,
+    inodes: Family<SignalLabels, Gauge>,
+    processes: Family<SignalLabels, Gauge>,
+}
+
+impl PerUnit {
+    fn of(&self, s: Signal) -> &Family<SignalLabels, Gauge> {
+        match s.resource() {
+            SignalResource::Memory | SignalResource::Disk => &self.bytes,
+            SignalResource::Inodes => &self.inodes,
+            SignalResource::Pids => &self.processes,
+        }
+    }
+
+    fn register(&self, r: &mut Registry, name: &str, help: &str) {
+        r.register_with_unit(name, help, Unit::Bytes, self.bytes.clone());
+        r.register_with_unit(
+            name,
+            help,
+            Unit::Other("inodes".into()),
+            self.inodes.clone(),
+        );
+        r.register_with_unit(
+            name,
+            help,
+            Unit::Other("processes".into()),
+            self.processes.clone(),
+        );
+    }
+}
+
+#[derive(Clone, Default)]
+struct ThresholdPerUnit {
+    bytes: Family<ThresholdLabels, Gauge>,
+    inodes: Family<ThresholdLabels, Gauge>,
+    processes: Family<ThresholdLabels, Gauge>,
+}
+
 /// All of qosd's metrics and the registry that encodes them.
 pub struct Metrics {
     registry: Registry,
@@ -116,20 +239,28 @@ pub struct Metrics {
     reclaimed_images: Counter,
     reclaimed_containers: Counter,
     eviction_reaction: Histogram,
-    signal_observed: Family<SignalLabels, Gauge>,
-    signal_capacity: Family<SignalLabels, Gauge>,
-    threshold_value: Family<ThresholdLabels, Gauge>,
+    eviction_release: Histogram,
+    hook_runs: Family<ResultLabels, Counter>,
+    available: PerUnit,
+    capacity: PerUnit,
+    threshold_value: ThresholdPerUnit,
     threshold_met: Family<ThresholdLabels, Gauge>,
     node_condition: Family<ConditionLabels, Gauge>,
     reconcile_duration: Histogram,
     reconciles: Counter,
     last_reconcile: Gauge<f64, AtomicU64>,
     cgroup_writes: Counter,
+    dry_run_cgroup_writes: Counter,
     orphans_removed: Counter,
+    dry_run_orphans_removed: Counter,
     errors: Family<KindLabels, Counter>,
+    cri_calls: Family<MethodLabels, Counter>,
     cri_duration: HistogramFamily<MethodLabels>,
     cri_failures: Family<MethodLabels, Counter>,
+    config_reloads: Family<ResultLabels, Counter>,
+    config_generation: Gauge,
     pods: Family<QosLabels, Gauge>,
+    ready: Gauge,
     /// The Kubernetes API side's series.
     pub kube: crate::telemetry::kube_metrics::KubeMetrics,
     audit_drift: Gauge,
@@ -149,10 +280,17 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// A registry with every family registered (pods by class and the node
-    /// conditions start at 0 so dashboards see them before the first event).
+    /// A registry with every family registered (pods by class, node
+    /// conditions, error kinds and reload results start at 0 so dashboards
+    /// and alerts see them before the first event), with the process
+    /// metrics of this process (`/proc/self`).
     pub fn new() -> Metrics {
-        let mut r = Registry::with_prefix("qosd");
+        Metrics::with_proc(PathBuf::from("/proc/self"))
+    }
+
+    /// Like [`Metrics::new`], with the process metrics read from `proc_self`.
+    pub fn with_proc(proc_self: PathBuf) -> Metrics {
+        let mut r = Registry::default();
         let m = Metrics {
             evictions: Family::default(),
             dry_run_evictions: Family::default(),
@@ -160,9 +298,12 @@ impl Metrics {
             reclaimed_containers: Counter::default(),
             // 1 ms … ~4 s
             eviction_reaction: Histogram::new(exponential_buckets(0.001, 2.0, 13)),
-            signal_observed: Family::default(),
-            signal_capacity: Family::default(),
-            threshold_value: Family::default(),
+            // 1 ms … ~33 s
+            eviction_release: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
+            hook_runs: Family::default(),
+            available: PerUnit::default(),
+            capacity: PerUnit::default(),
+            threshold_value: ThresholdPerUnit::default(),
             threshold_met: Family::default(),
             node_condition: Family::default(),
             // 1 ms … ~16 s
@@ -170,117 +311,184 @@ impl Metrics {
             reconciles: Counter::default(),
             last_reconcile: Gauge::default(),
             cgroup_writes: Counter::default(),
+            dry_run_cgroup_writes: Counter::default(),
             orphans_removed: Counter::default(),
+            dry_run_orphans_removed: Counter::default(),
             errors: Family::default(),
+            cri_calls: Family::default(),
             cri_duration: Family::new_with_constructor(cri_histogram),
             cri_failures: Family::default(),
+            config_reloads: Family::default(),
+            config_generation: Gauge::default(),
             pods: Family::default(),
+            ready: Gauge::default(),
             kube: Default::default(),
             audit_drift: Gauge::default(),
             audit_drift_changes: Counter::default(),
             registry: Registry::default(),
         };
-        m.kube.register(&mut r);
+        m.kube.register(r.sub_registry_with_prefix("qosd"));
         r.register(
-            "evictions",
-            "Pods evicted, by the signal that triggered the eviction and the pod's QoS class",
+            "qosd_evictions",
+            "Pods evicted (enforce mode), by the signal that triggered the eviction and the pod's QoS class (kubelet: kubelet_evictions)",
             m.evictions.clone(),
         );
         r.register(
-            "dry_run_evictions",
-            "Pods qosd would have evicted in dry-run mode (each victim once), by signal and QoS class",
+            "qosd_dry_run_evictions",
+            "Pods qosd would have evicted in dry-run mode (each victim once), by signal and QoS class (none was made)",
             m.dry_run_evictions.clone(),
         );
         r.register(
-            "reclaimed_images",
+            "qosd_reclaimed_images",
             "Unused images removed by node-level reclaim and image GC",
             m.reclaimed_images.clone(),
         );
         r.register(
-            "reclaimed_containers",
+            "qosd_reclaimed_containers",
             "Dead containers removed by node-level reclaim before disk evictions",
             m.reclaimed_containers.clone(),
         );
         r.register_with_unit(
-            "eviction_reaction",
-            "Time from a hard threshold being crossed to the eviction being issued",
+            "qosd_eviction_reaction",
+            "Time from a threshold crossing being observed to the kill being issued, per eviction",
             Unit::Seconds,
             m.eviction_reaction.clone(),
         );
-        r.register(
-            "signal_observed",
-            "Last observed value of each eviction signal (bytes, inodes or PIDs available)",
-            m.signal_observed.clone(),
+        r.register_with_unit(
+            "qosd_eviction_release",
+            "Time from a threshold crossing being observed to the evicted pod's resources being released",
+            Unit::Seconds,
+            m.eviction_release.clone(),
         );
         r.register(
-            "signal_capacity",
-            "Capacity each eviction signal is measured against (bytes, inodes or PIDs)",
-            m.signal_capacity.clone(),
+            "qosd_eviction_hook_runs",
+            "Runs of the evictionHook program, by result (ok, failed, timeout)",
+            m.hook_runs.clone(),
+        );
+        m.available.register(
+            &mut r,
+            "qosd_signal_available",
+            "Last observed available amount of each eviction signal",
+        );
+        m.capacity.register(
+            &mut r,
+            "qosd_signal_capacity",
+            "Capacity each eviction signal is measured against",
+        );
+        let t = &m.threshold_value;
+        let help =
+            "Eviction threshold resolved to the signal's unit (percentages applied to capacity)";
+        r.register_with_unit(
+            "qosd_eviction_threshold",
+            help,
+            Unit::Bytes,
+            t.bytes.clone(),
+        );
+        r.register_with_unit(
+            "qosd_eviction_threshold",
+            help,
+            Unit::Other("inodes".into()),
+            t.inodes.clone(),
+        );
+        r.register_with_unit(
+            "qosd_eviction_threshold",
+            help,
+            Unit::Other("processes".into()),
+            t.processes.clone(),
         );
         r.register(
-            "threshold_value",
-            "Eviction threshold resolved to the signal's unit (percentages applied to capacity)",
-            m.threshold_value.clone(),
-        );
-        r.register(
-            "threshold_met",
+            "qosd_eviction_threshold_met",
             "1 while an eviction threshold is met (observed below threshold, min-reclaim not yet reached)",
             m.threshold_met.clone(),
         );
         r.register(
-            "node_condition",
+            "qosd_node_condition",
             "1 while a node condition (MemoryPressure, DiskPressure, PIDPressure) is set",
             m.node_condition.clone(),
         );
         r.register_with_unit(
-            "reconcile_duration",
+            "qosd_reconcile_duration",
             "Duration of a reconcile pass (list pods, plan, read/compare/write cgroups)",
             Unit::Seconds,
             m.reconcile_duration.clone(),
         );
         r.register(
-            "reconciles",
+            "qosd_reconciles",
             "Reconcile passes completed",
             m.reconciles.clone(),
         );
         r.register_with_unit(
-            "last_reconcile_timestamp",
+            "qosd_last_reconcile_timestamp",
             "Unix time of the end of the last completed reconcile pass",
             Unit::Seconds,
             m.last_reconcile.clone(),
         );
         r.register(
-            "cgroup_writes",
+            "qosd_cgroup_writes",
             "cgroup interface file writes made (a steady node makes none)",
             m.cgroup_writes.clone(),
         );
         r.register(
-            "orphan_cgroups_removed",
+            "qosd_dry_run_cgroup_writes",
+            "cgroup writes dry-run mode planned and did not make (counted each pass they are still pending)",
+            m.dry_run_cgroup_writes.clone(),
+        );
+        r.register(
+            "qosd_orphan_cgroups_removed",
             "Empty pod cgroups removed after their sandbox went away",
             m.orphans_removed.clone(),
         );
-        r.register("errors", "Errors, by kind", m.errors.clone());
+        r.register(
+            "qosd_dry_run_orphan_cgroups_removed",
+            "Orphaned pod cgroups dry-run mode would have removed",
+            m.dry_run_orphans_removed.clone(),
+        );
+        r.register(
+            "qosd_errors",
+            "Errors, by kind (see docs/operations.md for every kind)",
+            m.errors.clone(),
+        );
+        r.register(
+            "qosd_cri_calls",
+            "CRI calls to the container runtime, by method (retries included in one call)",
+            m.cri_calls.clone(),
+        );
+        r.register(
+            "qosd_cri_call_failures",
+            "Failed CRI calls, by method",
+            m.cri_failures.clone(),
+        );
         r.register_with_unit(
-            "cri_call_duration",
+            "qosd_cri_call_duration",
             "Latency of CRI calls to the container runtime, by method",
             Unit::Seconds,
             m.cri_duration.clone(),
         );
         r.register(
-            "cri_call_failures",
-            "Failed CRI calls, by method",
-            m.cri_failures.clone(),
+            "qosd_config_reload",
+            "SIGHUP configuration reloads, by result (applied, unchanged, invalid, restart_required)",
+            m.config_reloads.clone(),
         );
-        r.register("pods", "Live pods, by QoS class", m.pods.clone());
         r.register(
-            "cgroup_audit_drift",
+            "qosd_config_generation",
+            "Generation of the configuration in use (1 at start, +1 per applied reload)",
+            m.config_generation.clone(),
+        );
+        r.register("qosd_pods", "Live pods, by QoS class", m.pods.clone());
+        r.register(
+            "qosd_cgroup_audit_drift",
             "cgroupEnforcement audit: planned cgroup values the cgroups do not hold at the last reconcile (nothing is written)",
             m.audit_drift.clone(),
         );
         r.register(
-            "cgroup_audit_drift_changes",
+            "qosd_cgroup_audit_drift_changes",
             "cgroupEnforcement audit: differing cgroup values reported (each new or changed value once)",
             m.audit_drift_changes.clone(),
+        );
+        r.register(
+            "qosd_ready",
+            "1 while qosd is ready (runtime reachable, reconciled, cgroup parents match)",
+            m.ready.clone(),
         );
         let build = Family::<VersionLabels, Gauge>::default();
         build
@@ -288,7 +496,8 @@ impl Metrics {
                 version: env!("CARGO_PKG_VERSION").to_string(),
             })
             .set(1);
-        r.register("build_info", "qosd version (always 1)", build);
+        r.register("qosd_build_info", "qosd version (always 1)", build);
+        r.register_collector(Box::new(ProcessCollector { proc_self }));
 
         for class in [
             QosClass::Guaranteed,
@@ -304,27 +513,40 @@ impl Metrics {
                 condition: cond.to_string(),
             });
         }
+        for k in ErrorKind::ALL {
+            let _ = m.errors.get_or_create(&KindLabels {
+                kind: k.as_str().to_string(),
+            });
+        }
+        for res in ["applied", "unchanged", "invalid", "restart_required"] {
+            let _ = m.config_reloads.get_or_create(&ResultLabels {
+                result: res.to_string(),
+            });
+        }
+        m.config_generation.set(1);
         Metrics { registry: r, ..m }
     }
 
-    /// A pod was evicted because of `signal`.
-    pub fn eviction(&self, signal: &str, qos: QosClass) {
-        self.evictions
-            .get_or_create(&EvictionLabels {
-                signal: signal.to_string(),
-                qos_class: qos.as_str().to_string(),
-            })
-            .inc();
+    /// A pod was evicted (or, `dry_run`, would have been) because of `signal`.
+    ///
+    /// `signal` is the `eviction_signal` label: the threshold's signal, or
+    /// for local-storage evictions the limit exceeded.
+    pub fn eviction(&self, signal: &str, qos: QosClass, dry_run: bool) {
+        let f = if dry_run {
+            &self.dry_run_evictions
+        } else {
+            &self.evictions
+        };
+        f.get_or_create(&EvictionLabels {
+            eviction_signal: signal.to_string(),
+            qos_class: qos.as_str().to_string(),
+        })
+        .inc();
     }
 
     /// A pod would have been evicted (dry run) because of `signal`.
     pub fn dry_run_eviction(&self, signal: &str, qos: QosClass) {
-        self.dry_run_evictions
-            .get_or_create(&EvictionLabels {
-                signal: signal.to_string(),
-                qos_class: qos.as_str().to_string(),
-            })
-            .inc();
+        self.eviction(signal, qos, true);
     }
 
     /// Node-level reclaim removed images and dead containers.
@@ -333,37 +555,59 @@ impl Metrics {
         self.reclaimed_containers.inc_by(containers);
     }
 
-    /// Time from threshold crossing to the eviction being issued.
+    /// Time from the threshold crossing being observed to the kill being issued.
     pub fn eviction_reaction(&self, d: Duration) {
         self.eviction_reaction.observe(d.as_secs_f64());
     }
 
-    /// Latest observation of a signal (bytes / inodes / PIDs available).
-    pub fn signal_observed(&self, signal: &str, value: i64) {
-        self.signal_observed
-            .get_or_create(&SignalLabels {
-                signal: signal.to_string(),
-            })
-            .set(value);
+    /// Time from the threshold crossing being observed to the evicted pod's
+    /// resources being released.
+    pub fn eviction_release(&self, d: Duration) {
+        self.eviction_release.observe(d.as_secs_f64());
     }
 
-    /// Capacity of a signal (for percentage thresholds and dashboards).
-    pub fn signal_capacity(&self, signal: &str, value: i64) {
-        self.signal_capacity
-            .get_or_create(&SignalLabels {
-                signal: signal.to_string(),
+    /// One run of the eviction hook (`ok`, `failed`, `timeout`).
+    pub fn hook_run(&self, result: &str) {
+        self.hook_runs
+            .get_or_create(&ResultLabels {
+                result: result.to_string(),
             })
-            .set(value);
+            .inc();
+    }
+
+    /// Latest observation of a signal: available amount and capacity, in
+    /// the signal's unit (bytes, inodes or processes).
+    pub fn signal(&self, signal: Signal, available: i64, capacity: i64) {
+        let l = SignalLabels {
+            eviction_signal: signal.as_str().to_string(),
+        };
+        self.available.of(signal).get_or_create(&l).set(available);
+        self.capacity.of(signal).get_or_create(&l).set(capacity);
     }
 
     /// State of one threshold: its resolved value and whether it is met.
-    pub fn threshold(&self, signal: &str, kind: ThresholdKind, value: i64, met: bool) {
+    pub fn threshold(&self, signal: Signal, kind: ThresholdKind, value: i64, met: bool) {
         let l = ThresholdLabels {
-            signal: signal.to_string(),
+            eviction_signal: signal.as_str().to_string(),
             kind: kind.as_str().to_string(),
         };
-        self.threshold_value.get_or_create(&l).set(value);
+        let t = &self.threshold_value;
+        let f = match signal.resource() {
+            SignalResource::Memory | SignalResource::Disk => &t.bytes,
+            SignalResource::Inodes => &t.inodes,
+            SignalResource::Pids => &t.processes,
+        };
+        f.get_or_create(&l).set(value);
         self.threshold_met.get_or_create(&l).set(i64::from(met));
+    }
+
+    /// Forget every threshold series (a reload changed the thresholds).
+    pub fn clear_thresholds(&self) {
+        let t = &self.threshold_value;
+        t.bytes.clear();
+        t.inodes.clear();
+        t.processes.clear();
+        self.threshold_met.clear();
     }
 
     /// A node condition (`MemoryPressure`, `DiskPressure`, `PIDPressure`).
@@ -386,21 +630,29 @@ impl Metrics {
         self.last_reconcile.set(now);
     }
 
-    /// `n` cgroup files were written.
-    pub fn cgroup_writes(&self, n: u64) {
-        self.cgroup_writes.inc_by(n);
+    /// `n` cgroup files were written (`dry_run`: would have been).
+    pub fn cgroup_writes(&self, n: u64, dry_run: bool) {
+        if dry_run {
+            self.dry_run_cgroup_writes.inc_by(n);
+        } else {
+            self.cgroup_writes.inc_by(n);
+        }
     }
 
-    /// `n` orphaned pod cgroups were removed.
-    pub fn orphans_removed(&self, n: u64) {
-        self.orphans_removed.inc_by(n);
+    /// `n` orphaned pod cgroups were removed (`dry_run`: would have been).
+    pub fn orphans_removed(&self, n: u64, dry_run: bool) {
+        if dry_run {
+            self.dry_run_orphans_removed.inc_by(n);
+        } else {
+            self.orphans_removed.inc_by(n);
+        }
     }
 
-    /// An error of some kind (see [`error_kind`]).
-    pub fn error(&self, kind: &str) {
+    /// An error of some kind.
+    pub fn error(&self, kind: ErrorKind) {
         self.errors
             .get_or_create(&KindLabels {
-                kind: kind.to_string(),
+                kind: kind.as_str().to_string(),
             })
             .inc();
     }
@@ -410,10 +662,21 @@ impl Metrics {
         let l = MethodLabels {
             method: method.to_string(),
         };
+        self.cri_calls.get_or_create(&l).inc();
         self.cri_duration.get_or_create(&l).observe(d.as_secs_f64());
         if !ok {
             self.cri_failures.get_or_create(&l).inc();
         }
+    }
+
+    /// A SIGHUP reload ended with `result`; `generation` is the config in use.
+    pub fn config_reload(&self, result: &str, generation: u64) {
+        self.config_reloads
+            .get_or_create(&ResultLabels {
+                result: result.to_string(),
+            })
+            .inc();
+        self.config_generation.set(generation as i64);
     }
 
     /// Audit: `drifting` planned values differ now, `changes` of them are
@@ -432,12 +695,124 @@ impl Metrics {
             .set(n as i64);
     }
 
+    /// Readiness (also on `/readyz`).
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.set(i64::from(ready));
+    }
+
     /// The registry in OpenMetrics text format ([`CONTENT_TYPE`]).
     pub fn encode(&self) -> String {
         let mut s = String::with_capacity(8192);
         prometheus_client::encoding::text::encode(&mut s, &self.registry)
             .expect("encoding to a String cannot fail");
         s
+    }
+
+    /// The registry in the Prometheus text format 0.0.4
+    /// ([`CONTENT_TYPE_PROMETHEUS`]).
+    pub fn encode_prometheus(&self) -> String {
+        openmetrics_to_prometheus(&self.encode())
+    }
+}
+
+/// OpenMetrics text → Prometheus text 0.0.4: counters' HELP and TYPE name
+/// the `_total` sample, `# UNIT` and `# EOF` go, `unknown` is `untyped`.
+pub fn openmetrics_to_prometheus(om: &str) -> String {
+    let counters: std::collections::HashSet<&str> = om
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(om.len());
+    for line in om.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let meta = ["# HELP ", "# TYPE "]
+            .into_iter()
+            .find_map(|p| line.strip_prefix(p).map(|rest| (p, rest)));
+        match meta {
+            Some((p, rest)) => {
+                let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
+                let name = if counters.contains(name) {
+                    format!("{name}_total")
+                } else {
+                    name.to_string()
+                };
+                let tail = if p == "# TYPE " && tail == "unknown" {
+                    "untyped"
+                } else {
+                    tail
+                };
+                out.push_str(&format!("{p}{name} {tail}\n"));
+            }
+            None => {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+    }
+    out
+}
+
+/// The standard `process_*` metrics of this process, read at scrape time.
+#[derive(Debug)]
+struct ProcessCollector {
+    proc_self: PathBuf,
+}
+
+impl Collector for ProcessCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let Ok(p) = crate::sys::process::stats(&self.proc_self) else {
+            return Ok(());
+        };
+        let c = ConstCounter::new(p.cpu_seconds);
+        c.encode(encoder.encode_descriptor(
+            "process_cpu",
+            "Total user and system CPU time spent in seconds",
+            Some(&Unit::Seconds),
+            MetricType::Counter,
+        )?)?;
+        for (name, help, unit, v) in [
+            (
+                "process_resident_memory",
+                "Resident memory size in bytes",
+                Some(Unit::Bytes),
+                p.resident_bytes as f64,
+            ),
+            (
+                "process_virtual_memory",
+                "Virtual memory size in bytes",
+                Some(Unit::Bytes),
+                p.virtual_bytes as f64,
+            ),
+            (
+                "process_start_time",
+                "Start time of the process since unix epoch in seconds",
+                Some(Unit::Seconds),
+                p.start_time_seconds,
+            ),
+            (
+                "process_open_fds",
+                "Number of open file descriptors",
+                None,
+                p.open_fds as f64,
+            ),
+            (
+                "process_max_fds",
+                "Maximum number of open file descriptors",
+                None,
+                p.max_fds as f64,
+            ),
+        ] {
+            ConstGauge::new(v).encode(encoder.encode_descriptor(
+                name,
+                help,
+                unit.as_ref(),
+                MetricType::Gauge,
+            )?)?;
+        }
+        Ok(())
     }
 }
 
@@ -524,49 +899,85 @@ mod tests {
             .and_then(|v| v.parse().ok())
     }
 
-    #[test]
-    fn families_are_named_and_typed() {
+    fn families_of(text: &str) -> std::collections::BTreeSet<String> {
+        text.lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .map(|l| {
+                let (name, ty) = l.split_once(' ').unwrap();
+                if ty == "counter" && !name.ends_with("_total") {
+                    format!("{name}_total")
+                } else {
+                    name.to_string()
+                }
+            })
+            .collect()
+    }
+
+    fn exercised() -> Metrics {
         let m = Metrics::new();
-        // Families with labels appear once they have a sample.
-        m.eviction("memory.available", QosClass::BestEffort);
-        m.signal_observed("memory.available", 1);
-        m.threshold("memory.available", ThresholdKind::Hard, 1, false);
-        m.error(error_kind::CRI);
+        m.eviction("memory.available", QosClass::BestEffort, false);
+        m.eviction("memory.available", QosClass::BestEffort, true);
+        m.eviction_reaction(Duration::from_millis(7));
+        m.eviction_release(Duration::from_millis(70));
+        m.hook_run("ok");
+        m.signal(Signal::MemoryAvailable, 1, 2);
+        m.signal(Signal::NodeFsInodesFree, 1, 2);
+        m.signal(Signal::PidAvailable, 1, 2);
+        m.threshold(Signal::MemoryAvailable, ThresholdKind::Hard, 1, false);
+        m.threshold(Signal::NodeFsInodesFree, ThresholdKind::Hard, 1, false);
+        m.threshold(Signal::PidAvailable, ThresholdKind::Hard, 1, true);
         m.cri_call("Version", Duration::from_millis(1), false);
-        let t = m.encode();
-        for (name, ty) in [
-            ("qosd_evictions", "counter"),
-            ("qosd_eviction_reaction_seconds", "histogram"),
-            ("qosd_signal_observed", "gauge"),
-            ("qosd_threshold_met", "gauge"),
-            ("qosd_node_condition", "gauge"),
-            ("qosd_reconcile_duration_seconds", "histogram"),
-            ("qosd_last_reconcile_timestamp_seconds", "gauge"),
-            ("qosd_cgroup_writes", "counter"),
-            ("qosd_errors", "counter"),
-            ("qosd_cri_call_duration_seconds", "histogram"),
-            ("qosd_cri_call_failures", "counter"),
-            ("qosd_pods", "gauge"),
-        ] {
-            assert!(
-                t.contains(&format!("# TYPE {name} {ty}\n")),
-                "{name} {ty} in\n{t}"
-            );
-        }
+        m.kube.set_pods(1, 1);
+        m.kube.eviction_path("evicted");
+        m.kube.event(true);
+        m
+    }
+
+    #[test]
+    fn every_family_is_listed_and_exposed() {
+        let t = exercised().encode();
+        let got = families_of(&t);
+        let want: std::collections::BTreeSet<String> =
+            FAMILIES.iter().map(|s| s.to_string()).collect();
+        assert_eq!(got, want, "FAMILIES and the registry differ");
         assert!(t.ends_with("# EOF\n"));
-        assert_eq!(sample(&t, "qosd_pods{qos_class=\"BestEffort\"}"), Some(0.0));
+        assert!(
+            t.contains("# TYPE qosd_signal_available_inodes gauge\n"),
+            "{t}"
+        );
+        assert!(
+            t.contains("# UNIT qosd_signal_available_inodes inodes\n"),
+            "{t}"
+        );
         assert_eq!(
-            sample(&t, "qosd_node_condition{condition=\"MemoryPressure\"}"),
+            sample(
+                &t,
+                "qosd_signal_available_processes{eviction_signal=\"pid.available\"}"
+            ),
+            Some(1.0)
+        );
+        assert_eq!(
+            sample(&t, "qosd_errors_total{kind=\"parent_mismatch\"}"),
             Some(0.0)
         );
-        assert_eq!(sample(&t, "qosd_cgroup_writes_total"), Some(0.0));
-        let fresh = Metrics::new().encode();
-        assert_eq!(
-            sample(&fresh, "qosd_pods{qos_class=\"Burstable\"}"),
-            Some(0.0)
+        assert!(sample(&t, "process_resident_memory_bytes").unwrap() > 0.0);
+        assert!(sample(&t, "process_open_fds").unwrap() > 0.0);
+    }
+
+    #[test]
+    fn prometheus_text_names_counters_by_their_samples() {
+        let p = exercised().encode_prometheus();
+        assert!(
+            p.contains("# HELP qosd_evictions_total Pods evicted"),
+            "{p}"
         );
-        assert_eq!(sample(&fresh, "qosd_reconciles_total"), Some(0.0));
-        assert!(fresh.contains("qosd_build_info{version="));
+        assert!(p.contains("# TYPE qosd_evictions_total counter\n"), "{p}");
+        assert!(
+            p.contains("# TYPE process_cpu_seconds_total counter\n"),
+            "{p}"
+        );
+        assert!(!p.contains("# UNIT") && !p.contains("# EOF"), "{p}");
+        assert!(p.contains("# TYPE qosd_eviction_reaction_seconds histogram\n"));
     }
 
     #[test]
@@ -586,40 +997,48 @@ mod tests {
     #[test]
     fn methods_update_samples() {
         let m = Metrics::new();
-        m.eviction("memory.available", QosClass::BestEffort);
-        m.eviction("memory.available", QosClass::BestEffort);
-        m.eviction("nodefs.available", QosClass::Burstable);
-        m.signal_observed("memory.available", 123_456_789);
-        m.threshold("memory.available", ThresholdKind::Hard, 104_857_600, true);
+        m.eviction("memory.available", QosClass::BestEffort, false);
+        m.eviction("memory.available", QosClass::BestEffort, false);
+        m.eviction("nodefs.available", QosClass::Burstable, true);
+        m.signal(Signal::MemoryAvailable, 123_456_789, 1 << 30);
+        m.threshold(
+            Signal::MemoryAvailable,
+            ThresholdKind::Hard,
+            104_857_600,
+            true,
+        );
         m.node_condition("MemoryPressure", true);
         m.reconcile_done(Duration::from_millis(3));
-        m.cgroup_writes(5);
-        m.cgroup_writes(2);
-        m.error(error_kind::CGROUP_WRITE);
+        m.cgroup_writes(5, false);
+        m.cgroup_writes(2, false);
+        m.cgroup_writes(9, true);
+        m.error(ErrorKind::CgroupWrite);
         m.cri_call("ListPodSandbox", Duration::from_micros(900), true);
         m.cri_call("StopPodSandbox", Duration::from_millis(110), false);
         m.pods(QosClass::Guaranteed, 3);
         m.eviction_reaction(Duration::from_millis(7));
+        m.config_reload("applied", 2);
         let t = m.encode();
         let s = |p: &str| sample(&t, p).unwrap_or_else(|| panic!("no {p} in\n{t}"));
         assert_eq!(
-            s("qosd_evictions_total{signal=\"memory.available\",qos_class=\"BestEffort\"}"),
+            s("qosd_evictions_total{eviction_signal=\"memory.available\",qos_class=\"BestEffort\"}"),
             2.0
         );
         assert_eq!(
-            s("qosd_evictions_total{signal=\"nodefs.available\",qos_class=\"Burstable\"}"),
+            s("qosd_dry_run_evictions_total{eviction_signal=\"nodefs.available\",qos_class=\"Burstable\"}"),
             1.0
         );
+        assert!(!t.contains("qosd_evictions_total{eviction_signal=\"nodefs.available\""));
         assert_eq!(
-            s("qosd_signal_observed{signal=\"memory.available\"}"),
+            s("qosd_signal_available_bytes{eviction_signal=\"memory.available\"}"),
             123_456_789.0
         );
         assert_eq!(
-            s("qosd_threshold_met{signal=\"memory.available\",kind=\"hard\"}"),
+            s("qosd_eviction_threshold_met{eviction_signal=\"memory.available\",kind=\"hard\"}"),
             1.0
         );
         assert_eq!(
-            s("qosd_threshold_value{signal=\"memory.available\",kind=\"hard\"}"),
+            s("qosd_eviction_threshold_bytes{eviction_signal=\"memory.available\",kind=\"hard\"}"),
             104_857_600.0
         );
         assert_eq!(s("qosd_node_condition{condition=\"MemoryPressure\"}"), 1.0);
@@ -627,7 +1046,9 @@ mod tests {
         assert_eq!(s("qosd_reconciles_total"), 1.0);
         assert!(s("qosd_last_reconcile_timestamp_seconds") > 1.6e9);
         assert_eq!(s("qosd_cgroup_writes_total"), 7.0);
+        assert_eq!(s("qosd_dry_run_cgroup_writes_total"), 9.0);
         assert_eq!(s("qosd_errors_total{kind=\"cgroup_write\"}"), 1.0);
+        assert_eq!(s("qosd_cri_calls_total{method=\"ListPodSandbox\"}"), 1.0);
         assert_eq!(
             s("qosd_cri_call_duration_seconds_count{method=\"ListPodSandbox\"}"),
             1.0
@@ -643,5 +1064,9 @@ mod tests {
             s("qosd_eviction_reaction_seconds_bucket{le=\"0.008\"}"),
             1.0
         );
+        assert_eq!(s("qosd_config_reload_total{result=\"applied\"}"), 1.0);
+        assert_eq!(s("qosd_config_generation"), 2.0);
+        m.clear_thresholds();
+        assert!(!m.encode().contains("qosd_eviction_threshold_bytes{"));
     }
 }

@@ -45,12 +45,52 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-async fn metrics_handler(State(s): State<AppState>) -> Response {
-    (
-        [(header::CONTENT_TYPE, metrics::CONTENT_TYPE)],
-        s.metrics.encode(),
-    )
-        .into_response()
+async fn metrics_handler(State(s): State<AppState>, headers: axum::http::HeaderMap) -> Response {
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if wants_openmetrics(accept) {
+        (
+            [(header::CONTENT_TYPE, metrics::CONTENT_TYPE)],
+            s.metrics.encode(),
+        )
+            .into_response()
+    } else {
+        (
+            [(header::CONTENT_TYPE, metrics::CONTENT_TYPE_PROMETHEUS)],
+            s.metrics.encode_prometheus(),
+        )
+            .into_response()
+    }
+}
+
+/// Whether an `Accept` header prefers OpenMetrics over the Prometheus text
+/// format (Prometheus asks for both with q-values; anything else, or no
+/// header, gets the text format 0.0.4).
+pub fn wants_openmetrics(accept: &str) -> bool {
+    let q = |media: &str| -> Option<f32> {
+        accept
+            .split(',')
+            .map(str::trim)
+            .filter(|part| {
+                part.split(';')
+                    .next()
+                    .is_some_and(|m| m.trim().eq_ignore_ascii_case(media))
+            })
+            .map(|part| {
+                part.split(';')
+                    .filter_map(|p| p.trim().strip_prefix("q="))
+                    .find_map(|v| v.parse::<f32>().ok())
+                    .unwrap_or(1.0)
+            })
+            .fold(None, |a: Option<f32>, b| Some(a.map_or(b, |a| a.max(b))))
+    };
+    match (q("application/openmetrics-text"), q("text/plain")) {
+        (Some(om), Some(text)) => om > 0.0 && om >= text,
+        (Some(om), None) => om > 0.0,
+        _ => false,
+    }
 }
 
 fn probe(r: Result<(), String>) -> Response {
@@ -303,6 +343,19 @@ mod tests {
     use crate::telemetry::health::Health;
     use crate::telemetry::status::*;
     use std::time::Duration;
+
+    #[test]
+    fn accept_negotiation() {
+        use super::wants_openmetrics as om;
+        // What Prometheus 2.x sends.
+        assert!(om("application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"));
+        assert!(om("application/openmetrics-text"));
+        assert!(!om("text/plain;version=0.0.4"));
+        assert!(!om(""));
+        assert!(!om("*/*"));
+        assert!(!om("application/openmetrics-text;q=0.2, text/plain"));
+        assert!(!om("application/openmetrics-text;q=0"));
+    }
 
     #[test]
     fn health_transitions() {

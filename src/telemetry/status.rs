@@ -32,6 +32,13 @@ pub struct StatusDoc {
     /// Most recent first, at most [`StatusDoc::MAX_EVICTIONS`].
     pub last_evictions: Vec<EvictionRecord>,
     pub last_reconcile: Option<ReconcileStatus>,
+    /// The configuration in use: 1 at start, +1 per applied SIGHUP reload.
+    pub config_generation: u64,
+    /// Unix time (ms) the configuration in use was loaded.
+    pub config_loaded_at_ms: u64,
+    /// The last SIGHUP reload's result (`applied`, `unchanged`, `invalid`,
+    /// `restart_required`) and why, when it was not applied.
+    pub last_reload: Option<String>,
     /// Degraded modes in force (`kubernetes-api: …`): working, with less.
     pub degraded: Vec<String>,
     /// The Kubernetes API side (absent when not configured).
@@ -258,6 +265,18 @@ impl StatusDoc {
         if let Some(why) = &self.not_ready_reason {
             let _ = writeln!(o, "not ready: {why}");
         }
+        if self.config_generation > 0 {
+            let _ = writeln!(
+                o,
+                "config generation {} loaded {} ago{}",
+                self.config_generation,
+                ago(now_ms, self.config_loaded_at_ms),
+                self.last_reload
+                    .as_ref()
+                    .map(|r| format!("; last reload: {r}"))
+                    .unwrap_or_default()
+            );
+        }
         for d in &self.degraded {
             let _ = writeln!(o, "degraded: {d}");
         }
@@ -300,12 +319,14 @@ impl StatusDoc {
                 .thresholds
                 .iter()
                 .map(|t| {
-                    let mut x = format!(
-                        "{} <{} ({})",
-                        t.kind,
-                        t.threshold,
-                        signal_value(&sig.signal, t.value)
-                    );
+                    // `threshold` may be the whole statement (`signal<value`).
+                    let configured = t.threshold.rsplit('<').next().unwrap_or("");
+                    let resolved = signal_value(&sig.signal, t.value);
+                    let mut x = if configured == resolved || configured == t.value.to_string() {
+                        format!("{} <{resolved}", t.kind)
+                    } else {
+                        format!("{} <{configured} ({resolved})", t.kind)
+                    };
                     if let Some(g) = &t.grace_period {
                         x.push_str(&format!(" grace {g}"));
                     }

@@ -541,6 +541,25 @@ impl Containerd {
             .prefix("qosd-ctrd-")
             .tempdir_in("/tmp")
             .unwrap();
+        // The env's own filesystem: containerd's state (and root, unless
+        // given) and the kubelet-style root dir the tests pass as
+        // `--root-dir` live on a private tmpfs, so the disk signals qosd
+        // measures there are this test's, never the host disk's fill level
+        // (a CI disk at 96 % would otherwise be real DiskPressure).
+        // Unmounted by `unmount_leftovers` on drop.
+        nix::mount::mount(
+            Some("tmpfs"),
+            dir.path(),
+            Some("tmpfs"),
+            nix::mount::MsFlags::MS_NODEV,
+            Some("size=4g,mode=0755"),
+        )
+        .unwrap_or_else(|e| {
+            panic!(
+                "needs root: mount the env's tmpfs on {}: {e}",
+                dir.path().display()
+            )
+        });
         for sub in ["cni/bin", "cni/conf", "opt"] {
             std::fs::create_dir_all(dir.path().join(sub)).unwrap();
         }
@@ -992,6 +1011,9 @@ pub fn qosd(args: &[&str]) -> (i32, String, String) {
 /// Check a JSON document with the shared contract checker when it is
 /// available (../shared/contracts/check-json.py or $QOSD_CHECK_JSON).
 pub fn check_contract(kind: &str, json: &str) {
+    // The contract in the repository (docs/contracts) always; the shared
+    // checker too when it is around.
+    check_schema(kind, json);
     let script = std::env::var_os("QOSD_CHECK_JSON")
         .map(PathBuf::from)
         .unwrap_or_else(|| repo_dir().join("../../shared/contracts/check-json.py"));
@@ -1025,4 +1047,114 @@ pub fn check_contract(kind: &str, json: &str) {
         "contract {kind}: {}",
         String::from_utf8_lossy(&out.stdout)
     );
+}
+
+// ------------------------------------------------------------ JSON contracts
+
+/// Validate a JSON document against docs/contracts/`<kind>`.schema.json (the
+/// JSON Schema subset those files use: type, required, properties, items,
+/// enum, a `^/` pattern, `$ref` to `$defs` here or in another contract).
+/// Panics listing every problem.
+pub fn check_schema(kind: &str, json: &str) {
+    let doc: serde_json::Value =
+        serde_json::from_str(json).unwrap_or_else(|e| panic!("{kind}: not JSON: {e}\n{json}"));
+    let schema = load_schema(&format!("{kind}.schema.json"));
+    let mut problems = Vec::new();
+    validate(&doc, &schema, &schema, "$", &mut problems);
+    assert!(
+        problems.is_empty(),
+        "{kind} -o json breaks docs/contracts/{kind}.schema.json:\n  {}",
+        problems.join("\n  ")
+    );
+}
+
+fn load_schema(file: &str) -> serde_json::Value {
+    let p = repo_dir().join("docs/contracts").join(file);
+    let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+fn resolve(root: &serde_json::Value, r: &str) -> (serde_json::Value, serde_json::Value) {
+    let (file, pointer) = r.split_once('#').unwrap_or((r, ""));
+    let root = if file.is_empty() {
+        root.clone()
+    } else {
+        load_schema(file)
+    };
+    let target = root
+        .pointer(pointer)
+        .unwrap_or_else(|| panic!("bad $ref {r}"))
+        .clone();
+    (root, target)
+}
+
+fn validate(
+    v: &serde_json::Value,
+    s: &serde_json::Value,
+    root: &serde_json::Value,
+    at: &str,
+    out: &mut Vec<String>,
+) {
+    use serde_json::Value;
+    if let Some(r) = s.get("$ref").and_then(Value::as_str) {
+        let (root, target) = resolve(root, r);
+        return validate(v, &target, &root, at, out);
+    }
+    if let Some(t) = s.get("type") {
+        let types: Vec<&str> = match t {
+            Value::String(x) => vec![x.as_str()],
+            Value::Array(a) => a.iter().filter_map(Value::as_str).collect(),
+            _ => vec![],
+        };
+        let ok = types.iter().any(|t| match *t {
+            "object" => v.is_object(),
+            "array" => v.is_array(),
+            "string" => v.is_string(),
+            "integer" => v.is_i64() || v.is_u64(),
+            "number" => v.is_number(),
+            "boolean" => v.is_boolean(),
+            "null" => v.is_null(),
+            _ => false,
+        });
+        if !ok {
+            out.push(format!("{at}: expected {types:?}, got {v}"));
+            return;
+        }
+    }
+    if let Some(e) = s.get("enum").and_then(Value::as_array) {
+        if !e.contains(v) {
+            out.push(format!("{at}: {v} not in {e:?}"));
+        }
+    }
+    if let (Some(p), Some(x)) = (s.get("pattern").and_then(Value::as_str), v.as_str()) {
+        let prefix = p.strip_prefix('^').expect("only ^prefix patterns");
+        if !x.starts_with(prefix) {
+            out.push(format!("{at}: {x:?} does not match {p}"));
+        }
+    }
+    if let Some(obj) = v.as_object() {
+        for k in s
+            .get("required")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let k = k.as_str().unwrap();
+            if !obj.contains_key(k) {
+                out.push(format!("{at}: missing key {k:?}"));
+            }
+        }
+        if let Some(props) = s.get("properties").and_then(Value::as_object) {
+            for (k, ps) in props {
+                if let Some(x) = obj.get(k) {
+                    validate(x, ps, root, &format!("{at}.{k}"), out);
+                }
+            }
+        }
+    }
+    if let (Some(items), Some(a)) = (s.get("items"), v.as_array()) {
+        for (i, x) in a.iter().enumerate() {
+            validate(x, items, root, &format!("{at}[{i}]"), out);
+        }
+    }
 }

@@ -36,6 +36,34 @@ pub fn page_size_of(resource: &str) -> Option<Result<u64, String>> {
     )
 }
 
+/// A page-size list (`2Mi,1Gi`) → sorted bytes; `none` or empty → none.
+pub fn parse_size_list(s: &str) -> Result<Vec<u64>, String> {
+    if matches!(s.trim(), "" | "none") {
+        return Ok(Vec::new());
+    }
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let size = page_size_of(&format!("hugepages-{part}"))
+            .unwrap_or_else(|| Err(format!("{part:?} is not a page size")))?;
+        unit_size_name(size)?;
+        out.push(size);
+    }
+    out.sort_unstable();
+    out.dedup();
+    Ok(out)
+}
+
+/// A page size as a binary quantity (`2Mi`, `1Gi`), the syntax
+/// [`parse_size_list`] reads.
+pub fn size_quantity(bytes: u64) -> String {
+    for (unit, shift) in [("Gi", 30), ("Mi", 20), ("Ki", 10)] {
+        if bytes >= 1 << shift && bytes % (1 << shift) == 0 {
+            return format!("{}{unit}", bytes >> shift);
+        }
+    }
+    bytes.to_string()
+}
+
 /// The kernel's name of a page size (`HugePageUnitSizeFromByteSize`):
 /// divide by 1024 while it divides evenly; 2097152 → `2MB`, 1073741824 →
 /// `1GB`, 65536 → `64KB`.

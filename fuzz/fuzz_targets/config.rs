@@ -4,9 +4,7 @@
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| {
-    let Ok(s) = std::str::from_utf8(data) else { return };
-    if let Ok(c) = qosd::config::Config::from_yaml_str(s) {
-        let _ = c.to_effective_yaml();
-    }
-});
+#[path = "../checks.rs"]
+mod checks;
+
+fuzz_target!(|data: &[u8]| checks::config(data));

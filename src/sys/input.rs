@@ -65,8 +65,15 @@ fn kind_of(ft: std::fs::FileType) -> &'static str {
     }
 }
 
-/// Read a regular file of at most `max` bytes as UTF-8 text. The open
-/// never blocks (`O_NONBLOCK`: a FIFO is refused, not waited on), the type
+/// Whether `meta` is the null device (character device 1:3, whatever its
+/// path): it reads as empty, never blocks and never runs on.
+fn is_null_device(meta: &std::fs::Metadata) -> bool {
+    meta.file_type().is_char_device() && meta.rdev() == libc::makedev(1, 3)
+}
+
+/// Read a regular file of at most `max` bytes as UTF-8 text (or the null
+/// device, read as empty: `--config /dev/null` is the usual way to say "no
+/// configuration file"). The open never blocks (`O_NONBLOCK`: a FIFO is refused, not waited on), the type
 /// is checked on the opened descriptor, and at most `max + 1` bytes are read
 /// whatever the file claims its size is.
 pub fn read_text_limited(path: &Path, max: u64) -> Result<String, InputError> {
@@ -80,6 +87,9 @@ pub fn read_text_limited(path: &Path, max: u64) -> Result<String, InputError> {
         .open(path)
         .map_err(io)?;
     let meta = f.metadata().map_err(io)?;
+    if is_null_device(&meta) {
+        return Ok(String::new());
+    }
     if !meta.file_type().is_file() {
         return Err(InputError::NotRegular {
             path: path.to_path_buf(),
@@ -190,6 +200,10 @@ mod tests {
         assert!(e.contains("directory"), "{e}");
         let e = read_text(Path::new("/dev/zero")).unwrap_err().to_string();
         assert!(e.contains("character device"), "{e}");
+        // The null device is the one special file read (as empty).
+        assert_eq!(read_text(Path::new("/dev/null")).unwrap(), "");
+        let e = read_text(Path::new("/dev/tty")).map(|_| ()).unwrap_err();
+        assert!(!e.to_string().is_empty());
         let fifo = d.path().join("fifo");
         nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
         // Would block forever without O_NONBLOCK.

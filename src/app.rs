@@ -112,7 +112,11 @@ pub fn plan_config(cfg: &Config, proc_root: &Path, sysfs: &Path) -> anyhow::Resu
         mem,
         reserved(&cfg.system_reserved)
             .plus(reserved(&cfg.kube_reserved))
-            .map_err(|e| bad_input(format!("systemReserved + kubeReserved: {e}")))?,
+            .map_err(|e| {
+                bad_input(format!(
+                    "systemReserved + kubeReserved (--system-reserved + --kube-reserved): {e}"
+                ))
+            })?,
         hard_memory,
     );
     let mut plan = PlanConfig::new(layout, node);

@@ -532,7 +532,12 @@ async fn daemon_survives_a_runtime_restart() {
     );
 
     env.stop();
-    let down = wait_until(Duration::from_secs(15), ready(503));
+    // The eviction loop may notice first (a signal read through the
+    // runtime fails: `/readyz` names that); the main loop then names the
+    // runtime itself.
+    let down = wait_until(Duration::from_secs(15), || {
+        http_get(addr, "/readyz").is_some_and(|r| r.status == 503 && r.body.contains("CRI"))
+    });
     assert!(
         down.is_some(),
         "/readyz still 200 with the runtime down:\n{}",

@@ -116,7 +116,9 @@ fn reservation_sums_out_of_range_exit_2() {
     ]);
     assert_eq!(code, 2, "{out}{err}");
     assert!(
-        err.contains("--system-reserved + --kube-reserved") && err.contains("out of range"),
+        err.contains("systemReserved + kubeReserved")
+            && err.contains("--system-reserved + --kube-reserved")
+            && err.contains("out of range"),
         "{err}"
     );
     assert!(out.is_empty(), "nothing planned: {out}");

@@ -141,8 +141,11 @@ pub fn cri_info(data: &[u8]) {
     }
 }
 
+/// A target's check.
+pub type Check = fn(&[u8]);
+
 /// Every target by name (the directory names under `fuzz/seeds/`).
-pub const TARGETS: [(&str, fn(&[u8])); 8] = [
+pub const TARGETS: [(&str, Check); 8] = [
     ("quantity", quantity),
     ("duration", duration),
     ("threshold", threshold),

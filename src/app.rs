@@ -411,6 +411,11 @@ pub fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<DaemonExit> {
                     ) {
                         Ok(ev) => {
                             m.clear_thresholds();
+                            if ev.is_none() {
+                                // No eviction loop any more: nothing needs
+                                // signals (a running loop sets this each pass).
+                                h.set_problem("signals", None);
+                            }
                             EvictionSwap::Replace(ev.map(Arc::new))
                         }
                         Err(e) => {

@@ -46,6 +46,9 @@ pub fn router(state: AppState) -> Router {
 }
 
 async fn metrics_handler(State(s): State<AppState>, headers: axum::http::HeaderMap) -> Response {
+    // `qosd_ready` is `/readyz` at the time of the scrape (some reasons,
+    // e.g. a runtime call pending too long, arise between passes).
+    s.metrics.set_ready(s.health.ready().is_ok());
     let accept = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())

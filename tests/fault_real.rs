@@ -623,3 +623,160 @@ async fn pod_cgroups_removed_mid_write() {
         "fault: 8 pods churned under qosd: ready, {gone} writes into vanished cgroups logged"
     );
 }
+
+/// memory.usage_in_bytes of the test's kubepods cgroup (v1).
+fn kubepods_usage(env: &Containerd) -> u64 {
+    let p = Path::new("/sys/fs/cgroup/memory")
+        .join(env.cgroup_root.trim_start_matches('/'))
+        .join("kubepods/memory.usage_in_bytes");
+    read(&p).parse().unwrap_or(0)
+}
+
+/// The runtime hangs (SIGSTOP) just as memory crosses a hard threshold, so
+/// qosd evicts while every CRI call hangs: the victim is killed from its
+/// cgroup (the kill backend needs no runtime for a hard memory eviction),
+/// exactly once; the other pod survives; `/healthz` stays 200 and
+/// `/readyz` names the hung runtime; once the runtime answers again, qosd
+/// is ready and the runtime's clean-up of the victim (StopPodSandbox,
+/// RemovePodSandbox) completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: starts containerd, creates cgroups"]
+async fn runtime_hung_during_an_eviction() {
+    require_root("runtime_hung_during_an_eviction");
+    let env = Containerd::start();
+    let keep = env
+        .run_pod(
+            &PodSpec::new("fault-keep").container(
+                ContainerSpec::pause("app")
+                    .cpu(Some(100), Some(100))
+                    .memory(Some(32 * MI), Some(32 * MI)),
+            ),
+        )
+        .await;
+    // memhog <initial MiB> <step MiB> <interval ms> <max MiB>: one step per
+    // SIGUSR1 (the interval is an hour).
+    let victim = env
+        .run_pod(
+            &PodSpec::new("fault-victim")
+                .container(ContainerSpec::memhog("hog", &["8", "16", "3600000", "480"])),
+        )
+        .await;
+    let keep_pids = pod_pids(&env, &[&keep]).await;
+    let hog = env.container_pid(&victim.containers[0].1).await;
+    let tmp = tempfile::tempdir().unwrap();
+    // kubepods limited to 512 MiB; evict when less than 100 MiB of it is left.
+    let mut d = Daemon::start(
+        &env,
+        tmp.path(),
+        env.dir(),
+        &[
+            "--node-memory",
+            "512Mi",
+            "--eviction-hard",
+            "allocatableMemory.available<100Mi",
+            "--eviction-backend",
+            "kill",
+        ],
+        None,
+    );
+    let listed = wait_until(Duration::from_secs(10), || {
+        let s: serde_json::Value = serde_json::from_str(&d.body("/status")).unwrap_or_default();
+        s["signals"].as_array().is_some_and(|a| !a.is_empty())
+    });
+    assert!(listed.is_some(), "no signals in /status:\n{}", d.log());
+
+    // Grow the victim to ~300 MiB: under the line (412 MiB used).
+    let usr1 = |pid: i32| kill(Pid::from_raw(pid), Signal::SIGUSR1);
+    for _ in 0..18 {
+        usr1(hog).unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let grown = wait_until(Duration::from_secs(10), || {
+        kubepods_usage(&env) >= 280 * MI as u64
+    });
+    assert!(
+        grown.is_some(),
+        "the hog did not grow: {} bytes",
+        kubepods_usage(&env)
+    );
+    assert!(alive(hog), "evicted below the line:\n{}", d.log());
+    assert_eq!(d.evictions(), 0.0);
+
+    // Hang the runtime, then cross the line.
+    let cpid = Pid::from_raw(env.pid().unwrap() as i32);
+    kill(cpid, Signal::SIGSTOP).unwrap();
+    let hung_at = Instant::now();
+    for _ in 0..12 {
+        if !alive(hog) {
+            break;
+        }
+        let _ = usr1(hog);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let killed = wait_until(Duration::from_secs(8), || !alive(hog));
+    assert!(
+        killed.is_some(),
+        "victim not killed while the runtime hung:\n{}",
+        d.log()
+    );
+    eprintln!(
+        "fault: victim killed {:?} after the runtime was stopped",
+        hung_at.elapsed()
+    );
+
+    // While the runtime stays hung (past the 10 s call deadline): alive,
+    // not ready naming the runtime, no second eviction.
+    let mut saw_503 = None;
+    while hung_at.elapsed() < Duration::from_secs(14) {
+        d.assert_alive();
+        if d.status("/readyz") == Some(503) {
+            let why = d.body("/readyz");
+            if why.contains("container runtime (CRI)") {
+                saw_503 = Some(why);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let why =
+        saw_503.unwrap_or_else(|| panic!("/readyz never named the hung runtime:\n{}", d.log()));
+    eprintln!("fault: hung runtime during an eviction: /readyz said {why:?}");
+    assert_eq!(d.evictions(), 1.0, "{}", d.log());
+    assert_pods_alive(&keep_pids);
+
+    kill(cpid, Signal::SIGCONT).unwrap();
+    let back = wait_until(RECOVERY, || d.status("/readyz") == Some(200));
+    assert!(back.is_some(), "not ready after SIGCONT:\n{}", d.log());
+    eprintln!("fault: ready {:?} after SIGCONT", back.unwrap());
+    // The runtime's clean-up of the victim, delayed by the hang, completes.
+    let client = env.client().await;
+    let mut cleaned = false;
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(60) {
+        let sandboxes = client.list_pod_sandboxes().await.unwrap_or_default();
+        if !sandboxes.iter().any(|s| s.id == victim.sandbox_id) {
+            cleaned = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(
+        cleaned,
+        "the victim's sandbox was never removed:\n{}",
+        d.log()
+    );
+    eprintln!(
+        "fault: victim's sandbox removed {:?} after SIGCONT",
+        t.elapsed()
+    );
+    // Once: one eviction counted and logged, the other pod untouched.
+    d.assert_alive();
+    assert_eq!(d.evictions(), 1.0, "{}", d.log());
+    let log = d.log();
+    assert_eq!(log.matches("evicting pod").count(), 1, "{log}");
+    assert!(log.contains(&victim.spec.uid), "{log}");
+    assert_pods_alive(&keep_pids);
+}
+
+fn alive(pid: i32) -> bool {
+    kill(Pid::from_raw(pid), None).is_ok()
+}

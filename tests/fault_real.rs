@@ -6,6 +6,8 @@
 //! fault while it lasts) and recovers within a stated time once it ends.
 //!
 //! * runtime hung (SIGSTOP), killed (SIGKILL) and restarted;
+//! * runtime hung (SIGSTOP) during a hard memory eviction (the one test
+//!   that expects an eviction: exactly one, of the pod over the line);
 //! * a read-only cgroupfs: the test's own cgroup subtree bind-mounted
 //!   read-only over itself in every v1 hierarchy (EROFS on every write);
 //! * the kubelet root dir (`--root-dir`) on a full tmpfs;

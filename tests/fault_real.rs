@@ -634,6 +634,15 @@ fn kubepods_usage(env: &Containerd) -> u64 {
     read(&p).parse().unwrap_or(0)
 }
 
+/// How the runtime breaks during an eviction.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum RuntimeFault {
+    /// SIGSTOP, then SIGCONT: every call hangs meanwhile.
+    Hang,
+    /// SIGKILL, then a restart: nothing answers on the socket meanwhile.
+    KillAndRestart,
+}
+
 /// The runtime hangs (SIGSTOP) just as memory crosses a hard threshold, so
 /// qosd evicts while every CRI call hangs: the victim is killed from its
 /// cgroup (the kill backend needs no runtime for a hard memory eviction),
@@ -645,7 +654,21 @@ fn kubepods_usage(env: &Containerd) -> u64 {
 #[ignore = "needs root: starts containerd, creates cgroups"]
 async fn runtime_hung_during_an_eviction() {
     require_root("runtime_hung_during_an_eviction");
-    let env = Containerd::start();
+    eviction_under_runtime_fault(RuntimeFault::Hang).await;
+}
+
+/// The same with the runtime killed (SIGKILL) as memory crosses the line
+/// and restarted 14 s later: the victim is killed once without it, and the
+/// clean-up, which finds no runtime, is retried until the runtime is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: starts containerd, creates cgroups"]
+async fn runtime_killed_during_an_eviction() {
+    require_root("runtime_killed_during_an_eviction");
+    eviction_under_runtime_fault(RuntimeFault::KillAndRestart).await;
+}
+
+async fn eviction_under_runtime_fault(fault: RuntimeFault) {
+    let mut env = Containerd::start();
     let keep = env
         .run_pod(
             &PodSpec::new("fault-keep").container(
@@ -704,9 +727,15 @@ async fn runtime_hung_during_an_eviction() {
     assert!(alive(hog), "evicted below the line:\n{}", d.log());
     assert_eq!(d.evictions(), 0.0);
 
-    // Hang the runtime, then cross the line.
+    // Break the runtime, then cross the line.
     let cpid = Pid::from_raw(env.pid().unwrap() as i32);
-    kill(cpid, Signal::SIGSTOP).unwrap();
+    match fault {
+        RuntimeFault::Hang => kill(cpid, Signal::SIGSTOP).unwrap(),
+        RuntimeFault::KillAndRestart => {
+            kill(cpid, Signal::SIGKILL).unwrap();
+            env.stop(); // reaps it
+        }
+    }
     let hung_at = Instant::now();
     for _ in 0..12 {
         if !alive(hog) {
@@ -726,7 +755,7 @@ async fn runtime_hung_during_an_eviction() {
         hung_at.elapsed()
     );
 
-    // While the runtime stays hung (past the 10 s call deadline): alive,
+    // While the runtime stays broken (past the 10 s call deadline): alive,
     // not ready naming the runtime, no second eviction.
     let mut saw_503 = None;
     while hung_at.elapsed() < Duration::from_secs(14) {
@@ -739,17 +768,26 @@ async fn runtime_hung_during_an_eviction() {
         }
         std::thread::sleep(Duration::from_millis(250));
     }
-    let why =
-        saw_503.unwrap_or_else(|| panic!("/readyz never named the hung runtime:\n{}", d.log()));
-    eprintln!("fault: hung runtime during an eviction: /readyz said {why:?}");
+    let why = saw_503.unwrap_or_else(|| panic!("/readyz never named the runtime:\n{}", d.log()));
+    eprintln!("fault: {fault:?} during an eviction: /readyz said {why:?}");
     assert_eq!(d.evictions(), 1.0, "{}", d.log());
     assert_pods_alive(&keep_pids);
 
-    kill(cpid, Signal::SIGCONT).unwrap();
+    match fault {
+        RuntimeFault::Hang => kill(cpid, Signal::SIGCONT).unwrap(),
+        RuntimeFault::KillAndRestart => env.start_again(),
+    }
     let back = wait_until(RECOVERY, || d.status("/readyz") == Some(200));
-    assert!(back.is_some(), "not ready after SIGCONT:\n{}", d.log());
-    eprintln!("fault: ready {:?} after SIGCONT", back.unwrap());
-    // The runtime's clean-up of the victim, delayed by the hang, completes.
+    assert!(
+        back.is_some(),
+        "not ready after the runtime returned:\n{}",
+        d.log()
+    );
+    eprintln!(
+        "fault: ready {:?} after the runtime returned",
+        back.unwrap()
+    );
+    // The runtime's clean-up of the victim, delayed by the fault, completes.
     let client = env.client().await;
     let mut cleaned = false;
     let t = Instant::now();
@@ -767,9 +805,20 @@ async fn runtime_hung_during_an_eviction() {
         d.log()
     );
     eprintln!(
-        "fault: victim's sandbox removed {:?} after SIGCONT",
+        "fault: victim's sandbox removed {:?} after the runtime returned",
         t.elapsed()
     );
+    if fault == RuntimeFault::KillAndRestart {
+        // The clean-up found no runtime, said so once, and retried.
+        let log = d.log();
+        assert_eq!(
+            log.matches("runtime cleanup after eviction failed; retrying")
+                .count(),
+            1,
+            "{log}"
+        );
+        assert!(log.contains("runtime cleanup after eviction done"), "{log}");
+    }
     // Once: one eviction counted and logged, the other pod untouched.
     d.assert_alive();
     assert_eq!(d.evictions(), 1.0, "{}", d.log());

@@ -147,6 +147,65 @@ pub struct Evictor {
     pub kill_timeout: Duration,
     /// The Kubernetes API side ([`Backend::Api`]).
     pub api: Option<Arc<dyn ApiEvictor>>,
+    /// How the runtime's clean-up after a kill is retried.
+    pub cleanup_retry: CleanupRetry,
+}
+
+/// Retries of the runtime's clean-up after a local kill (StopPodSandbox,
+/// RemovePodSandbox; the victim is already dead, both are idempotent and
+/// NotFound counts as done): a runtime that is down or restarting during
+/// the eviction gets the clean-up when it is back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CleanupRetry {
+    /// Wait after the first failure (doubled after each further one).
+    pub first: Duration,
+    /// Longest wait between attempts.
+    pub max: Duration,
+    /// Give up (logged as an error) once this much time has passed.
+    pub give_up_after: Duration,
+}
+
+impl Default for CleanupRetry {
+    fn default() -> Self {
+        CleanupRetry {
+            first: Duration::from_secs(1),
+            max: Duration::from_secs(30),
+            give_up_after: Duration::from_secs(600),
+        }
+    }
+}
+
+/// Run `attempt` until it succeeds or `retry` gives up; the first failure
+/// is logged (a warning), not every attempt. Returns the attempts made.
+fn with_retries(
+    retry: CleanupRetry,
+    uid: &str,
+    mut attempt: impl FnMut() -> Result<(), EvictError>,
+) -> Result<u32, EvictError> {
+    let start = std::time::Instant::now();
+    let mut wait = retry.first;
+    let mut n = 0u32;
+    loop {
+        n += 1;
+        match attempt() {
+            Ok(()) => {
+                if n > 1 {
+                    tracing::info!(target: "qosd::eviction", pod = %uid, attempts = n, "runtime cleanup after eviction done");
+                }
+                return Ok(n);
+            }
+            Err(e) => {
+                if start.elapsed() + wait > retry.give_up_after {
+                    return Err(e);
+                }
+                if n == 1 {
+                    tracing::warn!(target: "qosd::eviction", pod = %uid, error = %e, "runtime cleanup after eviction failed; retrying until the runtime answers");
+                }
+                std::thread::sleep(wait);
+                wait = (wait * 2).min(retry.max);
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for Evictor {
@@ -157,6 +216,7 @@ impl std::fmt::Debug for Evictor {
             .field("max_pod_grace", &self.max_pod_grace)
             .field("kill_timeout", &self.kill_timeout)
             .field("api", &self.api.is_some())
+            .field("cleanup_retry", &self.cleanup_retry)
             .finish()
     }
 }
@@ -173,6 +233,7 @@ impl Evictor {
             max_pod_grace,
             kill_timeout: Duration::from_secs(2),
             api: None,
+            cleanup_retry: CleanupRetry::default(),
         }
     }
 
@@ -321,7 +382,13 @@ impl Evictor {
                 let runtime = match (&self.stopper, &v.candidate.sandbox_id) {
                     (Some(stopper), Some(sandbox)) => {
                         let (s, sb, u) = (stopper.clone(), sandbox.clone(), uid.clone());
-                        spawn_cleanup(move || stop_and_remove(s.as_ref(), &u, &sb, Duration::ZERO));
+                        let retry = self.cleanup_retry;
+                        spawn_cleanup(move || {
+                            with_retries(retry, &u, || {
+                                stop_and_remove(s.as_ref(), &u, &sb, Duration::ZERO)
+                            })
+                            .map(|_| ())
+                        });
                         RuntimeCleanup::Spawned
                     }
                     _ => RuntimeCleanup::NotApplicable,
@@ -436,6 +503,8 @@ mod tests {
     struct FakeStopper {
         calls: Mutex<Vec<String>>,
         fail_stop: bool,
+        /// Fail this many StopPodSandbox calls first.
+        stop_failures: Mutex<u32>,
     }
 
     impl PodStopper for FakeStopper {
@@ -446,6 +515,11 @@ mod tests {
                 .push(format!("stop {sandbox_id} {}s", grace.as_secs()));
             if self.fail_stop {
                 return Err("deadline exceeded".into());
+            }
+            let mut left = self.stop_failures.lock().unwrap();
+            if *left > 0 {
+                *left -= 1;
+                return Err("runtime not reachable".into());
             }
             Ok(())
         }
@@ -637,5 +711,65 @@ mod tests {
             *st.calls.lock().unwrap(),
             vec!["stop sb8 20s", "remove sb8"]
         );
+    }
+
+    #[test]
+    fn cleanup_after_a_kill_is_retried_until_the_runtime_answers() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("cgroup.procs"), "").unwrap();
+        let wait = |st: &FakeStopper, n: usize| {
+            let t = Instant::now();
+            while st.calls.lock().unwrap().len() < n && t.elapsed() < Duration::from_secs(5) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        };
+        let fast = CleanupRetry {
+            first: Duration::from_millis(1),
+            max: Duration::from_millis(4),
+            give_up_after: Duration::from_secs(5),
+        };
+        // Down for three attempts, then back: stop retried, remove once.
+        let st = Arc::new(FakeStopper {
+            stop_failures: Mutex::new(3),
+            ..Default::default()
+        });
+        let mut e = Evictor::new(Backend::Kill, Some(st.clone()), Duration::from_secs(30));
+        e.cleanup_retry = fast;
+        let v = victim(ThresholdKind::Hard, 0, Some("sb7"), vec![d.path().into()]);
+        assert_eq!(e.evict(&v).unwrap().runtime, RuntimeCleanup::Spawned);
+        wait(&st, 5);
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(
+            *st.calls.lock().unwrap(),
+            vec![
+                "stop sb7 0s",
+                "stop sb7 0s",
+                "stop sb7 0s",
+                "stop sb7 0s",
+                "remove sb7"
+            ]
+        );
+        // Never back: bounded, then given up.
+        let st = Arc::new(FakeStopper {
+            fail_stop: true,
+            ..Default::default()
+        });
+        let r = with_retries(
+            CleanupRetry {
+                give_up_after: Duration::from_millis(30),
+                ..fast
+            },
+            "u1",
+            || stop_and_remove(st.as_ref(), "u1", "sb6", Duration::ZERO),
+        );
+        assert!(r.unwrap_err().to_string().contains("deadline exceeded"));
+        let n = st.calls.lock().unwrap().len();
+        assert!((2..=40).contains(&n), "{n} attempts");
+        assert!(!st
+            .calls
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|c| c.starts_with("remove")));
     }
 }

@@ -53,12 +53,15 @@ const QEMU_TOPOLOGY: &[&str] = &[
     "node,nodeid=1,cpus=4-7,memdev=m1",
 ];
 
+/// Every reconcile tick notices new and gone pods (runtime fingerprint);
+/// the liveness limit is 3 × the longer interval: 12 s, room for a slow
+/// first pass under emulation.
 const CONFIG: &str = r#"cgroupDriver: systemd
 cgroupVersion: v2
 runtimeEndpoint: "unix:///run/containerd/containerd.sock"
 mode: enforce
 reconcileInterval: "2s"
-relistInterval: "1s"
+relistInterval: "4s"
 metricsAddress: "127.0.0.1:9848"
 rootDir: /var/lib/kubelet
 mergeDefaultEvictionSettings: false

@@ -478,7 +478,7 @@ impl SystemdApplier {
             report.unchanged += ws.len();
             return;
         }
-        let (props, _files_only) = match units::properties_for(ws) {
+        let (props, files_only) = match units::properties_for(ws) {
             Ok(p) => p,
             Err(e) => return fail(report, &e),
         };
@@ -537,7 +537,11 @@ impl SystemdApplier {
         }
         self.checked.insert(unit.clone());
         // systemd realises the values from its event loop: read back until
-        // the files hold the plan (or the settle time is up).
+        // the files hold the plan (or the settle time is up). Only files a
+        // property sets are awaited: systemd never writes the others
+        // (hugetlb.*.max), and waiting for them would stall every pass that
+        // makes a pod slice by the whole settle time.
+        let awaited = awaited_files(ws, &files_only);
         let deadline = Instant::now() + self.settle;
         let mut now_ok: Vec<bool>;
         loop {
@@ -550,7 +554,8 @@ impl SystemdApplier {
                         .is_some_and(|c| apply::values_equal(&w.file, &c, &w.value))
                 })
                 .collect();
-            if now_ok.iter().all(|x| *x) || Instant::now() >= deadline {
+            let done = now_ok.iter().zip(&awaited).all(|(ok, a)| *ok || !*a);
+            if done || Instant::now() >= deadline {
                 break;
             }
             std::thread::sleep(Duration::from_millis(5));
@@ -572,7 +577,11 @@ impl SystemdApplier {
                     });
                     continue;
                 }
-                tracing::warn!(unit = %unit, file = %w.file.display(), value = %w.value, "systemd did not set this file to the planned value; wrote it to cgroupfs (a daemon-reload may undo it)");
+                if awaited[i] {
+                    tracing::warn!(unit = %unit, file = %w.file.display(), value = %w.value, "systemd did not set this file to the planned value; wrote it to cgroupfs (a daemon-reload may undo it)");
+                } else {
+                    tracing::debug!(unit = %unit, file = %w.file.display(), value = %w.value, "no systemd property sets this file; wrote it to cgroupfs");
+                }
                 self.last.direct_writes.push(w.file.clone());
             }
             report.written.push((*w).clone());
@@ -584,6 +593,15 @@ impl SystemdApplier {
     pub fn stop_slice(&self, unit: &str) -> Result<(), SystemdError> {
         self.sd.stop_unit(unit)
     }
+}
+
+/// Which of a unit's planned files systemd sets from its properties (and
+/// so are worth waiting for): all but `files_only`, the files no property
+/// expresses (see [`units::properties_for`]).
+fn awaited_files(ws: &[&CgroupWrite], files_only: &[String]) -> Vec<bool> {
+    ws.iter()
+        .map(|w| !files_only.contains(&w.file.display().to_string()))
+        .collect()
 }
 
 /// The slice unit of a pod cgroup directory when the tree below it holds no
@@ -667,6 +685,34 @@ impl Driver {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_property_backed_files_are_awaited() {
+        // A new pod slice: systemd sets cpu.weight, cpu.max and memory.max
+        // from the unit's properties, never hugetlb.2MB.max (no property):
+        // waiting for that one cost every new pod the whole settle time.
+        let dir = PathBuf::from("/sys/fs/cgroup/kubepods.slice/kubepods-podx.slice");
+        let ws: Vec<CgroupWrite> = [
+            ("cpu.weight", "39"),
+            ("hugetlb.2MB.max", "0"),
+            ("cpu.max", "100000 100000"),
+            ("memory.max", "33554432"),
+        ]
+        .iter()
+        .map(|(f, v)| CgroupWrite {
+            file: dir.join(f),
+            value: v.to_string(),
+            dir: dir.clone(),
+            cgroup: "kubepods.slice/kubepods-podx.slice".into(),
+            level: crate::core::model::CgroupLevel::Pod,
+        })
+        .collect();
+        let refs: Vec<&CgroupWrite> = ws.iter().collect();
+        let (props, files_only) = units::properties_for(&refs).unwrap();
+        assert_eq!(props.len(), 4, "{props:?}");
+        assert_eq!(awaited_files(&refs, &files_only), [true, false, true, true]);
+        assert_eq!(awaited_files(&refs, &[]), [true; 4]);
+    }
 
     #[test]
     fn probe_reports_not_booted_and_pid1() {

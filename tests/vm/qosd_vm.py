@@ -7,7 +7,8 @@ Usage (see docs/cgroup-v2-vm.md):
       Download (apt-get download) and unpack the kernel and busybox-static into
       the cache dir, extract the uncompressed vmlinux. Prints the cache paths.
   qosd_vm.py run --script FILE [--bin PATH]... [--file SRC:DEST]...
-                 [--timeout SECS] [--mem MIB] [--smp N] [--append ARGS]
+                 [--timeout SECS] [--mem MIB] [--smp N|TOPOLOGY] [--numa OPT]... [--cpu MODEL]
+                 [--append ARGS]
                  [--log FILE] [--accel tcg|kvm]
       Boot a VM whose /init mounts proc, sysfs, devtmpfs, tmpfs /tmp and cgroup2
       on /sys/fs/cgroup, enables +cpu +memory +pids +io in the root's
@@ -558,6 +559,20 @@ def choose_accel(requested=None):
     return "tcg"
 
 
+def numa_args(nodes, mem_mib):
+    """qemu arguments for `--numa` options: each `memdev=mN` named by a node
+    gets a RAM backend, the VM's memory split evenly between them (qemu 7
+    wants every node's memory given when there are NUMA nodes)."""
+    out = []
+    memdevs = [m.group(1) for n in nodes for m in [re.search(r"memdev=([\w-]+)", n)] if m]
+    for i, name in enumerate(memdevs):
+        share = mem_mib // len(memdevs) + (mem_mib % len(memdevs) if i == 0 else 0)
+        out += ["-object", f"memory-backend-ram,id={name},size={share}M"]
+    for n in nodes:
+        out += ["-numa", n]
+    return out
+
+
 def run_vm(args):
     qemu = shutil.which("qemu-system-x86_64")
     if qemu is None:
@@ -591,7 +606,10 @@ def run_vm(args):
     ]
     results = args.results or os.path.join(work, f"results-{os.getpid()}.txt")
     cmd += ["-serial", "mon:stdio", "-serial", f"file:{results}"]
-    if accel == "kvm":
+    cmd += numa_args(args.numa or [], args.mem)
+    if args.cpu:
+        cmd[1:1] = ["-cpu", args.cpu]
+    elif accel == "kvm":
         cmd[1:1] = ["-cpu", "host"]
     log(f"initrd {size // 1024} KiB built in {t_initrd:.2f}s; booting ({accel}): {' '.join(cmd)}")
     logf = open(args.log, "w") if args.log else None
@@ -676,7 +694,12 @@ def main():
     r.add_argument("--mem", type=int, default=None, help="MiB (default 1024; 2048 with --systemd)")
     r.add_argument("--systemd", action="store_true",
                    help="boot the Debian systemd node (systemd PID 1, dbus, containerd) instead of busybox")
-    r.add_argument("--smp", type=int, default=2)
+    r.add_argument("--smp", default="2",
+                   help="qemu -smp: a CPU count, or a topology such as 8,sockets=2,cores=2,threads=2")
+    r.add_argument("--cpu", help="qemu -cpu model (default: qemu's; `-cpu host` under KVM)")
+    r.add_argument("--numa", action="append",
+                   help="qemu -numa option (repeatable), e.g. node,nodeid=0,cpus=0-3,memdev=m0; "
+                        "a memdev=mN gets its RAM backend (the VM's memory split evenly)")
     r.add_argument("--append", default="")
     r.add_argument("--log")
     r.add_argument("--results", help="file receiving what the script writes to $VMTEST_RESULTS (/dev/ttyS1)")

@@ -133,6 +133,7 @@ impl EvictionService {
                 period: cfg.monitoring_interval,
                 max_pod_list_age: cfg.max_listing_age,
                 watch: cfg.watch,
+                ..LoopOptions::default()
             },
             Some(health.clone()),
             move |r| {

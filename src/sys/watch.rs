@@ -12,7 +12,8 @@
 //!
 //! The interval adapts to the distance from the line: at the assumed worst
 //! ramp (default 1 GiB/s) the next poll comes before half the remaining
-//! distance could be consumed, clamped to [1 ms, 100 ms]. On v1 a
+//! distance could be consumed, clamped to [1 ms, 100 ms] ([1 ms, 1 s] while
+//! a v1 eventfd is armed on every target). On v1 a
 //! `cgroup.event_control` eventfd threshold on `memory.usage_in_bytes`
 //! (at the line + the last inactive_file, re-armed as it moves, like the
 //! kubelet's notifier) wakes the poller at once; it fires only every

@@ -286,6 +286,8 @@ fn disk_pressure_reclaims_images_then_evicts_the_writer() {
         "--cri",
         "--runtime-endpoint",
         &env.endpoint,
+        "--cgroup-root",
+        &env.cgroup_root,
         "--signal",
         "nodefs.available",
         "--root-dir",
@@ -336,7 +338,7 @@ fn disk_pressure_reclaims_images_then_evicts_the_writer() {
     );
     assert!(d.metric("qosd_reclaimed_images_total") >= 1.0);
     assert_eq!(
-        d.metric("qosd_evictions_total{signal=\"nodefs.available\""),
+        d.metric("qosd_evictions_total{eviction_signal=\"nodefs.available\""),
         1.0
     );
     assert_eq!(
@@ -410,7 +412,7 @@ fn inode_pressure_evicts_the_pod_with_many_files() {
         "the quiet Guaranteed pod must stay"
     );
     assert_eq!(
-        d.metric("qosd_evictions_total{signal=\"nodefs.inodesFree\""),
+        d.metric("qosd_evictions_total{eviction_signal=\"nodefs.inodesFree\""),
         1.0
     );
     assert_eq!(stop_calls(&env, &writer), 1);

@@ -160,6 +160,8 @@ async fn exact_priority_and_request_change_the_victim() {
         "--cri",
         "--runtime-endpoint",
         &env.endpoint,
+        "--cgroup-root",
+        &env.cgroup_root,
         "--usage",
         usage.to_str().unwrap(),
         "--output",
@@ -230,8 +232,14 @@ async fn exact_priority_and_request_change_the_victim() {
     assert_eq!(crit["priority_class_name"], "system-cluster-critical");
     assert_eq!(crit["sources"]["priority"], "exact");
     assert_eq!(crit["sources"]["requests"], "exact");
-    let (_, text, _) = qosd(&["pods", "--runtime-endpoint", &env.endpoint]);
-    assert!(text.contains("inferred: ephemeralStorage,"), "{text}");
+    // Runtime alone, the wide listing names the inferred values per pod.
+    let (_, text, _) = qosd(&["pods", "--runtime-endpoint", &env.endpoint, "-o", "wide"]);
+    assert!(text.contains("INFERRED"), "{text}");
+    let small_row = text
+        .lines()
+        .find(|l| l.starts_with("qosd-test/small-request "))
+        .unwrap_or_else(|| panic!("no small-request row: {text}"));
+    assert!(small_row.contains("ephemeralStorage"), "{text}");
     assert!(api.schema_errors().is_empty(), "{:?}", api.schema_errors());
 }
 
@@ -445,7 +453,7 @@ async fn soft_eviction_refused_moves_to_the_next_pod() {
     while api.evictions().len() < 2 && start.elapsed() < Duration::from_secs(30) {
         if metric(
             port,
-            "qosd_signal_observed{signal=\"allocatableMemory.available\"}",
+            "qosd_signal_available_bytes{eviction_signal=\"allocatableMemory.available\"}",
         ) > (280 * MI) as f64
         {
             let _ = kill(Pid::from_raw(big_pid), Signal::SIGUSR1);

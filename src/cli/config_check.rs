@@ -258,6 +258,10 @@ pub struct ConfigFlags {
     /// Kubelet root directory (nodefs signals).
     #[arg(long, value_name = "DIR")]
     pub root_dir: Option<String>,
+    /// Kubelet podLogsDir: the pods' container logs, counted in their
+    /// ephemeral-storage usage (default /var/log/pods).
+    #[arg(long, value_name = "DIR")]
+    pub pod_logs_dir: Option<String>,
     /// Filesystem path for imagefs signals.
     #[arg(long, value_name = "DIR")]
     pub imagefs_path: Option<String>,
@@ -347,6 +351,7 @@ impl ConfigFlags {
             relist_interval: self.relist_interval.clone(),
             metrics_address: self.metrics_address.clone(),
             root_dir: self.root_dir.clone(),
+            pod_logs_dir: self.pod_logs_dir.clone(),
             imagefs_path: self.imagefs_path.clone(),
             memory_available_source: self.memory_available_source.clone(),
             cpu_weight_formula: self.cpu_weight_formula.clone(),

@@ -221,6 +221,7 @@ pub struct Overrides {
     pub relist_interval: Option<String>,
     pub metrics_address: Option<String>,
     pub root_dir: Option<String>,
+    pub pod_logs_dir: Option<String>,
     pub imagefs_path: Option<String>,
     pub memory_available_source: Option<String>,
     pub cpu_weight_formula: Option<String>,
@@ -312,6 +313,7 @@ impl Overrides {
         text!(relist_interval, "relistInterval");
         text!(metrics_address, "metricsAddress");
         text!(root_dir, "rootDir");
+        text!(pod_logs_dir, "podLogsDir");
         text!(imagefs_path, "imagefsPath");
         text!(memory_available_source, "memoryAvailableSource");
         text!(cpu_weight_formula, "cpuWeightFormula");

@@ -541,6 +541,25 @@ impl Containerd {
             .prefix("qosd-ctrd-")
             .tempdir_in("/tmp")
             .unwrap();
+        // The env's own filesystem: containerd's state (and root, unless
+        // given) and the kubelet-style root dir the tests pass as
+        // `--root-dir` live on a private tmpfs, so the disk signals qosd
+        // measures there are this test's, never the host disk's fill level
+        // (a CI disk at 96 % would otherwise be real DiskPressure).
+        // Unmounted by `unmount_leftovers` on drop.
+        nix::mount::mount(
+            Some("tmpfs"),
+            dir.path(),
+            Some("tmpfs"),
+            nix::mount::MsFlags::MS_NODEV,
+            Some("size=4g,mode=0755"),
+        )
+        .unwrap_or_else(|e| {
+            panic!(
+                "needs root: mount the env's tmpfs on {}: {e}",
+                dir.path().display()
+            )
+        });
         for sub in ["cni/bin", "cni/conf", "opt"] {
             std::fs::create_dir_all(dir.path().join(sub)).unwrap();
         }

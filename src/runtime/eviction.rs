@@ -95,11 +95,8 @@ pub struct Engine {
     /// Writable layers and node-level reclaim (None: no runtime).
     pub runtime: Option<Arc<dyn NodeRuntime>>,
     /// All per-pod stats (memory, processes, storage) at least this often,
-    /// even far from every threshold, while a pod has local-storage limits.
+    /// even far from every threshold: local-storage limits and `/status`.
     pub stats_interval: Duration,
-    /// The same when no pod has local-storage limits (then they only feed
-    /// `/status`).
-    pub quiet_stats_interval: Duration,
     pub image_gc: ImageGcPolicy,
     /// How often the image GC checks the image filesystem (kubelet: 5 min).
     pub image_gc_period: Duration,
@@ -122,7 +119,6 @@ impl Engine {
             evictor,
             runtime: None,
             stats_interval: Duration::from_secs(10),
-            quiet_stats_interval: Duration::from_secs(60),
             image_gc: ImageGcPolicy::default(),
             image_gc_period: Duration::from_secs(300),
             signals,
@@ -156,17 +152,9 @@ impl Engine {
             SignalResource::Pids,
         ]);
         let near_disk = near(&[SignalResource::Disk, SignalResource::Inodes]);
-        let limits = pods
-            .as_ref()
-            .is_ok_and(|ps| ps.iter().any(|c| !c.storage_limits.is_empty()));
-        let every = if limits {
-            self.stats_interval
-        } else {
-            self.quiet_stats_interval.max(self.stats_interval)
-        };
         let due = self
             .last_stats
-            .is_none_or(|t| now.saturating_duration_since(t) >= every);
+            .is_none_or(|t| now.saturating_duration_since(t) >= self.stats_interval);
         let in_flight = self.manager.in_flight().next().is_some();
         let want_mem = near_any || in_flight || due;
         let want_disk = near_disk || due;

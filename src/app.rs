@@ -522,12 +522,9 @@ pub fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<DaemonExit> {
         let outcome = tokio::select! {
             o = daemon::run_loop(opts, &mut observer) => o,
             _ = async {
-                loop {
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                    if !server.is_running() {
-                        health.fail("HTTP server stopped serving".into());
-                    }
-                }
+                server.stopped().await;
+                health.fail("HTTP server stopped serving".into());
+                std::future::pending::<()>().await
             } => unreachable!("the server monitor never ends"),
         };
         health.set_shutting_down();

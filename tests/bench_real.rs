@@ -26,6 +26,9 @@
 //! * `QOSD_BENCH_CHURN_PODS` / `QOSD_BENCH_CHURN_RATE` /
 //!   `QOSD_BENCH_CHURN_DURATION` (s): churn, default 110 pods, 5 created
 //!   and 5 removed per second, 1800 s.
+//! * `QOSD_BENCH_HOLD_PODS` / `QOSD_BENCH_HOLD_FILE`: `hold` (a helper,
+//!   not a measurement) keeps a containerd with that many pods until the
+//!   file, which holds the qosd flags for it, is removed.
 //!
 //! Every cgroup touched lives under the support env's `/qosd-test-<pid>-<n>`
 //! root; every process started is stopped by its PID.
@@ -683,6 +686,34 @@ async fn footprint() {
             "command": "qosd run --runtime-endpoint <private containerd> --cgroup-version v1 --cgroup-root /qosd-test-… --metrics-address 127.0.0.1:<port> (default intervals)",
         }),
     );
+}
+
+// --------------------------------------------------------------------- hold
+
+/// Not a measurement: a private containerd with `QOSD_BENCH_HOLD_PODS`
+/// (default 110) running pods, held until the file
+/// `QOSD_BENCH_HOLD_FILE` (default `/tmp/qosd-bench-hold`) is removed. The
+/// file holds the `qosd` flags for that containerd (one per line), for
+/// profiling a daemon by hand (`perf`, `strace`) against real pods.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "benchmark helper: run by hand"]
+async fn hold() {
+    require_containerd();
+    let n: usize = env_or("QOSD_BENCH_HOLD_PODS", 110);
+    let file = PathBuf::from(
+        std::env::var("QOSD_BENCH_HOLD_FILE").unwrap_or_else(|_| "/tmp/qosd-bench-hold".into()),
+    );
+    let env = Containerd::start();
+    let mut pods = Vec::new();
+    grow(&env, &mut pods, n).await;
+    std::fs::write(&file, common_args(&env).join("\n") + "\n").unwrap();
+    eprintln!(
+        "bench: holding {n} pods until {} is removed",
+        file.display()
+    );
+    while file.exists() {
+        std::thread::sleep(Duration::from_secs(1));
+    }
 }
 
 // ------------------------------------------------------------------ startup

@@ -179,7 +179,11 @@ pub async fn run_loop(opts: RunOptions, observer: &mut dyn Observer) -> anyhow::
     // first reconcile (which creates kubepods and the QoS cgroups).
     let mut pod_events = PodEventState::default();
     let mut spec_key = source.spec_key();
+    // The loop may sleep a whole reconcile interval when the watchdog
+    // (pinged from the heartbeat) allows it.
+    let watchdog = crate::telemetry::notify::watchdog_interval();
     loop {
+        let quiet_ok = watchdog.is_none_or(|w| w > intervals.0);
         observer.heartbeat();
         let relist_due = pod_events.due();
         let tick = tokio::select! {
@@ -204,7 +208,9 @@ pub async fn run_loop(opts: RunOptions, observer: &mut dyn Observer) -> anyhow::
             // timer (which relists too) is the safety net.
             // The API server's view (when configured) is checked on the
             // relist timer still: its change key costs no runtime call.
-            _ = relist_tick.tick() => {
+            // Without an API server source, nothing is left for it to check
+            // (the loop still turns often enough for the systemd watchdog).
+            _ = relist_tick.tick(), if !(pod_events.active() && spec_key.is_none() && quiet_ok) => {
                 if pod_events.active() {
                     let k = source.spec_key();
                     if k == spec_key {

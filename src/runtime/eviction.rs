@@ -474,6 +474,56 @@ impl PodFeed {
     }
 }
 
+/// Worst ramps a pass period is planned for, per resource: bytes of
+/// memory or disk, inodes and processes per second. Memory matches the fast
+/// watcher's default (`WatchConfig::max_ramp_bytes_per_sec`).
+pub const WORST_RAMP_BYTES_PER_SEC: i64 = 1 << 30;
+pub const WORST_RAMP_INODES_PER_SEC: i64 = 100_000;
+pub const WORST_RAMP_PIDS_PER_SEC: i64 = 10_000;
+
+/// When the next pass is due after `decision`: `period` while a threshold
+/// is met, a node condition is active, an action is under way (a victim,
+/// blocked, waiting for a release) or a pod is in flight; otherwise the
+/// time the worst ramp of each threshold's resource needs to eat the
+/// distance to it (`available − line`), clamped to [`period`, `idle`].
+/// Hard thresholds of `watched` signals are left out: the fast watcher
+/// wakes the loop on their crossing. An unread signal does not shorten it
+/// (its thresholds are not evaluated; it is read again at the next pass).
+pub fn next_pass_in(
+    decision: &Decision,
+    in_flight: bool,
+    watched: &[Signal],
+    period: Duration,
+    idle: Duration,
+) -> Duration {
+    use crate::policy::evict::threshold::ThresholdKind;
+    if in_flight
+        || !decision.conditions.is_empty()
+        || !matches!(decision.action, Action::None)
+        || decision.thresholds.iter().any(|t| t.met)
+    {
+        return period;
+    }
+    let mut next = idle.max(period);
+    for t in &decision.thresholds {
+        if t.threshold.kind == ThresholdKind::Hard && watched.contains(&t.threshold.signal) {
+            continue;
+        }
+        let (Some(o), Some(line)) = (t.observed, t.line) else {
+            continue;
+        };
+        let rate = match t.threshold.signal.resource() {
+            SignalResource::Memory | SignalResource::Disk => WORST_RAMP_BYTES_PER_SEC,
+            SignalResource::Inodes => WORST_RAMP_INODES_PER_SEC,
+            SignalResource::Pids => WORST_RAMP_PIDS_PER_SEC,
+        };
+        let distance = o.available.saturating_sub(line).max(0);
+        let secs = distance as f64 / rate as f64;
+        next = next.min(Duration::from_secs_f64(secs.min(3600.0)));
+    }
+    next.max(period)
+}
+
 /// A running eviction loop (its thread and the watcher); stops on drop.
 pub struct EvictionLoop {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
@@ -485,8 +535,13 @@ pub struct EvictionLoop {
 /// Timing of the eviction loop.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LoopOptions {
-    /// A pass at least this often (disk/pid signals, releases, conditions).
+    /// A pass at least this often (disk/pid signals, releases, conditions)
+    /// while anything is near or under way; see [`next_pass_in`].
     pub period: std::time::Duration,
+    /// A pass at least this often when every threshold is far (the time a
+    /// worst-case ramp needs to reach it, [`next_pass_in`]) and nothing is
+    /// met, active or in flight.
+    pub idle_period: std::time::Duration,
     /// Pod lists older than this block evictions.
     pub max_pod_list_age: std::time::Duration,
     /// The fast detector; `None`: passes only every `period` (the kubelet's
@@ -498,6 +553,7 @@ impl Default for LoopOptions {
     fn default() -> Self {
         LoopOptions {
             period: std::time::Duration::from_secs(1),
+            idle_period: std::time::Duration::from_secs(10),
             max_pod_list_age: std::time::Duration::from_secs(60),
             watch: Some(WatchConfig::default()),
         }
@@ -577,8 +633,9 @@ impl EvictionLoop {
                 // The watcher lives (and stops) with this thread, which
                 // checks that it is still running.
                 let mut _late_watcher: Option<Watcher> = watcher;
+                let mut wait = opts.period;
                 while !stop2.load(Ordering::Relaxed) {
-                    let _ = rx.recv_timeout(opts.period);
+                    let _ = rx.recv_timeout(wait);
                     while rx.try_recv().is_ok() {} // coalesce wake-ups
                     if stop2.load(Ordering::Relaxed) {
                         break;
@@ -609,6 +666,24 @@ impl EvictionLoop {
                     crate::runtime::supervisor::inject_panic("eviction-pass");
                     let report = engine.pass(feed.get(opts.max_pod_list_age));
                     on_pass(&report);
+                    wait = match &_late_watcher {
+                        // Until the watcher runs, memory is only seen by passes.
+                        _ if retry_watch.is_some() => opts.period,
+                        Some(w) if w.is_running() => next_pass_in(
+                            &report.decision,
+                            engine.manager.in_flight().next().is_some(),
+                            &w.signals,
+                            opts.period,
+                            opts.idle_period,
+                        ),
+                        _ => next_pass_in(
+                            &report.decision,
+                            engine.manager.in_flight().next().is_some(),
+                            &[],
+                            opts.period,
+                            opts.idle_period,
+                        ),
+                    };
                 }
             },
         )
@@ -809,6 +884,30 @@ mod tests {
         let during = passes.load(std::sync::atomic::Ordering::Relaxed) - before;
         l.stop();
         assert!(during > 8, "{during} passes in 1.2 s: watcher not started");
+    }
+
+    #[test]
+    fn pass_period_follows_distance() {
+        let ms = Duration::from_millis;
+        let (period, idle) = (ms(1000), ms(10_000));
+        // fixture: 424 MiB available; 100Mi line → 324 MiB away, 0.32 s at
+        // the worst memory ramp (1 GiB/s)
+        let mut e = engine("100Mi");
+        let d = e.pass(Ok(vec![])).decision;
+        assert!(d.thresholds.iter().all(|t| !t.met));
+        let watched = [Signal::AllocatableMemoryAvailable];
+        assert_eq!(next_pass_in(&d, false, &[], period, idle), period);
+        let short = next_pass_in(&d, false, &[], ms(10), idle);
+        assert!(short > ms(300) && short < ms(330), "{short:?}");
+        // the watcher wakes the loop on that hard threshold: nothing near
+        assert_eq!(next_pass_in(&d, false, &watched, period, idle), idle);
+        // a pod in flight keeps the short period
+        assert_eq!(next_pass_in(&d, true, &watched, period, idle), period);
+        // met (and a victim): the short period, watched or not
+        let mut e = engine("500Mi");
+        let d = e.pass(Ok(vec![])).decision;
+        assert!(d.thresholds.iter().any(|t| t.met));
+        assert_eq!(next_pass_in(&d, false, &watched, period, idle), period);
     }
 
     #[test]

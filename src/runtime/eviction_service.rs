@@ -7,7 +7,8 @@
 //!   threshold is crossed it wakes the loop at once.
 //! * Otherwise a pass runs every `monitoring_interval` (1 s; the kubelet
 //!   uses 10 s) for the other signals (disk, inodes, pids), soft thresholds
-//!   and releases.
+//!   and releases while any of them is near or under way, and at most every
+//!   10 s when all are far ([`crate::runtime::eviction::next_pass_in`]).
 //! * The reconcile loop publishes the pods with
 //!   [`EvictionService::update_pods`]; when it cannot list them (runtime
 //!   down) the engine gets an error and evicts nothing.
@@ -133,6 +134,7 @@ impl EvictionService {
                 period: cfg.monitoring_interval,
                 max_pod_list_age: cfg.max_listing_age,
                 watch: cfg.watch,
+                ..LoopOptions::default()
             },
             Some(health.clone()),
             move |r| {

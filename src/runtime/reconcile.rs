@@ -123,6 +123,9 @@ const MAX_FAILURES_LOGGED: usize = 5;
 pub const SYSTEMD_CGROUPFS: &str = "/sys/fs/cgroup";
 
 /// Applies plans for a changing set of pods and cleans up orphans.
+/// The orphan scan runs at least this often while the pod set is steady.
+pub const ORPHAN_RESCAN: Duration = Duration::from_secs(60);
+
 pub struct Reconciler {
     cfg: PlanConfig,
     /// cgroupfs writes, or systemd units over D-Bus (cgroupDriver systemd
@@ -133,6 +136,9 @@ pub struct Reconciler {
     orphan_grace: Duration,
     /// Orphan pod cgroups and when they were first seen orphaned.
     orphans_seen: HashMap<PathBuf, Instant>,
+    /// The live uids of the last orphan scan and when it ran: the next
+    /// scan waits for another set, a pending orphan or [`ORPHAN_RESCAN`].
+    orphan_scanned: Option<(BTreeSet<String>, Instant)>,
     /// Files whose drift was already logged (log once until they change).
     drift_logged: HashSet<PathBuf>,
     /// Failing writes already logged, (file, error): logged once per change,
@@ -174,6 +180,7 @@ impl Reconciler {
             applier,
             orphan_grace,
             orphans_seen: HashMap::new(),
+            orphan_scanned: None,
             drift_logged: HashSet::new(),
             failures_logged: HashSet::new(),
             last_written: HashMap::new(),
@@ -325,11 +332,27 @@ impl Reconciler {
         self.dry_run_logged.retain(|f, _| pending.contains(f));
         out.writes = report.written;
         out.planned = plan.writes;
-        if let Some(live) = all_live_uids {
+        if let Some(live) = all_live_uids.filter(|l| self.orphan_scan_due(l, now)) {
             out.orphans_removed = self.clean_orphans(live, now);
+            self.orphan_scanned = Some((live.clone(), now));
         }
         out.duration = start.elapsed();
         out
+    }
+
+    /// Whether the orphan scan (a `readdir` of kubepods and its QoS cgroups
+    /// in every hierarchy) can find anything new: the set of live pods
+    /// changed, an orphan waits for its grace period, or the last scan is
+    /// [`ORPHAN_RESCAN`] old (a pod cgroup made by someone else).
+    fn orphan_scan_due(&self, live: &BTreeSet<String>, now: Instant) -> bool {
+        match &self.orphan_scanned {
+            None => true,
+            Some((uids, at)) => {
+                !self.orphans_seen.is_empty()
+                    || uids != live
+                    || now.saturating_duration_since(*at) >= ORPHAN_RESCAN
+            }
+        }
     }
 
     /// `cgroupEnforcement: audit`: report every planned value the cgroup
@@ -578,6 +601,23 @@ mod tests {
         // Switched to enforce by a reload: no longer a dry run.
         r.reconfigure(c, false);
         assert!(!r.dry_run());
+    }
+
+    #[test]
+    fn orphan_scan_only_when_it_can_find_something() {
+        let d = fake_v2_tree();
+        let c = cfg(d.path());
+        let mut r = Reconciler::new(c, false, Duration::from_secs(30));
+        let t0 = Instant::now();
+        let live: BTreeSet<String> = ["1111".to_string()].into();
+        assert!(r.orphan_scan_due(&live, t0), "first reconcile");
+        r.orphan_scanned = Some((live.clone(), t0));
+        assert!(!r.orphan_scan_due(&live, t0 + Duration::from_secs(10)));
+        let other: BTreeSet<String> = ["2222".to_string()].into();
+        assert!(r.orphan_scan_due(&other, t0 + Duration::from_secs(10)));
+        assert!(r.orphan_scan_due(&live, t0 + ORPHAN_RESCAN));
+        r.orphans_seen.insert(d.path().join("x"), t0);
+        assert!(r.orphan_scan_due(&live, t0 + Duration::from_secs(10)));
     }
 
     #[test]

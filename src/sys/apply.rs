@@ -290,7 +290,7 @@ impl Applier {
         w: &CgroupWrite,
         report: &mut ApplyReport,
     ) -> Result<Option<String>, CgroupFsError> {
-        match fs::read(&w.file) {
+        match fs::read_value(&w.file) {
             Ok(v) => Ok(Some(v)),
             Err(CgroupFsError::Read { source, .. })
                 if source.kind() == std::io::ErrorKind::NotFound =>
@@ -300,7 +300,7 @@ impl Applier {
                     if self.mode == Mode::Real
                         && self.enable_for(&w.dir, Some(controller), report)?
                     {
-                        return fs::read(&w.file).map(Some);
+                        return fs::read_value(&w.file).map(Some);
                     }
                     if !self.mode.writes() && self.enable_from.is_some() {
                         // Would be enabled, then written.

@@ -121,6 +121,28 @@ pub fn read(path: &Path) -> Result<String> {
         })
 }
 
+/// [`read`] for a single-value interface file (`cpu.shares`,
+/// `memory.max`…): one `open`, one `read`, one `close` where
+/// `read_to_string` adds an `fstat` and a second `read` for the end of
+/// file. A read that fills the buffer goes on to the end.
+pub fn read_value(path: &Path) -> Result<String> {
+    use std::io::Read;
+    let err = |source| CgroupFsError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut f = std::fs::File::open(path).map_err(err)?;
+    let mut buf = [0u8; 256];
+    let n = f.read(&mut buf).map_err(err)?;
+    let mut bytes = buf[..n].to_vec();
+    if n == buf.len() {
+        f.read_to_end(&mut bytes).map_err(err)?;
+    }
+    String::from_utf8(bytes)
+        .map(|s| s.trim().to_string())
+        .map_err(|e| err(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))
+}
+
 /// The controller an interface file belongs to (`memory.max` → `memory`),
 /// `None` for core files (`cgroup.*`) and files without a dot.
 pub fn controller_of(file: &Path) -> Option<&str> {

@@ -12,7 +12,8 @@
 //!
 //! The interval adapts to the distance from the line: at the assumed worst
 //! ramp (default 1 GiB/s) the next poll comes before half the remaining
-//! distance could be consumed, clamped to [1 ms, 100 ms]. On v1 a
+//! distance could be consumed, clamped to [1 ms, 100 ms] ([1 ms, 1 s] while
+//! a v1 eventfd is armed on every target). On v1 a
 //! `cgroup.event_control` eventfd threshold on `memory.usage_in_bytes`
 //! (at the line + the last inactive_file, re-armed as it moves, like the
 //! kubelet's notifier) wakes the poller at once; it fires only every
@@ -166,6 +167,12 @@ pub struct WatchConfig {
     pub max_ramp_bytes_per_sec: u64,
     /// Use v1 eventfd thresholds as an extra wake-up.
     pub use_eventfd: bool,
+    /// The interval's upper bound instead of `max_interval` while every
+    /// target has a v1 eventfd armed: the kernel wakes the poller at the
+    /// line, so far from it (beyond `2 · max_ramp · max_interval`) the
+    /// poll only has to keep ahead of the worst ramp; each such poll
+    /// re-reads `memory.stat` to keep the eventfd level current.
+    pub max_interval_notified: Duration,
     /// Run the poller thread with SCHED_FIFO at this priority (1–99), so a
     /// busy node cannot delay it; it sleeps almost all the time. `None`:
     /// normal scheduling. Failure to set it is logged, not fatal.
@@ -182,6 +189,7 @@ impl Default for WatchConfig {
             max_interval: Duration::from_millis(100),
             max_ramp_bytes_per_sec: 1 << 30,
             use_eventfd: true,
+            max_interval_notified: Duration::from_secs(1),
             rt_priority: None,
         }
     }
@@ -196,6 +204,16 @@ pub fn next_interval(distance: i64, cfg: &WatchConfig) -> Duration {
     let rate = cfg.max_ramp_bytes_per_sec.max(1) as f64;
     let secs = distance as f64 / rate / 2.0;
     Duration::from_secs_f64(secs.min(3600.0)).clamp(cfg.min_interval, cfg.max_interval)
+}
+
+/// [`next_interval`] with `max_interval_notified` as the upper bound (a v1
+/// eventfd is armed on every target).
+pub fn next_interval_notified(distance: i64, cfg: &WatchConfig) -> Duration {
+    let c = WatchConfig {
+        max_interval: cfg.max_interval_notified.max(cfg.max_interval),
+        ..cfg.clone()
+    };
+    next_interval(distance, &c)
 }
 
 /// What woke the poller before the crossing was seen.
@@ -234,8 +252,18 @@ pub struct Probe {
     inactive_key: &'static str,
     /// Last inactive_file seen (v1/v2 usage probes), for the distance estimate.
     last_inactive: i64,
+    /// Usage and time of the last `memory.stat` read (usage probes).
+    exact_usage: i64,
+    exact_at: Option<Instant>,
+    /// Set by the poller for a long (eventfd-backed) wait: a cheap sample
+    /// then also re-reads `memory.stat` when the last read is
+    /// [`EXACT_REFRESH`] old or usage moved by more than [`REARM_DELTA`].
+    pub refresh: bool,
     buf: Vec<u8>,
 }
+
+/// How old the inactive_file estimate of a long wait may get.
+pub const EXACT_REFRESH: Duration = Duration::from_secs(10);
 
 fn open(path: &Path) -> Result<File, WatchError> {
     File::open(path).map_err(|source| WatchError::Open {
@@ -272,6 +300,9 @@ impl Probe {
             stat,
             inactive_key,
             last_inactive: 0,
+            exact_usage: 0,
+            exact_at: None,
+            refresh: false,
             buf: vec![0u8; 16 * 1024],
         };
         p.sample_exact()?;
@@ -329,7 +360,10 @@ impl Probe {
         match self.target.probe {
             ProbeKind::Usage { .. } => {
                 let usage = self.read_usage()?;
-                if !force_exact && usage < line {
+                let refresh = self.refresh
+                    && (self.exact_at.is_none_or(|t| t.elapsed() >= EXACT_REFRESH)
+                        || (usage - self.exact_usage).abs() > REARM_DELTA);
+                if !force_exact && !refresh && usage < line {
                     // Estimate with the last inactive_file (for the interval
                     // only); the line test above used the safe upper bound.
                     let ws = (usage - self.last_inactive).max(0);
@@ -344,6 +378,8 @@ impl Probe {
                 let inactive =
                     stat_field(&stat, key).ok_or_else(|| bad_data("no inactive_file"))? as i64;
                 self.last_inactive = inactive;
+                self.exact_usage = usage;
+                self.exact_at = Some(Instant::now());
                 let ws = (usage - inactive).max(0);
                 Ok(Sample {
                     working_set: ws,
@@ -433,6 +469,8 @@ pub struct WatchStats {
 
 /// A running watcher thread; stops on [`Watcher::stop`] or drop.
 pub struct Watcher {
+    /// The signals watched (their hard thresholds wake the pass loop).
+    pub signals: Vec<Signal>,
     stop: Arc<AtomicBool>,
     waker: Arc<EventFd>,
     handle: Option<JoinHandle<()>>,
@@ -456,6 +494,7 @@ impl Watcher {
         cfg: WatchConfig,
         mut on_event: impl FnMut(WatchEvent) + Send + 'static,
     ) -> Result<Watcher, WatchError> {
+        let signals: Vec<Signal> = targets.iter().map(|t| t.signal).collect();
         let mut probes = targets
             .into_iter()
             .map(Probe::open)
@@ -479,8 +518,11 @@ impl Watcher {
                 let mut woke_by_eventfd = false;
                 while !stop2.load(Ordering::Relaxed) {
                     let mut min_distance = i64::MAX;
+                    // A long (eventfd-backed) wait keeps memory.stat fresh.
+                    let long = interval > cfg.max_interval;
                     for (i, p) in probes.iter_mut().enumerate() {
                         stats2.polls.fetch_add(1, Ordering::Relaxed);
+                        p.refresh = long;
                         let s = match p.sample() {
                             Ok(s) => s,
                             Err(e) => {
@@ -531,8 +573,13 @@ impl Watcher {
                             }
                         }
                     }
+                    let notified = cfg.use_eventfd
+                        && !notifiers.is_empty()
+                        && notifiers.iter().all(Option::is_some);
                     interval = if min_distance == i64::MAX {
                         cfg.max_interval
+                    } else if notified {
+                        next_interval_notified(min_distance, &cfg)
                     } else {
                         next_interval(min_distance, &cfg)
                     };
@@ -545,6 +592,7 @@ impl Watcher {
             })
             .map_err(WatchError::Spawn)?;
         Ok(Watcher {
+            signals,
             stop,
             waker,
             handle: Some(handle),
@@ -814,6 +862,45 @@ mod tests {
         };
         let e = Probe::open(t).err().unwrap().to_string();
         assert!(e.contains("memory.current"), "{e}");
+    }
+
+    #[test]
+    fn long_wait_refreshes_the_estimate_when_usage_moves() {
+        let cg = FakeCgroup::v1(100 * MI, 40 * MI);
+        let mut p = Probe::open(cg.target(1000 * MI, 100 * MI)).unwrap();
+        assert_eq!(p.last_inactive, 40 * MI);
+        cg.set(105 * MI, 10 * MI);
+        // a short wait: cheap (usage far below the line), old estimate kept
+        assert!(!p.sample().unwrap().exact);
+        // a long wait: usage moved by ≤ 16 MiB since the last exact read
+        p.refresh = true;
+        assert!(!p.sample().unwrap().exact);
+        assert_eq!(p.last_inactive, 40 * MI);
+        // usage moved by more: memory.stat is read again
+        cg.set(130 * MI, 10 * MI);
+        let s = p.sample().unwrap();
+        assert!(s.exact);
+        assert_eq!(p.last_inactive, 10 * MI);
+        assert_eq!(s.working_set, 120 * MI);
+        p.refresh = false;
+        cg.set(200 * MI, 0);
+        assert!(!p.sample().unwrap().exact);
+    }
+
+    #[test]
+    fn interval_notified_bound() {
+        let cfg = WatchConfig::default();
+        assert_eq!(
+            next_interval_notified(4096 * MI, &cfg),
+            Duration::from_secs(1)
+        );
+        assert_eq!(next_interval_notified(1024 * MI, &cfg).as_millis(), 500);
+        // near the line: the same as without an eventfd
+        assert_eq!(
+            next_interval_notified(100 * MI, &cfg),
+            next_interval(100 * MI, &cfg)
+        );
+        assert_eq!(next_interval_notified(0, &cfg), cfg.min_interval);
     }
 
     #[test]

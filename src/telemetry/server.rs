@@ -281,6 +281,8 @@ pub struct Server {
     local_addr: SocketAddr,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<Result<(), HttpError>>,
+    /// Becomes true (or its sender is dropped, on a panic) when serving ends.
+    done: tokio::sync::watch::Receiver<bool>,
 }
 
 impl Server {
@@ -293,6 +295,13 @@ impl Server {
     /// [`Server::shutdown`], or when serving failed or panicked).
     pub fn is_running(&self) -> bool {
         !self.task.is_finished()
+    }
+
+    /// Resolves once the serving task has ended (serving failed, panicked
+    /// or was shut down): no polling.
+    pub async fn stopped(&self) {
+        let mut done = self.done.clone();
+        let _ = done.wait_for(|d| *d).await;
     }
 
     /// Stop accepting, finish in-flight requests, wait for the task.
@@ -329,13 +338,20 @@ pub async fn spawn_with(
         .local_addr()
         .map_err(|source| HttpError::Bind { addr, source })?;
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(serve_with(listener, state, limits, async {
-        let _ = rx.await;
-    }));
+    let (done_tx, done) = tokio::sync::watch::channel(false);
+    let task = tokio::spawn(async move {
+        let r = serve_with(listener, state, limits, async {
+            let _ = rx.await;
+        })
+        .await;
+        let _ = done_tx.send(true);
+        r
+    });
     Ok(Server {
         local_addr,
         stop: Some(tx),
         task,
+        done,
     })
 }
 
@@ -358,6 +374,23 @@ mod tests {
         assert!(!om("*/*"));
         assert!(!om("application/openmetrics-text;q=0.2, text/plain"));
         assert!(!om("application/openmetrics-text;q=0"));
+    }
+
+    #[tokio::test]
+    async fn stopped_resolves_when_serving_ends() {
+        let state = super::AppState {
+            metrics: std::sync::Arc::new(crate::telemetry::metrics::Metrics::new()),
+            health: std::sync::Arc::new(Health::new(Duration::from_secs(5))),
+        };
+        let mut s = super::spawn("127.0.0.1:0".parse().unwrap(), state)
+            .await
+            .unwrap();
+        let early = tokio::time::timeout(Duration::from_millis(50), s.stopped()).await;
+        assert!(early.is_err(), "still serving");
+        let _ = s.stop.take().unwrap().send(());
+        tokio::time::timeout(Duration::from_secs(5), s.stopped())
+            .await
+            .expect("stopped() resolves once serving ends");
     }
 
     #[test]

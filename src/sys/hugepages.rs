@@ -60,6 +60,17 @@ pub fn hugetlb_controller(cgroupfs: &Path, version: CgroupVersion) -> bool {
     }
 }
 
+/// Whether systemd has the hugetlb controller enabled for the root's
+/// children (cgroup v2 `cgroup.subtree_control`). systemd enables only
+/// the controllers it manages and never hugetlb, so under the systemd
+/// driver the pod slices have no `hugetlb.*` files unless something else
+/// delegated it: then there is nothing qosd (or the kubelet) can limit.
+pub fn hugetlb_delegated_v2(cgroupfs: &Path) -> bool {
+    std::fs::read_to_string(cgroupfs.join("cgroup.subtree_control"))
+        .map(|s| s.split_whitespace().any(|c| c == "hugetlb"))
+        .unwrap_or(false)
+}
+
 /// The sizes qosd limits: [`page_sizes`] when the controller is there,
 /// else none.
 pub fn detect(
@@ -76,6 +87,20 @@ pub fn detect(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn systemd_v2_needs_hugetlb_in_the_roots_subtree_control() {
+        let cg = tempfile::tempdir().unwrap();
+        assert!(!hugetlb_delegated_v2(cg.path()), "no file: not delegated");
+        std::fs::write(
+            cg.path().join("cgroup.subtree_control"),
+            "cpu memory pids\n",
+        )
+        .unwrap();
+        assert!(!hugetlb_delegated_v2(cg.path()));
+        std::fs::write(cg.path().join("cgroup.subtree_control"), "cpu hugetlb\n").unwrap();
+        assert!(hugetlb_delegated_v2(cg.path()));
+    }
 
     #[test]
     fn fake_sysfs_and_cgroupfs() {

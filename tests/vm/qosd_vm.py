@@ -413,6 +413,19 @@ def debian_mirror():
     return "http://deb.debian.org/debian"
 
 
+def _unmount_under(path):
+    """Lazily unmount every mount at or below `path`, deepest first."""
+    prefix = os.path.realpath(path)
+    try:
+        with open("/proc/self/mountinfo") as f:
+            points = [l.split(" ")[4] for l in f]
+    except OSError:
+        return
+    mine = [p for p in points if p == prefix or p.startswith(prefix + "/")]
+    for p in sorted(mine, key=len, reverse=True):
+        run(["umount", "-l", p])
+
+
 def _debootstrap(rootfs):
     if os.path.exists(os.path.join(rootfs, ".debootstrap-done")):
         return
@@ -426,6 +439,7 @@ def _debootstrap(rootfs):
     log(f"debootstrap (one-time, ~1 min): {' '.join(cmd)}")
     t0 = time.time()
     rc, out, err = run(cmd)
+    _unmount_under(tmp)  # debootstrap can leave /proc mounted in the target
     if rc != 0:
         tail = (out + err).strip()[-800:]
         shutil.rmtree(tmp, ignore_errors=True)

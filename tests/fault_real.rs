@@ -20,7 +20,7 @@
 mod support;
 
 use std::io::Write;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -31,26 +31,6 @@ use support::*;
 
 /// Stated recovery time: once a fault ends, `/readyz` is 200 again within this.
 const RECOVERY: Duration = Duration::from_secs(20);
-
-fn free_addr() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-}
-
-fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> Option<Duration> {
-    let t = Instant::now();
-    loop {
-        if f() {
-            return Some(t.elapsed());
-        }
-        if t.elapsed() > timeout {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
 
 fn get(addr: SocketAddr, path: &str) -> Option<qosd::telemetry::client::HttpResponse> {
     qosd::telemetry::client::get(addr, path, Duration::from_secs(2)).ok()

@@ -132,17 +132,10 @@ pub fn plan_config(cfg: &Config, proc_root: &Path, sysfs: &Path) -> anyhow::Resu
     plan.pod_pids_limit = (cfg.pod_pids_limit > 0).then_some(cfg.pod_pids_limit);
     plan.hugepage_sizes = match &cfg.hugepage_sizes {
         Some(sizes) => sizes.clone(),
-        // systemd driver on v2: systemd never enables hugetlb for its
-        // slices, so the pod slices have no hugetlb files to write.
-        None if version == CgroupVersion::V2
-            && cfg.cgroup_driver == crate::core::model::CgroupDriver::Systemd
-            && !crate::sys::hugepages::hugetlb_delegated_v2(&cfg.cgroupfs) =>
-        {
-            Vec::new()
-        }
-        None => crate::sys::hugepages::detect(sysfs, &cfg.cgroupfs, version).context(
-            "cannot read the node's hugepage sizes (set hugepageSizes / --hugepage-sizes)",
-        )?,
+        None => crate::sys::hugepages::detect(sysfs, &cfg.cgroupfs, version, cfg.cgroup_driver)
+            .context(
+                "cannot read the node's hugepage sizes (set hugepageSizes / --hugepage-sizes)",
+            )?,
     };
     let res = |name: &str, list: &crate::core::model::ResourceList| {
         ReservedResources::from_list(list).map_err(|e| bad_input(format!("{name}: {e}")))

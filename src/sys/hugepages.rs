@@ -65,20 +65,28 @@ pub fn hugetlb_controller(cgroupfs: &Path, version: CgroupVersion) -> bool {
 /// the controllers it manages and never hugetlb, so under the systemd
 /// driver the pod slices have no `hugetlb.*` files unless something else
 /// delegated it: then there is nothing qosd (or the kubelet) can limit.
-pub fn hugetlb_delegated_v2(cgroupfs: &Path) -> bool {
+fn hugetlb_delegated_v2(cgroupfs: &Path) -> bool {
     std::fs::read_to_string(cgroupfs.join("cgroup.subtree_control"))
         .map(|s| s.split_whitespace().any(|c| c == "hugetlb"))
         .unwrap_or(false)
 }
 
-/// The sizes qosd limits: [`page_sizes`] when the controller is there,
+/// The sizes qosd limits: [`page_sizes`] when the controller is there
+/// (under the systemd driver on v2: also enabled for the root's children),
 /// else none.
 pub fn detect(
     sysfs: &Path,
     cgroupfs: &Path,
     version: CgroupVersion,
+    driver: crate::core::model::CgroupDriver,
 ) -> Result<Vec<u64>, HugepagesError> {
     if !hugetlb_controller(cgroupfs, version) {
+        return Ok(Vec::new());
+    }
+    if version == CgroupVersion::V2
+        && driver == crate::core::model::CgroupDriver::Systemd
+        && !hugetlb_delegated_v2(cgroupfs)
+    {
         return Ok(Vec::new());
     }
     page_sizes(sysfs)
@@ -87,6 +95,7 @@ pub fn detect(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::model::CgroupDriver;
 
     #[test]
     fn systemd_v2_needs_hugetlb_in_the_roots_subtree_control() {
@@ -112,17 +121,32 @@ mod tests {
         std::fs::create_dir_all(hp.join("hugepages-2048kB")).unwrap();
         assert_eq!(page_sizes(sys.path()).unwrap(), vec![2 << 20, 1 << 30]);
         // no controller: nothing to limit
-        assert!(detect(sys.path(), cg.path(), CgroupVersion::V1)
-            .unwrap()
-            .is_empty());
-        assert!(detect(sys.path(), cg.path(), CgroupVersion::V2)
-            .unwrap()
-            .is_empty());
+        assert!(detect(
+            sys.path(),
+            cg.path(),
+            CgroupVersion::V1,
+            CgroupDriver::Cgroupfs
+        )
+        .unwrap()
+        .is_empty());
+        assert!(detect(
+            sys.path(),
+            cg.path(),
+            CgroupVersion::V2,
+            CgroupDriver::Cgroupfs
+        )
+        .unwrap()
+        .is_empty());
         std::fs::create_dir(cg.path().join("hugetlb")).unwrap();
         assert_eq!(
-            detect(sys.path(), cg.path(), CgroupVersion::V1)
-                .unwrap()
-                .len(),
+            detect(
+                sys.path(),
+                cg.path(),
+                CgroupVersion::V1,
+                CgroupDriver::Cgroupfs
+            )
+            .unwrap()
+            .len(),
             2
         );
         std::fs::write(
@@ -131,11 +155,21 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            detect(sys.path(), cg.path(), CgroupVersion::V2)
-                .unwrap()
-                .len(),
+            detect(
+                sys.path(),
+                cg.path(),
+                CgroupVersion::V2,
+                CgroupDriver::Cgroupfs
+            )
+            .unwrap()
+            .len(),
             2
         );
+        // systemd driver on v2: only when hugetlb is enabled for the root's children
+        let sd = |cg: &Path| detect(sys.path(), cg, CgroupVersion::V2, CgroupDriver::Systemd);
+        assert!(sd(cg.path()).unwrap().is_empty());
+        std::fs::write(cg.path().join("cgroup.subtree_control"), "memory hugetlb\n").unwrap();
+        assert_eq!(sd(cg.path()).unwrap().len(), 2);
         std::fs::create_dir_all(hp.join("weird")).unwrap();
         let e = page_sizes(sys.path()).unwrap_err().to_string();
         assert!(

@@ -88,22 +88,11 @@ fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
     false
 }
 
-fn get(addr: SocketAddr, path: &str) -> String {
-    qosd::telemetry::client::get(addr, path, Duration::from_secs(2))
-        .map(|r| r.body)
-        .unwrap_or_default()
-}
 
 fn status(addr: SocketAddr) -> Value {
-    serde_json::from_str(&get(addr, "/status")).unwrap_or_default()
+    serde_json::from_str(&body_of(addr, "/status")).unwrap_or_default()
 }
 
-fn sample(text: &str, series: &str) -> Option<f64> {
-    text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
-        let (name, value) = l.rsplit_once(' ')?;
-        (name == series).then(|| value.parse().ok())?
-    })
-}
 
 fn found_in_status(doc: &Value, file: &Path) -> Option<Option<String>> {
     doc["audit"]["values"].as_array()?.iter().find_map(|d| {
@@ -233,7 +222,7 @@ async fn audit_writes_nothing_and_reports_a_changed_value() {
         "eviction stays on in audit: {}",
         status(addr)
     );
-    let m = get(addr, "/metrics");
+    let m = body_of(addr, "/metrics");
     let changes0 = sample(&m, "qosd_cgroup_audit_drift_changes_total").expect("counter");
     assert!(sample(&m, "qosd_cgroup_audit_drift").unwrap() >= 2.0, "{m}");
 
@@ -254,7 +243,7 @@ async fn audit_writes_nothing_and_reports_a_changed_value() {
             > at + 500
     }));
     assert_eq!(std::fs::read_to_string(&g_shares).unwrap().trim(), "2048");
-    let m = get(addr, "/metrics");
+    let m = body_of(addr, "/metrics");
     assert_eq!(
         sample(&m, "qosd_cgroup_audit_drift_changes_total"),
         Some(changes0 + 1.0),

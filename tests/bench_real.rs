@@ -560,12 +560,6 @@ fn spawn_earlyoom() -> Option<Child> {
         .ok()
 }
 
-/// Open file descriptors of `pid`.
-fn fds_of(pid: i32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .map(|d| d.count())
-        .unwrap_or(0)
-}
 
 /// Idle CPU and memory of `qosd run` (default intervals) with 110 real
 /// pods, and of earlyoom (Debian's service arguments, dry run) in the same
@@ -649,7 +643,7 @@ async fn footprint() {
         let _ = c.kill();
         let _ = c.wait();
     }
-    let fds = fds_of(pid);
+    let fds = fd_count(pid as u32);
     let (vm_rss, vm_hwm) = rss_of(pid);
     let threads = threads_of(pid);
     let writes1 = d.metric("qosd_cgroup_writes_total");
@@ -897,17 +891,17 @@ async fn churn() {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     let mut last_sample = -10.0f64;
     let rss0 = rss_of(pid).0;
-    let fds0 = fds_of(pid);
+    let fds0 = fd_count(pid as u32);
     while start.elapsed().as_secs_f64() < duration {
         tick.tick().await;
         let now = start.elapsed().as_secs_f64();
         if now - last_sample >= 10.0 {
             last_sample = now;
-            samples.push((now, rss_of(pid).0 as f64, fds_of(pid) as f64));
+            samples.push((now, rss_of(pid).0 as f64, fd_count(pid as u32) as f64));
             eprintln!(
                 "bench: churn {now:.0} s: {n_created} created, {n_removed} removed, VmRSS {} KiB, {} fds, {} live",
                 rss_of(pid).0,
-                fds_of(pid),
+                fd_count(pid as u32),
                 live.len()
             );
         }
@@ -979,7 +973,7 @@ async fn churn() {
         }
     }
     let elapsed = start.elapsed().as_secs_f64();
-    samples.push((elapsed, rss_of(pid).0 as f64, fds_of(pid) as f64));
+    samples.push((elapsed, rss_of(pid).0 as f64, fd_count(pid as u32) as f64));
     let errors1 = errors_by_kind(&d);
     // By kind, during the run. `signal_read` counts eviction signals that
     // cannot be read on every pass (no /var/lib/kubelet on a test host),

@@ -280,18 +280,8 @@ fn static_policy_on_cgroup_v2_with_two_sockets() {
         Duration::from_secs(900),
         QEMU_TOPOLOGY,
     );
-    let ctx = || format!("results:\n{}\nconsole:\n{}", run.results, run.output);
-    eprintln!(
-        "systemd VM run (8 vCPUs): {:.1}s",
-        run.elapsed.as_secs_f64()
-    );
-    assert_eq!(run.code, 0, "script failed\n{}", ctx());
-    assert!(
-        run.results.lines().any(|l| l.trim() == "DONE"),
-        "script did not finish\n{}",
-        ctx()
-    );
-    eprintln!("--- results\n{}", run.results);
+    let ctx = || run.context();
+    run.assert_done("systemd VM run (8 vCPUs)");
     let r = Results { text: &run.results };
 
     // The topology the expected assignments below are derived for.

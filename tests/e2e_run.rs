@@ -14,7 +14,6 @@
 
 mod support;
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -24,29 +23,13 @@ use support::*;
 
 const EXAMPLE_CONFIG: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/config/qosd.yaml");
 
-fn read(p: &Path) -> String {
-    std::fs::read_to_string(p)
-        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
-        .trim()
-        .to_string()
-}
 
 /// `qosd run` against `env` with the example config (test-specific
 /// settings by flags), `extra` appended.
 fn start_daemon(env: &Containerd, extra: &[&str]) -> Daemon {
-    let root_dir = env.dir().display().to_string();
+    let mut args = env.run_args(None);
     // The example starts in dry-run; these tests enforce (flags win).
-    let mut args = vec!["run", "--config", EXAMPLE_CONFIG, "--mode", "enforce"];
-    args.extend(env.qosd_flags());
-    args.extend([
-        "--reconcile-interval",
-        "1s",
-        "--relist-interval",
-        "1s",
-        // nodefs signals on the env's own filesystem (no kubelet here).
-        "--root-dir",
-        &root_dir,
-    ]);
+    args.extend(["--config", EXAMPLE_CONFIG, "--mode", "enforce"]);
     args.extend_from_slice(extra);
     Daemon::start(&args)
 }
@@ -120,13 +103,13 @@ async fn daemon_serves_live_state_and_enforces() {
 
     // The kubelet's values are in place (first reconcile).
     let gcpu = env.cgroup_dir("cpu", &g);
-    assert_eq!(read(&gcpu.join("cpu.shares")), "716");
-    assert_eq!(read(&gcpu.join("cpu.cfs_quota_us")), "70000");
+    assert_eq!(read_trimmed(&gcpu.join("cpu.shares")), "716");
+    assert_eq!(read_trimmed(&gcpu.join("cpu.cfs_quota_us")), "70000");
     assert_eq!(
-        read(&env.cgroup_dir("memory", &g).join("memory.limit_in_bytes")),
+        read_trimmed(&env.cgroup_dir("memory", &g).join("memory.limit_in_bytes")),
         (200 * MI).to_string()
     );
-    assert_eq!(read(&env.cgroup_dir("cpu", &b).join("cpu.shares")), "256");
+    assert_eq!(read_trimmed(&env.cgroup_dir("cpu", &b).join("cpu.shares")), "256");
 
     // /metrics: Prometheus text with live values.
     let r = http_get(addr, "/metrics").unwrap();
@@ -193,7 +176,7 @@ async fn daemon_serves_live_state_and_enforces() {
     // Drift by someone else is corrected by the periodic reconcile (1 s).
     std::fs::write(gcpu.join("cpu.shares"), "4096").unwrap();
     let fixed = wait_until(Duration::from_secs(5), || {
-        read(&gcpu.join("cpu.shares")) == "716"
+        read_trimmed(&gcpu.join("cpu.shares")) == "716"
     });
     assert!(fixed.is_some(), "drift not corrected:\n{}", d.log());
     eprintln!("e2e: drift corrected after {:?}", fixed.unwrap());
@@ -313,55 +296,28 @@ fn run_with_config(config: &Path, cgroup_root: &str) -> (i32, String, String) {
     let addr = free_addr().to_string();
     let tmp = tempfile::tempdir().unwrap();
     let sock = format!("unix://{}", tmp.path().join("none.sock").display());
-    let mut child = Command::new(env!("CARGO_BIN_EXE_qosd"))
-        .args([
-            "run",
-            "--config",
-            config.to_str().unwrap(),
-            "--cgroup-version",
-            "v1",
-            "--cgroup-root",
-            cgroup_root,
-            "--runtime-endpoint",
-            &sock,
-            "--metrics-address",
-            &addr,
-        ])
-        .env_remove("NOTIFY_SOCKET")
-        .env_remove("QOSD_CONFIG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
     // A bad config must exit at once; never leave a daemon behind.
-    let t = Instant::now();
-    let status = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        if t.elapsed() > Duration::from_secs(10) {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("qosd run with a bad config still running after 10 s");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    let mut out = String::new();
-    let mut err = String::new();
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut out)
-        .unwrap();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
-    (status.code().unwrap_or(-1), out, err)
+    output_within(
+        Command::new(env!("CARGO_BIN_EXE_qosd"))
+            .args([
+                "run",
+                "--config",
+                config.to_str().unwrap(),
+                "--cgroup-version",
+                "v1",
+                "--cgroup-root",
+                cgroup_root,
+                "--runtime-endpoint",
+                &sock,
+                "--metrics-address",
+                &addr,
+            ])
+            .env_remove("NOTIFY_SOCKET")
+            .env_remove("QOSD_CONFIG")
+            .stderr(Stdio::piped()),
+        Duration::from_secs(10),
+        "qosd run with a bad config",
+    )
 }
 
 /// The example config with one line replaced (so the rest stays valid).

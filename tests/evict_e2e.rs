@@ -15,15 +15,9 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use support::*;
 
-fn read(p: &Path) -> String {
-    std::fs::read_to_string(p)
-        .unwrap_or_default()
-        .trim()
-        .to_string()
-}
 
 fn oom_kills(dir: &Path) -> u64 {
-    read(&dir.join("memory.oom_control"))
+    read_or_empty(&dir.join("memory.oom_control"))
         .lines()
         .find_map(|l| {
             l.strip_prefix("oom_kill ")
@@ -32,9 +26,6 @@ fn oom_kills(dir: &Path) -> u64 {
         .unwrap_or(0)
 }
 
-fn alive(pid: i32) -> bool {
-    kill(Pid::from_raw(pid), None).is_ok()
-}
 
 fn evicted_uids(port: u16) -> Vec<String> {
     let doc = status_json(port);
@@ -105,7 +96,7 @@ async fn evicts_besteffort_then_burstable_guaranteed_survives_no_oom() {
         .join(env.cgroup_root.trim_start_matches('/'))
         .join("kubepods");
     let sized = wait_until(Duration::from_secs(20), || {
-        read(&kubepods.join("memory.limit_in_bytes")) == (512 * MI).to_string()
+        read_or_empty(&kubepods.join("memory.limit_in_bytes")) == (512 * MI).to_string()
     });
     assert!(sized.is_some(), "qosd never sized kubepods");
     // ... and for the eviction loop to have a pod listing.

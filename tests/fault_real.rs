@@ -32,62 +32,20 @@ use support::*;
 /// Stated recovery time: once a fault ends, `/readyz` is 200 again within this.
 const RECOVERY: Duration = Duration::from_secs(20);
 
-fn get(addr: SocketAddr, path: &str) -> Option<qosd::telemetry::client::HttpResponse> {
-    qosd::telemetry::client::get(addr, path, Duration::from_secs(2)).ok()
-}
-
-struct Daemon {
-    child: Child,
-    log: PathBuf,
-    addr: SocketAddr,
-}
-
-impl Daemon {
-    fn start(
-        env: &Containerd,
-        dir: &Path,
-        root_dir: &Path,
-        extra: &[&str],
-        nofile: Option<u64>,
-    ) -> Daemon {
-        let addr = free_addr();
-        let log = dir.join("qosd.log");
-        let out = std::fs::File::create(&log).unwrap();
-        let addr_s = addr.to_string();
-        let root_dir = root_dir.display().to_string();
-        let mut args = vec![
-            "run",
-            "--runtime-endpoint",
-            &env.endpoint,
-            "--cgroup-version",
-            "v1",
-            "--cgroup-root",
-            &env.cgroup_root,
-            "--metrics-address",
-            &addr_s,
-            "--reconcile-interval",
-            "1s",
-            "--relist-interval",
-            "1s",
-            "--root-dir",
-            &root_dir,
-        ];
-        // Memory only, unless the test says otherwise: the disk of a shared
-        // test machine may be under real pressure, and evicting the test
-        // pods for it would be right but is not what these tests are about.
-        if !extra.contains(&"--eviction-hard") {
-            args.extend_from_slice(&["--eviction-hard", "memory.available<100Mi"]);
-        }
-        args.extend_from_slice(extra);
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_qosd"));
-        cmd.args(&args)
-            .env_remove("CONTAINER_RUNTIME_ENDPOINT")
-            .env_remove("NOTIFY_SOCKET")
-            .env_remove("QOSD_CONFIG")
-            .env("QOSD_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().unwrap())
-            .stderr(out);
+/// `qosd run` against `env` (1 s intervals, `--root-dir root_dir`, memory
+/// thresholds only unless `extra` names `--eviction-hard`), at most `nofile`
+/// open files; waits for `/readyz` 200.
+fn start_daemon(env: &Containerd, root_dir: &Path, extra: &[&str], nofile: Option<u64>) -> Daemon {
+    let root_dir = root_dir.to_str().unwrap();
+    let mut args = env.run_args(Some(root_dir));
+    // Memory only, unless the test says otherwise: the disk of a shared
+    // test machine may be under real pressure, and evicting the test
+    // pods for it would be right but is not what these tests are about.
+    if !extra.contains(&"--eviction-hard") {
+        args.extend_from_slice(&["--eviction-hard", "memory.available<100Mi"]);
+    }
+    args.extend_from_slice(extra);
+    let d = Daemon::start_adjusted(env!("CARGO_BIN_EXE_qosd"), &args, &[], |cmd| {
         if let Some(n) = nofile {
             use std::os::unix::process::CommandExt;
             unsafe {
@@ -97,61 +55,18 @@ impl Daemon {
                 });
             }
         }
-        let child = cmd.spawn().expect("spawn qosd run");
-        let d = Daemon { child, log, addr };
-        assert!(
-            wait_until(Duration::from_secs(20), || d.status("/readyz") == Some(200)).is_some(),
-            "qosd never ready:\n{}",
-            d.log()
-        );
-        d
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn status(&self, path: &str) -> Option<u16> {
-        get(self.addr, path).map(|r| r.status)
-    }
-
-    fn body(&self, path: &str) -> String {
-        get(self.addr, path).map(|r| r.body).unwrap_or_default()
-    }
-
-    fn assert_alive(&mut self) {
-        if let Some(st) = self.child.try_wait().unwrap() {
-            panic!("qosd run exited ({st}):\n{}", self.log());
-        }
-        let h = get(self.addr, "/healthz");
-        assert!(
-            h.as_ref().is_some_and(|r| r.status == 200),
-            "/healthz {:?}:\n{}",
-            h.map(|r| (r.status, r.body)),
-            self.log()
-        );
-    }
-
-    fn evictions(&self) -> f64 {
-        let m = self.body("/metrics");
-        m.lines()
-            .filter(|l| l.starts_with("qosd_evictions_total"))
-            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
-            .sum()
-    }
-
-    fn fd_count(&self) -> usize {
-        std::fs::read_dir(format!("/proc/{}/fd", self.child.id()))
-            .map(|d| d.count())
-            .unwrap_or(0)
-    }
+    });
+    assert!(
+        wait_until(Duration::from_secs(20), || d.code("/readyz") == Some(200)).is_some(),
+        "qosd never ready:\n{}",
+        d.log()
+    );
+    d
 }
 
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = kill(Pid::from_raw(self.child.id() as i32), Signal::SIGKILL);
-        let _ = self.child.wait();
-    }
+/// `qosd_evictions_total`, all label sets.
+fn evictions(d: &Daemon) -> f64 {
+    sum_samples(&d.body("/metrics"), "qosd_evictions_total")
 }
 
 async fn two_pods(env: &Containerd) -> (RunningPod, RunningPod) {
@@ -193,12 +108,6 @@ fn assert_pods_alive(pids: &[i32]) {
     }
 }
 
-fn read(p: &Path) -> String {
-    std::fs::read_to_string(p)
-        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
-        .trim()
-        .to_string()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root: starts containerd, creates cgroups"]
@@ -207,8 +116,7 @@ async fn runtime_hung_killed_and_restarted() {
     let mut env = Containerd::start();
     let (g, b) = two_pods(&env).await;
     let pids = pod_pids(&env, &[&g, &b]).await;
-    let tmp = tempfile::tempdir().unwrap();
-    let mut d = Daemon::start(&env, tmp.path(), env.dir(), &[], None);
+    let mut d = start_daemon(&env, env.dir(), &[], None);
     let cpid = Pid::from_raw(env.pid().unwrap() as i32);
 
     // Hung runtime: calls hang until their 10 s deadline. Liveness must hold
@@ -217,8 +125,8 @@ async fn runtime_hung_killed_and_restarted() {
     let t = Instant::now();
     let mut saw_503 = None;
     while t.elapsed() < Duration::from_secs(14) {
-        d.assert_alive();
-        if saw_503.is_none() && d.status("/readyz") == Some(503) {
+        d.assert_healthy();
+        if saw_503.is_none() && d.code("/readyz") == Some(503) {
             saw_503 = Some(d.body("/readyz"));
         }
         std::thread::sleep(Duration::from_millis(250));
@@ -227,16 +135,16 @@ async fn runtime_hung_killed_and_restarted() {
         saw_503.unwrap_or_else(|| panic!("/readyz stayed 200 with a hung runtime:\n{}", d.log()));
     assert!(why.contains("container runtime (CRI)"), "{why}");
     eprintln!("fault: hung runtime: /readyz said {why:?}");
-    assert_eq!(d.evictions(), 0.0, "{}", d.log());
+    assert_eq!(evictions(&d), 0.0, "{}", d.log());
     kill(cpid, Signal::SIGCONT).unwrap();
-    let back = wait_until(RECOVERY, || d.status("/readyz") == Some(200));
+    let back = wait_until(RECOVERY, || d.code("/readyz") == Some(200));
     assert!(back.is_some(), "not ready after SIGCONT:\n{}", d.log());
     eprintln!("fault: ready {:?} after SIGCONT", back.unwrap());
 
     // Killed runtime, then restarted.
     kill(cpid, Signal::SIGKILL).unwrap();
     env.stop(); // reaps the killed process
-    let down = wait_until(Duration::from_secs(15), || d.status("/readyz") == Some(503));
+    let down = wait_until(Duration::from_secs(15), || d.code("/readyz") == Some(503));
     assert!(
         down.is_some(),
         "/readyz 200 with the runtime killed:\n{}",
@@ -250,11 +158,11 @@ async fn runtime_hung_killed_and_restarted() {
     });
     assert!(named.is_some(), "{}", d.body("/readyz"));
     for _ in 0..10 {
-        d.assert_alive();
+        d.assert_healthy();
         std::thread::sleep(Duration::from_millis(200));
     }
     env.start_again();
-    let back = wait_until(RECOVERY, || d.status("/readyz") == Some(200));
+    let back = wait_until(RECOVERY, || d.code("/readyz") == Some(200));
     assert!(back.is_some(), "not ready after the restart:\n{}", d.log());
     eprintln!(
         "fault: ready {:?} after the runtime restarted",
@@ -263,14 +171,14 @@ async fn runtime_hung_killed_and_restarted() {
 
     // Still enforcing after all that: drift is corrected.
     let shares = env.cgroup_dir("cpu", &b).join("cpu.shares");
-    let want = read(&shares);
+    let want = read_trimmed(&shares);
     std::fs::write(&shares, "777").unwrap();
     assert!(
-        wait_until(RECOVERY, || read(&shares) == want).is_some(),
+        wait_until(RECOVERY, || read_trimmed(&shares) == want).is_some(),
         "drift not corrected after the faults:\n{}",
         d.log()
     );
-    assert_eq!(d.evictions(), 0.0, "evicted on stale data");
+    assert_eq!(evictions(&d), 0.0, "evicted on stale data");
     assert_pods_alive(&pids);
 }
 
@@ -320,12 +228,11 @@ async fn read_only_cgroupfs() {
     let env = Containerd::start();
     let (g, b) = two_pods(&env).await;
     let pids = pod_pids(&env, &[&g, &b]).await;
-    let tmp = tempfile::tempdir().unwrap();
-    let mut d = Daemon::start(&env, tmp.path(), env.dir(), &[], None);
+    let mut d = start_daemon(&env, env.dir(), &[], None);
     // Drift that qosd must correct, then the whole test subtree read-only
     // (cpu and memory hierarchies: where qosd writes).
     let shares = env.cgroup_dir("cpu", &b).join("cpu.shares");
-    let want = read(&shares);
+    let want = read_trimmed(&shares);
     std::fs::write(&shares, "777").unwrap();
     let root = env.cgroup_root.trim_start_matches('/');
     let dirs: Vec<PathBuf> = ["cpu", "memory", "pids"]
@@ -334,7 +241,7 @@ async fn read_only_cgroupfs() {
         .filter(|p| p.is_dir())
         .collect();
     let mut ro = ReadOnly::over(dirs);
-    let down = wait_until(Duration::from_secs(10), || d.status("/readyz") == Some(503));
+    let down = wait_until(Duration::from_secs(10), || d.code("/readyz") == Some(503));
     assert!(
         down.is_some(),
         "/readyz 200 while every write fails:\n{}",
@@ -348,22 +255,22 @@ async fn read_only_cgroupfs() {
     eprintln!("fault: read-only cgroupfs: /readyz said {why:?}");
     // Several passes later the failure was still logged once, not per pass.
     std::thread::sleep(Duration::from_secs(4));
-    d.assert_alive();
+    d.assert_healthy();
     let logged = d.log().matches("cgroup write failed").count();
     assert!(
         (1..=5).contains(&logged),
         "{logged} failure lines:\n{}",
         d.log()
     );
-    assert_eq!(d.evictions(), 0.0, "{}", d.log());
+    assert_eq!(evictions(&d), 0.0, "{}", d.log());
     ro.end();
-    let back = wait_until(RECOVERY, || d.status("/readyz") == Some(200));
+    let back = wait_until(RECOVERY, || d.code("/readyz") == Some(200));
     assert!(
         back.is_some(),
         "not ready after the mount ended:\n{}",
         d.log()
     );
-    assert_eq!(read(&shares), want, "drift corrected once writable");
+    assert_eq!(read_trimmed(&shares), want, "drift corrected once writable");
     assert!(
         d.log().contains("cgroup writes succeed again"),
         "{}",
@@ -376,15 +283,6 @@ async fn read_only_cgroupfs() {
     assert_pods_alive(&pids);
 }
 
-/// A tmpfs mounted on a temp dir; unmounted on drop.
-struct Tmpfs(PathBuf);
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = nix::mount::umount2(&self.0, nix::mount::MntFlags::MNT_DETACH);
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root: starts containerd, creates cgroups, mounts a tmpfs"]
 async fn kubelet_root_dir_on_a_full_filesystem() {
@@ -392,25 +290,12 @@ async fn kubelet_root_dir_on_a_full_filesystem() {
     let env = Containerd::start();
     let (g, b) = two_pods(&env).await;
     let pids = pod_pids(&env, &[&g, &b]).await;
-    let tmp = tempfile::tempdir().unwrap();
-    let rootdir = tmp.path().join("kubelet");
-    std::fs::create_dir(&rootdir).unwrap();
-    nix::mount::mount(
-        Some("tmpfs"),
-        &rootdir,
-        Some("tmpfs"),
-        nix::mount::MsFlags::empty(),
-        Some("size=2m,nr_inodes=64"),
-    )
-    .unwrap();
-    let _fs = Tmpfs(rootdir.clone());
+    let fs = Tmpfs::mount("size=2m,nr_inodes=64");
+    let rootdir = fs.path.clone();
     // Dry-run evictions: a full nodefs is real pressure (not a fault of
     // qosd's data) and would evict; the test checks qosd sees it truthfully
     // and survives, without killing the test pods.
-    let mut d = Daemon::start(
-        &env,
-        tmp.path(),
-        &rootdir,
+    let mut d = start_daemon(&env, &rootdir,
         &[
             "--eviction-backend",
             "dry-run",
@@ -445,8 +330,8 @@ async fn kubelet_root_dir_on_a_full_filesystem() {
         "no DiskPressure on a full root dir:\n{}",
         d.body("/status")
     );
-    d.assert_alive();
-    assert_eq!(d.status("/readyz"), Some(200), "{}", d.body("/readyz"));
+    d.assert_healthy();
+    assert_eq!(d.code("/readyz"), Some(200), "{}", d.body("/readyz"));
     for e in std::fs::read_dir(&rootdir).unwrap() {
         std::fs::remove_file(e.unwrap().path()).unwrap();
     }
@@ -466,7 +351,7 @@ async fn kubelet_root_dir_on_a_full_filesystem() {
         "fault: full root dir: pressure seen, cleared {:?} after freeing",
         cleared.unwrap()
     );
-    d.assert_alive();
+    d.assert_healthy();
     assert_pods_alive(&pids);
 }
 
@@ -477,9 +362,8 @@ async fn two_hundred_slow_http_clients() {
     let env = Containerd::start();
     let (g, b) = two_pods(&env).await;
     let pids = pod_pids(&env, &[&g, &b]).await;
-    let tmp = tempfile::tempdir().unwrap();
     // The campaign's set-up: 1024 descriptors (qosd cannot raise it).
-    let mut d = Daemon::start(&env, tmp.path(), env.dir(), &[], Some(1024));
+    let mut d = start_daemon(&env, env.dir(), &[], Some(1024));
     let addr = d.addr;
     // Slowloris: 200 connections sending a header byte every 500 ms.
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -512,23 +396,23 @@ async fn two_hundred_slow_http_clients() {
     // During the attack: probes answer, drift is corrected (cgroup I/O has
     // descriptors), no EMFILE anywhere.
     let shares = env.cgroup_dir("cpu", &b).join("cpu.shares");
-    let want = read(&shares);
+    let want = read_trimmed(&shares);
     std::fs::write(&shares, "777").unwrap();
     let t = Instant::now();
     let mut probes = 0;
     while t.elapsed() < Duration::from_secs(12) {
-        d.assert_alive();
-        assert_eq!(d.status("/readyz"), Some(200), "{}", d.body("/readyz"));
+        d.assert_healthy();
+        assert_eq!(d.code("/readyz"), Some(200), "{}", d.body("/readyz"));
         probes += 1;
         std::thread::sleep(Duration::from_millis(300));
     }
     assert_eq!(
-        read(&shares),
+        read_trimmed(&shares),
         want,
         "drift not corrected under attack:\n{}",
         d.log()
     );
-    let fds = d.fd_count();
+    let fds = fd_count(d.pid() as u32);
     assert!(fds < 1024 - 200, "{fds} descriptors open: no reserve left");
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let closed: u32 = threads.into_iter().map(|t| t.join().unwrap()).sum();
@@ -539,7 +423,7 @@ async fn two_hundred_slow_http_clients() {
     let log = d.log();
     assert!(!log.contains("Too many open files"), "{log}");
     eprintln!("fault: 200 slow clients: {probes} probes ok, {fds} fds, {closed} slow connections closed by qosd");
-    assert_eq!(d.evictions(), 0.0, "{}", d.log());
+    assert_eq!(evictions(&d), 0.0, "{}", d.log());
     assert_pods_alive(&pids);
 }
 
@@ -550,12 +434,8 @@ async fn pod_cgroups_removed_mid_write() {
     let env = Containerd::start();
     let (g, b) = two_pods(&env).await;
     let pids = pod_pids(&env, &[&g, &b]).await;
-    let tmp = tempfile::tempdir().unwrap();
     // Orphans removed at once, so qosd and the test race for the same dirs.
-    let mut d = Daemon::start(
-        &env,
-        tmp.path(),
-        env.dir(),
+    let mut d = start_daemon(&env, env.dir(),
         &["--orphan-grace-period", "0s"],
         None,
     );
@@ -592,13 +472,13 @@ async fn pod_cgroups_removed_mid_write() {
                 }
             }
         }
-        d.assert_alive();
+        d.assert_healthy();
     }
     // Vanished cgroups are no write failure: ready throughout the end state.
-    let ok = wait_until(RECOVERY, || d.status("/readyz") == Some(200));
+    let ok = wait_until(RECOVERY, || d.code("/readyz") == Some(200));
     assert!(ok.is_some(), "{}\n{}", d.body("/readyz"), d.log());
-    d.assert_alive();
-    assert_eq!(d.evictions(), 0.0, "{}", d.log());
+    d.assert_healthy();
+    assert_eq!(evictions(&d), 0.0, "{}", d.log());
     assert_pods_alive(&pids);
     let gone = d.log().matches("the cgroup does not exist").count();
     eprintln!(
@@ -611,7 +491,7 @@ fn kubepods_usage(env: &Containerd) -> u64 {
     let p = Path::new("/sys/fs/cgroup/memory")
         .join(env.cgroup_root.trim_start_matches('/'))
         .join("kubepods/memory.usage_in_bytes");
-    read(&p).parse().unwrap_or(0)
+    read_trimmed(&p).parse().unwrap_or(0)
 }
 
 /// How the runtime breaks during an eviction.
@@ -668,12 +548,8 @@ async fn eviction_under_runtime_fault(fault: RuntimeFault) {
         .await;
     let keep_pids = pod_pids(&env, &[&keep]).await;
     let hog = env.container_pid(&victim.containers[0].1).await;
-    let tmp = tempfile::tempdir().unwrap();
     // kubepods limited to 512 MiB; evict when less than 100 MiB of it is left.
-    let mut d = Daemon::start(
-        &env,
-        tmp.path(),
-        env.dir(),
+    let mut d = start_daemon(&env, env.dir(),
         &[
             "--node-memory",
             "512Mi",
@@ -704,7 +580,7 @@ async fn eviction_under_runtime_fault(fault: RuntimeFault) {
     let used = kubepods_usage(&env);
     assert!(used >= near, "the hog did not grow: {used} bytes");
     assert!(alive(hog), "evicted below the line:\n{}", d.log());
-    assert_eq!(d.evictions(), 0.0, "{}", d.log());
+    assert_eq!(evictions(&d), 0.0, "{}", d.log());
 
     // Break the runtime, then cross the line at once: a killed runtime makes
     // the pod list unusable (no eviction on stale data) as soon as the
@@ -741,8 +617,8 @@ async fn eviction_under_runtime_fault(fault: RuntimeFault) {
     // not ready naming the runtime, no second eviction.
     let mut saw_503 = None;
     while hung_at.elapsed() < Duration::from_secs(14) {
-        d.assert_alive();
-        if d.status("/readyz") == Some(503) {
+        d.assert_healthy();
+        if d.code("/readyz") == Some(503) {
             let why = d.body("/readyz");
             if why.contains("container runtime (CRI)") {
                 saw_503 = Some(why);
@@ -752,14 +628,14 @@ async fn eviction_under_runtime_fault(fault: RuntimeFault) {
     }
     let why = saw_503.unwrap_or_else(|| panic!("/readyz never named the runtime:\n{}", d.log()));
     eprintln!("fault: {fault:?} during an eviction: /readyz said {why:?}");
-    assert_eq!(d.evictions(), 1.0, "{}", d.log());
+    assert_eq!(evictions(&d), 1.0, "{}", d.log());
     assert_pods_alive(&keep_pids);
 
     match fault {
         RuntimeFault::Hang => kill(cpid, Signal::SIGCONT).unwrap(),
         RuntimeFault::KillAndRestart => env.start_again(),
     }
-    let back = wait_until(RECOVERY, || d.status("/readyz") == Some(200));
+    let back = wait_until(RECOVERY, || d.code("/readyz") == Some(200));
     assert!(
         back.is_some(),
         "not ready after the runtime returned:\n{}",
@@ -802,14 +678,11 @@ async fn eviction_under_runtime_fault(fault: RuntimeFault) {
         assert!(log.contains("runtime cleanup after eviction done"), "{log}");
     }
     // Once: one eviction counted and logged, the other pod untouched.
-    d.assert_alive();
-    assert_eq!(d.evictions(), 1.0, "{}", d.log());
+    d.assert_healthy();
+    assert_eq!(evictions(&d), 1.0, "{}", d.log());
     let log = d.log();
     assert_eq!(log.matches("evicting pod").count(), 1, "{log}");
     assert!(log.contains(&victim.spec.uid), "{log}");
     assert_pods_alive(&keep_pids);
 }
 
-fn alive(pid: i32) -> bool {
-    kill(Pid::from_raw(pid), None).is_ok()
-}

@@ -10,73 +10,21 @@
 //! * a full or closed stderr does not turn an error into a panic (exit 101);
 //! * the status client caps the body and keeps its total deadline.
 
+mod support;
+
 use std::io::{Read, Write};
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
+use support::*;
 
-/// Run qosd with `args`; fails the test if it does not exit within 20 s
-/// (a hang guard, not a timing assertion). (exit code, stdout, stderr)
+/// `qosd <args>` with a 20 s hang guard: (exit code, stdout, stderr).
 fn qosd(args: &[&str]) -> (i32, String, String) {
-    qosd_with_stderr(args, Stdio::piped())
+    qosd_bounded(args, Stdio::piped())
 }
 
-fn qosd_with_stderr(args: &[&str], stderr: Stdio) -> (i32, String, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_qosd"))
-        .args(args)
-        .current_dir(root())
-        .env_remove("QOSD_CONFIG")
-        .env_remove("NOTIFY_SOCKET")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(stderr)
-        .spawn()
-        .unwrap();
-    let t = Instant::now();
-    let status = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        if t.elapsed() > Duration::from_secs(20) {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("qosd {args:?} still running after 20 s (hang)");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    let mut out = String::new();
-    let mut err = String::new();
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut out)
-        .unwrap();
-    if let Some(mut e) = child.stderr.take() {
-        e.read_to_string(&mut err).unwrap();
-    }
-    (status.code().unwrap_or(-1), out, err)
-}
-
-fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
-    let p = dir.join(name);
-    std::fs::write(&p, text).unwrap();
-    p
-}
-
-const NODE: &[&str] = &[
-    "--node-cpu",
-    "4",
-    "--node-memory",
-    "8Gi",
-    "--cgroup-version",
-    "v2",
-];
+const NODE: &[&str] = NODE_4CPU_8GI_V2;
 
 fn pod(name: &str, uid: &str) -> String {
     format!(
@@ -92,7 +40,7 @@ fn out_of_range_durations_exit_2_naming_the_field() {
         ("reconcileInterval", "9223372036854775808ns"),
         ("evictionPressureTransitionPeriod", "99999999999999999999h"),
     ] {
-        let c = write(tmp.path(), "c.yaml", &format!("{field}: {value}\n"));
+        let c = write_file(tmp.path(), "c.yaml", &format!("{field}: {value}\n"));
         let (code, _, err) = qosd(&["config", "check", c.to_str().unwrap()]);
         assert_eq!(code, 2, "{field}: {value}: {err}");
         assert!(err.contains(field) && err.contains("too large"), "{err}");
@@ -160,7 +108,7 @@ fn special_files_are_refused_at_once() {
 fn deep_nesting_is_refused_before_parsing() {
     let tmp = tempfile::tempdir().unwrap();
     let flow = format!("evictionHard: {}\n", "[".repeat(200_000));
-    let c = write(tmp.path(), "deep.yaml", &flow);
+    let c = write_file(tmp.path(), "deep.yaml", &flow);
     let (code, _, err) = qosd(&["config", "check", c.to_str().unwrap()]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("nested more than 64 levels"), "{err}");
@@ -169,7 +117,7 @@ fn deep_nesting_is_refused_before_parsing() {
         block.push_str(&" ".repeat(d));
         block.push_str("a:\n");
     }
-    let m = write(tmp.path(), "deep-pod.yaml", &block);
+    let m = write_file(tmp.path(), "deep-pod.yaml", &block);
     let mut args = vec!["plan", "--pods", m.to_str().unwrap()];
     args.extend_from_slice(NODE);
     let (code, _, err) = qosd(&args);
@@ -183,7 +131,7 @@ fn deep_nesting_is_refused_before_parsing() {
 #[test]
 fn manifest_uids_are_validated_like_cri_uids() {
     let tmp = tempfile::tempdir().unwrap();
-    let m = write(tmp.path(), "evil.yaml", &pod("evil", "../../../../x"));
+    let m = write_file(tmp.path(), "evil.yaml", &pod("evil", "../../../../x"));
     let mut args = vec!["plan", "--pods", m.to_str().unwrap()];
     args.extend_from_slice(NODE);
     let (code, out, err) = qosd(&args);
@@ -199,8 +147,8 @@ fn manifest_uids_are_validated_like_cri_uids() {
 fn duplicate_uids_are_refused_naming_both_sources() {
     let tmp = tempfile::tempdir().unwrap();
     let uid = "0b0a8c1e-1111-2222-3333-444455556666";
-    let a = write(tmp.path(), "a.yaml", &pod("first", uid));
-    let b = write(tmp.path(), "b.yaml", &pod("second", uid));
+    let a = write_file(tmp.path(), "a.yaml", &pod("first", uid));
+    let b = write_file(tmp.path(), "b.yaml", &pod("second", uid));
     let mut args = vec!["plan", "--pods", a.to_str().unwrap(), b.to_str().unwrap()];
     args.extend_from_slice(NODE);
     let (code, _, err) = qosd(&args);
@@ -216,7 +164,7 @@ fn symlink_loops_list_each_pod_once() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("pods");
     std::fs::create_dir(&dir).unwrap();
-    write(
+    write_file(
         &dir,
         "p.yaml",
         &pod("only", "0b0a8c1e-1111-2222-3333-444455556666"),
@@ -238,18 +186,18 @@ fn symlink_loops_list_each_pod_once() {
 #[test]
 fn a_broken_stderr_never_turns_into_a_panic() {
     let tmp = tempfile::tempdir().unwrap();
-    let c = write(tmp.path(), "bad.yaml", "mode: yolo\n");
+    let c = write_file(tmp.path(), "bad.yaml", "mode: yolo\n");
     // stderr on a full device: the error line is lost, the exit code stays.
     let full = std::fs::OpenOptions::new()
         .write(true)
         .open("/dev/full")
         .unwrap();
-    let (code, _, _) = qosd_with_stderr(&["config", "check", c.to_str().unwrap()], full.into());
+    let (code, _, _) = qosd_bounded(&["config", "check", c.to_str().unwrap()], full.into());
     assert_eq!(code, 2, "exit 101 would be a panic on the failed write");
     // stderr a pipe nobody reads any more: EPIPE.
     let (r, w) = nix::unistd::pipe().unwrap();
     drop(r);
-    let (code, _, _) = qosd_with_stderr(
+    let (code, _, _) = qosd_bounded(
         &["config", "check", c.to_str().unwrap()],
         std::fs::File::from(w).into(),
     );
@@ -319,7 +267,7 @@ fn extreme_quantities_never_wrap_in_the_plan() {
             "---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: p{i}\nspec:\n  containers:\n  - name: c\n    resources:\n      requests: {{cpu: \"{cpu}\", memory: \"{mem}\"}}\n      limits: {{cpu: \"{cpu}\", memory: \"{mem}\"}}\n"
         ));
     }
-    let m = write(tmp.path(), "edge.yaml", &text);
+    let m = write_file(tmp.path(), "edge.yaml", &text);
     for version in ["v1", "v2"] {
         let (code, out, err) = qosd(&[
             "plan",

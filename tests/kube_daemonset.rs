@@ -71,10 +71,6 @@ fn s(v: &Yaml) -> String {
         .to_string()
 }
 
-fn get(port: u16, path: &str) -> Option<qosd::telemetry::client::HttpResponse> {
-    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-    qosd::telemetry::client::get(addr, path, Duration::from_secs(2)).ok()
-}
 
 /// A recursive bind of `src` at `dst`, made rshared: `HostToContainer`
 /// propagation needs the host path on a shared (or slave) mount, as `/` is
@@ -106,12 +102,6 @@ impl Drop for SharedBind {
     }
 }
 
-fn read(p: &Path) -> String {
-    std::fs::read_to_string(p)
-        .unwrap_or_default()
-        .trim()
-        .to_string()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root: starts containerd, runs qosd as a pod, creates cgroups"]
@@ -413,9 +403,9 @@ async fn daemonset_pod_survives_a_runtime_restart_and_keeps_enforcing_and_evicti
     let healthz = s(&c["livenessProbe"]["httpGet"]["path"]);
     let readyz = s(&c["readinessProbe"]["httpGet"]["path"]);
     wait_for("readiness", Duration::from_secs(60), || {
-        get(port, &readyz).is_some_and(|r| r.status == 200)
+        get_port(port, &readyz).is_some_and(|r| r.status == 200)
     });
-    assert_eq!(get(port, &healthz).unwrap().status, 200);
+    assert_eq!(get_port(port, &healthz).unwrap().status, 200);
     wait_for("the API view", Duration::from_secs(30), || {
         status_json(port)["kubernetes"]["state"] == "synced"
     });
@@ -423,7 +413,7 @@ async fn daemonset_pod_survives_a_runtime_restart_and_keeps_enforcing_and_evicti
         .join(env.cgroup_root.trim_start_matches('/'))
         .join("kubepods");
     assert_eq!(
-        read(&kubepods_mem.join("memory.limit_in_bytes")),
+        read_or_empty(&kubepods_mem.join("memory.limit_in_bytes")),
         (512 * MI).to_string()
     );
 
@@ -434,25 +424,25 @@ async fn daemonset_pod_survives_a_runtime_restart_and_keeps_enforcing_and_evicti
     wait_for(
         "not ready while the runtime is down",
         Duration::from_secs(30),
-        || get(port, &readyz).is_some_and(|r| r.status == 503),
+        || get_port(port, &readyz).is_some_and(|r| r.status == 503),
     );
-    assert_eq!(get(port, &healthz).unwrap().status, 200, "alive meanwhile");
+    assert_eq!(get_port(port, &healthz).unwrap().status, 200, "alive meanwhile");
     env.start_again();
     assert_ne!(env.pid().unwrap(), pid_before);
     wait_for(
         "ready again after the runtime restart",
         Duration::from_secs(60),
-        || get(port, &readyz).is_some_and(|r| r.status == 200),
+        || get_port(port, &readyz).is_some_and(|r| r.status == 200),
     );
 
     // Still enforcing: drift on a QoS cgroup is corrected.
     let be_shares = Path::new("/sys/fs/cgroup/cpu")
         .join(env.cgroup_root.trim_start_matches('/'))
         .join("kubepods/besteffort/cpu.shares");
-    assert_eq!(read(&be_shares), "2");
+    assert_eq!(read_or_empty(&be_shares), "2");
     std::fs::write(&be_shares, "1024").unwrap();
     wait_for("drift corrected", Duration::from_secs(30), || {
-        read(&be_shares) == "2"
+        read_or_empty(&be_shares) == "2"
     });
 
     // Still evicting: the API refuses, the pod kills locally (KILL
@@ -480,5 +470,5 @@ async fn daemonset_pod_survives_a_runtime_restart_and_keeps_enforcing_and_evicti
         doc["last_evictions"][0]["uid"],
         serde_json::json!(hog.spec.uid)
     );
-    assert_eq!(get(port, &healthz).unwrap().status, 200);
+    assert_eq!(get_port(port, &healthz).unwrap().status, 200);
 }

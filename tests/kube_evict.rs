@@ -28,9 +28,6 @@ use support::*;
 
 const NODE: &str = "qosd-test-node";
 
-fn alive(pid: i32) -> bool {
-    kill(Pid::from_raw(pid), None).is_ok()
-}
 
 fn quantity(bytes: i64) -> String {
     format!("{}Ki", bytes / 1024)
@@ -272,15 +269,9 @@ fn wait_synced(port: u16, exact: u64) {
     });
 }
 
-fn metrics(port: u16) -> String {
-    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-    qosd::telemetry::client::get(addr, "/metrics", Duration::from_secs(2))
-        .map(|r| r.body)
-        .unwrap_or_default()
-}
 
 fn metric(port: u16, series: &str) -> f64 {
-    metrics(port)
+    metrics_text(port)
         .lines()
         .find_map(|l| {
             l.strip_prefix(series)
@@ -400,7 +391,7 @@ async fn hard_eviction_refused_or_unanswered_falls_back_to_local_kill_and_delete
         );
     }
     assert_eq!(events[0]["involvedObject"]["uid"], json!(be1.spec.uid));
-    let m = metrics(port);
+    let m = metrics_text(port);
     for series in [
         "qosd_api_evictions_total{path=\"fallback_local_kill\"} 2\n",
         "qosd_api_evictions_total{path=\"fallback_pod_deleted\"} 2\n",

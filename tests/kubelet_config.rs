@@ -9,7 +9,7 @@ mod support;
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
-use support::qosd;
+use support::{qosd, write_file};
 
 const FIXTURES: [&str; 5] = [
     "docs-example.yaml",
@@ -159,12 +159,6 @@ fn config_show_yaml_uses_kubelet_formats() {
     assert!(out.contains("memory.available: 100Mi"), "{out}");
 }
 
-fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
-    let p = dir.join(name);
-    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-    std::fs::write(&p, text).unwrap();
-    p
-}
 
 const HEAD: &str = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
 
@@ -172,19 +166,19 @@ const HEAD: &str = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConf
 fn drop_ins_override_in_lexical_order() {
     let d = tempfile::tempdir().unwrap();
     let dir = d.path().join("kubelet.conf.d");
-    write(
+    write_file(
         &dir,
         "20-root.conf",
         &format!("{HEAD}cgroupRoot: /second\nevictionHard:\n  memory.available: 300Mi\n"),
     );
-    write(
+    write_file(
         &dir,
         "10-root.conf",
         &format!("{HEAD}cgroupRoot: /first\nkubeReserved:\n  memory: 1Gi\n"),
     );
-    write(&dir, "30-pids.conf", &format!("{HEAD}podPidsLimit: 2048\n"));
+    write_file(&dir, "30-pids.conf", &format!("{HEAD}podPidsLimit: 2048\n"));
     // Not a drop-in (wrong extension): ignored, as by the kubelet.
-    write(&dir, "40-ignored.yaml", &format!("{HEAD}cgroupRoot: /no\n"));
+    write_file(&dir, "40-ignored.yaml", &format!("{HEAD}cgroupRoot: /no\n"));
     let dir_s = dir.display().to_string();
     let v = show(&[
         "--kubelet-config",
@@ -220,7 +214,7 @@ fn drop_ins_override_in_lexical_order() {
 #[test]
 fn a_kubelet_field_in_both_files_names_both() {
     let d = tempfile::tempdir().unwrap();
-    let q = write(
+    let q = write_file(
         d.path(),
         "qosd.yaml",
         "reconcileInterval: 5s\nevictionHard:\n  memory.available: 1Gi\n",
@@ -240,7 +234,7 @@ fn a_kubelet_field_in_both_files_names_both() {
     // The same through qosd's file naming the kubelet config (relative to
     // qosd's file), and a field the kubelet file leaves to its default.
     std::fs::copy(fixture("kind.yaml"), d.path().join("kubelet.yaml")).unwrap();
-    let q2 = write(
+    let q2 = write_file(
         d.path(),
         "qosd2.yaml",
         "kubeletConfig: kubelet.yaml\npodPidsLimit: 100\n",
@@ -252,7 +246,7 @@ fn a_kubelet_field_in_both_files_names_both() {
     assert!(err.contains("kubelet.yaml"), "{err}");
 
     // qosd's own fields beside a kubelet config are fine.
-    let q3 = write(
+    let q3 = write_file(
         d.path(),
         "qosd3.yaml",
         "kubeletConfig: kubelet.yaml\nreconcileInterval: 5s\ncgroupEnforcement: enforce\n",
@@ -266,7 +260,7 @@ fn a_kubelet_field_in_both_files_names_both() {
 #[test]
 fn bad_kubelet_values_name_the_kubelet_file() {
     let d = tempfile::tempdir().unwrap();
-    let k = write(
+    let k = write_file(
         d.path(),
         "k.yaml",
         &format!("{HEAD}cgroupDriver: systemd-ish\nevictionHard:\n  memory.available: lots\n"),
@@ -283,7 +277,7 @@ fn bad_kubelet_values_name_the_kubelet_file() {
     assert!(err.contains("\"systemd-ish\""), "{err}");
     assert!(err.contains("evictionHard[\"memory.available\"]"), "{err}");
 
-    let wrong = write(
+    let wrong = write_file(
         d.path(),
         "w.yaml",
         "apiVersion: kubelet.config.k8s.io/v1alpha1\nkind: KubeletConfiguration\n",

@@ -4,31 +4,13 @@
 //! reserved cgroup without creating it (a private fake cgroupfs in a temp
 //! dir: the check happens before any write).
 
-use std::path::PathBuf;
+mod support;
 
-use assert_cmd::Command;
 use predicates::prelude::*;
+use support::*;
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn qosd() -> Command {
-    let mut c = Command::cargo_bin("qosd").unwrap();
-    c.current_dir(root());
-    c
-}
-
-const NODE: &[&str] = &[
-    "--node-cpu",
-    "4",
-    "--node-memory",
-    "8Gi",
-    "--cgroup-version",
-    "v2",
-    "--hugepage-sizes",
-    "none",
-];
+/// With the shared plan node: no hugepage sizes.
+const NO_HUGEPAGES: &[&str] = &["--hugepage-sizes", "none"];
 
 #[test]
 fn bad_settings_exit_2() {
@@ -52,9 +34,10 @@ fn bad_settings_exit_2() {
             "memoryThrottlingFactor (from command-line flag): invalid value \"1.5\"",
         ),
     ] {
-        qosd()
+        qosd_cmd()
             .arg("plan")
-            .args(NODE)
+            .args(NODE_4CPU_8GI_V2)
+            .args(NO_HUGEPAGES)
             .args(args)
             .assert()
             .code(2)
@@ -66,9 +49,10 @@ fn bad_settings_exit_2() {
 #[test]
 fn version_is_printed_and_accepted_in_kubelet_spellings() {
     for (given, shown) in [("v1.34.2", "1.34"), ("1.33", "1.33"), ("1.36", "1.36")] {
-        qosd()
+        qosd_cmd()
             .arg("plan")
-            .args(NODE)
+            .args(NODE_4CPU_8GI_V2)
+            .args(NO_HUGEPAGES)
             .args(["--kubelet-version", given])
             .assert()
             .success()
@@ -76,9 +60,10 @@ fn version_is_printed_and_accepted_in_kubelet_spellings() {
                 "rules: kubelet {shown}\n"
             )));
     }
-    qosd()
+    qosd_cmd()
         .arg("plan")
-        .args(NODE)
+        .args(NODE_4CPU_8GI_V2)
+        .args(NO_HUGEPAGES)
         .assert()
         .success()
         .stdout(predicate::str::starts_with("rules: kubelet 1.36\n"));
@@ -93,9 +78,10 @@ fn hugepage_manifests_are_validated() {
         "apiVersion: v1\nkind: Pod\nmetadata: {name: hp}\nspec:\n  containers:\n  - name: c\n    resources:\n      requests: {memory: 1Gi, hugepages-2Mi: 4Mi}\n      limits: {memory: 1Gi, hugepages-2Mi: 6Mi}\n",
     )
     .unwrap();
-    qosd()
+    qosd_cmd()
         .arg("plan")
-        .args(NODE)
+        .args(NODE_4CPU_8GI_V2)
+        .args(NO_HUGEPAGES)
         .arg("--pods")
         .arg(&f)
         .assert()
@@ -110,7 +96,7 @@ fn run_refuses_a_missing_reserved_cgroup_and_creates_nothing() {
     let cg = tempfile::tempdir().unwrap();
     std::fs::write(cg.path().join("cgroup.controllers"), "cpu memory pids\n").unwrap();
     let before: Vec<_> = std::fs::read_dir(cg.path()).unwrap().flatten().collect();
-    qosd()
+    qosd_cmd()
         .args(["run", "--once", "--pods", "fixtures/pods/01-qos-demo.yaml"])
         .args(["--cgroupfs", cg.path().to_str().unwrap()])
         .args([

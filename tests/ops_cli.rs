@@ -13,25 +13,7 @@ use std::time::{Duration, Instant};
 
 use support::*;
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
 
-/// qosd in the repository root, with no inherited config or endpoint.
-fn run(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_qosd"))
-        .current_dir(root())
-        .args(args)
-        .env_remove("CONTAINER_RUNTIME_ENDPOINT")
-        .env_remove("QOSD_CONFIG")
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
 
 const NODE: &[&str] = &[
     "--config",
@@ -59,7 +41,7 @@ fn every_json_output_matches_its_contract() {
         let mut a = vec!["plan", "--pods", "fixtures/pods", "--cgroup-version", "v2"];
         a.extend_from_slice(NODE);
         a.extend_from_slice(extra);
-        run(&a)
+        qosd(&a)
     };
     let (code, json, err) = plan(&["-o", "json"]);
     assert_eq!(code, 0, "{err}");
@@ -71,11 +53,11 @@ fn every_json_output_matches_its_contract() {
     let from_json: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!(from_yaml, from_json);
 
-    let (code, json, err) = run(&["classify", "--pods", "fixtures/pods", "-o", "json"]);
+    let (code, json, err) = qosd(&["classify", "--pods", "fixtures/pods", "-o", "json"]);
     assert_eq!(code, 0, "{err}");
     check_schema("classify", &json);
 
-    let (code, json, err) = run(&[
+    let (code, json, err) = qosd(&[
         "eviction-order",
         "--pods",
         "fixtures/pods",
@@ -103,7 +85,7 @@ fn every_json_output_matches_its_contract() {
         "json",
     ];
     args.extend_from_slice(NODE);
-    let (code, json, err) = run(&args);
+    let (code, json, err) = qosd(&args);
     assert_eq!(code, 0, "{err}");
     check_contract("run-once", &json);
     assert!(
@@ -117,7 +99,7 @@ fn every_json_output_matches_its_contract() {
     // No daemon and no runtime: exit 1, but the live document is printed.
     let addr = format!("127.0.0.1:{}", free_port());
     let sock = format!("unix://{}", tmp.path().join("none.sock").display());
-    let (code, json, err) = run(&[
+    let (code, json, err) = qosd(&[
         "status",
         "--config",
         "/dev/null",
@@ -143,7 +125,7 @@ fn workloads_are_read_by_pod_template_and_said_so() {
         "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web, namespace: shop}\nspec:\n  replicas: 3\n  template:\n    metadata: {labels: {app: web}}\n    spec:\n      containers:\n      - name: app\n        resources: {limits: {cpu: 500m, memory: 256Mi}}\n---\napiVersion: batch/v1\nkind: CronJob\nmetadata: {name: nightly}\nspec:\n  schedule: '0 3 * * *'\n  jobTemplate:\n    spec:\n      template:\n        spec:\n          containers: [{name: job}]\n",
     )
     .unwrap();
-    let (code, out, err) = run(&["classify", "--pods", f.to_str().unwrap()]);
+    let (code, out, err) = qosd(&["classify", "--pods", f.to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");
     assert!(
         out.contains("shop/web (template of Deployment/web)") && out.contains("Guaranteed"),
@@ -166,7 +148,7 @@ fn workloads_are_read_by_pod_template_and_said_so() {
     ];
     args.extend_from_slice(NODE);
     args.extend_from_slice(&["-o", "json"]);
-    let (code, json, err) = run(&args);
+    let (code, json, err) = qosd(&args);
     assert_eq!(code, 0, "{err}");
     check_contract("plan", &json);
     assert_eq!(
@@ -187,7 +169,7 @@ fn explicit_pods_without_a_pod_are_a_warning_and_exit_2() {
         if cmd == "plan" {
             args.extend_from_slice(NODE);
         }
-        let (code, out, err) = run(&args);
+        let (code, out, err) = qosd(&args);
         assert_eq!(code, 2, "{cmd}: {out}{err}");
         assert_eq!(out, "", "{cmd}");
         assert!(err.contains("warning: no pod in"), "{cmd}: {err}");
@@ -196,7 +178,7 @@ fn explicit_pods_without_a_pod_are_a_warning_and_exit_2() {
 
 #[test]
 fn text_output_is_aligned_and_wide_adds_columns() {
-    let (code, out, err) = run(&["classify", "--pods", "fixtures/pods", "-o", "wide"]);
+    let (code, out, err) = qosd(&["classify", "--pods", "fixtures/pods", "-o", "wide"]);
     assert_eq!(code, 0, "{err}");
     let head = out.lines().next().unwrap();
     assert!(head.starts_with("POD") && head.contains("UID") && head.contains("MANIFEST"));
@@ -214,12 +196,12 @@ fn text_output_is_aligned_and_wide_adds_columns() {
 #[test]
 fn completions_and_man_page_come_from_the_cli() {
     for shell in ["bash", "zsh", "fish"] {
-        let (code, out, err) = run(&["completion", shell]);
+        let (code, out, err) = qosd(&["completion", shell]);
         assert_eq!(code, 0, "{err}");
         assert!(out.contains("eviction-order"), "{shell}");
         assert!(out.contains("runtime-endpoint"), "{shell}");
     }
-    let (code, out, err) = run(&["man"]);
+    let (code, out, err) = qosd(&["man"]);
     assert_eq!(code, 0, "{err}");
     assert!(out.starts_with(".ie") || out.contains(".TH qosd"), "{out}");
     assert!(out.contains("qosd\\-plan") && out.contains("\\-\\-cgroup\\-root"));
@@ -227,7 +209,7 @@ fn completions_and_man_page_come_from_the_cli() {
 
 #[test]
 fn durations_are_go_durations_everywhere() {
-    let (code, _, err) = run(&[
+    let (code, _, err) = qosd(&[
         "pods",
         "--retry-for",
         "1 s",
@@ -235,7 +217,7 @@ fn durations_are_go_durations_everywhere() {
         "unix:///nonexistent.sock",
     ]);
     assert_eq!(code, 2, "humantime spelling must be refused: {err}");
-    let (code, _, err) = run(&[
+    let (code, _, err) = qosd(&[
         "pods",
         "--retry-for",
         "0s",
@@ -355,7 +337,7 @@ fn live_scrape_passes_promtool_and_a_strict_openmetrics_parser() {
     ];
     args.extend_from_slice(NODE);
     let child = Command::new(env!("CARGO_BIN_EXE_qosd"))
-        .current_dir(root())
+        .current_dir(repo_root())
         .args(&args)
         .env_remove("QOSD_CONFIG")
         .env("QOSD_LOG", "warn")
@@ -432,7 +414,7 @@ fn live_scrape_passes_promtool_and_a_strict_openmetrics_parser() {
 /// exactly the error kinds the code counts.
 #[test]
 fn docs_list_every_metric_and_error_kind() {
-    let doc = std::fs::read_to_string(root().join("docs/operations.md")).unwrap();
+    let doc = std::fs::read_to_string(repo_root().join("docs/operations.md")).unwrap();
     let section = |title: &str| -> Vec<String> {
         let start = doc.find(title).unwrap_or_else(|| panic!("no {title:?}"));
         doc[start..]

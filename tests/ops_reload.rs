@@ -45,38 +45,10 @@ impl Drop for Daemon {
     }
 }
 
-fn read(p: &Path) -> String {
-    std::fs::read_to_string(p)
-        .unwrap_or_default()
-        .trim()
-        .to_string()
-}
 
-fn alive(pid: i32) -> bool {
-    kill(Pid::from_raw(pid), None).is_ok()
-}
 
-fn metrics(port: u16) -> String {
-    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-    qosd::telemetry::client::get(addr, "/metrics", Duration::from_secs(2))
-        .map(|r| r.body)
-        .unwrap_or_default()
-}
 
-fn sample(text: &str, series: &str) -> Option<f64> {
-    text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
-        let (name, value) = l.rsplit_once(' ')?;
-        (name == series).then(|| value.parse().ok())?
-    })
-}
 
-fn wait(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
-    let t = Instant::now();
-    while !f() {
-        assert!(t.elapsed() < timeout, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
 
 fn config(env: &Containerd, port: u16, mode: &str, threshold: &str, extra: &str) -> String {
     format!(
@@ -142,7 +114,7 @@ async fn sighup_switches_dry_run_to_enforce_and_changes_a_threshold() {
         .spawn()
         .unwrap();
     let d = Daemon(child);
-    wait("the first reconcile", Duration::from_secs(30), || {
+    wait_for("the first reconcile", Duration::from_secs(30), || {
         status_json(port)["ready"] == true
     });
     let st = status_json(port);
@@ -153,14 +125,14 @@ async fn sighup_switches_dry_run_to_enforce_and_changes_a_threshold() {
     // far above 1Mi: no eviction, and none would be made in dry-run anyway.
     let mem = env.cgroup_dir("memory", &be);
     let usage = || {
-        read(&mem.join("memory.usage_in_bytes"))
+        read_or_empty(&mem.join("memory.usage_in_bytes"))
             .parse::<i64>()
             .unwrap_or(0)
     };
-    wait("the hog's start", Duration::from_secs(10), || {
+    wait_for("the hog's start", Duration::from_secs(10), || {
         usage() >= 8 * MI
     });
-    wait("the hog's growth", Duration::from_secs(20), || {
+    wait_for("the hog's growth", Duration::from_secs(20), || {
         let _ = kill(Pid::from_raw(be_pid), Signal::SIGUSR1);
         std::thread::sleep(Duration::from_millis(100));
         usage() > 150 * MI
@@ -168,14 +140,14 @@ async fn sighup_switches_dry_run_to_enforce_and_changes_a_threshold() {
     let kubepods = Path::new("/sys/fs/cgroup/memory")
         .join(env.cgroup_root.trim_start_matches('/'))
         .join("kubepods");
-    wait("a dry-run reconcile", Duration::from_secs(10), || {
-        sample(&metrics(port), "qosd_dry_run_cgroup_writes_total").unwrap_or(0.0) > 0.0
+    wait_for("a dry-run reconcile", Duration::from_secs(10), || {
+        sample(&metrics_text(port), "qosd_dry_run_cgroup_writes_total").unwrap_or(0.0) > 0.0
     });
     std::thread::sleep(Duration::from_millis(1500));
-    let m = metrics(port);
+    let m = metrics_text(port);
     assert_eq!(sample(&m, "qosd_cgroup_writes_total"), Some(0.0), "{m}");
     assert_ne!(
-        read(&kubepods.join("memory.limit_in_bytes")),
+        read_or_empty(&kubepods.join("memory.limit_in_bytes")),
         (512 * MI).to_string(),
         "dry-run wrote kubepods' memory limit"
     );
@@ -184,18 +156,18 @@ async fn sighup_switches_dry_run_to_enforce_and_changes_a_threshold() {
     // Edit the file: enforce, and a threshold the hog's usage now meets.
     std::fs::write(&cfg, config(&env, port, "enforce", "400Mi", &hook_line)).unwrap();
     d.signal(Signal::SIGHUP);
-    wait("the reload", Duration::from_secs(10), || {
+    wait_for("the reload", Duration::from_secs(10), || {
         status_json(port)["config_generation"] == 2
     });
     let st = status_json(port);
     assert_eq!(st["mode"], "enforce", "{st}");
     assert_eq!(st["last_reload"], "applied", "{st}");
     // A real write...
-    wait("kubepods' memory limit", Duration::from_secs(10), || {
-        read(&kubepods.join("memory.limit_in_bytes")) == (512 * MI).to_string()
+    wait_for("kubepods' memory limit", Duration::from_secs(10), || {
+        read_or_empty(&kubepods.join("memory.limit_in_bytes")) == (512 * MI).to_string()
     });
     // ... and a real eviction with the new threshold.
-    wait(
+    wait_for(
         "the BestEffort pod's eviction",
         Duration::from_secs(20),
         || !alive(be_pid),
@@ -215,7 +187,7 @@ async fn sighup_switches_dry_run_to_enforce_and_changes_a_threshold() {
     assert!(alive(env.container_pid(&g.containers[0].1).await));
 
     // Metrics: one reaction observation, CRI calls counted, real counters.
-    let m = metrics(port);
+    let m = metrics_text(port);
     assert_eq!(
         sample(&m, "qosd_eviction_reaction_seconds_count"),
         Some(1.0),
@@ -252,12 +224,12 @@ async fn sighup_switches_dry_run_to_enforce_and_changes_a_threshold() {
         "{m}"
     );
     // The hook ran once, with the eviction in its environment.
-    wait("the eviction hook", Duration::from_secs(10), || {
+    wait_for("the eviction hook", Duration::from_secs(10), || {
         hook_out.exists()
     });
-    wait("the hook's result", Duration::from_secs(10), || {
+    wait_for("the hook's result", Duration::from_secs(10), || {
         sample(
-            &metrics(port),
+            &metrics_text(port),
             "qosd_eviction_hook_runs_total{result=\"ok\"}",
         ) == Some(1.0)
     });
@@ -271,7 +243,7 @@ async fn sighup_switches_dry_run_to_enforce_and_changes_a_threshold() {
     // An invalid file changes nothing and is reported.
     std::fs::write(&cfg, "mode: yolo\n").unwrap();
     d.signal(Signal::SIGHUP);
-    wait("the invalid reload", Duration::from_secs(10), || {
+    wait_for("the invalid reload", Duration::from_secs(10), || {
         status_json(port)["last_reload"]
             .as_str()
             .is_some_and(|r| r.starts_with("invalid"))
@@ -287,14 +259,14 @@ async fn sighup_switches_dry_run_to_enforce_and_changes_a_threshold() {
     )
     .unwrap();
     d.signal(Signal::SIGHUP);
-    wait("the refused reload", Duration::from_secs(10), || {
+    wait_for("the refused reload", Duration::from_secs(10), || {
         status_json(port)["last_reload"]
             .as_str()
             .is_some_and(|r| r.starts_with("restart_required") && r.contains("metricsAddress"))
     });
     let st = status_json(port);
     assert_eq!(st["mode"], "enforce", "the refused reload changed the mode");
-    let m = metrics(port);
+    let m = metrics_text(port);
     assert_eq!(
         sample(&m, "qosd_config_reload_total{result=\"invalid\"}"),
         Some(1.0)
@@ -425,9 +397,9 @@ async fn a_cgroup_root_the_runtime_does_not_use_is_refused() {
         .spawn()
         .unwrap();
     let _d = Daemon(child);
-    wait("the refusal", Duration::from_secs(20), || {
+    wait_for("the refusal", Duration::from_secs(20), || {
         sample(
-            &metrics(port),
+            &metrics_text(port),
             "qosd_errors_total{kind=\"parent_mismatch\"}",
         ) == Some(1.0)
     });
@@ -439,7 +411,7 @@ async fn a_cgroup_root_the_runtime_does_not_use_is_refused() {
             .is_some_and(|r| r.contains("do not match cgroupRoot")),
         "{st}"
     );
-    assert_eq!(sample(&metrics(port), "qosd_ready"), Some(0.0));
+    assert_eq!(sample(&metrics_text(port), "qosd_ready"), Some(0.0));
     for d in &dirs {
         assert!(!d.join("kubepods").exists(), "{} written", d.display());
     }
@@ -468,15 +440,15 @@ async fn eviction_order_cri_reads_usage_from_the_live_cgroups() {
     let pid = env.container_pid(&be.containers[0].1).await;
     let mem = env.cgroup_dir("memory", &be);
     let usage = || {
-        read(&mem.join("memory.usage_in_bytes"))
+        read_or_empty(&mem.join("memory.usage_in_bytes"))
             .parse::<i64>()
             .unwrap_or(0)
     };
     // Its initial 8 MiB first (signal handlers installed), then growth.
-    wait("the hog's start", Duration::from_secs(10), || {
+    wait_for("the hog's start", Duration::from_secs(10), || {
         usage() >= 8 * MI
     });
-    wait("the hog's growth", Duration::from_secs(10), || {
+    wait_for("the hog's growth", Duration::from_secs(10), || {
         let _ = kill(Pid::from_raw(pid), Signal::SIGUSR1);
         std::thread::sleep(Duration::from_millis(100));
         usage() > 60 * MI

@@ -2,29 +2,12 @@
 //! the file and field in the message and nothing on stdout; flags map to
 //! the plan.
 
-use std::path::PathBuf;
+mod support;
 
-use assert_cmd::Command;
 use predicates::prelude::*;
+use support::*;
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn qosd() -> Command {
-    let mut c = Command::cargo_bin("qosd").unwrap();
-    c.current_dir(root());
-    c
-}
-
-const NODE: &[&str] = &[
-    "--node-cpu",
-    "4",
-    "--node-memory",
-    "8Gi",
-    "--cgroup-version",
-    "v2",
-];
+const NODE: &[&str] = NODE_4CPU_8GI_V2;
 
 #[test]
 fn bad_manifests_exit_2_naming_file_and_field() {
@@ -58,7 +41,7 @@ fn bad_manifests_exit_2_naming_file_and_field() {
             if cmd == "plan" {
                 args.extend_from_slice(NODE);
             }
-            qosd()
+            qosd_cmd()
                 .args(&args)
                 .assert()
                 .code(2)
@@ -80,7 +63,7 @@ fn bad_flags_exit_2() {
     ] {
         let mut args = vec!["plan", "--node-cpu", "4", "--node-memory", "8Gi"];
         args.extend_from_slice(extra);
-        qosd()
+        qosd_cmd()
             .args(&args)
             .assert()
             .code(2)
@@ -90,7 +73,7 @@ fn bad_flags_exit_2() {
 
 #[test]
 fn plan_without_pods_uses_the_embedded_examples() {
-    qosd()
+    qosd_cmd()
         .args([
             "plan",
             "--node-cpu",
@@ -113,7 +96,7 @@ fn plan_without_pods_uses_the_embedded_examples() {
 fn plan_detects_the_node_and_version_by_default() {
     // No flags at all: the README's first command. Works on any machine
     // (falls back to v2 with a warning when /sys/fs/cgroup is not a cgroupfs).
-    let out = qosd().args(["plan", "--output", "json"]).output().unwrap();
+    let out = qosd_cmd().args(["plan", "--output", "json"]).output().unwrap();
     assert!(
         out.status.success(),
         "{}",
@@ -134,7 +117,7 @@ fn fake_proc_and_cgroupfs() {
     let cg = d.path().join("cgroup");
     std::fs::create_dir(&cg).unwrap();
     std::fs::write(cg.join("cgroup.controllers"), "cpu memory pids\n").unwrap();
-    let out = qosd()
+    let out = qosd_cmd()
         .args([
             "plan",
             "--pods",
@@ -165,7 +148,7 @@ fn fake_proc_and_cgroupfs() {
 
 #[test]
 fn cri_without_runtime_is_a_runtime_failure() {
-    qosd()
+    qosd_cmd()
         .args([
             "plan",
             "--cri",
@@ -176,7 +159,7 @@ fn cri_without_runtime_is_a_runtime_failure() {
         .assert()
         .code(1)
         .stdout(predicate::str::is_empty());
-    qosd()
+    qosd_cmd()
         .args(["plan", "--cri", "--pods", "fixtures/pods"])
         .assert()
         .code(2);
@@ -184,7 +167,7 @@ fn cri_without_runtime_is_a_runtime_failure() {
 
 #[test]
 fn classify_says_why() {
-    qosd()
+    qosd_cmd()
         .args([
             "classify",
             "--pods",

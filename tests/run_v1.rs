@@ -11,12 +11,6 @@ use std::path::Path;
 use serde_json::Value;
 use support::*;
 
-fn read(p: &Path) -> String {
-    std::fs::read_to_string(p)
-        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
-        .trim()
-        .to_string()
-}
 
 fn run_once(env: &Containerd, extra: &[&str]) -> Value {
     let mut args = vec!["run", "--once", "--output", "json"];
@@ -97,7 +91,7 @@ async fn run_enforces_kubelet_values_on_real_cgroup_v1() {
         .join(env.cgroup_root.trim_start_matches('/'))
         .join("kubepods");
     assert_ne!(
-        read(&kubepods_cpu.join("cpu.shares")),
+        read_trimmed(&kubepods_cpu.join("cpu.shares")),
         plan["writes"][0]["value"].as_str().unwrap(),
         "dry run must not write"
     );
@@ -109,23 +103,23 @@ async fn run_enforces_kubelet_values_on_real_cgroup_v1() {
 
     let gcpu = env.cgroup_dir("cpu", &g);
     let gmem = env.cgroup_dir("memory", &g);
-    assert_eq!(read(&gcpu.join("cpu.shares")), "716");
-    assert_eq!(read(&gcpu.join("cpu.cfs_quota_us")), "70000");
-    assert_eq!(read(&gcpu.join("cpu.cfs_period_us")), "100000");
+    assert_eq!(read_trimmed(&gcpu.join("cpu.shares")), "716");
+    assert_eq!(read_trimmed(&gcpu.join("cpu.cfs_quota_us")), "70000");
+    assert_eq!(read_trimmed(&gcpu.join("cpu.cfs_period_us")), "100000");
     assert_eq!(
-        read(&gmem.join("memory.limit_in_bytes")),
+        read_trimmed(&gmem.join("memory.limit_in_bytes")),
         (200 * MI).to_string()
     );
     let bcpu = env.cgroup_dir("cpu", &b);
-    assert_eq!(read(&bcpu.join("cpu.shares")), "512");
-    assert_eq!(read(&bcpu.join("cpu.cfs_quota_us")), "100000");
+    assert_eq!(read_trimmed(&bcpu.join("cpu.shares")), "512");
+    assert_eq!(read_trimmed(&bcpu.join("cpu.cfs_quota_us")), "100000");
     assert_eq!(
-        read(&env.cgroup_dir("memory", &b).join("memory.limit_in_bytes")),
+        read_trimmed(&env.cgroup_dir("memory", &b).join("memory.limit_in_bytes")),
         (256 * MI).to_string()
     );
-    assert_eq!(read(&env.cgroup_dir("cpu", &be).join("cpu.shares")), "2");
-    assert_eq!(read(&kubepods_cpu.join("besteffort/cpu.shares")), "2");
-    assert_eq!(read(&kubepods_cpu.join("burstable/cpu.shares")), "512");
+    assert_eq!(read_trimmed(&env.cgroup_dir("cpu", &be).join("cpu.shares")), "2");
+    assert_eq!(read_trimmed(&kubepods_cpu.join("besteffort/cpu.shares")), "2");
+    assert_eq!(read_trimmed(&kubepods_cpu.join("burstable/cpu.shares")), "512");
 
     // Steady state: zero writes.
     let second = run_once(&env, &[]);
@@ -141,7 +135,7 @@ async fn run_enforces_kubelet_values_on_real_cgroup_v1() {
     let w = writes(&third, "writes");
     assert_eq!(w.len(), 1, "{w:?}");
     assert!(w[0].0.ends_with("cpu.shares") && w[0].1 == "716", "{w:?}");
-    assert_eq!(read(&gcpu.join("cpu.shares")), "716");
+    assert_eq!(read_trimmed(&gcpu.join("cpu.shares")), "716");
 
     // A removed pod leaves its pod cgroup (runc never removes it): qosd
     // removes it once the grace period is over, and not before.

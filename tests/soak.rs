@@ -12,17 +12,13 @@
 mod support;
 
 use std::io::Write;
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::process::{Command, Stdio};
+use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use support::*;
 
-fn get(addr: SocketAddr, path: &str) -> Option<qosd::telemetry::client::HttpResponse> {
-    qosd::telemetry::client::get(addr, path, Duration::from_secs(2)).ok()
-}
 
 /// A tiny deterministic generator (no extra crate): xorshift64.
 struct Rng(u64);
@@ -38,22 +34,7 @@ impl Rng {
     }
 }
 
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
-        .unwrap_or(0)
-}
 
-fn fds(pid: u32) -> u64 {
-    std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .map(|d| d.count() as u64)
-        .unwrap_or(0)
-}
 
 fn shares_of(millis: i64) -> String {
     (millis * 1024 / 1000).max(2).to_string()
@@ -78,45 +59,16 @@ async fn soak() {
             &PodSpec::new("soak-0").container(ContainerSpec::pause("app").cpu(Some(20), Some(500))),
         )
         .await;
-    let tmp = tempfile::tempdir().unwrap();
-    let addr = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
-    let log = tmp.path().join("qosd.log");
-    let out = std::fs::File::create(&log).unwrap();
-    let mut qosd = Command::new(env!("CARGO_BIN_EXE_qosd"))
-        .args([
-            "run",
-            "--runtime-endpoint",
-            &env.endpoint,
-            "--cgroup-version",
-            "v1",
-            "--cgroup-root",
-            &env.cgroup_root,
-            "--metrics-address",
-            &addr.to_string(),
-            "--reconcile-interval",
-            "1s",
-            "--relist-interval",
-            "1s",
-            "--orphan-grace-period",
-            "0s",
-            // Memory only: the shared machine's disk may be under real pressure.
-            "--eviction-hard",
-            "memory.available<100Mi",
-            "--root-dir",
-            &env.dir().display().to_string(),
-        ])
-        .env_remove("NOTIFY_SOCKET")
-        .env_remove("QOSD_CONFIG")
-        .env("QOSD_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(out.try_clone().unwrap())
-        .stderr(out)
-        .spawn()
-        .unwrap();
-    let pid = qosd.id();
+    let mut args = env.run_args(None);
+    args.extend([
+        "--orphan-grace-period",
+        "0s",
+        // Memory only: the shared machine's disk may be under real pressure.
+        "--eviction-hard",
+        "memory.available<100Mi",
+    ]);
+    let mut qosd = Daemon::start(&args);
+    let pid = qosd.pid() as u32;
 
     let mut pods: Vec<(RunningPod, i64, Instant, bool)> = vec![(first, 20, Instant::now(), false)];
     let (mut started, mut removed, mut missed) = (0u64, 0u64, 0u64);
@@ -129,12 +81,7 @@ async fn soak() {
     let mut last_sample = Instant::now() - Duration::from_secs(10);
     let mut n = 0i64;
     while t0.elapsed() < Duration::from_secs(seconds) {
-        if let Some(st) = qosd.try_wait().unwrap() {
-            panic!(
-                "qosd exited during the soak ({st}):\n{}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
-        }
+        qosd.assert_running();
         let cpid = Pid::from_raw(env.pid().unwrap() as i32);
         if let Some(until) = stopped_until {
             if Instant::now() >= until {
@@ -147,9 +94,9 @@ async fn soak() {
         if last_sample.elapsed() >= Duration::from_secs(5) {
             last_sample = Instant::now();
             rss.push(rss_kib(pid));
-            fd.push(fds(pid));
+            fd.push(fd_count(pid) as u64);
         }
-        if get(addr, "/readyz").is_none_or(|r| r.status != 200) {
+        if qosd.code("/readyz") != Some(200) {
             not_ready_s += 0.5;
         }
         // Enforcement check of the pods started while the runtime was healthy.
@@ -211,7 +158,7 @@ async fn soak() {
             *faults.entry("cgroup_drift").or_default() += 1;
         } else if action < 78 {
             let mut conns: Vec<TcpStream> = (0..50)
-                .filter_map(|_| TcpStream::connect(addr).ok())
+                .filter_map(|_| TcpStream::connect(qosd.addr).ok())
                 .collect();
             for c in &mut conns {
                 let _ = c.write_all(b"GET /metrics HTTP/1.1\r\n");
@@ -225,7 +172,7 @@ async fn soak() {
     if stopped_until.is_some() {
         kill(Pid::from_raw(env.pid().unwrap() as i32), Signal::SIGCONT).unwrap();
     }
-    let metrics = get(addr, "/metrics").map(|r| r.body).unwrap_or_default();
+    let metrics = qosd.body("/metrics");
     let errors: std::collections::BTreeMap<String, f64> = metrics
         .lines()
         .filter(|l| l.starts_with("qosd_errors_total{"))
@@ -234,14 +181,10 @@ async fn soak() {
             Some((k.to_string(), v.parse().ok()?))
         })
         .collect();
-    let evictions: f64 = metrics
-        .lines()
-        .filter(|l| l.starts_with("qosd_evictions_total"))
-        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
-        .sum();
-    let alive = qosd.try_wait().unwrap().is_none();
-    let _ = kill(Pid::from_raw(pid as i32), Signal::SIGTERM);
-    let _ = qosd.wait();
+    let evictions = sum_samples(&metrics, "qosd_evictions_total");
+    let alive = qosd.exit_status().is_none();
+    let log_lines = qosd.log().lines().count();
+    qosd.stop();
     let doc = serde_json::json!({
         "seconds": seconds,
         "pods_started": started,
@@ -254,7 +197,7 @@ async fn soak() {
         "evictions": evictions,
         "not_ready_seconds_approx": not_ready_s,
         "qosd_alive_at_end": alive,
-        "log_lines": std::fs::read_to_string(&log).map(|s| s.lines().count()).unwrap_or(0),
+        "log_lines": log_lines,
     });
     println!("BENCH_JSON {}", serde_json::to_string(&doc).unwrap());
     assert!(alive, "qosd exited");

@@ -44,9 +44,6 @@ use vm::Results;
 
 const SCRIPT: &str = include_str!("vm/systemd_node.sh");
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
 
 /// The plan qosd makes on the host for the VM's pods (same flags, fixed
 /// node size): units with properties, and files with values.
@@ -67,7 +64,7 @@ fn host_plan() -> Value {
             "--output",
             "json",
         ])
-        .current_dir(repo())
+        .current_dir(vm::repo())
         .output()
         .expect("run qosd plan");
     assert!(
@@ -171,14 +168,14 @@ fn systemd_node() {
         (units_txt, "test/units.txt".into()),
         (files_txt, "test/files.txt".into()),
     ];
-    for e in std::fs::read_dir(repo().join("fixtures/pods")).unwrap() {
+    for e in std::fs::read_dir(vm::repo().join("fixtures/pods")).unwrap() {
         let p = e.unwrap().path();
         let name = p.file_name().unwrap().to_string_lossy().into_owned();
         vm_files.push((p, format!("test/pods/{name}")));
     }
     // C, B, D inputs.
     let images = support::images();
-    let unit = repo().join("systemd/qosd.service");
+    let unit = vm::repo().join("systemd/qosd.service");
     let put = |name: &str, text: &str| {
         let p = tmp.path().join(name);
         std::fs::write(&p, text).unwrap();
@@ -188,7 +185,7 @@ fn systemd_node() {
     vm_files.push((images.memhog_tar.clone(), "test/memhog.tar".into()));
     vm_files.push((unit, "test/qosd.service".into()));
     vm_files.push((
-        repo().join("tests/vm/systemd_probe.sh"),
+        vm::repo().join("tests/vm/systemd_probe.sh"),
         "test/probe.sh".into(),
     ));
     vm_files.push(put("config.yaml", CONFIG));
@@ -201,15 +198,8 @@ fn systemd_node() {
         .collect();
     vm_files.push(put("podunits.txt", &podunits));
     let run = vm::run_systemd_script(SCRIPT, &bins, &vm_files, Duration::from_secs(900), &[]);
-    let ctx = || format!("results:\n{}\nconsole:\n{}", run.results, run.output);
-    eprintln!("systemd VM run: {:.1}s", run.elapsed.as_secs_f64());
-    assert_eq!(run.code, 0, "script failed\n{}", ctx());
-    assert!(
-        run.results.lines().any(|l| l.trim() == "DONE"),
-        "script did not finish\n{}",
-        ctx()
-    );
-    eprintln!("--- results\n{}", run.results);
+    let ctx = || run.context();
+    run.assert_done("systemd VM run");
     let r = Results { text: &run.results };
     check(&r, &plan, &ctx);
 }

@@ -8,9 +8,14 @@
 //!   `CONTAINER_RUNTIME_ENDPOINT`, `NOTIFY_SOCKET`, `QOSD_CONFIG`,
 //!   `NODE_NAME` or `QOSD_INJECT_PANIC`.
 //!   Stopped by its PID on drop (SIGTERM, SIGKILL after 3 s).
-//! * [`Daemon::get`], [`Daemon::metrics`], [`Daemon::metric`],
-//!   [`Daemon::status`]: scrape it; [`sample`] reads one series of a
+//!   [`Daemon::start_adjusted`]: another binary, the command adjusted
+//!   before the spawn (an rlimit).
+//! * [`Daemon::get`], [`Daemon::code`], [`Daemon::body`], [`Daemon::metrics`],
+//!   [`Daemon::metric`], [`Daemon::status`]: scrape it;
+//!   [`Daemon::assert_healthy`]: running and `/healthz` 200; [`sample`] reads one series of a
 //!   Prometheus text; [`status_json`]`(port)` is the lenient `/status`.
+//! * [`http_get`], [`get_port`], [`body_of`], [`metrics_text`]: loopback
+//!   HTTP without a [`Daemon`] at hand.
 //! * [`wait_until`]`(timeout, f)`: poll until true ([`wait_for`]: or panic);
 //!   [`free_port`] /
 //!   [`free_addr`]: a loopback port for a daemon to take.
@@ -64,6 +69,21 @@ pub fn http_get(addr: SocketAddr, path: &str) -> Option<HttpResponse> {
     qosd::telemetry::client::get(addr, path, Duration::from_secs(2)).ok()
 }
 
+/// `GET path` on loopback `port`; None when nothing answers.
+pub fn get_port(port: u16, path: &str) -> Option<HttpResponse> {
+    http_get(SocketAddr::from(([127, 0, 0, 1], port)), path)
+}
+
+/// `GET path` on `addr`: the body, empty when nothing answers.
+pub fn body_of(addr: SocketAddr, path: &str) -> String {
+    http_get(addr, path).map(|r| r.body).unwrap_or_default()
+}
+
+/// `GET /metrics` on loopback `port`: the text, empty when nothing answers.
+pub fn metrics_text(port: u16) -> String {
+    body_of(SocketAddr::from(([127, 0, 0, 1], port)), "/metrics")
+}
+
 /// The value of one sample (`name{labels}` exactly as exposed).
 pub fn sample(text: &str, series: &str) -> Option<f64> {
     text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
@@ -75,7 +95,7 @@ pub fn sample(text: &str, series: &str) -> Option<f64> {
 /// `GET /status` of a daemon on loopback `port` as JSON (`Null` when it does
 /// not answer or the body is not JSON).
 pub fn status_json(port: u16) -> serde_json::Value {
-    http_get(SocketAddr::from(([127, 0, 0, 1], port)), "/status")
+    get_port(port, "/status")
         .and_then(|r| serde_json::from_str(&r.body).ok())
         .unwrap_or_default()
 }
@@ -106,12 +126,23 @@ impl Daemon {
     /// [`Daemon::start_with`] of another `qosd` binary (a benchmark's
     /// baseline build).
     pub fn start_bin(bin: &str, args: &[&str], envs: &[(&str, &OsStr)]) -> Daemon {
+        Daemon::start_adjusted(bin, args, envs, |_| {})
+    }
+
+    /// [`Daemon::start_bin`] with `adjust` applied to the command just
+    /// before the spawn (a `pre_exec` rlimit, say).
+    pub fn start_adjusted(
+        bin: &str,
+        args: &[&str],
+        envs: &[(&str, &OsStr)],
+        adjust: impl FnOnce(&mut Command),
+    ) -> Daemon {
         let addr = free_addr();
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("qosd.log");
         let out = std::fs::File::create(&log).unwrap();
-        let child = Command::new(bin)
-            .args(args)
+        let mut cmd = Command::new(bin);
+        cmd.args(args)
             .arg("--metrics-address")
             .arg(addr.to_string())
             .env_remove("CONTAINER_RUNTIME_ENDPOINT")
@@ -123,9 +154,9 @@ impl Daemon {
             .envs(envs.iter().copied())
             .stdin(Stdio::null())
             .stdout(out.try_clone().unwrap())
-            .stderr(out)
-            .spawn()
-            .expect("spawn qosd");
+            .stderr(out);
+        adjust(&mut cmd);
+        let child = cmd.spawn().expect("spawn qosd");
         Daemon {
             child,
             addr,
@@ -201,6 +232,31 @@ impl Daemon {
         http_get(self.addr, path)
     }
 
+    /// `GET path`: its status code; None when nothing answers.
+    pub fn code(&self, path: &str) -> Option<u16> {
+        self.get(path).map(|r| r.status)
+    }
+
+    /// `GET path`: its body; empty when nothing answers.
+    pub fn body(&self, path: &str) -> String {
+        self.get(path).map(|r| r.body).unwrap_or_default()
+    }
+
+    /// Still running and `/healthz` answers 200; panics with the log
+    /// otherwise.
+    pub fn assert_healthy(&mut self) {
+        if let Some(st) = self.exit_status() {
+            panic!("qosd run exited ({st}):\n{}", self.log());
+        }
+        let h = self.get("/healthz");
+        assert!(
+            h.as_ref().is_some_and(|r| r.status == 200),
+            "/healthz {:?}:\n{}",
+            h.map(|r| (r.status, r.body)),
+            self.log()
+        );
+    }
+
     /// `GET /metrics`: the Prometheus text (asserts 200).
     pub fn metrics(&self) -> String {
         let r = self.get("/metrics").expect("GET /metrics");
@@ -252,5 +308,22 @@ impl super::Containerd {
             "--cgroup-root",
             &self.cgroup_root,
         ]
+    }
+
+    /// `run` with [`Containerd::qosd_flags`], 1 s reconcile and relist
+    /// intervals and `--root-dir` (nodefs signals on a filesystem the test
+    /// made: `root_dir`, or else this env's own tmpfs; no kubelet here).
+    pub fn run_args<'a>(&'a self, root_dir: Option<&'a str>) -> Vec<&'a str> {
+        let mut args = vec!["run"];
+        args.extend(self.qosd_flags());
+        args.extend([
+            "--reconcile-interval",
+            "1s",
+            "--relist-interval",
+            "1s",
+            "--root-dir",
+            root_dir.unwrap_or_else(|| self.dir().to_str().expect("utf-8 env dir")),
+        ]);
+        args
     }
 }

@@ -15,6 +15,9 @@
 //! * [`Daemon`] (`qosd run` as a child: start, wait, scrape), [`wait_until`],
 //!   [`free_port`], [`status_json`]: tests/support/daemon.rs.
 //! * Cleanup guards [`Cgroups`], [`KillOnDrop`], [`Tmpfs`]: tests/support/guards.rs.
+//! * One-shot runs of the binary with a hang guard ([`qosd_bounded`],
+//!   [`output_within`], [`qosd_cmd`]), file reads, `/proc` of a pid
+//!   ([`alive`], [`fd_count`], [`rss_kib`]), [`sum_samples`]: tests/support/process.rs.
 //! * [`Containerd::start`]`()`: containerd with its own config, root, state,
 //!   socket under a temp dir (config per docs/test-environments: CRI plugin,
 //!   cgroupfs driver, `restrict_oom_score_adj = true`, overlayfs, no AppArmor,
@@ -68,6 +71,7 @@ use qosd::cri::{ConnectOptions, CriClient};
 pub mod daemon;
 pub mod guards;
 pub mod hog;
+pub mod process;
 pub mod require;
 #[allow(unused_imports)]
 pub use daemon::*;
@@ -75,6 +79,8 @@ pub use daemon::*;
 pub use guards::*;
 #[allow(unused_imports)]
 pub use hog::*;
+#[allow(unused_imports)]
+pub use process::*;
 #[allow(unused_imports)]
 pub use require::*;
 
@@ -994,11 +1000,14 @@ impl Drop for Containerd {
 
 // ----------------------------------------------------------------- helpers
 
-/// Run the qosd binary with `args`; returns (exit code, stdout, stderr).
+/// Run the qosd binary with `args` in the repository root, with no
+/// inherited config or endpoint; returns (exit code, stdout, stderr).
 pub fn qosd(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_qosd"))
+        .current_dir(process::repo_root())
         .args(args)
         .env_remove("CONTAINER_RUNTIME_ENDPOINT")
+        .env_remove("QOSD_CONFIG")
         .output()
         .expect("run qosd");
     (

@@ -39,6 +39,26 @@ pub struct VmRun {
     pub elapsed: Duration,
 }
 
+impl VmRun {
+    /// What a failed assertion prints: the results and the console.
+    pub fn context(&self) -> String {
+        format!("results:\n{}\nconsole:\n{}", self.results, self.output)
+    }
+
+    /// The script exited 0 and wrote `DONE` (panics with [`VmRun::context`]
+    /// otherwise); prints the results and how long the run took (`what`).
+    pub fn assert_done(&self, what: &str) {
+        eprintln!("{what}: {:.1}s", self.elapsed.as_secs_f64());
+        assert_eq!(self.code, 0, "script failed\n{}", self.context());
+        assert!(
+            self.results.lines().any(|l| l.trim() == "DONE"),
+            "script did not finish\n{}",
+            self.context()
+        );
+        eprintln!("--- results\n{}", self.results);
+    }
+}
+
 /// Repository root (the crate's manifest dir).
 pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

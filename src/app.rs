@@ -28,34 +28,34 @@ use crate::telemetry::server::AppState;
 /// Marks an error as the user's input being wrong (the CLI exits 2).
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
-pub struct BadInput(pub String);
+pub(crate) struct BadInput(pub(crate) String);
 
 /// Wrap any error as bad input (exit code 2), keeping its message.
-pub fn bad_input(e: impl std::fmt::Display) -> anyhow::Error {
+pub(crate) fn bad_input(e: impl std::fmt::Display) -> anyhow::Error {
     anyhow::Error::new(BadInput(e.to_string()))
 }
 
 /// What `qosd run` needs beyond the config.
-pub struct DaemonArgs {
+pub(crate) struct DaemonArgs {
     /// One reconcile, then return its report.
-    pub once: bool,
+    pub(crate) once: bool,
     /// Pod manifests instead of the CRI.
-    pub pods: Vec<PathBuf>,
+    pub(crate) pods: Vec<PathBuf>,
     /// How long an orphaned, empty pod cgroup waits before removal.
-    pub orphan_grace: Duration,
+    pub(crate) orphan_grace: Duration,
     /// Where /proc is.
-    pub proc_root: PathBuf,
+    pub(crate) proc_root: PathBuf,
     /// Where sysfs is (hugepage sizes).
-    pub sysfs: PathBuf,
+    pub(crate) sysfs: PathBuf,
     /// Re-reads the configuration (SIGHUP).
-    pub reload: Box<dyn FnMut() -> anyhow::Result<Config> + Send>,
+    pub(crate) reload: Box<dyn FnMut() -> anyhow::Result<Config> + Send>,
     /// The CPU manager (`cpuManagerPolicy: static`); `None`: policy none.
-    pub cpu_manager: Option<crate::runtime::cpu_manager::CpuManagerSettings>,
+    pub(crate) cpu_manager: Option<crate::runtime::cpu_manager::CpuManagerSettings>,
 }
 
 /// How the daemon ended.
 #[derive(Debug)]
-pub enum DaemonExit {
+pub(crate) enum DaemonExit {
     /// Stopped by a signal.
     Stopped,
     /// `--once`: the one reconcile.
@@ -67,7 +67,7 @@ pub enum DaemonExit {
 
 /// The planner config a daemon config describes (detecting the cgroup
 /// version and the node's capacity where the config leaves them open).
-pub fn plan_config(cfg: &Config, proc_root: &Path, sysfs: &Path) -> anyhow::Result<PlanConfig> {
+pub(crate) fn plan_config(cfg: &Config, proc_root: &Path, sysfs: &Path) -> anyhow::Result<PlanConfig> {
     let version = match cfg.cgroup_version.forced() {
         Some(v) => v,
         None => crate::sys::detect::detect_version(&cfg.cgroupfs).with_context(|| {
@@ -158,7 +158,7 @@ pub fn plan_config(cfg: &Config, proc_root: &Path, sysfs: &Path) -> anyhow::Resu
 /// The planner config of a CLI command: like [`plan_config`], but when the
 /// cgroup version is `auto` and cannot be detected, warn and plan for v2
 /// (for commands that only print).
-pub fn plan_config_or_v2(
+pub(crate) fn plan_config_or_v2(
     cfg: &Config,
     proc_root: &Path,
     sysfs: &Path,
@@ -178,7 +178,7 @@ pub fn plan_config_or_v2(
 
 /// The daemon's pod listing, once: the same source, connect options and
 /// inventory as `qosd run` (for `plan --cri`, `eviction-order --cri`).
-pub fn live_listing(cfg: &Config, proc_root: &Path) -> anyhow::Result<Listing> {
+pub(crate) fn live_listing(cfg: &Config, proc_root: &Path) -> anyhow::Result<Listing> {
     let machine = crate::sys::procfs::detect_memory_bytes(proc_root)
         .context("cannot read the node's memory (MemTotal)")?;
     let spec = PodSourceSpec::Cri {
@@ -202,11 +202,11 @@ pub fn live_listing(cfg: &Config, proc_root: &Path) -> anyhow::Result<Listing> {
     .with_context(|| format!("cannot list pods from {}", cfg.runtime_endpoint))
 }
 
-pub use crate::runtime::daemon::check_parents;
+pub(crate) use crate::runtime::daemon::check_parents;
 
 /// The eviction candidates of a listing with their usage read from their
 /// cgroups, as the eviction loop reads it (`Engine::pass`).
-pub fn live_candidates(
+pub(crate) fn live_candidates(
     plan: &PlanConfig,
     listing: &Listing,
 ) -> Vec<crate::policy::evict::rank::Candidate> {
@@ -229,7 +229,7 @@ pub fn live_candidates(
 }
 
 /// Warn about settings the chosen kubelet version would refuse.
-pub fn warn_version(cfg: &PlanConfig) {
+pub(crate) fn warn_version(cfg: &PlanConfig) {
     use crate::policy::enforce::versions::Rule;
     if cfg.layout.version == CgroupVersion::V1 && cfg.kubelet_version.has(Rule::CgroupV1Refused) {
         crate::telemetry::log::stderr_line(&format!(
@@ -241,7 +241,7 @@ pub fn warn_version(cfg: &PlanConfig) {
 
 /// The reserved cgroups must exist: like the kubelet, qosd limits them but
 /// never creates them.
-pub fn check_reserved_cgroups(plan: &PlanConfig) -> anyhow::Result<()> {
+pub(crate) fn check_reserved_cgroups(plan: &PlanConfig) -> anyhow::Result<()> {
     for rc in &plan.reserved_cgroups {
         for dir in crate::policy::enforce::plan::reserved_dirs(plan, rc) {
             if !dir.is_dir() {
@@ -259,7 +259,7 @@ pub fn check_reserved_cgroups(plan: &PlanConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<DaemonExit> {
+pub(crate) fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<DaemonExit> {
     // Eviction settings are validated before anything is touched.
     let eviction = crate::runtime::eviction_service::eviction_config(&cfg).map_err(bad_input)?;
     let plan = plan_config(&cfg, &args.proc_root, &args.sysfs)?;
@@ -542,7 +542,7 @@ pub fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<DaemonExit> {
 
 /// Fields a running daemon cannot change: a reload changing one is refused
 /// whole (the daemon keeps its old configuration and says which and why).
-pub const RESTART_FIELDS: &[(&str, &str)] = &[
+pub(crate) const RESTART_FIELDS: &[(&str, &str)] = &[
     ("metricsAddress", "the HTTP listener is bound at start"),
     ("runtimeEndpoint", "the runtime connection is made at start"),
     ("logFormat", "the log format is set at start"),
@@ -624,7 +624,7 @@ fn reload_config(
 
 /// How long a disconnected API view stays in use (the watch reconnects in
 /// milliseconds after a normal close); past it, the runtime's data alone.
-pub const API_MAX_STALENESS: Duration = Duration::from_secs(10);
+pub(crate) const API_MAX_STALENESS: Duration = Duration::from_secs(10);
 
 /// The Kubernetes API side, when `nodeName` is set: a kubeconfig or the
 /// in-cluster config. Without usable credentials qosd runs from the

@@ -21,8 +21,8 @@ use crate::core::quantity::Quantity;
 #[derive(Debug, thiserror::Error)]
 #[error("{file}: {message}")]
 pub struct ManifestError {
-    pub file: PathBuf,
-    pub message: String,
+    pub(crate) file: PathBuf,
+    pub(crate) message: String,
 }
 
 /// Load every pod from the given files and directories (directories:
@@ -30,7 +30,7 @@ pub struct ManifestError {
 /// files up to [`crate::sys::input::MAX_INPUT_BYTES`] are read; a file
 /// reached twice (named twice, symlinks, loops) counts once; two pods with
 /// the same uid are refused, naming both sources.
-pub fn load_paths(paths: &[PathBuf]) -> Result<Vec<Pod>, ManifestError> {
+pub(crate) fn load_paths(paths: &[PathBuf]) -> Result<Vec<Pod>, ManifestError> {
     let mut pods = Vec::new();
     let mut seen = std::collections::HashSet::new();
     let walk_err = |p: &Path, e: crate::sys::input::InputError| ManifestError {
@@ -92,7 +92,7 @@ fn check_unique_uids(pods: &[Pod]) -> Result<(), ManifestError> {
 
 /// Load one file (a regular file of at most
 /// [`crate::sys::input::MAX_INPUT_BYTES`]).
-pub fn load_file(path: &Path) -> Result<Vec<Pod>, ManifestError> {
+pub(crate) fn load_file(path: &Path) -> Result<Vec<Pod>, ManifestError> {
     let text = crate::sys::input::read_text(path).map_err(|e| ManifestError {
         file: path.to_path_buf(),
         message: match e {
@@ -131,7 +131,7 @@ pub fn parse_str(text: &str, source: &str) -> Result<Vec<Pod>, ManifestError> {
 }
 
 /// The embedded example pods (fixtures/pods), for `qosd plan` with no input.
-pub const EXAMPLES: &[(&str, &str)] = &[
+pub(crate) const EXAMPLES: &[(&str, &str)] = &[
     (
         "fixtures/pods/01-qos-demo.yaml",
         include_str!("../fixtures/pods/01-qos-demo.yaml"),
@@ -195,7 +195,7 @@ pub const EXAMPLES: &[(&str, &str)] = &[
 ];
 
 /// Parse the embedded example pods (same result as loading fixtures/pods).
-pub fn example_pods() -> Vec<Pod> {
+pub(crate) fn example_pods() -> Vec<Pod> {
     EXAMPLES
         .iter()
         .flat_map(|(name, text)| {
@@ -386,7 +386,7 @@ fn document(doc: &Value, source: &str, out: &mut Vec<Pod>) -> Result<(), String>
 
 /// Workload kinds whose pod template is read as a pod (named after the
 /// workload, with a derived uid; `Pod::origin` says `file#Kind/name`).
-pub const WORKLOADS: &[&str] = &[
+pub(crate) const WORKLOADS: &[&str] = &[
     "Deployment",
     "StatefulSet",
     "DaemonSet",
@@ -437,7 +437,7 @@ fn template_pod(o: &Obj, at: &At, kind: &str, source: &str) -> Result<Pod, Strin
 }
 
 /// The deterministic uid of a pod whose manifest has none.
-pub fn derived_uid(namespace: &str, name: &str) -> String {
+pub(crate) fn derived_uid(namespace: &str, name: &str) -> String {
     let ns = uuid::Uuid::new_v5(
         &uuid::Uuid::NAMESPACE_URL,
         b"https://github.com/qosd/qosd/pod-uid",

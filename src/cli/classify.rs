@@ -10,15 +10,15 @@ use crate::cli::plan::load_pods;
 use crate::core::model::QosClass;
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// Pod manifests (files or directories; YAML or JSON; Pods and the pod
     /// templates of Deployments, StatefulSets, DaemonSets, ReplicaSets,
     /// Jobs and CronJobs). Default: the embedded example pods (fixtures/pods).
     #[arg(long, value_name = "PATH", num_args = 1..)]
-    pub pods: Vec<PathBuf>,
+    pub(crate) pods: Vec<PathBuf>,
     /// Output format (`wide` adds the uid and the manifest).
     #[arg(short = 'o', long, value_enum, default_value = "text")]
-    pub output: Output,
+    pub(crate) output: Output,
 }
 
 #[derive(Debug, Serialize)]
@@ -41,7 +41,7 @@ struct Doc {
     pods: Vec<Row>,
 }
 
-pub fn run(args: Args) -> anyhow::Result<i32> {
+pub(crate) fn run(args: Args) -> anyhow::Result<i32> {
     let Some((pods, _)) = load_pods(&args.pods)? else {
         return Ok(crate::cli::EXIT_BAD_INPUT);
     };

@@ -7,7 +7,7 @@ use std::io::Write;
 use clap::CommandFactory;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Shell {
+pub(crate) enum Shell {
     Bash,
     Zsh,
     Fish,
@@ -18,15 +18,15 @@ pub enum Shell {
 bash: qosd completion bash > /etc/bash_completion.d/qosd\n\
 zsh:  qosd completion zsh > \"${fpath[1]}/_qosd\"\n\
 fish: qosd completion fish > ~/.config/fish/completions/qosd.fish")]
-pub struct Args {
+pub(crate) struct Args {
     #[arg(value_enum)]
-    pub shell: Shell,
+    pub(crate) shell: Shell,
 }
 
 #[derive(Debug, clap::Args)]
-pub struct ManArgs {}
+pub(crate) struct ManArgs {}
 
-pub fn run(args: Args) -> anyhow::Result<i32> {
+pub(crate) fn run(args: Args) -> anyhow::Result<i32> {
     let shell = match args.shell {
         Shell::Bash => clap_complete::Shell::Bash,
         Shell::Zsh => clap_complete::Shell::Zsh,
@@ -41,7 +41,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
 }
 
 /// The man page (roff) of `qosd` with every subcommand's flags.
-pub fn man_page() -> anyhow::Result<Vec<u8>> {
+pub(crate) fn man_page() -> anyhow::Result<Vec<u8>> {
     let cmd = crate::cli::Cli::command();
     let mut out = Vec::new();
     clap_mangen::Man::new(cmd.clone()).render(&mut out)?;
@@ -60,7 +60,7 @@ pub fn man_page() -> anyhow::Result<Vec<u8>> {
     Ok(out)
 }
 
-pub fn run_man(_: ManArgs) -> anyhow::Result<i32> {
+pub(crate) fn run_man(_: ManArgs) -> anyhow::Result<i32> {
     let page = man_page()?;
     let mut stdout = std::io::stdout().lock();
     stdout.write_all(&page)?;

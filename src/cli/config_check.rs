@@ -8,7 +8,7 @@ use crate::config::{self, Config, ConfigError, Overrides};
 
 #[derive(Debug, clap::Subcommand)]
 #[allow(clippy::large_enum_variant)] // parsed once; boxing buys nothing
-pub enum ConfigCommand {
+pub(crate) enum ConfigCommand {
     /// Validate a config file and print the effective configuration.
     ///
     /// Exit 0 when valid (effective config on stdout); exit 2 with every bad
@@ -56,7 +56,7 @@ fn render(c: &Config, f: Output) -> anyhow::Result<String> {
     })
 }
 
-pub fn run(cmd: ConfigCommand) -> anyhow::Result<i32> {
+pub(crate) fn run(cmd: ConfigCommand) -> anyhow::Result<i32> {
     match cmd {
         ConfigCommand::Check {
             file,
@@ -91,7 +91,7 @@ pub fn run(cmd: ConfigCommand) -> anyhow::Result<i32> {
 
 /// `qosd config show`: the effective configuration with the kubelet's
 /// field names (`containerRuntimeEndpoint`, not qosd's `runtimeEndpoint`).
-pub fn show_document(c: &Config) -> serde_json::Value {
+pub(crate) fn show_document(c: &Config) -> serde_json::Value {
     let mut v = serde_json::to_value(c).expect("Config serialises");
     if let Some(m) = v.as_object_mut() {
         if let Some(ep) = m.remove("runtimeEndpoint") {
@@ -112,24 +112,24 @@ fn render_show(c: &Config, f: Output) -> anyhow::Result<String> {
 /// `--kubelet-config` / `--kubelet-config-dir`: the kubelet's own config as
 /// the source of qosd's kubelet fields.
 #[derive(Debug, Clone, Default, clap::Args)]
-pub struct KubeletFlags {
+pub(crate) struct KubeletFlags {
     /// The kubelet's config file (KubeletConfiguration, YAML or JSON), e.g.
     /// /var/lib/kubelet/config.yaml: its fields replace qosd's kubelet fields.
     #[arg(long, value_name = "FILE")]
-    pub kubelet_config: Option<PathBuf>,
+    pub(crate) kubelet_config: Option<PathBuf>,
     /// The kubelet's drop-in directory (--config-dir): `*.conf` files merged
     /// over --kubelet-config in lexical order.
     #[arg(long, value_name = "DIR")]
-    pub kubelet_config_dir: Option<PathBuf>,
+    pub(crate) kubelet_config_dir: Option<PathBuf>,
 }
 
 impl KubeletFlags {
-    pub fn is_set(&self) -> bool {
+    pub(crate) fn is_set(&self) -> bool {
         self.kubelet_config.is_some() || self.kubelet_config_dir.is_some()
     }
 
     /// Put the paths into `o`.
-    pub fn apply(&self, o: &mut Overrides) {
+    pub(crate) fn apply(&self, o: &mut Overrides) {
         let s = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());
         if self.kubelet_config.is_some() {
             o.kubelet_config = s(&self.kubelet_config);
@@ -142,7 +142,7 @@ impl KubeletFlags {
 
 /// Load a config, mapping problems in the user's input (syntax, unknown or
 /// bad fields, missing file) to exit code 2.
-pub fn load_or_bad_input(path: Option<&Path>, o: &Overrides) -> anyhow::Result<Config> {
+pub(crate) fn load_or_bad_input(path: Option<&Path>, o: &Overrides) -> anyhow::Result<Config> {
     Config::load_with(path, o).map_err(|e| match e {
         ConfigError::Read { .. }
         | ConfigError::Parse { .. }
@@ -164,80 +164,80 @@ pub fn load_or_bad_input(path: Option<&Path>, o: &Overrides) -> anyhow::Result<C
 /// let cfg = args.config.load()?; // exit 2 on bad input
 /// ```
 #[derive(Debug, Clone, Default, clap::Args)]
-pub struct ConfigFlags {
+pub(crate) struct ConfigFlags {
     /// Config file (YAML). Default: /etc/qosd/config.yaml when it exists,
     /// else the built-in defaults; flags override either.
     #[arg(long, env = "QOSD_CONFIG", value_name = "FILE")]
-    pub config: Option<PathBuf>,
+    pub(crate) config: Option<PathBuf>,
     /// Log and count what would be written or evicted; change nothing (mode: dry-run).
     #[arg(long)]
-    pub dry_run: bool,
+    pub(crate) dry_run: bool,
     /// Operating mode: enforce | dry-run.
     #[arg(long, value_name = "MODE")]
-    pub mode: Option<String>,
+    pub(crate) mode: Option<String>,
     /// Hard eviction thresholds, e.g. memory.available<100Mi,nodefs.available<10%.
     #[arg(long, value_name = "SIGNAL<VALUE,...", value_parser = config::parse_langle_map)]
-    pub eviction_hard: Option<BTreeMap<String, String>>,
+    pub(crate) eviction_hard: Option<BTreeMap<String, String>>,
     /// Soft eviction thresholds, e.g. memory.available<300Mi.
     #[arg(long, value_name = "SIGNAL<VALUE,...", value_parser = config::parse_langle_map)]
-    pub eviction_soft: Option<BTreeMap<String, String>>,
+    pub(crate) eviction_soft: Option<BTreeMap<String, String>>,
     /// Soft threshold grace periods, e.g. memory.available=1m30s.
     #[arg(long, value_name = "SIGNAL=DURATION,...", value_parser = config::parse_eq_map)]
-    pub eviction_soft_grace_period: Option<BTreeMap<String, String>>,
+    pub(crate) eviction_soft_grace_period: Option<BTreeMap<String, String>>,
     /// Minimum reclaim per signal, e.g. memory.available=0Mi,nodefs.available=500Mi.
     #[arg(long, value_name = "SIGNAL=VALUE,...", value_parser = config::parse_eq_map)]
-    pub eviction_minimum_reclaim: Option<BTreeMap<String, String>>,
+    pub(crate) eviction_minimum_reclaim: Option<BTreeMap<String, String>>,
     /// Maximum pod grace period (seconds) for soft evictions.
     #[arg(long, value_name = "SECONDS")]
-    pub eviction_max_pod_grace_period: Option<String>,
+    pub(crate) eviction_max_pod_grace_period: Option<String>,
     /// How long a node condition is held after its threshold clears (e.g. 5m0s).
     #[arg(long, value_name = "DURATION")]
-    pub eviction_pressure_transition_period: Option<String>,
+    pub(crate) eviction_pressure_transition_period: Option<String>,
     /// cgroup driver: cgroupfs | systemd.
     #[arg(long, value_name = "DRIVER")]
-    pub cgroup_driver: Option<String>,
+    pub(crate) cgroup_driver: Option<String>,
     /// Parent cgroup of kubepods (kubelet --cgroup-root), e.g. / or /qosd-test-1.
     #[arg(long, value_name = "PATH")]
-    pub cgroup_root: Option<String>,
+    pub(crate) cgroup_root: Option<String>,
     /// Resources reserved for the system, e.g. cpu=500m,memory=1Gi.
     #[arg(long, value_name = "RES=QTY,...", value_parser = config::parse_eq_map)]
-    pub system_reserved: Option<BTreeMap<String, String>>,
+    pub(crate) system_reserved: Option<BTreeMap<String, String>>,
     /// Resources reserved for Kubernetes daemons, e.g. cpu=100m,memory=500Mi.
     #[arg(long, value_name = "RES=QTY,...", value_parser = config::parse_eq_map)]
-    pub kube_reserved: Option<BTreeMap<String, String>>,
+    pub(crate) kube_reserved: Option<BTreeMap<String, String>>,
     /// QoS memory reservation, e.g. memory=50%.
     #[arg(long, value_name = "memory=PCT", value_parser = config::parse_eq_map)]
-    pub qos_reserved: Option<BTreeMap<String, String>>,
+    pub(crate) qos_reserved: Option<BTreeMap<String, String>>,
     /// CFS quota period (1ms..1s), e.g. 100ms.
     #[arg(long = "cpu-cfs-quota-period", value_name = "DURATION")]
-    pub cpu_cfs_quota_period: Option<String>,
+    pub(crate) cpu_cfs_quota_period: Option<String>,
     /// Enforce CPU limits with CFS quota (true|false).
     #[arg(long = "cpu-cfs-quota", value_name = "BOOL")]
-    pub cpu_cfs_quota: Option<bool>,
+    pub(crate) cpu_cfs_quota: Option<bool>,
     /// Follow this kubelet version's rules (1.33 … 1.36; default 1.36).
     #[arg(long, value_name = "VERSION")]
-    pub kubelet_version: Option<String>,
+    pub(crate) kubelet_version: Option<String>,
     /// MemoryQoS memoryReservationPolicy (1.36): None | TieredReservation.
     #[arg(long, value_name = "POLICY")]
-    pub memory_reservation_policy: Option<String>,
+    pub(crate) memory_reservation_policy: Option<String>,
     /// enforceNodeAllocatable, comma-separated: pods,system-reserved,kube-reserved.
     #[arg(long, value_name = "LIST")]
-    pub enforce_node_allocatable: Option<String>,
+    pub(crate) enforce_node_allocatable: Option<String>,
     /// The cgroup limited by system-reserved enforcement (never created).
     #[arg(long, value_name = "CGROUP")]
-    pub system_reserved_cgroup: Option<String>,
+    pub(crate) system_reserved_cgroup: Option<String>,
     /// The cgroup limited by kube-reserved enforcement (never created).
     #[arg(long, value_name = "CGROUP")]
-    pub kube_reserved_cgroup: Option<String>,
+    pub(crate) kube_reserved_cgroup: Option<String>,
     /// Set memory.min/memory.high like the kubelet's MemoryQoS (true|false).
     #[arg(long = "memory-qos", value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
-    pub memory_qos: Option<bool>,
+    pub(crate) memory_qos: Option<bool>,
     /// cgroup filesystem mount point (default /sys/fs/cgroup).
     #[arg(long, value_name = "DIR")]
-    pub cgroupfs: Option<String>,
+    pub(crate) cgroupfs: Option<String>,
     /// cgroup version: auto | v1 | v2.
     #[arg(long, value_name = "VERSION")]
-    pub cgroup_version: Option<String>,
+    pub(crate) cgroup_version: Option<String>,
     /// CRI endpoint, e.g. unix:///run/containerd/containerd.sock.
     #[arg(
         long,
@@ -245,80 +245,80 @@ pub struct ConfigFlags {
         env = "CONTAINER_RUNTIME_ENDPOINT",
         value_name = "ENDPOINT"
     )]
-    pub runtime_endpoint: Option<String>,
+    pub(crate) runtime_endpoint: Option<String>,
     /// Periodic reconcile interval (e.g. 10s).
     #[arg(long, value_name = "DURATION")]
-    pub reconcile_interval: Option<String>,
+    pub(crate) reconcile_interval: Option<String>,
     /// Pod relist interval when the runtime has no event stream (e.g. 1s).
     #[arg(long, value_name = "DURATION")]
-    pub relist_interval: Option<String>,
+    pub(crate) relist_interval: Option<String>,
     /// HTTP address for /metrics, /healthz, /readyz, /status (IP:port).
     #[arg(long, value_name = "ADDR")]
-    pub metrics_address: Option<String>,
+    pub(crate) metrics_address: Option<String>,
     /// Kubelet root directory (nodefs signals).
     #[arg(long, value_name = "DIR")]
-    pub root_dir: Option<String>,
+    pub(crate) root_dir: Option<String>,
     /// Kubelet podLogsDir: the pods' container logs, counted in their
     /// ephemeral-storage usage (default /var/log/pods).
     #[arg(long, value_name = "DIR")]
-    pub pod_logs_dir: Option<String>,
+    pub(crate) pod_logs_dir: Option<String>,
     /// Filesystem path for imagefs signals.
     #[arg(long, value_name = "DIR")]
-    pub imagefs_path: Option<String>,
+    pub(crate) imagefs_path: Option<String>,
     /// memory.available source: workingset | meminfo.
     #[arg(long, value_name = "SOURCE")]
-    pub memory_available_source: Option<String>,
+    pub(crate) memory_available_source: Option<String>,
     /// cgroup v2 cpu.weight formula: kubelet | runc.
     #[arg(long, value_name = "FORMULA")]
-    pub cpu_weight_formula: Option<String>,
+    pub(crate) cpu_weight_formula: Option<String>,
     /// Node CPU capacity override (quantity).
     #[arg(long, value_name = "QTY")]
-    pub node_cpu: Option<String>,
+    pub(crate) node_cpu: Option<String>,
     /// Node memory capacity override (quantity).
     #[arg(long, value_name = "QTY")]
-    pub node_memory: Option<String>,
+    pub(crate) node_memory: Option<String>,
     /// Log format: text | json.
     #[arg(long, value_name = "FORMAT")]
-    pub log_format: Option<String>,
+    pub(crate) log_format: Option<String>,
     /// Eviction backend: kill | cri | api | dry-run.
     #[arg(long, value_name = "BACKEND")]
-    pub eviction_backend: Option<String>,
+    pub(crate) eviction_backend: Option<String>,
     /// kubelet --pod-max-pids: pids.max of every pod (-1: unlimited).
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
-    pub pod_max_pids: Option<String>,
+    pub(crate) pod_max_pids: Option<String>,
     /// Hugepage sizes limited on every pod (e.g. 2Mi,1Gi, or none). Default:
     /// the node's sizes (sysfs) when the hugetlb controller is mounted.
     #[arg(long, value_name = "LIST")]
-    pub hugepage_sizes: Option<String>,
+    pub(crate) hugepage_sizes: Option<String>,
     /// kubelet memoryThrottlingFactor (MemoryQoS memory.high), 0 < f <= 1.
     #[arg(long, value_name = "F")]
-    pub memory_throttling_factor: Option<String>,
+    pub(crate) memory_throttling_factor: Option<String>,
     /// Log filter: error | warn | info | debug | trace (or qosd=debug,info).
     #[arg(long, value_name = "LEVEL")]
-    pub log_level: Option<String>,
+    pub(crate) log_level: Option<String>,
     /// kubeconfig for the Kubernetes API server (default: in-cluster config in a pod).
     #[arg(long, value_name = "FILE")]
-    pub kubeconfig: Option<String>,
+    pub(crate) kubeconfig: Option<String>,
     /// This node's name: its pods are watched on the API server (env NODE_NAME).
     #[arg(long, env = "NODE_NAME", value_name = "NAME")]
-    pub node_name: Option<String>,
+    pub(crate) node_name: Option<String>,
     /// Deadline of an Eviction API call (e.g. 1s); a hard eviction falls back to the local kill after it.
     #[arg(long, value_name = "DURATION")]
-    pub api_eviction_timeout: Option<String>,
+    pub(crate) api_eviction_timeout: Option<String>,
     /// /healthz fails after the runtime was unreachable this long (e.g. 2m; 0s: never).
     #[arg(long, value_name = "DURATION")]
-    pub runtime_unhealthy_after: Option<String>,
+    pub(crate) runtime_unhealthy_after: Option<String>,
     #[command(flatten)]
-    pub kubelet: KubeletFlags,
+    pub(crate) kubelet: KubeletFlags,
     /// cgroupEnforcement: enforce (write cgroups) | audit (compare, report
     /// drift, write nothing). Default: audit with a kubelet config, else enforce.
     #[arg(long, value_name = "MODE")]
-    pub cgroup_enforcement: Option<String>,
+    pub(crate) cgroup_enforcement: Option<String>,
 }
 
 impl ConfigFlags {
     /// The overrides these flags make (`--dry-run` sets `mode: dry-run`).
-    pub fn overrides(&self) -> Overrides {
+    pub(crate) fn overrides(&self) -> Overrides {
         Overrides {
             eviction_hard: self.eviction_hard.clone(),
             eviction_soft: self.eviction_soft.clone(),
@@ -384,12 +384,12 @@ impl ConfigFlags {
 
     /// Load `--config` (or the defaults), apply the flags, validate.
     /// Bad input (missing file, syntax, bad values) → exit code 2.
-    pub fn load(&self) -> anyhow::Result<Config> {
+    pub(crate) fn load(&self) -> anyhow::Result<Config> {
         load_or_bad_input(self.config_path().as_deref(), &self.overrides())
     }
 
     /// `--config`, else the default path when that file exists.
-    pub fn config_path(&self) -> Option<PathBuf> {
+    pub(crate) fn config_path(&self) -> Option<PathBuf> {
         self.config.clone().or_else(|| {
             let p = Path::new(config::DEFAULT_CONFIG_PATH);
             p.is_file().then(|| p.to_path_buf())

@@ -10,37 +10,37 @@ use crate::runtime::cpu_manager::{CpuManagerSettings, STATE_FILE_NAME};
 
 /// `--cpu-manager-policy`, `--reserved-cpus`, `--cpu-manager-policy-options` (the topology is read from the command's `--sysfs`).
 #[derive(Debug, Clone, Default, clap::Args)]
-pub struct CpuManagerFlags {
+pub(crate) struct CpuManagerFlags {
     /// kubelet --cpu-manager-policy: `none` or `static` (exclusive CPUs for
     /// Guaranteed containers with integer CPU requests). Overrides cpuManagerPolicy.
     #[arg(long, value_name = "none|static")]
-    pub cpu_manager_policy: Option<String>,
+    pub(crate) cpu_manager_policy: Option<String>,
     /// kubelet --reserved-cpus: CPUs kept for the system (a CPU list such as `0-1`);
     /// default: ceil(kube + system reserved cpu), taken by topology.
     #[arg(long, value_name = "LIST")]
-    pub reserved_cpus: Option<String>,
+    pub(crate) reserved_cpus: Option<String>,
     /// kubelet --cpu-manager-policy-options, e.g. `full-pcpus-only=true`.
     #[arg(long, value_name = "K=V,...")]
-    pub cpu_manager_policy_options: Option<String>,
+    pub(crate) cpu_manager_policy_options: Option<String>,
 }
 
 /// `qosd run` only: where the state lives, or the kubelet's to audit.
 #[derive(Debug, Clone, Default, clap::Args)]
-pub struct CpuStateFlags {
+pub(crate) struct CpuStateFlags {
     /// Directory of qosd's cpu_manager_state. Overrides cpuManagerStateDir.
     #[arg(long, value_name = "DIR")]
-    pub cpu_manager_state_dir: Option<PathBuf>,
+    pub(crate) cpu_manager_state_dir: Option<PathBuf>,
     /// The kubelet's cpu_manager_state: audit the live cpusets against it
     /// and change nothing. Overrides kubeletCPUManagerState.
     #[arg(long, value_name = "FILE")]
-    pub kubelet_cpu_manager_state: Option<PathBuf>,
+    pub(crate) kubelet_cpu_manager_state: Option<PathBuf>,
 }
 
 impl CpuManagerFlags {
     /// Settings from the flags over `base` (the config file's values).
     /// `reserved_millis` is kube + system reserved cpu (`None` if neither
     /// sets cpu). Bad values are bad input.
-    pub fn settings(
+    pub(crate) fn settings(
         &self,
         mut base: CpuManagerSettings,
         reserved_millis: Option<i64>,
@@ -64,7 +64,7 @@ impl CpuManagerFlags {
 }
 
 /// Settings from a daemon config (before flags).
-pub fn settings_from_config(
+pub(crate) fn settings_from_config(
     cfg: &crate::config::Config,
     state: &CpuStateFlags,
 ) -> anyhow::Result<CpuManagerSettings> {
@@ -91,7 +91,7 @@ pub fn settings_from_config(
 }
 
 /// kube + system reserved cpu in millicores, `None` when neither sets cpu.
-pub fn reserved_millis(lists: &[&crate::core::model::ResourceList]) -> Option<i64> {
+pub(crate) fn reserved_millis(lists: &[&crate::core::model::ResourceList]) -> Option<i64> {
     let found: Vec<i64> = lists
         .iter()
         .filter_map(|l| l.get("cpu").map(|q| q.milli_ceil()))
@@ -100,7 +100,7 @@ pub fn reserved_millis(lists: &[&crate::core::model::ResourceList]) -> Option<i6
 }
 
 /// The text section of `qosd plan` for a CPU plan.
-pub fn to_text(p: &CpuPlan) -> String {
+pub(crate) fn to_text(p: &CpuPlan) -> String {
     let mut s = format!(
         "# CPU manager: policy {}, reserved {}, shared pool {}\n",
         p.policy,
@@ -134,7 +134,7 @@ pub fn to_text(p: &CpuPlan) -> String {
 }
 
 /// Add `cpusets`, `shared_pool` and `cpu_manager` to a plan's JSON object.
-pub fn add_to_json(v: &mut serde_json::Value, p: &CpuPlan) {
+pub(crate) fn add_to_json(v: &mut serde_json::Value, p: &CpuPlan) {
     let cpusets: Vec<serde_json::Value> = p
         .cpusets
         .iter()

@@ -22,80 +22,80 @@ Usage file format: {\"pods\": {\"<uid>\": {\"memory_working_set_bytes\": N, \
 \"ephemeral_storage_bytes\": N, \"processes\": N}}} (\"inodes\" too); it overrides live usage. \
 Pods without stats rank first, like the kubelet's."
 )]
-pub struct Args {
+pub(crate) struct Args {
     /// Eviction signal to rank for (memory.available, allocatableMemory.available,
     /// nodefs.available, nodefs.inodesFree, imagefs.*, containerfs.*, pid.available).
     #[arg(long, default_value = "memory.available")]
-    pub signal: String,
+    pub(crate) signal: String,
     /// Pod manifests (files or directories) instead of the live runtime.
     #[arg(long, num_args = 1.., value_name = "PATH", conflicts_with = "cri")]
-    pub pods: Vec<PathBuf>,
+    pub(crate) pods: Vec<PathBuf>,
     /// JSON file with per-pod usage (see below).
     #[arg(long, value_name = "FILE")]
-    pub usage: Option<PathBuf>,
+    pub(crate) usage: Option<PathBuf>,
     /// Rank the live pods of the container runtime, with usage read from their cgroups.
     #[arg(long)]
-    pub cri: bool,
+    pub(crate) cri: bool,
     #[command(flatten)]
-    pub config: ConfigFlags,
+    pub(crate) config: ConfigFlags,
     /// Where sysfs is (hugepage sizes of the layout).
     #[arg(long, value_name = "DIR", default_value = "/sys")]
-    pub sysfs: PathBuf,
+    pub(crate) sysfs: PathBuf,
     /// Where /proc is.
     #[arg(long, value_name = "DIR", default_value = "/proc", hide = true)]
-    pub proc_root: PathBuf,
+    pub(crate) proc_root: PathBuf,
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value = "text")]
-    pub output: Output,
+    pub(crate) output: Output,
 }
 
 /// The usage file.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct UsageFile {
-    pub pods: BTreeMap<String, PodStats>,
+pub(crate) struct UsageFile {
+    pub(crate) pods: BTreeMap<String, PodStats>,
 }
 
 /// One row of the JSON output (contract: ../shared/contracts, kind eviction-order).
 #[derive(Debug, Serialize, PartialEq)]
-pub struct OrderEntry {
-    pub rank: usize,
-    pub uid: String,
-    pub namespace: String,
-    pub name: String,
-    pub qos_class: String,
-    pub priority: i32,
+pub(crate) struct OrderEntry {
+    pub(crate) rank: usize,
+    pub(crate) uid: String,
+    pub(crate) namespace: String,
+    pub(crate) name: String,
+    pub(crate) qos_class: String,
+    pub(crate) priority: i32,
     /// Usage in the signal's unit (bytes; inodes; processes for pid.available); 0 when unknown.
-    pub usage_bytes: u64,
-    pub usage_known: bool,
-    pub request_bytes: i64,
-    pub reason: String,
+    pub(crate) usage_bytes: u64,
+    pub(crate) usage_known: bool,
+    pub(crate) request_bytes: i64,
+    pub(crate) reason: String,
     /// The pod's measured usage (null: not measured).
-    pub memory_working_set_bytes: Option<u64>,
+    pub(crate) memory_working_set_bytes: Option<u64>,
     /// Writable layers + logs + local volumes.
-    pub ephemeral_storage_bytes: Option<u64>,
-    pub inodes: Option<u64>,
-    pub processes: Option<u64>,
+    pub(crate) ephemeral_storage_bytes: Option<u64>,
+    pub(crate) inodes: Option<u64>,
+    pub(crate) processes: Option<u64>,
 }
 
 #[derive(Debug, Serialize, PartialEq)]
-pub struct NeverEntry {
-    pub uid: String,
-    pub namespace: String,
-    pub name: String,
-    pub reason: String,
+pub(crate) struct NeverEntry {
+    pub(crate) uid: String,
+    pub(crate) namespace: String,
+    pub(crate) name: String,
+    pub(crate) reason: String,
 }
 
 #[derive(Debug, Serialize, PartialEq)]
-pub struct OrderDoc {
-    pub signal: String,
-    pub usage_unit: &'static str,
-    pub order: Vec<OrderEntry>,
-    pub never_evicted: Vec<NeverEntry>,
+pub(crate) struct OrderDoc {
+    pub(crate) signal: String,
+    pub(crate) usage_unit: &'static str,
+    pub(crate) order: Vec<OrderEntry>,
+    pub(crate) never_evicted: Vec<NeverEntry>,
 }
 
 /// Build the output document from a ranking (pure).
-pub fn document(signal: Signal, r: &Ranking) -> OrderDoc {
+pub(crate) fn document(signal: Signal, r: &Ranking) -> OrderDoc {
     OrderDoc {
         signal: signal.to_string(),
         usage_unit: match signal.resource() {
@@ -140,7 +140,7 @@ pub fn document(signal: Signal, r: &Ranking) -> OrderDoc {
 }
 
 /// Render the text form.
-pub fn render_text(doc: &OrderDoc) -> String {
+pub(crate) fn render_text(doc: &OrderDoc) -> String {
     let mut out = format!(
         "Eviction order for {} (first is evicted first):\n",
         doc.signal
@@ -221,7 +221,7 @@ pub fn render_text(doc: &OrderDoc) -> String {
     out
 }
 
-pub fn run(args: Args) -> anyhow::Result<i32> {
+pub(crate) fn run(args: Args) -> anyhow::Result<i32> {
     let signal: Signal = args.signal.parse().map_err(bad_input)?;
     if args.pods.is_empty() && !args.cri {
         return Err(bad_input(

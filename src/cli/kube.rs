@@ -11,20 +11,20 @@ use crate::cri::Inventory;
 use crate::kube::merge::MergeSummary;
 
 #[derive(Debug, Clone, Default, clap::Args)]
-pub struct KubeFlags {
+pub(crate) struct KubeFlags {
     /// kubeconfig of the Kubernetes API server: merge the live pods with their specs
     /// (exact requests, limits, priority). Needs --node-name. In a pod, --node-name alone
     /// uses the in-cluster config.
     #[arg(long, value_name = "FILE")]
-    pub kubeconfig: Option<PathBuf>,
+    pub(crate) kubeconfig: Option<PathBuf>,
     /// This node's name (its pods are listed from the API server).
     #[arg(long, env = "NODE_NAME", value_name = "NAME")]
-    pub node_name: Option<String>,
+    pub(crate) node_name: Option<String>,
 }
 
 /// The daemon's listing merged with the API server's pod specs when the
 /// config names this node (`nodeName`, `kubeconfig`), as `qosd run` does.
-pub fn merge_listing(
+pub(crate) fn merge_listing(
     cfg: &crate::config::Config,
     listing: &mut crate::runtime::pod_source::Listing,
 ) -> anyhow::Result<()> {
@@ -48,7 +48,7 @@ pub fn merge_listing(
 impl KubeFlags {
     /// Whether the API is to be asked at all: a kubeconfig, or a node name
     /// inside a pod (in-cluster config).
-    pub fn enabled(&self) -> bool {
+    pub(crate) fn enabled(&self) -> bool {
         self.kubeconfig.is_some()
             || (self.node_name.as_deref().is_some_and(|n| !n.is_empty())
                 && std::env::var_os("KUBERNETES_SERVICE_HOST").is_some())
@@ -56,7 +56,7 @@ impl KubeFlags {
 
     /// Merge `inv` with the API's view; `None` when not enabled. An
     /// unreachable API leaves the runtime's data (and says why).
-    pub fn merge(
+    pub(crate) fn merge(
         &self,
         inv: &mut Inventory,
     ) -> anyhow::Result<Option<(MergeSummary, Option<String>)>> {

@@ -8,24 +8,24 @@ use clap::{Parser, Subcommand};
 
 use crate::telemetry::log::{init_logging, LogFormat};
 
-pub mod classify;
-pub mod completion;
-pub mod config_check;
-pub mod cpu;
-pub mod eviction_order;
-pub mod kube;
-pub mod output;
-pub mod plan;
-pub mod pods;
-pub mod run;
-pub mod status;
+pub(crate) mod classify;
+pub(crate) mod completion;
+pub(crate) mod config_check;
+pub(crate) mod cpu;
+pub(crate) mod eviction_order;
+pub(crate) mod kube;
+pub(crate) mod output;
+pub(crate) mod plan;
+pub(crate) mod pods;
+pub(crate) mod run;
+pub(crate) mod status;
 
 /// Exit code for bad input (usage, manifests, config).
-pub const EXIT_BAD_INPUT: i32 = 2;
+pub(crate) const EXIT_BAD_INPUT: i32 = 2;
 /// Exit code for a runtime failure.
-pub const EXIT_FAILURE: i32 = 1;
+pub(crate) const EXIT_FAILURE: i32 = 1;
 
-pub use crate::app::{bad_input, BadInput};
+pub(crate) use crate::app::{bad_input, BadInput};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -37,14 +37,14 @@ hierarchy (cgroup v1 or v2, cgroupfs or systemd naming) at the kubelet's values,
 pods under memory, disk or PID pressure in the kubelet's order - in milliseconds instead of \
 the kubelet's 10-second loop."
 )]
-pub struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
-    pub command: Command,
+    pub(crate) command: Command,
 }
 
 #[derive(Debug, Subcommand)]
 #[allow(clippy::large_enum_variant)] // parsed once; boxing buys nothing
-pub enum Command {
+pub(crate) enum Command {
     /// Print the cgroup writes qosd would make for some pods (changes nothing).
     Plan(plan::Args),
     /// Print each pod's QoS class and the reason for it.

@@ -5,7 +5,7 @@ use serde::Serialize;
 
 /// `-o/--output`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
-pub enum Output {
+pub(crate) enum Output {
     /// Aligned columns for people.
     #[default]
     Text,
@@ -19,7 +19,7 @@ pub enum Output {
 
 impl Output {
     /// `json`/`yaml`: the serialised document; `text`/`wide`: `None`.
-    pub fn structured<T: Serialize>(self, doc: &T) -> anyhow::Result<Option<String>> {
+    pub(crate) fn structured<T: Serialize>(self, doc: &T) -> anyhow::Result<Option<String>> {
         Ok(match self {
             Output::Json => Some(json(doc)?),
             Output::Yaml => Some(yaml_serde::to_string(doc)?),
@@ -27,13 +27,10 @@ impl Output {
         })
     }
 
-    pub fn is_text(self) -> bool {
-        matches!(self, Output::Text | Output::Wide)
-    }
 }
 
 /// Pretty JSON with a final newline.
-pub fn json<T: Serialize>(doc: &T) -> anyhow::Result<String> {
+pub(crate) fn json<T: Serialize>(doc: &T) -> anyhow::Result<String> {
     let mut s = serde_json::to_string_pretty(doc)?;
     s.push('\n');
     Ok(s)
@@ -41,7 +38,7 @@ pub fn json<T: Serialize>(doc: &T) -> anyhow::Result<String> {
 
 /// Columns padded to their widest cell, two spaces apart; the last column
 /// is not padded (free text such as a reason).
-pub fn table<S: AsRef<str>>(head: &[&str], rows: &[Vec<S>]) -> String {
+pub(crate) fn table<S: AsRef<str>>(head: &[&str], rows: &[Vec<S>]) -> String {
     let n = head.len();
     let mut w: Vec<usize> = head.iter().map(|h| h.chars().count()).collect();
     for r in rows {

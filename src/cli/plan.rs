@@ -14,34 +14,34 @@ use crate::cli::output::Output;
 use crate::core::model::Pod;
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// Pod manifests (files or directories; YAML or JSON; Pods and workload
     /// templates). Default: the embedded example pods (fixtures/pods).
     #[arg(long, value_name = "PATH", num_args = 1.., conflicts_with = "cri")]
-    pub pods: Vec<PathBuf>,
+    pub(crate) pods: Vec<PathBuf>,
     /// Plan for the live pods of the container runtime instead (the
     /// daemon's listing; refuses a parallel tree like the daemon).
     #[arg(long)]
-    pub cri: bool,
+    pub(crate) cri: bool,
     #[command(flatten)]
-    pub config: ConfigFlags,
+    pub(crate) config: ConfigFlags,
     /// Where sysfs is (CPU topology for the CPU manager, hugepage sizes).
     #[arg(long, value_name = "DIR", default_value = "/sys")]
-    pub sysfs: PathBuf,
+    pub(crate) sysfs: PathBuf,
     /// Where /proc is (for node capacity detection).
     #[arg(long, value_name = "DIR", default_value = "/proc", hide = true)]
-    pub proc_root: PathBuf,
+    pub(crate) proc_root: PathBuf,
     #[command(flatten)]
-    pub cpu: crate::cli::cpu::CpuManagerFlags,
+    pub(crate) cpu: crate::cli::cpu::CpuManagerFlags,
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value = "text")]
-    pub output: Output,
+    pub(crate) output: Output,
 }
 
 /// Pods from `--pods`, or the embedded examples when none are given.
 /// Manifest errors are bad input (exit 2); `None`: the paths given hold no
 /// pod (warned on stderr; the caller exits 2).
-pub fn load_pods(paths: &[PathBuf]) -> anyhow::Result<Option<(Vec<Pod>, bool)>> {
+pub(crate) fn load_pods(paths: &[PathBuf]) -> anyhow::Result<Option<(Vec<Pod>, bool)>> {
     if paths.is_empty() {
         return Ok(Some((crate::manifest::example_pods(), true)));
     }
@@ -60,7 +60,7 @@ pub fn load_pods(paths: &[PathBuf]) -> anyhow::Result<Option<(Vec<Pod>, bool)>> 
     Ok(Some((pods, false)))
 }
 
-pub fn run(args: Args) -> anyhow::Result<i32> {
+pub(crate) fn run(args: Args) -> anyhow::Result<i32> {
     let cfg = args.config.load()?;
     let plan_cfg = crate::app::plan_config_or_v2(&cfg, &args.proc_root, &args.sysfs)?;
     let (pods, embedded) = if args.cri {

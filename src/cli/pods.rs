@@ -14,29 +14,29 @@ use crate::cri::{
 use crate::cli::output::{table, Output};
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// CRI endpoint of the container runtime (unix socket).
     #[arg(long, env = "CONTAINER_RUNTIME_ENDPOINT", default_value = cri::DEFAULT_ENDPOINT)]
-    pub runtime_endpoint: String,
+    pub(crate) runtime_endpoint: String,
     /// Output format (`wide`: uids, cgroup parents and every container's settings).
     #[arg(long, short, value_enum, default_value_t = Output::Text)]
-    pub output: Output,
+    pub(crate) output: Output,
     /// How long to keep retrying while the runtime is down or restarting
     /// (Go duration, e.g. 5s, 500ms; 0s: one attempt).
     #[arg(long, default_value = "5s", value_parser = crate::config::parse_go_duration)]
-    pub retry_for: Duration,
+    pub(crate) retry_for: Duration,
     /// Deadline of each CRI call (Go duration).
     #[arg(long, default_value = "10s", value_parser = crate::config::parse_go_duration)]
-    pub timeout: Duration,
+    pub(crate) timeout: Duration,
     /// meminfo file giving the node memory capacity (to infer Burstable
     /// memory requests from oom_score_adj).
     #[arg(long, default_value = "/proc/meminfo")]
-    pub meminfo: PathBuf,
+    pub(crate) meminfo: PathBuf,
     #[command(flatten)]
-    pub kube: crate::cli::kube::KubeFlags,
+    pub(crate) kube: crate::cli::kube::KubeFlags,
 }
 
-pub fn run(args: Args) -> anyhow::Result<i32> {
+pub(crate) fn run(args: Args) -> anyhow::Result<i32> {
     let capacity = crate::sys::procfs::meminfo_total(&args.meminfo).ok();
     let opts = ConnectOptions {
         connect_timeout: Duration::from_secs(2).min(args.timeout),
@@ -104,7 +104,7 @@ fn container_json(p: &LivePod, c: &LiveContainer) -> Value {
 }
 
 /// The `qosd pods --output json` document (a stable contract, see docs/cri.md).
-pub fn to_json(inv: &Inventory) -> Value {
+pub(crate) fn to_json(inv: &Inventory) -> Value {
     let pods: Vec<Value> = inv
         .pods
         .iter()
@@ -148,7 +148,7 @@ fn short(id: &str) -> &str {
 
 /// Human-readable listing: a table of pods (wide: with uids, cgroup
 /// parents, then a table of every container's settings), notes, skips.
-pub fn to_text(inv: &Inventory, wide: bool) -> String {
+pub(crate) fn to_text(inv: &Inventory, wide: bool) -> String {
     if inv.pods.is_empty() && inv.skipped.is_empty() {
         return "no pod sandboxes\n".to_string();
     }

@@ -17,35 +17,35 @@ Settings come from --config (KubeletConfiguration field names) and the flags bel
 override the file. --dry-run logs every write (and eviction) it would make and makes none; \
 --once does one reconcile, prints the writes and exits (0 on success, 1 when a write failed)."
 )]
-pub struct Args {
+pub(crate) struct Args {
     /// One reconcile, print the writes made, exit.
     #[arg(long)]
-    pub once: bool,
+    pub(crate) once: bool,
     /// Output of --once.
     #[arg(short = 'o', long, value_enum, default_value = "text")]
-    pub output: Output,
+    pub(crate) output: Output,
     /// Take pods from manifests instead of the CRI (nodes without a CRI runtime, tests).
     #[arg(long, value_name = "PATH", num_args = 1..)]
-    pub pods: Vec<PathBuf>,
+    pub(crate) pods: Vec<PathBuf>,
     /// How long a pod cgroup must stay orphaned (sandbox gone) and empty before it is removed;
     /// `0s` removes them on the first pass that finds them empty.
     #[arg(long, value_name = "DURATION", default_value = "1m", value_parser = config::parse_go_duration)]
-    pub orphan_grace_period: Duration,
+    pub(crate) orphan_grace_period: Duration,
     /// Where /proc is (node capacity, signals).
     #[arg(long, value_name = "DIR", default_value = "/proc", hide = true)]
-    pub proc_root: PathBuf,
+    pub(crate) proc_root: PathBuf,
     /// Where sysfs is (CPU topology for the CPU manager, hugepage sizes).
     #[arg(long, value_name = "DIR", default_value = "/sys")]
-    pub sysfs: PathBuf,
+    pub(crate) sysfs: PathBuf,
     #[command(flatten)]
-    pub config: ConfigFlags,
+    pub(crate) config: ConfigFlags,
     #[command(flatten)]
-    pub cpu: crate::cli::cpu::CpuManagerFlags,
+    pub(crate) cpu: crate::cli::cpu::CpuManagerFlags,
     #[command(flatten)]
-    pub cpu_state: crate::cli::cpu::CpuStateFlags,
+    pub(crate) cpu_state: crate::cli::cpu::CpuStateFlags,
 }
 
-pub fn run(args: Args) -> anyhow::Result<i32> {
+pub(crate) fn run(args: Args) -> anyhow::Result<i32> {
     let cfg = args.config.load()?;
     crate::telemetry::log::init_logging_at(cfg.log_format, &cfg.log_level);
     let cpu_settings = args.cpu.settings(

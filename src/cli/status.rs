@@ -35,20 +35,20 @@ Asks the running daemon at --address (GET /status). When no daemon answers, comp
 from the node and the container runtime and says so (no reconcile or eviction history then).\n\n\
 Exit codes: 0 reported; 1 neither the daemon nor the runtime answered; 2 bad config."
 )]
-pub struct Args {
+pub(crate) struct Args {
     /// Address of the running daemon's HTTP endpoint (default: metricsAddress of --config,
     /// i.e. 127.0.0.1:9847).
     #[arg(long, value_name = "IP:PORT")]
-    pub address: Option<SocketAddr>,
+    pub(crate) address: Option<SocketAddr>,
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value = "text")]
-    pub output: Output,
+    pub(crate) output: Output,
     /// Config file (thresholds, cgroup layout and runtime for the live view);
     /// default /etc/qosd/config.yaml when it exists.
     #[arg(long, env = "QOSD_CONFIG", value_name = "FILE")]
-    pub config: Option<PathBuf>,
+    pub(crate) config: Option<PathBuf>,
     #[command(flatten)]
-    pub kubelet: crate::cli::config_check::KubeletFlags,
+    pub(crate) kubelet: crate::cli::config_check::KubeletFlags,
     /// CRI endpoint for the live view (overrides runtimeEndpoint of --config).
     #[arg(
         long,
@@ -56,15 +56,15 @@ pub struct Args {
         env = "CONTAINER_RUNTIME_ENDPOINT",
         value_name = "ENDPOINT"
     )]
-    pub runtime_endpoint: Option<String>,
+    pub(crate) runtime_endpoint: Option<String>,
     /// How long to wait for the daemon and the runtime.
     #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = config::parse_go_duration)]
-    pub timeout: Duration,
+    pub(crate) timeout: Duration,
 }
 
 /// Where a status report came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Source {
+pub(crate) enum Source {
     /// The running daemon's `/status`.
     Daemon,
     /// Computed by this command (no daemon answered).
@@ -82,16 +82,16 @@ impl Source {
 
 /// A status report: the document plus where it came from and notes.
 #[derive(Debug, Clone)]
-pub struct Report {
-    pub source: Source,
-    pub address: SocketAddr,
-    pub doc: StatusDoc,
-    pub notes: Vec<String>,
+pub(crate) struct Report {
+    pub(crate) source: Source,
+    pub(crate) address: SocketAddr,
+    pub(crate) doc: StatusDoc,
+    pub(crate) notes: Vec<String>,
 }
 
 impl Report {
     /// JSON: the status document with `source`, `address` and `notes` added.
-    pub fn to_json(&self) -> Value {
+    pub(crate) fn to_json(&self) -> Value {
         let mut v = serde_json::to_value(&self.doc).unwrap_or(Value::Null);
         if let Value::Object(m) = &mut v {
             m.insert("source".into(), self.source.as_str().into());
@@ -102,7 +102,7 @@ impl Report {
     }
 
     /// Text: a header naming the source, the table, then the notes.
-    pub fn to_text(&self, now_ms: u64) -> String {
+    pub(crate) fn to_text(&self, now_ms: u64) -> String {
         let mut o = match self.source {
             Source::Daemon => format!("source: daemon at {}\n", self.address),
             Source::Live => format!(
@@ -118,7 +118,7 @@ impl Report {
     }
 }
 
-pub fn run(args: Args) -> anyhow::Result<i32> {
+pub(crate) fn run(args: Args) -> anyhow::Result<i32> {
     let mut overrides = Overrides {
         runtime_endpoint: args.runtime_endpoint.clone(),
         ..Overrides::default()
@@ -177,7 +177,7 @@ fn print_out(text: &str) -> anyhow::Result<()> {
 
 /// Compute a status report now, without a daemon. Returns the report and
 /// whether the container runtime answered.
-pub fn live(cfg: &Config, address: SocketAddr, timeout: Duration) -> (Report, bool) {
+pub(crate) fn live(cfg: &Config, address: SocketAddr, timeout: Duration) -> (Report, bool) {
     let mut notes = Vec::new();
     let mut doc = StatusDoc::new();
     doc.mode = match cfg.mode {
@@ -282,7 +282,7 @@ fn signal_sources(cfg: &Config, version: CgroupVersion) -> SignalSources {
 /// ([`crate::telemetry::status::eviction_status`]). Returns signals, the
 /// conditions the met thresholds imply, and notes for signals that could
 /// not be read.
-pub fn evaluate(
+pub(crate) fn evaluate(
     ev: &EvictionConfig,
     sources: &SignalSources,
 ) -> (Vec<SignalStatus>, Vec<ConditionStatus>, Vec<String>) {

@@ -30,13 +30,13 @@ use super::raw::RawConfig;
 use super::{ConfigError, DEFAULT_RUNTIME_ENDPOINT};
 
 /// The only KubeletConfiguration version (the kubelet reads no other).
-pub const API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
+pub(crate) const API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
 /// The `kind` of a kubelet config file.
-pub const KIND: &str = "KubeletConfiguration";
+pub(crate) const KIND: &str = "KubeletConfiguration";
 
 /// KubeletConfiguration fields qosd uses, each with the name of qosd's field
 /// it sets. `featureGates` contributes its `MemoryQoS` gate only.
-pub const KUBELET_FIELDS: &[(&str, &str)] = &[
+pub(crate) const KUBELET_FIELDS: &[(&str, &str)] = &[
     ("evictionHard", "evictionHard"),
     ("evictionSoft", "evictionSoft"),
     ("evictionSoftGracePeriod", "evictionSoftGracePeriod"),
@@ -74,7 +74,7 @@ pub const KUBELET_FIELDS: &[(&str, &str)] = &[
 
 /// Names in qosd's own file that are kubelet fields (refused there when a
 /// kubelet config is given), with the kubelet field each stands for.
-pub fn qosd_name_to_kubelet(name: &str) -> Option<&'static str> {
+pub(crate) fn qosd_name_to_kubelet(name: &str) -> Option<&'static str> {
     if name == "containerRuntimeEndpoint" {
         return Some("containerRuntimeEndpoint");
     }
@@ -97,20 +97,20 @@ const DEFAULT_EVICTION_HARD: &[(&str, &str)] = &[
 /// A loaded kubelet configuration: the raw values of qosd's kubelet fields
 /// and where each came from.
 #[derive(Debug, Clone, Default)]
-pub struct KubeletConfig {
+pub(crate) struct KubeletConfig {
     /// The main file (`--kubelet-config`), if any.
-    pub file: Option<PathBuf>,
+    pub(crate) file: Option<PathBuf>,
     /// The drop-in files applied, in order.
-    pub drop_ins: Vec<PathBuf>,
+    pub(crate) drop_ins: Vec<PathBuf>,
     /// qosd field name → the kubelet's value (JSON), defaulted and merged.
-    pub fields: BTreeMap<&'static str, Value>,
+    pub(crate) fields: BTreeMap<&'static str, Value>,
     /// qosd field name → the file that set it last (`None`: the kubelet's
     /// default).
-    pub origin: BTreeMap<&'static str, Option<PathBuf>>,
+    pub(crate) origin: BTreeMap<&'static str, Option<PathBuf>>,
     /// Fields of the files that qosd does not use (sorted, deduplicated).
-    pub ignored: Vec<String>,
+    pub(crate) ignored: Vec<String>,
     /// `cgroupsPerQOS: false` (qosd plans the QoS cgroups anyway: warned).
-    pub cgroups_per_qos_off: bool,
+    pub(crate) cgroups_per_qos_off: bool,
 }
 
 fn err(path: &Path, message: impl Into<String>) -> ConfigError {
@@ -228,7 +228,7 @@ fn apply_defaults(doc: &mut Map<String, Value>) {
 }
 
 /// RFC 7386 JSON merge patch (what the kubelet applies per drop-in).
-pub fn merge_patch(target: &mut Value, patch: &Value) {
+pub(crate) fn merge_patch(target: &mut Value, patch: &Value) {
     let Value::Object(p) = patch else {
         *target = patch.clone();
         return;
@@ -273,7 +273,7 @@ fn drop_in_files(dir: &Path) -> Result<Vec<PathBuf>, ConfigError> {
 impl KubeletConfig {
     /// Load the main file (if any) and the drop-ins (if any); see the
     /// module docs.
-    pub fn load(file: Option<&Path>, dir: Option<&Path>) -> Result<KubeletConfig, ConfigError> {
+    pub(crate) fn load(file: Option<&Path>, dir: Option<&Path>) -> Result<KubeletConfig, ConfigError> {
         let mut k = KubeletConfig {
             file: file.map(Path::to_path_buf),
             ..Default::default()
@@ -356,7 +356,7 @@ impl KubeletConfig {
 
     /// The file to name for a field: where it was set, else the main file
     /// (its defaults), else the drop-in directory.
-    pub fn source_of(&self, qosd_field: &str) -> String {
+    pub(crate) fn source_of(&self, qosd_field: &str) -> String {
         match self.origin.get(qosd_field) {
             Some(Some(p)) => format!("kubelet config {}", p.display()),
             _ => match &self.file {
@@ -368,7 +368,7 @@ impl KubeletConfig {
 
     /// A short name of where the kubelet config comes from (the main file,
     /// else the first drop-in).
-    pub fn display_path(&self) -> PathBuf {
+    pub(crate) fn display_path(&self) -> PathBuf {
         self.file
             .clone()
             .or_else(|| self.drop_ins.first().cloned())
@@ -377,7 +377,7 @@ impl KubeletConfig {
 
     /// The kubelet fields as a raw qosd config (kubelet field names already
     /// translated to qosd's). Wrong value types are errors naming the file.
-    pub fn to_raw(&self) -> Result<RawConfig, ConfigError> {
+    pub(crate) fn to_raw(&self) -> Result<RawConfig, ConfigError> {
         let obj: Map<String, Value> = self
             .fields
             .iter()
@@ -398,7 +398,7 @@ impl KubeletConfig {
 
 /// Copy the kubelet's fields into `raw` (qosd's own file must not set any:
 /// checked by [`check_conflicts`] first).
-pub fn fill(raw: &mut RawConfig, kubelet: RawConfig) {
+pub(crate) fn fill(raw: &mut RawConfig, kubelet: RawConfig) {
     macro_rules! take {
         ($($f:ident),* $(,)?) => {
             $( if kubelet.$f.is_some() { raw.$f = kubelet.$f; } )*
@@ -436,7 +436,7 @@ pub fn fill(raw: &mut RawConfig, kubelet: RawConfig) {
 }
 
 /// Top-level field names of qosd's own YAML file (for conflict checks).
-pub fn top_level_keys(text: &str) -> Vec<String> {
+pub(crate) fn top_level_keys(text: &str) -> Vec<String> {
     match yaml_serde::from_str::<Value>(text) {
         Ok(Value::Object(m)) => m.keys().cloned().collect(),
         _ => Vec::new(),
@@ -445,7 +445,7 @@ pub fn top_level_keys(text: &str) -> Vec<String> {
 
 /// With a kubelet config, qosd's own file holds only qosd's fields: every
 /// kubelet field in it is an error naming both files.
-pub fn check_conflicts(
+pub(crate) fn check_conflicts(
     qosd_file: &Path,
     qosd_keys: &[String],
     kubelet: &KubeletConfig,
@@ -489,7 +489,7 @@ pub fn check_conflicts(
 }
 
 /// Append where each value came from to the invalid values' field names.
-pub fn annotate(errors: &mut [super::InvalidValue], kubelet: &KubeletConfig) {
+pub(crate) fn annotate(errors: &mut [super::InvalidValue], kubelet: &KubeletConfig) {
     for e in errors.iter_mut() {
         if e.field.contains("(from command-line flag)") {
             continue;

@@ -31,22 +31,23 @@ pub use crate::core::duration::{format_go_duration, parse_go_duration};
 use crate::core::model::{CgroupDriver, CgroupVersion, ResourceList};
 use crate::core::quantity::Quantity;
 
-pub mod kubelet;
+pub(crate) mod kubelet;
 mod raw;
 mod validate;
-pub use raw::{parse_eq_map, parse_langle_map, Overrides, RawConfig, Scalar};
-pub use validate::validate;
+pub use raw::Overrides;
+pub(crate) use raw::{parse_eq_map, parse_langle_map, RawConfig, Scalar};
+pub(crate) use validate::validate;
 
 /// Default config file location (used by the systemd unit and the image).
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/qosd/config.yaml";
 /// Default HTTP address for /metrics, /healthz, /readyz, /status.
-pub const DEFAULT_METRICS_ADDRESS: &str = "127.0.0.1:9847";
+pub(crate) const DEFAULT_METRICS_ADDRESS: &str = "127.0.0.1:9847";
 /// Default CRI endpoint (containerd).
-pub const DEFAULT_RUNTIME_ENDPOINT: &str = "unix:///run/containerd/containerd.sock";
+pub(crate) const DEFAULT_RUNTIME_ENDPOINT: &str = "unix:///run/containerd/containerd.sock";
 
 /// Resource names accepted in `systemReserved` / `kubeReserved`
 /// (plus `hugepages-<size>`).
-pub const RESERVED_RESOURCES: &[&str] = &["cpu", "memory", "ephemeral-storage", "pid"];
+pub(crate) const RESERVED_RESOURCES: &[&str] = &["cpu", "memory", "ephemeral-storage", "pid"];
 
 // ---------------------------------------------------------------------------
 // Errors
@@ -60,7 +61,7 @@ pub struct InvalidValue {
     /// The offending value, as given.
     pub value: String,
     /// What is wrong with it.
-    pub problem: String,
+    pub(crate) problem: String,
     /// What would be accepted.
     pub allowed: String,
 }
@@ -199,7 +200,7 @@ pub use crate::policy::evict::Backend as EvictionBackend;
 /// Value of `cgroupEnforcement`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum CgroupEnforcement {
+pub(crate) enum CgroupEnforcement {
     /// Write the planned cgroup values (qosd owns the kubepods cgroups).
     Enforce,
     /// Read and compare every planned value, report drift, write nothing
@@ -208,7 +209,7 @@ pub enum CgroupEnforcement {
 }
 
 impl CgroupEnforcement {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             CgroupEnforcement::Enforce => "enforce",
             CgroupEnforcement::Audit => "audit",
@@ -256,16 +257,16 @@ pub struct Config {
     pub merge_default_eviction_settings: bool,
     /// Kubelet `imageGCHighThresholdPercent` (85): image GC starts above it.
     #[serde(rename = "imageGCHighThresholdPercent")]
-    pub image_gc_high_threshold_percent: u32,
+    pub(crate) image_gc_high_threshold_percent: u32,
     /// Kubelet `imageGCLowThresholdPercent` (80): image GC frees down to it.
     #[serde(rename = "imageGCLowThresholdPercent")]
-    pub image_gc_low_threshold_percent: u32,
+    pub(crate) image_gc_low_threshold_percent: u32,
     /// Kubelet `imageMinimumGCAge` (2m0s): younger unused images are kept.
     #[serde(rename = "imageMinimumGCAge", serialize_with = "ser_duration")]
-    pub image_minimum_gc_age: Duration,
+    pub(crate) image_minimum_gc_age: Duration,
     /// Kubelet `podLogsDir` (/var/log/pods): the pods' container logs,
     /// counted as their local ephemeral storage.
-    pub pod_logs_dir: PathBuf,
+    pub(crate) pod_logs_dir: PathBuf,
     pub cgroup_driver: CgroupDriver,
     /// Kubelet `cgroupRoot`: the parent of `kubepods` (default `/`).
     pub cgroup_root: String,
@@ -283,27 +284,27 @@ pub struct Config {
     /// Kubelet `memoryThrottlingFactor` (memory.high with `memoryQoS`).
     pub memory_throttling_factor: f64,
     /// Kubelet `cpuManagerPolicy`: `none` (default) or `static`.
-    pub cpu_manager_policy: crate::policy::cpu::policy::PolicyName,
+    pub(crate) cpu_manager_policy: crate::policy::cpu::policy::PolicyName,
     /// Kubelet `cpuManagerPolicyOptions` (validated names and values).
-    pub cpu_manager_policy_options: BTreeMap<String, String>,
+    pub(crate) cpu_manager_policy_options: BTreeMap<String, String>,
     /// Kubelet `reservedSystemCPUs` (a CPU list, e.g. `0-1`).
     #[serde(rename = "reservedSystemCPUs", skip_serializing_if = "Option::is_none")]
-    pub reserved_system_cpus: Option<String>,
+    pub(crate) reserved_system_cpus: Option<String>,
     /// Kubelet `memoryReservationPolicy` (MemoryQoS, 1.36): None | TieredReservation.
-    pub memory_reservation_policy: crate::policy::enforce::memory_qos::MemoryReservationPolicy,
+    pub(crate) memory_reservation_policy: crate::policy::enforce::memory_qos::MemoryReservationPolicy,
     /// Kubelet `enforceNodeAllocatable` (`[pods]` by default).
     #[serde(serialize_with = "ser_enforce")]
-    pub enforce_node_allocatable: crate::policy::enforce::reserved::EnforceNodeAllocatable,
+    pub(crate) enforce_node_allocatable: crate::policy::enforce::reserved::EnforceNodeAllocatable,
     /// Kubelet `systemReservedCgroup` (limited with `system-reserved`; never created).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub system_reserved_cgroup: Option<String>,
+    pub(crate) system_reserved_cgroup: Option<String>,
     /// Kubelet `kubeReservedCgroup` (limited with `kube-reserved`; never created).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub kube_reserved_cgroup: Option<String>,
+    pub(crate) kube_reserved_cgroup: Option<String>,
     /// Whose rules to follow where kubelets differ (1.33 … 1.36).
-    pub kubelet_version: crate::policy::enforce::versions::KubeletVersion,
+    pub(crate) kubelet_version: crate::policy::enforce::versions::KubeletVersion,
     /// Kubelet `podPidsLimit`: pids.max of every pod cgroup (-1: none).
-    pub pod_pids_limit: i64,
+    pub(crate) pod_pids_limit: i64,
 
     // --- qosd's own --------------------------------------------------------
     /// Where the cgroup filesystem is mounted.
@@ -341,47 +342,47 @@ pub struct Config {
     pub kubeconfig: Option<PathBuf>,
     /// This node's name (pods are watched with `spec.nodeName=<it>`);
     /// the API side is off without it.
-    pub node_name: Option<String>,
+    pub(crate) node_name: Option<String>,
     /// Deadline of an Eviction call; a hard eviction with no answer by
     /// then falls back to the local kill.
     #[serde(serialize_with = "ser_duration")]
-    pub api_eviction_timeout: Duration,
+    pub(crate) api_eviction_timeout: Duration,
     /// `/healthz` fails once the runtime has been unreachable this long
     /// (0s: never), so a DaemonSet pod is restarted.
     #[serde(serialize_with = "ser_duration")]
     pub runtime_unhealthy_after: Duration,
     /// Where qosd keeps its `cpu_manager_state` (static policy).
-    pub cpu_manager_state_dir: PathBuf,
+    pub(crate) cpu_manager_state_dir: PathBuf,
     /// The kubelet's `cpu_manager_state`: audit it instead of assigning CPUs.
     #[serde(
         rename = "kubeletCPUManagerState",
         skip_serializing_if = "Option::is_none"
     )]
-    pub kubelet_cpu_manager_state: Option<PathBuf>,
+    pub(crate) kubelet_cpu_manager_state: Option<PathBuf>,
     /// Hugepage sizes (bytes) limited on every pod; `None`: the node's
     /// (sysfs) when the hugetlb controller is mounted; empty: none.
     #[serde(
         serialize_with = "ser_hugepage_sizes",
         skip_serializing_if = "Option::is_none"
     )]
-    pub hugepage_sizes: Option<Vec<u64>>,
+    pub(crate) hugepage_sizes: Option<Vec<u64>>,
     /// Log filter (`info`, `debug`, `qosd=trace,info`); `QOSD_LOG` wins at start.
-    pub log_level: String,
+    pub(crate) log_level: String,
     /// Program run after each eviction (pod, class, signal, values in its environment).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub eviction_hook: Option<PathBuf>,
+    pub(crate) eviction_hook: Option<PathBuf>,
     /// How long the eviction hook may run before it is killed.
     #[serde(serialize_with = "ser_duration")]
-    pub eviction_hook_timeout: Duration,
+    pub(crate) eviction_hook_timeout: Duration,
     /// `enforce` (write cgroups) or `audit` (compare only); default `audit`
     /// with a kubelet config, else `enforce`.
-    pub cgroup_enforcement: CgroupEnforcement,
+    pub(crate) cgroup_enforcement: CgroupEnforcement,
     /// The kubelet's config file the kubelet fields came from.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub kubelet_config: Option<PathBuf>,
+    pub(crate) kubelet_config: Option<PathBuf>,
     /// The kubelet's drop-in directory.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub kubelet_config_dir: Option<PathBuf>,
+    pub(crate) kubelet_config_dir: Option<PathBuf>,
 }
 
 /// Read the kubelet config named by the flags (or qosd's file) into `raw`.
@@ -474,7 +475,7 @@ impl Config {
     }
 
     /// Apply overrides to raw values and validate.
-    pub fn from_raw(mut raw: RawConfig, overrides: &Overrides) -> Result<Config, ConfigError> {
+    pub(crate) fn from_raw(mut raw: RawConfig, overrides: &Overrides) -> Result<Config, ConfigError> {
         let overridden = overrides.apply(&mut raw);
         validate(raw, &overridden).map_err(|errors| ConfigError::Invalid { file: None, errors })
     }
@@ -504,7 +505,7 @@ impl Config {
     /// Names of the fields (as in the file) whose values differ between
     /// `self` and `new`: for logging a SIGHUP reload, and for refusing
     /// changes that need a restart (e.g. `metricsAddress`, `cgroupfs`).
-    pub fn changed_fields(&self, new: &Config) -> Vec<String> {
+    pub(crate) fn changed_fields(&self, new: &Config) -> Vec<String> {
         let a = serde_json::to_value(self).unwrap_or_default();
         let b = serde_json::to_value(new).unwrap_or_default();
         let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {

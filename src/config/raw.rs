@@ -12,7 +12,7 @@ use super::*;
 /// A scalar read as text: YAML `1`, `1.5`, `true` and `"1"` all become text,
 /// so `systemReserved: {cpu: 1}` works like `{cpu: "1"}`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Scalar(pub String);
+pub(crate) struct Scalar(pub(crate) String);
 
 impl<'de> Deserialize<'de> for Scalar {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Scalar, D::Error> {
@@ -48,84 +48,84 @@ pub(crate) type RawMap = BTreeMap<String, Scalar>;
 /// Unknown fields are errors.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct RawConfig {
-    pub eviction_hard: Option<RawMap>,
-    pub eviction_soft: Option<RawMap>,
-    pub eviction_soft_grace_period: Option<RawMap>,
-    pub eviction_minimum_reclaim: Option<RawMap>,
-    pub eviction_max_pod_grace_period: Option<Scalar>,
-    pub eviction_pressure_transition_period: Option<Scalar>,
-    pub merge_default_eviction_settings: Option<Scalar>,
+pub(crate) struct RawConfig {
+    pub(crate) eviction_hard: Option<RawMap>,
+    pub(crate) eviction_soft: Option<RawMap>,
+    pub(crate) eviction_soft_grace_period: Option<RawMap>,
+    pub(crate) eviction_minimum_reclaim: Option<RawMap>,
+    pub(crate) eviction_max_pod_grace_period: Option<Scalar>,
+    pub(crate) eviction_pressure_transition_period: Option<Scalar>,
+    pub(crate) merge_default_eviction_settings: Option<Scalar>,
     #[serde(rename = "imageGCHighThresholdPercent")]
-    pub image_gc_high_threshold_percent: Option<Scalar>,
+    pub(crate) image_gc_high_threshold_percent: Option<Scalar>,
     #[serde(rename = "imageGCLowThresholdPercent")]
-    pub image_gc_low_threshold_percent: Option<Scalar>,
+    pub(crate) image_gc_low_threshold_percent: Option<Scalar>,
     #[serde(rename = "imageMinimumGCAge")]
-    pub image_minimum_gc_age: Option<Scalar>,
-    pub pod_logs_dir: Option<Scalar>,
-    pub cgroup_driver: Option<Scalar>,
-    pub cgroup_root: Option<Scalar>,
-    pub system_reserved: Option<RawMap>,
-    pub kube_reserved: Option<RawMap>,
-    pub qos_reserved: Option<RawMap>,
+    pub(crate) image_minimum_gc_age: Option<Scalar>,
+    pub(crate) pod_logs_dir: Option<Scalar>,
+    pub(crate) cgroup_driver: Option<Scalar>,
+    pub(crate) cgroup_root: Option<Scalar>,
+    pub(crate) system_reserved: Option<RawMap>,
+    pub(crate) kube_reserved: Option<RawMap>,
+    pub(crate) qos_reserved: Option<RawMap>,
     #[serde(rename = "cpuCFSQuota")]
-    pub cpu_cfs_quota: Option<Scalar>,
+    pub(crate) cpu_cfs_quota: Option<Scalar>,
     #[serde(rename = "cpuCFSQuotaPeriod")]
-    pub cpu_cfs_quota_period: Option<Scalar>,
-    pub memory_throttling_factor: Option<Scalar>,
-    pub cpu_manager_policy: Option<Scalar>,
-    pub cpu_manager_policy_options: Option<RawMap>,
+    pub(crate) cpu_cfs_quota_period: Option<Scalar>,
+    pub(crate) memory_throttling_factor: Option<Scalar>,
+    pub(crate) cpu_manager_policy: Option<Scalar>,
+    pub(crate) cpu_manager_policy_options: Option<RawMap>,
     #[serde(rename = "reservedSystemCPUs")]
-    pub reserved_system_cpus: Option<Scalar>,
-    pub cpu_manager_state_dir: Option<Scalar>,
+    pub(crate) reserved_system_cpus: Option<Scalar>,
+    pub(crate) cpu_manager_state_dir: Option<Scalar>,
     #[serde(rename = "kubeletCPUManagerState")]
-    pub kubelet_cpu_manager_state: Option<Scalar>,
-    pub memory_reservation_policy: Option<Scalar>,
-    pub enforce_node_allocatable: Option<Vec<Scalar>>,
-    pub system_reserved_cgroup: Option<Scalar>,
-    pub kube_reserved_cgroup: Option<Scalar>,
-    pub kubelet_version: Option<Scalar>,
-    pub cgroupfs: Option<Scalar>,
-    pub cgroup_version: Option<Scalar>,
+    pub(crate) kubelet_cpu_manager_state: Option<Scalar>,
+    pub(crate) memory_reservation_policy: Option<Scalar>,
+    pub(crate) enforce_node_allocatable: Option<Vec<Scalar>>,
+    pub(crate) system_reserved_cgroup: Option<Scalar>,
+    pub(crate) kube_reserved_cgroup: Option<Scalar>,
+    pub(crate) kubelet_version: Option<Scalar>,
+    pub(crate) cgroupfs: Option<Scalar>,
+    pub(crate) cgroup_version: Option<Scalar>,
     #[serde(alias = "containerRuntimeEndpoint")]
-    pub runtime_endpoint: Option<Scalar>,
-    pub mode: Option<Scalar>,
-    pub reconcile_interval: Option<Scalar>,
-    pub relist_interval: Option<Scalar>,
-    pub metrics_address: Option<Scalar>,
-    pub root_dir: Option<Scalar>,
-    pub imagefs_path: Option<Scalar>,
-    pub memory_available_source: Option<Scalar>,
-    pub cpu_weight_formula: Option<Scalar>,
+    pub(crate) runtime_endpoint: Option<Scalar>,
+    pub(crate) mode: Option<Scalar>,
+    pub(crate) reconcile_interval: Option<Scalar>,
+    pub(crate) relist_interval: Option<Scalar>,
+    pub(crate) metrics_address: Option<Scalar>,
+    pub(crate) root_dir: Option<Scalar>,
+    pub(crate) imagefs_path: Option<Scalar>,
+    pub(crate) memory_available_source: Option<Scalar>,
+    pub(crate) cpu_weight_formula: Option<Scalar>,
     #[serde(rename = "memoryQoS")]
-    pub memory_qos: Option<Scalar>,
+    pub(crate) memory_qos: Option<Scalar>,
     #[serde(rename = "nodeCPU")]
-    pub node_cpu: Option<Scalar>,
-    pub node_memory: Option<Scalar>,
-    pub log_format: Option<Scalar>,
-    pub eviction_backend: Option<Scalar>,
-    pub hugepage_sizes: Option<Scalar>,
-    pub log_level: Option<Scalar>,
-    pub eviction_hook: Option<Scalar>,
-    pub eviction_hook_timeout: Option<Scalar>,
-    pub kubeconfig: Option<Scalar>,
-    pub node_name: Option<Scalar>,
-    pub api_eviction_timeout: Option<Scalar>,
-    pub runtime_unhealthy_after: Option<Scalar>,
+    pub(crate) node_cpu: Option<Scalar>,
+    pub(crate) node_memory: Option<Scalar>,
+    pub(crate) log_format: Option<Scalar>,
+    pub(crate) eviction_backend: Option<Scalar>,
+    pub(crate) hugepage_sizes: Option<Scalar>,
+    pub(crate) log_level: Option<Scalar>,
+    pub(crate) eviction_hook: Option<Scalar>,
+    pub(crate) eviction_hook_timeout: Option<Scalar>,
+    pub(crate) kubeconfig: Option<Scalar>,
+    pub(crate) node_name: Option<Scalar>,
+    pub(crate) api_eviction_timeout: Option<Scalar>,
+    pub(crate) runtime_unhealthy_after: Option<Scalar>,
     /// Kubelet `podPidsLimit` (pids.max of every pod; -1: none).
-    pub pod_pids_limit: Option<Scalar>,
+    pub(crate) pod_pids_limit: Option<Scalar>,
     /// `enforce` | `audit` (see `cgroupEnforcement` in docs/operations.md).
-    pub cgroup_enforcement: Option<Scalar>,
+    pub(crate) cgroup_enforcement: Option<Scalar>,
     /// The kubelet's config file (KubeletConfiguration): its fields replace
     /// qosd's kubelet fields.
-    pub kubelet_config: Option<Scalar>,
+    pub(crate) kubelet_config: Option<Scalar>,
     /// The kubelet's drop-in directory (`--config-dir`).
-    pub kubelet_config_dir: Option<Scalar>,
+    pub(crate) kubelet_config_dir: Option<Scalar>,
 }
 
 impl RawConfig {
     /// Parse YAML text. An empty document is an empty config.
-    pub fn from_yaml(text: &str) -> Result<RawConfig, ConfigError> {
+    pub(crate) fn from_yaml(text: &str) -> Result<RawConfig, ConfigError> {
         if text.trim().is_empty()
             || text
                 .lines()
@@ -198,56 +198,56 @@ fn edit_distance(a: &str, b: &str) -> usize {
 /// file's map entirely, as kubelet flags do.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Overrides {
-    pub eviction_hard: Option<BTreeMap<String, String>>,
-    pub eviction_soft: Option<BTreeMap<String, String>>,
-    pub eviction_soft_grace_period: Option<BTreeMap<String, String>>,
-    pub eviction_minimum_reclaim: Option<BTreeMap<String, String>>,
-    pub eviction_max_pod_grace_period: Option<String>,
-    pub eviction_pressure_transition_period: Option<String>,
-    pub merge_default_eviction_settings: Option<bool>,
-    pub cgroup_driver: Option<String>,
-    pub cgroup_root: Option<String>,
-    pub system_reserved: Option<BTreeMap<String, String>>,
-    pub kube_reserved: Option<BTreeMap<String, String>>,
-    pub qos_reserved: Option<BTreeMap<String, String>>,
-    pub cpu_cfs_quota: Option<bool>,
-    pub cpu_cfs_quota_period: Option<String>,
-    pub memory_throttling_factor: Option<String>,
-    pub memory_reservation_policy: Option<String>,
+    pub(crate) eviction_hard: Option<BTreeMap<String, String>>,
+    pub(crate) eviction_soft: Option<BTreeMap<String, String>>,
+    pub(crate) eviction_soft_grace_period: Option<BTreeMap<String, String>>,
+    pub(crate) eviction_minimum_reclaim: Option<BTreeMap<String, String>>,
+    pub(crate) eviction_max_pod_grace_period: Option<String>,
+    pub(crate) eviction_pressure_transition_period: Option<String>,
+    pub(crate) merge_default_eviction_settings: Option<bool>,
+    pub(crate) cgroup_driver: Option<String>,
+    pub(crate) cgroup_root: Option<String>,
+    pub(crate) system_reserved: Option<BTreeMap<String, String>>,
+    pub(crate) kube_reserved: Option<BTreeMap<String, String>>,
+    pub(crate) qos_reserved: Option<BTreeMap<String, String>>,
+    pub(crate) cpu_cfs_quota: Option<bool>,
+    pub(crate) cpu_cfs_quota_period: Option<String>,
+    pub(crate) memory_throttling_factor: Option<String>,
+    pub(crate) memory_reservation_policy: Option<String>,
     /// Comma-separated, e.g. `pods,system-reserved`.
-    pub enforce_node_allocatable: Option<String>,
-    pub system_reserved_cgroup: Option<String>,
-    pub kube_reserved_cgroup: Option<String>,
-    pub kubelet_version: Option<String>,
-    pub cgroupfs: Option<String>,
-    pub cgroup_version: Option<String>,
-    pub runtime_endpoint: Option<String>,
-    pub mode: Option<String>,
-    pub reconcile_interval: Option<String>,
-    pub relist_interval: Option<String>,
-    pub metrics_address: Option<String>,
-    pub root_dir: Option<String>,
-    pub pod_logs_dir: Option<String>,
-    pub imagefs_path: Option<String>,
-    pub memory_available_source: Option<String>,
-    pub cpu_weight_formula: Option<String>,
-    pub memory_qos: Option<bool>,
-    pub node_cpu: Option<String>,
-    pub node_memory: Option<String>,
-    pub log_format: Option<String>,
-    pub eviction_backend: Option<String>,
-    pub pod_pids_limit: Option<String>,
-    pub hugepage_sizes: Option<String>,
-    pub log_level: Option<String>,
-    pub eviction_hook: Option<String>,
-    pub eviction_hook_timeout: Option<String>,
-    pub kubeconfig: Option<String>,
-    pub node_name: Option<String>,
-    pub api_eviction_timeout: Option<String>,
-    pub runtime_unhealthy_after: Option<String>,
-    pub cgroup_enforcement: Option<String>,
-    pub kubelet_config: Option<String>,
-    pub kubelet_config_dir: Option<String>,
+    pub(crate) enforce_node_allocatable: Option<String>,
+    pub(crate) system_reserved_cgroup: Option<String>,
+    pub(crate) kube_reserved_cgroup: Option<String>,
+    pub(crate) kubelet_version: Option<String>,
+    pub(crate) cgroupfs: Option<String>,
+    pub(crate) cgroup_version: Option<String>,
+    pub(crate) runtime_endpoint: Option<String>,
+    pub(crate) mode: Option<String>,
+    pub(crate) reconcile_interval: Option<String>,
+    pub(crate) relist_interval: Option<String>,
+    pub(crate) metrics_address: Option<String>,
+    pub(crate) root_dir: Option<String>,
+    pub(crate) pod_logs_dir: Option<String>,
+    pub(crate) imagefs_path: Option<String>,
+    pub(crate) memory_available_source: Option<String>,
+    pub(crate) cpu_weight_formula: Option<String>,
+    pub(crate) memory_qos: Option<bool>,
+    pub(crate) node_cpu: Option<String>,
+    pub(crate) node_memory: Option<String>,
+    pub(crate) log_format: Option<String>,
+    pub(crate) eviction_backend: Option<String>,
+    pub(crate) pod_pids_limit: Option<String>,
+    pub(crate) hugepage_sizes: Option<String>,
+    pub(crate) log_level: Option<String>,
+    pub(crate) eviction_hook: Option<String>,
+    pub(crate) eviction_hook_timeout: Option<String>,
+    pub(crate) kubeconfig: Option<String>,
+    pub(crate) node_name: Option<String>,
+    pub(crate) api_eviction_timeout: Option<String>,
+    pub(crate) runtime_unhealthy_after: Option<String>,
+    pub(crate) cgroup_enforcement: Option<String>,
+    pub(crate) kubelet_config: Option<String>,
+    pub(crate) kubelet_config_dir: Option<String>,
 }
 
 fn to_raw_map(m: &BTreeMap<String, String>) -> RawMap {
@@ -345,12 +345,12 @@ impl Overrides {
 }
 
 /// Parse a kubelet `--eviction-hard`-style flag value: `a<1Mi,b<10%`.
-pub fn parse_langle_map(s: &str) -> Result<BTreeMap<String, String>, String> {
+pub(crate) fn parse_langle_map(s: &str) -> Result<BTreeMap<String, String>, String> {
     parse_sep_map(s, '<')
 }
 
 /// Parse a kubelet `--system-reserved`-style flag value: `cpu=1,memory=1Gi`.
-pub fn parse_eq_map(s: &str) -> Result<BTreeMap<String, String>, String> {
+pub(crate) fn parse_eq_map(s: &str) -> Result<BTreeMap<String, String>, String> {
     parse_sep_map(s, '=')
 }
 

@@ -235,7 +235,7 @@ impl Checker<'_> {
 }
 
 /// Turn raw values into a typed [`Config`], or every problem found.
-pub fn validate(
+pub(crate) fn validate(
     raw: RawConfig,
     overridden: &BTreeSet<&'static str>,
 ) -> Result<Config, Vec<InvalidValue>> {

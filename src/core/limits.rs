@@ -9,17 +9,17 @@
 //! [`MAX_NESTING`] before any parser sees it.
 
 /// Largest configuration, manifest or kubelet config file read, in bytes.
-pub const MAX_INPUT_BYTES: u64 = 4 << 20;
+pub(crate) const MAX_INPUT_BYTES: u64 = 4 << 20;
 
 /// Deepest nesting accepted in a YAML or JSON document (a pod manifest
 /// nests ~12 levels).
-pub const MAX_NESTING: usize = 64;
+pub(crate) const MAX_NESTING: usize = 64;
 
 /// Refuse text that nests deeper than `max` levels, counting flow
 /// collections (`[`, `{`) outside quoted strings and comments and block
 /// levels (a new, deeper indentation or a `- ` entry on a line). The count
 /// is an upper bound of the real depth, linear in the text.
-pub fn check_nesting(text: &str, max: usize) -> Result<(), String> {
+pub(crate) fn check_nesting(text: &str, max: usize) -> Result<(), String> {
     let too_deep = |line: usize| {
         Err(format!(
             "line {line}: nested more than {max} levels deep (refused before parsing)"

@@ -2,10 +2,10 @@
 //! resources and node arithmetic. Standard library only; no I/O.
 
 pub mod duration;
-pub mod limits;
+pub(crate) mod limits;
 pub mod model;
 pub mod node;
 pub mod qos;
 pub mod quantity;
-pub mod resources;
+pub(crate) mod resources;
 pub mod uid;

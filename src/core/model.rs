@@ -14,29 +14,29 @@ use serde::Serialize;
 use crate::core::quantity::Quantity;
 
 /// Resource name → quantity, as in a Kubernetes `ResourceList`.
-pub type ResourceList = BTreeMap<String, Quantity>;
+pub(crate) type ResourceList = BTreeMap<String, Quantity>;
 
 /// `resources.requests` / `resources.limits` of a container or a pod.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ResourceRequirements {
-    pub requests: ResourceList,
-    pub limits: ResourceList,
+    pub(crate) requests: ResourceList,
+    pub(crate) limits: ResourceList,
 }
 
 /// One container (app or init) of a pod.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Container {
-    pub name: String,
-    pub resources: ResourceRequirements,
+    pub(crate) name: String,
+    pub(crate) resources: ResourceRequirements,
     /// Init containers only: `restartPolicy: Always` makes it a restartable
     /// sidecar, which keeps running beside the app containers.
-    pub restartable: bool,
+    pub(crate) restartable: bool,
 }
 
 /// Where a pod came from, for messages and output.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase", tag = "kind", content = "detail")]
-pub enum PodOrigin {
+pub(crate) enum PodOrigin {
     /// A manifest file (path as given).
     Manifest(String),
     /// A live pod sandbox from the container runtime (sandbox id).
@@ -51,43 +51,43 @@ pub struct Pod {
     pub uid: String,
     /// True when the manifest had no uid and qosd derived one from
     /// namespace/name (deterministically), so output can say so.
-    pub uid_derived: bool,
-    pub namespace: String,
-    pub name: String,
+    pub(crate) uid_derived: bool,
+    pub(crate) namespace: String,
+    pub(crate) name: String,
     pub containers: Vec<Container>,
     pub init_containers: Vec<Container>,
     /// Pod-level `spec.resources` (KEP-2837); when set it decides QoS and sizing.
-    pub pod_resources: Option<ResourceRequirements>,
+    pub(crate) pod_resources: Option<ResourceRequirements>,
     /// `spec.overhead` (RuntimeClass overhead), added to the pod's sums.
-    pub overhead: ResourceList,
+    pub(crate) overhead: ResourceList,
     /// `spec.priority` (0 when unset, like the API server's default).
-    pub priority: i32,
-    pub priority_class_name: Option<String>,
-    pub termination_grace_period_seconds: Option<i64>,
-    pub annotations: BTreeMap<String, String>,
-    pub origin: PodOrigin,
+    pub(crate) priority: i32,
+    pub(crate) priority_class_name: Option<String>,
+    pub(crate) termination_grace_period_seconds: Option<i64>,
+    pub(crate) annotations: BTreeMap<String, String>,
+    pub(crate) origin: PodOrigin,
     /// Set by sources that know the class better than the resources say
     /// (CRI: the cgroup parent's QoS segment). `None`: classify from resources.
-    pub qos_override: Option<QosClass>,
+    pub(crate) qos_override: Option<QosClass>,
     /// `spec.volumes` as far as eviction needs them (emptyDir medium and
     /// sizeLimit). Empty when the source does not carry them (the CRI).
-    pub volumes: Vec<Volume>,
+    pub(crate) volumes: Vec<Volume>,
 }
 
 /// One pod volume (the fields local-storage eviction needs).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Volume {
-    pub name: String,
+pub(crate) struct Volume {
+    pub(crate) name: String,
     /// `emptyDir`, if the volume is one.
-    pub empty_dir: Option<EmptyDir>,
+    pub(crate) empty_dir: Option<EmptyDir>,
 }
 
 /// An `emptyDir` volume source.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EmptyDir {
+pub(crate) struct EmptyDir {
     /// `medium: Memory` (a tmpfs; not local ephemeral storage).
-    pub memory: bool,
-    pub size_limit: Option<Quantity>,
+    pub(crate) memory: bool,
+    pub(crate) size_limit: Option<Quantity>,
 }
 
 impl Pod {
@@ -117,31 +117,27 @@ impl Pod {
     }
 
     /// `namespace/name`.
-    pub fn key(&self) -> String {
+    pub(crate) fn key(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
     }
 
     /// Static pods (from a file or URL source) and their mirror pods: the
     /// kubelet never evicts them.
-    pub fn is_static_or_mirror(&self) -> bool {
+    pub(crate) fn is_static_or_mirror(&self) -> bool {
         if self.annotations.contains_key(ANNOTATION_MIRROR) {
             return true;
         }
         matches!(self.annotations.get(ANNOTATION_SOURCE).map(String::as_str), Some(s) if s != "api")
     }
 
-    /// Priority at or above system-cluster-critical: never evicted.
-    pub fn is_critical_priority(&self) -> bool {
-        self.priority >= SYSTEM_CRITICAL_PRIORITY
-    }
 }
 
 /// `kubernetes.io/config.mirror`: present on mirror pods.
-pub const ANNOTATION_MIRROR: &str = "kubernetes.io/config.mirror";
+pub(crate) const ANNOTATION_MIRROR: &str = "kubernetes.io/config.mirror";
 /// `kubernetes.io/config.source`: `api` for API pods, `file`/`http` for static pods.
-pub const ANNOTATION_SOURCE: &str = "kubernetes.io/config.source";
+pub(crate) const ANNOTATION_SOURCE: &str = "kubernetes.io/config.source";
 /// scheduling.SystemCriticalPriority (2 × 10^9).
-pub const SYSTEM_CRITICAL_PRIORITY: i32 = 2_000_000_000;
+pub(crate) const SYSTEM_CRITICAL_PRIORITY: i32 = 2_000_000_000;
 
 /// Kubernetes QoS class.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -208,7 +204,7 @@ pub enum CgroupDriver {
 }
 
 impl CgroupDriver {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             CgroupDriver::Cgroupfs => "cgroupfs",
             CgroupDriver::Systemd => "systemd",
@@ -246,38 +242,29 @@ pub struct CgroupWrite {
     /// Absolute directory of the cgroup the file belongs to (created by the
     /// applier when missing).
     #[serde(skip)]
-    pub dir: PathBuf,
+    pub(crate) dir: PathBuf,
     /// Logical cgroup name relative to the cgroup root, e.g.
     /// `kubepods/burstable/pod<uid>` (or the systemd slice path).
     #[serde(skip)]
-    pub cgroup: String,
+    pub(crate) cgroup: String,
     #[serde(skip)]
-    pub level: CgroupLevel,
+    pub(crate) level: CgroupLevel,
 }
 
 /// Which source decided a pod value: `exact` (the pod spec from the API
 /// server) or `inferred` (rebuilt from what the container runtime reports).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum ValueSource {
+pub(crate) enum ValueSource {
     Exact,
     Inferred,
 }
 
-impl ValueSource {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ValueSource::Exact => "exact",
-            ValueSource::Inferred => "inferred",
-        }
-    }
-}
-
 /// Per-value sources of a live pod (value name → source).
-pub type Provenance = BTreeMap<&'static str, ValueSource>;
+pub(crate) type Provenance = BTreeMap<&'static str, ValueSource>;
 
 /// The pod values whose source is tracked, in the pod spec's field names.
-pub const TRACKED_VALUES: [&str; 10] = [
+pub(crate) const TRACKED_VALUES: [&str; 10] = [
     "requests",
     "limits",
     "initContainers",
@@ -291,6 +278,6 @@ pub const TRACKED_VALUES: [&str; 10] = [
 ];
 
 /// Every tracked value from one source.
-pub fn provenance_all(source: ValueSource) -> Provenance {
+pub(crate) fn provenance_all(source: ValueSource) -> Provenance {
     TRACKED_VALUES.iter().map(|v| (*v, source)).collect()
 }

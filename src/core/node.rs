@@ -16,7 +16,7 @@
 use crate::core::quantity::Quantity;
 
 #[derive(Debug, thiserror::Error)]
-pub enum NodeError {
+pub(crate) enum NodeError {
     #[error("invalid reserved resources {value:?}: {message}")]
     Reserved { value: String, message: String },
 }
@@ -24,27 +24,27 @@ pub enum NodeError {
 /// Capacity and allocatable of the node, in millicores and bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct NodeResources {
-    pub capacity_cpu_millis: i64,
-    pub capacity_memory_bytes: i64,
+    pub(crate) capacity_cpu_millis: i64,
+    pub(crate) capacity_memory_bytes: i64,
     /// capacity − reserved (− hard eviction threshold for memory).
-    pub allocatable_cpu_millis: i64,
-    pub allocatable_memory_bytes: i64,
+    pub(crate) allocatable_cpu_millis: i64,
+    pub(crate) allocatable_memory_bytes: i64,
     /// capacity − reserved: the kubepods cgroup's values.
-    pub enforced_cpu_millis: i64,
-    pub enforced_memory_bytes: i64,
+    pub(crate) enforced_cpu_millis: i64,
+    pub(crate) enforced_memory_bytes: i64,
 }
 
 /// Reserved resources (`--system-reserved`/`--kube-reserved`), summed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Reserved {
-    pub cpu_millis: i64,
-    pub memory_bytes: i64,
+pub(crate) struct Reserved {
+    pub(crate) cpu_millis: i64,
+    pub(crate) memory_bytes: i64,
 }
 
 impl Reserved {
     /// Parse `cpu=500m,memory=1Gi` (kubelet syntax; `ephemeral-storage`,
     /// `pid` and `hugepages-*` are accepted and ignored). Empty → zero.
-    pub fn parse(s: &str) -> Result<Reserved, NodeError> {
+    pub(crate) fn parse(s: &str) -> Result<Reserved, NodeError> {
         let err = |message: String| NodeError::Reserved {
             value: s.to_string(),
             message,
@@ -75,7 +75,7 @@ impl Reserved {
 
     /// Sum of two reservations (system + kube); a sum beyond i64 (e.g.
     /// `memory=7Ei` twice) is an error, never a wrapped negative value.
-    pub fn plus(self, other: Reserved) -> Result<Reserved, NodeError> {
+    pub(crate) fn plus(self, other: Reserved) -> Result<Reserved, NodeError> {
         let sum = |what: &str, a: i64, b: i64| {
             a.checked_add(b).ok_or_else(|| NodeError::Reserved {
                 value: format!("{what}: {a} + {b}"),
@@ -92,7 +92,7 @@ impl Reserved {
 
 impl NodeResources {
     /// Capacity minus reservations, floored at 0 like the kubelet.
-    pub fn new(
+    pub(crate) fn new(
         capacity_cpu_millis: i64,
         capacity_memory_bytes: i64,
         reserved: Reserved,
@@ -117,7 +117,7 @@ impl NodeResources {
     }
 
     /// No reservations: everything allocatable.
-    pub fn from_capacity(cpu_millis: i64, memory_bytes: i64) -> NodeResources {
+    pub(crate) fn from_capacity(cpu_millis: i64, memory_bytes: i64) -> NodeResources {
         NodeResources::new(cpu_millis, memory_bytes, Reserved::default(), 0)
     }
 }

@@ -21,9 +21,9 @@ use crate::core::resources::{
 /// A pod's class and the human reason for it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Classification {
-    pub class: QosClass,
+    pub(crate) class: QosClass,
     /// e.g. "container app: memory request 100Mi != limit 200Mi".
-    pub reason: String,
+    pub(crate) reason: String,
 }
 
 fn show(q: Option<&Quantity>) -> String {

@@ -21,8 +21,8 @@ use std::fmt;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid quantity {value:?}: {reason}")]
 pub struct QuantityError {
-    pub value: String,
-    pub reason: &'static str,
+    pub(crate) value: String,
+    pub(crate) reason: &'static str,
 }
 
 /// A parsed quantity: exact value in nano-units, plus the text it came from.
@@ -235,7 +235,7 @@ impl Quantity {
     }
 
     /// A quantity of `m` milli-units (e.g. millicores).
-    pub fn from_milli(m: i64) -> Quantity {
+    pub(crate) fn from_milli(m: i64) -> Quantity {
         Quantity {
             nanos: i128::from(m) * 1_000_000,
             text: format!("{m}m"),
@@ -243,7 +243,7 @@ impl Quantity {
     }
 
     /// A quantity of `v` whole units (e.g. bytes).
-    pub fn from_value(v: i64) -> Quantity {
+    pub(crate) fn from_value(v: i64) -> Quantity {
         Quantity {
             nanos: i128::from(v) * NANO,
             text: v.to_string(),
@@ -279,11 +279,11 @@ impl Quantity {
         ceil_div(self.nanos, NANO).clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
     }
 
-    pub fn is_zero(&self) -> bool {
+    pub(crate) fn is_zero(&self) -> bool {
         self.nanos == 0
     }
 
-    pub fn is_negative(&self) -> bool {
+    pub(crate) fn is_negative(&self) -> bool {
         self.nanos < 0
     }
 

@@ -9,39 +9,39 @@
 use crate::core::model::{Container, Pod, ResourceList, ResourceRequirements};
 use crate::core::quantity::Quantity;
 
-pub const CPU: &str = "cpu";
-pub const MEMORY: &str = "memory";
-pub const EPHEMERAL_STORAGE: &str = "ephemeral-storage";
+pub(crate) const CPU: &str = "cpu";
+pub(crate) const MEMORY: &str = "memory";
+pub(crate) const EPHEMERAL_STORAGE: &str = "ephemeral-storage";
 
 /// A pod's effective resources, as the kubelet sums them: requests =
 /// max(sum of app containers (+ restartable sidecars), largest init
 /// container) + overhead; a limit is `None` unless every container has one
 /// (or pod-level resources say so).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PodResources {
-    pub cpu_request_millis: i64,
-    pub cpu_limit_millis: Option<i64>,
-    pub memory_request_bytes: i64,
-    pub memory_limit_bytes: Option<i64>,
-    pub ephemeral_storage_request_bytes: i64,
-    pub ephemeral_storage_limit_bytes: Option<i64>,
+pub(crate) struct PodResources {
+    pub(crate) cpu_request_millis: i64,
+    pub(crate) cpu_limit_millis: Option<i64>,
+    pub(crate) memory_request_bytes: i64,
+    pub(crate) memory_limit_bytes: Option<i64>,
+    pub(crate) ephemeral_storage_request_bytes: i64,
+    pub(crate) ephemeral_storage_limit_bytes: Option<i64>,
 }
 
 /// A container's request for `name`, defaulted to its limit when unset (the
 /// API server's defaulting; manifests loaded by qosd are already defaulted,
 /// this keeps hand-built pods consistent).
-pub fn container_request<'a>(res: &'a ResourceRequirements, name: &str) -> Option<&'a Quantity> {
+pub(crate) fn container_request<'a>(res: &'a ResourceRequirements, name: &str) -> Option<&'a Quantity> {
     res.requests.get(name).or_else(|| res.limits.get(name))
 }
 
 /// A container's limit for `name`.
-pub fn container_limit<'a>(res: &'a ResourceRequirements, name: &str) -> Option<&'a Quantity> {
+pub(crate) fn container_limit<'a>(res: &'a ResourceRequirements, name: &str) -> Option<&'a Quantity> {
     res.limits.get(name)
 }
 
 /// True when pod-level `spec.resources` sets cpu or memory (requests or
 /// limits): `IsPodLevelResourcesSet`.
-pub fn pod_level_resources_set(pod: &Pod) -> bool {
+pub(crate) fn pod_level_resources_set(pod: &Pod) -> bool {
     pod.pod_resources.as_ref().is_some_and(|r| {
         [CPU, MEMORY]
             .iter()
@@ -125,7 +125,7 @@ fn ceil_to(n: i128, d: i128) -> i64 {
 /// Container-level aggregate request of `name` (app + sidecar + init rule),
 /// without pod-level resources and overhead; `None` when no container
 /// requests it. Used for the API server's pod-level request defaulting.
-pub fn aggregate_container_request(pod: &Pod, name: &str) -> Option<Quantity> {
+pub(crate) fn aggregate_container_request(pod: &Pod, name: &str) -> Option<Quantity> {
     let i = NAMES.iter().position(|n| *n == name)?;
     aggregate(pod, requests_of, |_| {})[i].map(Quantity::from_nanos)
 }
@@ -141,7 +141,7 @@ fn value(n: i128) -> i64 {
 /// The pod's effective resources (`PodRequests`/`PodLimits` with overhead,
 /// plus the "limits declared by every container" flags of
 /// `ResourceConfigForPod`), by the newest kubelet's rules.
-pub fn pod_resources(pod: &Pod) -> PodResources {
+pub(crate) fn pod_resources(pod: &Pod) -> PodResources {
     pod_resources_with(pod, true)
 }
 
@@ -149,7 +149,7 @@ pub fn pod_resources(pod: &Pod) -> PodResources {
 /// `own_limits` (kubelet 1.36, `own-limit-declared`) every container must
 /// have its own non-zero limit; without (≤ 1.35) an init container counts
 /// together with the sidecars started before it.
-pub fn pod_resources_with(pod: &Pod, own_limits: bool) -> PodResources {
+pub(crate) fn pod_resources_with(pod: &Pod, own_limits: bool) -> PodResources {
     let pod_level = pod
         .pod_resources
         .as_ref()

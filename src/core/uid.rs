@@ -3,7 +3,7 @@
 //! anything that could turn into a path is refused.
 
 /// Longest accepted pod UID, in bytes (a UUID is 36, an MD5 hex hash 32).
-pub const MAX_UID_LEN: usize = 64;
+pub(crate) const MAX_UID_LEN: usize = 64;
 
 /// Reject a pod UID that is not a plain UID (UUID or hex hash): only ASCII
 /// letters, digits and `-`, 1..=64 characters. Anything else (`/`, `..`,

@@ -14,13 +14,13 @@ use super::proto::image_service_client::ImageServiceClient;
 use super::proto::runtime_service_client::RuntimeServiceClient;
 
 /// The CRI API version qosd speaks.
-pub const CRI_API_VERSION: &str = "v1";
+pub(crate) const CRI_API_VERSION: &str = "v1";
 
 /// containerd's default CRI socket.
-pub const DEFAULT_ENDPOINT: &str = "unix:///run/containerd/containerd.sock";
+pub(crate) const DEFAULT_ENDPOINT: &str = "unix:///run/containerd/containerd.sock";
 
 /// Largest message qosd accepts from the runtime (the kubelet's limit).
-pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+pub(crate) const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
 
 /// How long and how often to retry while the runtime is unreachable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,7 +55,7 @@ impl RetryPolicy {
 
     /// Delay before attempt number `attempt` (1-based: the delay after the
     /// first failure is `delay(1)`).
-    pub fn delay(&self, attempt: u32) -> Duration {
+    pub(crate) fn delay(&self, attempt: u32) -> Duration {
         let factor = 1u32
             .checked_shl(attempt.saturating_sub(1))
             .unwrap_or(u32::MAX);
@@ -131,7 +131,7 @@ impl CriError {
     /// The runtime answered with a message above [`MAX_MESSAGE_BYTES`]
     /// (e.g. a huge ListPodSandbox): it is reachable, but its answer is
     /// not usable.
-    pub fn is_too_large(&self) -> bool {
+    pub(crate) fn is_too_large(&self) -> bool {
         match self {
             CriError::Call { code, message, .. } => {
                 matches!(code, Code::OutOfRange | Code::ResourceExhausted)
@@ -142,7 +142,7 @@ impl CriError {
     }
 
     /// The object asked about does not exist (any more).
-    pub fn is_not_found(&self) -> bool {
+    pub(crate) fn is_not_found(&self) -> bool {
         match self {
             CriError::Call { code, message, .. } => {
                 *code == Code::NotFound
@@ -154,7 +154,7 @@ impl CriError {
     }
 
     /// The runtime could not be reached (down, restarting, hung).
-    pub fn is_unavailable(&self) -> bool {
+    pub(crate) fn is_unavailable(&self) -> bool {
         match self {
             CriError::Unreachable { .. } => true,
             CriError::Call { code, .. } => {
@@ -179,7 +179,7 @@ fn retryable(status: &Status) -> bool {
 }
 
 /// Parse `unix:///path`, `unix:/path` or a bare absolute path into a socket path.
-pub fn parse_endpoint(endpoint: &str) -> Result<PathBuf, CriError> {
+pub(crate) fn parse_endpoint(endpoint: &str) -> Result<PathBuf, CriError> {
     let bad = |reason: &str| CriError::BadEndpoint {
         endpoint: endpoint.to_string(),
         reason: reason.to_string(),
@@ -206,13 +206,13 @@ pub fn parse_endpoint(endpoint: &str) -> Result<PathBuf, CriError> {
 }
 
 /// Called after every CRI call (method, duration including retries, ok).
-pub type CallObserver = Box<dyn Fn(&'static str, Duration, bool) + Send + Sync>;
+pub(crate) type CallObserver = Box<dyn Fn(&'static str, Duration, bool) + Send + Sync>;
 
 static CALL_OBSERVER: std::sync::OnceLock<CallObserver> = std::sync::OnceLock::new();
 
 /// Install the process's CRI call observer (the daemon's metrics); only
 /// the first call takes effect.
-pub fn set_call_observer(f: CallObserver) {
+pub(crate) fn set_call_observer(f: CallObserver) {
     let _ = CALL_OBSERVER.set(f);
 }
 
@@ -225,7 +225,6 @@ fn observe_call(method: &'static str, start: Instant, ok: bool) {
 /// A connected CRI client (cheap to clone; calls may run concurrently).
 #[derive(Debug, Clone)]
 pub struct CriClient {
-    endpoint: String,
     opts: ConnectOptions,
     runtime: RuntimeServiceClient<Channel>,
     image: ImageServiceClient<Channel>,
@@ -282,7 +281,6 @@ impl CriClient {
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
         let mut client = CriClient {
-            endpoint: endpoint.to_string(),
             opts,
             runtime,
             image,
@@ -313,13 +311,8 @@ impl CriClient {
         Ok(client)
     }
 
-    /// The endpoint this client was connected to.
-    pub fn endpoint(&self) -> &str {
-        &self.endpoint
-    }
-
     /// The `Version` answer seen at connect time.
-    pub fn runtime_version(&self) -> &proto::VersionResponse {
+    pub(crate) fn runtime_version(&self) -> &proto::VersionResponse {
         &self.version
     }
 
@@ -365,19 +358,8 @@ impl CriClient {
         self.retrying(method, self.opts.retry.max_elapsed, f).await
     }
 
-    /// `Version` (asked again).
-    pub async fn version(&self) -> Result<proto::VersionResponse, CriError> {
-        self.call("Version", |mut c| async move {
-            c.version(proto::VersionRequest {
-                version: CRI_API_VERSION.to_string(),
-            })
-            .await
-        })
-        .await
-    }
-
     /// `Status` (runtime conditions; `verbose` adds the runtime's info).
-    pub async fn status(&self, verbose: bool) -> Result<proto::StatusResponse, CriError> {
+    pub(crate) async fn status(&self, verbose: bool) -> Result<proto::StatusResponse, CriError> {
         self.call("Status", |mut c| async move {
             c.status(proto::StatusRequest { verbose }).await
         })
@@ -386,7 +368,7 @@ impl CriClient {
 
     /// `RuntimeConfig`: the runtime's cgroup driver. `Ok(None)` when the
     /// runtime does not serve it (older than CRI 1.28, e.g. containerd 1.6).
-    pub async fn runtime_config(
+    pub(crate) async fn runtime_config(
         &self,
     ) -> Result<Option<crate::core::model::CgroupDriver>, CriError> {
         let r = self
@@ -425,7 +407,7 @@ impl CriClient {
 
     /// `PodSandboxStatus`; `verbose` asks for the runtime's info map (holds
     /// the sandbox config with its cgroup parent on containerd).
-    pub async fn pod_sandbox_status(
+    pub(crate) async fn pod_sandbox_status(
         &self,
         pod_sandbox_id: &str,
         verbose: bool,
@@ -444,7 +426,7 @@ impl CriClient {
     }
 
     /// `ListContainers` (all states; optionally of one sandbox).
-    pub async fn list_containers(
+    pub(crate) async fn list_containers(
         &self,
         pod_sandbox_id: Option<&str>,
     ) -> Result<Vec<proto::Container>, CriError> {
@@ -482,36 +464,10 @@ impl CriClient {
         .await
     }
 
-    /// `ContainerStats` of one container.
-    pub async fn container_stats(
-        &self,
-        container_id: &str,
-    ) -> Result<Option<proto::ContainerStats>, CriError> {
-        self.call("ContainerStats", |mut c| {
-            let container_id = container_id.to_string();
-            async move {
-                c.container_stats(proto::ContainerStatsRequest { container_id })
-                    .await
-            }
-        })
-        .await
-        .map(|r| r.stats)
-    }
-
     /// `ListContainerStats` (all running containers).
     pub async fn list_container_stats(&self) -> Result<Vec<proto::ContainerStats>, CriError> {
         self.call("ListContainerStats", |mut c| async move {
             c.list_container_stats(proto::ListContainerStatsRequest { filter: None })
-                .await
-        })
-        .await
-        .map(|r| r.stats)
-    }
-
-    /// `ListPodSandboxStats` (all sandboxes).
-    pub async fn list_pod_sandbox_stats(&self) -> Result<Vec<proto::PodSandboxStats>, CriError> {
-        self.call("ListPodSandboxStats", |mut c| async move {
-            c.list_pod_sandbox_stats(proto::ListPodSandboxStatsRequest { filter: None })
                 .await
         })
         .await
@@ -537,7 +493,7 @@ impl CriClient {
     }
 
     /// `StopContainer` with a grace period in seconds (0: kill at once).
-    pub async fn stop_container(
+    pub(crate) async fn stop_container(
         &self,
         container_id: &str,
         timeout_seconds: i64,
@@ -582,30 +538,6 @@ impl CriClient {
         .map(|_| ())
     }
 
-    /// `ImageFsInfo` (ImageService).
-    pub async fn image_fs_info(&self) -> Result<proto::ImageFsInfoResponse, CriError> {
-        let start = Instant::now();
-        let mut attempt = 0u32;
-        loop {
-            attempt += 1;
-            let mut c = self.image.clone();
-            match c.image_fs_info(proto::ImageFsInfoRequest {}).await {
-                Ok(r) => {
-                    observe_call("ImageFsInfo", start, true);
-                    return Ok(r.into_inner());
-                }
-                Err(s) => {
-                    let delay = self.opts.retry.delay(attempt);
-                    if !retryable(&s) || start.elapsed() + delay > self.opts.retry.max_elapsed {
-                        observe_call("ImageFsInfo", start, false);
-                        return Err(call_error("ImageFsInfo", s));
-                    }
-                    tokio::time::sleep(delay).await;
-                }
-            }
-        }
-    }
-
     /// `ListImages` (ImageService).
     pub async fn list_images(&self) -> Result<Vec<proto::Image>, CriError> {
         let mut c = self.image.clone();
@@ -616,7 +548,7 @@ impl CriClient {
     }
 
     /// `RemoveImage` (ImageService; idempotent).
-    pub async fn remove_image(&self, image: &str) -> Result<(), CriError> {
+    pub(crate) async fn remove_image(&self, image: &str) -> Result<(), CriError> {
         let mut c = self.image.clone();
         c.remove_image(proto::RemoveImageRequest {
             image: Some(proto::ImageSpec {
@@ -630,7 +562,7 @@ impl CriClient {
     }
 
     /// `RemoveContainer` (idempotent).
-    pub async fn remove_container(&self, container_id: &str) -> Result<(), CriError> {
+    pub(crate) async fn remove_container(&self, container_id: &str) -> Result<(), CriError> {
         self.call("RemoveContainer", |mut c| {
             let container_id = container_id.to_string();
             async move {
@@ -648,10 +580,6 @@ impl CriClient {
         self.runtime.clone()
     }
 
-    /// The raw ImageService client.
-    pub fn image_service(&self) -> ImageServiceClient<Channel> {
-        self.image.clone()
-    }
 }
 
 fn check_version(endpoint: &str, v: &proto::VersionResponse) -> Result<(), CriError> {

@@ -14,10 +14,10 @@ use super::reconstruct::{
 };
 use crate::core::model::{Pod, PodOrigin, QosClass};
 
-pub const LABEL_POD_UID: &str = "io.kubernetes.pod.uid";
-pub const LABEL_POD_NAME: &str = "io.kubernetes.pod.name";
-pub const LABEL_POD_NAMESPACE: &str = "io.kubernetes.pod.namespace";
-pub const LABEL_CONTAINER_NAME: &str = "io.kubernetes.container.name";
+pub(crate) const LABEL_POD_UID: &str = "io.kubernetes.pod.uid";
+pub(crate) const LABEL_POD_NAME: &str = "io.kubernetes.pod.name";
+pub(crate) const LABEL_POD_NAMESPACE: &str = "io.kubernetes.pod.namespace";
+pub(crate) const LABEL_CONTAINER_NAME: &str = "io.kubernetes.container.name";
 
 /// Sandbox state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -28,7 +28,7 @@ pub enum SandboxState {
 }
 
 impl SandboxState {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             SandboxState::Ready => "ready",
             SandboxState::NotReady => "notready",
@@ -39,7 +39,7 @@ impl SandboxState {
 /// Where a container's settings were read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum ResourcesOrigin {
+pub(crate) enum ResourcesOrigin {
     /// `ContainerStatus.resources.linux`.
     Status,
     /// The verbose status info's container config (`config.linux.resources`).
@@ -51,24 +51,24 @@ pub enum ResourcesOrigin {
 /// One container of a live pod, with the cgroup settings the runtime reports.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct LiveContainer {
-    pub id: String,
-    pub name: String,
+    pub(crate) id: String,
+    pub(crate) name: String,
     /// created | running | exited | unknown
-    pub state: String,
-    pub attempt: u32,
-    pub cpu_shares: Option<i64>,
-    pub cpu_quota: Option<i64>,
-    pub cpu_period: Option<i64>,
-    pub memory_limit_bytes: Option<i64>,
-    pub oom_score_adj: Option<i64>,
-    pub memory_min_bytes: Option<i64>,
-    pub resources_origin: ResourcesOrigin,
+    pub(crate) state: String,
+    pub(crate) attempt: u32,
+    pub(crate) cpu_shares: Option<i64>,
+    pub(crate) cpu_quota: Option<i64>,
+    pub(crate) cpu_period: Option<i64>,
+    pub(crate) memory_limit_bytes: Option<i64>,
+    pub(crate) oom_score_adj: Option<i64>,
+    pub(crate) memory_min_bytes: Option<i64>,
+    pub(crate) resources_origin: ResourcesOrigin,
     /// `linux.cpuset_cpus` as the runtime reports it (CPU manager); `None`
     /// when it reports none.
-    pub cpuset_cpus: Option<String>,
+    pub(crate) cpuset_cpus: Option<String>,
     /// Counted in the pod's rebuilt resources (the current attempt of a
     /// container that has not exited, or the latest attempt otherwise).
-    pub counted: bool,
+    pub(crate) counted: bool,
 }
 
 impl LiveContainer {
@@ -89,30 +89,30 @@ impl LiveContainer {
 #[derive(Debug, Clone, PartialEq)]
 pub struct LivePod {
     /// Identity and rebuilt requests/limits; `qos_override` holds the class.
-    pub pod: Pod,
+    pub(crate) pod: Pod,
     pub sandbox_id: String,
     pub state: SandboxState,
     pub qos_class: QosClass,
-    pub qos_source: QosSource,
+    pub(crate) qos_source: QosSource,
     /// From the verbose sandbox status; `None` when the runtime does not say.
-    pub cgroup_parent: Option<String>,
+    pub(crate) cgroup_parent: Option<String>,
     /// Sandbox creation time (ns since the epoch): the pod's arrival order.
-    pub created_at: i64,
-    pub containers: Vec<LiveContainer>,
+    pub(crate) created_at: i64,
+    pub(crate) containers: Vec<LiveContainer>,
     /// Where values are inferred rather than exact.
-    pub notes: Vec<String>,
+    pub(crate) notes: Vec<String>,
     /// Inconsistencies worth a look (class mismatch, uid mismatch, …).
-    pub warnings: Vec<String>,
+    pub(crate) warnings: Vec<String>,
     /// Which source decided each pod value (runtime alone: all inferred;
     /// merged with the API server's spec: exact, see `crate::kube`).
-    pub sources: crate::core::model::Provenance,
+    pub(crate) sources: crate::core::model::Provenance,
 }
 
 /// A sandbox left out of the inventory, and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Skipped {
-    pub sandbox_id: String,
-    pub reason: String,
+    pub(crate) sandbox_id: String,
+    pub(crate) reason: String,
 }
 
 /// Result of [`inventory`].
@@ -140,7 +140,7 @@ impl Inventory {
 pub struct InventoryOptions {
     /// Node memory capacity (MemTotal), to infer Burstable memory requests
     /// from oom_score_adj. `None`: those requests stay unknown.
-    pub memory_capacity_bytes: Option<i64>,
+    pub(crate) memory_capacity_bytes: Option<i64>,
 }
 
 /// List the runtime's sandboxes and build the inventory.
@@ -164,7 +164,7 @@ pub async fn inventory_of(
 /// the runtime only about what `cache` does not hold yet (see
 /// [`StatusCache`]); `None`: ask about everything. The cache is pruned to
 /// the listed ids afterwards.
-pub async fn inventory_with(
+pub(crate) async fn inventory_with(
     client: &CriClient,
     sandboxes: Vec<proto::PodSandbox>,
     all_containers: Vec<proto::Container>,
@@ -231,7 +231,7 @@ pub async fn inventory_with(
 /// (in-place resource updates do not show in any listing). Entries of ids
 /// no longer listed are dropped at each listing.
 #[derive(Debug, Default)]
-pub struct StatusCache {
+pub(crate) struct StatusCache {
     sandboxes: std::sync::Mutex<HashMap<String, SandboxFacts>>,
     containers: std::sync::Mutex<HashMap<String, ContainerFacts>>,
 }
@@ -263,19 +263,15 @@ impl StatusCache {
 
     /// Ask every container's status again at the next listing (a resync:
     /// in-place resource updates change a status without changing a listing).
-    pub fn forget_containers(&self) {
+    pub(crate) fn forget_containers(&self) {
         lock(&self.containers).clear();
     }
 
     /// (sandboxes, containers) held.
-    pub fn len(&self) -> (usize, usize) {
+    pub(crate) fn len(&self) -> (usize, usize) {
         (lock(&self.sandboxes).len(), lock(&self.containers).len())
     }
 
-    /// Nothing held.
-    pub fn is_empty(&self) -> bool {
-        self.len() == (0, 0)
-    }
 }
 
 fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -283,7 +279,7 @@ fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// Sandboxes examined at once by [`inventory_of`].
-pub const INVENTORY_CONCURRENCY: usize = 8;
+pub(crate) const INVENTORY_CONCURRENCY: usize = 8;
 
 /// One sandbox: its pod, or why it was skipped.
 async fn sandbox_entry(

@@ -9,17 +9,17 @@ use crate::core::model::{Container, QosClass, ResourceRequirements};
 use crate::core::quantity::Quantity;
 
 /// The kubelet's `oom_score_adj` for Guaranteed (and node-critical) pods.
-pub const GUARANTEED_OOM_SCORE_ADJ: i64 = -997;
+pub(crate) const GUARANTEED_OOM_SCORE_ADJ: i64 = -997;
 /// The kubelet's `oom_score_adj` for BestEffort pods.
-pub const BESTEFFORT_OOM_SCORE_ADJ: i64 = 1000;
+pub(crate) const BESTEFFORT_OOM_SCORE_ADJ: i64 = 1000;
 /// cpu.shares the kubelet gives a container without a cpu request (MinShares).
-pub const MIN_SHARES: i64 = 2;
-pub use crate::core::uid::MAX_UID_LEN;
+pub(crate) const MIN_SHARES: i64 = 2;
+pub(crate) use crate::core::uid::MAX_UID_LEN;
 
 /// How a live pod's QoS class was derived.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum QosSource {
+pub(crate) enum QosSource {
     /// The QoS segment of the sandbox's cgroup parent (what the kubelet chose).
     CgroupParent,
     /// Exact container settings (cpu shares/quota, memory limit).
@@ -32,7 +32,7 @@ pub enum QosSource {
 }
 
 impl QosSource {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             QosSource::CgroupParent => "cgroup-parent",
             QosSource::Resources => "resources",
@@ -48,17 +48,17 @@ impl std::fmt::Display for QosSource {
     }
 }
 
-pub use crate::core::uid::validate_uid;
+pub(crate) use crate::core::uid::validate_uid;
 
 /// A cgroup parent of a kubelet-made sandbox, taken apart.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParsedParent {
-    pub class: QosClass,
+    pub(crate) class: QosClass,
     /// The pod UID as written in the path (systemd `_` turned back into `-`);
     /// not validated.
     pub uid: String,
     /// True for the systemd slice form.
-    pub systemd: bool,
+    pub(crate) systemd: bool,
 }
 
 /// Parse a sandbox cgroup parent: cgroupfs `[<root>]/kubepods[/burstable|/besteffort]/pod<uid>`
@@ -78,14 +78,14 @@ pub fn parse_cgroup_parent(parent: &str) -> Option<ParsedParent> {
 /// `LinuxContainerResources`; zero means "not set" except for oom_score_adj).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ContainerSettings {
-    pub name: String,
-    pub cpu_shares: Option<i64>,
+    pub(crate) name: String,
+    pub(crate) cpu_shares: Option<i64>,
     pub cpu_quota: Option<i64>,
     pub cpu_period: Option<i64>,
-    pub memory_limit_bytes: Option<i64>,
-    pub oom_score_adj: Option<i64>,
+    pub(crate) memory_limit_bytes: Option<i64>,
+    pub(crate) oom_score_adj: Option<i64>,
     /// `unified["memory.min"]` (MemoryQoS on cgroup v2).
-    pub memory_min_bytes: Option<i64>,
+    pub(crate) memory_min_bytes: Option<i64>,
 }
 
 impl ContainerSettings {
@@ -144,7 +144,7 @@ impl ContainerSettings {
 /// adj = 1000 − 1000·request/capacity (integer division), clamped to [3, 999].
 /// Returns the smallest request giving `adj`; `None` at the clamps (3 means
 /// "at least 99.7% of capacity", 999 "below 0.2%"), which carry no size.
-pub fn memory_request_from_oom_score_adj(adj: i64, capacity_bytes: i64) -> Option<i64> {
+pub(crate) fn memory_request_from_oom_score_adj(adj: i64, capacity_bytes: i64) -> Option<i64> {
     if capacity_bytes <= 0 || !(4..=998).contains(&adj) {
         return None;
     }
@@ -156,7 +156,7 @@ pub fn memory_request_from_oom_score_adj(adj: i64, capacity_bytes: i64) -> Optio
 /// floor(1000·request/capacity) clamped to [3, 999]: 999 covers requests
 /// below 0.2 % of capacity (the BestEffort value 1000 is moved to 999), 3
 /// everything from 99.7 % up.
-pub fn memory_request_band(adj: i64, capacity_bytes: i64) -> Option<(i64, Option<i64>)> {
+pub(crate) fn memory_request_band(adj: i64, capacity_bytes: i64) -> Option<(i64, Option<i64>)> {
     if capacity_bytes <= 0 || !(3..=999).contains(&adj) {
         return None;
     }
@@ -175,25 +175,25 @@ pub fn memory_request_band(adj: i64, capacity_bytes: i64) -> Option<(i64, Option
 
 /// Result of [`reconstruct`].
 #[derive(Debug, Clone, PartialEq)]
-pub struct Reconstructed {
+pub(crate) struct Reconstructed {
     /// Containers with rebuilt requests/limits (cpu, memory).
-    pub containers: Vec<Container>,
-    pub class: QosClass,
-    pub source: QosSource,
+    pub(crate) containers: Vec<Container>,
+    pub(crate) class: QosClass,
+    pub(crate) source: QosSource,
     /// The class the container settings alone imply, and how.
-    pub resources_class: QosClass,
-    pub resources_source: QosSource,
+    pub(crate) resources_class: QosClass,
+    pub(crate) resources_source: QosSource,
     /// Where values are inferred rather than exact.
-    pub notes: Vec<String>,
+    pub(crate) notes: Vec<String>,
     /// Inconsistencies (class mismatch, unexpected values).
-    pub warnings: Vec<String>,
+    pub(crate) warnings: Vec<String>,
 }
 
 /// Rebuild the pod's containers and class. `parent_class` is the QoS
 /// segment of the sandbox's cgroup parent when it has one (it wins: the
 /// runtime may clamp oom_score_adj); `memory_capacity_bytes` (node
 /// MemTotal) lets a Burstable memory request be inferred from oom_score_adj.
-pub fn reconstruct(
+pub(crate) fn reconstruct(
     parent_class: Option<QosClass>,
     containers: &[ContainerSettings],
     memory_capacity_bytes: Option<i64>,

@@ -18,7 +18,7 @@ use super::types::Status;
 
 /// A failed API call.
 #[derive(Debug, thiserror::Error)]
-pub enum KubeError {
+pub(crate) enum KubeError {
     #[error("API server {server}: bad TLS setup: {message}")]
     Tls { server: String, message: String },
     #[error("API server {server}: bad URL: {message}")]
@@ -56,7 +56,7 @@ pub enum KubeError {
 
 impl KubeError {
     /// The HTTP status of an API error.
-    pub fn code(&self) -> Option<u16> {
+    pub(crate) fn code(&self) -> Option<u16> {
         match self {
             KubeError::Api { code, .. } => Some(*code),
             _ => None,
@@ -75,7 +75,7 @@ pub struct KubeClient {
     /// Path prefix of the server URL (usually empty).
     prefix: String,
     /// Deadline of a connection (TCP + TLS).
-    pub connect_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
 }
 
 impl std::fmt::Debug for KubeClient {
@@ -91,7 +91,7 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 }
 
 impl KubeClient {
-    pub fn new(cfg: KubeConfig) -> Result<KubeClient, KubeError> {
+    pub(crate) fn new(cfg: KubeConfig) -> Result<KubeClient, KubeError> {
         let server = cfg.server.clone();
         let tls_err = |message: String| KubeError::Tls {
             server: server.clone(),
@@ -167,11 +167,11 @@ impl KubeClient {
         })
     }
 
-    pub fn server(&self) -> &str {
+    pub(crate) fn server(&self) -> &str {
         &self.cfg.server
     }
 
-    pub fn origin(&self) -> &str {
+    pub(crate) fn origin(&self) -> &str {
         &self.cfg.origin
     }
 
@@ -281,7 +281,7 @@ impl KubeClient {
 
     /// One request with a deadline on the whole exchange; non-2xx answers
     /// become [`KubeError::Api`] with the `Status` message.
-    pub async fn call(
+    pub(crate) async fn call(
         &self,
         method: Method,
         path: &str,
@@ -318,7 +318,7 @@ impl KubeClient {
     }
 
     /// GET and decode JSON.
-    pub async fn get_json<T: serde::de::DeserializeOwned>(
+    pub(crate) async fn get_json<T: serde::de::DeserializeOwned>(
         &self,
         path: &str,
         timeout: Duration,
@@ -331,7 +331,7 @@ impl KubeClient {
     }
 
     /// POST a JSON body.
-    pub async fn post_json<B: serde::Serialize>(
+    pub(crate) async fn post_json<B: serde::Serialize>(
         &self,
         path: &str,
         body: &B,
@@ -345,7 +345,7 @@ impl KubeClient {
     }
 
     /// DELETE with a JSON body (DeleteOptions).
-    pub async fn delete_json<B: serde::Serialize>(
+    pub(crate) async fn delete_json<B: serde::Serialize>(
         &self,
         path: &str,
         body: &B,
@@ -360,7 +360,7 @@ impl KubeClient {
 
     /// Open a watch (or any streaming GET): the response headers must
     /// arrive within `timeout`; the body is read with [`LineReader`].
-    pub async fn stream(&self, path: &str, timeout: Duration) -> Result<LineReader, KubeError> {
+    pub(crate) async fn stream(&self, path: &str, timeout: Duration) -> Result<LineReader, KubeError> {
         let resp = tokio::time::timeout(timeout, self.send(Method::GET, path, None))
             .await
             .map_err(|_| KubeError::Timeout {
@@ -404,7 +404,7 @@ fn api_error(method: &str, path: &str, status: StatusCode, bytes: &[u8]) -> Kube
 
 /// Reads a streaming body one newline-terminated JSON document at a time
 /// (the watch protocol), whatever the chunking.
-pub struct LineReader {
+pub(crate) struct LineReader {
     body: Incoming,
     buf: Vec<u8>,
     path: String,
@@ -412,7 +412,7 @@ pub struct LineReader {
 
 impl LineReader {
     /// The next line (without the newline); `None` at the end of the stream.
-    pub async fn next_line(&mut self) -> Result<Option<Vec<u8>>, KubeError> {
+    pub(crate) async fn next_line(&mut self) -> Result<Option<Vec<u8>>, KubeError> {
         loop {
             if let Some(i) = self.buf.iter().position(|b| *b == b'\n') {
                 let mut line: Vec<u8> = self.buf.drain(..=i).collect();
@@ -447,7 +447,7 @@ impl LineReader {
 }
 
 /// Percent-encode a query value (field selectors hold `=` and `,`).
-pub fn encode_query(v: &str) -> String {
+pub(crate) fn encode_query(v: &str) -> String {
     let mut out = String::with_capacity(v.len());
     for b in v.bytes() {
         match b {

@@ -9,7 +9,7 @@ use base64::Engine as _;
 use serde::Deserialize;
 
 /// The service account directory mounted into every pod.
-pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+pub(crate) const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 
 /// How requests authenticate.
 #[derive(Clone, PartialEq, Eq)]
@@ -42,17 +42,17 @@ impl std::fmt::Debug for Auth {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KubeConfig {
     /// `https://host:port` (no trailing slash; a path prefix is kept).
-    pub server: String,
+    pub(crate) server: String,
     /// PEM bundle of the CAs that sign the server's certificate.
-    pub ca_pem: Vec<u8>,
-    pub auth: Auth,
+    pub(crate) ca_pem: Vec<u8>,
+    pub(crate) auth: Auth,
     /// Where this came from, for messages (`in-cluster`, a kubeconfig path).
-    pub origin: String,
+    pub(crate) origin: String,
 }
 
 /// A config that cannot be used.
 #[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
+pub(crate) enum ConfigError {
     #[error("cannot read {path}: {source}")]
     Read {
         path: PathBuf,
@@ -66,7 +66,7 @@ pub enum ConfigError {
 
 /// In-cluster config: `host`/`port` are KUBERNETES_SERVICE_HOST/PORT,
 /// `sa_dir` the service account directory (token, ca.crt).
-pub fn in_cluster(
+pub(crate) fn in_cluster(
     host: Option<&str>,
     port: Option<&str>,
     sa_dir: &Path,
@@ -104,7 +104,7 @@ pub fn in_cluster(
 
 /// In-cluster config from the process environment and the standard
 /// service account directory.
-pub fn in_cluster_from_env() -> Result<KubeConfig, ConfigError> {
+pub(crate) fn in_cluster_from_env() -> Result<KubeConfig, ConfigError> {
     in_cluster(
         std::env::var("KUBERNETES_SERVICE_HOST").ok().as_deref(),
         std::env::var("KUBERNETES_SERVICE_PORT").ok().as_deref(),
@@ -167,7 +167,7 @@ pub fn from_kubeconfig(path: &Path) -> Result<KubeConfig, ConfigError> {
 }
 
 /// Resolve kubeconfig text; relative file paths are relative to `path`'s directory.
-pub fn kubeconfig_from_str(text: &str, path: &Path) -> Result<KubeConfig, ConfigError> {
+pub(crate) fn kubeconfig_from_str(text: &str, path: &Path) -> Result<KubeConfig, ConfigError> {
     let bad = |message: String| ConfigError::Kubeconfig {
         path: path.to_path_buf(),
         message,

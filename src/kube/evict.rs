@@ -14,101 +14,49 @@ use super::types::{DeleteOptions, Event, EventSource, Eviction, ObjectReference,
 use crate::core::model::CgroupVersion;
 use crate::cri::LivePod;
 use crate::policy::evict::manager::Victim;
-use crate::policy::evict::threshold::{Signal, ThresholdValue};
+use crate::policy::evict::message::{
+    amount_text, low_on_resource_message, resource_name, threshold_text, OverRequest,
+};
 use crate::runtime::evictor::{ApiEvictor, ApiRefusal};
 use crate::telemetry::kube_metrics::KubeMetrics;
 
 /// The kubelet's eviction message fragments (pkg/kubelet/eviction/helpers.go).
-pub const REASON_EVICTED: &str = "Evicted";
-
-/// The resource a signal reclaims, as the kubelet names it in messages.
-pub fn signal_resource_name(s: Signal) -> &'static str {
-    match s {
-        Signal::MemoryAvailable | Signal::AllocatableMemoryAvailable => "memory",
-        Signal::NodeFsAvailable | Signal::ImageFsAvailable | Signal::ContainerFsAvailable => {
-            "ephemeral-storage"
-        }
-        Signal::NodeFsInodesFree | Signal::ImageFsInodesFree | Signal::ContainerFsInodesFree => {
-            "inodes"
-        }
-        Signal::PidAvailable => "pids",
-    }
-}
-
-/// A byte count the way a Kubernetes quantity prints it: the largest
-/// binary suffix that divides it exactly (BinarySI), else a decimal one,
-/// else the plain number.
-pub fn fmt_quantity(n: i64) -> String {
-    if n == 0 {
-        return "0".into();
-    }
-    for (suffix, unit) in [
-        ("Ei", 1i64 << 60),
-        ("Pi", 1 << 50),
-        ("Ti", 1 << 40),
-        ("Gi", 1 << 30),
-        ("Mi", 1 << 20),
-        ("Ki", 1 << 10),
-    ] {
-        if n % unit == 0 {
-            return format!("{}{suffix}", n / unit);
-        }
-    }
-    for (suffix, unit) in [
-        ("E", 1_000_000_000_000_000_000i64),
-        ("P", 1_000_000_000_000_000),
-        ("T", 1_000_000_000_000),
-        ("G", 1_000_000_000),
-        ("M", 1_000_000),
-        ("k", 1_000),
-    ] {
-        if n % unit == 0 {
-            return format!("{}{suffix}", n / unit);
-        }
-    }
-    n.to_string()
-}
+pub(crate) const REASON_EVICTED: &str = "Evicted";
 
 /// One container's usage against its request, for the message.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ContainerUsage {
-    pub name: String,
-    pub usage: i64,
+pub(crate) struct ContainerUsage {
+    pub(crate) name: String,
+    pub(crate) usage: i64,
     /// The request as the spec writes it (`"0"` without one).
-    pub request: String,
-    pub request_value: i64,
+    pub(crate) request: String,
+    pub(crate) request_value: i64,
 }
 
 /// The kubelet's eviction message: "The node was low on resource: R.
 /// Threshold quantity: Q, available: A. Container C was using U, request
 /// is Q, has larger consumption of R. " (containers over their request).
-pub fn eviction_message(v: &Victim, containers: &[ContainerUsage]) -> String {
-    let resource = signal_resource_name(v.signal);
-    let fmt = |x: i64| match resource {
-        "memory" | "ephemeral-storage" => fmt_quantity(x),
-        _ => x.to_string(),
-    };
-    let quantity = match v.threshold.value {
-        ThresholdValue::Quantity(q) => fmt(q),
-        ThresholdValue::Percentage(_) => fmt(v.threshold_value),
-    };
-    let mut m = format!(
-        "The node was low on resource: {resource}. Threshold quantity: {quantity}, available: {}. ",
-        fmt(v.observed)
-    );
-    for c in containers.iter().filter(|c| c.usage > c.request_value) {
-        m.push_str(&format!(
-            "Container {} was using {}, request is {}, has larger consumption of {resource}. ",
-            c.name,
-            fmt(c.usage),
-            c.request
-        ));
-    }
-    m
+pub(crate) fn eviction_message(v: &Victim, containers: &[ContainerUsage]) -> String {
+    let over: Vec<OverRequest<'_>> = containers
+        .iter()
+        .filter(|c| c.usage > c.request_value)
+        .map(|c| OverRequest {
+            kind: "Container",
+            name: &c.name,
+            usage: amount_text(v.signal, c.usage),
+            request: c.request.clone(),
+        })
+        .collect();
+    low_on_resource_message(
+        v.signal,
+        &threshold_text(v.signal, &v.threshold.value, v.threshold_value),
+        &amount_text(v.signal, v.observed),
+        &over,
+    )
 }
 
 /// RFC 3339 UTC, seconds (the Event timestamps' format).
-pub fn rfc3339(t: SystemTime) -> String {
+pub(crate) fn rfc3339(t: SystemTime) -> String {
     let secs = t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs() as i64;
     let days = secs.div_euclid(86_400);
     let rem = secs.rem_euclid(86_400);
@@ -133,20 +81,20 @@ pub fn rfc3339(t: SystemTime) -> String {
 
 /// Settings of the Kubernetes side.
 #[derive(Debug, Clone)]
-pub struct KubeSettings {
-    pub node_name: String,
+pub(crate) struct KubeSettings {
+    pub(crate) node_name: String,
     /// A disconnected view stays usable this long.
-    pub max_stale: Duration,
-    pub eviction_timeout: Duration,
-    pub cgroup_version: CgroupVersion,
+    pub(crate) max_stale: Duration,
+    pub(crate) eviction_timeout: Duration,
+    pub(crate) cgroup_version: CgroupVersion,
 }
 
 /// The API client, the pod cache and its watcher, and the `api` evictor.
-pub struct KubeSide {
-    pub client: KubeClient,
-    pub cache: Arc<PodCache>,
-    pub settings: KubeSettings,
-    pub metrics: KubeMetrics,
+pub(crate) struct KubeSide {
+    pub(crate) client: KubeClient,
+    pub(crate) cache: Arc<PodCache>,
+    pub(crate) settings: KubeSettings,
+    pub(crate) metrics: KubeMetrics,
     /// uid → (container name, container id) of the live pods.
     containers: Mutex<HashMap<String, Vec<(String, String)>>>,
     last: Mutex<(MergeSummary, Option<String>)>,
@@ -166,7 +114,7 @@ impl std::fmt::Debug for KubeSide {
 
 impl KubeSide {
     /// Start watching this node's pods on `handle`.
-    pub fn start(
+    pub(crate) fn start(
         client: KubeClient,
         settings: KubeSettings,
         metrics: KubeMetrics,
@@ -192,7 +140,7 @@ impl KubeSide {
 
     /// Merge the runtime's pods with the current view; returns the summary
     /// and, when the view is unusable, why (runtime data alone then).
-    pub fn merge_view(&self, live: &mut [LivePod]) -> (MergeSummary, Option<String>) {
+    pub(crate) fn merge_view(&self, live: &mut [LivePod]) -> (MergeSummary, Option<String>) {
         let view = self.cache.view(self.settings.max_stale);
         let summary = merge(live, &view);
         self.metrics.set_api_up(view.fresh());
@@ -216,19 +164,19 @@ impl KubeSide {
     }
 
     /// Changes whenever the API view does (see [`PodCache::change_key`]).
-    pub fn change_key(&self) -> String {
+    pub(crate) fn change_key(&self) -> String {
         self.cache.change_key(self.settings.max_stale)
     }
 
     /// The last merge (for status).
-    pub fn last_merge(&self) -> (MergeSummary, Option<String>) {
+    pub(crate) fn last_merge(&self) -> (MergeSummary, Option<String>) {
         self.last.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// Per-container usage against the spec's requests, for the message
     /// (memory: each container cgroup's working set).
     fn container_usage(&self, v: &Victim) -> Vec<ContainerUsage> {
-        if signal_resource_name(v.signal) != "memory" {
+        if resource_name(v.signal) != "memory" {
             return Vec::new();
         }
         let Some(pod_dir) = v.candidate.cgroup_dirs.first() else {
@@ -462,16 +410,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn quantities_print_like_kubernetes() {
-        assert_eq!(fmt_quantity(100 << 20), "100Mi");
-        assert_eq!(fmt_quantity(81920 << 10), "80Mi");
-        assert_eq!(fmt_quantity(1536 << 10), "1536Ki");
-        assert_eq!(fmt_quantity(500_000_000), "500M");
-        assert_eq!(fmt_quantity(1001), "1001");
-        assert_eq!(fmt_quantity(0), "0");
-    }
-
-    #[test]
     fn timestamps_are_rfc3339() {
         assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00Z");
         let t = UNIX_EPOCH + Duration::from_secs(1_741_083_669);
@@ -483,7 +421,7 @@ mod tests {
     #[test]
     fn message_in_the_kubelet_wording() {
         use crate::policy::evict::rank::Candidate;
-        use crate::policy::evict::threshold::{Threshold, ThresholdKind};
+        use crate::policy::evict::threshold::{Signal, Threshold, ThresholdKind, ThresholdValue};
         let pod = crate::core::model::Pod::new("u", "ns", "web");
         let t = Threshold {
             signal: Signal::MemoryAvailable,

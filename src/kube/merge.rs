@@ -31,13 +31,13 @@ use crate::cri::LivePod;
 
 /// What a merge did, for status and metrics.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct MergeSummary {
+pub(crate) struct MergeSummary {
     /// Live pods whose spec came from a current API view.
-    pub exact: usize,
+    pub(crate) exact: usize,
     /// Live pods from the runtime alone (not in the view, or a stale view).
-    pub inferred: usize,
+    pub(crate) inferred: usize,
     /// The view was current.
-    pub fresh: bool,
+    pub(crate) fresh: bool,
 }
 
 fn list(
@@ -69,7 +69,7 @@ fn container(c: &ApiContainer, init: bool) -> Result<Container, String> {
 }
 
 /// The model pod an API pod describes (quantities parsed exactly).
-pub fn to_model(p: &ApiPod) -> Result<Pod, String> {
+pub(crate) fn to_model(p: &ApiPod) -> Result<Pod, String> {
     let mut pod = Pod::new(
         p.metadata.uid.clone(),
         p.metadata.namespace.clone(),
@@ -102,7 +102,7 @@ pub fn to_model(p: &ApiPod) -> Result<Pod, String> {
 }
 
 /// Merge every live pod with its API pod, in place.
-pub fn merge(live: &mut [LivePod], view: &ApiView) -> MergeSummary {
+pub(crate) fn merge(live: &mut [LivePod], view: &ApiView) -> MergeSummary {
     let mut by_mirror: HashMap<&str, &ApiPod> = HashMap::new();
     for p in view.pods.values() {
         if let Some(h) = p.metadata.annotations.get(ANNOTATION_MIRROR) {

@@ -13,12 +13,12 @@
 
 pub mod client;
 pub mod config;
-pub mod evict;
-pub mod merge;
+pub(crate) mod evict;
+pub(crate) mod merge;
 pub mod source;
-pub mod types;
+pub(crate) mod types;
 
-pub use client::{KubeClient, KubeError};
-pub use config::KubeConfig;
-pub use evict::{KubeSettings, KubeSide};
-pub use source::{ApiView, PodCache, WatchOptions};
+pub(crate) use client::{KubeClient, KubeError};
+pub(crate) use config::KubeConfig;
+pub(crate) use evict::{KubeSettings, KubeSide};
+pub(crate) use source::{ApiView, PodCache, WatchOptions};

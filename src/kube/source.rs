@@ -34,33 +34,33 @@ struct CacheState {
 
 /// What the reconcile loop gets from the cache.
 #[derive(Debug, Clone)]
-pub struct ApiView {
+pub(crate) struct ApiView {
     /// The pods by uid (also when stale: immutable fields stay usable).
-    pub pods: HashMap<String, ApiPod>,
+    pub(crate) pods: HashMap<String, ApiPod>,
     /// `None`: the view is current; otherwise why it is not (never synced,
     /// or disconnected longer than the allowed staleness).
-    pub unavailable: Option<String>,
+    pub(crate) unavailable: Option<String>,
 }
 
 impl ApiView {
-    pub fn fresh(&self) -> bool {
+    pub(crate) fn fresh(&self) -> bool {
         self.unavailable.is_none()
     }
 }
 
 /// Counters for metrics and status.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct CacheStats {
-    pub pods: usize,
-    pub relists: u64,
-    pub watch_restarts: u64,
-    pub resource_version: String,
+pub(crate) struct CacheStats {
+    pub(crate) pods: usize,
+    pub(crate) relists: u64,
+    pub(crate) watch_restarts: u64,
+    pub(crate) resource_version: String,
 }
 
 impl PodCache {
     /// The view, current if synced and connected (or disconnected for at
     /// most `max_stale`).
-    pub fn view(&self, max_stale: Duration) -> ApiView {
+    pub(crate) fn view(&self, max_stale: Duration) -> ApiView {
         let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let unavailable = if !g.synced {
             Some(format!(
@@ -94,14 +94,14 @@ impl PodCache {
 
     /// A cheap key that changes whenever the view does (a pod event, a
     /// bookmark, freshness): part of the daemon's change detector.
-    pub fn change_key(&self, max_stale: Duration) -> String {
+    pub(crate) fn change_key(&self, max_stale: Duration) -> String {
         let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let fresh =
             g.synced && (g.connected || g.current_at.is_some_and(|t| t.elapsed() <= max_stale));
         format!("k:{fresh}:{}:{}", g.resource_version, g.pods.len())
     }
 
-    pub fn stats(&self) -> CacheStats {
+    pub(crate) fn stats(&self) -> CacheStats {
         let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         CacheStats {
             pods: g.pods.len(),
@@ -206,20 +206,20 @@ impl PodCache {
 /// Settings of the watcher.
 #[derive(Debug, Clone)]
 pub struct WatchOptions {
-    pub node_name: String,
+    pub(crate) node_name: String,
     /// Deadline of a list call and of a watch's response headers.
-    pub request_timeout: Duration,
+    pub(crate) request_timeout: Duration,
     /// `timeoutSeconds` asked of the server for each watch.
-    pub watch_timeout: Duration,
+    pub(crate) watch_timeout: Duration,
     /// Backoff between failed attempts (doubling up to `max_backoff`).
-    pub min_backoff: Duration,
-    pub max_backoff: Duration,
+    pub(crate) min_backoff: Duration,
+    pub(crate) max_backoff: Duration,
     /// Page size of lists.
-    pub page_size: u32,
+    pub(crate) page_size: u32,
 }
 
 impl WatchOptions {
-    pub fn new(node_name: impl Into<String>) -> WatchOptions {
+    pub(crate) fn new(node_name: impl Into<String>) -> WatchOptions {
         WatchOptions {
             node_name: node_name.into(),
             request_timeout: Duration::from_secs(10),
@@ -368,7 +368,7 @@ pub async fn run_watcher(client: KubeClient, opts: WatchOptions, cache: Arc<PodC
 
 /// A one-off view for CLI commands: one list of this node's pods (no
 /// watch). An error gives an unavailable, empty view.
-pub async fn snapshot(client: &KubeClient, node_name: &str, timeout: Duration) -> ApiView {
+pub(crate) async fn snapshot(client: &KubeClient, node_name: &str, timeout: Duration) -> ApiView {
     let mut opts = WatchOptions::new(node_name);
     opts.request_timeout = timeout;
     match list_pods(client, &opts).await {

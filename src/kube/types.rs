@@ -9,153 +9,153 @@ use serde::{Deserialize, Serialize};
 /// `metadata` of an object.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", default)]
-pub struct ObjectMeta {
-    pub name: String,
-    pub namespace: String,
-    pub uid: String,
+pub(crate) struct ObjectMeta {
+    pub(crate) name: String,
+    pub(crate) namespace: String,
+    pub(crate) uid: String,
     #[serde(skip_serializing_if = "String::is_empty")]
-    pub resource_version: String,
+    pub(crate) resource_version: String,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub annotations: BTreeMap<String, String>,
+    pub(crate) annotations: BTreeMap<String, String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub deletion_timestamp: Option<String>,
+    pub(crate) deletion_timestamp: Option<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub owner_references: Vec<OwnerReference>,
+    pub(crate) owner_references: Vec<OwnerReference>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", default)]
-pub struct OwnerReference {
-    pub api_version: String,
-    pub kind: String,
-    pub name: String,
-    pub uid: String,
+pub(crate) struct OwnerReference {
+    pub(crate) api_version: String,
+    pub(crate) kind: String,
+    pub(crate) name: String,
+    pub(crate) uid: String,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub controller: Option<bool>,
+    pub(crate) controller: Option<bool>,
 }
 
 /// `metadata` of a list.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", default)]
-pub struct ListMeta {
-    pub resource_version: String,
+pub(crate) struct ListMeta {
+    pub(crate) resource_version: String,
     #[serde(rename = "continue", skip_serializing_if = "String::is_empty")]
-    pub continue_token: String,
+    pub(crate) continue_token: String,
 }
 
 /// `resources` of a container or a pod (quantities as strings).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(default)]
-pub struct ApiResources {
-    pub requests: BTreeMap<String, String>,
-    pub limits: BTreeMap<String, String>,
+pub(crate) struct ApiResources {
+    pub(crate) requests: BTreeMap<String, String>,
+    pub(crate) limits: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", default)]
-pub struct ApiContainer {
-    pub name: String,
-    pub resources: ApiResources,
+pub(crate) struct ApiContainer {
+    pub(crate) name: String,
+    pub(crate) resources: ApiResources,
     /// Init containers: `Always` = a restartable sidecar.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub restart_policy: Option<String>,
+    pub(crate) restart_policy: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", default)]
-pub struct PodSpec {
-    pub node_name: String,
-    pub containers: Vec<ApiContainer>,
-    pub init_containers: Vec<ApiContainer>,
-    pub overhead: BTreeMap<String, String>,
+pub(crate) struct PodSpec {
+    pub(crate) node_name: String,
+    pub(crate) containers: Vec<ApiContainer>,
+    pub(crate) init_containers: Vec<ApiContainer>,
+    pub(crate) overhead: BTreeMap<String, String>,
     /// Pod-level resources (KEP-2837).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub resources: Option<ApiResources>,
+    pub(crate) resources: Option<ApiResources>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub priority: Option<i32>,
+    pub(crate) priority: Option<i32>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub priority_class_name: Option<String>,
+    pub(crate) priority_class_name: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub termination_grace_period_seconds: Option<i64>,
+    pub(crate) termination_grace_period_seconds: Option<i64>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", default)]
-pub struct PodStatus {
-    pub phase: String,
-    pub qos_class: String,
+pub(crate) struct PodStatus {
+    pub(crate) phase: String,
+    pub(crate) qos_class: String,
 }
 
 /// A pod as the API serves it (the fields qosd uses).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(default)]
-pub struct ApiPod {
-    pub metadata: ObjectMeta,
-    pub spec: PodSpec,
-    pub status: PodStatus,
+pub(crate) struct ApiPod {
+    pub(crate) metadata: ObjectMeta,
+    pub(crate) spec: PodSpec,
+    pub(crate) status: PodStatus,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(default)]
-pub struct PodList {
-    pub metadata: ListMeta,
-    pub items: Vec<ApiPod>,
+pub(crate) struct PodList {
+    pub(crate) metadata: ListMeta,
+    pub(crate) items: Vec<ApiPod>,
 }
 
 /// One event of a watch stream (`{"type": …, "object": …}`).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct WatchEvent {
+pub(crate) struct WatchEvent {
     #[serde(rename = "type")]
-    pub kind: String,
-    pub object: serde_json::Value,
+    pub(crate) kind: String,
+    pub(crate) object: serde_json::Value,
 }
 
 /// `meta/v1 Status`: the body of API errors (and of some successes).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(default)]
-pub struct Status {
-    pub status: String,
-    pub message: String,
-    pub reason: String,
-    pub code: u16,
+pub(crate) struct Status {
+    pub(crate) status: String,
+    pub(crate) message: String,
+    pub(crate) reason: String,
+    pub(crate) code: u16,
 }
 
 /// `policy/v1 Eviction`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Eviction {
-    pub api_version: &'static str,
-    pub kind: &'static str,
-    pub metadata: RefMeta,
-    pub delete_options: DeleteOptions,
+pub(crate) struct Eviction {
+    pub(crate) api_version: &'static str,
+    pub(crate) kind: &'static str,
+    pub(crate) metadata: RefMeta,
+    pub(crate) delete_options: DeleteOptions,
 }
 
 /// Name and namespace only.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct RefMeta {
-    pub name: String,
-    pub namespace: String,
+pub(crate) struct RefMeta {
+    pub(crate) name: String,
+    pub(crate) namespace: String,
 }
 
 /// `meta/v1 DeleteOptions`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct DeleteOptions {
-    pub api_version: &'static str,
-    pub kind: &'static str,
-    pub grace_period_seconds: i64,
+pub(crate) struct DeleteOptions {
+    pub(crate) api_version: &'static str,
+    pub(crate) kind: &'static str,
+    pub(crate) grace_period_seconds: i64,
     /// `uid` precondition: never delete a newer pod of the same name.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub preconditions: Option<Preconditions>,
+    pub(crate) preconditions: Option<Preconditions>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Preconditions {
-    pub uid: String,
+pub(crate) struct Preconditions {
+    pub(crate) uid: String,
 }
 
 impl DeleteOptions {
-    pub fn new(grace_period_seconds: i64, uid: &str) -> DeleteOptions {
+    pub(crate) fn new(grace_period_seconds: i64, uid: &str) -> DeleteOptions {
         DeleteOptions {
             api_version: "v1",
             kind: "DeleteOptions",
@@ -170,37 +170,37 @@ impl DeleteOptions {
 /// `core/v1 Event` (what the kubelet's recorder writes).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Event {
-    pub api_version: &'static str,
-    pub kind: &'static str,
-    pub metadata: RefMeta,
-    pub involved_object: ObjectReference,
-    pub reason: String,
-    pub message: String,
+pub(crate) struct Event {
+    pub(crate) api_version: &'static str,
+    pub(crate) kind: &'static str,
+    pub(crate) metadata: RefMeta,
+    pub(crate) involved_object: ObjectReference,
+    pub(crate) reason: String,
+    pub(crate) message: String,
     #[serde(rename = "type")]
-    pub event_type: String,
-    pub source: EventSource,
-    pub first_timestamp: String,
-    pub last_timestamp: String,
-    pub count: i32,
-    pub reporting_component: String,
-    pub reporting_instance: String,
+    pub(crate) event_type: String,
+    pub(crate) source: EventSource,
+    pub(crate) first_timestamp: String,
+    pub(crate) last_timestamp: String,
+    pub(crate) count: i32,
+    pub(crate) reporting_component: String,
+    pub(crate) reporting_instance: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ObjectReference {
-    pub api_version: String,
-    pub kind: String,
-    pub name: String,
-    pub namespace: String,
-    pub uid: String,
+pub(crate) struct ObjectReference {
+    pub(crate) api_version: String,
+    pub(crate) kind: String,
+    pub(crate) name: String,
+    pub(crate) namespace: String,
+    pub(crate) uid: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct EventSource {
-    pub component: String,
-    pub host: String,
+pub(crate) struct EventSource {
+    pub(crate) component: String,
+    pub(crate) host: String,
 }
 
 #[cfg(test)]

@@ -22,31 +22,31 @@ use crate::policy::cpu::CpuSet;
 use crate::sys::cpu_topology::{discover, SysfsError};
 
 /// The state file's name (the kubelet's, under its root dir).
-pub const STATE_FILE_NAME: &str = "cpu_manager_state";
+pub(crate) const STATE_FILE_NAME: &str = "cpu_manager_state";
 
 /// CPU manager settings (KubeletConfiguration names where there is one).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct CpuManagerSettings {
+pub(crate) struct CpuManagerSettings {
     /// `cpuManagerPolicy`.
-    pub policy: PolicyName,
+    pub(crate) policy: PolicyName,
     /// `cpuManagerPolicyOptions`.
-    pub options: BTreeMap<String, String>,
+    pub(crate) options: BTreeMap<String, String>,
     /// `reservedSystemCPUs` (`--reserved-cpus`).
-    pub reserved_system_cpus: Option<CpuSet>,
+    pub(crate) reserved_system_cpus: Option<CpuSet>,
     /// kubeReserved + systemReserved cpu (millicores); `None` when neither
     /// sets cpu.
-    pub reserved_millis: Option<i64>,
+    pub(crate) reserved_millis: Option<i64>,
     /// sysfs root (normally `/sys`).
-    pub sysfs: PathBuf,
+    pub(crate) sysfs: PathBuf,
     /// qosd's own state file; `None`: kept in memory only.
-    pub state_file: Option<PathBuf>,
+    pub(crate) state_file: Option<PathBuf>,
     /// The kubelet's `cpu_manager_state`: audit it instead of applying.
-    pub audit_file: Option<PathBuf>,
+    pub(crate) audit_file: Option<PathBuf>,
 }
 
 /// Why the CPU manager cannot start or persist.
 #[derive(Debug, thiserror::Error)]
-pub enum CpuManagerError {
+pub(crate) enum CpuManagerError {
     #[error(transparent)]
     Sysfs(#[from] SysfsError),
     #[error(transparent)]
@@ -67,7 +67,7 @@ pub enum CpuManagerError {
 
 impl CpuManagerSettings {
     /// The static policy, or `None` for `none`.
-    pub fn build_policy(&self) -> Result<Option<StaticPolicy>, CpuManagerError> {
+    pub(crate) fn build_policy(&self) -> Result<Option<StaticPolicy>, CpuManagerError> {
         if self.policy == PolicyName::None {
             return Ok(None);
         }
@@ -85,7 +85,7 @@ impl CpuManagerSettings {
 
 /// `qosd plan`: the static policy over `pods` (arrival = list order) on a
 /// fresh state. `None` for policy `none`.
-pub fn plan_pods(
+pub(crate) fn plan_pods(
     settings: &CpuManagerSettings,
     pods: &[(Pod, i64)],
 ) -> Result<Option<CpuPlan>, CpuManagerError> {
@@ -99,7 +99,7 @@ pub fn plan_pods(
 }
 
 /// Read a state file; `Ok(None)` when it does not exist.
-pub fn read_state(path: &Path) -> Result<Option<CpuState>, CpuManagerError> {
+pub(crate) fn read_state(path: &Path) -> Result<Option<CpuState>, CpuManagerError> {
     match std::fs::read(path) {
         Ok(b) => CpuState::from_json(&b)
             .map(Some)
@@ -117,7 +117,7 @@ pub fn read_state(path: &Path) -> Result<Option<CpuState>, CpuManagerError> {
 
 /// Write a state file atomically (temp file in the same dir, fsync, rename),
 /// creating the directory.
-pub fn write_state(path: &Path, state: &CpuState) -> Result<(), CpuManagerError> {
+pub(crate) fn write_state(path: &Path, state: &CpuState) -> Result<(), CpuManagerError> {
     use std::io::Write;
     let io = |source| CpuManagerError::Io {
         path: path.to_path_buf(),
@@ -135,20 +135,20 @@ pub fn write_state(path: &Path, state: &CpuState) -> Result<(), CpuManagerError>
 
 /// What one CPU manager pass did.
 #[derive(Debug, Default, Clone, Serialize)]
-pub struct CpuReport {
+pub(crate) struct CpuReport {
     /// Containers whose cpuset was set: (container id, cpus).
-    pub applied: Vec<(String, String)>,
+    pub(crate) applied: Vec<(String, String)>,
     /// Of those, ones that had been set before and were changed by someone.
-    pub drift: Vec<String>,
-    pub errors: Vec<String>,
+    pub(crate) drift: Vec<String>,
+    pub(crate) errors: Vec<String>,
     /// Audit mode: live cpusets that differ from the kubelet's state.
-    pub audit_differences: Vec<String>,
-    pub shared_pool: String,
-    pub refused: Vec<String>,
+    pub(crate) audit_differences: Vec<String>,
+    pub(crate) shared_pool: String,
+    pub(crate) refused: Vec<String>,
 }
 
 /// The running CPU manager.
-pub struct CpuManager {
+pub(crate) struct CpuManager {
     policy: StaticPolicy,
     state: CpuState,
     state_file: Option<PathBuf>,
@@ -162,13 +162,13 @@ pub struct CpuManager {
 
 /// Re-apply every running container's cpuset at least this often, even
 /// when the runtime reports the right value (catches cgroup-level drift).
-pub const FULL_APPLY_INTERVAL: Duration = Duration::from_secs(60);
+pub(crate) const FULL_APPLY_INTERVAL: Duration = Duration::from_secs(60);
 
 impl CpuManager {
     /// Start the policy: `None` for policy `none`. Restores and validates
     /// the state file (the kubelet refuses to start on an invalid one, and
     /// so does qosd).
-    pub fn start(
+    pub(crate) fn start(
         settings: &CpuManagerSettings,
         dry_run: bool,
     ) -> Result<Option<CpuManager>, CpuManagerError> {
@@ -210,12 +210,12 @@ impl CpuManager {
         }))
     }
 
-    pub fn state(&self) -> &CpuState {
+    pub(crate) fn state(&self) -> &CpuState {
         &self.state
     }
 
     /// One pass over the live pods.
-    pub async fn reconcile(&mut self, client: &CriClient, live: &[LivePod]) -> CpuReport {
+    pub(crate) async fn reconcile(&mut self, client: &CriClient, live: &[LivePod]) -> CpuReport {
         let mut report = CpuReport::default();
         let ready: Vec<&LivePod> = live
             .iter()
@@ -364,7 +364,7 @@ impl CpuManager {
 
 /// A container's cpuset as the runtime reports it now: the status
 /// resources, else the OCI spec from the verbose status.
-pub async fn live_cpuset(client: &CriClient, id: &str) -> Option<String> {
+pub(crate) async fn live_cpuset(client: &CriClient, id: &str) -> Option<String> {
     let st = client.container_status(id, true).await.ok()?;
     if let Some(c) = st
         .status

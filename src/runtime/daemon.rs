@@ -15,30 +15,30 @@ use crate::runtime::reconcile::{ReconcileReport, Reconciler};
 
 /// Everything `qosd run` needs.
 #[derive(Debug, Clone)]
-pub struct RunOptions {
-    pub plan: PlanConfig,
-    pub source: PodSourceSpec,
-    pub dry_run: bool,
-    pub once: bool,
-    pub reconcile_interval: Duration,
-    pub relist_interval: Duration,
-    pub orphan_grace: Duration,
-    pub connect: crate::cri::ConnectOptions,
+pub(crate) struct RunOptions {
+    pub(crate) plan: PlanConfig,
+    pub(crate) source: PodSourceSpec,
+    pub(crate) dry_run: bool,
+    pub(crate) once: bool,
+    pub(crate) reconcile_interval: Duration,
+    pub(crate) relist_interval: Duration,
+    pub(crate) orphan_grace: Duration,
+    pub(crate) connect: crate::cri::ConnectOptions,
     /// The machine's MemTotal: the kubelet derives Burstable containers'
     /// oom_score_adj from it, so qosd inverts that formula with it (not
     /// with an overridden node capacity).
-    pub machine_memory_bytes: i64,
+    pub(crate) machine_memory_bytes: i64,
     /// The CPU manager (`cpuManagerPolicy: static`); `None`: policy none.
-    pub cpu_manager: Option<crate::runtime::cpu_manager::CpuManagerSettings>,
+    pub(crate) cpu_manager: Option<crate::runtime::cpu_manager::CpuManagerSettings>,
     /// Pod specs from the Kubernetes API (CRI source only).
-    pub specs: Option<Arc<dyn crate::runtime::pod_source::SpecSource>>,
+    pub(crate) specs: Option<Arc<dyn crate::runtime::pod_source::SpecSource>>,
     /// `cgroupEnforcement: audit`: compare and report, write nothing.
-    pub audit: bool,
+    pub(crate) audit: bool,
 }
 
 /// Hooks the daemon calls as it runs, so eviction, metrics and health can
 /// observe it without the loop knowing about them.
-pub trait Observer: Send {
+pub(crate) trait Observer: Send {
     /// After each reconcile (also the first).
     fn reconciled(&mut self, _report: &ReconcileReport, _listing: &Listing) {}
     /// A listing failed (runtime down, bad manifest).
@@ -59,18 +59,18 @@ pub trait Observer: Send {
 
 /// What a SIGHUP reload changes in the reconcile loop.
 #[derive(Debug, Clone)]
-pub struct Reloaded {
-    pub plan: PlanConfig,
-    pub dry_run: bool,
-    pub reconcile_interval: Duration,
-    pub relist_interval: Duration,
+pub(crate) struct Reloaded {
+    pub(crate) plan: PlanConfig,
+    pub(crate) dry_run: bool,
+    pub(crate) reconcile_interval: Duration,
+    pub(crate) relist_interval: Duration,
 }
 
-pub use crate::policy::enforce::parents::ParentMismatch;
+pub(crate) use crate::policy::enforce::parents::ParentMismatch;
 
 /// The pods of a listing whose cgroup parent the plan's layout would not
 /// produce (see [`crate::policy::enforce::parents`]).
-pub fn check_parents(plan: &PlanConfig, listing: &Listing) -> Result<(), ParentMismatch> {
+pub(crate) fn check_parents(plan: &PlanConfig, listing: &Listing) -> Result<(), ParentMismatch> {
     use crate::policy::enforce::parents::{check, Reported};
     let reported: Vec<Reported<'_>> = listing
         .live
@@ -88,12 +88,12 @@ pub fn check_parents(plan: &PlanConfig, listing: &Listing) -> Result<(), ParentM
 }
 
 /// An observer that does nothing.
-pub struct NoObserver;
+pub(crate) struct NoObserver;
 impl Observer for NoObserver {}
 
 /// How the loop ended.
 #[derive(Debug)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// `--once`: the report of the single pass.
     Once(Box<ReconcileReport>),
     /// SIGTERM / SIGINT.
@@ -101,7 +101,7 @@ pub enum Outcome {
 }
 
 /// Run the daemon loop until SIGTERM/SIGINT (or one pass with `once`).
-pub async fn run_loop(opts: RunOptions, observer: &mut dyn Observer) -> anyhow::Result<Outcome> {
+pub(crate) async fn run_loop(opts: RunOptions, observer: &mut dyn Observer) -> anyhow::Result<Outcome> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sigint = signal(SignalKind::interrupt())?;
@@ -469,7 +469,7 @@ async fn sleep_until(at: Option<tokio::time::Instant>) {
 
 /// The directories whose sub-directories are pod cgroups: kubepods and its
 /// Burstable and BestEffort cgroups (v1: in the cpu hierarchy).
-pub fn pod_event_dirs(plan: &PlanConfig) -> Vec<std::path::PathBuf> {
+pub(crate) fn pod_event_dirs(plan: &PlanConfig) -> Vec<std::path::PathBuf> {
     use crate::core::model::QosClass;
     let l = &plan.layout;
     [
@@ -499,7 +499,7 @@ const RESYNC: Duration = Duration::from_secs(60);
 // ------------------------------------------------- metrics, health, systemd
 
 /// What the eviction loop becomes after a reload.
-pub enum EvictionSwap {
+pub(crate) enum EvictionSwap {
     /// Its settings did not change.
     Keep,
     /// Restarted with the new settings (`None`: eviction now off).
@@ -507,35 +507,34 @@ pub enum EvictionSwap {
 }
 
 /// Re-reads the configuration on SIGHUP (None: keep the old one).
-pub type Reloader = Box<dyn FnMut() -> Option<(Reloaded, EvictionSwap)> + Send>;
+pub(crate) type Reloader = Box<dyn FnMut() -> Option<(Reloaded, EvictionSwap)> + Send>;
 
 /// The observer of a real `qosd run`: feeds metrics, health/readiness, the
 /// status document and systemd (READY after the first reconcile, watchdog).
-pub struct ServiceObserver {
-    pub metrics: Arc<crate::telemetry::metrics::Metrics>,
-    pub health: Arc<crate::telemetry::health::Health>,
-    pub limiter: crate::telemetry::metrics::LogLimiter,
+pub(crate) struct ServiceObserver {
+    pub(crate) metrics: Arc<crate::telemetry::metrics::Metrics>,
+    pub(crate) health: Arc<crate::telemetry::health::Health>,
     notified_ready: bool,
     log_errors_reported: u64,
     watchdog: Option<(Duration, Instant)>,
     layout: crate::policy::enforce::naming::CgroupLayout,
     /// Called on SIGHUP to rebuild the planner config (reloads the file).
-    pub reloader: Option<Reloader>,
+    pub(crate) reloader: Option<Reloader>,
     /// The eviction loop, fed the pods of every listing.
-    pub eviction: Option<Arc<crate::runtime::eviction_service::EvictionService>>,
+    pub(crate) eviction: Option<Arc<crate::runtime::eviction_service::EvictionService>>,
     /// Dry run: writes and evictions are counted apart.
     dry_run: bool,
     /// The last refusal logged (logged again only when it changes).
     refused_logged: Option<String>,
     /// The Kubernetes API side, for status and readiness reasons.
-    pub specs: Option<Arc<dyn crate::runtime::pod_source::SpecSource>>,
+    pub(crate) specs: Option<Arc<dyn crate::runtime::pod_source::SpecSource>>,
     /// `cgroupEnforcement: audit`: report drift in metrics and `/status`.
-    pub audit: bool,
+    pub(crate) audit: bool,
     audit_changes_total: u64,
 }
 
 impl ServiceObserver {
-    pub fn new(
+    pub(crate) fn new(
         metrics: Arc<crate::telemetry::metrics::Metrics>,
         health: Arc<crate::telemetry::health::Health>,
         mode: &str,
@@ -550,7 +549,6 @@ impl ServiceObserver {
         ServiceObserver {
             metrics,
             health,
-            limiter: crate::telemetry::metrics::LogLimiter::new(Duration::from_secs(60)),
             notified_ready: false,
             log_errors_reported: 0,
             watchdog: crate::telemetry::notify::watchdog_interval().map(|d| (d, Instant::now())),

@@ -21,20 +21,20 @@ use crate::sys::watch::{targets_from_config, WatchConfig, WatchError, WatchEvent
 /// One container's writable layer as the runtime reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WritableLayer {
-    pub container: String,
-    pub bytes: Option<u64>,
-    pub inodes: Option<u64>,
+    pub(crate) container: String,
+    pub(crate) bytes: Option<u64>,
+    pub(crate) inodes: Option<u64>,
 }
 
 /// What node-level reclaim (dead containers, unused images) did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ReclaimReport {
-    pub containers_removed: usize,
-    pub sandboxes_removed: usize,
-    pub images_removed: Vec<String>,
+    pub(crate) containers_removed: usize,
+    pub(crate) sandboxes_removed: usize,
+    pub(crate) images_removed: Vec<String>,
     /// Sizes of the removed images, as the runtime listed them.
-    pub image_bytes_freed: u64,
-    pub errors: Vec<String>,
+    pub(crate) image_bytes_freed: u64,
+    pub(crate) errors: Vec<String>,
 }
 
 /// The runtime side of disk eviction: per-container writable layers (CRI
@@ -56,10 +56,10 @@ pub trait NodeRuntime: Send + Sync {
 /// `imageGCHighThresholdPercent`, `imageGCLowThresholdPercent`,
 /// `imageMinimumGCAge`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ImageGcPolicy {
-    pub high_percent: u32,
-    pub low_percent: u32,
-    pub minimum_age: Duration,
+pub(crate) struct ImageGcPolicy {
+    pub(crate) high_percent: u32,
+    pub(crate) low_percent: u32,
+    pub(crate) minimum_age: Duration,
 }
 
 impl Default for ImageGcPolicy {
@@ -74,32 +74,32 @@ impl Default for ImageGcPolicy {
 
 /// What one pass saw and did.
 #[derive(Debug)]
-pub struct PassReport {
-    pub decision: Decision,
+pub(crate) struct PassReport {
+    pub(crate) decision: Decision,
     /// The eviction carried out in this pass, if any.
-    pub outcome: Option<Result<Outcome, EvictError>>,
+    pub(crate) outcome: Option<Result<Outcome, EvictError>>,
     /// Signals that could not be read (they count as missing data).
-    pub signal_errors: Vec<SignalError>,
+    pub(crate) signal_errors: Vec<SignalError>,
     /// The pods with the stats measured in this pass (None: not measured).
-    pub pods: Option<Vec<Candidate>>,
+    pub(crate) pods: Option<Vec<Candidate>>,
     /// Node-level reclaim run in this pass (before a disk eviction, or the
     /// periodic image GC).
-    pub reclaim: Option<ReclaimReport>,
+    pub(crate) reclaim: Option<ReclaimReport>,
 }
 
 /// Manager + signal sources + evictor (+ the runtime for disk).
 pub struct Engine {
-    pub manager: Manager,
-    pub sources: SignalSources,
-    pub evictor: Evictor,
+    pub(crate) manager: Manager,
+    pub(crate) sources: SignalSources,
+    pub(crate) evictor: Evictor,
     /// Writable layers and node-level reclaim (None: no runtime).
     pub runtime: Option<Arc<dyn NodeRuntime>>,
     /// All per-pod stats (memory, processes, storage) at least this often,
     /// even far from every threshold: local-storage limits and `/status`.
-    pub stats_interval: Duration,
-    pub image_gc: ImageGcPolicy,
+    pub(crate) stats_interval: Duration,
+    pub(crate) image_gc: ImageGcPolicy,
     /// How often the image GC checks the image filesystem (kubelet: 5 min).
-    pub image_gc_period: Duration,
+    pub(crate) image_gc_period: Duration,
     signals: BTreeSet<Signal>,
     last_stats: Option<Instant>,
     last_image_gc: Option<Instant>,
@@ -368,7 +368,7 @@ impl Engine {
 
     /// Start the fast detector on the memory hard thresholds; `on_event`
     /// runs on the watcher thread and should wake the pass loop.
-    pub fn spawn_watcher(
+    pub(crate) fn spawn_watcher(
         &self,
         cfg: WatchConfig,
         on_event: impl FnMut(WatchEvent) + Send + 'static,
@@ -383,7 +383,7 @@ const MAX_REFUSED_PER_PASS: usize = 8;
 
 /// A pod's storage from its measured logs/volumes and writable layers:
 /// the per-container/per-volume detail (limits) and the parts (ranking).
-pub fn storage_of(
+pub(crate) fn storage_of(
     local: &crate::sys::signals::PodLocalStorage,
     layers: Option<&Vec<WritableLayer>>,
 ) -> (crate::policy::evict::local_storage::StorageDetail, PodStats) {
@@ -435,7 +435,7 @@ pub fn storage_of(
 /// The latest pod list, shared between the daemon's listing loop (writer)
 /// and the eviction loop (reader).
 #[derive(Debug)]
-pub struct PodFeed {
+pub(crate) struct PodFeed {
     inner: std::sync::Mutex<(Result<Vec<Candidate>, String>, Instant)>,
 }
 
@@ -449,17 +449,17 @@ impl Default for PodFeed {
 
 impl PodFeed {
     /// Publish a fresh listing (stats may be `None`: read from cgroups).
-    pub fn set(&self, pods: Vec<Candidate>) {
+    pub(crate) fn set(&self, pods: Vec<Candidate>) {
         *self.inner.lock().unwrap_or_else(|e| e.into_inner()) = (Ok(pods), Instant::now());
     }
 
     /// The listing failed (runtime down…): evictions stop until the next `set`.
-    pub fn failed(&self, why: impl Into<String>) {
+    pub(crate) fn failed(&self, why: impl Into<String>) {
         *self.inner.lock().unwrap_or_else(|e| e.into_inner()) = (Err(why.into()), Instant::now());
     }
 
     /// The pods, or why they are unusable (failed, or older than `max_age`).
-    pub fn get(&self, max_age: std::time::Duration) -> Result<Vec<Candidate>, String> {
+    pub(crate) fn get(&self, max_age: std::time::Duration) -> Result<Vec<Candidate>, String> {
         let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let age = g.1.elapsed();
         match &g.0 {
@@ -477,9 +477,9 @@ impl PodFeed {
 /// Worst ramps a pass period is planned for, per resource: bytes of
 /// memory or disk, inodes and processes per second. Memory matches the fast
 /// watcher's default (`WatchConfig::max_ramp_bytes_per_sec`).
-pub const WORST_RAMP_BYTES_PER_SEC: i64 = 1 << 30;
-pub const WORST_RAMP_INODES_PER_SEC: i64 = 100_000;
-pub const WORST_RAMP_PIDS_PER_SEC: i64 = 10_000;
+pub(crate) const WORST_RAMP_BYTES_PER_SEC: i64 = 1 << 30;
+pub(crate) const WORST_RAMP_INODES_PER_SEC: i64 = 100_000;
+pub(crate) const WORST_RAMP_PIDS_PER_SEC: i64 = 10_000;
 
 /// When the next pass is due after `decision`: `period` while a threshold
 /// is met, a node condition is active, an action is under way (a victim,
@@ -489,7 +489,7 @@ pub const WORST_RAMP_PIDS_PER_SEC: i64 = 10_000;
 /// Hard thresholds of `watched` signals are left out: the fast watcher
 /// wakes the loop on their crossing. An unread signal does not shorten it
 /// (its thresholds are not evaluated; it is read again at the next pass).
-pub fn next_pass_in(
+pub(crate) fn next_pass_in(
     decision: &Decision,
     in_flight: bool,
     watched: &[Signal],
@@ -525,7 +525,7 @@ pub fn next_pass_in(
 }
 
 /// A running eviction loop (its thread and the watcher); stops on drop.
-pub struct EvictionLoop {
+pub(crate) struct EvictionLoop {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     wake: std::sync::mpsc::Sender<()>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -534,19 +534,19 @@ pub struct EvictionLoop {
 
 /// Timing of the eviction loop.
 #[derive(Debug, Clone, PartialEq)]
-pub struct LoopOptions {
+pub(crate) struct LoopOptions {
     /// A pass at least this often (disk/pid signals, releases, conditions)
     /// while anything is near or under way; see [`next_pass_in`].
-    pub period: std::time::Duration,
+    pub(crate) period: std::time::Duration,
     /// A pass at least this often when every threshold is far (the time a
     /// worst-case ramp needs to reach it, [`next_pass_in`]) and nothing is
     /// met, active or in flight.
-    pub idle_period: std::time::Duration,
+    pub(crate) idle_period: std::time::Duration,
     /// Pod lists older than this block evictions.
-    pub max_pod_list_age: std::time::Duration,
+    pub(crate) max_pod_list_age: std::time::Duration,
     /// The fast detector; `None`: passes only every `period` (the kubelet's
     /// behaviour, a benchmark baseline).
-    pub watch: Option<WatchConfig>,
+    pub(crate) watch: Option<WatchConfig>,
 }
 
 impl Default for LoopOptions {
@@ -564,7 +564,7 @@ impl EvictionLoop {
     /// Start the watcher and a thread that runs [`Engine::pass`] at once on
     /// every watcher event, and at least every `period`. `on_pass` gets each
     /// report (metrics, status, conditions) on that thread.
-    pub fn spawn(
+    pub(crate) fn spawn(
         engine: Engine,
         feed: std::sync::Arc<PodFeed>,
         opts: LoopOptions,
@@ -577,7 +577,7 @@ impl EvictionLoop {
     /// registered with `health` (deadline: 10 periods, at least 30 s), a
     /// panic in it fails liveness with the reason, and so does a fast
     /// watcher thread that died.
-    pub fn spawn_supervised(
+    pub(crate) fn spawn_supervised(
         mut engine: Engine,
         feed: std::sync::Arc<PodFeed>,
         opts: LoopOptions,
@@ -696,13 +696,8 @@ impl EvictionLoop {
         })
     }
 
-    /// Ask for a pass now (e.g. after a new pod listing).
-    pub fn wake(&self) {
-        let _ = self.wake.send(());
-    }
-
     /// Stop the watcher and the loop, and wait for them.
-    pub fn stop(mut self) {
+    pub(crate) fn stop(mut self) {
         self.shutdown();
     }
 

@@ -35,21 +35,21 @@ use crate::telemetry::status::EvictionRecord;
 
 /// Settings of the eviction loop.
 #[derive(Debug, Clone)]
-pub struct ServiceConfig {
-    pub eviction: EvictionConfig,
-    pub sources: SignalSources,
-    pub backend: Backend,
+pub(crate) struct ServiceConfig {
+    pub(crate) eviction: EvictionConfig,
+    pub(crate) sources: SignalSources,
+    pub(crate) backend: Backend,
     /// Pass period when nothing wakes the loop earlier.
-    pub monitoring_interval: Duration,
+    pub(crate) monitoring_interval: Duration,
     /// The fast watcher; `None` polls only every `monitoring_interval`
     /// (the kubelet's behaviour, used as a benchmark baseline).
-    pub watch: Option<WatchConfig>,
+    pub(crate) watch: Option<WatchConfig>,
     /// A pod listing older than this is stale: no eviction.
-    pub max_listing_age: Duration,
-    pub manager: ManagerOptions,
+    pub(crate) max_listing_age: Duration,
+    pub(crate) manager: ManagerOptions,
     /// `evictionHook`: run after each eviction (never blocks the loop).
-    pub hook: Option<crate::runtime::hook::Hook>,
-    pub image_gc: ImageGcPolicy,
+    pub(crate) hook: Option<crate::runtime::hook::Hook>,
+    pub(crate) image_gc: ImageGcPolicy,
 }
 
 /// The eviction candidates of a set of pods: class, requests, priority, and
@@ -87,26 +87,15 @@ pub fn candidates(
 }
 
 /// A running eviction loop; stops on drop.
-pub struct EvictionService {
+pub(crate) struct EvictionService {
     feed: Arc<PodFeed>,
     _loop: EvictionLoop,
 }
 
 impl EvictionService {
-    /// Start the loop (and the fast watcher when configured).
-    pub fn start(
-        cfg: ServiceConfig,
-        stopper: Option<Arc<dyn PodStopper>>,
-        runtime: Option<Arc<dyn NodeRuntime>>,
-        metrics: Arc<Metrics>,
-        health: Arc<Health>,
-    ) -> Result<EvictionService, WatchError> {
-        EvictionService::start_with_api(cfg, stopper, runtime, None, metrics, health)
-    }
-
-    /// [`EvictionService::start`] with the Kubernetes API side of the
-    /// `api` backend.
-    pub fn start_with_api(
+    /// Start the loop (and the fast watcher when configured), with the
+    /// Kubernetes API side of the `api` backend when given.
+    pub(crate) fn start_with_api(
         cfg: ServiceConfig,
         stopper: Option<Arc<dyn PodStopper>>,
         runtime: Option<Arc<dyn NodeRuntime>>,
@@ -169,12 +158,12 @@ impl EvictionService {
     }
 
     /// Publish the current pods (after each successful listing).
-    pub fn update_pods(&self, candidates: Vec<Candidate>) {
+    pub(crate) fn update_pods(&self, candidates: Vec<Candidate>) {
         self.feed.set(candidates);
     }
 
     /// The pods cannot be listed: evict nothing until they can.
-    pub fn pods_unavailable(&self, reason: String) {
+    pub(crate) fn pods_unavailable(&self, reason: String) {
         self.feed.failed(reason);
     }
 }
@@ -453,7 +442,7 @@ fn publish(
 /// `memory.available` ones when `enforceNodeAllocatable` contains `pods`
 /// (the default), and `containerfs.*` from `nodefs.*` (or `imagefs.*` with
 /// a dedicated image filesystem).
-pub fn eviction_config(
+pub(crate) fn eviction_config(
     cfg: &crate::config::Config,
 ) -> Result<EvictionConfig, crate::policy::evict::threshold::ThresholdError> {
     let mut e = EvictionConfig::from_parts(
@@ -477,7 +466,7 @@ pub fn eviction_config(
 /// The filesystem layout: a dedicated imagefs when `imagefsPath` is on
 /// another device than `rootDir` (it holds the writable layers: containerd
 /// keeps snapshots beside its images).
-pub fn disk_layout(cfg: &crate::config::Config) -> crate::policy::evict::rank::DiskLayout {
+pub(crate) fn disk_layout(cfg: &crate::config::Config) -> crate::policy::evict::rank::DiskLayout {
     use std::os::unix::fs::MetadataExt;
     let dev = |p: &std::path::Path| std::fs::metadata(p).ok().map(|m| m.dev());
     match &cfg.imagefs_path {
@@ -493,7 +482,7 @@ pub fn disk_layout(cfg: &crate::config::Config) -> crate::policy::evict::rank::D
 /// `proc_root`, `--root-dir` (nodefs), `imagefsPath` and
 /// `memoryAvailableSource`. `allocatable_memory_bytes` `None`: the kubepods
 /// memory limit.
-pub fn signal_sources(
+pub(crate) fn signal_sources(
     cfg: &crate::config::Config,
     layout: &CgroupLayout,
     proc_root: &std::path::Path,

@@ -44,7 +44,7 @@ pub trait PodStopper: Send + Sync {
 
 /// Why the Kubernetes API did not evict a pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ApiRefusal {
+pub(crate) enum ApiRefusal {
     /// 429: a PodDisruptionBudget (or rate limit) refused it.
     Refused(String),
     /// 404: the pod is not in the API (already deleted).
@@ -64,7 +64,7 @@ impl std::fmt::Display for ApiRefusal {
 }
 
 /// The Kubernetes API side of an eviction (the daemon wraps its client).
-pub trait ApiEvictor: Send + Sync {
+pub(crate) trait ApiEvictor: Send + Sync {
     /// Create an Eviction for the victim with this grace period (and an
     /// `Evicted` Event when it is accepted). Bounded by the deadline.
     fn evict(&self, v: &Victim, grace: Duration) -> Result<(), ApiRefusal>;
@@ -77,26 +77,26 @@ pub trait ApiEvictor: Send + Sync {
 
 /// The paths an `api` eviction can take (the `path` label of
 /// `qosd_api_evictions_total`).
-pub mod api_path {
+pub(crate) mod api_path {
     /// The Eviction subresource answered 201.
-    pub const EVICTED: &str = "evicted";
+    pub(crate) const EVICTED: &str = "evicted";
     /// Soft threshold: refused (429) — the next candidate is tried.
-    pub const REFUSED_NEXT: &str = "refused_next_candidate";
+    pub(crate) const REFUSED_NEXT: &str = "refused_next_candidate";
     /// Soft threshold: an error or no answer — the next candidate is tried.
-    pub const FAILED_NEXT: &str = "failed_next_candidate";
+    pub(crate) const FAILED_NEXT: &str = "failed_next_candidate";
     /// Hard threshold: refused, failed or no answer in time — local kill.
-    pub const FALLBACK_KILL: &str = "fallback_local_kill";
+    pub(crate) const FALLBACK_KILL: &str = "fallback_local_kill";
     /// After a local kill: the pod deleted through the API.
-    pub const FALLBACK_DELETED: &str = "fallback_pod_deleted";
+    pub(crate) const FALLBACK_DELETED: &str = "fallback_pod_deleted";
     /// After a local kill: the delete failed (logged; the kubelet may restart it).
-    pub const FALLBACK_DELETE_FAILED: &str = "fallback_delete_failed";
+    pub(crate) const FALLBACK_DELETE_FAILED: &str = "fallback_delete_failed";
     /// 404: the pod is already gone from the API.
-    pub const GONE: &str = "already_gone";
+    pub(crate) const GONE: &str = "already_gone";
 }
 
 /// An eviction that could not be carried out.
 #[derive(Debug, thiserror::Error)]
-pub enum EvictError {
+pub(crate) enum EvictError {
     #[error("pod {uid}: no sandbox id: the CRI backend cannot stop it")]
     NoSandbox { uid: String },
     #[error("pod {uid}: no cgroup directory known: cannot kill its processes")]
@@ -120,7 +120,7 @@ pub enum EvictError {
 
 /// What happened to the runtime side.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RuntimeCleanup {
+pub(crate) enum RuntimeCleanup {
     NotApplicable,
     /// Stop/remove running on a background thread.
     Spawned,
@@ -129,26 +129,26 @@ pub enum RuntimeCleanup {
 
 /// The outcome of one eviction.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Outcome {
-    pub uid: String,
-    pub backend: Backend,
-    pub kill: Option<KillReport>,
-    pub runtime: RuntimeCleanup,
+pub(crate) struct Outcome {
+    pub(crate) uid: String,
+    pub(crate) backend: Backend,
+    pub(crate) kill: Option<KillReport>,
+    pub(crate) runtime: RuntimeCleanup,
 }
 
 /// Carries out evictions.
 #[derive(Clone)]
 pub struct Evictor {
-    pub backend: Backend,
-    pub stopper: Option<Arc<dyn PodStopper>>,
+    pub(crate) backend: Backend,
+    pub(crate) stopper: Option<Arc<dyn PodStopper>>,
     /// Cap on the grace given to the runtime (`--eviction-max-pod-grace-period`).
-    pub max_pod_grace: Duration,
+    pub(crate) max_pod_grace: Duration,
     /// Give up SIGKILL rounds after this long.
-    pub kill_timeout: Duration,
+    pub(crate) kill_timeout: Duration,
     /// The Kubernetes API side ([`Backend::Api`]).
-    pub api: Option<Arc<dyn ApiEvictor>>,
+    pub(crate) api: Option<Arc<dyn ApiEvictor>>,
     /// How the runtime's clean-up after a kill is retried.
-    pub cleanup_retry: CleanupRetry,
+    pub(crate) cleanup_retry: CleanupRetry,
 }
 
 /// Retries of the runtime's clean-up after a local kill (StopPodSandbox,
@@ -156,13 +156,13 @@ pub struct Evictor {
 /// NotFound counts as done): a runtime that is down or restarting during
 /// the eviction gets the clean-up when it is back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CleanupRetry {
+pub(crate) struct CleanupRetry {
     /// Wait after the first failure (doubled after each further one).
-    pub first: Duration,
+    pub(crate) first: Duration,
     /// Longest wait between attempts.
-    pub max: Duration,
+    pub(crate) max: Duration,
     /// Give up (logged as an error) once this much time has passed.
-    pub give_up_after: Duration,
+    pub(crate) give_up_after: Duration,
 }
 
 impl Default for CleanupRetry {
@@ -440,7 +440,7 @@ fn stop_and_remove(
 }
 
 /// Log one eviction with everything needed to audit it.
-pub fn log_eviction(v: &Victim, backend: Backend) {
+pub(crate) fn log_eviction(v: &Victim, backend: Backend) {
     let c = &v.candidate;
     let bytes = v.signal.is_bytes();
     let show = |x: i64| {

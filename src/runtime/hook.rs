@@ -22,25 +22,25 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Runs at the same time, at most (a hook that hangs cannot pile up).
-pub const MAX_CONCURRENT: usize = 4;
+pub(crate) const MAX_CONCURRENT: usize = 4;
 
 /// What an eviction hook run is told.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HookEvent {
-    pub namespace: String,
-    pub name: String,
-    pub uid: String,
-    pub qos_class: String,
-    pub signal: String,
-    pub observed: i64,
-    pub threshold: i64,
-    pub threshold_kind: String,
-    pub backend: String,
+pub(crate) struct HookEvent {
+    pub(crate) namespace: String,
+    pub(crate) name: String,
+    pub(crate) uid: String,
+    pub(crate) qos_class: String,
+    pub(crate) signal: String,
+    pub(crate) observed: i64,
+    pub(crate) threshold: i64,
+    pub(crate) threshold_kind: String,
+    pub(crate) backend: String,
 }
 
 impl HookEvent {
     /// The environment variables of a run.
-    pub fn env(&self) -> Vec<(&'static str, String)> {
+    pub(crate) fn env(&self) -> Vec<(&'static str, String)> {
         vec![
             ("QOSD_POD_NAMESPACE", self.namespace.clone()),
             ("QOSD_POD_NAME", self.name.clone()),
@@ -57,7 +57,7 @@ impl HookEvent {
 
 /// How a run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HookResult {
+pub(crate) enum HookResult {
     Ok,
     Failed,
     Timeout,
@@ -66,7 +66,7 @@ pub enum HookResult {
 }
 
 impl HookResult {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             HookResult::Ok => "ok",
             HookResult::Failed => "failed",
@@ -78,7 +78,7 @@ impl HookResult {
 
 /// The configured hook.
 #[derive(Clone)]
-pub struct Hook {
+pub(crate) struct Hook {
     program: PathBuf,
     timeout: Duration,
     running: Arc<AtomicUsize>,
@@ -96,7 +96,7 @@ impl std::fmt::Debug for Hook {
 
 impl Hook {
     /// `on_done` is called (on the run's thread) with each run's result.
-    pub fn new(
+    pub(crate) fn new(
         program: PathBuf,
         timeout: Duration,
         on_done: Arc<dyn Fn(HookResult) + Send + Sync>,
@@ -110,7 +110,7 @@ impl Hook {
     }
 
     /// Start a run for `ev` and return at once.
-    pub fn fire(&self, ev: HookEvent) {
+    pub(crate) fn fire(&self, ev: HookEvent) {
         if self.running.fetch_add(1, Ordering::SeqCst) >= MAX_CONCURRENT {
             self.running.fetch_sub(1, Ordering::SeqCst);
             tracing::warn!(program = %self.program.display(), pod = %ev.uid, "eviction hook not run: {MAX_CONCURRENT} runs still going");
@@ -133,7 +133,7 @@ impl Hook {
     }
 
     /// Run once, waiting at most the timeout (then SIGKILL).
-    pub fn run(&self, ev: &HookEvent) -> HookResult {
+    pub(crate) fn run(&self, ev: &HookEvent) -> HookResult {
         let mut cmd = Command::new(&self.program);
         cmd.stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -4,13 +4,13 @@
 //! or a stall of any loop into a failing `/healthz` and a non-zero exit
 //! ([`supervisor`]).
 
-pub mod cpu_manager;
-pub mod daemon;
+pub(crate) mod cpu_manager;
+pub(crate) mod daemon;
 pub mod eviction;
 pub mod eviction_service;
 pub mod evictor;
-pub mod hook;
+pub(crate) mod hook;
 pub mod pod_source;
-pub mod reconcile;
+pub(crate) mod reconcile;
 pub mod stopper;
 pub mod supervisor;

@@ -19,19 +19,19 @@ pub enum PodSourceSpec {
 
 /// The pods of one listing.
 #[derive(Debug, Default, Clone)]
-pub struct Listing {
+pub(crate) struct Listing {
     /// Pods to plan (READY sandboxes, or every manifest pod).
-    pub pods: Vec<Pod>,
+    pub(crate) pods: Vec<Pod>,
     /// Every uid the source knows; `None` when the listing was incomplete
     /// (a sandbox skipped for a bad label), which disables orphan removal.
-    pub all_uids: Option<BTreeSet<String>>,
+    pub(crate) all_uids: Option<BTreeSet<String>>,
     /// Live CRI pods (empty for manifests), for eviction and status.
-    pub live: Vec<crate::cri::LivePod>,
+    pub(crate) live: Vec<crate::cri::LivePod>,
 }
 
 /// Pod specs from another source (the Kubernetes API server, see
 /// `crate::kube`), merged into the runtime's live pods by uid.
-pub trait SpecSource: Send + Sync + std::fmt::Debug {
+pub(crate) trait SpecSource: Send + Sync + std::fmt::Debug {
     /// Merge in place; each value records whether it is exact or inferred.
     fn merge(&self, live: &mut [crate::cri::LivePod]);
     /// Changes whenever the source's view does (a pod event, the source
@@ -71,7 +71,7 @@ const LISTS_REUSE: Duration = Duration::from_millis(500);
 
 /// Why a listing failed.
 #[derive(Debug, thiserror::Error)]
-pub enum SourceError {
+pub(crate) enum SourceError {
     #[error(transparent)]
     Cri(#[from] crate::cri::CriError),
     #[error(transparent)]
@@ -80,7 +80,7 @@ pub enum SourceError {
 
 impl Source {
     /// Connect (CRI: with retries per `opts`).
-    pub async fn connect(
+    pub(crate) async fn connect(
         spec: &PodSourceSpec,
         opts: crate::cri::ConnectOptions,
         memory_capacity_bytes: i64,
@@ -102,7 +102,7 @@ impl Source {
     /// Cheap change detector: CRI sandbox and container ids and states
     /// (two list calls); manifests: the pods themselves (re-reading small
     /// files is cheap).
-    pub async fn fingerprint(&self) -> Result<Vec<String>, SourceError> {
+    pub(crate) async fn fingerprint(&self) -> Result<Vec<String>, SourceError> {
         match self {
             Source::Cri {
                 client,
@@ -143,7 +143,7 @@ impl Source {
     /// Ask the runtime about every container again at the next listing
     /// (the periodic resync: in-place resource updates change no listing).
     /// Sandbox statuses stay: nothing in them changes for a sandbox id.
-    pub fn resync(&self) {
+    pub(crate) fn resync(&self) {
         if let Source::Cri { cache, .. } = self {
             cache.forget_containers();
         }
@@ -151,7 +151,7 @@ impl Source {
 
     /// The API server source's change key (`None` without one): cheap, no
     /// runtime call.
-    pub fn spec_key(&self) -> Option<String> {
+    pub(crate) fn spec_key(&self) -> Option<String> {
         match self {
             Source::Cri { specs: Some(k), .. } => Some(k.change_key()),
             _ => None,
@@ -159,7 +159,7 @@ impl Source {
     }
 
     /// Sandboxes and containers whose statuses are held (CRI; 0 otherwise).
-    pub fn cached_statuses(&self) -> (usize, usize) {
+    pub(crate) fn cached_statuses(&self) -> (usize, usize) {
         match self {
             Source::Cri { cache, .. } => cache.len(),
             Source::Manifests(_) => (0, 0),
@@ -167,7 +167,7 @@ impl Source {
     }
 
     /// Full listing.
-    pub async fn list(&self) -> Result<Listing, SourceError> {
+    pub(crate) async fn list(&self) -> Result<Listing, SourceError> {
         match self {
             Source::Cri {
                 client,

@@ -14,7 +14,7 @@ use crate::sys::systemd::{Driver, SystemdProbe};
 
 /// Cgroup directories qosd may touch: the kubepods cgroup in every
 /// hierarchy it writes to (v1: cpu, memory, pids; v2: the unified tree).
-pub fn kubepods_dirs(cfg: &PlanConfig) -> Vec<PathBuf> {
+pub(crate) fn kubepods_dirs(cfg: &PlanConfig) -> Vec<PathBuf> {
     let node = cfg.layout.node_cgroup();
     match cfg.layout.version {
         CgroupVersion::V2 => vec![cfg.layout.dir(&node, "")],
@@ -29,7 +29,7 @@ pub fn kubepods_dirs(cfg: &PlanConfig) -> Vec<PathBuf> {
 /// hierarchy's kubepods when hugepages are limited, and the reserved
 /// cgroups (written, never created: their level is not in the applier's
 /// create levels).
-pub fn allowed_bases(cfg: &PlanConfig) -> Vec<PathBuf> {
+pub(crate) fn allowed_bases(cfg: &PlanConfig) -> Vec<PathBuf> {
     let mut out = kubepods_dirs(cfg);
     if cfg.layout.version == CgroupVersion::V1 && !cfg.hugepage_sizes.is_empty() {
         out.push(cfg.layout.dir(&cfg.layout.node_cgroup(), "hugetlb"));
@@ -45,7 +45,7 @@ pub fn allowed_bases(cfg: &PlanConfig) -> Vec<PathBuf> {
 /// Every hierarchy's kubepods directory, for orphan cleanup: on v1 the
 /// runtime creates `pod<uid>` in all hierarchies (cpu, memory, pids, but
 /// also freezer, devices, blkio, …), and all of them must go.
-pub fn orphan_bases(cfg: &PlanConfig) -> Vec<PathBuf> {
+pub(crate) fn orphan_bases(cfg: &PlanConfig) -> Vec<PathBuf> {
     let node = cfg.layout.node_cgroup();
     match cfg.layout.version {
         CgroupVersion::V2 => vec![cfg.layout.dir(&node, "")],
@@ -78,41 +78,41 @@ pub fn orphan_bases(cfg: &PlanConfig) -> Vec<PathBuf> {
 
 /// What one reconcile did.
 #[derive(Debug, Default, Serialize)]
-pub struct ReconcileReport {
+pub(crate) struct ReconcileReport {
     /// Writes made (dry run: that would be made), in order.
-    pub writes: Vec<CgroupWrite>,
+    pub(crate) writes: Vec<CgroupWrite>,
     /// Every planned write (what `qosd plan` prints for the same pods).
-    pub planned: Vec<CgroupWrite>,
+    pub(crate) planned: Vec<CgroupWrite>,
     /// Planned writes already in place.
-    pub unchanged: usize,
+    pub(crate) unchanged: usize,
     /// Failed writes, with path, value and error.
-    pub errors: Vec<String>,
+    pub(crate) errors: Vec<String>,
     /// Failed writes other than into a cgroup that vanished mid-write (a
     /// pod going away): the node is not being enforced while non-zero.
     #[serde(skip)]
-    pub failed_writes: usize,
+    pub(crate) failed_writes: usize,
     /// Orphaned pod cgroups removed (dry run: that would be removed).
-    pub orphans_removed: Vec<PathBuf>,
+    pub(crate) orphans_removed: Vec<PathBuf>,
     /// Pods planned.
-    pub pods: usize,
+    pub(crate) pods: usize,
     /// Files among `writes` whose write corrected drift (someone changed a
     /// value qosd had in place), as opposed to new cgroups or plan changes.
     #[serde(skip)]
-    pub drift: Vec<PathBuf>,
+    pub(crate) drift: Vec<PathBuf>,
     /// Dry run: the planned writes logged this pass (new or changed since
     /// they were last logged; the others stay quiet).
     #[serde(skip)]
-    pub logged: Vec<PathBuf>,
+    pub(crate) logged: Vec<PathBuf>,
     /// `cgroupEnforcement: audit`: every planned value the cgroup does not
     /// hold (nothing is written; `writes` stays empty).
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub audit_drift: Vec<crate::telemetry::status::DriftValue>,
+    pub(crate) audit_drift: Vec<crate::telemetry::status::DriftValue>,
     /// Audit: how many of `audit_drift` are new or changed since the last
     /// pass (each is logged once).
     #[serde(skip)]
-    pub audit_changes: usize,
+    pub(crate) audit_changes: usize,
     #[serde(skip)]
-    pub duration: Duration,
+    pub(crate) duration: Duration,
 }
 
 /// New write failures logged one by one per pass; the rest are counted.
@@ -120,13 +120,13 @@ const MAX_FAILURES_LOGGED: usize = 5;
 
 /// The cgroup mount systemd manages: the systemd driver goes through
 /// systemd only for a plan on it (never for a private tree).
-pub const SYSTEMD_CGROUPFS: &str = "/sys/fs/cgroup";
+pub(crate) const SYSTEMD_CGROUPFS: &str = "/sys/fs/cgroup";
 
 /// Applies plans for a changing set of pods and cleans up orphans.
 /// The orphan scan runs at least this often while the pod set is steady.
-pub const ORPHAN_RESCAN: Duration = Duration::from_secs(60);
+pub(crate) const ORPHAN_RESCAN: Duration = Duration::from_secs(60);
 
-pub struct Reconciler {
+pub(crate) struct Reconciler {
     cfg: PlanConfig,
     /// cgroupfs writes, or systemd units over D-Bus (cgroupDriver systemd
     /// on a systemd host).
@@ -156,14 +156,14 @@ pub struct Reconciler {
 }
 
 impl Reconciler {
-    pub fn new(cfg: PlanConfig, dry_run: bool, orphan_grace: Duration) -> Reconciler {
+    pub(crate) fn new(cfg: PlanConfig, dry_run: bool, orphan_grace: Duration) -> Reconciler {
         let mode = if dry_run { Mode::DryRun } else { Mode::Real };
         Reconciler::with_mode(cfg, mode, orphan_grace)
     }
 
     /// A reconciler in `mode`; [`Mode::Audit`] reads and compares every
     /// planned value and writes, creates and removes nothing.
-    pub fn with_mode(cfg: PlanConfig, mode: Mode, orphan_grace: Duration) -> Reconciler {
+    pub(crate) fn with_mode(cfg: PlanConfig, mode: Mode, orphan_grace: Duration) -> Reconciler {
         // Reserved cgroups are allowed but never created (not a create level).
         let mut applier = Applier::with_bases(mode, allowed_bases(&cfg));
         if cfg.layout.version == CgroupVersion::V2 {
@@ -190,23 +190,18 @@ impl Reconciler {
     }
 
     /// Real, dry run or audit.
-    pub fn mode(&self) -> Mode {
+    pub(crate) fn mode(&self) -> Mode {
         self.applier.mode()
     }
 
-    pub fn config(&self) -> &PlanConfig {
+    pub(crate) fn config(&self) -> &PlanConfig {
         &self.cfg
-    }
-
-    /// Replace the planner config (SIGHUP reload). The layout must stay.
-    pub fn set_config(&mut self, cfg: PlanConfig) {
-        self.cfg = cfg;
     }
 
     /// Apply a reloaded config and mode: the applier is rebuilt when the
     /// mode or the layout changes (what was written and the orphans seen
     /// are kept).
-    pub fn reconfigure(&mut self, cfg: PlanConfig, dry_run: bool) {
+    pub(crate) fn reconfigure(&mut self, cfg: PlanConfig, dry_run: bool) {
         // Audit (cgroupEnforcement) is chosen at start and stays.
         let mode = match self.mode() {
             Mode::Audit => Mode::Audit,
@@ -223,19 +218,14 @@ impl Reconciler {
         *self = fresh;
     }
 
-    pub fn dry_run(&self) -> bool {
+    pub(crate) fn dry_run(&self) -> bool {
         self.applier.mode() == Mode::DryRun
-    }
-
-    /// `systemd` when plans go through systemd's D-Bus API, else `cgroupfs`.
-    pub fn writer(&self) -> &'static str {
-        self.applier.name()
     }
 
     /// One pass. `all_live_uids` is every pod uid the source knows (ready or
     /// not); `None` when the listing was incomplete, which disables orphan
     /// removal for this pass.
-    pub fn reconcile(
+    pub(crate) fn reconcile(
         &mut self,
         pods: &[Pod],
         all_live_uids: Option<&BTreeSet<String>>,

@@ -24,10 +24,10 @@ pub struct CriStopper {
     stop_client: Mutex<Option<crate::cri::CriClient>>,
     /// The longest grace a stop can take (evictionMaxPodGracePeriod, or the
     /// kubelet's default 30 s when that is 0).
-    pub max_grace: Duration,
+    pub(crate) max_grace: Duration,
     images: Mutex<ImageTracker>,
     /// Image GC policy (minimum age).
-    pub image_gc: ImageGcPolicy,
+    pub(crate) image_gc: ImageGcPolicy,
 }
 
 /// NotFound from a clean-up step means it is already done.

@@ -24,7 +24,7 @@ pub const EXIT_UNHEALTHY: i32 = 70;
 pub const INJECT_PANIC_ENV: &str = "QOSD_INJECT_PANIC";
 
 /// Panic here when `QOSD_INJECT_PANIC` names `point` (read once).
-pub fn inject_panic(point: &str) {
+pub(crate) fn inject_panic(point: &str) {
     static ARMED: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
     let armed = ARMED.get_or_init(|| std::env::var(INJECT_PANIC_ENV).ok());
     if armed.as_deref() == Some(point) {
@@ -45,7 +45,7 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
 
 /// Run `f` on a named thread; a panic in it is logged and recorded in
 /// `health` (liveness fails), never lost.
-pub fn spawn_supervised<F>(
+pub(crate) fn spawn_supervised<F>(
     name: &'static str,
     health: Option<Arc<Health>>,
     f: F,
@@ -68,7 +68,7 @@ where
 
 /// Check liveness every `every`; once it fails, log why, keep serving the
 /// failure for `grace` (probes see 503) and exit with [`EXIT_UNHEALTHY`].
-pub fn watch(
+pub(crate) fn watch(
     health: Arc<Health>,
     every: Duration,
     grace: Duration,

@@ -35,7 +35,7 @@ pub enum Mode {
 
 impl Mode {
     /// Whether this mode writes, creates or enables anything (only `Real`).
-    pub fn writes(self) -> bool {
+    pub(crate) fn writes(self) -> bool {
         self == Mode::Real
     }
 }
@@ -43,13 +43,13 @@ impl Mode {
 /// A failed write (or the read/mkdir before it).
 #[derive(Debug, thiserror::Error)]
 #[error("{error}")]
-pub struct ApplyError {
+pub(crate) struct ApplyError {
     /// The interface file of the planned write.
-    pub file: PathBuf,
+    pub(crate) file: PathBuf,
     /// The planned value.
-    pub value: String,
+    pub(crate) value: String,
     #[source]
-    pub error: CgroupFsError,
+    pub(crate) error: CgroupFsError,
 }
 
 /// What one [`Applier::apply`] call did.
@@ -72,7 +72,7 @@ pub struct ApplyReport {
 
 impl ApplyReport {
     /// Number of interface-file writes made.
-    pub fn write_count(&self) -> usize {
+    pub(crate) fn write_count(&self) -> usize {
         self.written.len()
     }
 }
@@ -111,7 +111,7 @@ impl Applier {
 
     /// Which levels' missing directories to create (default: all). A missing
     /// cgroup of another level is reported as gone.
-    pub fn create_levels(mut self, levels: &[CgroupLevel]) -> Applier {
+    pub(crate) fn create_levels(mut self, levels: &[CgroupLevel]) -> Applier {
         self.create_levels = levels.to_vec();
         self
     }
@@ -128,18 +128,11 @@ impl Applier {
         self
     }
 
-    /// The controllers enabled with [`Applier::enable_v2_controllers_from`]
-    /// (default `cpu memory pids`).
-    pub fn v2_controllers(mut self, controllers: &[&str]) -> Applier {
-        self.v2_controllers = controllers.iter().map(|s| s.to_string()).collect();
-        self
-    }
-
-    pub fn mode(&self) -> Mode {
+    pub(crate) fn mode(&self) -> Mode {
         self.mode
     }
 
-    pub fn allowed_bases(&self) -> &[PathBuf] {
+    pub(crate) fn allowed_bases(&self) -> &[PathBuf] {
         &self.bases
     }
 
@@ -389,7 +382,7 @@ fn is_memory_limit(name: &str) -> bool {
 /// whitespace collapsed; `-1` and v1's unlimited memory become `max`;
 /// memory limits are rounded down to a page as the kernel stores them;
 /// `cpu.shares` / `cpu.weight` clamped to the kernel's range.
-pub fn normalise(name: &str, value: &str) -> String {
+pub(crate) fn normalise(name: &str, value: &str) -> String {
     let v = value.split_whitespace().collect::<Vec<_>>().join(" ");
     if is_memory_limit(name) {
         if v == "-1" || v == "max" {
@@ -483,7 +476,7 @@ pub struct OrphanCgroup {
 
 /// The pod uid encoded in a cgroup directory name: cgroupfs `pod<uid>`, or
 /// systemd `kubepods[-<qos>]-pod<uid with _ for ->.slice`.
-pub fn pod_uid_from_dir_name(name: &str) -> Option<String> {
+pub(crate) fn pod_uid_from_dir_name(name: &str) -> Option<String> {
     if let Some(rest) = name.strip_suffix(".slice") {
         let idx = rest.rfind("-pod")?;
         let uid = &rest[idx + 4..];

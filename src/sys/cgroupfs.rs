@@ -88,28 +88,9 @@ pub enum CgroupFsError {
 }
 
 impl CgroupFsError {
-    /// The path the error is about.
-    pub fn path(&self) -> &Path {
-        match self {
-            CgroupFsError::Read { path, .. }
-            | CgroupFsError::Write { path, .. }
-            | CgroupFsError::ControllerNotEnabled { path, .. }
-            | CgroupFsError::NoSuchFile { path, .. }
-            | CgroupFsError::CgroupGone { path, .. }
-            | CgroupFsError::Busy { path, .. }
-            | CgroupFsError::OutsideBase { path, .. }
-            | CgroupFsError::Mkdir { path, .. }
-            | CgroupFsError::NotEmpty { path, .. }
-            | CgroupFsError::Rmdir { path, .. }
-            | CgroupFsError::ControllerUnavailable { path, .. }
-            | CgroupFsError::BadPid { path, .. }
-            | CgroupFsError::Kill { path, .. }
-            | CgroupFsError::KillTimeout { path, .. } => path,
-        }
-    }
 }
 
-pub type Result<T> = std::result::Result<T, CgroupFsError>;
+pub(crate) type Result<T> = std::result::Result<T, CgroupFsError>;
 
 /// Read an interface file, trimmed of surrounding whitespace.
 pub fn read(path: &Path) -> Result<String> {
@@ -125,7 +106,7 @@ pub fn read(path: &Path) -> Result<String> {
 /// `memory.max`…): one `open`, one `read`, one `close` where
 /// `read_to_string` adds an `fstat` and a second `read` for the end of
 /// file. A read that fills the buffer goes on to the end.
-pub fn read_value(path: &Path) -> Result<String> {
+pub(crate) fn read_value(path: &Path) -> Result<String> {
     use std::io::Read;
     let err = |source| CgroupFsError::Read {
         path: path.to_path_buf(),
@@ -145,7 +126,7 @@ pub fn read_value(path: &Path) -> Result<String> {
 
 /// The controller an interface file belongs to (`memory.max` → `memory`),
 /// `None` for core files (`cgroup.*`) and files without a dot.
-pub fn controller_of(file: &Path) -> Option<&str> {
+pub(crate) fn controller_of(file: &Path) -> Option<&str> {
     let name = file.file_name()?.to_str()?;
     let (ctrl, _) = name.split_once('.')?;
     (ctrl != "cgroup" && !ctrl.is_empty()).then_some(ctrl)
@@ -179,7 +160,7 @@ pub fn write(path: &Path, value: &str) -> Result<()> {
 /// same classification [`write`] uses (controller not enabled on v2, no such
 /// file on v1, cgroup gone when the directory is missing). `value` is the
 /// value that was to be written.
-pub fn missing_file_error(path: &Path, value: &str) -> CgroupFsError {
+pub(crate) fn missing_file_error(path: &Path, value: &str) -> CgroupFsError {
     classify_write_error(path, value, std::io::Error::from(ErrorKind::NotFound))
 }
 
@@ -236,7 +217,7 @@ fn normalise(path: &Path) -> Option<PathBuf> {
 }
 
 /// Whether `path` is `base` or below it (lexically; `..` is never allowed).
-pub fn is_within(path: &Path, base: &Path) -> bool {
+pub(crate) fn is_within(path: &Path, base: &Path) -> bool {
     match (normalise(path), normalise(base)) {
         (Some(p), Some(b)) => p.starts_with(&b),
         _ => false,
@@ -244,13 +225,13 @@ pub fn is_within(path: &Path, base: &Path) -> bool {
 }
 
 /// The first base of `bases` that contains `path` (lexically).
-pub fn base_of<'a>(path: &Path, bases: &'a [PathBuf]) -> Option<&'a PathBuf> {
+pub(crate) fn base_of<'a>(path: &Path, bases: &'a [PathBuf]) -> Option<&'a PathBuf> {
     bases.iter().find(|b| is_within(path, b))
 }
 
 /// Canonicalise the longest existing ancestor of `p` (resolving symlinks such
 /// as `/sys/fs/cgroup/cpu` → `cpu,cpuacct`) and re-append the rest.
-pub fn resolve_existing(p: &Path) -> Option<PathBuf> {
+pub(crate) fn resolve_existing(p: &Path) -> Option<PathBuf> {
     let p = normalise(p)?;
     let mut rest = Vec::new();
     let mut cur = p.as_path();
@@ -272,7 +253,7 @@ pub fn resolve_existing(p: &Path) -> Option<PathBuf> {
 /// (a plan using `/sys/fs/cgroup/cpu/...` against a base under the real mount
 /// `/sys/fs/cgroup/cpu,cpuacct/...`, or the other way round). The resolved
 /// check is also the stricter one: a symlink out of the base is refused.
-pub fn match_base(path: &Path, bases: &[PathBuf]) -> Option<(PathBuf, PathBuf)> {
+pub(crate) fn match_base(path: &Path, bases: &[PathBuf]) -> Option<(PathBuf, PathBuf)> {
     if let Some(b) = base_of(path, bases) {
         return Some((normalise(path)?, normalise(b)?));
     }
@@ -361,7 +342,7 @@ pub fn list_pids(dir: &Path) -> Result<Vec<i32>> {
 }
 
 /// Child cgroup directories of `dir` (sorted). A missing dir has none.
-pub fn child_cgroups(dir: &Path) -> Result<Vec<PathBuf>> {
+pub(crate) fn child_cgroups(dir: &Path) -> Result<Vec<PathBuf>> {
     let rd = match std::fs::read_dir(dir) {
         Ok(rd) => rd,
         Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
@@ -412,7 +393,7 @@ pub fn walk_leaf_first(dir: &Path) -> Result<Vec<PathBuf>> {
 /// On a real cgroupfs `rmdir` removes the interface files with the dir; on a
 /// fake tree (a temp dir with regular files) the files are removed first so
 /// tests behave like the kernel.
-pub fn remove_cgroup(dir: &Path, bases: &[PathBuf]) -> Result<()> {
+pub(crate) fn remove_cgroup(dir: &Path, bases: &[PathBuf]) -> Result<()> {
     if match_base(dir, bases).is_none() {
         return Err(outside(dir, bases));
     }
@@ -518,7 +499,7 @@ fn remove_fake_files(dir: &Path) -> Result<()> {
 /// Remove `dir` and every cgroup below it, leaf first, if none of them holds
 /// a process. Nothing is removed when any does (the check covers the whole
 /// tree before the first rmdir). Returns the removed dirs in removal order.
-pub fn remove_cgroup_tree_if_empty(dir: &Path, bases: &[PathBuf]) -> Result<Vec<PathBuf>> {
+pub(crate) fn remove_cgroup_tree_if_empty(dir: &Path, bases: &[PathBuf]) -> Result<Vec<PathBuf>> {
     if match_base(dir, bases).is_none() {
         return Err(outside(dir, bases));
     }
@@ -546,7 +527,7 @@ pub fn remove_cgroup_tree_if_empty(dir: &Path, bases: &[PathBuf]) -> Result<Vec<
 /// kubepods base). With `include_to`, `to`'s own subtree_control too (for
 /// cgroups that get children). Only missing controllers are written, never
 /// removed. Returns the (file, value) pairs written.
-pub fn enable_controllers_v2(
+pub(crate) fn enable_controllers_v2(
     from: &Path,
     to: &Path,
     controllers: &[&str],

@@ -12,7 +12,7 @@ use crate::policy::cpu::topology::{CpuTopology, RawCpu, TopologyError};
 
 /// A sysfs read that failed, with the path and what was found.
 #[derive(Debug, thiserror::Error)]
-pub enum SysfsError {
+pub(crate) enum SysfsError {
     #[error("{path}: {source}")]
     Io {
         path: PathBuf,
@@ -64,7 +64,7 @@ fn read_u32(path: &Path) -> Result<u32, SysfsError> {
 }
 
 /// The raw per-CPU records under `sysfs` (normally `/sys`).
-pub fn read_raw(sysfs: &Path) -> Result<Vec<RawCpu>, SysfsError> {
+pub(crate) fn read_raw(sysfs: &Path) -> Result<Vec<RawCpu>, SysfsError> {
     let cpu_dir = sysfs.join("devices/system/cpu");
     let online = read_list(&cpu_dir.join("online"))?;
     let node_dir = sysfs.join("devices/system/node");
@@ -105,7 +105,7 @@ pub fn read_raw(sysfs: &Path) -> Result<Vec<RawCpu>, SysfsError> {
 }
 
 /// The machine's [`CpuTopology`] under `sysfs`.
-pub fn discover(sysfs: &Path) -> Result<CpuTopology, SysfsError> {
+pub(crate) fn discover(sysfs: &Path) -> Result<CpuTopology, SysfsError> {
     CpuTopology::from_raw(&read_raw(sysfs)?).map_err(|source| SysfsError::Topology {
         root: sysfs.to_path_buf(),
         source,

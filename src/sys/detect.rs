@@ -52,15 +52,15 @@ pub fn detect_version(cgroupfs: &Path) -> Result<CgroupVersion, DetectError> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CgroupMount {
     /// Where it is mounted (octal escapes decoded).
-    pub mount_point: PathBuf,
+    pub(crate) mount_point: PathBuf,
     /// The root of the mount within its hierarchy (`/` unless bind-mounted
     /// from below, as inside containers).
-    pub root: String,
+    pub(crate) root: String,
     /// `cgroup` (v1) or `cgroup2`.
-    pub fstype: String,
+    pub(crate) fstype: String,
     /// v1: the controllers of the hierarchy (`cpu`, `cpuacct`, ... and
     /// `name=systemd`); v2: empty.
-    pub controllers: Vec<String>,
+    pub(crate) controllers: Vec<String>,
 }
 
 /// The cgroup layout of a node: where each v1 controller hierarchy and the
@@ -74,7 +74,7 @@ pub struct CgroupLayout {
     pub hybrid: bool,
     /// v1 controller name → mount dir (co-mounted `cpu,cpuacct` maps both
     /// names to the same dir).
-    pub v1: BTreeMap<String, PathBuf>,
+    pub(crate) v1: BTreeMap<String, PathBuf>,
     /// The cgroup2 mount, if any (the first one; in hybrid mode usually
     /// `/sys/fs/cgroup/unified`).
     pub v2: Option<PathBuf>,
@@ -90,7 +90,7 @@ impl CgroupLayout {
     /// hierarchies qosd writes to: for v1 the given controllers' mounts
     /// (deduplicated: `cpu` and `cpuacct` co-mounted give one dir), for v2
     /// the unified mount. Useful as the applier's allowed bases.
-    pub fn dirs_for(&self, rel: &str, v1_controllers: &[&str]) -> Vec<PathBuf> {
+    pub(crate) fn dirs_for(&self, rel: &str, v1_controllers: &[&str]) -> Vec<PathBuf> {
         let rel = rel.trim_start_matches('/');
         let mut out: Vec<PathBuf> = Vec::new();
         match self.version {
@@ -137,7 +137,7 @@ impl CgroupLayout {
 }
 
 /// The v1 controllers qosd writes to.
-pub const V1_CONTROLLERS: &[&str] = &["cpu", "memory", "pids", "hugetlb", "cpuset"];
+pub(crate) const V1_CONTROLLERS: &[&str] = &["cpu", "memory", "pids", "hugetlb", "cpuset"];
 
 /// Decode mountinfo's octal escapes (`\040` for a space, ...).
 fn unescape_mountinfo(s: &str) -> String {

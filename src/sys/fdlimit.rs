@@ -6,21 +6,21 @@
 /// Descriptors kept for everything but HTTP clients (cgroup files kept
 /// open by the watcher, one-shot cgroup and /proc reads, the CRI socket,
 /// the pid walk of an eviction, the journal).
-pub const FD_RESERVE: u64 = 256;
+pub(crate) const FD_RESERVE: u64 = 256;
 
 /// The limit after [`raise_nofile`]: (soft, hard).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct NofileLimit {
-    pub soft: u64,
-    pub hard: u64,
+pub(crate) struct NofileLimit {
+    pub(crate) soft: u64,
+    pub(crate) hard: u64,
     /// The soft limit before it was raised.
-    pub was: u64,
+    pub(crate) was: u64,
 }
 
 /// Raise the soft `RLIMIT_NOFILE` to the hard limit (what the unit's
 /// `LimitNOFILE=` or the container runtime grants). A failure leaves the
 /// limit as it was and is reported.
-pub fn raise_nofile() -> Result<NofileLimit, std::io::Error> {
+pub(crate) fn raise_nofile() -> Result<NofileLimit, std::io::Error> {
     use nix::sys::resource::{getrlimit, setrlimit, Resource};
     let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).map_err(std::io::Error::from)?;
     if soft < hard {

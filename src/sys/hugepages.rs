@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use crate::core::model::CgroupVersion;
 
 #[derive(Debug, thiserror::Error)]
-pub enum HugepagesError {
+pub(crate) enum HugepagesError {
     #[error("cannot read {path}: {source}")]
     Io {
         path: PathBuf,
@@ -21,7 +21,7 @@ pub enum HugepagesError {
 
 /// Page sizes in bytes, ascending, from `<sysfs>/kernel/mm/hugepages`.
 /// A missing directory means none (a kernel without hugetlbfs).
-pub fn page_sizes(sysfs: &Path) -> Result<Vec<u64>, HugepagesError> {
+pub(crate) fn page_sizes(sysfs: &Path) -> Result<Vec<u64>, HugepagesError> {
     let dir = sysfs.join("kernel/mm/hugepages");
     let entries = match std::fs::read_dir(&dir) {
         Ok(e) => e,
@@ -51,7 +51,7 @@ pub fn page_sizes(sysfs: &Path) -> Result<Vec<u64>, HugepagesError> {
 }
 
 /// Whether the hugetlb controller is available under `cgroupfs`.
-pub fn hugetlb_controller(cgroupfs: &Path, version: CgroupVersion) -> bool {
+pub(crate) fn hugetlb_controller(cgroupfs: &Path, version: CgroupVersion) -> bool {
     match version {
         CgroupVersion::V1 => cgroupfs.join("hugetlb").is_dir(),
         CgroupVersion::V2 => std::fs::read_to_string(cgroupfs.join("cgroup.controllers"))
@@ -74,7 +74,7 @@ fn hugetlb_delegated_v2(cgroupfs: &Path) -> bool {
 /// The sizes qosd limits: [`page_sizes`] when the controller is there
 /// (under the systemd driver on v2: also enabled for the root's children),
 /// else none.
-pub fn detect(
+pub(crate) fn detect(
     sysfs: &Path,
     cgroupfs: &Path,
     version: CgroupVersion,

@@ -12,10 +12,10 @@ use std::io::Read;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-pub use crate::core::limits::MAX_INPUT_BYTES;
+pub(crate) use crate::core::limits::MAX_INPUT_BYTES;
 
 #[derive(Debug, thiserror::Error)]
-pub enum InputError {
+pub(crate) enum InputError {
     #[error("cannot read {}: {source}", path.display())]
     Io {
         path: PathBuf,
@@ -31,7 +31,7 @@ pub enum InputError {
 
 impl InputError {
     /// As an `io::Error` (for error types that carry one), message kept.
-    pub fn into_io(self) -> std::io::Error {
+    pub(crate) fn into_io(self) -> std::io::Error {
         match self {
             InputError::Io { source, .. } => source,
             InputError::NotRegular { kind, .. } => std::io::Error::new(
@@ -76,7 +76,7 @@ fn is_null_device(meta: &std::fs::Metadata) -> bool {
 /// configuration file"). The open never blocks (`O_NONBLOCK`: a FIFO is refused, not waited on), the type
 /// is checked on the opened descriptor, and at most `max + 1` bytes are read
 /// whatever the file claims its size is.
-pub fn read_text_limited(path: &Path, max: u64) -> Result<String, InputError> {
+pub(crate) fn read_text_limited(path: &Path, max: u64) -> Result<String, InputError> {
     let io = |source| InputError::Io {
         path: path.to_path_buf(),
         source,
@@ -116,7 +116,7 @@ pub fn read_text_limited(path: &Path, max: u64) -> Result<String, InputError> {
 }
 
 /// [`read_text_limited`] with the default cap ([`MAX_INPUT_BYTES`]).
-pub fn read_text(path: &Path) -> Result<String, InputError> {
+pub(crate) fn read_text(path: &Path) -> Result<String, InputError> {
     read_text_limited(path, MAX_INPUT_BYTES)
 }
 
@@ -125,7 +125,7 @@ pub fn read_text(path: &Path) -> Result<String, InputError> {
 /// ancestor is a loop and is not followed again) and each file is listed
 /// once however many links lead to it (identity: device and inode).
 /// `seen` carries the identities across several walks.
-pub fn walk_files(
+pub(crate) fn walk_files(
     dir: &Path,
     want: &dyn Fn(&Path) -> bool,
     seen: &mut HashSet<(u64, u64)>,
@@ -177,7 +177,7 @@ fn walk(
 
 /// Whether `path` was already counted in `seen` (for files named directly);
 /// records it otherwise. Unreadable paths count as new (the read reports).
-pub fn first_visit(path: &Path, seen: &mut HashSet<(u64, u64)>) -> bool {
+pub(crate) fn first_visit(path: &Path, seen: &mut HashSet<(u64, u64)>) -> bool {
     match std::fs::metadata(path) {
         Ok(m) => seen.insert((m.dev(), m.ino())),
         Err(_) => true,

@@ -30,7 +30,7 @@ pub enum KillError {
 
 /// How the processes were killed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KillMethod {
+pub(crate) enum KillMethod {
     /// v2 `cgroup.kill`.
     CgroupKill,
     /// SIGKILL per pid, repeated until empty.
@@ -42,12 +42,12 @@ pub enum KillMethod {
 /// Result of killing a cgroup tree.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KillReport {
-    pub method: KillMethod,
+    pub(crate) method: KillMethod,
     /// Distinct pids signalled.
     pub signalled: usize,
-    pub rounds: u32,
+    pub(crate) rounds: u32,
     /// When the first kill was issued.
-    pub issued_at: Instant,
+    pub(crate) issued_at: Instant,
     /// When the tree was seen empty (not for `cgroup.kill`, which does not wait).
     pub empty_at: Option<Instant>,
 }
@@ -165,7 +165,7 @@ fn sigkill_rounds(
 
 /// SIGTERM every process now, SIGKILL rounds after `grace` (on a
 /// background thread). Returns once the SIGTERMs are sent.
-pub fn term_then_kill(
+pub(crate) fn term_then_kill(
     dir: &Path,
     grace: Duration,
     timeout: Duration,

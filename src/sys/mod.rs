@@ -8,15 +8,15 @@
 
 pub mod apply;
 pub mod cgroupfs;
-pub mod cpu_topology;
+pub(crate) mod cpu_topology;
 pub mod detect;
-pub mod fdlimit;
-pub mod hugepages;
-pub mod input;
+pub(crate) mod fdlimit;
+pub(crate) mod hugepages;
+pub(crate) mod input;
 pub mod kill;
-pub mod pod_events;
-pub mod process;
+pub(crate) mod pod_events;
+pub(crate) mod process;
 pub mod procfs;
 pub mod signals;
-pub mod systemd;
+pub(crate) mod systemd;
 pub mod watch;

@@ -21,7 +21,7 @@ use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
 
 /// Why the watch could not be set up.
 #[derive(Debug, thiserror::Error)]
-pub enum PodEventsError {
+pub(crate) enum PodEventsError {
     #[error("inotify: {0}")]
     Init(Errno),
     #[error("cannot watch {path}: {errno}")]
@@ -41,7 +41,7 @@ enum Level {
 /// An inotify instance on the pod cgroup tree (non-blocking fd, to be
 /// polled).
 #[derive(Debug)]
-pub struct PodEvents {
+pub(crate) struct PodEvents {
     inotify: Inotify,
     parents: Vec<PathBuf>,
     watches: HashMap<WatchDescriptor, (PathBuf, Level)>,
@@ -56,7 +56,7 @@ const MASK: AddWatchFlags = AddWatchFlags::IN_CREATE
 impl PodEvents {
     /// Watch `parents` (kubepods first, then its QoS cgroups) and every pod
     /// cgroup already under them. Each parent must exist.
-    pub fn new(parents: &[PathBuf]) -> Result<PodEvents, PodEventsError> {
+    pub(crate) fn new(parents: &[PathBuf]) -> Result<PodEvents, PodEventsError> {
         let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)
             .map_err(PodEventsError::Init)?;
         let mut me = PodEvents {
@@ -97,14 +97,14 @@ impl PodEvents {
     }
 
     /// Directories watched (parents + pods).
-    pub fn watched(&self) -> usize {
+    pub(crate) fn watched(&self) -> usize {
         self.watches.len()
     }
 
     /// Read every queued event (never blocks): how many directories
     /// appeared or went away (a queue overflow counts as one). New pod
     /// cgroups are watched from here on.
-    pub fn drain(&mut self) -> Result<usize, PodEventsError> {
+    pub(crate) fn drain(&mut self) -> Result<usize, PodEventsError> {
         let mut n = 0;
         loop {
             let events = match self.inotify.read_events() {

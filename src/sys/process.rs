@@ -5,17 +5,17 @@ use std::path::{Path, PathBuf};
 
 /// What the `process_*` metrics report.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct ProcessStats {
-    pub cpu_seconds: f64,
-    pub resident_bytes: u64,
-    pub virtual_bytes: u64,
-    pub start_time_seconds: f64,
-    pub open_fds: u64,
-    pub max_fds: u64,
+pub(crate) struct ProcessStats {
+    pub(crate) cpu_seconds: f64,
+    pub(crate) resident_bytes: u64,
+    pub(crate) virtual_bytes: u64,
+    pub(crate) start_time_seconds: f64,
+    pub(crate) open_fds: u64,
+    pub(crate) max_fds: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum ProcessError {
+pub(crate) enum ProcessError {
     #[error("cannot read {path}: {source}")]
     Io {
         path: PathBuf,
@@ -33,7 +33,7 @@ fn read(path: PathBuf) -> Result<(String, PathBuf), ProcessError> {
 
 /// Parse `/proc/<pid>/stat` after the command name: (utime, stime,
 /// starttime in ticks, vsize bytes, rss pages).
-pub fn parse_stat(text: &str) -> Option<(u64, u64, u64, u64, u64)> {
+pub(crate) fn parse_stat(text: &str) -> Option<(u64, u64, u64, u64, u64)> {
     // The command may contain spaces and parentheses: split after the last ')'.
     let rest = &text[text.rfind(')')? + 1..];
     let f: Vec<&str> = rest.split_whitespace().collect();
@@ -43,7 +43,7 @@ pub fn parse_stat(text: &str) -> Option<(u64, u64, u64, u64, u64)> {
 }
 
 /// `Max open files` soft limit from `/proc/<pid>/limits`.
-pub fn parse_max_fds(limits: &str) -> Option<u64> {
+pub(crate) fn parse_max_fds(limits: &str) -> Option<u64> {
     let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
     line["Max open files".len()..]
         .split_whitespace()
@@ -52,7 +52,7 @@ pub fn parse_max_fds(limits: &str) -> Option<u64> {
 }
 
 /// `btime` (boot time, seconds since the epoch) from `/proc/stat`.
-pub fn parse_btime(stat: &str) -> Option<u64> {
+pub(crate) fn parse_btime(stat: &str) -> Option<u64> {
     stat.lines()
         .find_map(|l| l.strip_prefix("btime "))
         .and_then(|v| v.trim().parse().ok())
@@ -60,7 +60,7 @@ pub fn parse_btime(stat: &str) -> Option<u64> {
 
 /// Read the stats of the process whose proc directory is `proc_self`
 /// (`/proc/self`); boot time from `<proc_self>/../stat`.
-pub fn stats(proc_self: &Path) -> Result<ProcessStats, ProcessError> {
+pub(crate) fn stats(proc_self: &Path) -> Result<ProcessStats, ProcessError> {
     // SAFETY: sysconf has no preconditions.
     let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
     // SAFETY: as above.

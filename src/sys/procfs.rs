@@ -39,7 +39,7 @@ pub fn parse_meminfo(text: &str) -> BTreeMap<String, i64> {
 
 /// Capacity of the machine as seen under `proc_root` (normally `/proc`):
 /// (millicores, bytes).
-pub fn detect_capacity(proc_root: &Path) -> Result<(i64, i64), ProcError> {
+pub(crate) fn detect_capacity(proc_root: &Path) -> Result<(i64, i64), ProcError> {
     Ok((
         detect_cpu_millis(proc_root)?,
         detect_memory_bytes(proc_root)?,
@@ -52,7 +52,7 @@ pub fn detect_memory_bytes(proc_root: &Path) -> Result<i64, ProcError> {
 }
 
 /// `MemTotal` of a meminfo file, in bytes.
-pub fn meminfo_total(path: &Path) -> Result<i64, ProcError> {
+pub(crate) fn meminfo_total(path: &Path) -> Result<i64, ProcError> {
     let m = parse_meminfo(&read(path)?);
     m.get("MemTotal")
         .copied()
@@ -66,7 +66,7 @@ pub fn meminfo_total(path: &Path) -> Result<i64, ProcError> {
 /// Number of CPUs × 1000: the sched affinity mask of this process when
 /// `proc_root` is the real `/proc`, else the `processor` lines of
 /// `<proc>/cpuinfo`.
-pub fn detect_cpu_millis(proc_root: &Path) -> Result<i64, ProcError> {
+pub(crate) fn detect_cpu_millis(proc_root: &Path) -> Result<i64, ProcError> {
     if proc_root == Path::new("/proc") {
         if let Some(n) = affinity_cpus() {
             return Ok(n * 1000);

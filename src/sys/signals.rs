@@ -61,21 +61,21 @@ fn fmt_err(path: &Path, message: impl Into<String>) -> SignalError {
 /// and adjust, or fill every field for tests.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SignalSources {
-    pub version: CgroupVersion,
+    pub(crate) version: CgroupVersion,
     /// v1: the memory hierarchy's mount (`/sys/fs/cgroup/memory`); v2: the
     /// unified mount (`/sys/fs/cgroup`).
-    pub memory_root: PathBuf,
+    pub(crate) memory_root: PathBuf,
     /// Absolute kubepods cgroup directory in the memory hierarchy.
-    pub kubepods: Option<PathBuf>,
+    pub(crate) kubepods: Option<PathBuf>,
     /// Node allocatable memory; `None`: the kubepods memory limit.
-    pub allocatable_memory_bytes: Option<i64>,
-    pub meminfo: PathBuf,
-    pub loadavg: PathBuf,
-    pub pid_max: PathBuf,
+    pub(crate) allocatable_memory_bytes: Option<i64>,
+    pub(crate) meminfo: PathBuf,
+    pub(crate) loadavg: PathBuf,
+    pub(crate) pid_max: PathBuf,
     pub nodefs: Option<PathBuf>,
-    pub imagefs: Option<PathBuf>,
-    pub containerfs: Option<PathBuf>,
-    pub memory_source: MemorySource,
+    pub(crate) imagefs: Option<PathBuf>,
+    pub(crate) containerfs: Option<PathBuf>,
+    pub(crate) memory_source: MemorySource,
     /// The kubelet root dir whose `pods/<uid>/volumes/` hold the pods'
     /// local volumes (None: per-pod storage not measured).
     pub pod_root_dir: Option<PathBuf>,
@@ -108,7 +108,7 @@ impl SignalSources {
     }
 
     /// Read one signal now: (available, capacity).
-    pub fn read(&self, signal: Signal) -> Result<(i64, i64), SignalError> {
+    pub(crate) fn read(&self, signal: Signal) -> Result<(i64, i64), SignalError> {
         match signal {
             Signal::MemoryAvailable => self.memory_available(),
             Signal::AllocatableMemoryAvailable => self.allocatable_memory_available(),
@@ -165,13 +165,13 @@ impl SignalSources {
     }
 
     /// `MemTotal` in bytes.
-    pub fn memory_capacity(&self) -> Result<i64, SignalError> {
+    pub(crate) fn memory_capacity(&self) -> Result<i64, SignalError> {
         let mi = read_meminfo(&self.meminfo)?;
         meminfo_field(&mi, "MemTotal", &self.meminfo)
     }
 
     /// memory.available: (available, capacity).
-    pub fn memory_available(&self) -> Result<(i64, i64), SignalError> {
+    pub(crate) fn memory_available(&self) -> Result<(i64, i64), SignalError> {
         let mi = read_meminfo(&self.meminfo)?;
         let cap = meminfo_field(&mi, "MemTotal", &self.meminfo)?;
         match self.memory_source {
@@ -187,7 +187,7 @@ impl SignalSources {
     }
 
     /// allocatableMemory.available: (available, allocatable).
-    pub fn allocatable_memory_available(&self) -> Result<(i64, i64), SignalError> {
+    pub(crate) fn allocatable_memory_available(&self) -> Result<(i64, i64), SignalError> {
         let dir = self.kubepods.as_deref().ok_or(SignalError::NotConfigured {
             signal: Signal::AllocatableMemoryAvailable,
             message: "no kubepods cgroup configured".into(),
@@ -211,7 +211,7 @@ impl SignalSources {
     }
 
     /// pid.available: (pid_max − running tasks, pid_max).
-    pub fn pid_available(&self) -> Result<(i64, i64), SignalError> {
+    pub(crate) fn pid_available(&self) -> Result<(i64, i64), SignalError> {
         let max = read_u64(&self.pid_max)?;
         let max = i64::try_from(max)
             .map_err(|_| fmt_err(&self.pid_max, format!("pid_max {max} out of range")))?;
@@ -270,7 +270,7 @@ fn stat_required(text: &str, key: &str, path: &Path) -> Result<u64, SignalError>
 }
 
 /// Working set of the root cgroup, in bytes.
-pub fn root_working_set(version: CgroupVersion, root: &Path) -> Result<u64, SignalError> {
+pub(crate) fn root_working_set(version: CgroupVersion, root: &Path) -> Result<u64, SignalError> {
     let stat_path = root.join("memory.stat");
     let stat = read_string(&stat_path)?;
     match version {
@@ -297,7 +297,7 @@ pub fn root_working_set(version: CgroupVersion, root: &Path) -> Result<u64, Sign
 }
 
 /// Working set of a non-root cgroup (kubepods, a pod): usage − inactive_file.
-pub fn cgroup_working_set(version: CgroupVersion, dir: &Path) -> Result<u64, SignalError> {
+pub(crate) fn cgroup_working_set(version: CgroupVersion, dir: &Path) -> Result<u64, SignalError> {
     let stat_path = dir.join("memory.stat");
     let stat = read_string(&stat_path)?;
     let (usage_file, inactive_key) = match version {
@@ -313,7 +313,7 @@ pub fn cgroup_working_set(version: CgroupVersion, dir: &Path) -> Result<u64, Sig
 const V1_UNLIMITED_FLOOR: u64 = 1 << 62;
 
 /// Memory limit of a cgroup (`None` = unlimited).
-pub fn cgroup_memory_limit(version: CgroupVersion, dir: &Path) -> Result<Option<i64>, SignalError> {
+pub(crate) fn cgroup_memory_limit(version: CgroupVersion, dir: &Path) -> Result<Option<i64>, SignalError> {
     match version {
         CgroupVersion::V1 => {
             let v = read_u64(&dir.join("memory.limit_in_bytes"))?;
@@ -335,7 +335,7 @@ pub fn cgroup_memory_limit(version: CgroupVersion, dir: &Path) -> Result<Option<
 
 /// Number of processes in a cgroup and its descendants (`cgroup.procs`),
 /// by the one pid walk ([`crate::sys::kill::cgroup_tree_pids`]).
-pub fn cgroup_process_count(dir: &Path) -> Result<u64, SignalError> {
+pub(crate) fn cgroup_process_count(dir: &Path) -> Result<u64, SignalError> {
     match crate::sys::kill::cgroup_tree_pids(dir) {
         Ok(pids) => Ok(pids.len() as u64),
         Err(crate::sys::kill::KillError::Io { path, source }) => {
@@ -363,7 +363,7 @@ pub fn pod_stats(version: CgroupVersion, pod_dir: &Path) -> crate::policy::evict
 /// Bytes (allocated blocks, like `du`) and inodes (every file, directory
 /// and link, the directory itself included, like `du --inodes`) under a
 /// directory. Hard links count once. Does not follow symlinks.
-pub fn dir_usage(dir: &Path) -> Result<(u64, u64), SignalError> {
+pub(crate) fn dir_usage(dir: &Path) -> Result<(u64, u64), SignalError> {
     use std::os::unix::fs::MetadataExt;
     let meta = std::fs::symlink_metadata(dir).map_err(io_err(dir))?;
     let mut seen = std::collections::HashSet::new();
@@ -396,7 +396,7 @@ pub fn dir_usage(dir: &Path) -> Result<(u64, u64), SignalError> {
 /// The volume plugins whose data is local ephemeral storage on nodefs
 /// (kubelet `IsLocalEphemeralVolume`: emptyDir not in memory, configMap,
 /// downwardAPI, gitRepo).
-pub const LOCAL_VOLUME_PLUGINS: [&str; 4] = [
+pub(crate) const LOCAL_VOLUME_PLUGINS: [&str; 4] = [
     "kubernetes.io~empty-dir",
     "kubernetes.io~configmap",
     "kubernetes.io~downward-api",
@@ -405,29 +405,29 @@ pub const LOCAL_VOLUME_PLUGINS: [&str; 4] = [
 
 /// One measured volume directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct VolumeUsage {
-    pub plugin: String,
-    pub name: String,
-    pub bytes: u64,
-    pub inodes: u64,
+pub(crate) struct VolumeUsage {
+    pub(crate) plugin: String,
+    pub(crate) name: String,
+    pub(crate) bytes: u64,
+    pub(crate) inodes: u64,
     /// A mount of its own (emptyDir `medium: Memory` is a tmpfs): not on
     /// nodefs, measured by statvfs, not counted as local ephemeral storage.
-    pub own_mount: bool,
+    pub(crate) own_mount: bool,
 }
 
 /// The local storage of one pod outside its writable layers.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PodLocalStorage {
+pub(crate) struct PodLocalStorage {
     /// Whole log directory (None: no directory).
-    pub logs: Option<(u64, u64)>,
+    pub(crate) logs: Option<(u64, u64)>,
     /// Per container (sub-directory name = container name): bytes.
-    pub container_logs: Vec<(String, u64)>,
-    pub volumes: Vec<VolumeUsage>,
+    pub(crate) container_logs: Vec<(String, u64)>,
+    pub(crate) volumes: Vec<VolumeUsage>,
 }
 
 impl PodLocalStorage {
     /// Bytes and inodes of the disk-backed local volumes.
-    pub fn volumes_total(&self) -> (u64, u64) {
+    pub(crate) fn volumes_total(&self) -> (u64, u64) {
         self.volumes
             .iter()
             .filter(|v| !v.own_mount)
@@ -438,7 +438,7 @@ impl PodLocalStorage {
 /// Measure a pod's logs and local volumes: `<logs_dir>/<ns>_<name>_<uid>/`
 /// and `<root_dir>/pods/<uid>/volumes/<plugin>/<volume>/` for the
 /// [`LOCAL_VOLUME_PLUGINS`]. Missing directories measure as nothing.
-pub fn pod_local_storage(
+pub(crate) fn pod_local_storage(
     root_dir: &Path,
     logs_dir: &Path,
     namespace: &str,

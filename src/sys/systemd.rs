@@ -41,11 +41,11 @@ const PROPERTIES: &str = "org.freedesktop.DBus.Properties";
 const NO_SUCH_UNIT: &str = "org.freedesktop.systemd1.NoSuchUnit";
 
 /// The default system bus socket.
-pub const SYSTEM_BUS: &str = "unix:path=/run/dbus/system_bus_socket";
+pub(crate) const SYSTEM_BUS: &str = "unix:path=/run/dbus/system_bus_socket";
 
 /// Errors of the systemd driver, with the unit and what was asked.
 #[derive(Debug, thiserror::Error)]
-pub enum SystemdError {
+pub(crate) enum SystemdError {
     #[error("systemd is not running: {marker} is not a directory (sd_booted)")]
     NotBooted { marker: PathBuf },
     #[error("PID 1 is {comm:?}, not systemd ({path})")]
@@ -73,13 +73,13 @@ pub enum SystemdError {
 
 /// Where to look for systemd (every path a parameter).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SystemdProbe {
+pub(crate) struct SystemdProbe {
     /// `/run/systemd/system` (exists as a directory iff booted with systemd).
-    pub booted_marker: PathBuf,
+    pub(crate) booted_marker: PathBuf,
     /// `/proc/1/comm`.
-    pub pid1_comm: PathBuf,
+    pub(crate) pid1_comm: PathBuf,
     /// The D-Bus address of the system bus.
-    pub bus_address: String,
+    pub(crate) bus_address: String,
 }
 
 impl Default for SystemdProbe {
@@ -94,7 +94,7 @@ impl Default for SystemdProbe {
 }
 
 /// Is systemd PID 1 and reachable? The connection to its manager if so.
-pub fn probe(p: &SystemdProbe) -> Result<Systemd, SystemdError> {
+pub(crate) fn probe(p: &SystemdProbe) -> Result<Systemd, SystemdError> {
     if !p.booted_marker.is_dir() {
         return Err(SystemdError::NotBooted {
             marker: p.booted_marker.clone(),
@@ -115,14 +115,14 @@ pub fn probe(p: &SystemdProbe) -> Result<Systemd, SystemdError> {
 
 /// A unit's state as systemd reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UnitState {
-    pub path: OwnedObjectPath,
+pub(crate) struct UnitState {
+    pub(crate) path: OwnedObjectPath,
     /// `active`, `inactive`, `activating`, `failed`, …
-    pub active_state: String,
+    pub(crate) active_state: String,
 }
 
 /// A connection to systemd's manager (org.freedesktop.systemd1).
-pub struct Systemd {
+pub(crate) struct Systemd {
     conn: Connection,
     address: String,
 }
@@ -141,7 +141,7 @@ fn prop_value(p: &UnitProperty) -> Value<'static> {
 
 impl Systemd {
     /// Connect to the bus at `address` and check the manager answers.
-    pub fn connect(address: &str) -> Result<Systemd, SystemdError> {
+    pub(crate) fn connect(address: &str) -> Result<Systemd, SystemdError> {
         let bus = |source| SystemdError::Bus {
             address: address.to_string(),
             source: Box::new(source),
@@ -211,7 +211,7 @@ impl Systemd {
     }
 
     /// The manager's `Version` property (e.g. `252.33-1~deb12u1`).
-    pub fn version(&self) -> Result<String, SystemdError> {
+    pub(crate) fn version(&self) -> Result<String, SystemdError> {
         let path = OwnedObjectPath::try_from(MANAGER_PATH).expect("valid path");
         let v = self.get(&path, MANAGER, "Version", "(manager)")?;
         Ok(String::try_from(v).unwrap_or_default())
@@ -219,7 +219,7 @@ impl Systemd {
 
     /// The unit's object path and state; `None` when systemd has no such unit
     /// loaded.
-    pub fn unit_state(&self, unit: &str) -> Result<Option<UnitState>, SystemdError> {
+    pub(crate) fn unit_state(&self, unit: &str) -> Result<Option<UnitState>, SystemdError> {
         let m = match self.conn.call_method(
             Some(DEST),
             MANAGER_PATH,
@@ -255,7 +255,7 @@ impl Systemd {
     }
 
     /// Current values of a slice's resource properties (`names`).
-    pub fn slice_properties(
+    pub(crate) fn slice_properties(
         &self,
         state: &UnitState,
         unit: &str,
@@ -274,7 +274,7 @@ impl Systemd {
     /// `StartTransientUnit(unit, "replace")` for a slice under `parent`
     /// (`Wants=` the parent, like libcontainer), accounting on, no default
     /// dependencies, with `props`.
-    pub fn start_transient_slice(
+    pub(crate) fn start_transient_slice(
         &self,
         unit: &str,
         parent: &str,
@@ -302,7 +302,7 @@ impl Systemd {
 
     /// `SetUnitProperties(unit, runtime=true, props)`: kept in
     /// /run/systemd/system.control until reboot, survives `daemon-reload`.
-    pub fn set_properties(&self, unit: &str, props: &[UnitProperty]) -> Result<(), SystemdError> {
+    pub(crate) fn set_properties(&self, unit: &str, props: &[UnitProperty]) -> Result<(), SystemdError> {
         let mut all: Vec<(&str, Value<'_>)> = vec![
             ("CPUAccounting", Value::Bool(true)),
             ("MemoryAccounting", Value::Bool(true)),
@@ -314,19 +314,19 @@ impl Systemd {
     }
 
     /// `StartUnit(unit, "replace")` (a loaded but inactive slice).
-    pub fn start_unit(&self, unit: &str) -> Result<(), SystemdError> {
+    pub(crate) fn start_unit(&self, unit: &str) -> Result<(), SystemdError> {
         self.call("StartUnit", unit, &(unit, "replace"))?;
         Ok(())
     }
 
     /// `StopUnit(unit, "replace")`.
-    pub fn stop_unit(&self, unit: &str) -> Result<(), SystemdError> {
+    pub(crate) fn stop_unit(&self, unit: &str) -> Result<(), SystemdError> {
         self.call("StopUnit", unit, &(unit, "replace"))?;
         Ok(())
     }
 
     /// Wait until the unit is active (a started job has run).
-    pub fn wait_active(&self, unit: &str, timeout: Duration) -> Result<UnitState, SystemdError> {
+    pub(crate) fn wait_active(&self, unit: &str, timeout: Duration) -> Result<UnitState, SystemdError> {
         let start = Instant::now();
         loop {
             let st = self.unit_state(unit)?;
@@ -347,26 +347,26 @@ impl Systemd {
 
 /// What the systemd applier did to units in one pass (besides the report).
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct UnitActions {
+pub(crate) struct UnitActions {
     /// Units started with StartTransientUnit.
-    pub started: Vec<String>,
+    pub(crate) started: Vec<String>,
     /// Units whose properties were set (drift, plan change, adoption).
-    pub set: Vec<String>,
+    pub(crate) set: Vec<String>,
     /// Files systemd did not bring to the planned value, written directly.
-    pub direct_writes: Vec<PathBuf>,
+    pub(crate) direct_writes: Vec<PathBuf>,
 }
 
 /// The applier of a systemd-driver plan; see the module docs.
 #[derive(Debug)]
-pub struct SystemdApplier {
+pub(crate) struct SystemdApplier {
     sd: Systemd,
     bases: Vec<PathBuf>,
     /// Units whose properties were checked against the plan this run.
     checked: HashSet<String>,
     /// How long to wait for systemd to realise a unit's cgroup values.
-    pub settle: Duration,
+    pub(crate) settle: Duration,
     /// The last pass's unit actions.
-    pub last: UnitActions,
+    pub(crate) last: UnitActions,
 }
 
 fn read_opt(file: &Path) -> Result<Option<String>, CgroupFsError> {
@@ -382,7 +382,7 @@ fn read_opt(file: &Path) -> Result<Option<String>, CgroupFsError> {
 }
 
 impl SystemdApplier {
-    pub fn new(sd: Systemd, bases: Vec<PathBuf>) -> SystemdApplier {
+    pub(crate) fn new(sd: Systemd, bases: Vec<PathBuf>) -> SystemdApplier {
         SystemdApplier {
             sd,
             bases,
@@ -392,12 +392,8 @@ impl SystemdApplier {
         }
     }
 
-    pub fn systemd(&self) -> &Systemd {
-        &self.sd
-    }
-
     /// Apply `writes` through systemd (see the module docs).
-    pub fn apply(&mut self, writes: &[CgroupWrite]) -> ApplyReport {
+    pub(crate) fn apply(&mut self, writes: &[CgroupWrite]) -> ApplyReport {
         let mut report = ApplyReport::default();
         self.last = UnitActions::default();
         // Group by cgroup in plan order (parents first).
@@ -590,7 +586,7 @@ impl SystemdApplier {
     }
 
     /// Stop an orphaned pod slice unit (its pod is gone and it is empty).
-    pub fn stop_slice(&self, unit: &str) -> Result<(), SystemdError> {
+    pub(crate) fn stop_slice(&self, unit: &str) -> Result<(), SystemdError> {
         self.sd.stop_unit(unit)
     }
 }
@@ -606,7 +602,7 @@ fn awaited_files(ws: &[&CgroupWrite], files_only: &[String]) -> Vec<bool> {
 
 /// The slice unit of a pod cgroup directory when the tree below it holds no
 /// process (so stopping the unit kills nothing).
-pub fn empty_slice_unit(dir: &Path) -> Option<String> {
+pub(crate) fn empty_slice_unit(dir: &Path) -> Option<String> {
     let name = dir.file_name()?.to_str()?;
     units::unit_of(name)?;
     let dirs = cgroupfs::walk_leaf_first(dir).ok()?;
@@ -628,7 +624,7 @@ fn render(props: &[UnitProperty]) -> String {
 
 /// The cgroup driver the reconciler applies plans with.
 #[derive(Debug)]
-pub enum Driver {
+pub(crate) enum Driver {
     /// Direct cgroupfs writes (the cgroupfs driver, dry runs, and the
     /// systemd naming when systemd does not manage the tree).
     Cgroupfs(Applier),
@@ -640,7 +636,7 @@ impl Driver {
     /// `systemd_wanted`: the plan uses systemd naming on the real cgroup
     /// mount. Then, unless this is a dry run, systemd is probed; when it is
     /// not PID 1 or not reachable qosd warns and writes cgroupfs.
-    pub fn choose(fs: Applier, systemd_wanted: bool, probe_with: &SystemdProbe) -> Driver {
+    pub(crate) fn choose(fs: Applier, systemd_wanted: bool, probe_with: &SystemdProbe) -> Driver {
         if !systemd_wanted || !fs.mode().writes() {
             return Driver::Cgroupfs(fs);
         }
@@ -659,14 +655,14 @@ impl Driver {
         }
     }
 
-    pub fn apply(&mut self, writes: &[CgroupWrite]) -> ApplyReport {
+    pub(crate) fn apply(&mut self, writes: &[CgroupWrite]) -> ApplyReport {
         match self {
             Driver::Cgroupfs(a) => a.apply(writes),
             Driver::Systemd(s) => s.apply(writes),
         }
     }
 
-    pub fn mode(&self) -> Mode {
+    pub(crate) fn mode(&self) -> Mode {
         match self {
             Driver::Cgroupfs(a) => a.mode(),
             Driver::Systemd(_) => Mode::Real,
@@ -674,7 +670,7 @@ impl Driver {
     }
 
     /// `systemd` or `cgroupfs`: who performs the writes.
-    pub fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         match self {
             Driver::Cgroupfs(_) => "cgroupfs",
             Driver::Systemd(_) => "systemd",

@@ -42,7 +42,7 @@ use crate::sys::signals::{stat_field, SignalSources};
 
 /// How a target's working set is read.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ProbeKind {
+pub(crate) enum ProbeKind {
     /// A cgroup with a cheap usage file (`memory.usage_in_bytes` on v1,
     /// `memory.current` on v2) and its `memory.stat`; `inactive_key` is
     /// `total_inactive_file` (v1) or `inactive_file` (v2).
@@ -62,23 +62,23 @@ pub enum ProbeKind {
 /// One watched signal with its line in absolute bytes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WatchTarget {
-    pub signal: Signal,
-    pub probe: ProbeKind,
-    pub capacity: i64,
+    pub(crate) signal: Signal,
+    pub(crate) probe: ProbeKind,
+    pub(crate) capacity: i64,
     /// Wake when available < this (the largest hard threshold, in bytes).
-    pub threshold: i64,
+    pub(crate) threshold: i64,
 }
 
 impl WatchTarget {
     /// Working-set level at which the threshold is crossed.
-    pub fn line(&self) -> i64 {
+    pub(crate) fn line(&self) -> i64 {
         self.capacity - self.threshold
     }
 }
 
 /// Why the watcher could not be set up.
 #[derive(Debug, thiserror::Error)]
-pub enum WatchError {
+pub(crate) enum WatchError {
     #[error("cannot open {path}: {source}")]
     Open {
         path: PathBuf,
@@ -161,22 +161,22 @@ pub fn usage_probe(version: CgroupVersion, dir: &Path) -> ProbeKind {
 /// Tunables of the poller.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WatchConfig {
-    pub min_interval: Duration,
-    pub max_interval: Duration,
+    pub(crate) min_interval: Duration,
+    pub(crate) max_interval: Duration,
     /// Worst ramp to plan for, bytes per second.
-    pub max_ramp_bytes_per_sec: u64,
+    pub(crate) max_ramp_bytes_per_sec: u64,
     /// Use v1 eventfd thresholds as an extra wake-up.
-    pub use_eventfd: bool,
+    pub(crate) use_eventfd: bool,
     /// The interval's upper bound instead of `max_interval` while every
     /// target has a v1 eventfd armed: the kernel wakes the poller at the
     /// line, so far from it (beyond `2 · max_ramp · max_interval`) the
     /// poll only has to keep ahead of the worst ramp; each such poll
     /// re-reads `memory.stat` to keep the eventfd level current.
-    pub max_interval_notified: Duration,
+    pub(crate) max_interval_notified: Duration,
     /// Run the poller thread with SCHED_FIFO at this priority (1–99), so a
     /// busy node cannot delay it; it sleeps almost all the time. `None`:
     /// normal scheduling. Failure to set it is logged, not fatal.
-    pub rt_priority: Option<i32>,
+    pub(crate) rt_priority: Option<i32>,
 }
 
 impl Default for WatchConfig {
@@ -197,7 +197,7 @@ impl Default for WatchConfig {
 
 /// The next poll interval for a distance (bytes of working set left before
 /// the line): the time the worst ramp needs to eat half of it, clamped.
-pub fn next_interval(distance: i64, cfg: &WatchConfig) -> Duration {
+pub(crate) fn next_interval(distance: i64, cfg: &WatchConfig) -> Duration {
     if distance <= 0 {
         return cfg.min_interval;
     }
@@ -208,7 +208,7 @@ pub fn next_interval(distance: i64, cfg: &WatchConfig) -> Duration {
 
 /// [`next_interval`] with `max_interval_notified` as the upper bound (a v1
 /// eventfd is armed on every target).
-pub fn next_interval_notified(distance: i64, cfg: &WatchConfig) -> Duration {
+pub(crate) fn next_interval_notified(distance: i64, cfg: &WatchConfig) -> Duration {
     let c = WatchConfig {
         max_interval: cfg.max_interval_notified.max(cfg.max_interval),
         ..cfg.clone()
@@ -225,28 +225,28 @@ pub enum WakeSource {
 
 /// A (possible) hard-threshold crossing, with a fresh observation.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct WatchEvent {
-    pub signal: Signal,
-    pub available: i64,
-    pub capacity: i64,
-    pub threshold: i64,
-    pub at: Instant,
-    pub source: WakeSource,
+pub(crate) struct WatchEvent {
+    pub(crate) signal: Signal,
+    pub(crate) available: i64,
+    pub(crate) capacity: i64,
+    pub(crate) threshold: i64,
+    pub(crate) at: Instant,
+    pub(crate) source: WakeSource,
 }
 
 /// One sample of a target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Sample {
+pub(crate) struct Sample {
     /// Working set (exact when `exact`, else an upper bound below the line).
-    pub working_set: i64,
-    pub available: i64,
+    pub(crate) working_set: i64,
+    pub(crate) available: i64,
     /// `memory.stat` / meminfo was read for this sample.
-    pub exact: bool,
+    pub(crate) exact: bool,
 }
 
 /// A target with its files kept open.
-pub struct Probe {
-    pub target: WatchTarget,
+pub(crate) struct Probe {
+    pub(crate) target: WatchTarget,
     usage: Option<File>,
     stat: Option<File>,
     inactive_key: &'static str,
@@ -258,12 +258,12 @@ pub struct Probe {
     /// Set by the poller for a long (eventfd-backed) wait: a cheap sample
     /// then also re-reads `memory.stat` when the last read is
     /// [`EXACT_REFRESH`] old or usage moved by more than [`REARM_DELTA`].
-    pub refresh: bool,
+    pub(crate) refresh: bool,
     buf: Vec<u8>,
 }
 
 /// How old the inactive_file estimate of a long wait may get.
-pub const EXACT_REFRESH: Duration = Duration::from_secs(10);
+pub(crate) const EXACT_REFRESH: Duration = Duration::from_secs(10);
 
 fn open(path: &Path) -> Result<File, WatchError> {
     File::open(path).map_err(|source| WatchError::Open {
@@ -283,7 +283,7 @@ fn bad_data(what: &str) -> std::io::Error {
 }
 
 impl Probe {
-    pub fn open(target: WatchTarget) -> Result<Probe, WatchError> {
+    pub(crate) fn open(target: WatchTarget) -> Result<Probe, WatchError> {
         let (usage, stat, inactive_key) = match &target.probe {
             ProbeKind::Usage {
                 usage,
@@ -333,7 +333,7 @@ impl Probe {
     }
 
     /// Exact sample (reads memory.stat / meminfo).
-    pub fn sample_exact(&mut self) -> Result<Sample, WatchError> {
+    pub(crate) fn sample_exact(&mut self) -> Result<Sample, WatchError> {
         self.sample_inner(true).map_err(|source| WatchError::Open {
             path: self.path().to_path_buf(),
             source,
@@ -350,7 +350,7 @@ impl Probe {
 
     /// A cheap sample: for usage probes, `memory.stat` is read only when the
     /// usage reaches the line (usage ≥ working set, so nothing is missed).
-    pub fn sample(&mut self) -> std::io::Result<Sample> {
+    pub(crate) fn sample(&mut self) -> std::io::Result<Sample> {
         self.sample_inner(false)
     }
 
@@ -414,7 +414,7 @@ impl Probe {
 
     /// Usage level for a v1 eventfd threshold: the line plus the last
     /// inactive_file (kubelet: capacity − threshold + inactive_file).
-    pub fn eventfd_level(&self) -> i64 {
+    pub(crate) fn eventfd_level(&self) -> i64 {
         self.target.line() + self.last_inactive
     }
 }
@@ -457,24 +457,24 @@ impl MemcgNotifier {
 
 /// Counters of a running watcher (for metrics and idle-cost checks).
 #[derive(Debug, Default)]
-pub struct WatchStats {
-    pub polls: AtomicU64,
-    pub exact_reads: AtomicU64,
-    pub events: AtomicU64,
-    pub eventfd_wakeups: AtomicU64,
-    pub read_errors: AtomicU64,
+pub(crate) struct WatchStats {
+    pub(crate) polls: AtomicU64,
+    pub(crate) exact_reads: AtomicU64,
+    pub(crate) events: AtomicU64,
+    pub(crate) eventfd_wakeups: AtomicU64,
+    pub(crate) read_errors: AtomicU64,
     /// Current poll interval, µs.
-    pub interval_us: AtomicU64,
+    pub(crate) interval_us: AtomicU64,
 }
 
 /// A running watcher thread; stops on [`Watcher::stop`] or drop.
 pub struct Watcher {
     /// The signals watched (their hard thresholds wake the pass loop).
-    pub signals: Vec<Signal>,
+    pub(crate) signals: Vec<Signal>,
     stop: Arc<AtomicBool>,
     waker: Arc<EventFd>,
     handle: Option<JoinHandle<()>>,
-    pub stats: Arc<WatchStats>,
+    pub(crate) stats: Arc<WatchStats>,
 }
 
 /// Re-arm a v1 eventfd when the level moved by more than this.
@@ -483,13 +483,13 @@ const REARM_DELTA: i64 = 16 << 20;
 impl Watcher {
     /// Whether the poller thread is still running (it ends only when
     /// stopped, or when it panicked).
-    pub fn is_running(&self) -> bool {
+    pub(crate) fn is_running(&self) -> bool {
         self.handle.as_ref().is_some_and(|h| !h.is_finished())
     }
 
     /// Open every target and start the poller thread. `on_event` runs on
     /// that thread for each sample below a target's threshold.
-    pub fn spawn(
+    pub(crate) fn spawn(
         targets: Vec<WatchTarget>,
         cfg: WatchConfig,
         mut on_event: impl FnMut(WatchEvent) + Send + 'static,
@@ -601,7 +601,7 @@ impl Watcher {
     }
 
     /// Stop the thread and wait for it.
-    pub fn stop(mut self) {
+    pub(crate) fn stop(mut self) {
         self.shutdown();
     }
 
@@ -625,7 +625,7 @@ impl Drop for Watcher {
 /// of `status`, /proc/self/status). Under qosd.service neither holds
 /// (`RestrictRealtime=yes`, bounding set CAP_KILL): the request is then not
 /// made.
-pub fn realtime_allowed(status: &str) -> bool {
+pub(crate) fn realtime_allowed(status: &str) -> bool {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -636,7 +636,7 @@ pub fn realtime_allowed(status: &str) -> bool {
 }
 
 /// Whether the `CapEff:` line of a /proc/<pid>/status text has bit `cap`.
-pub fn cap_eff_has(status: &str, cap: u32) -> bool {
+pub(crate) fn cap_eff_has(status: &str, cap: u32) -> bool {
     status
         .lines()
         .find_map(|l| l.strip_prefix("CapEff:"))

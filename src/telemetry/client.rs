@@ -61,7 +61,7 @@ impl HttpResponse {
 }
 
 /// Largest response [`get`] reads (the status document is a few KiB).
-pub const MAX_RESPONSE_BYTES: usize = 4 << 20;
+pub(crate) const MAX_RESPONSE_BYTES: usize = 4 << 20;
 
 /// Blocking HTTP/1.1 GET of `path` on `addr` (Connection: close). The
 /// whole exchange — connect, send, read — ends within `timeout` (a server
@@ -72,7 +72,7 @@ pub fn get(addr: SocketAddr, path: &str, timeout: Duration) -> Result<HttpRespon
 }
 
 /// [`get`] with an explicit response size cap.
-pub fn get_limited(
+pub(crate) fn get_limited(
     addr: SocketAddr,
     path: &str,
     timeout: Duration,

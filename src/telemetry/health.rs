@@ -45,7 +45,7 @@ pub struct Health {
 
 /// A runtime call pending this long makes `/readyz` fail (it normally
 /// answers in milliseconds).
-pub const SLOW_CALL: Duration = Duration::from_secs(3);
+pub(crate) const SLOW_CALL: Duration = Duration::from_secs(3);
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -55,7 +55,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// least every `deadline`, or `/healthz` fails (see
 /// [`crate::runtime::supervisor`]).
 #[derive(Debug)]
-pub struct Heartbeat {
+pub(crate) struct Heartbeat {
     name: &'static str,
     deadline: Duration,
     started: Instant,
@@ -64,7 +64,7 @@ pub struct Heartbeat {
 
 impl Heartbeat {
     /// The loop is alive.
-    pub fn beat(&self) {
+    pub(crate) fn beat(&self) {
         let ms = self.started.elapsed().as_millis() as u64;
         self.last_ms.store(ms, Ordering::Relaxed);
     }
@@ -79,7 +79,7 @@ impl Health {
     /// `stale_after`: how old the heartbeat may get before `/healthz` fails
     /// (e.g. 3 × the reconcile interval, or the systemd watchdog period).
     /// Construction counts as a heartbeat.
-    pub fn new(stale_after: Duration) -> Health {
+    pub(crate) fn new(stale_after: Duration) -> Health {
         Health {
             started: Instant::now(),
             last_beat_ms: AtomicU64::new(0),
@@ -101,7 +101,7 @@ impl Health {
     }
 
     /// `/healthz` fails after the runtime was unreachable for `limit`.
-    pub fn set_runtime_unhealthy_after(&self, limit: Option<Duration>) {
+    pub(crate) fn set_runtime_unhealthy_after(&self, limit: Option<Duration>) {
         *self
             .runtime_unhealthy_after
             .lock()
@@ -109,7 +109,7 @@ impl Health {
     }
 
     /// Mark a degraded mode (`Some(reason)`) or clear it (`None`).
-    pub fn set_degraded(&self, key: &'static str, reason: Option<String>) {
+    pub(crate) fn set_degraded(&self, key: &'static str, reason: Option<String>) {
         let mut g = self.degraded.lock().unwrap_or_else(|e| e.into_inner());
         match reason {
             Some(r) => g.insert(key, r),
@@ -118,7 +118,7 @@ impl Health {
     }
 
     /// The degraded modes in force, as `key: reason`.
-    pub fn degraded(&self) -> Vec<String> {
+    pub(crate) fn degraded(&self) -> Vec<String> {
         self.degraded
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -128,13 +128,13 @@ impl Health {
     }
 
     /// The main loop is alive (call once per loop iteration).
-    pub fn beat(&self) {
+    pub(crate) fn beat(&self) {
         let ms = self.started.elapsed().as_millis() as u64;
         self.last_beat_ms.store(ms, Ordering::Relaxed);
     }
 
     /// Whether the container runtime answered the last call.
-    pub fn set_cri_reachable(&self, ok: bool) {
+    pub(crate) fn set_cri_reachable(&self, ok: bool) {
         self.cri_reachable.store(ok, Ordering::Relaxed);
         let mut since = self
             .cri_down_since
@@ -152,7 +152,7 @@ impl Health {
 
     /// The runtime failed, and `reason` says how (not reachable, an
     /// answer above the message size limit, ...): `/readyz` shows it.
-    pub fn set_cri_problem(&self, reason: String) {
+    pub(crate) fn set_cri_problem(&self, reason: String) {
         self.set_cri_reachable(false);
         *lock(&self.cri_reason) = Some(reason);
     }
@@ -160,13 +160,13 @@ impl Health {
     /// A runtime call started (`Some(what)`) or ended (`None`). A call
     /// pending longer than [`SLOW_CALL`] makes `/readyz` fail naming it,
     /// while `/healthz` stays ok (the loop is waiting, not dead).
-    pub fn set_cri_pending(&self, what: Option<&str>) {
+    pub(crate) fn set_cri_pending(&self, what: Option<&str>) {
         *lock(&self.cri_pending) = what.map(|w| (w.to_string(), Instant::now()));
     }
 
     /// Set (`Some(reason)`) or clear (`None`) a reason not to be ready.
     /// Returns whether it changed (for logging once per change).
-    pub fn set_problem(&self, component: &str, reason: Option<String>) -> bool {
+    pub(crate) fn set_problem(&self, component: &str, reason: Option<String>) -> bool {
         let mut p = lock(&self.problems);
         match reason {
             Some(r) => p.insert(component.to_string(), r.clone()).as_ref() != Some(&r),
@@ -175,29 +175,29 @@ impl Health {
     }
 
     /// A reconcile pass completed (readiness needs at least one).
-    pub fn set_reconciled(&self) {
+    pub(crate) fn set_reconciled(&self) {
         self.reconciled.store(true, Ordering::Relaxed);
     }
 
     /// qosd refuses to write for `why` (`None`: no longer).
-    pub fn set_refused(&self, why: Option<String>) {
+    pub(crate) fn set_refused(&self, why: Option<String>) {
         *self.refused.lock().unwrap_or_else(|e| e.into_inner()) = why;
     }
 
     /// The daemon is stopping: `/readyz` fails from now on.
-    pub fn set_shutting_down(&self) {
+    pub(crate) fn set_shutting_down(&self) {
         self.shutting_down.store(true, Ordering::Relaxed);
     }
 
     /// Age of the last heartbeat.
-    pub fn heartbeat_age(&self) -> Duration {
+    pub(crate) fn heartbeat_age(&self) -> Duration {
         let now = self.started.elapsed().as_millis() as u64;
         Duration::from_millis(now.saturating_sub(self.last_beat_ms.load(Ordering::Relaxed)))
     }
 
     /// Register a loop that must beat at least every `deadline`
     /// (registration counts as a beat).
-    pub fn register_loop(&self, name: &'static str, deadline: Duration) -> Arc<Heartbeat> {
+    pub(crate) fn register_loop(&self, name: &'static str, deadline: Duration) -> Arc<Heartbeat> {
         let hb = Arc::new(Heartbeat {
             name,
             deadline,
@@ -213,7 +213,7 @@ impl Health {
 
     /// A supervised loop died: liveness fails from now on, with `reason`.
     /// The first failure is kept.
-    pub fn fail(&self, reason: String) {
+    pub(crate) fn fail(&self, reason: String) {
         let mut f = self.failure.lock().unwrap_or_else(|e| e.into_inner());
         if f.is_none() {
             *f = Some(reason);
@@ -221,7 +221,7 @@ impl Health {
     }
 
     /// Liveness: `Ok` or why not.
-    pub fn alive(&self) -> Result<(), String> {
+    pub(crate) fn alive(&self) -> Result<(), String> {
         if let Some(f) = self
             .failure
             .lock()
@@ -271,7 +271,7 @@ impl Health {
     }
 
     /// Readiness: `Ok` or every reason it is not ready.
-    pub fn ready(&self) -> Result<(), String> {
+    pub(crate) fn ready(&self) -> Result<(), String> {
         let mut why: Vec<String> = Vec::new();
         if self.shutting_down.load(Ordering::Relaxed) {
             why.push("shutting down".into());
@@ -307,17 +307,17 @@ impl Health {
     }
 
     /// Replace the published status document.
-    pub fn publish_status(&self, doc: StatusDoc) {
+    pub(crate) fn publish_status(&self, doc: StatusDoc) {
         *self.status.lock().unwrap_or_else(|e| e.into_inner()) = doc;
     }
 
     /// Change the published status in place (e.g. to append an eviction).
-    pub fn update_status(&self, f: impl FnOnce(&mut StatusDoc)) {
+    pub(crate) fn update_status(&self, f: impl FnOnce(&mut StatusDoc)) {
         f(&mut self.status.lock().unwrap_or_else(|e| e.into_inner()));
     }
 
     /// The published status with `alive`/`ready` filled in now.
-    pub fn status(&self) -> StatusDoc {
+    pub(crate) fn status(&self) -> StatusDoc {
         let mut doc = self
             .status
             .lock()

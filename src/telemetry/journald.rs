@@ -13,7 +13,7 @@ use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
 use tracing_subscriber::registry::LookupSpan;
 
 /// The `<N>` prefix of a level.
-pub fn priority(level: &Level) -> u8 {
+pub(crate) fn priority(level: &Level) -> u8 {
     match *level {
         Level::ERROR => 3,
         Level::WARN => 4,
@@ -24,14 +24,14 @@ pub fn priority(level: &Level) -> u8 {
 
 /// Whether `journal_stream` (`$JOURNAL_STREAM`, `<dev>:<ino>`) names the
 /// file with device `dev` and inode `ino`.
-pub fn names_stream(journal_stream: &str, dev: u64, ino: u64) -> bool {
+pub(crate) fn names_stream(journal_stream: &str, dev: u64, ino: u64) -> bool {
     journal_stream
         .split_once(':')
         .is_some_and(|(d, i)| d.parse() == Ok(dev) && i.parse() == Ok(ino))
 }
 
 /// Is our stderr connected to journald?
-pub fn stderr_is_journal() -> bool {
+pub(crate) fn stderr_is_journal() -> bool {
     use std::os::unix::fs::MetadataExt;
     let Ok(stream) = std::env::var("JOURNAL_STREAM") else {
         return false;
@@ -43,7 +43,7 @@ pub fn stderr_is_journal() -> bool {
 }
 
 /// Wraps an event formatter and puts the syslog priority in front.
-pub struct PriorityPrefix<F>(pub F);
+pub(crate) struct PriorityPrefix<F>(pub(crate) F);
 
 impl<S, N, F> FormatEvent<S, N> for PriorityPrefix<F>
 where

@@ -25,7 +25,7 @@ struct ResultLabels {
 }
 
 #[derive(Clone, Default)]
-pub struct KubeMetrics {
+pub(crate) struct KubeMetrics {
     api_up: Gauge,
     pods: Family<SourceLabels, Gauge>,
     evictions: Family<PathLabels, Counter>,
@@ -39,7 +39,7 @@ impl std::fmt::Debug for KubeMetrics {
 }
 
 impl KubeMetrics {
-    pub fn register(&self, r: &mut Registry) {
+    pub(crate) fn register(&self, r: &mut Registry) {
         r.register(
             "kube_api_up",
             "1 while the Kubernetes API server's pod view is current (exact pod specs in use); 0: runtime data alone",
@@ -62,11 +62,11 @@ impl KubeMetrics {
         );
     }
 
-    pub fn set_api_up(&self, up: bool) {
+    pub(crate) fn set_api_up(&self, up: bool) {
         self.api_up.set(up as i64);
     }
 
-    pub fn set_pods(&self, exact: usize, inferred: usize) {
+    pub(crate) fn set_pods(&self, exact: usize, inferred: usize) {
         for (s, n) in [("exact", exact), ("inferred", inferred)] {
             self.pods
                 .get_or_create(&SourceLabels { source: s.into() })
@@ -74,13 +74,13 @@ impl KubeMetrics {
         }
     }
 
-    pub fn eviction_path(&self, p: &str) {
+    pub(crate) fn eviction_path(&self, p: &str) {
         self.evictions
             .get_or_create(&PathLabels { path: p.into() })
             .inc();
     }
 
-    pub fn event(&self, ok: bool) {
+    pub(crate) fn event(&self, ok: bool) {
         let result = if ok { "created" } else { "failed" };
         self.events
             .get_or_create(&ResultLabels {

@@ -18,13 +18,13 @@ static RELOAD: OnceLock<Reload> = OnceLock::new();
 
 /// Logs go to stderr at level `info` unless `QOSD_LOG` says otherwise
 /// (e.g. `debug`, `qosd=trace`).
-pub fn init_logging(format: LogFormat) {
+pub(crate) fn init_logging(format: LogFormat) {
     init_logging_at(format, "info");
 }
 
 /// Logs go to stderr; the level is `QOSD_LOG` when set, else `level`
 /// (the config's `logLevel`).
-pub fn init_logging_at(format: LogFormat, level: &str) {
+pub(crate) fn init_logging_at(format: LogFormat, level: &str) {
     use std::io::IsTerminal;
     let filter = EnvFilter::try_from_env("QOSD_LOG")
         .or_else(|_| EnvFilter::try_new(level))
@@ -56,7 +56,7 @@ pub fn init_logging_at(format: LogFormat, level: &str) {
 }
 
 /// Change the log level of the running process (SIGHUP `logLevel`).
-pub fn set_level(level: &str) {
+pub(crate) fn set_level(level: &str) {
     let Some(reload) = RELOAD.get() else { return };
     match EnvFilter::try_new(level) {
         Ok(f) => match reload(f) {
@@ -72,7 +72,7 @@ pub fn set_level(level: &str) {
 static LOG_WRITE_ERRORS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// How many log writes failed so far.
-pub fn log_write_errors() -> u64 {
+pub(crate) fn log_write_errors() -> u64 {
     LOG_WRITE_ERRORS.load(std::sync::atomic::Ordering::Relaxed)
 }
 
@@ -80,7 +80,7 @@ pub fn log_write_errors() -> u64 {
 /// counted and dropped, never an error or a panic. Losing a log line must
 /// not stop the node's protection.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct SafeStderr;
+pub(crate) struct SafeStderr;
 
 impl std::io::Write for SafeStderr {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
@@ -98,7 +98,7 @@ impl std::io::Write for SafeStderr {
 
 /// `eprintln!` that never panics: a line for the operator on stderr
 /// (failures are counted like log lines).
-pub fn stderr_line(line: &str) {
+pub(crate) fn stderr_line(line: &str) {
     use std::io::Write;
     let mut w = SafeStderr;
     let _ = w.write(format!("{line}\n").as_bytes());

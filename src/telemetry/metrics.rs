@@ -30,9 +30,9 @@ use crate::core::model::QosClass;
 use crate::policy::evict::threshold::{Signal, SignalResource};
 
 /// Content type of [`Metrics::encode`]'s output (OpenMetrics).
-pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub(crate) const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 /// Content type of [`Metrics::encode_prometheus`]'s output.
-pub const CONTENT_TYPE_PROMETHEUS: &str = "text/plain; version=0.0.4; charset=utf-8";
+pub(crate) const CONTENT_TYPE_PROMETHEUS: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// Every metric family qosd exposes (sample names of counters end in
 /// `_total`, histograms have `_bucket`, `_sum`, `_count`).
@@ -134,7 +134,7 @@ impl ErrorKind {
 }
 
 /// Hard or soft threshold (the `kind` label).
-pub use crate::policy::evict::threshold::ThresholdKind;
+pub(crate) use crate::policy::evict::threshold::ThresholdKind;
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct EvictionLabels {
@@ -262,7 +262,7 @@ pub struct Metrics {
     pods: Family<QosLabels, Gauge>,
     ready: Gauge,
     /// The Kubernetes API side's series.
-    pub kube: crate::telemetry::kube_metrics::KubeMetrics,
+    pub(crate) kube: crate::telemetry::kube_metrics::KubeMetrics,
     audit_drift: Gauge,
     audit_drift_changes: Counter,
 }
@@ -289,7 +289,7 @@ impl Metrics {
     }
 
     /// Like [`Metrics::new`], with the process metrics read from `proc_self`.
-    pub fn with_proc(proc_self: PathBuf) -> Metrics {
+    pub(crate) fn with_proc(proc_self: PathBuf) -> Metrics {
         let mut r = Registry::default();
         let m = Metrics {
             evictions: Family::default(),
@@ -544,30 +544,25 @@ impl Metrics {
         .inc();
     }
 
-    /// A pod would have been evicted (dry run) because of `signal`.
-    pub fn dry_run_eviction(&self, signal: &str, qos: QosClass) {
-        self.eviction(signal, qos, true);
-    }
-
     /// Node-level reclaim removed images and dead containers.
-    pub fn reclaimed(&self, images: u64, containers: u64) {
+    pub(crate) fn reclaimed(&self, images: u64, containers: u64) {
         self.reclaimed_images.inc_by(images);
         self.reclaimed_containers.inc_by(containers);
     }
 
     /// Time from the threshold crossing being observed to the kill being issued.
-    pub fn eviction_reaction(&self, d: Duration) {
+    pub(crate) fn eviction_reaction(&self, d: Duration) {
         self.eviction_reaction.observe(d.as_secs_f64());
     }
 
     /// Time from the threshold crossing being observed to the evicted pod's
     /// resources being released.
-    pub fn eviction_release(&self, d: Duration) {
+    pub(crate) fn eviction_release(&self, d: Duration) {
         self.eviction_release.observe(d.as_secs_f64());
     }
 
     /// One run of the eviction hook (`ok`, `failed`, `timeout`).
-    pub fn hook_run(&self, result: &str) {
+    pub(crate) fn hook_run(&self, result: &str) {
         self.hook_runs
             .get_or_create(&ResultLabels {
                 result: result.to_string(),
@@ -577,7 +572,7 @@ impl Metrics {
 
     /// Latest observation of a signal: available amount and capacity, in
     /// the signal's unit (bytes, inodes or processes).
-    pub fn signal(&self, signal: Signal, available: i64, capacity: i64) {
+    pub(crate) fn signal(&self, signal: Signal, available: i64, capacity: i64) {
         let l = SignalLabels {
             eviction_signal: signal.as_str().to_string(),
         };
@@ -586,7 +581,7 @@ impl Metrics {
     }
 
     /// State of one threshold: its resolved value and whether it is met.
-    pub fn threshold(&self, signal: Signal, kind: ThresholdKind, value: i64, met: bool) {
+    pub(crate) fn threshold(&self, signal: Signal, kind: ThresholdKind, value: i64, met: bool) {
         let l = ThresholdLabels {
             eviction_signal: signal.as_str().to_string(),
             kind: kind.as_str().to_string(),
@@ -602,7 +597,7 @@ impl Metrics {
     }
 
     /// Forget every threshold series (a reload changed the thresholds).
-    pub fn clear_thresholds(&self) {
+    pub(crate) fn clear_thresholds(&self) {
         let t = &self.threshold_value;
         t.bytes.clear();
         t.inodes.clear();
@@ -611,7 +606,7 @@ impl Metrics {
     }
 
     /// A node condition (`MemoryPressure`, `DiskPressure`, `PIDPressure`).
-    pub fn node_condition(&self, condition: &str, active: bool) {
+    pub(crate) fn node_condition(&self, condition: &str, active: bool) {
         self.node_condition
             .get_or_create(&ConditionLabels {
                 condition: condition.to_string(),
@@ -620,7 +615,7 @@ impl Metrics {
     }
 
     /// A reconcile pass finished after `d` (also stamps the time).
-    pub fn reconcile_done(&self, d: Duration) {
+    pub(crate) fn reconcile_done(&self, d: Duration) {
         self.reconcile_duration.observe(d.as_secs_f64());
         self.reconciles.inc();
         let now = SystemTime::now()
@@ -631,7 +626,7 @@ impl Metrics {
     }
 
     /// `n` cgroup files were written (`dry_run`: would have been).
-    pub fn cgroup_writes(&self, n: u64, dry_run: bool) {
+    pub(crate) fn cgroup_writes(&self, n: u64, dry_run: bool) {
         if dry_run {
             self.dry_run_cgroup_writes.inc_by(n);
         } else {
@@ -640,7 +635,7 @@ impl Metrics {
     }
 
     /// `n` orphaned pod cgroups were removed (`dry_run`: would have been).
-    pub fn orphans_removed(&self, n: u64, dry_run: bool) {
+    pub(crate) fn orphans_removed(&self, n: u64, dry_run: bool) {
         if dry_run {
             self.dry_run_orphans_removed.inc_by(n);
         } else {
@@ -649,7 +644,7 @@ impl Metrics {
     }
 
     /// An error of some kind.
-    pub fn error(&self, kind: ErrorKind) {
+    pub(crate) fn error(&self, kind: ErrorKind) {
         self.errors
             .get_or_create(&KindLabels {
                 kind: kind.as_str().to_string(),
@@ -658,7 +653,7 @@ impl Metrics {
     }
 
     /// A CRI call (`method` e.g. `ListPodSandbox`) took `d`; `ok` false counts a failure.
-    pub fn cri_call(&self, method: &str, d: Duration, ok: bool) {
+    pub(crate) fn cri_call(&self, method: &str, d: Duration, ok: bool) {
         let l = MethodLabels {
             method: method.to_string(),
         };
@@ -670,7 +665,7 @@ impl Metrics {
     }
 
     /// A SIGHUP reload ended with `result`; `generation` is the config in use.
-    pub fn config_reload(&self, result: &str, generation: u64) {
+    pub(crate) fn config_reload(&self, result: &str, generation: u64) {
         self.config_reloads
             .get_or_create(&ResultLabels {
                 result: result.to_string(),
@@ -681,13 +676,13 @@ impl Metrics {
 
     /// Audit: `drifting` planned values differ now, `changes` of them are
     /// new or changed since the last pass.
-    pub fn audit_drift(&self, drifting: usize, changes: usize) {
+    pub(crate) fn audit_drift(&self, drifting: usize, changes: usize) {
         self.audit_drift.set(drifting as i64);
         self.audit_drift_changes.inc_by(changes as u64);
     }
 
     /// Live pods of a QoS class.
-    pub fn pods(&self, qos: QosClass, n: usize) {
+    pub(crate) fn pods(&self, qos: QosClass, n: usize) {
         self.pods
             .get_or_create(&QosLabels {
                 qos_class: qos.as_str().to_string(),
@@ -696,12 +691,12 @@ impl Metrics {
     }
 
     /// Readiness (also on `/readyz`).
-    pub fn set_ready(&self, ready: bool) {
+    pub(crate) fn set_ready(&self, ready: bool) {
         self.ready.set(i64::from(ready));
     }
 
     /// The registry in OpenMetrics text format ([`CONTENT_TYPE`]).
-    pub fn encode(&self) -> String {
+    pub(crate) fn encode(&self) -> String {
         let mut s = String::with_capacity(8192);
         prometheus_client::encoding::text::encode(&mut s, &self.registry)
             .expect("encoding to a String cannot fail");
@@ -717,7 +712,7 @@ impl Metrics {
 
 /// OpenMetrics text → Prometheus text 0.0.4: counters' HELP and TYPE name
 /// the `_total` sample, `# UNIT` and `# EOF` go, `unknown` is `untyped`.
-pub fn openmetrics_to_prometheus(om: &str) -> String {
+pub(crate) fn openmetrics_to_prometheus(om: &str) -> String {
     let counters: std::collections::HashSet<&str> = om
         .lines()
         .filter_map(|l| l.strip_prefix("# TYPE "))
@@ -816,77 +811,6 @@ impl Collector for ProcessCollector {
     }
 }
 
-/// Rate limit for repeated log lines (e.g. the same cgroup write failing on
-/// every pass): the first occurrence of a key is logged, then at most one
-/// per `interval`, reporting how many were suppressed in between.
-///
-/// ```
-/// # use qosd::telemetry::metrics::LogLimiter;
-/// # use std::time::Duration;
-/// let lim = LogLimiter::new(Duration::from_secs(60));
-/// if let Some(suppressed) = lim.check("cgroup_write:/sys/fs/cgroup/x") {
-///     // tracing::warn!(suppressed, "write failed ...");
-///     assert_eq!(suppressed, 0);
-/// }
-/// assert_eq!(lim.check("cgroup_write:/sys/fs/cgroup/x"), None);
-/// ```
-#[derive(Debug)]
-pub struct LogLimiter {
-    interval: Duration,
-    state: std::sync::Mutex<std::collections::HashMap<String, (std::time::Instant, u64)>>,
-}
-
-impl LogLimiter {
-    /// Keys are forgotten when more than this many accumulate (oldest first).
-    const MAX_KEYS: usize = 4096;
-
-    pub fn new(interval: Duration) -> LogLimiter {
-        LogLimiter {
-            interval,
-            state: std::sync::Mutex::new(std::collections::HashMap::new()),
-        }
-    }
-
-    /// `Some(suppressed)` when this occurrence should be logged.
-    pub fn check(&self, key: &str) -> Option<u64> {
-        self.check_at(key, std::time::Instant::now())
-    }
-
-    /// [`LogLimiter::check`] at a given time (tests).
-    pub fn check_at(&self, key: &str, now: std::time::Instant) -> Option<u64> {
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((last, suppressed)) = st.get_mut(key) {
-            if now.saturating_duration_since(*last) >= self.interval {
-                let n = *suppressed;
-                *last = now;
-                *suppressed = 0;
-                return Some(n);
-            }
-            *suppressed += 1;
-            return None;
-        }
-        if st.len() >= Self::MAX_KEYS {
-            if let Some(oldest) = st
-                .iter()
-                .min_by_key(|(_, (t, _))| *t)
-                .map(|(k, _)| k.clone())
-            {
-                st.remove(&oldest);
-            }
-        }
-        st.insert(key.to_string(), (now, 0));
-        Some(0)
-    }
-
-    /// Forget a key (e.g. the failure stopped): its next occurrence logs at once.
-    pub fn clear(&self, key: &str) {
-        self.state
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(key);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -978,20 +902,6 @@ mod tests {
         );
         assert!(!p.contains("# UNIT") && !p.contains("# EOF"), "{p}");
         assert!(p.contains("# TYPE qosd_eviction_reaction_seconds histogram\n"));
-    }
-
-    #[test]
-    fn log_limiter_suppresses_and_reports() {
-        let lim = LogLimiter::new(Duration::from_secs(10));
-        let t0 = std::time::Instant::now();
-        assert_eq!(lim.check_at("a", t0), Some(0));
-        assert_eq!(lim.check_at("a", t0 + Duration::from_secs(1)), None);
-        assert_eq!(lim.check_at("a", t0 + Duration::from_secs(2)), None);
-        assert_eq!(lim.check_at("b", t0 + Duration::from_secs(2)), Some(0));
-        assert_eq!(lim.check_at("a", t0 + Duration::from_secs(10)), Some(2));
-        assert_eq!(lim.check_at("a", t0 + Duration::from_secs(11)), None);
-        lim.clear("a");
-        assert_eq!(lim.check_at("a", t0 + Duration::from_secs(12)), Some(0));
     }
 
     #[test]

@@ -5,9 +5,9 @@
 
 pub mod client;
 pub mod health;
-pub mod journald;
-pub mod kube_metrics;
-pub mod log;
+pub(crate) mod journald;
+pub(crate) mod kube_metrics;
+pub(crate) mod log;
 pub mod metrics;
 pub mod notify;
 pub mod server;

@@ -17,14 +17,9 @@ pub fn watchdog() -> std::io::Result<()> {
     sd_notify::notify(&[NotifyState::Watchdog])
 }
 
-/// `STATUS=…`: a one-line status shown by `systemctl status`.
-pub fn status(status: &str) -> std::io::Result<()> {
-    sd_notify::notify(&[NotifyState::Status(status)])
-}
-
 /// `RELOADING=1` before re-reading the config on SIGHUP; send
 /// [`ready`] when done.
-pub fn reloading() -> std::io::Result<()> {
+pub(crate) fn reloading() -> std::io::Result<()> {
     sd_notify::notify(&[NotifyState::Reloading])
 }
 

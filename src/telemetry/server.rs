@@ -31,12 +31,12 @@ use crate::telemetry::metrics::{self, Metrics};
 /// What the handlers share.
 #[derive(Debug, Clone)]
 pub struct AppState {
-    pub metrics: Arc<Metrics>,
-    pub health: Arc<Health>,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) health: Arc<Health>,
 }
 
 /// The routes, for embedding or testing without a socket.
-pub fn router(state: AppState) -> Router {
+pub(crate) fn router(state: AppState) -> Router {
     Router::new()
         .route("/metrics", route_get(metrics_handler))
         .route("/healthz", route_get(healthz))
@@ -71,7 +71,7 @@ async fn metrics_handler(State(s): State<AppState>, headers: axum::http::HeaderM
 /// Whether an `Accept` header prefers OpenMetrics over the Prometheus text
 /// format (Prometheus asks for both with q-values; anything else, or no
 /// header, gets the text format 0.0.4).
-pub fn wants_openmetrics(accept: &str) -> bool {
+pub(crate) fn wants_openmetrics(accept: &str) -> bool {
     let q = |media: &str| -> Option<f32> {
         accept
             .split(',')
@@ -144,17 +144,17 @@ async fn status(State(s): State<AppState>, req: axum::extract::Request) -> Respo
 /// Limits that keep the server alive under hostile or broken clients
 /// (slowloris, thousands of idle connections, endless headers).
 #[derive(Debug, Clone, Copy)]
-pub struct ServerLimits {
+pub(crate) struct ServerLimits {
     /// Connections served at once; further clients wait in the kernel's
     /// accept backlog (holding no descriptor of qosd's) until one ends.
-    pub max_connections: usize,
+    pub(crate) max_connections: usize,
     /// A client must send its complete request headers within this time.
-    pub header_read_timeout: std::time::Duration,
+    pub(crate) header_read_timeout: std::time::Duration,
     /// A connection is closed after this long, whatever it is doing
     /// (idle keep-alive, a client that does not read the answer).
-    pub connection_lifetime: std::time::Duration,
+    pub(crate) connection_lifetime: std::time::Duration,
     /// Read buffer per connection: the largest request head accepted.
-    pub max_request_bytes: usize,
+    pub(crate) max_request_bytes: usize,
 }
 
 impl Default for ServerLimits {
@@ -173,7 +173,7 @@ impl ServerLimits {
     /// qosd may open (`nofile`: its soft RLIMIT_NOFILE), keeping
     /// [`crate::sys::fdlimit::FD_RESERVE`] for cgroup I/O, signals, the
     /// runtime and eviction.
-    pub fn for_nofile(nofile: u64) -> ServerLimits {
+    pub(crate) fn for_nofile(nofile: u64) -> ServerLimits {
         let spare = nofile.saturating_sub(crate::sys::fdlimit::FD_RESERVE);
         ServerLimits {
             max_connections: (spare as usize).clamp(4, 256),
@@ -185,20 +185,11 @@ impl ServerLimits {
 /// The peer of a connection, for handlers (`/status` answers local
 /// clients only).
 #[derive(Debug, Clone, Copy)]
-pub struct Peer(pub SocketAddr);
+pub(crate) struct Peer(pub(crate) SocketAddr);
 
 /// Serve on an already bound listener until `shutdown` resolves (graceful:
-/// in-flight requests finish), with [`ServerLimits::default`].
-pub async fn serve(
-    listener: tokio::net::TcpListener,
-    state: AppState,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> Result<(), HttpError> {
-    serve_with(listener, state, ServerLimits::default(), shutdown).await
-}
-
-/// [`serve`] with explicit limits.
-pub async fn serve_with(
+/// in-flight requests finish).
+pub(crate) async fn serve_with(
     listener: tokio::net::TcpListener,
     state: AppState,
     limits: ServerLimits,
@@ -277,7 +268,7 @@ pub async fn serve_with(
 
 /// A running server (see [`spawn`]).
 #[derive(Debug)]
-pub struct Server {
+pub(crate) struct Server {
     local_addr: SocketAddr,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<Result<(), HttpError>>,
@@ -287,25 +278,19 @@ pub struct Server {
 
 impl Server {
     /// The bound address (resolves port 0).
-    pub fn local_addr(&self) -> SocketAddr {
+    pub(crate) fn local_addr(&self) -> SocketAddr {
         self.local_addr
-    }
-
-    /// Whether the serving task is still running (it ends only on
-    /// [`Server::shutdown`], or when serving failed or panicked).
-    pub fn is_running(&self) -> bool {
-        !self.task.is_finished()
     }
 
     /// Resolves once the serving task has ended (serving failed, panicked
     /// or was shut down): no polling.
-    pub async fn stopped(&self) {
+    pub(crate) async fn stopped(&self) {
         let mut done = self.done.clone();
         let _ = done.wait_for(|d| *d).await;
     }
 
     /// Stop accepting, finish in-flight requests, wait for the task.
-    pub async fn shutdown(mut self) -> Result<(), HttpError> {
+    pub(crate) async fn shutdown(mut self) -> Result<(), HttpError> {
         if let Some(tx) = self.stop.take() {
             let _ = tx.send(());
         }
@@ -326,7 +311,7 @@ pub async fn spawn(addr: SocketAddr, state: AppState) -> Result<Server, HttpErro
 }
 
 /// [`spawn`] with explicit limits.
-pub async fn spawn_with(
+pub(crate) async fn spawn_with(
     addr: SocketAddr,
     state: AppState,
     limits: ServerLimits,

@@ -12,164 +12,164 @@ use serde::{Deserialize, Serialize};
 #[serde(default)]
 pub struct StatusDoc {
     /// qosd version.
-    pub version: String,
+    pub(crate) version: String,
     /// Unix time (ms) the daemon produced this document.
-    pub generated_at_ms: u64,
+    pub(crate) generated_at_ms: u64,
     /// `enforce` or `dry-run`.
     pub mode: String,
     /// `v1` / `v2`.
-    pub cgroup_version: String,
+    pub(crate) cgroup_version: String,
     /// `cgroupfs` / `systemd`.
-    pub cgroup_driver: String,
+    pub(crate) cgroup_driver: String,
     /// Filled by the server at request time.
     pub alive: bool,
     /// Filled by the server at request time.
     pub ready: bool,
-    pub not_ready_reason: Option<String>,
-    pub signals: Vec<SignalStatus>,
-    pub conditions: Vec<ConditionStatus>,
+    pub(crate) not_ready_reason: Option<String>,
+    pub(crate) signals: Vec<SignalStatus>,
+    pub(crate) conditions: Vec<ConditionStatus>,
     pub pods: PodCounts,
     /// Most recent first, at most [`StatusDoc::MAX_EVICTIONS`].
     pub last_evictions: Vec<EvictionRecord>,
-    pub last_reconcile: Option<ReconcileStatus>,
+    pub(crate) last_reconcile: Option<ReconcileStatus>,
     /// The configuration in use: 1 at start, +1 per applied SIGHUP reload.
-    pub config_generation: u64,
+    pub(crate) config_generation: u64,
     /// Unix time (ms) the configuration in use was loaded.
-    pub config_loaded_at_ms: u64,
+    pub(crate) config_loaded_at_ms: u64,
     /// The last SIGHUP reload's result (`applied`, `unchanged`, `invalid`,
     /// `restart_required`) and why, when it was not applied.
-    pub last_reload: Option<String>,
+    pub(crate) last_reload: Option<String>,
     /// Degraded modes in force (`kubernetes-api: …`): working, with less.
-    pub degraded: Vec<String>,
+    pub(crate) degraded: Vec<String>,
     /// The Kubernetes API side (absent when not configured).
-    pub kubernetes: Option<KubeStatus>,
+    pub(crate) kubernetes: Option<KubeStatus>,
     /// `enforce` or `audit` (cgroupEnforcement).
-    pub cgroup_enforcement: String,
+    pub(crate) cgroup_enforcement: String,
     /// `cgroupEnforcement: audit`: the planned values the cgroups do not hold.
-    pub audit: Option<AuditStatus>,
+    pub(crate) audit: Option<AuditStatus>,
     /// Per-pod usage as the eviction manager last measured it (memory
     /// working set, local ephemeral storage, inodes, processes).
-    pub pod_usage: Vec<PodUsage>,
+    pub(crate) pod_usage: Vec<PodUsage>,
 }
 
 /// The Kubernetes API pod source, in `/status`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
-pub struct KubeStatus {
+pub(crate) struct KubeStatus {
     /// API server URL and where the config came from.
-    pub server: String,
-    pub node_name: String,
+    pub(crate) server: String,
+    pub(crate) node_name: String,
     /// `synced` (exact specs in use) or `unavailable` (runtime data alone).
-    pub state: String,
-    pub reason: Option<String>,
+    pub(crate) state: String,
+    pub(crate) reason: Option<String>,
     /// Live pods whose values are exact (from the API) / inferred.
-    pub pods_exact: usize,
-    pub pods_inferred: usize,
-    pub relists: u64,
-    pub watch_restarts: u64,
+    pub(crate) pods_exact: usize,
+    pub(crate) pods_inferred: usize,
+    pub(crate) relists: u64,
+    pub(crate) watch_restarts: u64,
 }
 
 /// A planned cgroup value the cgroup does not hold (audit).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
-pub struct DriftValue {
+pub(crate) struct DriftValue {
     /// The interface file.
-    pub file: String,
+    pub(crate) file: String,
     /// What qosd (the kubelet's rules) plans.
-    pub planned: String,
+    pub(crate) planned: String,
     /// What the file holds; `None` when the cgroup or file does not exist.
-    pub found: Option<String>,
+    pub(crate) found: Option<String>,
 }
 
 /// Drift found by `cgroupEnforcement: audit` at the last reconcile.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
-pub struct AuditStatus {
+pub(crate) struct AuditStatus {
     /// Planned values that differ now.
-    pub drifting: usize,
+    pub(crate) drifting: usize,
     /// Differences reported since start (each new or changed value once).
-    pub changes_total: u64,
+    pub(crate) changes_total: u64,
     /// The differing values (at most [`AuditStatus::MAX_VALUES`]).
-    pub values: Vec<DriftValue>,
+    pub(crate) values: Vec<DriftValue>,
 }
 
 impl AuditStatus {
     /// How many differing values `/status` lists.
-    pub const MAX_VALUES: usize = 100;
+    pub(crate) const MAX_VALUES: usize = 100;
 }
 
 /// One pod's measured usage (`None`: not measured).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
-pub struct PodUsage {
-    pub uid: String,
-    pub namespace: String,
-    pub name: String,
-    pub qos_class: String,
-    pub memory_working_set_bytes: Option<u64>,
+pub(crate) struct PodUsage {
+    pub(crate) uid: String,
+    pub(crate) namespace: String,
+    pub(crate) name: String,
+    pub(crate) qos_class: String,
+    pub(crate) memory_working_set_bytes: Option<u64>,
     /// Writable layers + logs + local volumes.
-    pub ephemeral_storage_bytes: Option<u64>,
-    pub inodes: Option<u64>,
-    pub processes: Option<u64>,
-    pub writable_layer_bytes: Option<u64>,
-    pub logs_bytes: Option<u64>,
-    pub volumes_bytes: Option<u64>,
+    pub(crate) ephemeral_storage_bytes: Option<u64>,
+    pub(crate) inodes: Option<u64>,
+    pub(crate) processes: Option<u64>,
+    pub(crate) writable_layer_bytes: Option<u64>,
+    pub(crate) logs_bytes: Option<u64>,
+    pub(crate) volumes_bytes: Option<u64>,
 }
 
 /// One eviction signal and its thresholds.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
-pub struct SignalStatus {
+pub(crate) struct SignalStatus {
     /// e.g. `memory.available`.
-    pub signal: String,
+    pub(crate) signal: String,
     /// Observed value (bytes, inodes or PIDs); `None` when unavailable.
-    pub observed: Option<i64>,
+    pub(crate) observed: Option<i64>,
     /// Capacity the signal is measured against.
-    pub capacity: Option<i64>,
-    pub thresholds: Vec<ThresholdStatus>,
+    pub(crate) capacity: Option<i64>,
+    pub(crate) thresholds: Vec<ThresholdStatus>,
 }
 
 /// One threshold of a signal.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
-pub struct ThresholdStatus {
+pub(crate) struct ThresholdStatus {
     /// `hard` or `soft`.
-    pub kind: String,
+    pub(crate) kind: String,
     /// As configured (`100Mi`, `10%`).
-    pub threshold: String,
+    pub(crate) threshold: String,
     /// Resolved to the signal's unit.
-    pub value: i64,
-    pub met: bool,
+    pub(crate) value: i64,
+    pub(crate) met: bool,
     /// Soft thresholds: the grace period (Go duration).
-    pub grace_period: Option<String>,
+    pub(crate) grace_period: Option<String>,
     /// Minimum reclaim, as configured.
-    pub min_reclaim: Option<String>,
+    pub(crate) min_reclaim: Option<String>,
 }
 
 /// A node condition.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
-pub struct ConditionStatus {
+pub(crate) struct ConditionStatus {
     /// `MemoryPressure`, `DiskPressure`, `PIDPressure`.
-    pub condition: String,
-    pub active: bool,
+    pub(crate) condition: String,
+    pub(crate) active: bool,
     /// Unix time (ms) of the last transition.
-    pub since_ms: Option<u64>,
-    pub reason: Option<String>,
+    pub(crate) since_ms: Option<u64>,
+    pub(crate) reason: Option<String>,
 }
 
 /// Live pods by QoS class.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct PodCounts {
-    pub guaranteed: usize,
+    pub(crate) guaranteed: usize,
     pub burstable: usize,
-    pub best_effort: usize,
+    pub(crate) best_effort: usize,
 }
 
 impl PodCounts {
     /// Pods by QoS class (the classes the daemon counts).
-    pub fn of(pods: &[crate::core::model::Pod]) -> PodCounts {
+    pub(crate) fn of(pods: &[crate::core::model::Pod]) -> PodCounts {
         let mut c = PodCounts::default();
         for p in pods {
             match crate::core::qos::classify(p).class {
@@ -193,42 +193,42 @@ impl PodCounts {
 #[serde(default)]
 pub struct EvictionRecord {
     /// Unix time (ms).
-    pub at_ms: u64,
-    pub uid: String,
-    pub namespace: String,
+    pub(crate) at_ms: u64,
+    pub(crate) uid: String,
+    pub(crate) namespace: String,
     pub name: String,
-    pub qos_class: String,
-    pub priority: i32,
-    pub signal: String,
-    pub observed: i64,
-    pub threshold: i64,
+    pub(crate) qos_class: String,
+    pub(crate) priority: i32,
+    pub(crate) signal: String,
+    pub(crate) observed: i64,
+    pub(crate) threshold: i64,
     /// `hard` or `soft`.
-    pub threshold_kind: String,
-    pub usage_bytes: Option<i64>,
-    pub request_bytes: Option<i64>,
+    pub(crate) threshold_kind: String,
+    pub(crate) usage_bytes: Option<i64>,
+    pub(crate) request_bytes: Option<i64>,
     /// Position in the ranking (0: first).
-    pub rank: usize,
+    pub(crate) rank: usize,
     /// `kill`, `cri` or `dry-run`.
-    pub backend: String,
+    pub(crate) backend: String,
     /// Threshold crossing → kill issued.
-    pub reaction_ms: Option<f64>,
+    pub(crate) reaction_ms: Option<f64>,
 }
 
 /// The last reconcile pass.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
-pub struct ReconcileStatus {
+pub(crate) struct ReconcileStatus {
     /// Unix time (ms) it finished.
-    pub at_ms: u64,
-    pub duration_ms: f64,
-    pub writes: u64,
-    pub errors: u64,
-    pub pods: usize,
+    pub(crate) at_ms: u64,
+    pub(crate) duration_ms: f64,
+    pub(crate) writes: u64,
+    pub(crate) errors: u64,
+    pub(crate) pods: usize,
 }
 
 impl StatusDoc {
     /// How many evictions `last_evictions` keeps.
-    pub const MAX_EVICTIONS: usize = 20;
+    pub(crate) const MAX_EVICTIONS: usize = 20;
 
     /// A document stamped with this version and the current time.
     pub fn new() -> StatusDoc {
@@ -248,7 +248,7 @@ impl StatusDoc {
 
 impl StatusDoc {
     /// A human-readable table (what `qosd status` prints without `--output json`).
-    pub fn to_table(&self, now_ms: u64) -> String {
+    pub(crate) fn to_table(&self, now_ms: u64) -> String {
         use std::fmt::Write as _;
         let mut o = String::new();
         let yes = |b: bool| if b { "yes" } else { "no" };
@@ -487,7 +487,7 @@ fn ago(now_ms: u64, at_ms: u64) -> String {
 }
 
 /// Unix time in milliseconds.
-pub fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default()
@@ -501,7 +501,7 @@ pub fn now_ms() -> u64 {
 /// pressure transition period; `None`: those the met thresholds imply),
 /// with the met thresholds as reasons. Used by the daemon (its last
 /// decision) and by `qosd status` when it reads the signals itself.
-pub fn eviction_status(
+pub(crate) fn eviction_status(
     thresholds: &[crate::policy::evict::manager::ThresholdStatus],
     memory_always: Option<crate::policy::evict::manager::Observation>,
     active: Option<&[crate::policy::evict::threshold::NodeCondition]>,

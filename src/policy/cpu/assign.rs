@@ -15,7 +15,7 @@ use super::topology::{CpuTopology, Details};
 
 /// Why CPUs could not be taken. The messages are the kubelet's.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum TakeError {
+pub(crate) enum TakeError {
     #[error("not enough cpus available to satisfy request: requested={requested}, available={available}")]
     NotEnough { requested: usize, available: usize },
     #[error("failed to allocate cpus")]
@@ -194,7 +194,7 @@ impl<'a> Acc<'a> {
 }
 
 /// `takeByTopologyNUMAPacked`: `n` CPUs out of `available`.
-pub fn take_packed(topo: &CpuTopology, available: &CpuSet, n: usize) -> Result<CpuSet, TakeError> {
+pub(crate) fn take_packed(topo: &CpuTopology, available: &CpuSet, n: usize) -> Result<CpuSet, TakeError> {
     let mut acc = Acc::new(topo, available, n);
     if acc.satisfied() {
         return Ok(acc.result);
@@ -282,7 +282,7 @@ fn combinations(n: &[u32], k: usize, f: &mut dyn FnMut(&[u32]) -> bool) {
 /// `takeByTopologyNUMADistributed` (KEP-2902): spread `n` CPUs evenly over
 /// the fewest NUMA nodes that can hold them, in groups of `group` CPUs
 /// (`group` = CPUs per core under `full-pcpus-only`, else 1).
-pub fn take_distributed(
+pub(crate) fn take_distributed(
     topo: &CpuTopology,
     available: &CpuSet,
     n: usize,

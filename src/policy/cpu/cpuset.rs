@@ -9,8 +9,8 @@ use std::fmt;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid CPU list {input:?}: {reason}")]
 pub struct CpuSetError {
-    pub input: String,
-    pub reason: String,
+    pub(crate) input: String,
+    pub(crate) reason: String,
 }
 
 /// A set of logical CPU ids, always sorted.
@@ -19,10 +19,10 @@ pub struct CpuSet(BTreeSet<u32>);
 
 /// The largest CPU id accepted (Linux supports at most 8192 CPUs on
 /// x86-64 today; this leaves room while keeping any range small).
-pub const MAX_CPU_ID: u32 = 65_535;
+pub(crate) const MAX_CPU_ID: u32 = 65_535;
 
 impl CpuSet {
-    pub fn new() -> CpuSet {
+    pub(crate) fn new() -> CpuSet {
         CpuSet(BTreeSet::new())
     }
 
@@ -71,43 +71,39 @@ impl CpuSet {
         Ok(CpuSet(out))
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.0.len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 
-    pub fn contains(&self, cpu: u32) -> bool {
+    pub(crate) fn contains(&self, cpu: u32) -> bool {
         self.0.contains(&cpu)
     }
 
-    pub fn insert(&mut self, cpu: u32) {
-        self.0.insert(cpu);
-    }
-
-    pub fn iter(&self) -> impl Iterator<Item = u32> + '_ {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = u32> + '_ {
         self.0.iter().copied()
     }
 
-    pub fn to_vec(&self) -> Vec<u32> {
+    pub(crate) fn to_vec(&self) -> Vec<u32> {
         self.iter().collect()
     }
 
-    pub fn union(&self, o: &CpuSet) -> CpuSet {
+    pub(crate) fn union(&self, o: &CpuSet) -> CpuSet {
         CpuSet(self.0.union(&o.0).copied().collect())
     }
 
-    pub fn intersection(&self, o: &CpuSet) -> CpuSet {
+    pub(crate) fn intersection(&self, o: &CpuSet) -> CpuSet {
         CpuSet(self.0.intersection(&o.0).copied().collect())
     }
 
-    pub fn difference(&self, o: &CpuSet) -> CpuSet {
+    pub(crate) fn difference(&self, o: &CpuSet) -> CpuSet {
         CpuSet(self.0.difference(&o.0).copied().collect())
     }
 
-    pub fn is_subset(&self, o: &CpuSet) -> bool {
+    pub(crate) fn is_subset(&self, o: &CpuSet) -> bool {
         self.0.is_subset(&o.0)
     }
 }

@@ -4,11 +4,11 @@
 //! per-pod assignment ([`policy`]) and the `cpu_manager_state` checkpoint
 //! format ([`state`]). Reading sysfs and files lives in [`crate::sys`].
 
-pub mod assign;
+pub(crate) mod assign;
 pub mod cpuset;
-pub mod policy;
+pub(crate) mod policy;
 pub mod state;
-pub mod topology;
+pub(crate) mod topology;
 
 pub use cpuset::CpuSet;
-pub use topology::CpuTopology;
+pub(crate) use topology::CpuTopology;

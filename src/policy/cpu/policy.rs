@@ -31,14 +31,14 @@ use crate::core::resources::{container_request, pod_level_resources_set, CPU};
 /// `cpuManagerPolicy`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum PolicyName {
+pub(crate) enum PolicyName {
     #[default]
     None,
     Static,
 }
 
 impl PolicyName {
-    pub fn parse(s: &str) -> Result<PolicyName, PolicyError> {
+    pub(crate) fn parse(s: &str) -> Result<PolicyName, PolicyError> {
         match s {
             "none" | "" => Ok(PolicyName::None),
             "static" => Ok(PolicyName::Static),
@@ -46,7 +46,7 @@ impl PolicyName {
         }
     }
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             PolicyName::None => "none",
             PolicyName::Static => "static",
@@ -60,20 +60,20 @@ impl fmt::Display for PolicyName {
     }
 }
 
-pub const FULL_PCPUS_ONLY: &str = "full-pcpus-only";
-pub const DISTRIBUTE_CPUS_ACROSS_NUMA: &str = "distribute-cpus-across-numa";
-pub const ALIGN_BY_SOCKET: &str = "align-by-socket";
+pub(crate) const FULL_PCPUS_ONLY: &str = "full-pcpus-only";
+pub(crate) const DISTRIBUTE_CPUS_ACROSS_NUMA: &str = "distribute-cpus-across-numa";
+pub(crate) const ALIGN_BY_SOCKET: &str = "align-by-socket";
 
 /// `cpuManagerPolicyOptions` qosd implements.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct PolicyOptions {
-    pub full_pcpus_only: bool,
-    pub distribute_cpus_across_numa: bool,
+pub(crate) struct PolicyOptions {
+    pub(crate) full_pcpus_only: bool,
+    pub(crate) distribute_cpus_across_numa: bool,
     /// Accepted and validated; it only widens a topology manager NUMA hint
     /// to the hint's sockets, and qosd has no topology manager (the
     /// kubelet's default `none` policy gives no hint), so it does not change
     /// the assignment.
-    pub align_by_socket: bool,
+    pub(crate) align_by_socket: bool,
 }
 
 /// Go `strconv.ParseBool`.
@@ -87,7 +87,7 @@ fn parse_go_bool(s: &str) -> Option<bool> {
 
 impl PolicyOptions {
     /// From the `cpuManagerPolicyOptions` map (`NewStaticPolicyOptions`).
-    pub fn parse(map: &BTreeMap<String, String>) -> Result<PolicyOptions, PolicyError> {
+    pub(crate) fn parse(map: &BTreeMap<String, String>) -> Result<PolicyOptions, PolicyError> {
         let mut o = PolicyOptions::default();
         for (name, value) in map {
             let slot = match name.as_str() {
@@ -105,7 +105,7 @@ impl PolicyOptions {
     }
 
     /// `k=v,k=v` (the kubelet's `--cpu-manager-policy-options` flag).
-    pub fn parse_flag(s: &str) -> Result<BTreeMap<String, String>, PolicyError> {
+    pub(crate) fn parse_flag(s: &str) -> Result<BTreeMap<String, String>, PolicyError> {
         let mut map = BTreeMap::new();
         for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let (k, v) = part
@@ -119,7 +119,7 @@ impl PolicyOptions {
 
 /// Why the policy cannot start. Messages are the kubelet's where it has one.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum PolicyError {
+pub(crate) enum PolicyError {
     #[error("unknown policy: \"{0}\"")]
     UnknownPolicy(String),
     #[error("unknown CPU Manager Policy option: {0:?}")]
@@ -158,7 +158,7 @@ pub enum PolicyError {
 /// The number of reserved CPUs (cpu_manager.go `NewManager` and the
 /// kubelet's `--reserved-cpus` override): the size of `reservedSystemCPUs`
 /// when given, else ceil(kubeReserved + systemReserved cpu).
-pub fn reserved_cpu_count(
+pub(crate) fn reserved_cpu_count(
     reserved_millis: Option<i64>,
     reserved_system_cpus: Option<&CpuSet>,
 ) -> Result<usize, PolicyError> {
@@ -175,7 +175,7 @@ pub fn reserved_cpu_count(
 /// Why a container cannot get its CPUs; the pod is refused (the kubelet
 /// fails it at admission).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum AllocError {
+pub(crate) enum AllocError {
     #[error(
         "SMT Alignment Error: requested {requested} cpus not multiple cpus per core = {per_core}"
     )]
@@ -192,16 +192,16 @@ pub enum AllocError {
 
 /// A container as the CPU manager sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CpuContainer {
-    pub name: String,
-    pub kind: ContainerKind,
+pub(crate) struct CpuContainer {
+    pub(crate) name: String,
+    pub(crate) kind: ContainerKind,
     /// The CPU request (API-server defaulted from the limit).
-    pub cpu_request: Option<Quantity>,
+    pub(crate) cpu_request: Option<Quantity>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum ContainerKind {
+pub(crate) enum ContainerKind {
     Init,
     Sidecar,
     App,
@@ -209,22 +209,22 @@ pub enum ContainerKind {
 
 /// A pod as the CPU manager sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CpuPod {
-    pub uid: String,
+pub(crate) struct CpuPod {
+    pub(crate) uid: String,
     /// `namespace/name`, for output.
-    pub key: String,
+    pub(crate) key: String,
     /// Guaranteed QoS (and no pod-level resources, which the kubelet's CPU
     /// manager leaves to the shared pool without PodLevelResourceManagers).
-    pub guaranteed: bool,
+    pub(crate) guaranteed: bool,
     /// Order of arrival (earlier first; ties by uid): CRI sandbox creation
     /// time, or the manifest order.
-    pub arrival: i64,
+    pub(crate) arrival: i64,
     /// Init containers (in order), then app containers.
-    pub containers: Vec<CpuContainer>,
+    pub(crate) containers: Vec<CpuContainer>,
 }
 
 impl CpuPod {
-    pub fn from_pod(pod: &Pod, arrival: i64) -> CpuPod {
+    pub(crate) fn from_pod(pod: &Pod, arrival: i64) -> CpuPod {
         let guaranteed =
             classify(pod).class == QosClass::Guaranteed && !pod_level_resources_set(pod);
         let conv = |c: &crate::core::model::Container, kind| CpuContainer {
@@ -257,7 +257,7 @@ impl CpuPod {
     }
 
     /// `guaranteedCPUs`: the exclusive CPUs a container asks for (0: shared).
-    pub fn guaranteed_cpus(&self, c: &CpuContainer) -> usize {
+    pub(crate) fn guaranteed_cpus(&self, c: &CpuContainer) -> usize {
         if !self.guaranteed {
             return 0;
         }
@@ -273,7 +273,7 @@ impl CpuPod {
 
 /// The static policy (`staticPolicy`).
 #[derive(Debug, Clone)]
-pub struct StaticPolicy {
+pub(crate) struct StaticPolicy {
     topo: CpuTopology,
     reserved: CpuSet,
     reserved_physical: CpuSet,
@@ -284,7 +284,7 @@ pub struct StaticPolicy {
 impl StaticPolicy {
     /// `NewStaticPolicy`: `num_reserved` CPUs, either `reserved_cpus` when
     /// non-empty or taken by topology (lowest cores first).
-    pub fn new(
+    pub(crate) fn new(
         topo: CpuTopology,
         num_reserved: usize,
         reserved_cpus: Option<&CpuSet>,
@@ -325,16 +325,8 @@ impl StaticPolicy {
         Ok(p)
     }
 
-    pub fn reserved(&self) -> &CpuSet {
+    pub(crate) fn reserved(&self) -> &CpuSet {
         &self.reserved
-    }
-
-    pub fn topology(&self) -> &CpuTopology {
-        &self.topo
-    }
-
-    pub fn options(&self) -> PolicyOptions {
-        self.options
     }
 
     fn take_by_topology(&self, available: &CpuSet, n: usize) -> Result<CpuSet, TakeError> {
@@ -352,7 +344,7 @@ impl StaticPolicy {
 
     /// `Start` / `validateState`: initialize an empty state, or check that a
     /// restored one still fits this machine and reservation.
-    pub fn start(&self, s: &mut CpuState) -> Result<(), PolicyError> {
+    pub(crate) fn start(&self, s: &mut CpuState) -> Result<(), PolicyError> {
         if !s.policy_name.is_empty() && s.policy_name != PolicyName::Static.as_str() {
             return Err(PolicyError::PolicyMismatch {
                 configured: PolicyName::Static.as_str().to_string(),
@@ -410,7 +402,7 @@ impl StaticPolicy {
     /// `Allocate` for one container. Containers already in the state keep
     /// their CPUs (checked first: qosd replays this every pass, the kubelet
     /// once at admission).
-    pub fn allocate(
+    pub(crate) fn allocate(
         &mut self,
         s: &mut CpuState,
         pod: &CpuPod,
@@ -456,7 +448,7 @@ impl StaticPolicy {
 
     /// `RemoveContainer`: free a container's CPUs except those a sibling in
     /// the same pod still holds.
-    pub fn remove_container(&self, s: &mut CpuState, pod_uid: &str, name: &str) -> CpuSet {
+    pub(crate) fn remove_container(&self, s: &mut CpuState, pod_uid: &str, name: &str) -> CpuSet {
         let Some(to_release) = s.get(pod_uid, name).cloned() else {
             return CpuSet::new();
         };
@@ -474,41 +466,41 @@ impl StaticPolicy {
 
 /// One container's cpuset in a plan.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ContainerCpus {
-    pub pod_uid: String,
-    pub pod: String,
-    pub container: String,
-    pub kind: ContainerKind,
+pub(crate) struct ContainerCpus {
+    pub(crate) pod_uid: String,
+    pub(crate) pod: String,
+    pub(crate) container: String,
+    pub(crate) kind: ContainerKind,
     /// The CPU list (`2-3`).
-    pub cpus: String,
-    pub exclusive: bool,
+    pub(crate) cpus: String,
+    pub(crate) exclusive: bool,
 }
 
 /// A pod whose exclusive CPUs could not be allocated (the kubelet would
 /// refuse it at admission); its containers stay on the shared pool.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Refused {
-    pub pod_uid: String,
-    pub pod: String,
-    pub container: String,
-    pub error: String,
+pub(crate) struct Refused {
+    pub(crate) pod_uid: String,
+    pub(crate) pod: String,
+    pub(crate) container: String,
+    pub(crate) error: String,
 }
 
 /// The CPU manager's decision for a set of pods.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct CpuPlan {
-    pub policy: PolicyName,
-    pub reserved: String,
-    pub shared_pool: String,
-    pub cpusets: Vec<ContainerCpus>,
-    pub refused: Vec<Refused>,
+pub(crate) struct CpuPlan {
+    pub(crate) policy: PolicyName,
+    pub(crate) reserved: String,
+    pub(crate) shared_pool: String,
+    pub(crate) cpusets: Vec<ContainerCpus>,
+    pub(crate) refused: Vec<Refused>,
     /// `pod_uid/container` of state entries dropped because the container is gone.
-    pub released: Vec<String>,
+    pub(crate) released: Vec<String>,
 }
 
 /// Run the static policy over the live pods (see the module docs) and
 /// return every container's cpuset. `state` is updated in place.
-pub fn plan(policy: &mut StaticPolicy, state: &mut CpuState, pods: &[CpuPod]) -> CpuPlan {
+pub(crate) fn plan(policy: &mut StaticPolicy, state: &mut CpuState, pods: &[CpuPod]) -> CpuPlan {
     let mut order: Vec<&CpuPod> = pods.iter().collect();
     order.sort_by(|a, b| (a.arrival, &a.uid).cmp(&(b.arrival, &b.uid)));
 

@@ -20,20 +20,20 @@ use serde::{Deserialize, Serialize};
 use super::cpuset::{CpuSet, CpuSetError};
 
 /// pod uid → container name → CPUs.
-pub type Assignments = BTreeMap<String, BTreeMap<String, CpuSet>>;
+pub(crate) type Assignments = BTreeMap<String, BTreeMap<String, CpuSet>>;
 
 /// The CPU manager's state.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CpuState {
-    pub policy_name: String,
+    pub(crate) policy_name: String,
     /// The shared pool (reserved CPUs included).
-    pub default: CpuSet,
-    pub entries: Assignments,
+    pub(crate) default: CpuSet,
+    pub(crate) entries: Assignments,
 }
 
 /// Why a checkpoint cannot be used. Messages follow the kubelet's.
 #[derive(Debug, thiserror::Error)]
-pub enum StateError {
+pub(crate) enum StateError {
     #[error("{0}")]
     Json(#[from] serde_json::Error),
     #[error("checkpoint is corrupted (checksum {found}, computed {computed})")]
@@ -49,8 +49,6 @@ pub enum StateError {
         value: String,
         source: CpuSetError,
     },
-    #[error("configured policy {configured:?} differs from state checkpoint policy {found:?}")]
-    PolicyMismatch { configured: String, found: String },
 }
 
 #[derive(Serialize, Deserialize)]
@@ -70,7 +68,7 @@ struct Checkpoint {
 }
 
 /// FNV-1a, 32 bit (Go `hash/fnv.New32a`).
-pub fn fnv1a32(data: &[u8]) -> u32 {
+pub(crate) fn fnv1a32(data: &[u8]) -> u32 {
     let mut h: u32 = 0x811c_9dc5;
     for b in data {
         h ^= u32::from(*b);
@@ -82,7 +80,7 @@ pub fn fnv1a32(data: &[u8]) -> u32 {
 /// The go-spew `%#v` text the kubelet hashes, for the v2 checkpoint struct
 /// named `type_name` (`CPUManagerCheckpoint`; kubelets with the v3 format
 /// hash v2 files as `CPUManagerCheckpointV2`).
-pub fn spew_text(
+pub(crate) fn spew_text(
     type_name: &str,
     policy: &str,
     default: &str,
@@ -112,7 +110,7 @@ pub fn spew_text(
 }
 
 /// The kubelet's checksum of a v2 checkpoint.
-pub fn checksum(
+pub(crate) fn checksum(
     policy: &str,
     default: &str,
     entries: &BTreeMap<String, BTreeMap<String, String>>,
@@ -125,7 +123,7 @@ pub fn checksum(
 impl CpuState {
     /// The checkpoint bytes, exactly as the kubelet's `json.Marshal` writes
     /// them (field order, sorted keys, `entries` omitted when empty).
-    pub fn to_json(&self) -> Vec<u8> {
+    pub(crate) fn to_json(&self) -> Vec<u8> {
         let entries: BTreeMap<String, BTreeMap<String, String>> = self
             .entries
             .iter()
@@ -149,7 +147,7 @@ impl CpuState {
     /// Parse and verify a checkpoint. A zero checksum is accepted (old file
     /// backend), as the kubelet does; otherwise it must match the hash under
     /// either struct name the kubelet has used for the v2 format.
-    pub fn from_json(bytes: &[u8]) -> Result<CpuState, StateError> {
+    pub(crate) fn from_json(bytes: &[u8]) -> Result<CpuState, StateError> {
         let cp: Checkpoint = serde_json::from_slice(bytes)?;
         if cp.checksum != 0 {
             let mut computed = 0;
@@ -196,18 +194,18 @@ impl CpuState {
     }
 
     /// The assignment of one container, if any.
-    pub fn get(&self, pod: &str, container: &str) -> Option<&CpuSet> {
+    pub(crate) fn get(&self, pod: &str, container: &str) -> Option<&CpuSet> {
         self.entries.get(pod).and_then(|m| m.get(container))
     }
 
-    pub fn set(&mut self, pod: &str, container: &str, cpus: CpuSet) {
+    pub(crate) fn set(&mut self, pod: &str, container: &str, cpus: CpuSet) {
         self.entries
             .entry(pod.to_string())
             .or_default()
             .insert(container.to_string(), cpus);
     }
 
-    pub fn delete(&mut self, pod: &str, container: &str) {
+    pub(crate) fn delete(&mut self, pod: &str, container: &str) {
         if let Some(m) = self.entries.get_mut(pod) {
             m.remove(container);
             if m.is_empty() {
@@ -217,7 +215,7 @@ impl CpuState {
     }
 
     /// Every CPU held by some assignment.
-    pub fn assigned(&self) -> CpuSet {
+    pub(crate) fn assigned(&self) -> CpuSet {
         self.entries
             .values()
             .flat_map(|m| m.values())

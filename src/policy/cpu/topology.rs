@@ -16,31 +16,31 @@ use super::cpuset::CpuSet;
 
 /// One logical CPU as sysfs describes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RawCpu {
-    pub cpu: u32,
+pub(crate) struct RawCpu {
+    pub(crate) cpu: u32,
     /// `topology/physical_package_id` (the socket).
-    pub package: u32,
+    pub(crate) package: u32,
     /// `topology/die_id` (0 when absent).
-    pub die: u32,
+    pub(crate) die: u32,
     /// `topology/core_id` (unique only within a package).
-    pub core_id: u32,
+    pub(crate) core_id: u32,
     /// The NUMA node listing the CPU (0 when the machine has no node dirs).
-    pub numa: u32,
+    pub(crate) numa: u32,
 }
 
 /// Placement of one logical CPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CpuInfo {
-    pub numa: u32,
-    pub socket: u32,
-    pub die: u32,
+pub(crate) struct CpuInfo {
+    pub(crate) numa: u32,
+    pub(crate) socket: u32,
+    pub(crate) die: u32,
     /// Machine-unique core id: the lowest CPU id of the core.
-    pub core: u32,
+    pub(crate) core: u32,
 }
 
 /// Why a topology cannot be built.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum TopologyError {
+pub(crate) enum TopologyError {
     #[error("could not detect number of cpus")]
     NoCpus,
     #[error("cpu {0} is listed twice")]
@@ -49,11 +49,11 @@ pub enum TopologyError {
 
 /// A set of CPUs with their placement (the kubelet's `CPUDetails`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Details(pub BTreeMap<u32, CpuInfo>);
+pub(crate) struct Details(pub(crate) BTreeMap<u32, CpuInfo>);
 
 impl Details {
     /// Only the CPUs in `cpus`.
-    pub fn keep_only(&self, cpus: &CpuSet) -> Details {
+    pub(crate) fn keep_only(&self, cpus: &CpuSet) -> Details {
         Details(
             self.0
                 .iter()
@@ -63,7 +63,7 @@ impl Details {
         )
     }
 
-    pub fn cpus(&self) -> CpuSet {
+    pub(crate) fn cpus(&self) -> CpuSet {
         self.0.keys().copied().collect()
     }
 
@@ -87,60 +87,56 @@ impl Details {
         self.0.values().filter(|i| pred(i)).map(f).collect()
     }
 
-    pub fn numa_nodes(&self) -> BTreeSet<u32> {
+    pub(crate) fn numa_nodes(&self) -> BTreeSet<u32> {
         self.ids(|i| i.numa)
     }
 
-    pub fn sockets(&self) -> BTreeSet<u32> {
+    pub(crate) fn sockets(&self) -> BTreeSet<u32> {
         self.ids(|i| i.socket)
     }
 
-    pub fn cores(&self) -> BTreeSet<u32> {
-        self.ids(|i| i.core)
-    }
-
-    pub fn cpus_in_numa_nodes(&self, ids: &[u32]) -> CpuSet {
+    pub(crate) fn cpus_in_numa_nodes(&self, ids: &[u32]) -> CpuSet {
         self.cpus_where(|i| ids.contains(&i.numa))
     }
 
-    pub fn cpus_in_sockets(&self, ids: &[u32]) -> CpuSet {
+    pub(crate) fn cpus_in_sockets(&self, ids: &[u32]) -> CpuSet {
         self.cpus_where(|i| ids.contains(&i.socket))
     }
 
-    pub fn cpus_in_cores(&self, ids: &[u32]) -> CpuSet {
+    pub(crate) fn cpus_in_cores(&self, ids: &[u32]) -> CpuSet {
         self.cpus_where(|i| ids.contains(&i.core))
     }
 
-    pub fn sockets_in_numa_nodes(&self, ids: &[u32]) -> BTreeSet<u32> {
+    pub(crate) fn sockets_in_numa_nodes(&self, ids: &[u32]) -> BTreeSet<u32> {
         self.ids_where(|i| ids.contains(&i.numa), |i| i.socket)
     }
 
-    pub fn numa_nodes_in_sockets(&self, ids: &[u32]) -> BTreeSet<u32> {
+    pub(crate) fn numa_nodes_in_sockets(&self, ids: &[u32]) -> BTreeSet<u32> {
         self.ids_where(|i| ids.contains(&i.socket), |i| i.numa)
     }
 
-    pub fn cores_in_numa_nodes(&self, ids: &[u32]) -> BTreeSet<u32> {
+    pub(crate) fn cores_in_numa_nodes(&self, ids: &[u32]) -> BTreeSet<u32> {
         self.ids_where(|i| ids.contains(&i.numa), |i| i.core)
     }
 
-    pub fn cores_in_sockets(&self, ids: &[u32]) -> BTreeSet<u32> {
+    pub(crate) fn cores_in_sockets(&self, ids: &[u32]) -> BTreeSet<u32> {
         self.ids_where(|i| ids.contains(&i.socket), |i| i.core)
     }
 }
 
 /// The machine's CPU topology (the kubelet's `CPUTopology`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CpuTopology {
-    pub num_cpus: usize,
-    pub num_cores: usize,
-    pub num_sockets: usize,
-    pub num_numa_nodes: usize,
-    pub details: Details,
+pub(crate) struct CpuTopology {
+    pub(crate) num_cpus: usize,
+    pub(crate) num_cores: usize,
+    pub(crate) num_sockets: usize,
+    pub(crate) num_numa_nodes: usize,
+    pub(crate) details: Details,
 }
 
 impl CpuTopology {
     /// Build from per-CPU records (any order).
-    pub fn from_raw(raw: &[RawCpu]) -> Result<CpuTopology, TopologyError> {
+    pub(crate) fn from_raw(raw: &[RawCpu]) -> Result<CpuTopology, TopologyError> {
         if raw.is_empty() {
             return Err(TopologyError::NoCpus);
         }
@@ -184,7 +180,7 @@ impl CpuTopology {
     /// `cores_per_numa` cores × `threads` threads, numbered the Linux way
     /// (first thread of every core first, then the siblings: cpu `c` and
     /// `c + cores` are one core). For tests and examples.
-    pub fn synthetic(
+    pub(crate) fn synthetic(
         sockets: u32,
         numa_per_socket: u32,
         cores_per_numa: u32,
@@ -209,21 +205,21 @@ impl CpuTopology {
     }
 
     /// `CPUsPerCore`: logical CPUs / cores (0 without cores).
-    pub fn cpus_per_core(&self) -> usize {
+    pub(crate) fn cpus_per_core(&self) -> usize {
         self.num_cpus.checked_div(self.num_cores).unwrap_or(0)
     }
 
     /// `CPUsPerSocket`.
-    pub fn cpus_per_socket(&self) -> usize {
+    pub(crate) fn cpus_per_socket(&self) -> usize {
         self.num_cpus.checked_div(self.num_sockets).unwrap_or(0)
     }
 
-    pub fn all_cpus(&self) -> CpuSet {
+    pub(crate) fn all_cpus(&self) -> CpuSet {
         self.details.cpus()
     }
 
     /// The core (lowest CPU id) of `cpu`, if the CPU exists.
-    pub fn core_of(&self, cpu: u32) -> Option<u32> {
+    pub(crate) fn core_of(&self, cpu: u32) -> Option<u32> {
         self.details.0.get(&cpu).map(|i| i.core)
     }
 }

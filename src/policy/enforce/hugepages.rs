@@ -14,11 +14,11 @@ use crate::core::model::{Container, Pod, ResourceList};
 use crate::core::quantity::Quantity;
 
 /// `hugepages-` (v1.ResourceHugePagesPrefix).
-pub const PREFIX: &str = "hugepages-";
+pub(crate) const PREFIX: &str = "hugepages-";
 
 /// The page size (bytes) of a `hugepages-<size>` resource name; `None` for
 /// other names, `Some(Err)` for a bad size.
-pub fn page_size_of(resource: &str) -> Option<Result<u64, String>> {
+pub(crate) fn page_size_of(resource: &str) -> Option<Result<u64, String>> {
     let size = resource.strip_prefix(PREFIX)?;
     Some(
         Quantity::parse(size)
@@ -37,7 +37,7 @@ pub fn page_size_of(resource: &str) -> Option<Result<u64, String>> {
 }
 
 /// A page-size list (`2Mi,1Gi`) → sorted bytes; `none` or empty → none.
-pub fn parse_size_list(s: &str) -> Result<Vec<u64>, String> {
+pub(crate) fn parse_size_list(s: &str) -> Result<Vec<u64>, String> {
     if matches!(s.trim(), "" | "none") {
         return Ok(Vec::new());
     }
@@ -55,7 +55,7 @@ pub fn parse_size_list(s: &str) -> Result<Vec<u64>, String> {
 
 /// A page size as a binary quantity (`2Mi`, `1Gi`), the syntax
 /// [`parse_size_list`] reads.
-pub fn size_quantity(bytes: u64) -> String {
+pub(crate) fn size_quantity(bytes: u64) -> String {
     for (unit, shift) in [("Gi", 30), ("Mi", 20), ("Ki", 10)] {
         if bytes >= 1 << shift && bytes % (1 << shift) == 0 {
             return format!("{}{unit}", bytes >> shift);
@@ -67,7 +67,7 @@ pub fn size_quantity(bytes: u64) -> String {
 /// The kernel's name of a page size (`HugePageUnitSizeFromByteSize`):
 /// divide by 1024 while it divides evenly; 2097152 → `2MB`, 1073741824 →
 /// `1GB`, 65536 → `64KB`.
-pub fn unit_size_name(bytes: u64) -> Result<String, String> {
+pub(crate) fn unit_size_name(bytes: u64) -> Result<String, String> {
     const UNITS: [&str; 6] = ["B", "KB", "MB", "GB", "TB", "PB"];
     let (mut size, mut idx) = (bytes, 0);
     while size > 0 && size % 1024 == 0 && idx < UNITS.len() - 1 {
@@ -107,7 +107,7 @@ fn requests(c: &Container) -> BTreeMap<u64, i128> {
 
 /// Page size (bytes) → the pod's hugepage request (bytes), like
 /// `PodRequests` for the `hugepages-*` resources.
-pub fn pod_hugepage_requests(pod: &Pod) -> BTreeMap<u64, i64> {
+pub(crate) fn pod_hugepage_requests(pod: &Pod) -> BTreeMap<u64, i64> {
     let mut total = BTreeMap::new();
     for c in &pod.containers {
         add(&mut total, &requests(c));
@@ -144,7 +144,7 @@ pub fn pod_hugepage_requests(pod: &Pod) -> BTreeMap<u64, i64> {
 /// The hugetlb limits to write on a cgroup: for every page size the node
 /// offers (`node_sizes`, bytes), the requested bytes or 0. Sizes the node
 /// does not offer are left out (the kernel has no file for them).
-pub fn limits(requested: &BTreeMap<u64, i64>, node_sizes: &[u64]) -> Vec<(String, i64)> {
+pub(crate) fn limits(requested: &BTreeMap<u64, i64>, node_sizes: &[u64]) -> Vec<(String, i64)> {
     let mut sizes: Vec<u64> = node_sizes.to_vec();
     sizes.sort_unstable();
     sizes.dedup();
@@ -159,7 +159,7 @@ pub fn limits(requested: &BTreeMap<u64, i64>, node_sizes: &[u64]) -> Vec<(String
 
 /// The API server's checks of a container's hugepage resources: the size
 /// must parse, and a request must equal the limit. `Err` names the field.
-pub fn validate(
+pub(crate) fn validate(
     requests: &ResourceList,
     limits: &ResourceList,
 ) -> Result<(), (&'static str, String, String)> {

@@ -21,7 +21,7 @@ use crate::policy::enforce::versions::{KubeletVersion, Rule};
 
 /// kubelet `memoryReservationPolicy` (1.36).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
-pub enum MemoryReservationPolicy {
+pub(crate) enum MemoryReservationPolicy {
     /// No `memory.min` / `memory.low` anywhere (the kubelet's default).
     #[default]
     None,
@@ -30,7 +30,7 @@ pub enum MemoryReservationPolicy {
 }
 
 impl MemoryReservationPolicy {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             MemoryReservationPolicy::None => "None",
             MemoryReservationPolicy::TieredReservation => "TieredReservation",
@@ -38,7 +38,7 @@ impl MemoryReservationPolicy {
     }
 
     /// The kubelet's spelling (`None`, `TieredReservation`).
-    pub fn parse(s: &str) -> Result<MemoryReservationPolicy, String> {
+    pub(crate) fn parse(s: &str) -> Result<MemoryReservationPolicy, String> {
         match s.trim() {
             "None" => Ok(MemoryReservationPolicy::None),
             "TieredReservation" => Ok(MemoryReservationPolicy::TieredReservation),
@@ -64,13 +64,13 @@ impl std::str::FromStr for MemoryReservationPolicy {
 
 /// `memory.min` / `memory.low` of one cgroup; `None` = not written.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Protection {
-    pub min: Option<i64>,
-    pub low: Option<i64>,
+pub(crate) struct Protection {
+    pub(crate) min: Option<i64>,
+    pub(crate) low: Option<i64>,
 }
 
 /// A pod's protection (its memory request is `request`, overhead included).
-pub fn pod_protection(
+pub(crate) fn pod_protection(
     version: KubeletVersion,
     policy: MemoryReservationPolicy,
     class: QosClass,
@@ -102,7 +102,7 @@ pub fn pod_protection(
 
 /// Protection of kubepods (the Guaranteed QoS cgroup) and of burstable,
 /// from the Guaranteed and Burstable request sums.
-pub fn qos_protection(
+pub(crate) fn qos_protection(
     version: KubeletVersion,
     policy: MemoryReservationPolicy,
     guaranteed_requests: i64,
@@ -146,7 +146,7 @@ pub fn qos_protection(
 /// `memory.min` = its reserved memory under MemoryQoS: always up to 1.35;
 /// from 1.36 only under `TieredReservation` (the None policy protects
 /// nothing).
-pub fn reserved_cgroup_protected(version: KubeletVersion, policy: MemoryReservationPolicy) -> bool {
+pub(crate) fn reserved_cgroup_protected(version: KubeletVersion, policy: MemoryReservationPolicy) -> bool {
     !version.has(Rule::MemoryQosTiered) || policy == MemoryReservationPolicy::TieredReservation
 }
 

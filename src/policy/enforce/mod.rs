@@ -4,11 +4,11 @@
 //! models, hugepage limits, reserved-cgroup enforcement); the systemd
 //! driver's unit properties for a plan ([`units`]).
 
-pub mod hugepages;
-pub mod memory_qos;
+pub(crate) mod hugepages;
+pub(crate) mod memory_qos;
 pub mod naming;
-pub mod parents;
+pub(crate) mod parents;
 pub mod plan;
-pub mod reserved;
-pub mod units;
-pub mod versions;
+pub(crate) mod reserved;
+pub(crate) mod units;
+pub(crate) mod versions;

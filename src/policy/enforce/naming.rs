@@ -28,14 +28,14 @@ use std::path::{Path, PathBuf};
 use crate::core::model::{CgroupDriver, CgroupVersion, QosClass};
 
 /// The node-allocatable cgroup's name (`defaultNodeAllocatableCgroupName`).
-pub const KUBEPODS: &str = "kubepods";
+pub(crate) const KUBEPODS: &str = "kubepods";
 
 /// Directory names of the v1 controllers under the cgroupfs mount.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct V1ControllerDirs {
-    pub cpu: String,
-    pub memory: String,
-    pub pids: String,
+pub(crate) struct V1ControllerDirs {
+    pub(crate) cpu: String,
+    pub(crate) memory: String,
+    pub(crate) pids: String,
 }
 
 impl Default for V1ControllerDirs {
@@ -52,13 +52,13 @@ impl Default for V1ControllerDirs {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CgroupLayout {
     pub version: CgroupVersion,
-    pub driver: CgroupDriver,
+    pub(crate) driver: CgroupDriver,
     /// Mount point of the cgroup filesystem (`/sys/fs/cgroup`).
-    pub cgroupfs: PathBuf,
+    pub(crate) cgroupfs: PathBuf,
     /// kubelet `--cgroup-root` (`/` by default).
-    pub cgroup_root: String,
+    pub(crate) cgroup_root: String,
     /// v1 only: controller directory names.
-    pub v1_dirs: V1ControllerDirs,
+    pub(crate) v1_dirs: V1ControllerDirs,
 }
 
 impl CgroupLayout {
@@ -72,7 +72,7 @@ impl CgroupLayout {
         }
     }
 
-    pub fn with_cgroupfs(mut self, p: impl Into<PathBuf>) -> Self {
+    pub(crate) fn with_cgroupfs(mut self, p: impl Into<PathBuf>) -> Self {
         self.cgroupfs = p.into();
         self
     }
@@ -83,7 +83,7 @@ impl CgroupLayout {
     }
 
     /// Components of `--cgroup-root`.
-    pub fn root_components(&self) -> Vec<String> {
+    pub(crate) fn root_components(&self) -> Vec<String> {
         let parts: Vec<&str> = self
             .cgroup_root
             .split('/')
@@ -108,20 +108,20 @@ impl CgroupLayout {
 
     /// Render a cgroup name (components) as a path relative to the
     /// hierarchy root, per driver.
-    pub fn render(&self, components: &[String]) -> String {
+    pub(crate) fn render(&self, components: &[String]) -> String {
         match self.driver {
             CgroupDriver::Cgroupfs => components.join("/"),
             CgroupDriver::Systemd => systemd_path(components),
         }
     }
 
-    pub fn node_components(&self) -> Vec<String> {
+    pub(crate) fn node_components(&self) -> Vec<String> {
         let mut c = self.root_components();
         c.push(KUBEPODS.to_string());
         c
     }
 
-    pub fn qos_components(&self, class: QosClass) -> Vec<String> {
+    pub(crate) fn qos_components(&self, class: QosClass) -> Vec<String> {
         let mut c = self.node_components();
         if let Some(seg) = class.cgroup_segment() {
             c.push(seg.to_string());
@@ -129,29 +129,29 @@ impl CgroupLayout {
         c
     }
 
-    pub fn pod_components(&self, class: QosClass, uid: &str) -> Vec<String> {
+    pub(crate) fn pod_components(&self, class: QosClass, uid: &str) -> Vec<String> {
         let mut c = self.qos_components(class);
         c.push(format!("pod{uid}"));
         c
     }
 
     /// `kubepods` (cgroupfs) or `kubepods.slice` (systemd), under the root.
-    pub fn node_cgroup(&self) -> String {
+    pub(crate) fn node_cgroup(&self) -> String {
         self.render(&self.node_components())
     }
 
     /// The QoS-level cgroup (Guaranteed: the node cgroup).
-    pub fn qos_cgroup(&self, class: QosClass) -> String {
+    pub(crate) fn qos_cgroup(&self, class: QosClass) -> String {
         self.render(&self.qos_components(class))
     }
 
     /// The pod's cgroup.
-    pub fn pod_cgroup(&self, class: QosClass, uid: &str) -> String {
+    pub(crate) fn pod_cgroup(&self, class: QosClass, uid: &str) -> String {
         self.render(&self.pod_components(class, uid))
     }
 
     /// Precomputed names for naming many pods quickly (the planner).
-    pub fn pod_namer(&self) -> PodNamer {
+    pub(crate) fn pod_namer(&self) -> PodNamer {
         let classes = [
             QosClass::Guaranteed,
             QosClass::Burstable,
@@ -174,7 +174,7 @@ impl CgroupLayout {
     /// What the kubelet hands the runtime as `cgroup_parent` for a pod:
     /// cgroupfs `/kubepods/burstable/pod<uid>`; systemd the slice's name
     /// `kubepods-burstable-pod<uid>.slice`.
-    pub fn cri_cgroup_parent(&self, class: QosClass, uid: &str) -> String {
+    pub(crate) fn cri_cgroup_parent(&self, class: QosClass, uid: &str) -> String {
         let rel = self.pod_cgroup(class, uid);
         match self.driver {
             CgroupDriver::Cgroupfs => format!("/{rel}"),
@@ -184,7 +184,7 @@ impl CgroupLayout {
 
     /// Directory of a v1 controller under the mount (`cpu`, `memory`,
     /// `pids`; other names as given).
-    pub fn v1_controller_dir<'a>(&'a self, controller: &'a str) -> &'a str {
+    pub(crate) fn v1_controller_dir<'a>(&'a self, controller: &'a str) -> &'a str {
         match controller {
             "cpu" => &self.v1_dirs.cpu,
             "memory" => &self.v1_dirs.memory,
@@ -195,7 +195,7 @@ impl CgroupLayout {
 
     /// Absolute directory of `cgroup` (relative path) for `controller`
     /// (ignored on v2).
-    pub fn dir(&self, cgroup: &str, controller: &str) -> PathBuf {
+    pub(crate) fn dir(&self, cgroup: &str, controller: &str) -> PathBuf {
         let base: PathBuf = match self.version {
             CgroupVersion::V2 => self.cgroupfs.clone(),
             CgroupVersion::V1 => self.cgroupfs.join(self.v1_controller_dir(controller)),
@@ -205,7 +205,7 @@ impl CgroupLayout {
 
     /// Absolute path of interface file `file` (e.g. `cpu.shares`) of
     /// `cgroup`; the v1 controller is the file name's prefix.
-    pub fn file(&self, cgroup: &str, file: &str) -> PathBuf {
+    pub(crate) fn file(&self, cgroup: &str, file: &str) -> PathBuf {
         let controller = file.split('.').next().unwrap_or(file);
         self.dir(cgroup, controller).join(file)
     }
@@ -223,14 +223,14 @@ fn join_rel(base: &Path, rel: &str) -> PathBuf {
 /// Pod cgroup names from precomputed QoS prefixes
 /// ([`CgroupLayout::pod_namer`]); same result as [`CgroupLayout::pod_cgroup`].
 #[derive(Debug, Clone)]
-pub struct PodNamer {
+pub(crate) struct PodNamer {
     driver: CgroupDriver,
     qos: [String; 3],
     slice_prefix: [String; 3],
 }
 
 impl PodNamer {
-    pub fn pod_cgroup(&self, class: QosClass, uid: &str) -> String {
+    pub(crate) fn pod_cgroup(&self, class: QosClass, uid: &str) -> String {
         let i = class as usize;
         match self.driver {
             CgroupDriver::Cgroupfs => format!("{}/pod{uid}", self.qos[i]),
@@ -264,7 +264,7 @@ fn systemd_path(components: &[String]) -> String {
 /// names or paths (`kubepods-besteffort-pod<uid_>.slice`,
 /// `/kubepods.slice/kubepods-pod<uid_>.slice`, possibly with a root
 /// prefix such as `foo-kubepods-...`). Returns `None` for anything else.
-pub fn parse_cgroup_parent(parent: &str) -> Option<(QosClass, String)> {
+pub(crate) fn parse_cgroup_parent(parent: &str) -> Option<(QosClass, String)> {
     let trimmed = parent.trim_end_matches('/');
     let last = trimmed.rsplit('/').next()?;
     if let Some(name) = last.strip_suffix(".slice") {

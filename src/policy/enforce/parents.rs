@@ -8,26 +8,26 @@ use crate::policy::enforce::naming::{parse_cgroup_parent, CgroupLayout};
 
 /// A pod whose reported parent differs from the planned one.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Misplaced {
+pub(crate) struct Misplaced {
     /// `namespace/name (uid)`.
-    pub pod: String,
+    pub(crate) pod: String,
     /// What the runtime reports.
-    pub reported: String,
+    pub(crate) reported: String,
     /// What the configuration would produce.
-    pub planned: String,
+    pub(crate) planned: String,
 }
 
 /// Every misplaced pod and the settings that would match them.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{}", self.message())]
-pub struct ParentMismatch {
-    pub pods: Vec<Misplaced>,
+pub(crate) struct ParentMismatch {
+    pub(crate) pods: Vec<Misplaced>,
     /// The configured `cgroupRoot` and `cgroupDriver`.
-    pub cgroup_root: String,
-    pub driver: CgroupDriver,
+    pub(crate) cgroup_root: String,
+    pub(crate) driver: CgroupDriver,
     /// `cgroupRoot` / `cgroupDriver` that would produce the reported parents.
-    pub matching_root: Option<String>,
-    pub matching_driver: CgroupDriver,
+    pub(crate) matching_root: Option<String>,
+    pub(crate) matching_driver: CgroupDriver,
 }
 
 impl ParentMismatch {
@@ -60,16 +60,16 @@ impl ParentMismatch {
 
 /// One live pod: identity, the class qosd gives it and the reported parent.
 #[derive(Debug, Clone)]
-pub struct Reported<'a> {
-    pub key: String,
-    pub uid: &'a str,
-    pub class: QosClass,
-    pub parent: &'a str,
+pub(crate) struct Reported<'a> {
+    pub(crate) key: String,
+    pub(crate) uid: &'a str,
+    pub(crate) class: QosClass,
+    pub(crate) parent: &'a str,
 }
 
 /// Check every reported parent against the layout (pods without a parent
 /// or whose parent names no pod cgroup are not judged).
-pub fn check(layout: &CgroupLayout, pods: &[Reported<'_>]) -> Result<(), ParentMismatch> {
+pub(crate) fn check(layout: &CgroupLayout, pods: &[Reported<'_>]) -> Result<(), ParentMismatch> {
     let mut bad = Vec::new();
     let mut guess: Option<(Option<String>, CgroupDriver)> = None;
     for p in pods {

@@ -20,17 +20,17 @@ use crate::policy::enforce::reserved::ReservedCgroup;
 use crate::policy::enforce::versions::{KubeletVersion, Rule};
 
 /// kubelet `MinShares`.
-pub const MIN_SHARES: u64 = 2;
+pub(crate) const MIN_SHARES: u64 = 2;
 /// kernel `MAX_SHARES` (kubelet `MaxShares`).
-pub const MAX_SHARES: u64 = 262_144;
+pub(crate) const MAX_SHARES: u64 = 262_144;
 /// kubelet `QuotaPeriod` (µs).
-pub const DEFAULT_CFS_PERIOD_US: u64 = 100_000;
+pub(crate) const DEFAULT_CFS_PERIOD_US: u64 = 100_000;
 /// kubelet `MinQuotaPeriod` (µs): the smallest quota written.
-pub const MIN_QUOTA_US: i64 = 1000;
+pub(crate) const MIN_QUOTA_US: i64 = 1000;
 /// KEP-2570 default memory throttling factor.
-pub const DEFAULT_MEMORY_THROTTLING_FACTOR: f64 = 0.9;
+pub(crate) const DEFAULT_MEMORY_THROTTLING_FACTOR: f64 = 0.9;
 /// Page size used to round memory.high.
-pub const PAGE_SIZE: i64 = 4096;
+pub(crate) const PAGE_SIZE: i64 = 4096;
 
 /// How cgroup v1 cpu.shares become v2 cpu.weight.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, clap::ValueEnum)]
@@ -46,39 +46,39 @@ pub enum CpuWeightFormula {
 /// Everything the planner needs besides the pods.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PlanConfig {
-    pub layout: CgroupLayout,
-    pub node: NodeResources,
+    pub(crate) layout: CgroupLayout,
+    pub(crate) node: NodeResources,
     /// `--cpu-cfs-quota-period` in µs (100000).
-    pub cpu_cfs_period_us: u64,
+    pub(crate) cpu_cfs_period_us: u64,
     /// `--cpu-cfs-quota` (true): when false pods get quota -1 / `max`.
-    pub enforce_cpu_limits: bool,
-    pub cpu_weight_formula: CpuWeightFormula,
+    pub(crate) enforce_cpu_limits: bool,
+    pub(crate) cpu_weight_formula: CpuWeightFormula,
     /// MemoryQoS (KEP-2570, cgroup v2 only): memory.min / memory.high.
-    pub memory_qos: bool,
-    pub memory_throttling_factor: f64,
+    pub(crate) memory_qos: bool,
+    pub(crate) memory_throttling_factor: f64,
     /// `--qos-reserved memory=N%`.
-    pub qos_reserved_memory_percent: Option<u32>,
+    pub(crate) qos_reserved_memory_percent: Option<u32>,
     /// `--enforce-node-allocatable` contains `pods` (default): kubepods
     /// gets allocatable; otherwise capacity.
-    pub enforce_node_allocatable: bool,
+    pub(crate) enforce_node_allocatable: bool,
     /// `--pod-max-pids` (unset: no pids.max on pods).
-    pub pod_pids_limit: Option<i64>,
+    pub(crate) pod_pids_limit: Option<i64>,
     /// `kubeletVersion`: whose rules to follow where kubelets differ
     /// (docs/semantics.md §9).
-    pub kubelet_version: KubeletVersion,
+    pub(crate) kubelet_version: KubeletVersion,
     /// `memoryReservationPolicy` (MemoryQoS from kubelet 1.36).
-    pub memory_reservation_policy: MemoryReservationPolicy,
+    pub(crate) memory_reservation_policy: MemoryReservationPolicy,
     /// Hugepage sizes (bytes) the node offers and the hugetlb controller
     /// can limit; every pod gets a limit for each.
-    pub hugepage_sizes: Vec<u64>,
+    pub(crate) hugepage_sizes: Vec<u64>,
     /// Reserved cgroups to limit (`enforceNodeAllocatable` with
     /// system-reserved / kube-reserved). qosd never creates them.
-    pub reserved_cgroups: Vec<ReservedCgroup>,
+    pub(crate) reserved_cgroups: Vec<ReservedCgroup>,
 }
 
 impl PlanConfig {
     /// Kubelet defaults for a layout and node.
-    pub fn new(layout: CgroupLayout, node: NodeResources) -> PlanConfig {
+    pub(crate) fn new(layout: CgroupLayout, node: NodeResources) -> PlanConfig {
         PlanConfig {
             layout,
             node,
@@ -99,7 +99,7 @@ impl PlanConfig {
 
     /// A pod as this kubelet version sees it: before `pod-level-resources`
     /// (1.34) the API server drops `spec.resources`.
-    pub fn effective_pod<'a>(&self, pod: &'a Pod) -> std::borrow::Cow<'a, Pod> {
+    pub(crate) fn effective_pod<'a>(&self, pod: &'a Pod) -> std::borrow::Cow<'a, Pod> {
         if pod.pod_resources.is_some() && !self.kubelet_version.has(Rule::PodLevelResources) {
             let mut p = pod.clone();
             p.pod_resources = None;
@@ -110,7 +110,7 @@ impl PlanConfig {
     }
 
     /// The pod's sums under this version's rules.
-    pub fn pod_resources(&self, pod: &Pod) -> PodResources {
+    pub(crate) fn pod_resources(&self, pod: &Pod) -> PodResources {
         pod_resources_with(
             &self.effective_pod(pod),
             self.kubelet_version.has(Rule::OwnLimitDeclared),
@@ -122,7 +122,7 @@ impl PlanConfig {
     }
 
     /// cpu/memory the kubepods cgroup gets.
-    pub fn node_cgroup_resources(&self) -> (i64, i64) {
+    pub(crate) fn node_cgroup_resources(&self) -> (i64, i64) {
         if self.enforce_node_allocatable {
             (
                 self.node.enforced_cpu_millis,
@@ -139,53 +139,53 @@ impl PlanConfig {
 
 /// `node` object of the JSON plan.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct PlanNode {
+pub(crate) struct PlanNode {
     /// cpu of the kubepods cgroup (allocatable when enforced).
-    pub cpu_millis: i64,
+    pub(crate) cpu_millis: i64,
     /// memory limit of the kubepods cgroup.
-    pub memory_bytes: i64,
-    pub cgroup_version: CgroupVersion,
-    pub cgroup_driver: crate::core::model::CgroupDriver,
-    pub capacity_cpu_millis: i64,
-    pub capacity_memory_bytes: i64,
-    pub cgroupfs: String,
-    pub cgroup_root: String,
+    pub(crate) memory_bytes: i64,
+    pub(crate) cgroup_version: CgroupVersion,
+    pub(crate) cgroup_driver: crate::core::model::CgroupDriver,
+    pub(crate) capacity_cpu_millis: i64,
+    pub(crate) capacity_memory_bytes: i64,
+    pub(crate) cgroupfs: String,
+    pub(crate) cgroup_root: String,
 }
 
 /// One pod of the plan.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct PlannedPod {
-    pub uid: String,
+pub(crate) struct PlannedPod {
+    pub(crate) uid: String,
     /// True when the manifest had no uid and qosd derived it from namespace/name.
-    pub uid_derived: bool,
-    pub namespace: String,
-    pub name: String,
-    pub qos_class: QosClass,
-    pub reason: String,
+    pub(crate) uid_derived: bool,
+    pub(crate) namespace: String,
+    pub(crate) name: String,
+    pub(crate) qos_class: QosClass,
+    pub(crate) reason: String,
     /// Cgroup path relative to the hierarchy root, e.g. `kubepods/burstable/pod<uid>`.
-    pub cgroup: String,
+    pub(crate) cgroup: String,
     #[serde(skip)]
-    pub resources: PodResources,
+    pub(crate) resources: PodResources,
 }
 
 /// A full plan.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Plan {
+pub(crate) struct Plan {
     /// Whose rules the plan follows (`--kubelet-version`).
-    pub kubelet_version: KubeletVersion,
-    pub node: PlanNode,
-    pub pods: Vec<PlannedPod>,
-    pub writes: Vec<CgroupWrite>,
+    pub(crate) kubelet_version: KubeletVersion,
+    pub(crate) node: PlanNode,
+    pub(crate) pods: Vec<PlannedPod>,
+    pub(crate) writes: Vec<CgroupWrite>,
     /// systemd driver: the slice units and the properties that carry the
     /// writes' values (absent with the cgroupfs driver).
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub units: Vec<crate::policy::enforce::units::PlannedUnit>,
+    pub(crate) units: Vec<crate::policy::enforce::units::PlannedUnit>,
 }
 
 // ---------------------------------------------------------------- formulas
 
 /// kubelet `MilliCPUToShares`: `m * 1024 / 1000` clamped to [2, 262144].
-pub fn milli_cpu_to_shares(milli: i64) -> u64 {
+pub(crate) fn milli_cpu_to_shares(milli: i64) -> u64 {
     if milli <= 0 {
         return MIN_SHARES;
     }
@@ -194,7 +194,7 @@ pub fn milli_cpu_to_shares(milli: i64) -> u64 {
 }
 
 /// kubelet `MilliCPUToQuota`: `m * period / 1000`, at least 1000 µs; 0 → 0 (unset).
-pub fn milli_cpu_to_quota(milli: i64, period_us: u64) -> i64 {
+pub(crate) fn milli_cpu_to_quota(milli: i64, period_us: u64) -> i64 {
     if milli <= 0 {
         return 0;
     }
@@ -204,14 +204,14 @@ pub fn milli_cpu_to_quota(milli: i64, period_us: u64) -> i64 {
 
 /// kubelet `CpuSharesToCpuWeight`: `1 + ((shares - 2) * 9999) / 262142`
 /// (shares clamped to [2, 262144] first, so the result is in [1, 10000]).
-pub fn shares_to_weight_kubelet(shares: u64) -> u64 {
+pub(crate) fn shares_to_weight_kubelet(shares: u64) -> u64 {
     let s = shares.clamp(MIN_SHARES, MAX_SHARES);
     1 + ((s - 2) * 9999) / 262_142
 }
 
 /// runc ≥ 1.3 `ConvertCPUSharesToCgroupV2Value`: with l = log2(shares),
 /// weight = ceil(10^((l² + 125 l) / 612 − 7/34)); ≤2 → 1, ≥262144 → 10000.
-pub fn shares_to_weight_runc(shares: u64) -> u64 {
+pub(crate) fn shares_to_weight_runc(shares: u64) -> u64 {
     if shares <= MIN_SHARES {
         return 1;
     }
@@ -223,7 +223,7 @@ pub fn shares_to_weight_runc(shares: u64) -> u64 {
     (10f64.powf(exponent).ceil() as u64).clamp(1, 10_000)
 }
 
-pub fn shares_to_weight(shares: u64, formula: CpuWeightFormula) -> u64 {
+pub(crate) fn shares_to_weight(shares: u64, formula: CpuWeightFormula) -> u64 {
     match formula {
         CpuWeightFormula::Kubelet => shares_to_weight_kubelet(shares),
         CpuWeightFormula::Runc => shares_to_weight_runc(shares),
@@ -233,7 +233,7 @@ pub fn shares_to_weight(shares: u64, formula: CpuWeightFormula) -> u64 {
 /// KEP-2570 memory.high: `floor((req + f * (limit - req)) / page) * page`,
 /// `limit` being the pod's memory limit or node allocatable. `None` when
 /// not above the request (then not written).
-pub fn memory_high(request: i64, limit: i64, factor: f64) -> Option<i64> {
+pub(crate) fn memory_high(request: i64, limit: i64, factor: f64) -> Option<i64> {
     if limit <= 0 {
         return None;
     }
@@ -343,7 +343,7 @@ fn render(
 /// Node level: kubepods cpu.shares/cpu.weight from allocatable cpu and the
 /// memory limit from allocatable memory (capacity when node allocatable is
 /// not enforced).
-pub fn node_level_writes(cfg: &PlanConfig) -> Vec<CgroupWrite> {
+pub(crate) fn node_level_writes(cfg: &PlanConfig) -> Vec<CgroupWrite> {
     let (cpu, mem) = cfg.node_cgroup_resources();
     let v = Values {
         shares: Some(milli_cpu_to_shares(cpu)),
@@ -372,7 +372,7 @@ fn memory_requests(pods: &[(QosClass, PodResources)]) -> [i64; 3] {
 }
 
 /// QoS level from (class, resources) pairs; see [`qos_level_writes`].
-pub fn qos_level_writes_from(
+pub(crate) fn qos_level_writes_from(
     cfg: &PlanConfig,
     pods: &[(QosClass, PodResources)],
 ) -> Vec<CgroupWrite> {
@@ -457,7 +457,7 @@ pub fn qos_level_writes_from(
 /// requests; besteffort shares 2; with qos-reserved the memory limits of
 /// both; with MemoryQoS the memory.min of kubepods (Guaranteed + Burstable
 /// requests) and burstable (Burstable requests).
-pub fn qos_level_writes(cfg: &PlanConfig, pods: &[Pod]) -> Vec<CgroupWrite> {
+pub(crate) fn qos_level_writes(cfg: &PlanConfig, pods: &[Pod]) -> Vec<CgroupWrite> {
     let classified: Vec<(QosClass, PodResources)> = pods
         .iter()
         .map(|p| (classify(&cfg.effective_pod(p)).class, cfg.pod_resources(p)))
@@ -527,7 +527,7 @@ fn pod_values(
 /// system-reserved / kube-reserved cgroups: cpu shares, memory limit,
 /// pids.max and hugetlb from the reservation (`enforceExistingCgroup`),
 /// with MemoryQoS memory.min = the reserved memory.
-pub fn reserved_level_writes(cfg: &PlanConfig) -> Vec<CgroupWrite> {
+pub(crate) fn reserved_level_writes(cfg: &PlanConfig) -> Vec<CgroupWrite> {
     let mut out = Vec::new();
     let protect = cfg.memory_qos
         && cfg.v2()
@@ -551,7 +551,7 @@ pub fn reserved_level_writes(cfg: &PlanConfig) -> Vec<CgroupWrite> {
 }
 
 /// The writes for one pod of class `class` (parents not included).
-pub fn pod_writes(cfg: &PlanConfig, pod: &Pod, class: QosClass) -> Vec<CgroupWrite> {
+pub(crate) fn pod_writes(cfg: &PlanConfig, pod: &Pod, class: QosClass) -> Vec<CgroupWrite> {
     let r = cfg.pod_resources(pod);
     let mut out = Vec::new();
     let cgroup = cfg.layout.pod_cgroup(class, &pod.uid);
@@ -636,7 +636,7 @@ pub fn build(cfg: &PlanConfig, pods: &[Pod]) -> Plan {
 
 impl Plan {
     /// Human-readable rendering (what `qosd plan --output text` prints).
-    pub fn to_text(&self) -> String {
+    pub(crate) fn to_text(&self) -> String {
         use std::fmt::Write;
         let mut s = String::new();
         let n = &self.node;
@@ -700,7 +700,7 @@ impl Plan {
 
 /// The directories of a reserved cgroup that its planned writes touch
 /// (v1: one per controller written; v2: one).
-pub fn reserved_dirs(
+pub(crate) fn reserved_dirs(
     cfg: &PlanConfig,
     rc: &crate::policy::enforce::reserved::ReservedCgroup,
 ) -> Vec<std::path::PathBuf> {

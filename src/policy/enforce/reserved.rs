@@ -19,15 +19,15 @@ use crate::policy::enforce::hugepages;
 
 /// The keys of `enforceNodeAllocatable`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
-pub struct EnforceNodeAllocatable {
-    pub pods: bool,
-    pub system_reserved: bool,
-    pub kube_reserved: bool,
+pub(crate) struct EnforceNodeAllocatable {
+    pub(crate) pods: bool,
+    pub(crate) system_reserved: bool,
+    pub(crate) kube_reserved: bool,
 }
 
 impl EnforceNodeAllocatable {
     /// The kubelet default: `[pods]`.
-    pub fn kubelet_default() -> Self {
+    pub(crate) fn kubelet_default() -> Self {
         EnforceNodeAllocatable {
             pods: true,
             ..Default::default()
@@ -37,7 +37,7 @@ impl EnforceNodeAllocatable {
     /// A comma list of `pods`, `system-reserved`, `kube-reserved` (or
     /// `none`, or empty); `true`/`false` are accepted as `pods` / `none`
     /// (qosd's older boolean flag).
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub(crate) fn parse(s: &str) -> Result<Self, String> {
         let mut e = EnforceNodeAllocatable::default();
         match s.trim() {
             "true" => return Ok(Self::kubelet_default()),
@@ -63,7 +63,7 @@ impl EnforceNodeAllocatable {
     }
 
     /// The keys, in the kubelet's spelling.
-    pub fn keys(&self) -> Vec<&'static str> {
+    pub(crate) fn keys(&self) -> Vec<&'static str> {
         let mut v = Vec::new();
         if self.pods {
             v.push("pods");
@@ -81,17 +81,17 @@ impl EnforceNodeAllocatable {
 /// What a reservation enforces on its cgroup (`getCgroupConfig` with
 /// compressible resources only = false).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ReservedResources {
-    pub cpu_millis: Option<i64>,
-    pub memory_bytes: Option<i64>,
-    pub pids: Option<i64>,
+pub(crate) struct ReservedResources {
+    pub(crate) cpu_millis: Option<i64>,
+    pub(crate) memory_bytes: Option<i64>,
+    pub(crate) pids: Option<i64>,
     /// page size (bytes) → bytes
-    pub hugepages: BTreeMap<u64, i64>,
+    pub(crate) hugepages: BTreeMap<u64, i64>,
 }
 
 impl ReservedResources {
     /// From a reservation's resource list (`systemReserved`, `kubeReserved`).
-    pub fn from_list(list: &ResourceList) -> Result<Self, String> {
+    pub(crate) fn from_list(list: &ResourceList) -> Result<Self, String> {
         let mut r = ReservedResources::default();
         for (k, q) in list {
             r.set(k, q)?;
@@ -100,7 +100,7 @@ impl ReservedResources {
     }
 
     /// From the flag syntax `cpu=500m,memory=1Gi,pid=1000,hugepages-2Mi=4Mi`.
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub(crate) fn parse(s: &str) -> Result<Self, String> {
         let mut r = ReservedResources::default();
         for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let (k, v) = part
@@ -129,19 +129,19 @@ impl ReservedResources {
 
 /// One reserved cgroup to enforce.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReservedCgroup {
+pub(crate) struct ReservedCgroup {
     /// `system-reserved` or `kube-reserved`.
-    pub key: &'static str,
+    pub(crate) key: &'static str,
     /// The setting naming the cgroup (`systemReservedCgroup`, `kubeReservedCgroup`).
-    pub setting: &'static str,
+    pub(crate) setting: &'static str,
     /// The cgroup, relative to the hierarchy root (e.g. `system.slice`).
-    pub cgroup: String,
-    pub resources: ReservedResources,
+    pub(crate) cgroup: String,
+    pub(crate) resources: ReservedResources,
 }
 
 /// The reserved cgroups `enforce` asks for; an enforced key without its
 /// cgroup setting is an error (the kubelet refuses to start the same way).
-pub fn reserved_cgroups(
+pub(crate) fn reserved_cgroups(
     enforce: &EnforceNodeAllocatable,
     system: (&Option<String>, &ReservedResources),
     kube: (&Option<String>, &ReservedResources),

@@ -32,18 +32,18 @@ use serde::Serialize;
 use crate::core::model::{CgroupLevel, CgroupWrite};
 
 /// systemd's "infinity" for u64 properties.
-pub const INFINITY: u64 = u64::MAX;
+pub(crate) const INFINITY: u64 = u64::MAX;
 
 /// One unit property with its value (all resource properties are u64).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct UnitProperty {
-    pub name: &'static str,
-    pub value: u64,
+pub(crate) struct UnitProperty {
+    pub(crate) name: &'static str,
+    pub(crate) value: u64,
 }
 
 impl UnitProperty {
     /// `Name=value` as `systemctl show` spells it (`infinity` for max).
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         if self.value == INFINITY {
             format!("{}=infinity", self.name)
         } else {
@@ -55,21 +55,21 @@ impl UnitProperty {
 /// One slice unit of the plan: its name, its cgroup and the properties that
 /// carry the plan's values.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct PlannedUnit {
+pub(crate) struct PlannedUnit {
     /// `kubepods-burstable-pod<uid>.slice`.
-    pub unit: String,
+    pub(crate) unit: String,
     /// The parent slice (`-.slice` at the top).
-    pub parent: String,
+    pub(crate) parent: String,
     /// The cgroup path relative to the hierarchy root (the slice path).
-    pub cgroup: String,
+    pub(crate) cgroup: String,
     #[serde(skip)]
-    pub level: CgroupLevel,
+    pub(crate) level: CgroupLevel,
     /// Properties in plan order; rendered as an object in JSON.
     #[serde(serialize_with = "props_as_map")]
-    pub properties: Vec<UnitProperty>,
+    pub(crate) properties: Vec<UnitProperty>,
     /// Planned files no property expresses (written to cgroupfs directly,
     /// as libcontainer does).
-    pub files_without_property: Vec<String>,
+    pub(crate) files_without_property: Vec<String>,
 }
 
 fn props_as_map<S: serde::Serializer>(p: &[UnitProperty], s: S) -> Result<S::Ok, S::Error> {
@@ -90,21 +90,21 @@ fn props_as_map<S: serde::Serializer>(p: &[UnitProperty], s: S) -> Result<S::Ok,
 /// A planned value that no unit property can carry.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{file}: value {value:?} cannot be expressed as a systemd unit property")]
-pub struct UnmappableValue {
-    pub file: String,
-    pub value: String,
+pub(crate) struct UnmappableValue {
+    pub(crate) file: String,
+    pub(crate) value: String,
 }
 
 /// The unit name of a systemd-driver cgroup path (its last component), when
 /// it is a slice.
-pub fn unit_of(cgroup: &str) -> Option<&str> {
+pub(crate) fn unit_of(cgroup: &str) -> Option<&str> {
     let last = cgroup.rsplit('/').next()?;
     (last.ends_with(".slice") && last.len() > ".slice".len()).then_some(last)
 }
 
 /// The parent slice of a slice unit by systemd's naming: `a-b-c.slice` →
 /// `a-b.slice`, `a.slice` → `-.slice`.
-pub fn parent_slice(unit: &str) -> String {
+pub(crate) fn parent_slice(unit: &str) -> String {
     let base = unit.strip_suffix(".slice").unwrap_or(unit);
     match base.rfind('-') {
         Some(i) => format!("{}.slice", &base[..i]),
@@ -121,7 +121,7 @@ fn parse_max(value: &str) -> Option<u64> {
 }
 
 /// `CPUQuotaPerSecUSec` for a quota of `quota_us` per `period_us`.
-pub fn quota_per_sec_usec(quota_us: u64, period_us: u64) -> u64 {
+pub(crate) fn quota_per_sec_usec(quota_us: u64, period_us: u64) -> u64 {
     if period_us == 0 {
         return INFINITY;
     }
@@ -130,7 +130,7 @@ pub fn quota_per_sec_usec(quota_us: u64, period_us: u64) -> u64 {
 
 /// The properties for one cgroup's planned writes (all for the same cgroup),
 /// and the files no property expresses.
-pub fn properties_for(
+pub(crate) fn properties_for(
     writes: &[&CgroupWrite],
 ) -> Result<(Vec<UnitProperty>, Vec<String>), UnmappableValue> {
     let mut props: Vec<UnitProperty> = Vec::new();
@@ -202,7 +202,7 @@ fn file_name(w: &CgroupWrite) -> &str {
 /// Group a plan's writes by cgroup (first appearance order: parents first)
 /// into slice units. Writes whose cgroup is not a slice are skipped (not a
 /// systemd-driver plan).
-pub fn plan_units(writes: &[CgroupWrite]) -> Result<Vec<PlannedUnit>, UnmappableValue> {
+pub(crate) fn plan_units(writes: &[CgroupWrite]) -> Result<Vec<PlannedUnit>, UnmappableValue> {
     let mut order: Vec<&str> = Vec::new();
     let mut groups: BTreeMap<&str, Vec<&CgroupWrite>> = BTreeMap::new();
     for w in writes {

@@ -7,7 +7,7 @@ use std::fmt;
 
 /// A kubelet minor version whose cgroup semantics qosd reproduces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum KubeletVersion {
+pub(crate) enum KubeletVersion {
     V1_33,
     V1_34,
     V1_35,
@@ -16,7 +16,7 @@ pub enum KubeletVersion {
 
 /// One rule that changed at a kubelet version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Rule {
+pub(crate) enum Rule {
     /// Pod-level `spec.resources` (KEP-2837) decide the QoS class and the pod
     /// sums: the `PodLevelResources` gate is beta and on by default from
     /// 1.34. Before, the gate is off and the API server drops the field.
@@ -40,62 +40,60 @@ pub enum Rule {
 
 /// A versioned rule, for the docs table and `qosd plan`'s header.
 #[derive(Debug, Clone, Copy)]
-pub struct RuleInfo {
-    pub rule: Rule,
+pub(crate) struct RuleInfo {
+    pub(crate) rule: Rule,
     /// Short name, as printed by `qosd plan`.
-    pub name: &'static str,
+    pub(crate) name: &'static str,
     /// First kubelet version with the rule.
-    pub since: KubeletVersion,
-    /// Where in the kubelet.
-    pub source: &'static str,
+    pub(crate) since: KubeletVersion,
 }
 
 /// Every versioned rule, oldest first.
-pub const RULES: &[RuleInfo] = &[
+pub(crate) const RULES: &[RuleInfo] = &[
     RuleInfo {
+        // Where in the kubelet: PodLevelResources gate (KEP-2837) beta; helpers_linux.go ResourceConfigForPod
         rule: Rule::PodLevelResources,
         name: "pod-level-resources",
         since: KubeletVersion::V1_34,
-        source: "PodLevelResources gate (KEP-2837) beta; helpers_linux.go ResourceConfigForPod",
     },
     RuleInfo {
+        // Where in the kubelet: failCgroupV1 default true; container_manager_linux.go
         rule: Rule::CgroupV1Refused,
         name: "cgroup-v1-refused",
         since: KubeletVersion::V1_35,
-        source: "failCgroupV1 default true; container_manager_linux.go",
     },
     RuleInfo {
+        // Where in the kubelet: PR #137584, #137719; helpers_linux.go, qos_container_manager_linux.go
         rule: Rule::MemoryQosTiered,
         name: "memory-qos-tiered",
         since: KubeletVersion::V1_36,
-        source: "PR #137584, #137719; helpers_linux.go, qos_container_manager_linux.go",
     },
     RuleInfo {
+        // Where in the kubelet: PR #137719; qos_container_manager_linux.go setMemoryQoS
         rule: Rule::MemoryQosZeroReset,
         name: "memory-qos-zero-reset",
         since: KubeletVersion::V1_36,
-        source: "PR #137719; qos_container_manager_linux.go setMemoryQoS",
     },
     RuleInfo {
+        // Where in the kubelet: helpers_linux.go ResourceConfigForPod (limits declared)
         rule: Rule::OwnLimitDeclared,
         name: "own-limit-declared",
         since: KubeletVersion::V1_36,
-        source: "helpers_linux.go ResourceConfigForPod (limits declared)",
     },
 ];
 
 impl KubeletVersion {
     /// Every known version, oldest first.
-    pub const ALL: [KubeletVersion; 4] = [
+    pub(crate) const ALL: [KubeletVersion; 4] = [
         KubeletVersion::V1_33,
         KubeletVersion::V1_34,
         KubeletVersion::V1_35,
         KubeletVersion::V1_36,
     ];
     /// The default: the newest version qosd knows.
-    pub const NEWEST: KubeletVersion = KubeletVersion::V1_36;
+    pub(crate) const NEWEST: KubeletVersion = KubeletVersion::V1_36;
 
-    pub fn minor(self) -> u32 {
+    pub(crate) fn minor(self) -> u32 {
         match self {
             KubeletVersion::V1_33 => 33,
             KubeletVersion::V1_34 => 34,
@@ -104,7 +102,7 @@ impl KubeletVersion {
         }
     }
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             KubeletVersion::V1_33 => "1.33",
             KubeletVersion::V1_34 => "1.34",
@@ -115,7 +113,7 @@ impl KubeletVersion {
 
     /// `1.36`, `v1.36`, `1.36.2`, `v1.36.0-rc.1` → 1.36. Unknown minors
     /// are an error naming the known ones.
-    pub fn parse(s: &str) -> Result<KubeletVersion, String> {
+    pub(crate) fn parse(s: &str) -> Result<KubeletVersion, String> {
         let t = s.trim();
         let t = t.strip_prefix('v').unwrap_or(t);
         let mut parts = t.splitn(3, '.');
@@ -149,7 +147,7 @@ impl KubeletVersion {
     }
 
     /// Whether this version has `rule`.
-    pub fn has(self, rule: Rule) -> bool {
+    pub(crate) fn has(self, rule: Rule) -> bool {
         RULES
             .iter()
             .find(|r| r.rule == rule)
@@ -157,7 +155,7 @@ impl KubeletVersion {
     }
 
     /// Names of the versioned rules this version applies.
-    pub fn rule_names(self) -> Vec<&'static str> {
+    pub(crate) fn rule_names(self) -> Vec<&'static str> {
         RULES
             .iter()
             .filter(|r| self >= r.since)

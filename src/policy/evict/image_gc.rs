@@ -13,35 +13,35 @@ use std::time::{Duration, Instant};
 
 /// What the GC knows about one image.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ImageRecord {
+pub(crate) struct ImageRecord {
     /// `None`: present at the first detection ("long ago").
-    pub first_detected: Option<Instant>,
+    pub(crate) first_detected: Option<Instant>,
     /// `None`: never seen in use.
-    pub last_used: Option<Instant>,
-    pub size: u64,
-    pub pinned: bool,
+    pub(crate) last_used: Option<Instant>,
+    pub(crate) size: u64,
+    pub(crate) pinned: bool,
 }
 
 /// The image records, updated at every detection.
 #[derive(Debug, Clone, Default)]
-pub struct ImageTracker {
+pub(crate) struct ImageTracker {
     records: BTreeMap<String, ImageRecord>,
     initialized: bool,
 }
 
 /// One image as listed by the runtime.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ListedImage {
-    pub id: String,
-    pub size: u64,
-    pub pinned: bool,
+pub(crate) struct ListedImage {
+    pub(crate) id: String,
+    pub(crate) size: u64,
+    pub(crate) pinned: bool,
 }
 
 impl ImageTracker {
     /// Record a listing: new images, the images in use (by id, by any
     /// container in any state) get `last_used = now`; vanished images are
     /// forgotten.
-    pub fn detect(&mut self, images: &[ListedImage], in_use: &BTreeSet<String>, now: Instant) {
+    pub(crate) fn detect(&mut self, images: &[ListedImage], in_use: &BTreeSet<String>, now: Instant) {
         let first = self.initialized.then_some(now);
         self.initialized = true;
         let current: BTreeSet<&str> = images.iter().map(|i| i.id.as_str()).collect();
@@ -64,7 +64,7 @@ impl ImageTracker {
     /// The images to remove to free `bytes` at `now`, in order, and the
     /// bytes they free. In-use images (last used at `now`), pinned ones and
     /// those younger than `min_age` are never chosen.
-    pub fn to_free(&self, bytes: u64, now: Instant, min_age: Duration) -> (Vec<String>, u64) {
+    pub(crate) fn to_free(&self, bytes: u64, now: Instant, min_age: Duration) -> (Vec<String>, u64) {
         let mut order: Vec<(&String, &ImageRecord)> = self.records.iter().collect();
         // least recently used first (never used first), then detected earlier
         order.sort_by(|a, b| {
@@ -91,11 +91,11 @@ impl ImageTracker {
     }
 
     /// An image was removed.
-    pub fn removed(&mut self, id: &str) {
+    pub(crate) fn removed(&mut self, id: &str) {
         self.records.remove(id);
     }
 
-    pub fn records(&self) -> &BTreeMap<String, ImageRecord> {
+    pub(crate) fn records(&self) -> &BTreeMap<String, ImageRecord> {
         &self.records
     }
 }

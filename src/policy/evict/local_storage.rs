@@ -20,18 +20,18 @@ use crate::core::quantity::Quantity;
 
 /// The local-storage limits a pod declares.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct StorageLimits {
+pub(crate) struct StorageLimits {
     /// (container name, `ephemeral-storage` limit) for app containers with one.
-    pub containers: Vec<(String, Quantity)>,
+    pub(crate) containers: Vec<(String, Quantity)>,
     /// Sum of the containers' limits (kubelet PodLimits), when any has one.
-    pub pod: Option<Quantity>,
+    pub(crate) pod: Option<Quantity>,
     /// (volume name, sizeLimit) of emptyDir volumes with a positive limit.
-    pub empty_dirs: Vec<(String, Quantity)>,
+    pub(crate) empty_dirs: Vec<(String, Quantity)>,
 }
 
 impl StorageLimits {
     /// The limits of a pod spec.
-    pub fn of(pod: &Pod) -> StorageLimits {
+    pub(crate) fn of(pod: &Pod) -> StorageLimits {
         let key = "ephemeral-storage";
         let containers: Vec<(String, Quantity)> = pod
             .containers
@@ -81,34 +81,34 @@ impl StorageLimits {
         }
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.containers.is_empty() && self.pod.is_none() && self.empty_dirs.is_empty()
     }
 }
 
 /// Measured storage of one container.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
-pub struct ContainerStorage {
-    pub name: String,
+pub(crate) struct ContainerStorage {
+    pub(crate) name: String,
     /// Writable layer, bytes (None: not reported).
-    pub rootfs_bytes: Option<u64>,
+    pub(crate) rootfs_bytes: Option<u64>,
     /// Its log files, bytes.
-    pub logs_bytes: Option<u64>,
+    pub(crate) logs_bytes: Option<u64>,
 }
 
 /// Per-container and per-volume storage of a pod.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
-pub struct StorageDetail {
-    pub containers: Vec<ContainerStorage>,
+pub(crate) struct StorageDetail {
+    pub(crate) containers: Vec<ContainerStorage>,
     /// (volume name, bytes) of every emptyDir found on disk.
-    pub volumes: Vec<(String, u64)>,
+    pub(crate) volumes: Vec<(String, u64)>,
     /// Total: writable layers + logs + disk-backed local volumes.
-    pub total_bytes: u64,
+    pub(crate) total_bytes: u64,
 }
 
 /// Which limit a pod broke.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LimitKind {
+pub(crate) enum LimitKind {
     EmptyDir,
     Pod,
     Container,
@@ -116,7 +116,7 @@ pub enum LimitKind {
 
 impl LimitKind {
     /// The kubelet's eviction metric label for this limit.
-    pub fn metric_label(self) -> &'static str {
+    pub(crate) fn metric_label(self) -> &'static str {
         match self {
             LimitKind::EmptyDir => "emptydirfs.limit",
             LimitKind::Pod => "ephemeralpodfs.limit",
@@ -127,18 +127,18 @@ impl LimitKind {
 
 /// A broken local-storage limit.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Violation {
-    pub kind: LimitKind,
+pub(crate) struct Violation {
+    pub(crate) kind: LimitKind,
     /// The kubelet's eviction message.
-    pub message: String,
-    pub usage_bytes: u64,
-    pub limit_bytes: i64,
+    pub(crate) message: String,
+    pub(crate) usage_bytes: u64,
+    pub(crate) limit_bytes: i64,
 }
 
 /// The first limit the pod breaks, in the kubelet's order (emptyDir, pod,
 /// container). `dedicated_imagefs`: the writable layers are on an imagefs
 /// and do not count towards a container's limit.
-pub fn violation(
+pub(crate) fn violation(
     limits: &StorageLimits,
     detail: &StorageDetail,
     dedicated_imagefs: bool,
@@ -196,7 +196,7 @@ pub fn violation(
 
 /// A byte count in Kubernetes' canonical binary form (`64Mi`, `1536Ki`,
 /// `1000`), as `resource.Quantity.String()` prints a BinarySI sum.
-pub fn canonical_bytes(v: i128) -> Quantity {
+pub(crate) fn canonical_bytes(v: i128) -> Quantity {
     let units = ["Ei", "Pi", "Ti", "Gi", "Mi", "Ki"];
     let text = if v == 0 {
         "0".to_string()

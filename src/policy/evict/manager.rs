@@ -19,6 +19,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use crate::policy::evict::local_storage;
+use crate::policy::evict::message::{
+    amount_text, low_on_resource_message, threshold_text, OverRequest,
+};
 use crate::policy::evict::rank::{self, Candidate, DiskLayout, Ranked};
 use crate::policy::evict::threshold::{
     format_duration, EvictionConfig, NodeCondition, Signal, SignalResource, Threshold,
@@ -27,44 +30,44 @@ use crate::policy::evict::threshold::{
 
 /// One observation of a signal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Observation {
+pub(crate) struct Observation {
     /// Available amount (may be negative for over-committed signals; the
     /// kubelet floors memory working set at 0, so memory is ≤ capacity).
-    pub available: i64,
-    pub capacity: i64,
+    pub(crate) available: i64,
+    pub(crate) capacity: i64,
     /// When it was measured.
-    pub at: Instant,
+    pub(crate) at: Instant,
 }
 
 /// The latest observation of each signal.
-pub type Observations = BTreeMap<Signal, Observation>;
+pub(crate) type Observations = BTreeMap<Signal, Observation>;
 
 /// Tunables of the state machine.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ManagerOptions {
     /// Observations older than this cannot trigger an eviction.
-    pub max_observation_age: Duration,
+    pub(crate) max_observation_age: Duration,
     /// After an eviction, wait at most this long for the resources to be
     /// released before choosing the next victim (kubelet: 30 s).
-    pub release_timeout: Duration,
+    pub(crate) release_timeout: Duration,
     /// The victim counts as released once its usage of the evicted resource
     /// is at most this fraction of its usage when it was chosen.
-    pub release_fraction: f64,
+    pub(crate) release_fraction: f64,
     /// A victim whose cgroup has no process left counts as released once
     /// this long has passed since it was chosen, even if its usage has not
     /// dropped (page cache stays charged; and cgroup.procs empties before
     /// the exiting processes' memory is freed, so "no process" alone is
     /// too early).
-    pub empty_settle: Duration,
+    pub(crate) empty_settle: Duration,
     /// A pod whose eviction failed is not chosen again for this long.
-    pub failed_backoff: Duration,
+    pub(crate) failed_backoff: Duration,
     /// Soft evictions: pod grace when the pod has no terminationGracePeriodSeconds.
-    pub default_pod_grace: Duration,
+    pub(crate) default_pod_grace: Duration,
     /// Grace of hard and local-storage evictions (kubelet
     /// `immediateEvictionGracePeriodSeconds`: 1 s).
-    pub hard_grace: Duration,
+    pub(crate) hard_grace: Duration,
     /// The node's filesystem layout (what each disk signal ranks by).
-    pub disk_layout: DiskLayout,
+    pub(crate) disk_layout: DiskLayout,
 }
 
 impl Default for ManagerOptions {
@@ -84,49 +87,49 @@ impl Default for ManagerOptions {
 
 /// The status of one configured threshold in a pass.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ThresholdStatus {
-    pub threshold: Threshold,
-    pub observed: Option<Observation>,
+pub(crate) struct ThresholdStatus {
+    pub(crate) threshold: Threshold,
+    pub(crate) observed: Option<Observation>,
     /// Absolute threshold against the observed capacity (plus min-reclaim
     /// when the threshold was already met).
-    pub line: Option<i64>,
-    pub met: bool,
+    pub(crate) line: Option<i64>,
+    pub(crate) met: bool,
     /// Observation missing or too old: state carried over, no action.
-    pub stale: bool,
+    pub(crate) stale: bool,
     /// When it was first met in the current episode.
-    pub met_since: Option<Instant>,
+    pub(crate) met_since: Option<Instant>,
     /// Met for at least its grace period (always true for a met hard one).
-    pub grace_satisfied: bool,
+    pub(crate) grace_satisfied: bool,
 }
 
 /// The pod chosen for eviction and everything the evictor should log.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Victim {
-    pub candidate: Candidate,
-    pub signal: Signal,
-    pub threshold: Threshold,
-    pub kind: ThresholdKind,
-    pub observed: i64,
-    pub capacity: i64,
-    pub threshold_value: i64,
+pub(crate) struct Victim {
+    pub(crate) candidate: Candidate,
+    pub(crate) signal: Signal,
+    pub(crate) threshold: Threshold,
+    pub(crate) kind: ThresholdKind,
+    pub(crate) observed: i64,
+    pub(crate) capacity: i64,
+    pub(crate) threshold_value: i64,
     /// Grace to give the pod: 1 s for hard thresholds and local-storage
     /// limits (the kubelet's immediateEvictionGracePeriodSeconds), for soft
     /// min(eviction-max-pod-grace-period, pod's terminationGracePeriodSeconds).
-    pub grace: Duration,
+    pub(crate) grace: Duration,
     /// 1-based position in the ranking (always 1 today; kept for the log).
-    pub rank: usize,
-    pub usage: Option<u64>,
-    pub request: i64,
-    pub reason: String,
+    pub(crate) rank: usize,
+    pub(crate) usage: Option<u64>,
+    pub(crate) request: i64,
+    pub(crate) reason: String,
     /// Why: a threshold, or a local-storage limit.
-    pub cause: Cause,
+    pub(crate) cause: Cause,
     /// The kubelet's eviction message (the `Evicted` event / pod status).
-    pub message: String,
+    pub(crate) message: String,
 }
 
 /// Why a pod is evicted.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Cause {
+pub(crate) enum Cause {
     /// A node-pressure threshold (`threshold`, `signal`).
     Threshold,
     /// A local-storage limit (no node pressure).
@@ -136,7 +139,7 @@ pub enum Cause {
 impl Victim {
     /// The label the kubelet counts this eviction under: the signal, or
     /// `ephemeralcontainerfs.limit` / `ephemeralpodfs.limit` / `emptydirfs.limit`.
-    pub fn metric_label(&self) -> &'static str {
+    pub(crate) fn metric_label(&self) -> &'static str {
         match self.cause {
             Cause::Threshold => self.signal.as_str(),
             Cause::LocalStorage(k) => k.metric_label(),
@@ -161,28 +164,28 @@ pub enum Action {
 
 /// The result of a pass.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Decision {
-    pub at: Instant,
-    pub thresholds: Vec<ThresholdStatus>,
-    pub conditions: Vec<NodeCondition>,
-    pub action: Action,
+pub(crate) struct Decision {
+    pub(crate) at: Instant,
+    pub(crate) thresholds: Vec<ThresholdStatus>,
+    pub(crate) conditions: Vec<NodeCondition>,
+    pub(crate) action: Action,
     /// Warnings and explanations for this pass (stale data, timeouts…).
-    pub notes: Vec<String>,
+    pub(crate) notes: Vec<String>,
     /// Things that happened in this pass and are logged once: a victim
     /// released, a victim not released in time (reported; the next one is
     /// taken), an escalation from soft to hard.
-    pub events: Vec<String>,
+    pub(crate) events: Vec<String>,
 }
 
 impl Decision {
-    pub fn victim(&self) -> Option<&Victim> {
+    pub(crate) fn victim(&self) -> Option<&Victim> {
         match &self.action {
             Action::Evict(v) => Some(v),
             _ => None,
         }
     }
 
-    pub fn met(&self) -> impl Iterator<Item = &ThresholdStatus> {
+    pub(crate) fn met(&self) -> impl Iterator<Item = &ThresholdStatus> {
         self.thresholds.iter().filter(|t| t.met)
     }
 }
@@ -218,7 +221,7 @@ pub struct Manager {
 }
 
 impl Manager {
-    pub fn new(config: EvictionConfig, opts: ManagerOptions) -> Manager {
+    pub(crate) fn new(config: EvictionConfig, opts: ManagerOptions) -> Manager {
         let n = config.thresholds.len();
         Manager {
             config,
@@ -232,17 +235,13 @@ impl Manager {
         }
     }
 
-    pub fn config(&self) -> &EvictionConfig {
+    pub(crate) fn config(&self) -> &EvictionConfig {
         &self.config
-    }
-
-    pub fn options(&self) -> &ManagerOptions {
-        &self.opts
     }
 
     /// The uid of a victim the manager is waiting for (chosen, not yet
     /// released), if any.
-    pub fn pending_victim(&self) -> Option<&str> {
+    pub(crate) fn pending_victim(&self) -> Option<&str> {
         self.in_flight
             .iter()
             .find(|(_, f)| !f.done)
@@ -250,14 +249,14 @@ impl Manager {
     }
 
     /// Victims chosen and still listed (never chosen again).
-    pub fn in_flight(&self) -> impl Iterator<Item = &str> {
+    pub(crate) fn in_flight(&self) -> impl Iterator<Item = &str> {
         self.in_flight.keys().map(String::as_str)
     }
 
     /// The evictor confirmed the victim's resources are released (e.g. its
     /// cgroup is empty): the next pass may choose another victim. The pod
     /// itself stays excluded while it is listed.
-    pub fn mark_released(&mut self, uid: &str) {
+    pub(crate) fn mark_released(&mut self, uid: &str) {
         if let Some(f) = self.in_flight.get_mut(uid) {
             f.done = true;
         }
@@ -265,25 +264,20 @@ impl Manager {
 
     /// Evicting `uid` failed: forget it and skip it for
     /// [`ManagerOptions::failed_backoff`] (then it may be chosen again).
-    pub fn eviction_failed(&mut self, uid: &str, now: Instant) {
+    pub(crate) fn eviction_failed(&mut self, uid: &str, now: Instant) {
         self.in_flight.remove(uid);
         self.failed.insert(uid.to_string(), now);
     }
 
     /// The victim was not evicted after all (node-level reclaim freed
     /// enough): forget it without a back-off.
-    pub fn cancel(&mut self, uid: &str) {
+    pub(crate) fn cancel(&mut self, uid: &str) {
         self.in_flight.remove(uid);
-    }
-
-    /// The filesystem layout the disk rankings use.
-    pub fn disk_layout(&self) -> DiskLayout {
-        self.opts.disk_layout
     }
 
     /// One pass. `pods`: the pods with their stats, or why they are unknown
     /// (runtime not answering): then nothing is evicted.
-    pub fn synchronize(
+    pub(crate) fn synchronize(
         &mut self,
         now: Instant,
         observations: &Observations,
@@ -677,51 +671,43 @@ impl Manager {
 /// The kubelet's eviction message (helpers.go evictionMessage): the starved
 /// resource, the first met threshold of that resource with its observation,
 /// and the pod's usage against its request when it exceeds it.
-pub fn eviction_message(
+pub(crate) fn eviction_message(
     t: &Threshold,
     obs: Observation,
     r: &Ranked,
     statuses: &[ThresholdStatus],
 ) -> String {
-    let resource = match t.signal.resource() {
-        SignalResource::Memory => "memory",
-        SignalResource::Disk => "ephemeral-storage",
-        SignalResource::Inodes => "inodes",
-        SignalResource::Pids => "pids",
-    };
-    let mut m = format!("The node was low on resource: {resource}. ");
     let first = statuses
         .iter()
         .filter(|s| s.met && s.threshold.signal.resource() == t.signal.resource())
         .find_map(|s| s.observed.map(|o| (s.threshold.clone(), o)))
         .unwrap_or((t.clone(), obs));
-    let q = |v: i64| {
-        if t.signal.is_bytes() {
-            crate::policy::evict::local_storage::canonical_bytes(i128::from(v)).to_string()
-        } else {
-            v.to_string()
-        }
-    };
-    m.push_str(&format!(
-        "Threshold quantity: {}, available: {}. ",
-        q(first.0.threshold_for(first.1.capacity)),
-        q(first.1.available)
-    ));
+    let q = |v: i64| amount_text(t.signal, v);
+    let mut over = Vec::new();
     if let Some(u) = r.usage {
         if i128::from(u) > i128::from(r.request) && t.signal.is_bytes() {
-            m.push_str(&format!(
-                "Pod {} was using {}, request is {}, has larger consumption of {resource}. ",
-                r.candidate.name,
-                q(u as i64),
-                q(r.request)
-            ));
+            over.push(OverRequest {
+                kind: "Pod",
+                name: &r.candidate.name,
+                usage: q(u as i64),
+                request: q(r.request),
+            });
         }
     }
-    m
+    low_on_resource_message(
+        t.signal,
+        &threshold_text(
+            first.0.signal,
+            &first.0.value,
+            first.0.threshold_for(first.1.capacity),
+        ),
+        &q(first.1.available),
+        &over,
+    )
 }
 
 /// Signals that have at least one threshold (what must be observed).
-pub fn watched_signals(config: &EvictionConfig) -> BTreeSet<Signal> {
+pub(crate) fn watched_signals(config: &EvictionConfig) -> BTreeSet<Signal> {
     config.thresholds.iter().map(|t| t.signal).collect()
 }
 

@@ -2,9 +2,10 @@
 //! kubelet's ranking ([`rank`]) and the pure, time-injected state machine
 //! that decides conditions and victims ([`manager`]).
 
-pub mod image_gc;
-pub mod local_storage;
+pub(crate) mod image_gc;
+pub(crate) mod local_storage;
 pub mod manager;
+pub(crate) mod message;
 pub mod rank;
 pub mod threshold;
 
@@ -20,7 +21,7 @@ pub enum Backend {
 }
 
 impl Backend {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Backend::Kill => "kill",
             Backend::Cri => "cri",

@@ -34,35 +34,35 @@ use crate::policy::evict::threshold::{Signal, SignalResource};
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct PodStats {
     #[serde(default)]
-    pub memory_working_set_bytes: Option<u64>,
+    pub(crate) memory_working_set_bytes: Option<u64>,
     #[serde(default)]
-    pub ephemeral_storage_bytes: Option<u64>,
+    pub(crate) ephemeral_storage_bytes: Option<u64>,
     #[serde(default)]
-    pub inodes: Option<u64>,
+    pub(crate) inodes: Option<u64>,
     #[serde(default)]
-    pub processes: Option<u64>,
+    pub(crate) processes: Option<u64>,
     /// Containers' writable layers (CRI `writable_layer`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rootfs_bytes: Option<u64>,
+    pub(crate) rootfs_bytes: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rootfs_inodes: Option<u64>,
+    pub(crate) rootfs_inodes: Option<u64>,
     /// Container logs (`<podLogsDir>/<ns>_<name>_<uid>/`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub logs_bytes: Option<u64>,
+    pub(crate) logs_bytes: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub logs_inodes: Option<u64>,
+    pub(crate) logs_inodes: Option<u64>,
     /// Local (disk-backed) volumes under `<rootDir>/pods/<uid>/volumes/`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub volumes_bytes: Option<u64>,
+    pub(crate) volumes_bytes: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub volumes_inodes: Option<u64>,
+    pub(crate) volumes_inodes: Option<u64>,
 }
 
 /// How the node's filesystems are laid out, which decides what part of a
 /// pod's storage each disk signal ranks by (kubelet buildSignalToRankFunc).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum DiskLayout {
+pub(crate) enum DiskLayout {
     /// nodefs, imagefs and containerfs are one filesystem: every disk
     /// signal counts writable layers + logs + local volumes.
     #[default]
@@ -92,7 +92,7 @@ fn disk_parts(signal: Signal, layout: DiskLayout) -> (bool, bool, bool) {
 impl PodStats {
     /// Bytes (or inodes) of the pod's storage a disk signal counts: the
     /// measured parts, or the total when the parts are not known.
-    pub fn disk_usage(&self, signal: Signal, layout: DiskLayout) -> Option<u64> {
+    pub(crate) fn disk_usage(&self, signal: Signal, layout: DiskLayout) -> Option<u64> {
         let inodes = signal.resource() == SignalResource::Inodes;
         let (total, parts) = if inodes {
             (
@@ -119,7 +119,7 @@ impl PodStats {
     }
 
     /// Totals from the measured parts (writable layers + logs + volumes).
-    pub fn with_totals(mut self) -> PodStats {
+    pub(crate) fn with_totals(mut self) -> PodStats {
         let add = |a: [Option<u64>; 3]| {
             a.iter().any(Option::is_some).then(|| {
                 a.iter()
@@ -141,16 +141,16 @@ impl PodStats {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Candidate {
     pub uid: String,
-    pub namespace: String,
-    pub name: String,
-    pub qos: QosClass,
-    pub priority: i32,
-    pub static_or_mirror: bool,
-    pub memory_request_bytes: i64,
-    pub ephemeral_storage_request_bytes: i64,
-    pub termination_grace_period_seconds: Option<i64>,
+    pub(crate) namespace: String,
+    pub(crate) name: String,
+    pub(crate) qos: QosClass,
+    pub(crate) priority: i32,
+    pub(crate) static_or_mirror: bool,
+    pub(crate) memory_request_bytes: i64,
+    pub(crate) ephemeral_storage_request_bytes: i64,
+    pub(crate) termination_grace_period_seconds: Option<i64>,
     /// CRI sandbox id, when the pod came from the runtime.
-    pub sandbox_id: Option<String>,
+    pub(crate) sandbox_id: Option<String>,
     /// Absolute directories of the pod's cgroup (v2: one; v1: the memory
     /// hierarchy's first, then others such as pids/freezer). Used by the
     /// kill backend and the per-pod signals.
@@ -158,15 +158,15 @@ pub struct Candidate {
     pub stats: Option<PodStats>,
     /// Local-storage limits from the pod's spec (empty when the source does
     /// not carry them: the CRI alone does not).
-    pub storage_limits: crate::policy::evict::local_storage::StorageLimits,
+    pub(crate) storage_limits: crate::policy::evict::local_storage::StorageLimits,
     /// Per-container and per-volume storage, for the limit checks.
-    pub storage_detail: Option<crate::policy::evict::local_storage::StorageDetail>,
+    pub(crate) storage_detail: Option<crate::policy::evict::local_storage::StorageDetail>,
 }
 
 impl Candidate {
     /// A candidate from a pod and values computed elsewhere (class,
     /// effective requests). Pure: does not call the classifier.
-    pub fn new(
+    pub(crate) fn new(
         pod: &Pod,
         qos: QosClass,
         memory_request_bytes: i64,
@@ -196,7 +196,7 @@ impl Candidate {
     }
 
     /// A candidate using the core classifier and resource helpers.
-    pub fn from_pod(pod: &Pod, stats: Option<PodStats>) -> Candidate {
+    pub(crate) fn from_pod(pod: &Pod, stats: Option<PodStats>) -> Candidate {
         let class = crate::core::qos::classify(pod).class;
         let res = crate::core::resources::pod_resources(pod);
         Candidate::new(
@@ -209,7 +209,7 @@ impl Candidate {
     }
 
     /// Why this pod is never evicted, if it is protected.
-    pub fn protection(&self) -> Option<String> {
+    pub(crate) fn protection(&self) -> Option<String> {
         if self.static_or_mirror {
             return Some("static or mirror pod: the kubelet never evicts these".into());
         }
@@ -224,7 +224,7 @@ impl Candidate {
 
     /// The usage and request relevant to a signal's resource (usage `None`
     /// when not measured), on a shared filesystem.
-    pub fn usage_and_request(&self, resource: SignalResource) -> (Option<u64>, i64) {
+    pub(crate) fn usage_and_request(&self, resource: SignalResource) -> (Option<u64>, i64) {
         let st = self.stats.unwrap_or_default();
         match resource {
             SignalResource::Memory => (
@@ -242,7 +242,7 @@ impl Candidate {
 
     /// The usage a signal ranks by, with the filesystem layout, and the
     /// request it is compared with.
-    pub fn usage_for(&self, signal: Signal, layout: DiskLayout) -> (Option<u64>, i64) {
+    pub(crate) fn usage_for(&self, signal: Signal, layout: DiskLayout) -> (Option<u64>, i64) {
         match signal.resource() {
             r @ (SignalResource::Memory | SignalResource::Pids) => self.usage_and_request(r),
             SignalResource::Disk => (
@@ -256,21 +256,21 @@ impl Candidate {
 
 /// One position in the eviction order.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Ranked {
+pub(crate) struct Ranked {
     /// 1-based position: 1 is evicted first.
-    pub rank: usize,
-    pub candidate: Candidate,
-    pub usage: Option<u64>,
-    pub request: i64,
-    pub reason: String,
+    pub(crate) rank: usize,
+    pub(crate) candidate: Candidate,
+    pub(crate) usage: Option<u64>,
+    pub(crate) request: i64,
+    pub(crate) reason: String,
 }
 
 /// The eviction order for a signal, plus the pods that are never evicted.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct Ranking {
-    pub order: Vec<Ranked>,
+pub(crate) struct Ranking {
+    pub(crate) order: Vec<Ranked>,
     /// (candidate, reason), sorted by uid.
-    pub never_evicted: Vec<(Candidate, String)>,
+    pub(crate) never_evicted: Vec<(Candidate, String)>,
 }
 
 /// Sort key of a candidate for a resource; lexicographic order = eviction order.
@@ -321,17 +321,17 @@ fn key(c: &Candidate, signal: Signal, layout: DiskLayout) -> Key {
 
 /// Compare two candidates for a signal: `Less` = `a` is evicted before `b`.
 /// A total order (ties broken by uid).
-pub fn compare(signal: Signal, a: &Candidate, b: &Candidate) -> Ordering {
+pub(crate) fn compare(signal: Signal, a: &Candidate, b: &Candidate) -> Ordering {
     key(a, signal, DiskLayout::Shared).cmp(&key(b, signal, DiskLayout::Shared))
 }
 
 /// Rank candidates for a signal (one shared filesystem).
-pub fn rank(signal: Signal, candidates: &[Candidate]) -> Ranking {
+pub(crate) fn rank(signal: Signal, candidates: &[Candidate]) -> Ranking {
     rank_in(signal, candidates, DiskLayout::Shared)
 }
 
 /// Rank candidates for a signal with the node's filesystem layout.
-pub fn rank_in(signal: Signal, candidates: &[Candidate], layout: DiskLayout) -> Ranking {
+pub(crate) fn rank_in(signal: Signal, candidates: &[Candidate], layout: DiskLayout) -> Ranking {
     let mut never = Vec::new();
     let mut evictable: Vec<(Key, &Candidate)> = Vec::new();
     for c in candidates {
@@ -363,7 +363,7 @@ pub fn rank_in(signal: Signal, candidates: &[Candidate], layout: DiskLayout) -> 
 }
 
 /// Human-readable byte count (binary units, one decimal).
-pub fn fmt_bytes(b: i128) -> String {
+pub(crate) fn fmt_bytes(b: i128) -> String {
     let neg = b < 0;
     let v = b.unsigned_abs() as f64;
     let units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];

@@ -40,7 +40,7 @@ pub enum Signal {
 
 /// The resource a signal measures, which decides the ranking used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum SignalResource {
+pub(crate) enum SignalResource {
     Memory,
     /// Bytes of a filesystem.
     Disk,
@@ -51,14 +51,14 @@ pub enum SignalResource {
 
 /// Node conditions the eviction manager reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
-pub enum NodeCondition {
+pub(crate) enum NodeCondition {
     MemoryPressure,
     DiskPressure,
     PIDPressure,
 }
 
 impl NodeCondition {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             NodeCondition::MemoryPressure => "MemoryPressure",
             NodeCondition::DiskPressure => "DiskPressure",
@@ -75,7 +75,7 @@ impl fmt::Display for NodeCondition {
 
 impl Signal {
     /// Every signal, in the kubelet's documentation order.
-    pub const ALL: [Signal; 9] = [
+    pub(crate) const ALL: [Signal; 9] = [
         Signal::MemoryAvailable,
         Signal::AllocatableMemoryAvailable,
         Signal::NodeFsAvailable,
@@ -87,7 +87,7 @@ impl Signal {
         Signal::PidAvailable,
     ];
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Signal::MemoryAvailable => "memory.available",
             Signal::AllocatableMemoryAvailable => "allocatableMemory.available",
@@ -106,7 +106,7 @@ impl Signal {
         Signal::ALL.into_iter().find(|sig| sig.as_str() == s)
     }
 
-    pub fn resource(self) -> SignalResource {
+    pub(crate) fn resource(self) -> SignalResource {
         match self {
             Signal::MemoryAvailable | Signal::AllocatableMemoryAvailable => SignalResource::Memory,
             Signal::NodeFsAvailable | Signal::ImageFsAvailable | Signal::ContainerFsAvailable => {
@@ -119,7 +119,7 @@ impl Signal {
         }
     }
 
-    pub fn node_condition(self) -> NodeCondition {
+    pub(crate) fn node_condition(self) -> NodeCondition {
         match self.resource() {
             SignalResource::Memory => NodeCondition::MemoryPressure,
             SignalResource::Disk | SignalResource::Inodes => NodeCondition::DiskPressure,
@@ -128,7 +128,7 @@ impl Signal {
     }
 
     /// Whether values of this signal are bytes (for display).
-    pub fn is_bytes(self) -> bool {
+    pub(crate) fn is_bytes(self) -> bool {
         matches!(
             self.resource(),
             SignalResource::Memory | SignalResource::Disk
@@ -163,7 +163,7 @@ pub enum ThresholdValue {
 impl ThresholdValue {
     /// The absolute value against a capacity (kubelet: `GetThresholdQuantity`,
     /// truncating `capacity × fraction`).
-    pub fn resolve(&self, capacity: i64) -> i64 {
+    pub(crate) fn resolve(&self, capacity: i64) -> i64 {
         match *self {
             ThresholdValue::Quantity(q) => q,
             ThresholdValue::Percentage(p) => (capacity.max(0) as f64 * p) as i64,
@@ -173,7 +173,7 @@ impl ThresholdValue {
 
 /// A count or byte amount in Kubernetes' binary-suffix form when exact
 /// (`104857600` → `100Mi`), else as a plain number.
-pub fn binary_quantity(v: i64) -> String {
+pub(crate) fn binary_quantity(v: i64) -> String {
     const SUFFIXES: [&str; 6] = ["Ki", "Mi", "Gi", "Ti", "Pi", "Ei"];
     let mut n = v;
     let mut suffix = "";
@@ -204,13 +204,13 @@ fn round_pct(p: f64) -> f64 {
 /// Hard thresholds act at once; soft ones after their grace period.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum ThresholdKind {
+pub(crate) enum ThresholdKind {
     Hard,
     Soft,
 }
 
 impl ThresholdKind {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             ThresholdKind::Hard => "hard",
             ThresholdKind::Soft => "soft",
@@ -226,24 +226,24 @@ impl fmt::Display for ThresholdKind {
 
 /// One eviction threshold.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Threshold {
-    pub signal: Signal,
-    pub kind: ThresholdKind,
-    pub value: ThresholdValue,
+pub(crate) struct Threshold {
+    pub(crate) signal: Signal,
+    pub(crate) kind: ThresholdKind,
+    pub(crate) value: ThresholdValue,
     /// Zero for hard thresholds.
-    pub grace_period: Duration,
+    pub(crate) grace_period: Duration,
     /// Extra amount to reclaim once met (`--eviction-minimum-reclaim`).
-    pub min_reclaim: Option<ThresholdValue>,
+    pub(crate) min_reclaim: Option<ThresholdValue>,
 }
 
 impl Threshold {
     /// Absolute threshold against `capacity`.
-    pub fn threshold_for(&self, capacity: i64) -> i64 {
+    pub(crate) fn threshold_for(&self, capacity: i64) -> i64 {
         self.value.resolve(capacity)
     }
 
     /// Absolute minimum reclaim against `capacity` (0 when unset).
-    pub fn min_reclaim_for(&self, capacity: i64) -> i64 {
+    pub(crate) fn min_reclaim_for(&self, capacity: i64) -> i64 {
         self.min_reclaim.map(|m| m.resolve(capacity)).unwrap_or(0)
     }
 
@@ -251,7 +251,7 @@ impl Threshold {
     /// met on the previous pass, so it stays met until `available` reaches
     /// threshold + minimum reclaim (kubelet: thresholdsMet with
     /// enforceMinReclaim for the previously met set).
-    pub fn is_met(&self, available: i64, capacity: i64, was_met: bool) -> bool {
+    pub(crate) fn is_met(&self, available: i64, capacity: i64, was_met: bool) -> bool {
         let mut line = self.threshold_for(capacity);
         if was_met {
             line = line.saturating_add(self.min_reclaim_for(capacity));
@@ -260,7 +260,7 @@ impl Threshold {
     }
 
     /// `memory.available<100Mi` (the flag form).
-    pub fn statement(&self) -> String {
+    pub(crate) fn statement(&self) -> String {
         format!("{}<{}", self.signal, self.value)
     }
 }
@@ -351,28 +351,28 @@ pub struct RawEvictionConfig {
     /// `None`: nothing given, the kubelet's defaults apply. `Some(empty)`: no
     /// hard thresholds at all.
     #[serde(default)]
-    pub eviction_hard: Option<BTreeMap<String, String>>,
+    pub(crate) eviction_hard: Option<BTreeMap<String, String>>,
     #[serde(default)]
-    pub eviction_soft: BTreeMap<String, String>,
+    pub(crate) eviction_soft: BTreeMap<String, String>,
     #[serde(default)]
-    pub eviction_soft_grace_period: BTreeMap<String, String>,
+    pub(crate) eviction_soft_grace_period: BTreeMap<String, String>,
     #[serde(default)]
-    pub eviction_minimum_reclaim: BTreeMap<String, String>,
+    pub(crate) eviction_minimum_reclaim: BTreeMap<String, String>,
     /// Seconds (the kubelet's int32).
     #[serde(default)]
-    pub eviction_max_pod_grace_period: Option<i64>,
+    pub(crate) eviction_max_pod_grace_period: Option<i64>,
     /// Go duration string, e.g. `5m0s`.
     #[serde(default)]
-    pub eviction_pressure_transition_period: Option<String>,
+    pub(crate) eviction_pressure_transition_period: Option<String>,
     /// KubeletConfiguration `mergeDefaultEvictionSettings`: a partial
     /// `evictionHard` keeps the defaults of the signals it does not name.
     #[serde(default)]
-    pub merge_default_eviction_settings: bool,
+    pub(crate) merge_default_eviction_settings: bool,
 }
 
 /// `hard` plus the kubelet's default hard thresholds of the signals it does
 /// not name (`mergeDefaultEvictionSettings: true`).
-pub fn merge_default_hard(hard: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+pub(crate) fn merge_default_hard(hard: &BTreeMap<String, String>) -> BTreeMap<String, String> {
     let mut m = hard.clone();
     for (k, v) in DEFAULT_EVICTION_HARD {
         m.entry(k.to_string()).or_insert_with(|| v.to_string());
@@ -384,15 +384,15 @@ pub fn merge_default_hard(hard: &BTreeMap<String, String>) -> BTreeMap<String, S
 #[derive(Debug, Clone, PartialEq)]
 pub struct EvictionConfig {
     /// Hard thresholds first, then soft; each list in signal order.
-    pub thresholds: Vec<Threshold>,
+    pub(crate) thresholds: Vec<Threshold>,
     /// Cap on a soft eviction's pod grace period
     /// (`--eviction-max-pod-grace-period`; kubelet default 0 = no grace).
-    pub max_pod_grace_period: Duration,
-    pub pressure_transition_period: Duration,
+    pub(crate) max_pod_grace_period: Duration,
+    pub(crate) pressure_transition_period: Duration,
 }
 
 /// The kubelet's default hard thresholds (Linux).
-pub const DEFAULT_EVICTION_HARD: [(&str, &str); 5] = [
+pub(crate) const DEFAULT_EVICTION_HARD: [(&str, &str); 5] = [
     ("memory.available", "100Mi"),
     ("nodefs.available", "10%"),
     ("nodefs.inodesFree", "5%"),
@@ -400,7 +400,7 @@ pub const DEFAULT_EVICTION_HARD: [(&str, &str); 5] = [
     ("imagefs.inodesFree", "5%"),
 ];
 /// The kubelet's default pressure transition period.
-pub const DEFAULT_PRESSURE_TRANSITION_PERIOD: Duration = Duration::from_secs(300);
+pub(crate) const DEFAULT_PRESSURE_TRANSITION_PERIOD: Duration = Duration::from_secs(300);
 
 impl Default for EvictionConfig {
     fn default() -> Self {
@@ -452,7 +452,7 @@ impl EvictionConfig {
     /// Build from already-typed pieces (e.g. the daemon's validated config:
     /// maps of raw threshold strings, grace periods as durations). `hard`:
     /// `None` = the kubelet defaults.
-    pub fn from_parts(
+    pub(crate) fn from_parts(
         hard: Option<&BTreeMap<String, String>>,
         soft: &BTreeMap<String, String>,
         soft_grace_period: &BTreeMap<String, Duration>,
@@ -538,7 +538,7 @@ impl EvictionConfig {
     /// The kubelet adds an `allocatableMemory.available` hard threshold
     /// equal to each `memory.available` one when node allocatable is
     /// enforced on pods (`--enforce-node-allocatable=pods`).
-    pub fn with_allocatable_thresholds(mut self) -> EvictionConfig {
+    pub(crate) fn with_allocatable_thresholds(mut self) -> EvictionConfig {
         let extra: Vec<Threshold> = self
             .thresholds
             .iter()
@@ -571,7 +571,7 @@ impl EvictionConfig {
     /// holding the containers' writable layers they copy `imagefs.*`.
     /// Configured `containerfs.*` thresholds are replaced (the kubelet
     /// ignores them with a logged error).
-    pub fn with_containerfs_thresholds(
+    pub(crate) fn with_containerfs_thresholds(
         mut self,
         dedicated_imagefs: bool,
         split: bool,
@@ -611,7 +611,7 @@ impl EvictionConfig {
     }
 
     /// The hard thresholds of one signal.
-    pub fn hard(&self, signal: Signal) -> impl Iterator<Item = &Threshold> {
+    pub(crate) fn hard(&self, signal: Signal) -> impl Iterator<Item = &Threshold> {
         self.thresholds
             .iter()
             .filter(move |t| t.kind == ThresholdKind::Hard && t.signal == signal)
@@ -619,7 +619,7 @@ impl EvictionConfig {
 
     /// The largest hard threshold of a signal against `capacity` (what a fast
     /// detector must watch for), if any.
-    pub fn hard_line(&self, signal: Signal, capacity: i64) -> Option<i64> {
+    pub(crate) fn hard_line(&self, signal: Signal, capacity: i64) -> Option<i64> {
         self.hard(signal).map(|t| t.threshold_for(capacity)).max()
     }
 }
@@ -711,7 +711,7 @@ fn parse_quantity(setting: &str, signal: Signal, v: &str) -> Result<i64, Thresho
 /// Parse a minimum-reclaim value as the kubelet does: a percentage must be
 /// positive (`0%` is an error), a quantity must not be negative (`0` means
 /// none). `Ok(None)`: no extra reclaim.
-pub fn parse_min_reclaim(
+pub(crate) fn parse_min_reclaim(
     signal: Signal,
     v: &str,
 ) -> Result<Option<ThresholdValue>, ThresholdError> {
@@ -744,7 +744,7 @@ pub fn parse_min_reclaim(
 /// validation calls this, so `qosd config check` refuses what `qosd run`
 /// refuses. `setting`: `eviction-hard`, `eviction-soft` or
 /// `eviction-minimum-reclaim`.
-pub fn check_entry(setting: &str, signal: &str, value: &str) -> Result<(), ThresholdError> {
+pub(crate) fn check_entry(setting: &str, signal: &str, value: &str) -> Result<(), ThresholdError> {
     let sig = parse_signal(signal)?;
     match setting {
         "eviction-minimum-reclaim" => parse_min_reclaim(sig, value.trim()).map(|_| ()),
@@ -795,7 +795,7 @@ pub fn parse_threshold_flag(
 
 /// Parse a `--eviction-soft-grace-period` / `--eviction-minimum-reclaim`
 /// flag value: `memory.available=1m30s,nodefs.available=2m`.
-pub fn parse_assignment_flag(
+pub(crate) fn parse_assignment_flag(
     setting: &str,
     s: &str,
 ) -> Result<BTreeMap<String, String>, ThresholdError> {
@@ -831,7 +831,7 @@ pub fn parse_assignment_flag(
 
 /// Go durations (`time.ParseDuration` / `Duration.String()`): one
 /// implementation, in [`crate::config`].
-pub use crate::core::duration::{format_go_duration as format_duration, parse_go_duration};
+pub(crate) use crate::core::duration::{format_go_duration as format_duration, parse_go_duration};
 
 #[cfg(test)]
 mod tests {

@@ -88,11 +88,9 @@ fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
     false
 }
 
-
 fn status(addr: SocketAddr) -> Value {
     serde_json::from_str(&body_of(addr, "/status")).unwrap_or_default()
 }
-
 
 fn found_in_status(doc: &Value, file: &Path) -> Option<Option<String>> {
     doc["audit"]["values"].as_array()?.iter().find_map(|d| {

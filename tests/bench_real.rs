@@ -560,7 +560,6 @@ fn spawn_earlyoom() -> Option<Child> {
         .ok()
 }
 
-
 /// Idle CPU and memory of `qosd run` (default intervals) with 110 real
 /// pods, and of earlyoom (Debian's service arguments, dry run) in the same
 /// windows.

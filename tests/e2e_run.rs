@@ -23,7 +23,6 @@ use support::*;
 
 const EXAMPLE_CONFIG: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/config/qosd.yaml");
 
-
 /// `qosd run` against `env` with the example config (test-specific
 /// settings by flags), `extra` appended.
 fn start_daemon(env: &Containerd, extra: &[&str]) -> Daemon {
@@ -109,7 +108,10 @@ async fn daemon_serves_live_state_and_enforces() {
         read_trimmed(&env.cgroup_dir("memory", &g).join("memory.limit_in_bytes")),
         (200 * MI).to_string()
     );
-    assert_eq!(read_trimmed(&env.cgroup_dir("cpu", &b).join("cpu.shares")), "256");
+    assert_eq!(
+        read_trimmed(&env.cgroup_dir("cpu", &b).join("cpu.shares")),
+        "256"
+    );
 
     // /metrics: Prometheus text with live values.
     let r = http_get(addr, "/metrics").unwrap();

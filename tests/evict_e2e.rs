@@ -15,7 +15,6 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use support::*;
 
-
 fn oom_kills(dir: &Path) -> u64 {
     read_or_empty(&dir.join("memory.oom_control"))
         .lines()
@@ -25,7 +24,6 @@ fn oom_kills(dir: &Path) -> u64 {
         })
         .unwrap_or(0)
 }
-
 
 fn evicted_uids(port: u16) -> Vec<String> {
     let doc = status_json(port);

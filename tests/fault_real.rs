@@ -108,7 +108,6 @@ fn assert_pods_alive(pids: &[i32]) {
     }
 }
 
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root: starts containerd, creates cgroups"]
 async fn runtime_hung_killed_and_restarted() {
@@ -295,7 +294,9 @@ async fn kubelet_root_dir_on_a_full_filesystem() {
     // Dry-run evictions: a full nodefs is real pressure (not a fault of
     // qosd's data) and would evict; the test checks qosd sees it truthfully
     // and survives, without killing the test pods.
-    let mut d = start_daemon(&env, &rootdir,
+    let mut d = start_daemon(
+        &env,
+        &rootdir,
         &[
             "--eviction-backend",
             "dry-run",
@@ -435,10 +436,7 @@ async fn pod_cgroups_removed_mid_write() {
     let (g, b) = two_pods(&env).await;
     let pids = pod_pids(&env, &[&g, &b]).await;
     // Orphans removed at once, so qosd and the test race for the same dirs.
-    let mut d = start_daemon(&env, env.dir(),
-        &["--orphan-grace-period", "0s"],
-        None,
-    );
+    let mut d = start_daemon(&env, env.dir(), &["--orphan-grace-period", "0s"], None);
     // Pods come and go while qosd writes their cgroups every pass: their
     // sandboxes are removed and their pod cgroups rmdir'ed (leaf first)
     // right away, often between qosd's listing and its writes.
@@ -549,7 +547,9 @@ async fn eviction_under_runtime_fault(fault: RuntimeFault) {
     let keep_pids = pod_pids(&env, &[&keep]).await;
     let hog = env.container_pid(&victim.containers[0].1).await;
     // kubepods limited to 512 MiB; evict when less than 100 MiB of it is left.
-    let mut d = start_daemon(&env, env.dir(),
+    let mut d = start_daemon(
+        &env,
+        env.dir(),
         &[
             "--node-memory",
             "512Mi",
@@ -685,4 +685,3 @@ async fn eviction_under_runtime_fault(fault: RuntimeFault) {
     assert!(log.contains(&victim.spec.uid), "{log}");
     assert_pods_alive(&keep_pids);
 }
-

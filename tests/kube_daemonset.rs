@@ -71,7 +71,6 @@ fn s(v: &Yaml) -> String {
         .to_string()
 }
 
-
 /// A recursive bind of `src` at `dst`, made rshared: `HostToContainer`
 /// propagation needs the host path on a shared (or slave) mount, as `/` is
 /// on a systemd node but not on this machine. Unmounted on drop.
@@ -101,7 +100,6 @@ impl Drop for SharedBind {
             .status();
     }
 }
-
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root: starts containerd, runs qosd as a pod, creates cgroups"]
@@ -426,7 +424,11 @@ async fn daemonset_pod_survives_a_runtime_restart_and_keeps_enforcing_and_evicti
         Duration::from_secs(30),
         || get_port(port, &readyz).is_some_and(|r| r.status == 503),
     );
-    assert_eq!(get_port(port, &healthz).unwrap().status, 200, "alive meanwhile");
+    assert_eq!(
+        get_port(port, &healthz).unwrap().status,
+        200,
+        "alive meanwhile"
+    );
     env.start_again();
     assert_ne!(env.pid().unwrap(), pid_before);
     wait_for(

@@ -28,7 +28,6 @@ use support::*;
 
 const NODE: &str = "qosd-test-node";
 
-
 fn quantity(bytes: i64) -> String {
     format!("{}Ki", bytes / 1024)
 }
@@ -268,7 +267,6 @@ fn wait_synced(port: u16, exact: u64) {
             && s["signals"].as_array().is_some_and(|a| !a.is_empty())
     });
 }
-
 
 fn metric(port: u16, series: &str) -> f64 {
     metrics_text(port)

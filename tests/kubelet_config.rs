@@ -159,7 +159,6 @@ fn config_show_yaml_uses_kubelet_formats() {
     assert!(out.contains("memory.available: 100Mi"), "{out}");
 }
 
-
 const HEAD: &str = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
 
 #[test]

@@ -13,8 +13,6 @@ use std::time::{Duration, Instant};
 
 use support::*;
 
-
-
 const NODE: &[&str] = &[
     "--config",
     "/dev/null",

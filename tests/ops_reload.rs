@@ -45,11 +45,6 @@ impl Drop for Daemon {
     }
 }
 
-
-
-
-
-
 fn config(env: &Containerd, port: u16, mode: &str, threshold: &str, extra: &str) -> String {
     format!(
         "mode: {mode}\nruntimeEndpoint: {}\ncgroupVersion: v1\ncgroupRoot: {}\nnodeMemory: 512Mi\n\

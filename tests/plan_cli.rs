@@ -96,7 +96,10 @@ fn plan_without_pods_uses_the_embedded_examples() {
 fn plan_detects_the_node_and_version_by_default() {
     // No flags at all: the README's first command. Works on any machine
     // (falls back to v2 with a warning when /sys/fs/cgroup is not a cgroupfs).
-    let out = qosd_cmd().args(["plan", "--output", "json"]).output().unwrap();
+    let out = qosd_cmd()
+        .args(["plan", "--output", "json"])
+        .output()
+        .unwrap();
     assert!(
         out.status.success(),
         "{}",

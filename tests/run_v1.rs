@@ -11,7 +11,6 @@ use std::path::Path;
 use serde_json::Value;
 use support::*;
 
-
 fn run_once(env: &Containerd, extra: &[&str]) -> Value {
     let mut args = vec!["run", "--once", "--output", "json"];
     args.extend(env.qosd_flags());
@@ -117,9 +116,18 @@ async fn run_enforces_kubelet_values_on_real_cgroup_v1() {
         read_trimmed(&env.cgroup_dir("memory", &b).join("memory.limit_in_bytes")),
         (256 * MI).to_string()
     );
-    assert_eq!(read_trimmed(&env.cgroup_dir("cpu", &be).join("cpu.shares")), "2");
-    assert_eq!(read_trimmed(&kubepods_cpu.join("besteffort/cpu.shares")), "2");
-    assert_eq!(read_trimmed(&kubepods_cpu.join("burstable/cpu.shares")), "512");
+    assert_eq!(
+        read_trimmed(&env.cgroup_dir("cpu", &be).join("cpu.shares")),
+        "2"
+    );
+    assert_eq!(
+        read_trimmed(&kubepods_cpu.join("besteffort/cpu.shares")),
+        "2"
+    );
+    assert_eq!(
+        read_trimmed(&kubepods_cpu.join("burstable/cpu.shares")),
+        "512"
+    );
 
     // Steady state: zero writes.
     let second = run_once(&env, &[]);

@@ -19,7 +19,6 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use support::*;
 
-
 /// A tiny deterministic generator (no extra crate): xorshift64.
 struct Rng(u64);
 impl Rng {
@@ -33,8 +32,6 @@ impl Rng {
         self.next() % n
     }
 }
-
-
 
 fn shares_of(millis: i64) -> String {
     (millis * 1024 / 1000).max(2).to_string()

@@ -44,7 +44,6 @@ use vm::Results;
 
 const SCRIPT: &str = include_str!("vm/systemd_node.sh");
 
-
 /// The plan qosd makes on the host for the VM's pods (same flags, fixed
 /// node size): units with properties, and files with values.
 fn host_plan() -> Value {

@@ -26,7 +26,6 @@ impl Output {
             Output::Text | Output::Wide => None,
         })
     }
-
 }
 
 /// Pretty JSON with a final newline.

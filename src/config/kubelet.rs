@@ -273,7 +273,10 @@ fn drop_in_files(dir: &Path) -> Result<Vec<PathBuf>, ConfigError> {
 impl KubeletConfig {
     /// Load the main file (if any) and the drop-ins (if any); see the
     /// module docs.
-    pub(crate) fn load(file: Option<&Path>, dir: Option<&Path>) -> Result<KubeletConfig, ConfigError> {
+    pub(crate) fn load(
+        file: Option<&Path>,
+        dir: Option<&Path>,
+    ) -> Result<KubeletConfig, ConfigError> {
         let mut k = KubeletConfig {
             file: file.map(Path::to_path_buf),
             ..Default::default()

@@ -291,7 +291,8 @@ pub struct Config {
     #[serde(rename = "reservedSystemCPUs", skip_serializing_if = "Option::is_none")]
     pub(crate) reserved_system_cpus: Option<String>,
     /// Kubelet `memoryReservationPolicy` (MemoryQoS, 1.36): None | TieredReservation.
-    pub(crate) memory_reservation_policy: crate::policy::enforce::memory_qos::MemoryReservationPolicy,
+    pub(crate) memory_reservation_policy:
+        crate::policy::enforce::memory_qos::MemoryReservationPolicy,
     /// Kubelet `enforceNodeAllocatable` (`[pods]` by default).
     #[serde(serialize_with = "ser_enforce")]
     pub(crate) enforce_node_allocatable: crate::policy::enforce::reserved::EnforceNodeAllocatable,
@@ -475,7 +476,10 @@ impl Config {
     }
 
     /// Apply overrides to raw values and validate.
-    pub(crate) fn from_raw(mut raw: RawConfig, overrides: &Overrides) -> Result<Config, ConfigError> {
+    pub(crate) fn from_raw(
+        mut raw: RawConfig,
+        overrides: &Overrides,
+    ) -> Result<Config, ConfigError> {
         let overridden = overrides.apply(&mut raw);
         validate(raw, &overridden).map_err(|errors| ConfigError::Invalid { file: None, errors })
     }

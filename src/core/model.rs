@@ -129,7 +129,6 @@ impl Pod {
         }
         matches!(self.annotations.get(ANNOTATION_SOURCE).map(String::as_str), Some(s) if s != "api")
     }
-
 }
 
 /// `kubernetes.io/config.mirror`: present on mirror pods.
@@ -242,7 +241,7 @@ pub struct CgroupWrite {
     /// Absolute directory of the cgroup the file belongs to (created by the
     /// applier when missing).
     #[serde(skip)]
-    pub(crate) dir: PathBuf,
+    pub dir: PathBuf,
     /// Logical cgroup name relative to the cgroup root, e.g.
     /// `kubepods/burstable/pod<uid>` (or the systemd slice path).
     #[serde(skip)]

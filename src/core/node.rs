@@ -42,6 +42,7 @@ pub(crate) struct Reserved {
 }
 
 impl Reserved {
+    #[cfg(test)]
     /// Parse `cpu=500m,memory=1Gi` (kubelet syntax; `ephemeral-storage`,
     /// `pid` and `hugepages-*` are accepted and ignored). Empty → zero.
     pub(crate) fn parse(s: &str) -> Result<Reserved, NodeError> {
@@ -117,7 +118,7 @@ impl NodeResources {
     }
 
     /// No reservations: everything allocatable.
-    pub(crate) fn from_capacity(cpu_millis: i64, memory_bytes: i64) -> NodeResources {
+    pub fn from_capacity(cpu_millis: i64, memory_bytes: i64) -> NodeResources {
         NodeResources::new(cpu_millis, memory_bytes, Reserved::default(), 0)
     }
 }

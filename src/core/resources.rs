@@ -30,12 +30,18 @@ pub(crate) struct PodResources {
 /// A container's request for `name`, defaulted to its limit when unset (the
 /// API server's defaulting; manifests loaded by qosd are already defaulted,
 /// this keeps hand-built pods consistent).
-pub(crate) fn container_request<'a>(res: &'a ResourceRequirements, name: &str) -> Option<&'a Quantity> {
+pub(crate) fn container_request<'a>(
+    res: &'a ResourceRequirements,
+    name: &str,
+) -> Option<&'a Quantity> {
     res.requests.get(name).or_else(|| res.limits.get(name))
 }
 
 /// A container's limit for `name`.
-pub(crate) fn container_limit<'a>(res: &'a ResourceRequirements, name: &str) -> Option<&'a Quantity> {
+pub(crate) fn container_limit<'a>(
+    res: &'a ResourceRequirements,
+    name: &str,
+) -> Option<&'a Quantity> {
     res.limits.get(name)
 }
 

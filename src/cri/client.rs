@@ -153,6 +153,7 @@ impl CriError {
         }
     }
 
+    #[cfg(test)]
     /// The runtime could not be reached (down, restarting, hung).
     pub(crate) fn is_unavailable(&self) -> bool {
         match self {
@@ -311,6 +312,7 @@ impl CriClient {
         Ok(client)
     }
 
+    #[cfg(test)]
     /// The `Version` answer seen at connect time.
     pub(crate) fn runtime_version(&self) -> &proto::VersionResponse {
         &self.version
@@ -366,6 +368,7 @@ impl CriClient {
         .await
     }
 
+    #[cfg(test)]
     /// `RuntimeConfig`: the runtime's cgroup driver. `Ok(None)` when the
     /// runtime does not serve it (older than CRI 1.28, e.g. containerd 1.6).
     pub(crate) async fn runtime_config(
@@ -579,7 +582,6 @@ impl CriClient {
     pub fn runtime_service(&self) -> RuntimeServiceClient<Channel> {
         self.runtime.clone()
     }
-
 }
 
 fn check_version(endpoint: &str, v: &proto::VersionResponse) -> Result<(), CriError> {

@@ -111,8 +111,8 @@ pub struct LivePod {
 /// A sandbox left out of the inventory, and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Skipped {
-    pub(crate) sandbox_id: String,
-    pub(crate) reason: String,
+    pub sandbox_id: String,
+    pub reason: String,
 }
 
 /// Result of [`inventory`].
@@ -231,7 +231,7 @@ pub(crate) async fn inventory_with(
 /// (in-place resource updates do not show in any listing). Entries of ids
 /// no longer listed are dropped at each listing.
 #[derive(Debug, Default)]
-pub(crate) struct StatusCache {
+pub struct StatusCache {
     sandboxes: std::sync::Mutex<HashMap<String, SandboxFacts>>,
     containers: std::sync::Mutex<HashMap<String, ContainerFacts>>,
 }
@@ -267,11 +267,11 @@ impl StatusCache {
         lock(&self.containers).clear();
     }
 
+    #[cfg(test)]
     /// (sandboxes, containers) held.
     pub(crate) fn len(&self) -> (usize, usize) {
         (lock(&self.sandboxes).len(), lock(&self.containers).len())
     }
-
 }
 
 fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -20,16 +20,13 @@ pub mod reconstruct;
 #[cfg(test)]
 mod fake_tests;
 
-use std::path::Path;
-
-pub use client::{ConnectOptions, CriClient, CriError, RetryPolicy};
 pub(crate) use client::DEFAULT_ENDPOINT;
+pub use client::{ConnectOptions, CriClient, CriError, RetryPolicy};
 pub use inventory::{inventory, inventory_of, InventoryOptions, SandboxState};
-pub use inventory::{Inventory, LiveContainer, LivePod, Skipped};
 pub(crate) use inventory::{inventory_with, StatusCache};
+pub use inventory::{Inventory, LiveContainer, LivePod, Skipped};
+#[cfg(test)]
 pub(crate) use reconstruct::QosSource;
-
-use crate::core::model::Pod;
 
 /// Connect (with the default options and `retry`), take the inventory and
 /// close, on a private current-thread tokio runtime. For CLI commands.

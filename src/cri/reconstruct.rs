@@ -14,7 +14,6 @@ pub(crate) const GUARANTEED_OOM_SCORE_ADJ: i64 = -997;
 pub(crate) const BESTEFFORT_OOM_SCORE_ADJ: i64 = 1000;
 /// cpu.shares the kubelet gives a container without a cpu request (MinShares).
 pub(crate) const MIN_SHARES: i64 = 2;
-pub(crate) use crate::core::uid::MAX_UID_LEN;
 
 /// How a live pod's QoS class was derived.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -140,6 +139,7 @@ impl ContainerSettings {
     }
 }
 
+#[cfg(test)]
 /// The memory request the kubelet's Burstable oom_score_adj formula implies:
 /// adj = 1000 − 1000·request/capacity (integer division), clamped to [3, 999].
 /// Returns the smallest request giving `adj`; `None` at the clamps (3 means

@@ -18,7 +18,7 @@ use super::types::Status;
 
 /// A failed API call.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum KubeError {
+pub enum KubeError {
     #[error("API server {server}: bad TLS setup: {message}")]
     Tls { server: String, message: String },
     #[error("API server {server}: bad URL: {message}")]
@@ -56,7 +56,7 @@ pub(crate) enum KubeError {
 
 impl KubeError {
     /// The HTTP status of an API error.
-    pub(crate) fn code(&self) -> Option<u16> {
+    pub fn code(&self) -> Option<u16> {
         match self {
             KubeError::Api { code, .. } => Some(*code),
             _ => None,
@@ -91,7 +91,7 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 }
 
 impl KubeClient {
-    pub(crate) fn new(cfg: KubeConfig) -> Result<KubeClient, KubeError> {
+    pub fn new(cfg: KubeConfig) -> Result<KubeClient, KubeError> {
         let server = cfg.server.clone();
         let tls_err = |message: String| KubeError::Tls {
             server: server.clone(),
@@ -360,7 +360,11 @@ impl KubeClient {
 
     /// Open a watch (or any streaming GET): the response headers must
     /// arrive within `timeout`; the body is read with [`LineReader`].
-    pub(crate) async fn stream(&self, path: &str, timeout: Duration) -> Result<LineReader, KubeError> {
+    pub(crate) async fn stream(
+        &self,
+        path: &str,
+        timeout: Duration,
+    ) -> Result<LineReader, KubeError> {
         let resp = tokio::time::timeout(timeout, self.send(Method::GET, path, None))
             .await
             .map_err(|_| KubeError::Timeout {

@@ -45,14 +45,14 @@ pub struct KubeConfig {
     pub(crate) server: String,
     /// PEM bundle of the CAs that sign the server's certificate.
     pub(crate) ca_pem: Vec<u8>,
-    pub(crate) auth: Auth,
+    pub auth: Auth,
     /// Where this came from, for messages (`in-cluster`, a kubeconfig path).
     pub(crate) origin: String,
 }
 
 /// A config that cannot be used.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum ConfigError {
+pub enum ConfigError {
     #[error("cannot read {path}: {source}")]
     Read {
         path: PathBuf,

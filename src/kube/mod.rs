@@ -18,7 +18,5 @@ pub(crate) mod merge;
 pub mod source;
 pub(crate) mod types;
 
-pub(crate) use client::{KubeClient, KubeError};
-pub(crate) use config::KubeConfig;
+pub(crate) use client::KubeClient;
 pub(crate) use evict::{KubeSettings, KubeSide};
-pub(crate) use source::{ApiView, PodCache, WatchOptions};

@@ -60,7 +60,7 @@ pub(crate) struct CacheStats {
 impl PodCache {
     /// The view, current if synced and connected (or disconnected for at
     /// most `max_stale`).
-    pub(crate) fn view(&self, max_stale: Duration) -> ApiView {
+    pub fn view(&self, max_stale: Duration) -> ApiView {
         let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let unavailable = if !g.synced {
             Some(format!(
@@ -101,7 +101,7 @@ impl PodCache {
         format!("k:{fresh}:{}:{}", g.resource_version, g.pods.len())
     }
 
-    pub(crate) fn stats(&self) -> CacheStats {
+    pub fn stats(&self) -> CacheStats {
         let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         CacheStats {
             pods: g.pods.len(),
@@ -213,13 +213,13 @@ pub struct WatchOptions {
     pub(crate) watch_timeout: Duration,
     /// Backoff between failed attempts (doubling up to `max_backoff`).
     pub(crate) min_backoff: Duration,
-    pub(crate) max_backoff: Duration,
+    pub max_backoff: Duration,
     /// Page size of lists.
-    pub(crate) page_size: u32,
+    pub page_size: u32,
 }
 
 impl WatchOptions {
-    pub(crate) fn new(node_name: impl Into<String>) -> WatchOptions {
+    pub fn new(node_name: impl Into<String>) -> WatchOptions {
         WatchOptions {
             node_name: node_name.into(),
             request_timeout: Duration::from_secs(10),

@@ -97,9 +97,9 @@ pub(crate) struct ApiPod {
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(default)]
-pub(crate) struct PodList {
+pub struct PodList {
     pub(crate) metadata: ListMeta,
-    pub(crate) items: Vec<ApiPod>,
+    pub items: Vec<ApiPod>,
 }
 
 /// One event of a watch stream (`{"type": …, "object": …}`).

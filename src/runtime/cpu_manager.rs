@@ -210,6 +210,7 @@ impl CpuManager {
         }))
     }
 
+    #[cfg(test)]
     pub(crate) fn state(&self) -> &CpuState {
         &self.state
     }

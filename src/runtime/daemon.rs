@@ -101,7 +101,10 @@ pub(crate) enum Outcome {
 }
 
 /// Run the daemon loop until SIGTERM/SIGINT (or one pass with `once`).
-pub(crate) async fn run_loop(opts: RunOptions, observer: &mut dyn Observer) -> anyhow::Result<Outcome> {
+pub(crate) async fn run_loop(
+    opts: RunOptions,
+    observer: &mut dyn Observer,
+) -> anyhow::Result<Outcome> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sigint = signal(SignalKind::interrupt())?;

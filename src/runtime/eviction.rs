@@ -74,10 +74,10 @@ impl Default for ImageGcPolicy {
 
 /// What one pass saw and did.
 #[derive(Debug)]
-pub(crate) struct PassReport {
-    pub(crate) decision: Decision,
+pub struct PassReport {
+    pub decision: Decision,
     /// The eviction carried out in this pass, if any.
-    pub(crate) outcome: Option<Result<Outcome, EvictError>>,
+    pub outcome: Option<Result<Outcome, EvictError>>,
     /// Signals that could not be read (they count as missing data).
     pub(crate) signal_errors: Vec<SignalError>,
     /// The pods with the stats measured in this pass (None: not measured).
@@ -564,7 +564,7 @@ impl EvictionLoop {
     /// Start the watcher and a thread that runs [`Engine::pass`] at once on
     /// every watcher event, and at least every `period`. `on_pass` gets each
     /// report (metrics, status, conditions) on that thread.
-    pub(crate) fn spawn(
+    pub fn spawn(
         engine: Engine,
         feed: std::sync::Arc<PodFeed>,
         opts: LoopOptions,
@@ -697,7 +697,7 @@ impl EvictionLoop {
     }
 
     /// Stop the watcher and the loop, and wait for them.
-    pub(crate) fn stop(mut self) {
+    pub fn stop(mut self) {
         self.shutdown();
     }
 

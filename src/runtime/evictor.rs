@@ -96,7 +96,7 @@ pub(crate) mod api_path {
 
 /// An eviction that could not be carried out.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum EvictError {
+pub enum EvictError {
     #[error("pod {uid}: no sandbox id: the CRI backend cannot stop it")]
     NoSandbox { uid: String },
     #[error("pod {uid}: no cgroup directory known: cannot kill its processes")]
@@ -129,10 +129,10 @@ pub(crate) enum RuntimeCleanup {
 
 /// The outcome of one eviction.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Outcome {
+pub struct Outcome {
     pub(crate) uid: String,
     pub(crate) backend: Backend,
-    pub(crate) kill: Option<KillReport>,
+    pub kill: Option<KillReport>,
     pub(crate) runtime: RuntimeCleanup,
 }
 

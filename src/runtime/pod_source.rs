@@ -31,7 +31,7 @@ pub(crate) struct Listing {
 
 /// Pod specs from another source (the Kubernetes API server, see
 /// `crate::kube`), merged into the runtime's live pods by uid.
-pub(crate) trait SpecSource: Send + Sync + std::fmt::Debug {
+pub trait SpecSource: Send + Sync + std::fmt::Debug {
     /// Merge in place; each value records whether it is exact or inferred.
     fn merge(&self, live: &mut [crate::cri::LivePod]);
     /// Changes whenever the source's view does (a pod event, the source
@@ -80,7 +80,7 @@ pub(crate) enum SourceError {
 
 impl Source {
     /// Connect (CRI: with retries per `opts`).
-    pub(crate) async fn connect(
+    pub async fn connect(
         spec: &PodSourceSpec,
         opts: crate::cri::ConnectOptions,
         memory_capacity_bytes: i64,
@@ -159,7 +159,7 @@ impl Source {
     }
 
     /// Sandboxes and containers whose statuses are held (CRI; 0 otherwise).
-    pub(crate) fn cached_statuses(&self) -> (usize, usize) {
+    pub fn cached_statuses(&self) -> (usize, usize) {
         match self {
             Source::Cri { cache, .. } => cache.len(),
             Source::Manifests(_) => (0, 0),
@@ -167,7 +167,7 @@ impl Source {
     }
 
     /// Full listing.
-    pub(crate) async fn list(&self) -> Result<Listing, SourceError> {
+    pub async fn list(&self) -> Result<Listing, SourceError> {
         match self {
             Source::Cri {
                 client,

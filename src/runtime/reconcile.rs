@@ -156,7 +156,7 @@ pub(crate) struct Reconciler {
 }
 
 impl Reconciler {
-    pub(crate) fn new(cfg: PlanConfig, dry_run: bool, orphan_grace: Duration) -> Reconciler {
+    pub fn new(cfg: PlanConfig, dry_run: bool, orphan_grace: Duration) -> Reconciler {
         let mode = if dry_run { Mode::DryRun } else { Mode::Real };
         Reconciler::with_mode(cfg, mode, orphan_grace)
     }

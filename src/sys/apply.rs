@@ -43,13 +43,13 @@ impl Mode {
 /// A failed write (or the read/mkdir before it).
 #[derive(Debug, thiserror::Error)]
 #[error("{error}")]
-pub(crate) struct ApplyError {
+pub struct ApplyError {
     /// The interface file of the planned write.
-    pub(crate) file: PathBuf,
+    pub file: PathBuf,
     /// The planned value.
-    pub(crate) value: String,
+    pub value: String,
     #[source]
-    pub(crate) error: CgroupFsError,
+    pub error: CgroupFsError,
 }
 
 /// What one [`Applier::apply`] call did.
@@ -72,7 +72,7 @@ pub struct ApplyReport {
 
 impl ApplyReport {
     /// Number of interface-file writes made.
-    pub(crate) fn write_count(&self) -> usize {
+    pub fn write_count(&self) -> usize {
         self.written.len()
     }
 }
@@ -109,6 +109,7 @@ impl Applier {
         }
     }
 
+    #[cfg(test)]
     /// Which levels' missing directories to create (default: all). A missing
     /// cgroup of another level is reported as gone.
     pub(crate) fn create_levels(mut self, levels: &[CgroupLevel]) -> Applier {

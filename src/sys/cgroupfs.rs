@@ -87,8 +87,7 @@ pub enum CgroupFsError {
     },
 }
 
-impl CgroupFsError {
-}
+impl CgroupFsError {}
 
 pub(crate) type Result<T> = std::result::Result<T, CgroupFsError>;
 

@@ -86,6 +86,7 @@ impl CgroupLayout {
         self.v1.get(controller).map(PathBuf::as_path)
     }
 
+    #[cfg(test)]
     /// Absolute dirs of the cgroup `rel` (e.g. `qosd-test-1/kubepods`) in the
     /// hierarchies qosd writes to: for v1 the given controllers' mounts
     /// (deduplicated: `cpu` and `cpuacct` co-mounted give one dir), for v2
@@ -136,6 +137,7 @@ impl CgroupLayout {
     }
 }
 
+#[cfg(test)]
 /// The v1 controllers qosd writes to.
 pub(crate) const V1_CONTROLLERS: &[&str] = &["cpu", "memory", "pids", "hugetlb", "cpuset"];
 

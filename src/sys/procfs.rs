@@ -37,6 +37,7 @@ pub fn parse_meminfo(text: &str) -> BTreeMap<String, i64> {
     m
 }
 
+#[cfg(test)]
 /// Capacity of the machine as seen under `proc_root` (normally `/proc`):
 /// (millicores, bytes).
 pub(crate) fn detect_capacity(proc_root: &Path) -> Result<(i64, i64), ProcError> {

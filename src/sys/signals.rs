@@ -313,7 +313,10 @@ pub(crate) fn cgroup_working_set(version: CgroupVersion, dir: &Path) -> Result<u
 const V1_UNLIMITED_FLOOR: u64 = 1 << 62;
 
 /// Memory limit of a cgroup (`None` = unlimited).
-pub(crate) fn cgroup_memory_limit(version: CgroupVersion, dir: &Path) -> Result<Option<i64>, SignalError> {
+pub(crate) fn cgroup_memory_limit(
+    version: CgroupVersion,
+    dir: &Path,
+) -> Result<Option<i64>, SignalError> {
     match version {
         CgroupVersion::V1 => {
             let v = read_u64(&dir.join("memory.limit_in_bytes"))?;

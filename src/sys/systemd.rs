@@ -302,7 +302,11 @@ impl Systemd {
 
     /// `SetUnitProperties(unit, runtime=true, props)`: kept in
     /// /run/systemd/system.control until reboot, survives `daemon-reload`.
-    pub(crate) fn set_properties(&self, unit: &str, props: &[UnitProperty]) -> Result<(), SystemdError> {
+    pub(crate) fn set_properties(
+        &self,
+        unit: &str,
+        props: &[UnitProperty],
+    ) -> Result<(), SystemdError> {
         let mut all: Vec<(&str, Value<'_>)> = vec![
             ("CPUAccounting", Value::Bool(true)),
             ("MemoryAccounting", Value::Bool(true)),
@@ -326,7 +330,11 @@ impl Systemd {
     }
 
     /// Wait until the unit is active (a started job has run).
-    pub(crate) fn wait_active(&self, unit: &str, timeout: Duration) -> Result<UnitState, SystemdError> {
+    pub(crate) fn wait_active(
+        &self,
+        unit: &str,
+        timeout: Duration,
+    ) -> Result<UnitState, SystemdError> {
         let start = Instant::now();
         loop {
             let st = self.unit_state(unit)?;
@@ -669,6 +677,7 @@ impl Driver {
         }
     }
 
+    #[cfg(test)]
     /// `systemd` or `cgroupfs`: who performs the writes.
     pub(crate) fn name(&self) -> &'static str {
         match self {

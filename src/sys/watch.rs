@@ -42,7 +42,7 @@ use crate::sys::signals::{stat_field, SignalSources};
 
 /// How a target's working set is read.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum ProbeKind {
+pub enum ProbeKind {
     /// A cgroup with a cheap usage file (`memory.usage_in_bytes` on v1,
     /// `memory.current` on v2) and its `memory.stat`; `inactive_key` is
     /// `total_inactive_file` (v1) or `inactive_file` (v2).
@@ -78,7 +78,7 @@ impl WatchTarget {
 
 /// Why the watcher could not be set up.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum WatchError {
+pub enum WatchError {
     #[error("cannot open {path}: {source}")]
     Open {
         path: PathBuf,
@@ -227,11 +227,11 @@ pub enum WakeSource {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct WatchEvent {
     pub(crate) signal: Signal,
-    pub(crate) available: i64,
+    pub available: i64,
     pub(crate) capacity: i64,
     pub(crate) threshold: i64,
     pub(crate) at: Instant,
-    pub(crate) source: WakeSource,
+    pub source: WakeSource,
 }
 
 /// One sample of a target.
@@ -474,7 +474,7 @@ pub struct Watcher {
     stop: Arc<AtomicBool>,
     waker: Arc<EventFd>,
     handle: Option<JoinHandle<()>>,
-    pub(crate) stats: Arc<WatchStats>,
+    pub stats: Arc<WatchStats>,
 }
 
 /// Re-arm a v1 eventfd when the level moved by more than this.
@@ -489,7 +489,7 @@ impl Watcher {
 
     /// Open every target and start the poller thread. `on_event` runs on
     /// that thread for each sample below a target's threshold.
-    pub(crate) fn spawn(
+    pub fn spawn(
         targets: Vec<WatchTarget>,
         cfg: WatchConfig,
         mut on_event: impl FnMut(WatchEvent) + Send + 'static,
@@ -601,7 +601,7 @@ impl Watcher {
     }
 
     /// Stop the thread and wait for it.
-    pub(crate) fn stop(mut self) {
+    pub fn stop(mut self) {
         self.shutdown();
     }
 

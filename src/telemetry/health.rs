@@ -79,7 +79,7 @@ impl Health {
     /// `stale_after`: how old the heartbeat may get before `/healthz` fails
     /// (e.g. 3 × the reconcile interval, or the systemd watchdog period).
     /// Construction counts as a heartbeat.
-    pub(crate) fn new(stale_after: Duration) -> Health {
+    pub fn new(stale_after: Duration) -> Health {
         Health {
             started: Instant::now(),
             last_beat_ms: AtomicU64::new(0),
@@ -307,7 +307,7 @@ impl Health {
     }
 
     /// Replace the published status document.
-    pub(crate) fn publish_status(&self, doc: StatusDoc) {
+    pub fn publish_status(&self, doc: StatusDoc) {
         *self.status.lock().unwrap_or_else(|e| e.into_inner()) = doc;
     }
 

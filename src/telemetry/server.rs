@@ -31,8 +31,8 @@ use crate::telemetry::metrics::{self, Metrics};
 /// What the handlers share.
 #[derive(Debug, Clone)]
 pub struct AppState {
-    pub(crate) metrics: Arc<Metrics>,
-    pub(crate) health: Arc<Health>,
+    pub metrics: Arc<Metrics>,
+    pub health: Arc<Health>,
 }
 
 /// The routes, for embedding or testing without a socket.
@@ -268,7 +268,7 @@ pub(crate) async fn serve_with(
 
 /// A running server (see [`spawn`]).
 #[derive(Debug)]
-pub(crate) struct Server {
+pub struct Server {
     local_addr: SocketAddr,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<Result<(), HttpError>>,
@@ -278,7 +278,7 @@ pub(crate) struct Server {
 
 impl Server {
     /// The bound address (resolves port 0).
-    pub(crate) fn local_addr(&self) -> SocketAddr {
+    pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
     }
 
@@ -290,7 +290,7 @@ impl Server {
     }
 
     /// Stop accepting, finish in-flight requests, wait for the task.
-    pub(crate) async fn shutdown(mut self) -> Result<(), HttpError> {
+    pub async fn shutdown(mut self) -> Result<(), HttpError> {
         if let Some(tx) = self.stop.take() {
             let _ = tx.send(());
         }

@@ -194,7 +194,11 @@ impl<'a> Acc<'a> {
 }
 
 /// `takeByTopologyNUMAPacked`: `n` CPUs out of `available`.
-pub(crate) fn take_packed(topo: &CpuTopology, available: &CpuSet, n: usize) -> Result<CpuSet, TakeError> {
+pub(crate) fn take_packed(
+    topo: &CpuTopology,
+    available: &CpuSet,
+    n: usize,
+) -> Result<CpuSet, TakeError> {
     let mut acc = Acc::new(topo, available, n);
     if acc.satisfied() {
         return Ok(acc.result);

@@ -11,4 +11,3 @@ pub mod state;
 pub(crate) mod topology;
 
 pub use cpuset::CpuSet;
-pub(crate) use topology::CpuTopology;

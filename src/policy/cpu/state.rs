@@ -25,10 +25,10 @@ pub(crate) type Assignments = BTreeMap<String, BTreeMap<String, CpuSet>>;
 /// The CPU manager's state.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CpuState {
-    pub(crate) policy_name: String,
+    pub policy_name: String,
     /// The shared pool (reserved CPUs included).
-    pub(crate) default: CpuSet,
-    pub(crate) entries: Assignments,
+    pub default: CpuSet,
+    pub entries: Assignments,
 }
 
 /// Why a checkpoint cannot be used. Messages follow the kubelet's.
@@ -123,7 +123,7 @@ pub(crate) fn checksum(
 impl CpuState {
     /// The checkpoint bytes, exactly as the kubelet's `json.Marshal` writes
     /// them (field order, sorted keys, `entries` omitted when empty).
-    pub(crate) fn to_json(&self) -> Vec<u8> {
+    pub fn to_json(&self) -> Vec<u8> {
         let entries: BTreeMap<String, BTreeMap<String, String>> = self
             .entries
             .iter()
@@ -147,7 +147,7 @@ impl CpuState {
     /// Parse and verify a checkpoint. A zero checksum is accepted (old file
     /// backend), as the kubelet does; otherwise it must match the hash under
     /// either struct name the kubelet has used for the v2 format.
-    pub(crate) fn from_json(bytes: &[u8]) -> Result<CpuState, StateError> {
+    pub fn from_json(bytes: &[u8]) -> Result<CpuState, StateError> {
         let cp: Checkpoint = serde_json::from_slice(bytes)?;
         if cp.checksum != 0 {
             let mut computed = 0;
@@ -194,11 +194,11 @@ impl CpuState {
     }
 
     /// The assignment of one container, if any.
-    pub(crate) fn get(&self, pod: &str, container: &str) -> Option<&CpuSet> {
+    pub fn get(&self, pod: &str, container: &str) -> Option<&CpuSet> {
         self.entries.get(pod).and_then(|m| m.get(container))
     }
 
-    pub(crate) fn set(&mut self, pod: &str, container: &str, cpus: CpuSet) {
+    pub fn set(&mut self, pod: &str, container: &str, cpus: CpuSet) {
         self.entries
             .entry(pod.to_string())
             .or_default()

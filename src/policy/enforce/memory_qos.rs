@@ -146,7 +146,10 @@ pub(crate) fn qos_protection(
 /// `memory.min` = its reserved memory under MemoryQoS: always up to 1.35;
 /// from 1.36 only under `TieredReservation` (the None policy protects
 /// nothing).
-pub(crate) fn reserved_cgroup_protected(version: KubeletVersion, policy: MemoryReservationPolicy) -> bool {
+pub(crate) fn reserved_cgroup_protected(
+    version: KubeletVersion,
+    policy: MemoryReservationPolicy,
+) -> bool {
     !version.has(Rule::MemoryQosTiered) || policy == MemoryReservationPolicy::TieredReservation
 }
 

@@ -203,6 +203,7 @@ impl CgroupLayout {
         join_rel(&base, cgroup)
     }
 
+    #[cfg(test)]
     /// Absolute path of interface file `file` (e.g. `cpu.shares`) of
     /// `cgroup`; the v1 controller is the file name's prefix.
     pub(crate) fn file(&self, cgroup: &str, file: &str) -> PathBuf {

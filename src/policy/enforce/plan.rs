@@ -54,7 +54,7 @@ pub struct PlanConfig {
     pub(crate) enforce_cpu_limits: bool,
     pub(crate) cpu_weight_formula: CpuWeightFormula,
     /// MemoryQoS (KEP-2570, cgroup v2 only): memory.min / memory.high.
-    pub(crate) memory_qos: bool,
+    pub memory_qos: bool,
     pub(crate) memory_throttling_factor: f64,
     /// `--qos-reserved memory=N%`.
     pub(crate) qos_reserved_memory_percent: Option<u32>,
@@ -78,7 +78,7 @@ pub struct PlanConfig {
 
 impl PlanConfig {
     /// Kubelet defaults for a layout and node.
-    pub(crate) fn new(layout: CgroupLayout, node: NodeResources) -> PlanConfig {
+    pub fn new(layout: CgroupLayout, node: NodeResources) -> PlanConfig {
         PlanConfig {
             layout,
             node,
@@ -170,12 +170,12 @@ pub(crate) struct PlannedPod {
 
 /// A full plan.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub(crate) struct Plan {
+pub struct Plan {
     /// Whose rules the plan follows (`--kubelet-version`).
     pub(crate) kubelet_version: KubeletVersion,
     pub(crate) node: PlanNode,
     pub(crate) pods: Vec<PlannedPod>,
-    pub(crate) writes: Vec<CgroupWrite>,
+    pub writes: Vec<CgroupWrite>,
     /// systemd driver: the slice units and the properties that carry the
     /// writes' values (absent with the cgroupfs driver).
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -453,6 +453,7 @@ pub(crate) fn qos_level_writes_from(
     out
 }
 
+#[cfg(test)]
 /// QoS level: burstable shares from the sum of Burstable pods' cpu
 /// requests; besteffort shares 2; with qos-reserved the memory limits of
 /// both; with MemoryQoS the memory.min of kubepods (Guaranteed + Burstable
@@ -550,6 +551,7 @@ pub(crate) fn reserved_level_writes(cfg: &PlanConfig) -> Vec<CgroupWrite> {
     out
 }
 
+#[cfg(test)]
 /// The writes for one pod of class `class` (parents not included).
 pub(crate) fn pod_writes(cfg: &PlanConfig, pod: &Pod, class: QosClass) -> Vec<CgroupWrite> {
     let r = cfg.pod_resources(pod);

@@ -100,6 +100,7 @@ impl ReservedResources {
     }
 
     /// From the flag syntax `cpu=500m,memory=1Gi,pid=1000,hugepages-2Mi=4Mi`.
+    #[cfg(test)]
     pub(crate) fn parse(s: &str) -> Result<Self, String> {
         let mut r = ReservedResources::default();
         for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {

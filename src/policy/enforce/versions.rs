@@ -154,6 +154,7 @@ impl KubeletVersion {
             .is_some_and(|r| self >= r.since)
     }
 
+    #[cfg(test)]
     /// Names of the versioned rules this version applies.
     pub(crate) fn rule_names(self) -> Vec<&'static str> {
         RULES

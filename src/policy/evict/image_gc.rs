@@ -41,7 +41,12 @@ impl ImageTracker {
     /// Record a listing: new images, the images in use (by id, by any
     /// container in any state) get `last_used = now`; vanished images are
     /// forgotten.
-    pub(crate) fn detect(&mut self, images: &[ListedImage], in_use: &BTreeSet<String>, now: Instant) {
+    pub(crate) fn detect(
+        &mut self,
+        images: &[ListedImage],
+        in_use: &BTreeSet<String>,
+        now: Instant,
+    ) {
         let first = self.initialized.then_some(now);
         self.initialized = true;
         let current: BTreeSet<&str> = images.iter().map(|i| i.id.as_str()).collect();
@@ -64,7 +69,12 @@ impl ImageTracker {
     /// The images to remove to free `bytes` at `now`, in order, and the
     /// bytes they free. In-use images (last used at `now`), pinned ones and
     /// those younger than `min_age` are never chosen.
-    pub(crate) fn to_free(&self, bytes: u64, now: Instant, min_age: Duration) -> (Vec<String>, u64) {
+    pub(crate) fn to_free(
+        &self,
+        bytes: u64,
+        now: Instant,
+        min_age: Duration,
+    ) -> (Vec<String>, u64) {
         let mut order: Vec<(&String, &ImageRecord)> = self.records.iter().collect();
         // least recently used first (never used first), then detected earlier
         order.sort_by(|a, b| {

@@ -30,7 +30,7 @@ use crate::policy::evict::threshold::{
 
 /// One observation of a signal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Observation {
+pub struct Observation {
     /// Available amount (may be negative for over-committed signals; the
     /// kubelet floors memory working set at 0, so memory is ≤ capacity).
     pub(crate) available: i64,
@@ -104,13 +104,13 @@ pub(crate) struct ThresholdStatus {
 
 /// The pod chosen for eviction and everything the evictor should log.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Victim {
-    pub(crate) candidate: Candidate,
+pub struct Victim {
+    pub candidate: Candidate,
     pub(crate) signal: Signal,
     pub(crate) threshold: Threshold,
     pub(crate) kind: ThresholdKind,
-    pub(crate) observed: i64,
-    pub(crate) capacity: i64,
+    pub observed: i64,
+    pub capacity: i64,
     pub(crate) threshold_value: i64,
     /// Grace to give the pod: 1 s for hard thresholds and local-storage
     /// limits (the kubelet's immediateEvictionGracePeriodSeconds), for soft
@@ -118,7 +118,7 @@ pub(crate) struct Victim {
     pub(crate) grace: Duration,
     /// 1-based position in the ranking (always 1 today; kept for the log).
     pub(crate) rank: usize,
-    pub(crate) usage: Option<u64>,
+    pub usage: Option<u64>,
     pub(crate) request: i64,
     pub(crate) reason: String,
     /// Why: a threshold, or a local-storage limit.
@@ -185,6 +185,7 @@ impl Decision {
         }
     }
 
+    #[cfg(test)]
     pub(crate) fn met(&self) -> impl Iterator<Item = &ThresholdStatus> {
         self.thresholds.iter().filter(|t| t.met)
     }
@@ -221,7 +222,7 @@ pub struct Manager {
 }
 
 impl Manager {
-    pub(crate) fn new(config: EvictionConfig, opts: ManagerOptions) -> Manager {
+    pub fn new(config: EvictionConfig, opts: ManagerOptions) -> Manager {
         let n = config.thresholds.len();
         Manager {
             config,
@@ -239,6 +240,7 @@ impl Manager {
         &self.config
     }
 
+    #[cfg(test)]
     /// The uid of a victim the manager is waiting for (chosen, not yet
     /// released), if any.
     pub(crate) fn pending_victim(&self) -> Option<&str> {
@@ -253,6 +255,7 @@ impl Manager {
         self.in_flight.keys().map(String::as_str)
     }
 
+    #[cfg(test)]
     /// The evictor confirmed the victim's resources are released (e.g. its
     /// cgroup is empty): the next pass may choose another victim. The pod
     /// itself stays excluded while it is listed.
@@ -277,7 +280,7 @@ impl Manager {
 
     /// One pass. `pods`: the pods with their stats, or why they are unknown
     /// (runtime not answering): then nothing is evicted.
-    pub(crate) fn synchronize(
+    pub fn synchronize(
         &mut self,
         now: Instant,
         observations: &Observations,

@@ -34,13 +34,13 @@ use crate::policy::evict::threshold::{Signal, SignalResource};
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct PodStats {
     #[serde(default)]
-    pub(crate) memory_working_set_bytes: Option<u64>,
+    pub memory_working_set_bytes: Option<u64>,
     #[serde(default)]
     pub(crate) ephemeral_storage_bytes: Option<u64>,
     #[serde(default)]
     pub(crate) inodes: Option<u64>,
     #[serde(default)]
-    pub(crate) processes: Option<u64>,
+    pub processes: Option<u64>,
     /// Containers' writable layers (CRI `writable_layer`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) rootfs_bytes: Option<u64>,
@@ -319,6 +319,7 @@ fn key(c: &Candidate, signal: Signal, layout: DiskLayout) -> Key {
     }
 }
 
+#[cfg(test)]
 /// Compare two candidates for a signal: `Less` = `a` is evicted before `b`.
 /// A total order (ties broken by uid).
 pub(crate) fn compare(signal: Signal, a: &Candidate, b: &Candidate) -> Ordering {

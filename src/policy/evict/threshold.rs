@@ -793,6 +793,7 @@ pub fn parse_threshold_flag(
     Ok(out)
 }
 
+#[cfg(test)]
 /// Parse a `--eviction-soft-grace-period` / `--eviction-minimum-reclaim`
 /// flag value: `memory.available=1m30s,nodefs.available=2m`.
 pub(crate) fn parse_assignment_flag(

@@ -13,6 +13,7 @@
 //! Detection reads an injectable proc root (`<proc>/meminfo`,
 //! `<proc>/cpuinfo`), so tests use fixture files.
 
+#[cfg(test)]
 use crate::core::quantity::Quantity;
 
 #[derive(Debug, thiserror::Error)]

@@ -267,7 +267,6 @@ impl StatusCache {
         lock(&self.containers).clear();
     }
 
-    #[cfg(test)]
     /// (sandboxes, containers) held.
     pub(crate) fn len(&self) -> (usize, usize) {
         (lock(&self.sandboxes).len(), lock(&self.containers).len())

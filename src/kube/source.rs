@@ -34,7 +34,7 @@ struct CacheState {
 
 /// What the reconcile loop gets from the cache.
 #[derive(Debug, Clone)]
-pub(crate) struct ApiView {
+pub struct ApiView {
     /// The pods by uid (also when stale: immutable fields stay usable).
     pub(crate) pods: HashMap<String, ApiPod>,
     /// `None`: the view is current; otherwise why it is not (never synced,
@@ -50,7 +50,7 @@ impl ApiView {
 
 /// Counters for metrics and status.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct CacheStats {
+pub struct CacheStats {
     pub(crate) pods: usize,
     pub(crate) relists: u64,
     pub(crate) watch_restarts: u64,

@@ -89,7 +89,7 @@ pub(crate) struct PodStatus {
 /// A pod as the API serves it (the fields qosd uses).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(default)]
-pub(crate) struct ApiPod {
+pub struct ApiPod {
     pub(crate) metadata: ObjectMeta,
     pub(crate) spec: PodSpec,
     pub(crate) status: PodStatus,

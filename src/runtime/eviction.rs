@@ -435,7 +435,7 @@ pub(crate) fn storage_of(
 /// The latest pod list, shared between the daemon's listing loop (writer)
 /// and the eviction loop (reader).
 #[derive(Debug)]
-pub(crate) struct PodFeed {
+pub struct PodFeed {
     inner: std::sync::Mutex<(Result<Vec<Candidate>, String>, Instant)>,
 }
 
@@ -525,7 +525,7 @@ pub(crate) fn next_pass_in(
 }
 
 /// A running eviction loop (its thread and the watcher); stops on drop.
-pub(crate) struct EvictionLoop {
+pub struct EvictionLoop {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     wake: std::sync::mpsc::Sender<()>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -534,7 +534,7 @@ pub(crate) struct EvictionLoop {
 
 /// Timing of the eviction loop.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct LoopOptions {
+pub struct LoopOptions {
     /// A pass at least this often (disk/pid signals, releases, conditions)
     /// while anything is near or under way; see [`next_pass_in`].
     pub(crate) period: std::time::Duration,

@@ -44,7 +44,7 @@ pub trait PodStopper: Send + Sync {
 
 /// Why the Kubernetes API did not evict a pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum ApiRefusal {
+pub enum ApiRefusal {
     /// 429: a PodDisruptionBudget (or rate limit) refused it.
     Refused(String),
     /// 404: the pod is not in the API (already deleted).

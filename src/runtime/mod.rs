@@ -11,6 +11,6 @@ pub mod eviction_service;
 pub mod evictor;
 pub(crate) mod hook;
 pub mod pod_source;
-pub(crate) mod reconcile;
+pub mod reconcile;
 pub mod stopper;
 pub mod supervisor;

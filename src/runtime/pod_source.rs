@@ -19,7 +19,7 @@ pub enum PodSourceSpec {
 
 /// The pods of one listing.
 #[derive(Debug, Default, Clone)]
-pub(crate) struct Listing {
+pub struct Listing {
     /// Pods to plan (READY sandboxes, or every manifest pod).
     pub(crate) pods: Vec<Pod>,
     /// Every uid the source knows; `None` when the listing was incomplete
@@ -71,7 +71,7 @@ const LISTS_REUSE: Duration = Duration::from_millis(500);
 
 /// Why a listing failed.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum SourceError {
+pub enum SourceError {
     #[error(transparent)]
     Cri(#[from] crate::cri::CriError),
     #[error(transparent)]

@@ -126,7 +126,7 @@ pub(crate) const SYSTEMD_CGROUPFS: &str = "/sys/fs/cgroup";
 /// The orphan scan runs at least this often while the pod set is steady.
 pub(crate) const ORPHAN_RESCAN: Duration = Duration::from_secs(60);
 
-pub(crate) struct Reconciler {
+pub struct Reconciler {
     cfg: PlanConfig,
     /// cgroupfs writes, or systemd units over D-Bus (cgroupDriver systemd
     /// on a systemd host).

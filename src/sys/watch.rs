@@ -225,7 +225,7 @@ pub enum WakeSource {
 
 /// A (possible) hard-threshold crossing, with a fresh observation.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct WatchEvent {
+pub struct WatchEvent {
     pub(crate) signal: Signal,
     pub available: i64,
     pub(crate) capacity: i64,
@@ -457,7 +457,7 @@ impl MemcgNotifier {
 
 /// Counters of a running watcher (for metrics and idle-cost checks).
 #[derive(Debug, Default)]
-pub(crate) struct WatchStats {
+pub struct WatchStats {
     pub(crate) polls: AtomicU64,
     pub(crate) exact_reads: AtomicU64,
     pub(crate) events: AtomicU64,

@@ -55,7 +55,7 @@ pub struct StatusDoc {
 /// The Kubernetes API pod source, in `/status`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
-pub(crate) struct KubeStatus {
+pub struct KubeStatus {
     /// API server URL and where the config came from.
     pub(crate) server: String,
     pub(crate) node_name: String,

@@ -33,7 +33,7 @@ pub struct CpuState {
 
 /// Why a checkpoint cannot be used. Messages follow the kubelet's.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum StateError {
+pub enum StateError {
     #[error("{0}")]
     Json(#[from] serde_json::Error),
     #[error("checkpoint is corrupted (checksum {found}, computed {computed})")]

@@ -176,6 +176,7 @@ impl CpuTopology {
         })
     }
 
+    #[cfg(test)]
     /// A regular machine: `sockets` × `numa_per_socket` NUMA nodes ×
     /// `cores_per_numa` cores × `threads` threads, numbered the Linux way
     /// (first thread of every core first, then the siblings: cpu `c` and

@@ -42,7 +42,9 @@ pub(crate) enum Rule {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct RuleInfo {
     pub(crate) rule: Rule,
-    /// Short name, as printed by `qosd plan`.
+    /// Short name, the key of its row in docs/semantics.md (a unit test
+    /// checks the table against this list).
+    #[cfg(test)]
     pub(crate) name: &'static str,
     /// First kubelet version with the rule.
     pub(crate) since: KubeletVersion,
@@ -53,30 +55,35 @@ pub(crate) const RULES: &[RuleInfo] = &[
     RuleInfo {
         // Where in the kubelet: PodLevelResources gate (KEP-2837) beta; helpers_linux.go ResourceConfigForPod
         rule: Rule::PodLevelResources,
+        #[cfg(test)]
         name: "pod-level-resources",
         since: KubeletVersion::V1_34,
     },
     RuleInfo {
         // Where in the kubelet: failCgroupV1 default true; container_manager_linux.go
         rule: Rule::CgroupV1Refused,
+        #[cfg(test)]
         name: "cgroup-v1-refused",
         since: KubeletVersion::V1_35,
     },
     RuleInfo {
         // Where in the kubelet: PR #137584, #137719; helpers_linux.go, qos_container_manager_linux.go
         rule: Rule::MemoryQosTiered,
+        #[cfg(test)]
         name: "memory-qos-tiered",
         since: KubeletVersion::V1_36,
     },
     RuleInfo {
         // Where in the kubelet: PR #137719; qos_container_manager_linux.go setMemoryQoS
         rule: Rule::MemoryQosZeroReset,
+        #[cfg(test)]
         name: "memory-qos-zero-reset",
         since: KubeletVersion::V1_36,
     },
     RuleInfo {
         // Where in the kubelet: helpers_linux.go ResourceConfigForPod (limits declared)
         rule: Rule::OwnLimitDeclared,
+        #[cfg(test)]
         name: "own-limit-declared",
         since: KubeletVersion::V1_36,
     },

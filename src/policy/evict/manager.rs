@@ -164,7 +164,7 @@ pub enum Action {
 
 /// The result of a pass.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Decision {
+pub struct Decision {
     pub(crate) at: Instant,
     pub(crate) thresholds: Vec<ThresholdStatus>,
     pub(crate) conditions: Vec<NodeCondition>,

@@ -17,6 +17,7 @@
 //! not depend on the input order. Static/mirror pods and pods with priority
 //! ≥ 2000000000 are never evicted: they are listed apart with the reason.
 
+#[cfg(test)]
 use std::cmp::Ordering;
 use std::path::PathBuf;
 

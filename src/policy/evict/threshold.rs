@@ -49,7 +49,8 @@ pub(crate) enum SignalResource {
     Pids,
 }
 
-/// Node conditions the eviction manager reports.
+/// Node conditions the eviction manager reports (the Kubernetes names).
+#[allow(clippy::enum_variant_names)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
 pub(crate) enum NodeCondition {
     MemoryPressure,

@@ -6,8 +6,6 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
-
 use serde_json::{json, Value};
 use support::{qosd, write_file};
 

@@ -19,18 +19,18 @@ pub(crate) type ResourceList = BTreeMap<String, Quantity>;
 /// `resources.requests` / `resources.limits` of a container or a pod.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ResourceRequirements {
-    pub(crate) requests: ResourceList,
-    pub(crate) limits: ResourceList,
+    pub requests: ResourceList,
+    pub limits: ResourceList,
 }
 
 /// One container (app or init) of a pod.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Container {
-    pub(crate) name: String,
-    pub(crate) resources: ResourceRequirements,
+    pub name: String,
+    pub resources: ResourceRequirements,
     /// Init containers only: `restartPolicy: Always` makes it a restartable
     /// sidecar, which keeps running beside the app containers.
-    pub(crate) restartable: bool,
+    pub restartable: bool,
 }
 
 /// Where a pod came from, for messages and output.
@@ -245,9 +245,9 @@ pub struct CgroupWrite {
     /// Logical cgroup name relative to the cgroup root, e.g.
     /// `kubepods/burstable/pod<uid>` (or the systemd slice path).
     #[serde(skip)]
-    pub(crate) cgroup: String,
+    pub cgroup: String,
     #[serde(skip)]
-    pub(crate) level: CgroupLevel,
+    pub level: CgroupLevel,
 }
 
 /// Which source decided a pod value: `exact` (the pod spec from the API

@@ -36,14 +36,14 @@ struct CacheState {
 #[derive(Debug, Clone)]
 pub struct ApiView {
     /// The pods by uid (also when stale: immutable fields stay usable).
-    pub(crate) pods: HashMap<String, ApiPod>,
+    pub pods: HashMap<String, ApiPod>,
     /// `None`: the view is current; otherwise why it is not (never synced,
     /// or disconnected longer than the allowed staleness).
-    pub(crate) unavailable: Option<String>,
+    pub unavailable: Option<String>,
 }
 
 impl ApiView {
-    pub(crate) fn fresh(&self) -> bool {
+    pub fn fresh(&self) -> bool {
         self.unavailable.is_none()
     }
 }
@@ -52,9 +52,9 @@ impl ApiView {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CacheStats {
     pub(crate) pods: usize,
-    pub(crate) relists: u64,
-    pub(crate) watch_restarts: u64,
-    pub(crate) resource_version: String,
+    pub relists: u64,
+    pub watch_restarts: u64,
+    pub resource_version: String,
 }
 
 impl PodCache {

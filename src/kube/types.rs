@@ -90,7 +90,7 @@ pub(crate) struct PodStatus {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(default)]
 pub struct ApiPod {
-    pub(crate) metadata: ObjectMeta,
+    pub metadata: ObjectMeta,
     pub(crate) spec: PodSpec,
     pub(crate) status: PodStatus,
 }

@@ -26,7 +26,7 @@ pub struct Listing {
     /// (a sandbox skipped for a bad label), which disables orphan removal.
     pub(crate) all_uids: Option<BTreeSet<String>>,
     /// Live CRI pods (empty for manifests), for eviction and status.
-    pub(crate) live: Vec<crate::cri::LivePod>,
+    pub live: Vec<crate::cri::LivePod>,
 }
 
 /// Pod specs from another source (the Kubernetes API server, see

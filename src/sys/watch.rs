@@ -458,10 +458,10 @@ impl MemcgNotifier {
 /// Counters of a running watcher (for metrics and idle-cost checks).
 #[derive(Debug, Default)]
 pub struct WatchStats {
-    pub(crate) polls: AtomicU64,
+    pub polls: AtomicU64,
     pub(crate) exact_reads: AtomicU64,
     pub(crate) events: AtomicU64,
-    pub(crate) eventfd_wakeups: AtomicU64,
+    pub eventfd_wakeups: AtomicU64,
     pub(crate) read_errors: AtomicU64,
     /// Current poll interval, µs.
     pub(crate) interval_us: AtomicU64,

@@ -128,13 +128,13 @@ impl Health {
     }
 
     /// The main loop is alive (call once per loop iteration).
-    pub(crate) fn beat(&self) {
+    pub fn beat(&self) {
         let ms = self.started.elapsed().as_millis() as u64;
         self.last_beat_ms.store(ms, Ordering::Relaxed);
     }
 
     /// Whether the container runtime answered the last call.
-    pub(crate) fn set_cri_reachable(&self, ok: bool) {
+    pub fn set_cri_reachable(&self, ok: bool) {
         self.cri_reachable.store(ok, Ordering::Relaxed);
         let mut since = self
             .cri_down_since
@@ -175,7 +175,7 @@ impl Health {
     }
 
     /// A reconcile pass completed (readiness needs at least one).
-    pub(crate) fn set_reconciled(&self) {
+    pub fn set_reconciled(&self) {
         self.reconciled.store(true, Ordering::Relaxed);
     }
 

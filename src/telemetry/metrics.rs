@@ -615,7 +615,7 @@ impl Metrics {
     }
 
     /// A reconcile pass finished after `d` (also stamps the time).
-    pub(crate) fn reconcile_done(&self, d: Duration) {
+    pub fn reconcile_done(&self, d: Duration) {
         self.reconcile_duration.observe(d.as_secs_f64());
         self.reconciles.inc();
         let now = SystemTime::now()
@@ -626,7 +626,7 @@ impl Metrics {
     }
 
     /// `n` cgroup files were written (`dry_run`: would have been).
-    pub(crate) fn cgroup_writes(&self, n: u64, dry_run: bool) {
+    pub fn cgroup_writes(&self, n: u64, dry_run: bool) {
         if dry_run {
             self.dry_run_cgroup_writes.inc_by(n);
         } else {
@@ -682,7 +682,7 @@ impl Metrics {
     }
 
     /// Live pods of a QoS class.
-    pub(crate) fn pods(&self, qos: QosClass, n: usize) {
+    pub fn pods(&self, qos: QosClass, n: usize) {
         self.pods
             .get_or_create(&QosLabels {
                 qos_class: qos.as_str().to_string(),

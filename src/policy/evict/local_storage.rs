@@ -195,7 +195,10 @@ pub(crate) fn violation(
 }
 
 /// A byte count in Kubernetes' canonical binary form (`64Mi`, `1536Ki`,
-/// `1000`), as `resource.Quantity.String()` prints a BinarySI sum.
+/// `1000`), as `resource.Quantity.String()` prints a BinarySI sum. The one
+/// formatter of byte quantities in messages (`message::amount_text` uses
+/// it); `message::threshold_text` differs on purpose (a threshold prints as
+/// written), `rank::fmt_bytes` is for humans (`1.5MiB`).
 pub(crate) fn canonical_bytes(v: i128) -> Quantity {
     let units = ["Ei", "Pi", "Ti", "Gi", "Mi", "Ki"];
     let text = if v == 0 {

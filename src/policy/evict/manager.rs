@@ -167,10 +167,10 @@ pub enum Action {
 pub struct Decision {
     pub(crate) at: Instant,
     pub(crate) thresholds: Vec<ThresholdStatus>,
-    pub(crate) conditions: Vec<NodeCondition>,
-    pub(crate) action: Action,
+    pub conditions: Vec<NodeCondition>,
+    pub action: Action,
     /// Warnings and explanations for this pass (stale data, timeouts…).
-    pub(crate) notes: Vec<String>,
+    pub notes: Vec<String>,
     /// Things that happened in this pass and are logged once: a victim
     /// released, a victim not released in time (reported; the next one is
     /// taken), an escalation from soft to hard.
@@ -178,7 +178,7 @@ pub struct Decision {
 }
 
 impl Decision {
-    pub(crate) fn victim(&self) -> Option<&Victim> {
+    pub fn victim(&self) -> Option<&Victim> {
         match &self.action {
             Action::Evict(v) => Some(v),
             _ => None,

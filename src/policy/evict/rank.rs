@@ -364,7 +364,7 @@ pub(crate) fn rank_in(signal: Signal, candidates: &[Candidate], layout: DiskLayo
     }
 }
 
-/// Human-readable byte count (binary units, one decimal).
+/// Human-readable bytes for tables and logs (`1.5MiB`): deliberately not a Kubernetes quantity (that is `message::amount_text`).
 pub(crate) fn fmt_bytes(b: i128) -> String {
     let neg = b < 0;
     let v = b.unsigned_abs() as f64;

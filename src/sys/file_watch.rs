@@ -5,9 +5,12 @@
 //! `fsnotify_modify`), cgroupfs control files included: a value changed by
 //! `echo`, runc, systemd or any other writer is seen. What is not seen: a
 //! value the kernel changes by itself without a write (none of the files
-//! qosd plans), and a cgroup removed and made again under the same path
-//! (the watch stays on the old file): the caller re-reads everything when
-//! pod cgroups come and go, and every file at a slower safety cadence.
+//! qosd plans), and a cgroup removed and made again under the same path:
+//! kernfs raises nothing on the files of a removed cgroup, and the watch
+//! stays on the old file (until [`FileWatch::retain`] drops it, or the path
+//! is watched again). The caller re-reads everything when pod cgroups come
+//! and go, and every file at a slower safety cadence
+//! (tests/cgroup_v1.rs `cgroup_file_writes_raise_inotify_modify`).
 //!
 //! One inotify instance; one watch per file (`max_user_watches` bounds
 //! them: a file that cannot be watched is reported and simply never counts
@@ -137,8 +140,8 @@ impl FileWatch {
     }
 
     /// Read every queued event (never blocks): the files written since the
-    /// last call. A file whose watch ended (removed) is reported too, and
-    /// is no longer watched.
+    /// last call. A file whose watch ended (removed from a filesystem that
+    /// reports it; not cgroupfs) is reported too, and is no longer watched.
     pub fn drain(&mut self) -> Result<Changes, FileWatchError> {
         let mut out = Changes::default();
         let mut seen = HashSet::new();

@@ -201,7 +201,8 @@ fn cgroup_file_writes_raise_inotify_modify() {
     let limit = mp.join("memory.limit_in_bytes");
     let mut fw = FileWatch::new().expect("inotify");
     for f in [&shares, &quota, &limit] {
-        fw.watch(f).unwrap_or_else(|e| panic!("watch {}: {e}", f.display()));
+        fw.watch(f)
+            .unwrap_or_else(|e| panic!("watch {}: {e}", f.display()));
     }
     let drained = |fw: &mut FileWatch| {
         let mut c = fw.drain().unwrap().files;

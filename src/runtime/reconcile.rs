@@ -352,9 +352,9 @@ impl Reconciler {
                 w.unchanged.insert(cw.file.clone());
             }
         }
-        let planned: HashSet<&PathBuf> = planned.iter().map(|x| &x.file).collect();
-        w.unchanged.retain(|f| planned.contains(f));
-        w.files.retain(|f| planned.contains(&f.to_path_buf()));
+        let planned: HashSet<&std::path::Path> = planned.iter().map(|x| x.file.as_path()).collect();
+        w.unchanged.retain(|f| planned.contains(f.as_path()));
+        w.files.retain(|f| planned.contains(f));
     }
 
     /// Real, dry run or audit.

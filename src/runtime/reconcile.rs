@@ -750,6 +750,88 @@ mod tests {
         assert_eq!(after.drift, vec![weight]);
     }
 
+    /// With the planned files watched: a steady reconcile reads nothing, a
+    /// write by someone else is read (and corrected) at the next one, qosd's
+    /// own write is read back once, pod cgroups coming and going and the
+    /// one-minute safety cadence read everything, a plan change reads the
+    /// changed file. On a real filesystem (inotify on regular files).
+    #[test]
+    fn watched_files_are_read_only_when_written() {
+        let d = fake_v2_tree();
+        let c = cfg(d.path());
+        let pods = vec![pod("0000-a", "250m")];
+        for w in plan::build(&c, &pods).writes {
+            std::fs::create_dir_all(&w.dir).unwrap();
+            std::fs::write(&w.file, "0").unwrap();
+            for f in ["cgroup.controllers", "cgroup.subtree_control"] {
+                let p = w.dir.join(f);
+                if !p.exists() {
+                    std::fs::write(p, "cpu memory pids\n").unwrap();
+                }
+            }
+        }
+        let mut r = Reconciler::new(c.clone(), false, Duration::from_secs(0));
+        r.watch_files();
+        assert!(r.drift_fd().is_some());
+        let t0 = Instant::now();
+        let first = r.reconcile(&pods, None, t0);
+        assert!(first.errors.is_empty(), "{:?}", first.errors);
+        assert!(!first.writes.is_empty());
+        let n = first.planned.len();
+        assert_eq!(first.unread, 0);
+        // Its own writes are read back once, then nothing is read.
+        let second = r.reconcile(&pods, None, t0);
+        assert_eq!(
+            (second.writes.len(), second.unread),
+            (0, n - first.writes.len())
+        );
+        let third = r.reconcile(&pods, None, t0);
+        assert_eq!(
+            (third.writes.len(), third.unread, third.unchanged),
+            (0, n, n)
+        );
+        // Someone else writes one file: only it is read, and corrected.
+        let weight = c.layout.file(
+            &c.layout.pod_cgroup(QosClass::Burstable, "0000-a"),
+            "cpu.weight",
+        );
+        let planned_weight = std::fs::read_to_string(&weight).unwrap();
+        std::fs::write(&weight, "4096").unwrap();
+        let fourth = r.reconcile(&pods, None, t0);
+        assert_eq!(fourth.writes.len(), 1);
+        assert_eq!(fourth.drift, vec![weight.clone()]);
+        assert_eq!(fourth.unread, n - 1);
+        assert_eq!(std::fs::read_to_string(&weight).unwrap(), planned_weight);
+        // Read back once (its own write), then steady again.
+        assert_eq!(r.reconcile(&pods, None, t0).unread, n - 1);
+        assert_eq!(r.reconcile(&pods, None, t0).unread, n);
+        // Pod cgroups came or went: everything is read.
+        r.files_may_have_moved();
+        assert_eq!(r.reconcile(&pods, None, t0).unread, 0);
+        assert_eq!(r.reconcile(&pods, None, t0).unread, n);
+        // The safety cadence: every file at least every DRIFT_FULL_READ,
+        // even if nothing was seen written.
+        let later = t0 + DRIFT_FULL_READ;
+        assert_eq!(r.reconcile(&pods, None, later).unread, 0);
+        assert_eq!(r.reconcile(&pods, None, later).unread, n);
+        // A plan change: the changed file is read (and written).
+        let pods2 = vec![pod("0000-a", "500m")];
+        let fifth = r.reconcile(&pods2, None, later);
+        assert!(
+            fifth.writes.iter().any(|w| w.file == weight),
+            "{:?}",
+            fifth.writes
+        );
+        assert!(fifth.unread < n);
+        assert!(fifth.drift.is_empty(), "{:?}", fifth.drift);
+        // Dry run and audit read every file every time.
+        let mut dry = Reconciler::new(c.clone(), true, Duration::from_secs(0));
+        dry.watch_files();
+        for _ in 0..2 {
+            assert_eq!(dry.reconcile(&pods2, None, t0).unread, 0);
+        }
+    }
+
     #[test]
     fn dry_run_logs_a_planned_write_once_until_it_changes() {
         let d = fake_v2_tree();

@@ -402,6 +402,50 @@ impl Health {
 mod tests {
     use super::*;
 
+    /// A reader of stale (or missing) per-pod usage asks the measuring
+    /// loop and gets what it published; fresh usage asks nothing; without
+    /// a measuring loop nothing is asked.
+    #[test]
+    fn stale_pod_usage_is_measured_on_demand() {
+        let h = Arc::new(Health::new(Duration::from_secs(60)));
+        // No measuring loop: returns at once with what there is.
+        h.fresh_pod_usage(Duration::from_secs(1), Duration::from_secs(5));
+        assert_eq!(h.status().pod_usage_at_ms, None);
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        h.set_usage_measurer(tx);
+        let h2 = h.clone();
+        let measurer = std::thread::spawn(move || {
+            let mut passes = 0;
+            while rx.recv().is_ok() {
+                let Some(g) = h2.usage_wanted() else { continue };
+                passes += 1;
+                h2.update_status(|d| {
+                    d.pod_usage = vec![crate::telemetry::status::PodUsage {
+                        uid: format!("pass{passes}"),
+                        ..Default::default()
+                    }];
+                    d.pod_usage_at_ms = Some(crate::telemetry::status::now_ms());
+                });
+                h2.usage_measured(g);
+            }
+            passes
+        });
+        h.fresh_pod_usage(Duration::from_secs(1), Duration::from_secs(30));
+        let doc = h.status();
+        assert_eq!(doc.pod_usage[0].uid, "pass1");
+        assert!(h.usage_wanted().is_none());
+        // Fresh enough: nothing asked.
+        h.fresh_pod_usage(Duration::from_secs(60), Duration::from_secs(30));
+        assert_eq!(h.status().pod_usage[0].uid, "pass1");
+        // Older than allowed: measured again.
+        h.fresh_pod_usage(Duration::ZERO, Duration::from_secs(30));
+        std::thread::sleep(Duration::from_millis(2));
+        h.fresh_pod_usage(Duration::ZERO, Duration::from_secs(30));
+        assert_eq!(h.status().pod_usage[0].uid, "pass3");
+        *lock(&h.usage.waker) = None; // ends the measurer
+        assert_eq!(measurer.join().unwrap(), 3);
+    }
+
     #[test]
     fn runtime_unreachable_too_long_fails_liveness_and_degraded_is_reported() {
         let h = Health::new(Duration::from_secs(60));

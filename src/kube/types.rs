@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 /// `metadata` of an object.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", default)]
-pub(crate) struct ObjectMeta {
+pub struct ObjectMeta {
     pub(crate) name: String,
     pub(crate) namespace: String,
     pub(crate) uid: String,

@@ -83,13 +83,9 @@ pub(crate) struct ReconcileReport {
     pub(crate) writes: Vec<CgroupWrite>,
     /// Every planned write (what `qosd plan` prints for the same pods).
     pub(crate) planned: Vec<CgroupWrite>,
-    /// Planned writes already in place (read, or `unread`).
+    /// Planned writes already in place (read this pass, or watched and not
+    /// written since they were last read holding the planned value).
     pub(crate) unchanged: usize,
-    /// Of `unchanged`: planned files not read this pass, watched and not
-    /// written since they were last read holding the planned value
-    /// ([`Reconciler::watch_files`]).
-    #[serde(skip)]
-    pub(crate) unread: usize,
     /// Failed writes, with path, value and error.
     pub(crate) errors: Vec<String>,
     /// Failed writes other than into a cgroup that vanished mid-write (a
@@ -415,7 +411,6 @@ impl Reconciler {
         }
         let mut out = ReconcileReport {
             unchanged: report.unchanged,
-            unread,
             pods: plan.pods.len(),
             ..Default::default()
         };

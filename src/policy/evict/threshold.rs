@@ -52,7 +52,7 @@ pub(crate) enum SignalResource {
 /// Node conditions the eviction manager reports (the Kubernetes names).
 #[allow(clippy::enum_variant_names)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
-pub(crate) enum NodeCondition {
+pub enum NodeCondition {
     MemoryPressure,
     DiskPressure,
     PIDPressure,

@@ -1320,7 +1320,7 @@ async fn e2e() {
                         .and_then(|r| serde_json::from_str(&r.body).ok())
                         .unwrap_or(Value::Null);
                     if let Some(e) = st["last_evictions"].as_array().and_then(|a| {
-                        a.iter().find(|e| e["uid"].as_str() == Some(&pod.spec.uid)).cloned()
+                        a.iter().find(|e| e["uid"].as_str() == Some(pod.spec.uid.as_str())).cloned()
                     }) {
                         record = e;
                         true
@@ -1385,6 +1385,7 @@ async fn e2e() {
             let exact = col("reaction_ms_qosd");
             let ext = col("sampled_cross_to_hog_exiting_ms");
             let logd = col("sampled_cross_to_log_line_ms");
+            let ramp = col("ramp_mib_s_measured");
             per_rate.push(json!({
                 "rate_mib_s": rate,
                 "runs": runs,
@@ -1394,7 +1395,7 @@ async fn e2e() {
                 "sampled_cross_to_hog_exiting_ms": summary(&ext),
                 "sampled_cross_to_hog_exiting_ms_p99": pct(&ext, 0.99),
                 "sampled_cross_to_log_line_ms": summary(&logd),
-                "ramp_mib_s_measured": summary(&col("ramp_mib_s_measured")),
+                "ramp_mib_s_measured": summary(&ramp),
                 "rows": rows,
             }));
         }

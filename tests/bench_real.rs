@@ -1078,9 +1078,7 @@ fn e2e_sample(usage: &Path, line: u64, pid: i32, timeout: Duration) -> E2eTrace 
         let n = u.read_at(&mut buf, 0).unwrap_or(0);
         let now = Instant::now();
         tr.samples += 1;
-        tr.max_sample_gap_ms = tr
-            .max_sample_gap_ms
-            .max((now - last).as_secs_f64() * 1e3);
+        tr.max_sample_gap_ms = tr.max_sample_gap_ms.max((now - last).as_secs_f64() * 1e3);
         last = now;
         let v: u64 = std::str::from_utf8(&buf[..n])
             .ok()
@@ -1095,8 +1093,7 @@ fn e2e_sample(usage: &Path, line: u64, pid: i32, timeout: Duration) -> E2eTrace 
                     .find(|(_, x)| *x + 32 * MI as u64 >= line)
                     .filter(|(t0, _)| *t0 < now)
                 {
-                    tr.rate_mib_s =
-                        Some((v - v0) as f64 / MI as f64 / (now - t0).as_secs_f64());
+                    tr.rate_mib_s = Some((v - v0) as f64 / MI as f64 / (now - t0).as_secs_f64());
                 }
             } else {
                 recent.push_back((now, v));
@@ -1133,9 +1130,15 @@ fn e2e_sample(usage: &Path, line: u64, pid: i32, timeout: Duration) -> E2eTrace 
 fn rfc3339_unix_s(ts: &str) -> Option<f64> {
     let ts = ts.strip_suffix('Z')?;
     let (date, time) = ts.split_once('T')?;
-    let d: Vec<i64> = date.split('-').map(|x| x.parse().ok()).collect::<Option<_>>()?;
+    let d: Vec<i64> = date
+        .split('-')
+        .map(|x| x.parse().ok())
+        .collect::<Option<_>>()?;
     let (hms, frac) = time.split_once('.').unwrap_or((time, "0"));
-    let t: Vec<i64> = hms.split(':').map(|x| x.parse().ok()).collect::<Option<_>>()?;
+    let t: Vec<i64> = hms
+        .split(':')
+        .map(|x| x.parse().ok())
+        .collect::<Option<_>>()?;
     let (y, m, day) = (d[0] - i64::from(d[1] <= 2), d[1], d[2]);
     // days from civil (Howard Hinnant's algorithm)
     let era = y.div_euclid(400);
@@ -1320,7 +1323,9 @@ async fn e2e() {
                         .and_then(|r| serde_json::from_str(&r.body).ok())
                         .unwrap_or(Value::Null);
                     if let Some(e) = st["last_evictions"].as_array().and_then(|a| {
-                        a.iter().find(|e| e["uid"].as_str() == Some(pod.spec.uid.as_str())).cloned()
+                        a.iter()
+                            .find(|e| e["uid"].as_str() == Some(pod.spec.uid.as_str()))
+                            .cloned()
                     }) {
                         record = e;
                         true
@@ -1379,9 +1384,8 @@ async fn e2e() {
                 });
                 std::thread::sleep(Duration::from_millis(2500));
             }
-            let col = |key: &str| -> Vec<f64> {
-                rows.iter().filter_map(|r| r[key].as_f64()).collect()
-            };
+            let col =
+                |key: &str| -> Vec<f64> { rows.iter().filter_map(|r| r[key].as_f64()).collect() };
             let exact = col("reaction_ms_qosd");
             let ext = col("sampled_cross_to_hog_exiting_ms");
             let logd = col("sampled_cross_to_log_line_ms");

@@ -181,6 +181,71 @@ fn values_steady_state_and_drift() {
     assert_eq!(read(&env.cpu.join("cpu.shares")), "1024");
 }
 
+/// The reconcile's drift check relies on it: a write(2) to a real cgroup v1
+/// control file raises inotify IN_MODIFY on it (by qosd's applier, by a
+/// shell's `echo`, by anyone), a read does not; removing a cgroup raises
+/// nothing on its files.
+#[test]
+#[ignore = "needs root: creates cgroups in this machine's cgroup v1 hierarchies"]
+fn cgroup_file_writes_raise_inotify_modify() {
+    use qosd::sys::file_watch::FileWatch;
+    let env = setup("inotify");
+    let plan = plan(&env.cpu, &env.mem);
+    let mut a = applier(&env);
+    let r = a.apply(&plan);
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    let cp = env.cpu.join("kubepods/burstable").join(POD);
+    let mp = env.mem.join("kubepods/burstable").join(POD);
+    let shares = env.cpu.join("kubepods/burstable/cpu.shares");
+    let quota = cp.join("cpu.cfs_quota_us");
+    let limit = mp.join("memory.limit_in_bytes");
+    let mut fw = FileWatch::new().expect("inotify");
+    for f in [&shares, &quota, &limit] {
+        fw.watch(f)
+            .unwrap_or_else(|e| panic!("watch {}: {e}", f.display()));
+    }
+    let drained = |fw: &mut FileWatch| {
+        let mut c = fw.drain().unwrap().files;
+        c.sort();
+        c
+    };
+    assert!(drained(&mut fw).is_empty());
+    // Reads (the applier's steady pass) raise nothing.
+    let r = a.apply(&plan);
+    assert_eq!(r.write_count(), 0);
+    assert!(drained(&mut fw).is_empty(), "a read is no write");
+    // Another writer: a shell's echo, and a plain write(2).
+    let sh = Command::new("sh")
+        .arg("-c")
+        .arg(format!("echo 4096 > {}", shares.display()))
+        .status()
+        .expect("sh");
+    assert!(sh.success());
+    fs::write(&limit, "134217728").unwrap();
+    let mut want = vec![shares.clone(), limit.clone()];
+    want.sort();
+    assert_eq!(drained(&mut fw), want);
+    // The same value written again is a write too.
+    fs::write(&quota, "50000").unwrap();
+    assert_eq!(drained(&mut fw), vec![quota.clone()]);
+    // qosd's own corrective writes are seen as well (read back once).
+    let r = a.apply(&plan);
+    assert_eq!(r.write_count(), 2, "{:?}", r.written);
+    assert_eq!(drained(&mut fw), want);
+    // The pod's cgroups go away: kernfs raises nothing on the files of a
+    // removed cgroup (their watches stay until removed), so the reconcile
+    // drops the watches of files no longer planned.
+    std::fs::remove_dir(&cp).unwrap();
+    std::fs::remove_dir(&mp).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(drained(&mut fw).is_empty());
+    assert_eq!(fw.watched(), 3);
+    fw.retain(|f| f == shares);
+    assert_eq!(fw.watched(), 1);
+    fs::write(&shares, "512").unwrap();
+    assert_eq!(drained(&mut fw), vec![shares.clone()]);
+}
+
 #[test]
 #[ignore = "needs root: creates cgroups in this machine's cgroup v1 hierarchies"]
 fn quota_ordering_children_first_when_lowering() {

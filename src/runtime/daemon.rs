@@ -178,6 +178,10 @@ pub async fn run_loop(opts: RunOptions, observer: &mut dyn Observer) -> anyhow::
     // after each, instead of one every `relist_interval`. Started after the
     // first reconcile (which creates kubepods and the QoS cgroups).
     let mut pod_events = PodEventState::default();
+    // Planned files written by anyone: reconcile (with the last listing)
+    // soon after, instead of at the next timer reconcile.
+    reconciler.watch_files();
+    let mut drift = DriftState::new(reconciler.drift_fd());
     let mut spec_key = source.spec_key();
     // The loop may sleep a whole reconcile interval when the watchdog
     // (pinged from the heartbeat) allows it.
@@ -221,81 +225,106 @@ pub async fn run_loop(opts: RunOptions, observer: &mut dyn Observer) -> anyhow::
                 Tick::Relist
             }
             r = pod_events.readable() => {
-                pod_events.on_readable(r);
+                if pod_events.on_readable(r) {
+                    reconciler.files_may_have_moved();
+                }
                 continue;
+            }
+            r = drift.readable() => {
+                drift.on_readable(r);
+                continue;
+            }
+            _ = sleep_until(drift.due) => {
+                drift.fired();
+                Tick::Drift
             }
             _ = sleep_until(relist_due) => {
                 pod_events.relisting();
                 Tick::Relist
             }
         };
-        // Calls retry while the runtime is down: stay stoppable, and alive
-        // (a hung runtime is reported as such, not as a dead loop).
-        let Some(fp) = waiting(
-            source.fingerprint(),
-            "ListPodSandbox",
-            observer,
-            &mut sigterm,
-            &mut sigint,
-        )
-        .await
-        else {
-            return Ok(Outcome::Stopped);
+        // A planned file was written: re-read the written files against the
+        // last listing (no runtime call); without one, a full reconcile.
+        let drift_listing = match (tick, &cached) {
+            (Tick::Drift, Some((_, listing, _))) if !source_down => Some(listing.clone()),
+            _ => None,
         };
-        let fp = match fp {
-            Ok(fp) => fp,
-            Err(e) => {
-                if !source_down {
-                    tracing::warn!(error = %e, "pod source unavailable; keeping the last state, retrying");
-                }
-                source_down = true;
-                // Relist in full once it answers again.
-                cached = None;
-                observer.source_failed(&e);
-                continue;
-            }
+        let tick = if tick == Tick::Drift {
+            Tick::Reconcile
+        } else {
+            tick
         };
-        let fresh = cached
-            .as_ref()
-            .filter(|(cfp, _, at)| *cfp == fp && at.elapsed() < RESYNC);
-        let listing = match (fresh, tick) {
-            (Some(_), Tick::Relist) => continue,
-            (Some((_, listing, _)), Tick::Reconcile) => listing.clone(),
-            (None, _) => {
-                if last_resync.elapsed() >= RESYNC {
-                    // Container statuses are asked again (in-place resource
-                    // updates); sandbox statuses never change.
-                    source.resync();
-                    last_resync = Instant::now();
-                }
-                let Some(listed) = waiting(
-                    source.list(),
-                    "pod listing",
-                    observer,
-                    &mut sigterm,
-                    &mut sigint,
-                )
-                .await
-                else {
-                    return Ok(Outcome::Stopped);
-                };
-                match listed {
-                    Ok(listing) => {
-                        if source_down {
-                            tracing::info!("pod source is back");
-                            source_down = false;
-                        }
-                        cached = Some((fp, listing.clone(), Instant::now()));
-                        listing
+        let listing = if let Some(listing) = drift_listing {
+            listing
+        } else {
+            // Calls retry while the runtime is down: stay stoppable, and alive
+            // (a hung runtime is reported as such, not as a dead loop).
+            let Some(fp) = waiting(
+                source.fingerprint(),
+                "ListPodSandbox",
+                observer,
+                &mut sigterm,
+                &mut sigint,
+            )
+            .await
+            else {
+                return Ok(Outcome::Stopped);
+            };
+            let fp = match fp {
+                Ok(fp) => fp,
+                Err(e) => {
+                    if !source_down {
+                        tracing::warn!(error = %e, "pod source unavailable; keeping the last state, retrying");
                     }
-                    Err(e) => {
-                        if !source_down {
-                            tracing::warn!(error = %e, "pod listing failed; keeping the last state, retrying");
+                    source_down = true;
+                    // Relist in full once it answers again.
+                    cached = None;
+                    observer.source_failed(&e);
+                    continue;
+                }
+            };
+            let fresh = cached
+                .as_ref()
+                .filter(|(cfp, _, at)| *cfp == fp && at.elapsed() < RESYNC);
+            match (fresh, tick) {
+                (Some(_), Tick::Relist) => continue,
+                (Some((_, listing, _)), Tick::Reconcile | Tick::Drift) => listing.clone(),
+                (None, _) => {
+                    if last_resync.elapsed() >= RESYNC {
+                        // Container statuses are asked again (in-place resource
+                        // updates); sandbox statuses never change.
+                        source.resync();
+                        last_resync = Instant::now();
+                    }
+                    let Some(listed) = waiting(
+                        source.list(),
+                        "pod listing",
+                        observer,
+                        &mut sigterm,
+                        &mut sigint,
+                    )
+                    .await
+                    else {
+                        return Ok(Outcome::Stopped);
+                    };
+                    match listed {
+                        Ok(listing) => {
+                            if source_down {
+                                tracing::info!("pod source is back");
+                                source_down = false;
+                            }
+                            cached = Some((fp, listing.clone(), Instant::now()));
+                            listing
                         }
-                        source_down = true;
-                        cached = None;
-                        observer.source_failed(&e);
-                        continue;
+                        Err(e) => {
+                            if !source_down {
+                                tracing::warn!(error = %e, "pod listing failed; keeping the last state, retrying");
+                            }
+                            source_down = true;
+                            cached = None;
+                            observer.source_failed(&e);
+                            continue;
+                        }
                     }
                 }
             }
@@ -426,8 +455,11 @@ impl PodEventState {
         }
     }
 
-    fn on_readable(&mut self, r: std::io::Result<()>) {
-        let Some(fd) = self.fd.as_mut() else { return };
+    /// Take in the events; whether pod cgroups came or went.
+    fn on_readable(&mut self, r: std::io::Result<()>) -> bool {
+        let Some(fd) = self.fd.as_mut() else {
+            return false;
+        };
         let n = match r
             .map_err(|e| e.to_string())
             .and_then(|()| fd.get_mut().drain().map_err(|e| e.to_string()))
@@ -437,15 +469,16 @@ impl PodEventState {
                 tracing::warn!(error = %e, "pod cgroup events failed; relisting on the relist interval");
                 self.fd = None;
                 self.failed = true;
-                return;
+                return true;
             }
         };
         if n == 0 {
-            return;
+            return false;
         }
         let now = tokio::time::Instant::now();
         self.debounce.get_or_insert(now + EVENT_DEBOUNCE);
         self.followup = Some(now + EVENT_FOLLOWUP);
+        true
     }
 
     /// A scheduled relist is being made now.
@@ -489,6 +522,73 @@ enum Tick {
     Reconcile,
     /// The relist timer: reconcile only if the pods changed.
     Relist,
+    /// A planned cgroup file was written: reconcile with the last listing.
+    Drift,
+}
+
+/// Reconciles after planned files are written (drift), at most every
+/// [`DRIFT_SPACING`]: a writer fighting qosd gets a correction a second,
+/// not a busy loop.
+const DRIFT_DEBOUNCE: Duration = Duration::from_millis(50);
+const DRIFT_SPACING: Duration = Duration::from_secs(1);
+
+/// The inotify fd of the reconciler's watched planned files
+/// ([`Reconciler::watch_files`]) and the drift reconcile it schedules.
+struct DriftState {
+    /// Registered with the runtime; the reconciler owns the fd (and
+    /// outlives this: declared after it in `run_loop`).
+    fd: Option<tokio::io::unix::AsyncFd<std::os::fd::RawFd>>,
+    due: Option<tokio::time::Instant>,
+    last: Option<tokio::time::Instant>,
+}
+
+impl DriftState {
+    fn new(fd: Option<std::os::fd::RawFd>) -> DriftState {
+        // SAFETY: the reconciler owns the fd and keeps it open for as long
+        // as it lives (a reload moves it to the new settings); `run_loop`
+        // declares it before this state, which is therefore dropped first.
+        let fd = fd.and_then(|fd| match unsafe { tokio::io::unix::AsyncFd::register(fd) } {
+            Ok(a) => Some(a),
+            Err(e) => {
+                tracing::warn!(error = %e, "planned cgroup file events not polled; drift is corrected at the next reconcile");
+                None
+            }
+        });
+        DriftState {
+            fd,
+            due: None,
+            last: None,
+        }
+    }
+
+    /// Wait until a planned file was written (forever without the fd).
+    async fn readable(&self) -> std::io::Result<()> {
+        match &self.fd {
+            Some(fd) => fd.readable().await.map(|mut g| g.clear_ready()),
+            None => std::future::pending().await,
+        }
+    }
+
+    fn on_readable(&mut self, r: std::io::Result<()>) {
+        if let Err(e) = r {
+            tracing::warn!(error = %e, "planned cgroup file events failed; drift is corrected at the next reconcile");
+            self.fd = None;
+            return;
+        }
+        if self.due.is_none() {
+            let now = tokio::time::Instant::now();
+            let mut at = now + DRIFT_DEBOUNCE;
+            if let Some(last) = self.last {
+                at = at.max(last + DRIFT_SPACING);
+            }
+            self.due = Some(at);
+        }
+    }
+
+    fn fired(&mut self) {
+        self.due = None;
+        self.last = Some(tokio::time::Instant::now());
+    }
 }
 
 /// A full inventory at least this often, even when no sandbox or container

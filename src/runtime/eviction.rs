@@ -80,7 +80,8 @@ pub struct PassReport {
     pub outcome: Option<Result<Outcome, EvictError>>,
     /// Signals that could not be read (they count as missing data).
     pub signal_errors: Vec<SignalError>,
-    /// The pods with the stats measured in this pass (None: not measured).
+    /// The pods with every stat measured in this pass (None: not measured,
+    /// or only the memory or the storage side for a ranking).
     pub pods: Option<Vec<Candidate>>,
     /// Node-level reclaim run in this pass (before a disk eviction, or the
     /// periodic image GC).
@@ -94,9 +95,13 @@ pub struct Engine {
     pub evictor: Evictor,
     /// Writable layers and node-level reclaim (None: no runtime).
     pub runtime: Option<Arc<dyn NodeRuntime>>,
-    /// All per-pod stats (memory, processes, storage) at least this often,
-    /// even far from every threshold: local-storage limits and `/status`.
+    /// Storage stats of every pod at least this often while any pod has a
+    /// local-storage limit, even far from every threshold (the limits are
+    /// checked on them).
     pub stats_interval: Duration,
+    /// Measure every pod's stats in the next pass (a reader asked:
+    /// `/status`); reset by the pass.
+    pub force_stats: bool,
     pub image_gc: ImageGcPolicy,
     /// How often the image GC checks the image filesystem (kubelet: 5 min).
     pub image_gc_period: Duration,
@@ -119,6 +124,7 @@ impl Engine {
             evictor,
             runtime: None,
             stats_interval: Duration::from_secs(10),
+            force_stats: false,
             image_gc: ImageGcPolicy::default(),
             image_gc_period: Duration::from_secs(300),
             signals,
@@ -135,8 +141,11 @@ impl Engine {
         // Errors go back in the report; the caller logs them (once).
         let (obs, mut signal_errors) = self.sources.observe(self.signals.iter().copied(), now);
         // Per-pod usage matters to choose a victim, to see one's resources
-        // released, and for local-storage limits: on quiet passes it is
-        // measured only every `stats_interval`.
+        // released, for local-storage limits and to readers (`/status`): it
+        // is measured when a threshold is near or a victim in flight, when
+        // a reader asks (`force_stats`), and storage every `stats_interval`
+        // while a pod has a local-storage limit. Far from every threshold
+        // nothing else needs it.
         let near = |res: &[SignalResource]| {
             self.manager.config().thresholds.iter().any(|t| {
                 res.contains(&t.signal.resource())
@@ -152,12 +161,17 @@ impl Engine {
             SignalResource::Pids,
         ]);
         let near_disk = near(&[SignalResource::Disk, SignalResource::Inodes]);
-        let due = self
-            .last_stats
-            .is_none_or(|t| now.saturating_duration_since(t) >= self.stats_interval);
+        let limits = pods
+            .as_ref()
+            .is_ok_and(|ps| ps.iter().any(|c| !c.storage_limits.is_empty()));
+        let due = limits
+            && self
+                .last_stats
+                .is_none_or(|t| now.saturating_duration_since(t) >= self.stats_interval);
+        let forced = std::mem::take(&mut self.force_stats);
         let in_flight = self.manager.in_flight().next().is_some();
-        let want_mem = near_any || in_flight || due;
-        let want_disk = near_disk || due;
+        let want_mem = near_any || in_flight || forced;
+        let want_disk = near_disk || due || forced;
         let mut measured = None;
         let pods = pods.map(|ps| {
             if !(want_mem || want_disk) {
@@ -167,7 +181,11 @@ impl Engine {
                 self.last_stats = Some(now);
             }
             let out = self.measure(ps, want_mem, want_disk, &mut signal_errors);
-            measured = Some(out.clone());
+            // Readers get complete measurements only (a pass near one
+            // resource measures only what it ranks by).
+            if want_mem && want_disk {
+                measured = Some(out.clone());
+            }
             out
         });
         let mut decision =
@@ -607,6 +625,9 @@ impl EvictionLoop {
             _ => None,
         };
         let tx_late = tx.clone();
+        if let Some(h) = &health {
+            h.set_usage_measurer(tx.clone());
+        }
         let rt_priority = opts.watch.as_ref().and_then(|w| w.rt_priority);
         let stop = std::sync::Arc::new(AtomicBool::new(false));
         let stop2 = stop.clone();
@@ -664,8 +685,14 @@ impl EvictionLoop {
                         }
                     }
                     crate::runtime::supervisor::inject_panic("eviction-pass");
+                    // A reader (`/status`) waits for fresh per-pod usage.
+                    let asked = health2.as_ref().and_then(|h| h.usage_wanted());
+                    engine.force_stats |= asked.is_some();
                     let report = engine.pass(feed.get(opts.max_pod_list_age));
                     on_pass(&report);
+                    if let (Some(h), Some(g)) = (&health2, asked) {
+                        h.usage_measured(g);
+                    }
                     wait = match &_late_watcher {
                         // Until the watcher runs, memory is only seen by passes.
                         _ if retry_watch.is_some() => opts.period,

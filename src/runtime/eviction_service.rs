@@ -373,7 +373,11 @@ fn report(
                 }
             })
             .collect();
-        health.update_status(|d| d.pod_usage = usage);
+        let at = crate::telemetry::status::now_ms();
+        health.update_status(|d| {
+            d.pod_usage = usage;
+            d.pod_usage_at_ms = Some(at);
+        });
     }
     let (Some(v), Some(outcome)) = (r.decision.victim(), &r.outcome) else {
         return;

@@ -83,8 +83,13 @@ pub struct ReconcileReport {
     pub writes: Vec<CgroupWrite>,
     /// Every planned write (what `qosd plan` prints for the same pods).
     pub planned: Vec<CgroupWrite>,
-    /// Planned writes already in place.
+    /// Planned writes already in place (read, or `unread`).
     pub unchanged: usize,
+    /// Of `unchanged`: planned files not read this pass, watched and not
+    /// written since they were last read holding the planned value
+    /// ([`Reconciler::watch_files`]).
+    #[serde(skip)]
+    pub unread: usize,
     /// Failed writes, with path, value and error.
     pub errors: Vec<String>,
     /// Failed writes other than into a cgroup that vanished mid-write (a
@@ -126,6 +131,25 @@ pub const SYSTEMD_CGROUPFS: &str = "/sys/fs/cgroup";
 /// The orphan scan runs at least this often while the pod set is steady.
 pub const ORPHAN_RESCAN: Duration = Duration::from_secs(60);
 
+/// With planned files watched for writes ([`Reconciler::watch_files`]),
+/// every planned file is still read at least this often (the kubelet's
+/// one-minute cadence): the safety net for what the events cannot see.
+pub const DRIFT_FULL_READ: Duration = Duration::from_secs(60);
+
+/// Planned files watched for writes, and those known to hold their
+/// planned value since (not read again until written or the full read).
+#[derive(Debug)]
+struct Watched {
+    files: crate::sys::file_watch::FileWatch,
+    /// Read (or found) holding the value in `last_written` while watched,
+    /// and no write seen since.
+    unchanged: HashSet<PathBuf>,
+    /// When every planned file was last read.
+    full_read: Option<Instant>,
+    /// The watch limit was hit (logged once).
+    limit_logged: bool,
+}
+
 pub struct Reconciler {
     cfg: PlanConfig,
     /// cgroupfs writes, or systemd units over D-Bus (cgroupDriver systemd
@@ -153,6 +177,10 @@ pub struct Reconciler {
     /// Audit: the value found in each differing file when it was last
     /// reported (report once per change).
     audit_seen: HashMap<PathBuf, Option<String>>,
+    /// Planned files watched for writes (`qosd run`, cgroupfs writes):
+    /// only files written since are read; `None`: every planned file is
+    /// read at every reconcile.
+    watched: Option<Watched>,
 }
 
 impl Reconciler {
@@ -186,7 +214,147 @@ impl Reconciler {
             last_written: HashMap::new(),
             dry_run_logged: HashMap::new(),
             audit_seen: HashMap::new(),
+            watched: None,
         }
+    }
+
+    /// Watch the planned files for writes (inotify `IN_MODIFY`): a
+    /// reconcile then reads only the files written since it last read them
+    /// (by anyone: qosd's own writes are read back once), files of cgroups
+    /// that came and went ([`Reconciler::files_may_have_moved`]) and every
+    /// planned file at least every [`DRIFT_FULL_READ`]. Only with cgroupfs
+    /// writes (enforce mode; dry runs, audit and the systemd driver read
+    /// every file every time). The inotify fd ([`Reconciler::drift_fd`])
+    /// becomes readable when a planned file is written: reconcile then to
+    /// correct drift at once. When inotify is unavailable this logs it and
+    /// every file is read at every reconcile, as without the watch.
+    pub fn watch_files(&mut self) {
+        if self.watched.is_some() {
+            return;
+        }
+        match crate::sys::file_watch::FileWatch::new() {
+            Ok(files) => {
+                self.watched = Some(Watched {
+                    files,
+                    unchanged: HashSet::new(),
+                    full_read: None,
+                    limit_logged: false,
+                });
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "planned cgroup files cannot be watched; reading every planned file at every reconcile");
+            }
+        }
+    }
+
+    /// The inotify fd of the watched planned files (readable: one was
+    /// written), when [`Reconciler::watch_files`] is on.
+    pub fn drift_fd(&self) -> Option<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        self.watched.as_ref().map(|w| w.files.as_raw_fd())
+    }
+
+    /// Pod or container cgroups were made or removed: a path may name a
+    /// new file now (a cgroup made again), so the next reconcile reads
+    /// every planned file (and watches the new ones).
+    pub fn files_may_have_moved(&mut self) {
+        if let Some(w) = self.watched.as_mut() {
+            w.unchanged.clear();
+        }
+    }
+
+    /// Split the plan into the writes to check now and how many planned
+    /// files are left unread (watched, unchanged since read, same value),
+    /// after taking in the write events; watches the files to read.
+    fn writes_to_check(
+        &mut self,
+        writes: &[CgroupWrite],
+        now: Instant,
+    ) -> (Vec<CgroupWrite>, usize) {
+        let skips = self.mode() == Mode::Real && matches!(self.applier, Driver::Cgroupfs(_));
+        let Some(w) = self.watched.as_mut() else {
+            return (writes.to_vec(), 0);
+        };
+        if !skips {
+            // Dry run, audit, systemd: every file, every time.
+            w.unchanged.clear();
+            w.files.retain(|_| false);
+            let _ = w.files.drain();
+            return (writes.to_vec(), 0);
+        }
+        match w.files.drain() {
+            Ok(c) if c.overflow => w.unchanged.clear(),
+            Ok(c) => {
+                for f in &c.files {
+                    w.unchanged.remove(f);
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "planned cgroup file events unreadable; reading every planned file");
+                w.unchanged.clear();
+            }
+        }
+        if w.full_read
+            .is_none_or(|t| now.saturating_duration_since(t) >= DRIFT_FULL_READ)
+        {
+            w.unchanged.clear();
+            w.full_read = Some(now);
+        }
+        let mut check = Vec::new();
+        let mut unread = 0;
+        for cw in writes {
+            if w.unchanged.contains(&cw.file) && self.last_written.get(&cw.file) == Some(&cw.value)
+            {
+                unread += 1;
+                continue;
+            }
+            w.unchanged.remove(&cw.file);
+            // Watched before it is read: a write after the read is seen. A
+            // file that does not exist yet (its cgroup is made now) is
+            // watched at the next reconcile.
+            match w.files.watch(&cw.file) {
+                Ok(()) => {}
+                Err(e) if e.is_limit() => {
+                    if !w.limit_logged {
+                        tracing::warn!(error = %e, watched = w.files.watched(), "inotify watch limit reached (fs.inotify.max_user_watches): planned files without a watch are read at every reconcile");
+                        w.limit_logged = true;
+                    }
+                }
+                Err(_) => {}
+            }
+            check.push(cw.clone());
+        }
+        (check, unread)
+    }
+
+    /// After a reconcile that read `checked`: the files found holding their
+    /// planned value while watched count as unchanged until written; watches
+    /// of files no longer planned end.
+    fn note_checked(
+        &mut self,
+        checked: &[CgroupWrite],
+        report: &ApplyReport,
+        planned: &[CgroupWrite],
+    ) {
+        let skips = self.mode() == Mode::Real && matches!(self.applier, Driver::Cgroupfs(_));
+        let Some(w) = self.watched.as_mut().filter(|_| skips) else {
+            return;
+        };
+        let touched: HashSet<&PathBuf> = report
+            .written
+            .iter()
+            .map(|x| &x.file)
+            .chain(report.errors.iter().map(|e| &e.file))
+            .collect();
+        for cw in checked {
+            // Written now: read back once (its own event marks it anyway).
+            if !touched.contains(&cw.file) && w.files.is_watched(&cw.file) {
+                w.unchanged.insert(cw.file.clone());
+            }
+        }
+        let planned: HashSet<&std::path::Path> = planned.iter().map(|x| x.file.as_path()).collect();
+        w.unchanged.retain(|f| planned.contains(f.as_path()));
+        w.files.retain(|f| planned.contains(f));
     }
 
     /// Real, dry run or audit.
@@ -220,7 +388,12 @@ impl Reconciler {
         let mut fresh = Reconciler::with_mode(cfg, mode, self.orphan_grace);
         fresh.orphans_seen = std::mem::take(&mut self.orphans_seen);
         fresh.last_written = std::mem::take(&mut self.last_written);
+        // The inotify fd stays (the daemon polls it); what it marked
+        // unchanged is read again under the new settings.
+        let watched = self.watched.take();
         *self = fresh;
+        self.watched = watched;
+        self.files_may_have_moved();
     }
 
     pub fn dry_run(&self) -> bool {
@@ -243,12 +416,16 @@ impl Reconciler {
     ) -> ReconcileReport {
         let start = Instant::now();
         let plan = plan::build(&self.cfg, pods);
-        let report: ApplyReport = self.applier.apply(&plan.writes);
+        let (check, unread) = self.writes_to_check(&plan.writes, now);
+        let mut report: ApplyReport = self.applier.apply(&check);
+        self.note_checked(&check, &report, &plan.writes);
+        report.unchanged += unread;
         if self.mode() == Mode::Audit {
             return self.audit(plan, report, start);
         }
         let mut out = ReconcileReport {
             unchanged: report.unchanged,
+            unread,
             pods: plan.pods.len(),
             ..Default::default()
         };
@@ -571,6 +748,88 @@ mod tests {
         std::fs::write(&weight, "4096").unwrap();
         let after = fresh.reconcile(&pods2, None, Instant::now());
         assert_eq!(after.drift, vec![weight]);
+    }
+
+    /// With the planned files watched: a steady reconcile reads nothing, a
+    /// write by someone else is read (and corrected) at the next one, qosd's
+    /// own write is read back once, pod cgroups coming and going and the
+    /// one-minute safety cadence read everything, a plan change reads the
+    /// changed file. On a real filesystem (inotify on regular files).
+    #[test]
+    fn watched_files_are_read_only_when_written() {
+        let d = fake_v2_tree();
+        let c = cfg(d.path());
+        let pods = vec![pod("0000-a", "250m")];
+        for w in plan::build(&c, &pods).writes {
+            std::fs::create_dir_all(&w.dir).unwrap();
+            std::fs::write(&w.file, "0").unwrap();
+            for f in ["cgroup.controllers", "cgroup.subtree_control"] {
+                let p = w.dir.join(f);
+                if !p.exists() {
+                    std::fs::write(p, "cpu memory pids\n").unwrap();
+                }
+            }
+        }
+        let mut r = Reconciler::new(c.clone(), false, Duration::from_secs(0));
+        r.watch_files();
+        assert!(r.drift_fd().is_some());
+        let t0 = Instant::now();
+        let first = r.reconcile(&pods, None, t0);
+        assert!(first.errors.is_empty(), "{:?}", first.errors);
+        assert!(!first.writes.is_empty());
+        let n = first.planned.len();
+        assert_eq!(first.unread, 0);
+        // Its own writes are read back once, then nothing is read.
+        let second = r.reconcile(&pods, None, t0);
+        assert_eq!(
+            (second.writes.len(), second.unread),
+            (0, n - first.writes.len())
+        );
+        let third = r.reconcile(&pods, None, t0);
+        assert_eq!(
+            (third.writes.len(), third.unread, third.unchanged),
+            (0, n, n)
+        );
+        // Someone else writes one file: only it is read, and corrected.
+        let weight = c.layout.file(
+            &c.layout.pod_cgroup(QosClass::Burstable, "0000-a"),
+            "cpu.weight",
+        );
+        let planned_weight = std::fs::read_to_string(&weight).unwrap();
+        std::fs::write(&weight, "4096").unwrap();
+        let fourth = r.reconcile(&pods, None, t0);
+        assert_eq!(fourth.writes.len(), 1);
+        assert_eq!(fourth.drift, vec![weight.clone()]);
+        assert_eq!(fourth.unread, n - 1);
+        assert_eq!(std::fs::read_to_string(&weight).unwrap(), planned_weight);
+        // Read back once (its own write), then steady again.
+        assert_eq!(r.reconcile(&pods, None, t0).unread, n - 1);
+        assert_eq!(r.reconcile(&pods, None, t0).unread, n);
+        // Pod cgroups came or went: everything is read.
+        r.files_may_have_moved();
+        assert_eq!(r.reconcile(&pods, None, t0).unread, 0);
+        assert_eq!(r.reconcile(&pods, None, t0).unread, n);
+        // The safety cadence: every file at least every DRIFT_FULL_READ,
+        // even if nothing was seen written.
+        let later = t0 + DRIFT_FULL_READ;
+        assert_eq!(r.reconcile(&pods, None, later).unread, 0);
+        assert_eq!(r.reconcile(&pods, None, later).unread, n);
+        // A plan change: the changed file is read (and written).
+        let pods2 = vec![pod("0000-a", "500m")];
+        let fifth = r.reconcile(&pods2, None, later);
+        assert!(
+            fifth.writes.iter().any(|w| w.file == weight),
+            "{:?}",
+            fifth.writes
+        );
+        assert!(fifth.unread < n);
+        assert!(fifth.drift.is_empty(), "{:?}", fifth.drift);
+        // Dry run and audit read every file every time.
+        let mut dry = Reconciler::new(c.clone(), true, Duration::from_secs(0));
+        dry.watch_files();
+        for _ in 0..2 {
+            assert_eq!(dry.reconcile(&pods2, None, t0).unread, 0);
+        }
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! version detection ([`detect`]), the plan applier ([`apply`]), /proc
 //! parsing ([`procfs`]), the one pid-tree killer ([`kill`]), eviction signal
 //! readers ([`signals`]), the fast memory-pressure watcher ([`watch`]),
-//! pod cgroups coming and going ([`pod_events`]), the
+//! pod cgroups coming and going ([`pod_events`]), planned files written by
+//! others ([`file_watch`]), the
 //! node's hugepage sizes ([`hugepages`]) and CPU topology ([`cpu_topology`]),
 //! and the systemd cgroup driver over D-Bus ([`systemd`]).
 
@@ -11,6 +12,7 @@ pub mod cgroupfs;
 pub mod cpu_topology;
 pub mod detect;
 pub mod fdlimit;
+pub mod file_watch;
 pub mod hugepages;
 pub mod input;
 pub mod kill;

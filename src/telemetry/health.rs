@@ -41,6 +41,21 @@ pub struct Health {
     /// Other reasons not to be ready, by component (`cgroup_writes`,
     /// `signals`, ...).
     problems: Mutex<std::collections::BTreeMap<String, String>>,
+    /// Per-pod usage measured on demand (`/status`): see
+    /// [`Health::fresh_pod_usage`].
+    usage: UsageRefresh,
+}
+
+/// Per-pod usage on demand: a reader asks (generation `asked`), the
+/// eviction loop measures in its next pass and reports `done`.
+#[derive(Debug, Default)]
+struct UsageRefresh {
+    /// (asked, done) generations.
+    state: Mutex<(u64, u64)>,
+    measured: std::sync::Condvar,
+    /// Wakes the loop that measures; `None`: nothing measures (no
+    /// eviction loop), the last published usage is all there is.
+    waker: Mutex<Option<std::sync::mpsc::Sender<()>>>,
 }
 
 /// A runtime call pending this long makes `/readyz` fail (it normally
@@ -97,7 +112,59 @@ impl Health {
             cri_reason: Mutex::new(None),
             cri_pending: Mutex::new(None),
             problems: Mutex::new(Default::default()),
+            usage: UsageRefresh::default(),
         }
+    }
+
+    /// The loop that measures per-pod usage: `wake` starts a pass, which
+    /// measures when [`Health::usage_wanted`] says so.
+    pub fn set_usage_measurer(&self, wake: std::sync::mpsc::Sender<()>) {
+        *lock(&self.usage.waker) = Some(wake);
+    }
+
+    /// A reader waits for per-pod usage: the generation to report to
+    /// [`Health::usage_measured`] after measuring (None: nobody waits).
+    pub fn usage_wanted(&self) -> Option<u64> {
+        let st = lock(&self.usage.state);
+        (st.0 > st.1).then_some(st.0)
+    }
+
+    /// Per-pod usage up to generation `generation` was measured and
+    /// published (or could not be: the reader then sees the older one,
+    /// with its time).
+    pub fn usage_measured(&self, generation: u64) {
+        let mut st = lock(&self.usage.state);
+        st.1 = st.1.max(generation);
+        self.usage.measured.notify_all();
+    }
+
+    /// Make the published per-pod usage at most `max_age` old: when it is
+    /// older (or missing), ask the measuring loop for a measurement and
+    /// wait for it, at most `timeout` (blocking). Without a measuring loop,
+    /// or when it does not answer in time, the older usage stays, with the
+    /// time it was measured (`pod_usage_at_ms`).
+    pub fn fresh_pod_usage(&self, max_age: Duration, timeout: Duration) {
+        let Some(wake) = lock(&self.usage.waker).clone() else {
+            return;
+        };
+        let at = lock(&self.status).pod_usage_at_ms;
+        let now = crate::telemetry::status::now_ms();
+        if at.is_some_and(|t| now.saturating_sub(t) <= max_age.as_millis() as u64) {
+            return;
+        }
+        let generation = {
+            let mut st = lock(&self.usage.state);
+            st.0 += 1;
+            st.0
+        };
+        if wake.send(()).is_err() {
+            return;
+        }
+        let st = lock(&self.usage.state);
+        let _ = self
+            .usage
+            .measured
+            .wait_timeout_while(st, timeout, |st| st.1 < generation);
     }
 
     /// `/healthz` fails after the runtime was unreachable for `limit`.
@@ -334,6 +401,51 @@ impl Health {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A reader of stale (or missing) per-pod usage asks the measuring
+    /// loop and gets what it published; fresh usage asks nothing; without
+    /// a measuring loop nothing is asked.
+    #[test]
+    fn stale_pod_usage_is_measured_on_demand() {
+        let h = Arc::new(Health::new(Duration::from_secs(60)));
+        // No measuring loop: returns at once with what there is.
+        h.fresh_pod_usage(Duration::from_secs(1), Duration::from_secs(5));
+        assert_eq!(h.status().pod_usage_at_ms, None);
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        h.set_usage_measurer(tx);
+        let h2 = h.clone();
+        let measurer = std::thread::spawn(move || {
+            let mut passes = 0;
+            while rx.recv().is_ok() {
+                let Some(g) = h2.usage_wanted() else { continue };
+                passes += 1;
+                h2.update_status(|d| {
+                    d.pod_usage = vec![crate::telemetry::status::PodUsage {
+                        uid: format!("pass{passes}"),
+                        ..Default::default()
+                    }];
+                    d.pod_usage_at_ms = Some(crate::telemetry::status::now_ms());
+                });
+                h2.usage_measured(g);
+            }
+            passes
+        });
+        h.fresh_pod_usage(Duration::from_secs(1), Duration::from_secs(30));
+        let doc = h.status();
+        assert_eq!(doc.pod_usage[0].uid, "pass1");
+        assert!(h.usage_wanted().is_none());
+        // Fresh enough: nothing asked.
+        h.fresh_pod_usage(Duration::from_secs(60), Duration::from_secs(30));
+        assert_eq!(h.status().pod_usage[0].uid, "pass1");
+        // Older than allowed: measured again, each time.
+        for _ in 0..2 {
+            std::thread::sleep(Duration::from_millis(2));
+            h.fresh_pod_usage(Duration::ZERO, Duration::from_secs(30));
+        }
+        assert_eq!(h.status().pod_usage[0].uid, "pass3");
+        *lock(&h.usage.waker) = None; // ends the measurer
+        assert_eq!(measurer.join().unwrap(), 3);
+    }
 
     #[test]
     fn runtime_unreachable_too_long_fails_liveness_and_degraded_is_reported() {

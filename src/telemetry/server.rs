@@ -17,6 +17,7 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::State;
 use axum::http::{header, StatusCode};
@@ -123,6 +124,11 @@ async fn readyz(State(s): State<AppState>) -> Response {
     }
 }
 
+/// How old `/status` may serve per-pod usage before asking for a fresh
+/// measurement, and how long it waits for one.
+pub const POD_USAGE_MAX_AGE: Duration = Duration::from_secs(1);
+pub const POD_USAGE_WAIT: Duration = Duration::from_secs(2);
+
 async fn status(State(s): State<AppState>, req: axum::extract::Request) -> Response {
     // `/status` names pods and evictions: local clients only (`qosd status`
     // on the node, `kubectl exec`). Without a socket (tests) it answers.
@@ -136,6 +142,13 @@ async fn status(State(s): State<AppState>, req: axum::extract::Request) -> Respo
                 .into_response();
         }
     }
+    // Per-pod usage is measured on demand: at most a second old when
+    // served (the eviction loop measures; a busy loop is waited for 2 s at
+    // most, then the older usage is served with its time).
+    let h = s.health.clone();
+    let _ =
+        tokio::task::spawn_blocking(move || h.fresh_pod_usage(POD_USAGE_MAX_AGE, POD_USAGE_WAIT))
+            .await;
     let body = serde_json::to_string_pretty(&s.health.status())
         .unwrap_or_else(|e| format!("{{\"error\": {:?}}}", e.to_string()));
     ([(header::CONTENT_TYPE, "application/json")], body + "\n").into_response()

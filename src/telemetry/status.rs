@@ -48,8 +48,12 @@ pub struct StatusDoc {
     /// `cgroupEnforcement: audit`: the planned values the cgroups do not hold.
     pub audit: Option<AuditStatus>,
     /// Per-pod usage as the eviction manager last measured it (memory
-    /// working set, local ephemeral storage, inodes, processes).
+    /// working set, local ephemeral storage, inodes, processes). Measured
+    /// when a threshold is near and on demand: `/status` asks for a
+    /// measurement when this is over a second old.
     pub pod_usage: Vec<PodUsage>,
+    /// Unix time (ms) `pod_usage` was measured (None: not yet).
+    pub pod_usage_at_ms: Option<u64>,
 }
 
 /// The Kubernetes API pod source, in `/status`.
@@ -395,7 +399,14 @@ impl StatusDoc {
             }
         }
         if !self.pod_usage.is_empty() {
-            let _ = writeln!(o, "\npod usage (as last measured by the eviction manager):");
+            let when = self
+                .pod_usage_at_ms
+                .map(|t| format!(", {} ago", ago(now_ms, t)))
+                .unwrap_or_default();
+            let _ = writeln!(
+                o,
+                "\npod usage (as last measured by the eviction manager{when}):"
+            );
             let _ = writeln!(
                 o,
                 "  {:<40} {:<11} {:>12} {:>12} {:>10} {:>9}",

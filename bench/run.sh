@@ -10,6 +10,8 @@
 #   bench/run.sh startup         # exec -> READY=1 with 110 pods (root)
 #   bench/run.sh churn           # 110 pods, 5 created + 5 removed per second (root)
 #   bench/run.sh profile         # perf record of the idle daemon, 110 pods (root)
+#   bench/run.sh e2e             # qosd run evicting a real pod ramping past a hard
+#                                # threshold, reaction from its own histogram (root)
 #   bench/run.sh summary [FILE…] # print the summary of stored results
 #
 # Parameters (environment), defaults in brackets:
@@ -18,6 +20,8 @@
 #   QOSD_BENCH_STARTUP_PODS [110]  QOSD_BENCH_STARTUP_RUNS [7]
 #   QOSD_BENCH_PLAN_ROUNDS [3]  QOSD_BENCH_PLAN_RUNS [20]       (plan)
 #   QOSD_BENCH_CHURN_PODS [110]  QOSD_BENCH_CHURN_RATE [5]  QOSD_BENCH_CHURN_DURATION [1800]
+#   QOSD_BENCH_E2E_IDLE [10]  QOSD_BENCH_E2E_RUNS [10]  QOSD_BENCH_E2E_RATES [50,200,1000]
+#   QOSD_BENCH_E2E_MODES [watcher,pass]  (pass: QOSD_EVICTION_WATCHER=off)
 #   QOSD_BENCH_BASELINE_REV [merge-base of HEAD and main]: the previous
 #     commit, built once into target/bench-baseline/qosd-<rev> and run
 #     interleaved by reconcile and startup (QOSD_BENCH_BASELINE=none: skip)
@@ -249,8 +253,8 @@ part=${1:-all}
 shift || true
 case "$part" in
     summary) summary "$@"; exit 0 ;;
-    plan|reconcile|footprint|startup|churn|profile|all) ;;
-    *) echo "usage: bench/run.sh [all|plan|reconcile|footprint|startup|churn|profile|summary]" >&2; exit 2 ;;
+    plan|reconcile|footprint|startup|churn|profile|e2e|all) ;;
+    *) echo "usage: bench/run.sh [all|plan|reconcile|footprint|startup|churn|profile|e2e|summary]" >&2; exit 2 ;;
 esac
 [ -n "${QOSD_BENCH_PREBUILT:-}" ] || build
 # The qosd under test, copied: a baseline build shares target/.
@@ -269,6 +273,7 @@ if [ "$part" = all ]; then
     real footprint
     profile
     real churn
+    real e2e
 else
     case "$part" in
         plan) plan ;;

@@ -47,7 +47,9 @@ def reconcile(r):
                   f"writes {min(w)}–{max(w)}, errors {s['errors']}")
         ip = row.get("in_process")
         if ip:
-            for k in ("list", "reconcile_first_pass", "reconcile_steady"):
+            for k in ("list", "list_uncached", "steady_full_reconcile", "reconcile_first_pass", "reconcile_steady"):
+                if k not in ip:
+                    continue
                 w = ip[k].get("writes")
                 print(f"  in-process {row['pods']:>3} pods {k:<21}: wall {rng(ip[k]['wall_ms'], ' ms', '{:.2f}')}, "
                       f"CPU {rng(ip[k]['cpu_ms'], ' ms', '{:.2f}')}" + (f", writes {min(w)}–{max(w)}" if w else ""))
@@ -96,8 +98,24 @@ def churn(r):
         print(f"  churn errors by kind: {r['errors_during_by_kind']}")
 
 
+def e2e(r):
+    # qosd's own reaction (exact values from /status, the ones observed
+    # into qosd_eviction_reaction_seconds) and the bench's cross-check
+    # (sampled crossing of kubepods usage -> the hog seen exiting).
+    for m in r["modes"]:
+        h = m["histogram"]
+        print(f"  e2e {m['mode']:<7}: histogram n={h['count']:.0f}, p50 bucket <= {h['p50_bucket_ms']} ms, "
+              f"p99 bucket <= {h['p99_bucket_ms']} ms; kernel OOM kills {m['kernel_oom_kills_in_kubepods']}")
+        for x in m["rates"]:
+            p99 = x["qosd_reaction_ms_p99"]
+            ext = x["sampled_cross_to_hog_exiting_ms_p99"]
+            print(f"  e2e {m['mode']:<7} {x['rate_mib_s']:>4} MiB/s: qosd reaction {rng(x['qosd_reaction_ms'], ' ms', '{:.2f}')}, p99 {p99} ms "
+                  f"[{verdict(p99 is not None and p99 <= 10)}: <= 10 ms]; crossing -> hog exiting {rng(x['sampled_cross_to_hog_exiting_ms'], ' ms', '{:.1f}')}, "
+                  f"p99 {ext} ms; evicted the hog {x['evicted_the_hog']}/{x['runs']}")
+
+
 PARTS = {"plan": plan, "reconcile": reconcile, "footprint": footprint, "startup": startup,
-         "churn": churn, "profile-footprint": footprint}
+         "churn": churn, "profile-footprint": footprint, "e2e": e2e}
 
 
 def main(files):

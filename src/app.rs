@@ -754,7 +754,9 @@ fn start_eviction(
             monitoring_interval: Duration::from_secs(1),
             // Real-time priority where allowed keeps the reaction in
             // milliseconds on a loaded node (measured: docs/eviction.md).
-            watch: Some(WatchConfig {
+            // `QOSD_EVICTION_WATCHER=off` (benchmarks only): no fast
+            // watcher, memory is seen by the passes alone.
+            watch: fast_watcher_enabled().then(|| WatchConfig {
                 rt_priority: Some(50),
                 ..WatchConfig::default()
             }),
@@ -779,4 +781,21 @@ fn start_eviction(
     .context("cannot start the eviction loop")?;
     tracing::info!(backend = backend.as_str(), "eviction loop running");
     Ok(Some(service))
+}
+
+/// Environment variable that turns the fast memory watcher off
+/// (`QOSD_EVICTION_WATCHER=off`): a benchmark baseline where only the
+/// eviction passes (every second near a threshold) see memory pressure.
+pub const EVICTION_WATCHER_ENV: &str = "QOSD_EVICTION_WATCHER";
+
+/// Whether `qosd run` starts the fast memory watcher (yes unless
+/// [`EVICTION_WATCHER_ENV`] is `off`; then warns once).
+fn fast_watcher_enabled() -> bool {
+    let off = std::env::var(EVICTION_WATCHER_ENV).is_ok_and(|v| v == "off");
+    if off {
+        tracing::warn!(
+            "{EVICTION_WATCHER_ENV}=off: fast memory watcher disabled, memory pressure is seen by the eviction passes alone (benchmark baseline)"
+        );
+    }
+    !off
 }

@@ -1030,3 +1030,404 @@ async fn churn() {
         }),
     );
 }
+
+// ---------------------------------------------------------------------- e2e
+
+/// What a bench-side sampler saw of one eviction run: the kubepods usage
+/// counter (kept-open fd, every ~200 µs) and the hog's `/proc/<pid>/stat`.
+#[derive(Debug, Default)]
+struct E2eTrace {
+    /// Usage first at or above the line (the signal's crossing).
+    cross: Option<Instant>,
+    cross_unix_s: Option<f64>,
+    /// The hog seen exiting (PF_EXITING, a zombie, or reaped).
+    exiting: Option<Instant>,
+    exiting_unix_s: Option<f64>,
+    /// The ramp measured over the last 32 MiB before the crossing (MiB/s).
+    rate_mib_s: Option<f64>,
+    samples: usize,
+    max_sample_gap_ms: f64,
+}
+
+fn unix_s() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+/// Sample `usage` (bytes) and the hog's state until the hog exits or
+/// `timeout` passes.
+fn e2e_sample(usage: &Path, line: u64, pid: i32, timeout: Duration) -> E2eTrace {
+    use std::os::unix::fs::FileExt;
+    let u = std::fs::File::open(usage).unwrap();
+    let stat = std::fs::File::open(format!("/proc/{pid}/stat")).ok();
+    let mut tr = E2eTrace::default();
+    let mut recent: std::collections::VecDeque<(Instant, u64)> = Default::default();
+    let mut buf = [0u8; 1024];
+    let start = Instant::now();
+    let mut last = start;
+    while start.elapsed() < timeout {
+        let n = u.read_at(&mut buf, 0).unwrap_or(0);
+        let now = Instant::now();
+        tr.samples += 1;
+        tr.max_sample_gap_ms = tr.max_sample_gap_ms.max((now - last).as_secs_f64() * 1e3);
+        last = now;
+        let v: u64 = std::str::from_utf8(&buf[..n])
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0);
+        if tr.cross.is_none() {
+            if v >= line {
+                tr.cross = Some(now);
+                tr.cross_unix_s = Some(unix_s());
+                if let Some(&(t0, v0)) = recent
+                    .iter()
+                    .find(|(_, x)| *x + 32 * MI as u64 >= line)
+                    .filter(|(t0, _)| *t0 < now)
+                {
+                    tr.rate_mib_s = Some((v - v0) as f64 / MI as f64 / (now - t0).as_secs_f64());
+                }
+            } else {
+                recent.push_back((now, v));
+                if recent.len() > 4000 {
+                    recent.pop_front();
+                }
+            }
+        }
+        // The hog: PF_EXITING (0x4) in the flags, a zombie, or gone.
+        let exiting = match &stat {
+            None => true,
+            Some(f) => match f.read_at(&mut buf, 0) {
+                Ok(n) if n > 0 => {
+                    let s = String::from_utf8_lossy(&buf[..n]);
+                    let rest = &s[s.rfind(')').map(|i| i + 2).unwrap_or(0)..];
+                    let f: Vec<&str> = rest.split(' ').collect();
+                    let flags: u64 = f.get(6).and_then(|x| x.parse().ok()).unwrap_or(0);
+                    matches!(f.first(), Some(&"Z") | Some(&"X")) || flags & 0x4 != 0
+                }
+                _ => true,
+            },
+        };
+        if exiting {
+            tr.exiting = Some(Instant::now());
+            tr.exiting_unix_s = Some(unix_s());
+            break;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    tr
+}
+
+/// `YYYY-MM-DDTHH:MM:SS.ffffffZ` (the daemon's log timestamps) → Unix s.
+fn rfc3339_unix_s(ts: &str) -> Option<f64> {
+    let ts = ts.strip_suffix('Z')?;
+    let (date, time) = ts.split_once('T')?;
+    let d: Vec<i64> = date
+        .split('-')
+        .map(|x| x.parse().ok())
+        .collect::<Option<_>>()?;
+    let (hms, frac) = time.split_once('.').unwrap_or((time, "0"));
+    let t: Vec<i64> = hms
+        .split(':')
+        .map(|x| x.parse().ok())
+        .collect::<Option<_>>()?;
+    let (y, m, day) = (d[0] - i64::from(d[1] <= 2), d[1], d[2]);
+    // days from civil (Howard Hinnant's algorithm)
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let frac: f64 = format!("0.{frac}").parse().ok()?;
+    Some((days * 86_400 + t[0] * 3600 + t[1] * 60 + t[2]) as f64 + frac)
+}
+
+/// `qosd_eviction_reaction_seconds` buckets (le, cumulative count), sum, count.
+fn reaction_histogram(metrics: &str) -> (Vec<(String, f64)>, f64, f64) {
+    let mut buckets = Vec::new();
+    for l in metrics.lines() {
+        if let Some(rest) = l.strip_prefix("qosd_eviction_reaction_seconds_bucket{le=\"") {
+            if let Some((le, v)) = rest.split_once("\"} ") {
+                buckets.push((le.to_string(), v.trim().parse().unwrap_or(0.0)));
+            }
+        }
+    }
+    let s = |n: &str| sample(metrics, n);
+    let sum = s("qosd_eviction_reaction_seconds_sum");
+    let count = s("qosd_eviction_reaction_seconds_count");
+    assert!(
+        count.is_some() && !buckets.is_empty(),
+        "no qosd_eviction_reaction_seconds histogram in /metrics"
+    );
+    (buckets, sum.unwrap_or(0.0), count.unwrap_or(0.0))
+}
+
+/// The upper bound of the bucket holding quantile `q` (histogram_quantile
+/// without interpolation), in ms.
+fn histogram_quantile_ms(buckets: &[(String, f64)], count: f64, q: f64) -> Option<f64> {
+    let want = (q * count).ceil();
+    buckets
+        .iter()
+        .find(|(_, c)| *c >= want && count > 0.0)
+        .map(|(le, _)| le.parse::<f64>().map(|x| x * 1e3).unwrap_or(f64::INFINITY))
+}
+
+/// Sorted-sample percentile (nearest rank).
+fn pct(v: &[f64], q: f64) -> Option<f64> {
+    let mut s = v.to_vec();
+    s.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    s.get(((s.len() as f64 * q).ceil() as usize).saturating_sub(1))
+        .copied()
+}
+
+fn read_trim(p: &Path) -> String {
+    std::fs::read_to_string(p)
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+}
+
+/// `key value` from a memory.stat / memory.oom_control file.
+fn kv(p: &Path, key: &str) -> u64 {
+    read_trim(p)
+        .lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// The daemon end to end: `qosd run` (kill backend, private cgroup root,
+/// `--node-memory` 1536Mi so kubepods is sized to it, hard
+/// `allocatableMemory.available<256Mi`) with `QOSD_BENCH_E2E_IDLE` (10)
+/// idle real pods, and per run one BestEffort memhog pod ramping 1 MiB per
+/// step at 50 / 200 / 1000 MiB/s (`QOSD_BENCH_E2E_RATES`) past the line,
+/// `QOSD_BENCH_E2E_RUNS` (10) runs per ramp; once with the default
+/// detection (fast watcher: v1 eventfd + adaptive poll) and once with
+/// `QOSD_EVICTION_WATCHER=off` (the passes alone, every second near the
+/// line). Per run: qosd's own reaction (`/status` `reaction_ms`, the value
+/// observed into `qosd_eviction_reaction_seconds`), the histogram, and a
+/// bench-side cross-check: a ~200 µs sampler of kubepods'
+/// `memory.usage_in_bytes` (the crossing of the line + inactive_file) and
+/// of the hog's `/proc/<pid>/stat` (PF_EXITING: the kill has landed), plus
+/// the `evicting pod` log line's timestamp.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "benchmark: run by bench/run.sh"]
+async fn e2e() {
+    require_containerd();
+    let idle: usize = env_or("QOSD_BENCH_E2E_IDLE", 10);
+    let runs: usize = env_or("QOSD_BENCH_E2E_RUNS", 10);
+    let rates: Vec<u64> = std::env::var("QOSD_BENCH_E2E_RATES")
+        .unwrap_or_else(|_| "50,200,1000".into())
+        .split(',')
+        .map(|s| s.trim().parse().expect("QOSD_BENCH_E2E_RATES"))
+        .collect();
+    let modes: Vec<String> = std::env::var("QOSD_BENCH_E2E_MODES")
+        .unwrap_or_else(|_| "watcher,pass".into())
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .collect();
+    const NODE_MIB: u64 = 1536;
+    const THRESHOLD_MIB: u64 = 256;
+    let line_ws = (NODE_MIB - THRESHOLD_MIB) * MI as u64;
+    let env = Containerd::start();
+    let mut pods = Vec::new();
+    grow(&env, &mut pods, idle).await;
+    let kubepods = Path::new("/sys/fs/cgroup/memory")
+        .join(env.cgroup_root.trim_start_matches('/'))
+        .join("kubepods");
+    let mut mode_results = Vec::new();
+    let mut serial = 0usize;
+    for mode in &modes {
+        let mut args: Vec<String> = vec!["run".into()];
+        args.extend(common_args(&env));
+        args.extend(
+            [
+                "--node-memory",
+                &format!("{NODE_MIB}Mi"),
+                "--eviction-hard",
+                &format!("allocatableMemory.available<{THRESHOLD_MIB}Mi"),
+                "--eviction-backend",
+                "kill",
+            ]
+            .map(String::from),
+        );
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut envs: Vec<(&str, &std::ffi::OsStr)> = vec![("QOSD_LOG", "warn".as_ref())];
+        match mode.as_str() {
+            "watcher" => {}
+            "pass" => envs.push((qosd::app::EVICTION_WATCHER_ENV, "off".as_ref())),
+            other => panic!("QOSD_BENCH_E2E_MODES: unknown mode {other}"),
+        }
+        let d = Daemon::start_bin(qosd_bin(), &args, &envs);
+        let sized = wait_until(Duration::from_secs(30), || {
+            read_trim(&kubepods.join("memory.limit_in_bytes")) == (NODE_MIB * MI as u64).to_string()
+        });
+        assert!(sized.is_some(), "qosd never sized kubepods:\n{}", d.log());
+        let listed = wait_until(Duration::from_secs(10), || {
+            d.get("/status")
+                .and_then(|r| serde_json::from_str::<Value>(&r.body).ok())
+                .is_some_and(|s| s["signals"].as_array().is_some_and(|a| !a.is_empty()))
+        });
+        assert!(listed.is_some(), "no signals in /status:\n{}", d.log());
+        std::thread::sleep(Duration::from_secs(2));
+        let oom0 = kv(&kubepods.join("memory.oom_control"), "oom_kill");
+        let mut per_rate = Vec::new();
+        for &rate in &rates {
+            let mut rows = Vec::new();
+            for k in 0..runs {
+                serial += 1;
+                let inactive = kv(&kubepods.join("memory.stat"), "total_inactive_file");
+                let usage0: u64 = read_trim(&kubepods.join("memory.usage_in_bytes"))
+                    .parse()
+                    .unwrap();
+                let ws0 = usage0.saturating_sub(inactive);
+                // Start far enough below the line that the pod is listed
+                // (inotify on kubepods) well before the crossing: ≥ 1.2 s
+                // of ramp, ≥ 64 MiB.
+                let distance = (rate * 12 / 10).max(64) * MI as u64;
+                let initial_mib = (line_ws.saturating_sub(ws0 + distance) / MI as u64).max(8);
+                let max_mib = line_ws / MI as u64 + 128;
+                let interval_ms = (1000 / rate).max(1);
+                let hog_args = [
+                    initial_mib.to_string(),
+                    "1".to_string(),
+                    interval_ms.to_string(),
+                    max_mib.to_string(),
+                ];
+                let hog_args: Vec<&str> = hog_args.iter().map(String::as_str).collect();
+                let spec = PodSpec::new(&format!("hog-{mode}-{rate}-{k}"))
+                    .container(ContainerSpec::memhog("hog", &hog_args));
+                let t_created = Instant::now();
+                let pod = env.run_pod(&spec).await;
+                let pid = env.container_pid(&pod.containers[0].1).await;
+                let usage_line = line_ws + inactive;
+                let usage_file = kubepods.join("memory.usage_in_bytes");
+                let tr = tokio::task::spawn_blocking(move || {
+                    e2e_sample(&usage_file, usage_line, pid, Duration::from_secs(30))
+                })
+                .await
+                .unwrap();
+                // qosd's record of this eviction (exact reaction).
+                let mut record = Value::Null;
+                wait_until(Duration::from_secs(10), || {
+                    let st: Value = d
+                        .get("/status")
+                        .and_then(|r| serde_json::from_str(&r.body).ok())
+                        .unwrap_or(Value::Null);
+                    if let Some(e) = st["last_evictions"].as_array().and_then(|a| {
+                        a.iter()
+                            .find(|e| e["uid"].as_str() == Some(pod.spec.uid.as_str()))
+                            .cloned()
+                    }) {
+                        record = e;
+                        true
+                    } else {
+                        false
+                    }
+                });
+                let log = d.log();
+                let log_ts = log
+                    .lines()
+                    .find(|l| l.contains(&format!("evicting pod qosd-test/{}:", spec.name)))
+                    .and_then(|l| l.split_whitespace().next())
+                    .and_then(rfc3339_unix_s);
+                let ms = |a: Option<Instant>, b: Option<Instant>| {
+                    a.zip(b).map(|(a, b)| {
+                        let d = if b >= a {
+                            (b - a).as_secs_f64()
+                        } else {
+                            -(a - b).as_secs_f64()
+                        };
+                        (d * 1e6).round() / 1e3
+                    })
+                };
+                let row = json!({
+                    "run": k,
+                    "initial_mib": initial_mib,
+                    "ws_before_mib": ws0 as f64 / MI as f64,
+                    "evicted_hog": !record.is_null(),
+                    "reaction_ms_qosd": record.get("reaction_ms").cloned().unwrap_or(Value::Null),
+                    "signal": record.get("signal").cloned().unwrap_or(Value::Null),
+                    "observed_bytes": record.get("observed").cloned().unwrap_or(Value::Null),
+                    "created_to_cross_ms": ms(Some(t_created), tr.cross),
+                    "sampled_cross_to_hog_exiting_ms": ms(tr.cross, tr.exiting),
+                    "sampled_cross_to_log_line_ms": tr.cross_unix_s.zip(log_ts).map(|(c, l)| ((l - c) * 1e6).round() / 1e3),
+                    "ramp_mib_s_measured": tr.rate_mib_s.map(|r| r.round()),
+                    "sampler_samples": tr.samples,
+                    "sampler_max_gap_ms": (tr.max_sample_gap_ms * 1e3).round() / 1e3,
+                    "crossed": tr.cross.is_some(),
+                    "hog_exited": tr.exiting.is_some(),
+                });
+                eprintln!("bench: e2e {mode} {rate} MiB/s run {k}: {row}");
+                rows.push(row);
+                if record.is_null() {
+                    // Not evicted (or another pod was): clean up ourselves.
+                    let c = env.client().await;
+                    let _ = c.stop_pod_sandbox(&pod.sandbox_id).await;
+                    let _ = c.remove_pod_sandbox(&pod.sandbox_id).await;
+                }
+                // Memory back well below the line, and the loop settled
+                // (released victim, relisted) before the next hog.
+                wait_until(Duration::from_secs(20), || {
+                    let u: u64 = read_trim(&kubepods.join("memory.usage_in_bytes"))
+                        .parse()
+                        .unwrap_or(u64::MAX);
+                    u < usage0 + 64 * MI as u64
+                });
+                std::thread::sleep(Duration::from_millis(2500));
+            }
+            let col =
+                |key: &str| -> Vec<f64> { rows.iter().filter_map(|r| r[key].as_f64()).collect() };
+            let exact = col("reaction_ms_qosd");
+            let ext = col("sampled_cross_to_hog_exiting_ms");
+            let logd = col("sampled_cross_to_log_line_ms");
+            let ramp = col("ramp_mib_s_measured");
+            per_rate.push(json!({
+                "rate_mib_s": rate,
+                "runs": runs,
+                "evicted_the_hog": rows.iter().filter(|r| r["evicted_hog"] == true).count(),
+                "qosd_reaction_ms": summary(&exact),
+                "qosd_reaction_ms_p99": pct(&exact, 0.99),
+                "sampled_cross_to_hog_exiting_ms": summary(&ext),
+                "sampled_cross_to_hog_exiting_ms_p99": pct(&ext, 0.99),
+                "sampled_cross_to_log_line_ms": summary(&logd),
+                "ramp_mib_s_measured": summary(&ramp),
+                "rows": rows,
+            }));
+        }
+        let (buckets, sum, count) = reaction_histogram(&d.metrics());
+        let oom1 = kv(&kubepods.join("memory.oom_control"), "oom_kill");
+        let evictions = d.metric(
+            "qosd_evictions_total{eviction_signal=\"allocatableMemory.available\",qos_class=\"BestEffort\"}",
+        );
+        let errs = errors_by_kind(&d);
+        d.stop();
+        mode_results.push(json!({
+            "mode": mode,
+            "detection": if mode == "watcher" { "fast watcher (v1 usage eventfd + adaptive poll) wakes the pass" } else { "QOSD_EVICTION_WATCHER=off: eviction passes alone (1 s near the line)" },
+            "histogram": {
+                "count": count,
+                "sum_ms": sum * 1e3,
+                "buckets_cumulative": buckets.iter().map(|(le, c)| json!([le, c])).collect::<Vec<_>>(),
+                "p50_bucket_ms": histogram_quantile_ms(&buckets, count, 0.5),
+                "p99_bucket_ms": histogram_quantile_ms(&buckets, count, 0.99),
+            },
+            "evictions_total_besteffort": evictions,
+            "kernel_oom_kills_in_kubepods": oom1 - oom0,
+            "errors_by_kind": errs,
+            "rates": per_rate,
+        }));
+    }
+    print_result(
+        "e2e",
+        json!({
+            "idle_pods": idle,
+            "node_memory_mib": NODE_MIB,
+            "threshold": format!("allocatableMemory.available<{THRESHOLD_MIB}Mi"),
+            "serial_runs": serial,
+            "modes": mode_results,
+            "command": "qosd run --runtime-endpoint <private containerd> --cgroup-version v1 --cgroup-root /qosd-test-… --node-memory 1536Mi --eviction-hard allocatableMemory.available<256Mi --eviction-backend kill --metrics-address 127.0.0.1:<port> [QOSD_EVICTION_WATCHER=off]",
+        }),
+    );
+}

@@ -160,5 +160,10 @@ async fn evicts_besteffort_then_burstable_guaranteed_survives_no_oom() {
             "evicted {} ({}) reaction {:?} ms",
             e["name"], e["qos_class"], e["reaction_ms"]
         );
+        // The reaction observed into qosd_eviction_reaction_seconds.
+        assert!(
+            e["reaction_ms"].as_f64().is_some_and(|r| r >= 0.0),
+            "no reaction_ms in {e}"
+        );
     }
 }

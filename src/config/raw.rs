@@ -160,15 +160,16 @@ fn with_suggestion(message: String) -> String {
     let Some(list) = message.split("expected one of ").nth(1) else {
         return message;
     };
+    // Only a field within 3 edits is suggested, and the edit distance is
+    // at least the difference in length: other fields are skipped, so a
+    // long unknown name costs one pass, not one distance per field.
+    let unknown_lower = unknown.to_ascii_lowercase();
+    let unknown_chars = unknown_lower.chars().count();
     let best = list
         .split(", ")
         .map(|f| f.trim().trim_matches('`'))
-        .map(|f| {
-            (
-                edit_distance(&unknown.to_ascii_lowercase(), &f.to_ascii_lowercase()),
-                f,
-            )
-        })
+        .filter(|f| f.chars().count().abs_diff(unknown_chars) <= 3)
+        .map(|f| (edit_distance(&unknown_lower, &f.to_ascii_lowercase()), f))
         .min();
     match best {
         Some((d, f)) if d <= 3 && d < unknown.len() => format!("{message}; did you mean `{f}`?"),
@@ -369,4 +370,33 @@ fn parse_sep_map(s: &str, sep: char) -> Result<BTreeMap<String, String>, String>
         }
     }
     Ok(m)
+}
+
+#[cfg(test)]
+mod suggestion_tests {
+    use super::*;
+
+    fn hint(yaml: &str) -> Option<String> {
+        let ConfigError::Parse { message, .. } = RawConfig::from_yaml(yaml).unwrap_err() else {
+            panic!("not a parse error: {yaml:?}");
+        };
+        assert!(message.contains("unknown field"), "{message}");
+        let hint = message.split("did you mean `").nth(1)?;
+        Some(hint.split('`').next().unwrap().to_string())
+    }
+
+    #[test]
+    fn suggestions_table() {
+        let long = format!("{}: 1\n", "evictionHard".repeat(80)); // YAML keys: < 1024 chars
+        let cases: &[(&str, Option<&str>)] = &[
+            ("evictonHard: {}\n", Some("evictionHard")),
+            ("EVICTIONHARD: {}\n", Some("evictionHard")),
+            ("evictionHardd: {}\n", Some("evictionHard")),
+            ("zzzzzzzzzzzz: 1\n", None),
+            (&long, None),
+        ];
+        for (yaml, want) in cases {
+            assert_eq!(hint(yaml).as_deref(), *want, "{:.40}", yaml);
+        }
+    }
 }

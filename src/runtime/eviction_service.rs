@@ -128,12 +128,13 @@ impl EvictionService {
             Some(health.clone()),
             move |r| {
                 log_signal_errors(r, &mut signal_errors_logged, &health);
-                timing.observe(&metrics, backend, r);
+                let reaction = timing.observe(&metrics, backend, r);
                 report(
                     &metrics,
                     &health,
                     backend,
                     r,
+                    reaction,
                     &mut conditions,
                     &mut blocked_logged,
                 );
@@ -182,7 +183,9 @@ struct ReactionTiming {
 }
 
 impl ReactionTiming {
-    fn observe(&mut self, metrics: &Metrics, backend: Backend, r: &PassReport) {
+    /// Record one pass; the reaction of the eviction it made, if any (the
+    /// value observed into `qosd_eviction_reaction_seconds`).
+    fn observe(&mut self, metrics: &Metrics, backend: Backend, r: &PassReport) -> Option<Duration> {
         let d = &r.decision;
         let mut met = BTreeMap::new();
         for t in d.thresholds.iter().filter(|t| t.met) {
@@ -201,10 +204,10 @@ impl ReactionTiming {
             }
         }
         let (Some(v), Some(Ok(outcome))) = (d.victim(), &r.outcome) else {
-            return;
+            return None;
         };
         if backend == Backend::DryRun {
-            return;
+            return None;
         }
         let crossed = self
             .met_since
@@ -216,7 +219,8 @@ impl ReactionTiming {
             .as_ref()
             .map(|k| k.issued_at)
             .unwrap_or_else(std::time::Instant::now);
-        metrics.eviction_reaction(issued.saturating_duration_since(crossed));
+        let reaction = issued.saturating_duration_since(crossed);
+        metrics.eviction_reaction(reaction);
         match outcome.kill.as_ref().and_then(|k| k.empty_at) {
             Some(empty) => {
                 metrics.eviction_release(empty.saturating_duration_since(crossed));
@@ -224,6 +228,7 @@ impl ReactionTiming {
             }
             None => self.pending = Some((v.candidate.uid.clone(), crossed)),
         }
+        Some(reaction)
     }
 }
 
@@ -325,6 +330,7 @@ fn report(
     health: &Health,
     backend: Backend,
     r: &PassReport,
+    reaction: Option<Duration>,
     conditions: &mut BTreeMap<NodeCondition, bool>,
     blocked_logged: &mut QuietLog,
 ) {
@@ -394,7 +400,7 @@ fn report(
                     request_bytes: Some(v.request),
                     rank: v.rank.saturating_sub(1),
                     backend: backend.as_str().to_string(),
-                    reaction_ms: None,
+                    reaction_ms: reaction.map(|d| d.as_secs_f64() * 1e3),
                 })
             });
         }

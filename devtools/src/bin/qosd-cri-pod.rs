@@ -44,10 +44,20 @@ struct Pod {
     containers: Vec<Container>,
 }
 
+/// The kubelet's `--runtime-request-timeout` (2 min): pod creation in an
+/// emulated VM on a loaded host can take far longer than the daemon's
+/// 10 s call deadline.
+fn slow_runtime() -> ConnectOptions {
+    ConnectOptions {
+        call_timeout: std::time::Duration::from_secs(120),
+        ..ConnectOptions::default()
+    }
+}
+
 async fn run(endpoint: &str, spec: &str) -> Result<(), String> {
     let text = std::fs::read_to_string(spec).map_err(|e| format!("{spec}: {e}"))?;
     let pods: Vec<Pod> = serde_json::from_str(&text).map_err(|e| format!("{spec}: {e}"))?;
-    let client = CriClient::connect(endpoint, ConnectOptions::default())
+    let client = CriClient::connect(endpoint, slow_runtime())
         .await
         .map_err(|e| format!("connect {endpoint}: {e}"))?;
     let mut rs = client.runtime_service();
@@ -149,7 +159,7 @@ async fn run(endpoint: &str, spec: &str) -> Result<(), String> {
 }
 
 async fn remove(endpoint: &str, id: &str) -> Result<(), String> {
-    let client = CriClient::connect(endpoint, ConnectOptions::default())
+    let client = CriClient::connect(endpoint, slow_runtime())
         .await
         .map_err(|e| format!("connect {endpoint}: {e}"))?;
     client

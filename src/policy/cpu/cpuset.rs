@@ -37,10 +37,13 @@ impl CpuSet {
             reason,
         };
         let t = s.trim();
-        let mut out = BTreeSet::new();
         if t.is_empty() {
-            return Ok(CpuSet(out));
+            return Ok(CpuSet::new());
         }
+        // Ranges first, expanded once at the end: `0-65535,0-65535,…`
+        // repeated over a large input costs one expansion, not one per
+        // repetition (a hostile list cannot make this quadratic).
+        let mut ranges: Vec<(u32, u32)> = Vec::new();
         for part in t.split(',') {
             let num = |x: &str| {
                 let id = x
@@ -57,18 +60,30 @@ impl CpuSet {
             };
             match part.split_once('-') {
                 None => {
-                    out.insert(num(part)?);
+                    let id = num(part)?;
+                    ranges.push((id, id));
                 }
                 Some((a, b)) => {
                     let (a, b) = (num(a)?, num(b)?);
                     if a > b {
                         return Err(err(format!("range {part:?} is inverted")));
                     }
-                    out.extend(a..=b);
+                    ranges.push((a, b));
                 }
             }
         }
-        Ok(CpuSet(out))
+        ranges.sort_unstable();
+        let mut ids = Vec::new();
+        let mut next = 0u32; // the lowest id not yet in `ids`
+        for (a, b) in ranges {
+            let a = if ids.is_empty() { a } else { a.max(next) };
+            if a <= b {
+                ids.extend(a..=b);
+                next = b + 1; // b <= MAX_CPU_ID: no overflow
+            }
+        }
+        // Sorted and unique: a bulk build of the tree.
+        Ok(CpuSet(ids.into_iter().collect()))
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -204,7 +219,31 @@ mod tests {
         assert!(!b.is_subset(&a));
     }
 
+    #[test]
+    fn repeated_ranges_expand_once() {
+        // A fuzz-sized input of full ranges: one expansion, the same set.
+        let text = vec!["0-65535"; 8_000].join(",");
+        let s = CpuSet::parse(&text).unwrap();
+        assert_eq!(s.len(), 65_536);
+        assert_eq!(s.to_string(), "0-65535");
+        let s = CpuSet::parse("9,3-5,4-8,0,2-2,65535,7").unwrap();
+        assert_eq!(s.to_string(), "0,2-9,65535");
+    }
+
     proptest! {
+        #[test]
+        fn parse_is_the_union_of_its_ranges(
+            ranges in proptest::collection::vec((0u32..300, 0u32..40), 1..20)
+        ) {
+            let text = ranges
+                .iter()
+                .map(|&(a, n)| if n == 0 { a.to_string() } else { format!("{a}-{}", a + n) })
+                .collect::<Vec<_>>()
+                .join(",");
+            let naive: BTreeSet<u32> = ranges.iter().flat_map(|&(a, n)| a..=a + n).collect();
+            prop_assert_eq!(CpuSet::parse(&text).unwrap().0, naive);
+        }
+
         #[test]
         fn format_parse_roundtrip(cpus in proptest::collection::btree_set(0u32..512, 0..64)) {
             let s: CpuSet = cpus.iter().copied().collect();

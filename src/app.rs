@@ -67,11 +67,7 @@ pub(crate) enum DaemonExit {
 
 /// The planner config a daemon config describes (detecting the cgroup
 /// version and the node's capacity where the config leaves them open).
-pub(crate) fn plan_config(
-    cfg: &Config,
-    proc_root: &Path,
-    sysfs: &Path,
-) -> anyhow::Result<PlanConfig> {
+pub fn plan_config(cfg: &Config, proc_root: &Path, sysfs: &Path) -> anyhow::Result<PlanConfig> {
     let version = match cfg.cgroup_version.forced() {
         Some(v) => v,
         None => crate::sys::detect::detect_version(&cfg.cgroupfs).with_context(|| {

@@ -26,7 +26,7 @@ pub(crate) enum NodeError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct NodeResources {
     pub(crate) capacity_cpu_millis: i64,
-    pub(crate) capacity_memory_bytes: i64,
+    pub capacity_memory_bytes: i64,
     /// capacity − reserved (− hard eviction threshold for memory).
     pub(crate) allocatable_cpu_millis: i64,
     pub(crate) allocatable_memory_bytes: i64,

@@ -98,7 +98,7 @@ pub struct LivePod {
     pub(crate) cgroup_parent: Option<String>,
     /// Sandbox creation time (ns since the epoch): the pod's arrival order.
     pub(crate) created_at: i64,
-    pub(crate) containers: Vec<LiveContainer>,
+    pub containers: Vec<LiveContainer>,
     /// Where values are inferred rather than exact.
     pub(crate) notes: Vec<String>,
     /// Inconsistencies worth a look (class mismatch, uid mismatch, …).

@@ -42,12 +42,12 @@ impl std::fmt::Debug for Auth {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KubeConfig {
     /// `https://host:port` (no trailing slash; a path prefix is kept).
-    pub(crate) server: String,
+    pub server: String,
     /// PEM bundle of the CAs that sign the server's certificate.
-    pub(crate) ca_pem: Vec<u8>,
+    pub ca_pem: Vec<u8>,
     pub auth: Auth,
     /// Where this came from, for messages (`in-cluster`, a kubeconfig path).
-    pub(crate) origin: String,
+    pub origin: String,
 }
 
 /// A config that cannot be used.

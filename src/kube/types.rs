@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct ObjectMeta {
-    pub(crate) name: String,
+    pub name: String,
     pub(crate) namespace: String,
     pub(crate) uid: String,
     #[serde(skip_serializing_if = "String::is_empty")]

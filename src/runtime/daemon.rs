@@ -353,6 +353,7 @@ pub(crate) async fn run_loop(
             pods = report.pods,
             writes = report.writes.len(),
             unchanged = report.unchanged,
+            unread = report.unread,
             errors = report.errors.len(),
             ms = report.duration.as_secs_f64() * 1e3,
             "reconciled"

@@ -21,10 +21,10 @@ pub enum PodSourceSpec {
 #[derive(Debug, Default, Clone)]
 pub struct Listing {
     /// Pods to plan (READY sandboxes, or every manifest pod).
-    pub(crate) pods: Vec<Pod>,
+    pub pods: Vec<Pod>,
     /// Every uid the source knows; `None` when the listing was incomplete
     /// (a sandbox skipped for a bad label), which disables orphan removal.
-    pub(crate) all_uids: Option<BTreeSet<String>>,
+    pub all_uids: Option<BTreeSet<String>>,
     /// Live CRI pods (empty for manifests), for eviction and status.
     pub live: Vec<crate::cri::LivePod>,
 }
@@ -102,7 +102,7 @@ impl Source {
     /// Cheap change detector: CRI sandbox and container ids and states
     /// (two list calls); manifests: the pods themselves (re-reading small
     /// files is cheap).
-    pub(crate) async fn fingerprint(&self) -> Result<Vec<String>, SourceError> {
+    pub async fn fingerprint(&self) -> Result<Vec<String>, SourceError> {
         match self {
             Source::Cri {
                 client,

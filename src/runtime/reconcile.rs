@@ -78,16 +78,20 @@ pub(crate) fn orphan_bases(cfg: &PlanConfig) -> Vec<PathBuf> {
 
 /// What one reconcile did.
 #[derive(Debug, Default, Serialize)]
-pub(crate) struct ReconcileReport {
+pub struct ReconcileReport {
     /// Writes made (dry run: that would be made), in order.
-    pub(crate) writes: Vec<CgroupWrite>,
+    pub writes: Vec<CgroupWrite>,
     /// Every planned write (what `qosd plan` prints for the same pods).
     pub(crate) planned: Vec<CgroupWrite>,
-    /// Planned writes already in place (read this pass, or watched and not
-    /// written since they were last read holding the planned value).
+    /// Planned writes already in place (read, or `unread`).
     pub(crate) unchanged: usize,
+    /// Of `unchanged`: planned files not read this pass, watched and not
+    /// written since they were last read holding the planned value
+    /// ([`Reconciler::watch_files`]).
+    #[serde(skip)]
+    pub(crate) unread: usize,
     /// Failed writes, with path, value and error.
-    pub(crate) errors: Vec<String>,
+    pub errors: Vec<String>,
     /// Failed writes other than into a cgroup that vanished mid-write (a
     /// pod going away): the node is not being enforced while non-zero.
     #[serde(skip)]
@@ -394,7 +398,7 @@ impl Reconciler {
     /// One pass. `all_live_uids` is every pod uid the source knows (ready or
     /// not); `None` when the listing was incomplete, which disables orphan
     /// removal for this pass.
-    pub(crate) fn reconcile(
+    pub fn reconcile(
         &mut self,
         pods: &[Pod],
         all_live_uids: Option<&BTreeSet<String>>,
@@ -411,6 +415,7 @@ impl Reconciler {
         }
         let mut out = ReconcileReport {
             unchanged: report.unchanged,
+            unread,
             pods: plan.pods.len(),
             ..Default::default()
         };

@@ -197,25 +197,25 @@ impl PodCounts {
 #[serde(default)]
 pub struct EvictionRecord {
     /// Unix time (ms).
-    pub(crate) at_ms: u64,
-    pub(crate) uid: String,
-    pub(crate) namespace: String,
+    pub at_ms: u64,
+    pub uid: String,
+    pub namespace: String,
     pub name: String,
-    pub(crate) qos_class: String,
-    pub(crate) priority: i32,
-    pub(crate) signal: String,
-    pub(crate) observed: i64,
-    pub(crate) threshold: i64,
+    pub qos_class: String,
+    pub priority: i32,
+    pub signal: String,
+    pub observed: i64,
+    pub threshold: i64,
     /// `hard` or `soft`.
-    pub(crate) threshold_kind: String,
-    pub(crate) usage_bytes: Option<i64>,
-    pub(crate) request_bytes: Option<i64>,
+    pub threshold_kind: String,
+    pub usage_bytes: Option<i64>,
+    pub request_bytes: Option<i64>,
     /// Position in the ranking (0: first).
-    pub(crate) rank: usize,
+    pub rank: usize,
     /// `kill`, `cri` or `dry-run`.
-    pub(crate) backend: String,
+    pub backend: String,
     /// Threshold crossing → kill issued.
-    pub(crate) reaction_ms: Option<f64>,
+    pub reaction_ms: Option<f64>,
 }
 
 /// The last reconcile pass.

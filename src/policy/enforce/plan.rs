@@ -47,7 +47,7 @@ pub enum CpuWeightFormula {
 #[derive(Debug, Clone, PartialEq)]
 pub struct PlanConfig {
     pub(crate) layout: CgroupLayout,
-    pub(crate) node: NodeResources,
+    pub node: NodeResources,
     /// `--cpu-cfs-quota-period` in µs (100000).
     pub(crate) cpu_cfs_period_us: u64,
     /// `--cpu-cfs-quota` (true): when false pods get quota -1 / `max`.

@@ -115,7 +115,7 @@ pub struct Victim {
     /// Grace to give the pod: 1 s for hard thresholds and local-storage
     /// limits (the kubelet's immediateEvictionGracePeriodSeconds), for soft
     /// min(eviction-max-pod-grace-period, pod's terminationGracePeriodSeconds).
-    pub(crate) grace: Duration,
+    pub grace: Duration,
     /// 1-based position in the ranking (always 1 today; kept for the log).
     pub(crate) rank: usize,
     pub usage: Option<u64>,
@@ -124,7 +124,7 @@ pub struct Victim {
     /// Why: a threshold, or a local-storage limit.
     pub(crate) cause: Cause,
     /// The kubelet's eviction message (the `Evicted` event / pod status).
-    pub(crate) message: String,
+    pub message: String,
 }
 
 /// Why a pod is evicted.
@@ -139,7 +139,7 @@ pub(crate) enum Cause {
 impl Victim {
     /// The label the kubelet counts this eviction under: the signal, or
     /// `ephemeralcontainerfs.limit` / `ephemeralpodfs.limit` / `emptydirfs.limit`.
-    pub(crate) fn metric_label(&self) -> &'static str {
+    pub fn metric_label(&self) -> &'static str {
         match self.cause {
             Cause::Threshold => self.signal.as_str(),
             Cause::LocalStorage(k) => k.metric_label(),

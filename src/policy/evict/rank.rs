@@ -143,7 +143,7 @@ impl PodStats {
 pub struct Candidate {
     pub uid: String,
     pub(crate) namespace: String,
-    pub(crate) name: String,
+    pub name: String,
     pub(crate) qos: QosClass,
     pub(crate) priority: i32,
     pub(crate) static_or_mirror: bool,

@@ -352,23 +352,23 @@ pub struct RawEvictionConfig {
     /// `None`: nothing given, the kubelet's defaults apply. `Some(empty)`: no
     /// hard thresholds at all.
     #[serde(default)]
-    pub(crate) eviction_hard: Option<BTreeMap<String, String>>,
+    pub eviction_hard: Option<BTreeMap<String, String>>,
     #[serde(default)]
-    pub(crate) eviction_soft: BTreeMap<String, String>,
+    pub eviction_soft: BTreeMap<String, String>,
     #[serde(default)]
-    pub(crate) eviction_soft_grace_period: BTreeMap<String, String>,
+    pub eviction_soft_grace_period: BTreeMap<String, String>,
     #[serde(default)]
-    pub(crate) eviction_minimum_reclaim: BTreeMap<String, String>,
+    pub eviction_minimum_reclaim: BTreeMap<String, String>,
     /// Seconds (the kubelet's int32).
     #[serde(default)]
-    pub(crate) eviction_max_pod_grace_period: Option<i64>,
+    pub eviction_max_pod_grace_period: Option<i64>,
     /// Go duration string, e.g. `5m0s`.
     #[serde(default)]
-    pub(crate) eviction_pressure_transition_period: Option<String>,
+    pub eviction_pressure_transition_period: Option<String>,
     /// KubeletConfiguration `mergeDefaultEvictionSettings`: a partial
     /// `evictionHard` keeps the defaults of the signals it does not name.
     #[serde(default)]
-    pub(crate) merge_default_eviction_settings: bool,
+    pub merge_default_eviction_settings: bool,
 }
 
 /// `hard` plus the kubelet's default hard thresholds of the signals it does

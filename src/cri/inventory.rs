@@ -54,7 +54,7 @@ pub struct LiveContainer {
     pub(crate) id: String,
     pub(crate) name: String,
     /// created | running | exited | unknown
-    pub(crate) state: String,
+    pub state: String,
     pub(crate) attempt: u32,
     pub(crate) cpu_shares: Option<i64>,
     pub(crate) cpu_quota: Option<i64>,
@@ -140,7 +140,7 @@ impl Inventory {
 pub struct InventoryOptions {
     /// Node memory capacity (MemTotal), to infer Burstable memory requests
     /// from oom_score_adj. `None`: those requests stay unknown.
-    pub(crate) memory_capacity_bytes: Option<i64>,
+    pub memory_capacity_bytes: Option<i64>,
 }
 
 /// List the runtime's sandboxes and build the inventory.

@@ -61,21 +61,21 @@ fn fmt_err(path: &Path, message: impl Into<String>) -> SignalError {
 /// and adjust, or fill every field for tests.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SignalSources {
-    pub(crate) version: CgroupVersion,
+    pub version: CgroupVersion,
     /// v1: the memory hierarchy's mount (`/sys/fs/cgroup/memory`); v2: the
     /// unified mount (`/sys/fs/cgroup`).
-    pub(crate) memory_root: PathBuf,
+    pub memory_root: PathBuf,
     /// Absolute kubepods cgroup directory in the memory hierarchy.
-    pub(crate) kubepods: Option<PathBuf>,
+    pub kubepods: Option<PathBuf>,
     /// Node allocatable memory; `None`: the kubepods memory limit.
-    pub(crate) allocatable_memory_bytes: Option<i64>,
-    pub(crate) meminfo: PathBuf,
-    pub(crate) loadavg: PathBuf,
-    pub(crate) pid_max: PathBuf,
+    pub allocatable_memory_bytes: Option<i64>,
+    pub meminfo: PathBuf,
+    pub loadavg: PathBuf,
+    pub pid_max: PathBuf,
     pub nodefs: Option<PathBuf>,
-    pub(crate) imagefs: Option<PathBuf>,
-    pub(crate) containerfs: Option<PathBuf>,
-    pub(crate) memory_source: MemorySource,
+    pub imagefs: Option<PathBuf>,
+    pub containerfs: Option<PathBuf>,
+    pub memory_source: MemorySource,
     /// The kubelet root dir whose `pods/<uid>/volumes/` hold the pods'
     /// local volumes (None: per-pod storage not measured).
     pub pod_root_dir: Option<PathBuf>,

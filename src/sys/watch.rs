@@ -62,11 +62,11 @@ pub enum ProbeKind {
 /// One watched signal with its line in absolute bytes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WatchTarget {
-    pub(crate) signal: Signal,
-    pub(crate) probe: ProbeKind,
-    pub(crate) capacity: i64,
+    pub signal: Signal,
+    pub probe: ProbeKind,
+    pub capacity: i64,
     /// Wake when available < this (the largest hard threshold, in bytes).
-    pub(crate) threshold: i64,
+    pub threshold: i64,
 }
 
 impl WatchTarget {
@@ -161,22 +161,22 @@ pub fn usage_probe(version: CgroupVersion, dir: &Path) -> ProbeKind {
 /// Tunables of the poller.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WatchConfig {
-    pub(crate) min_interval: Duration,
-    pub(crate) max_interval: Duration,
+    pub min_interval: Duration,
+    pub max_interval: Duration,
     /// Worst ramp to plan for, bytes per second.
-    pub(crate) max_ramp_bytes_per_sec: u64,
+    pub max_ramp_bytes_per_sec: u64,
     /// Use v1 eventfd thresholds as an extra wake-up.
-    pub(crate) use_eventfd: bool,
+    pub use_eventfd: bool,
     /// The interval's upper bound instead of `max_interval` while every
     /// target has a v1 eventfd armed: the kernel wakes the poller at the
     /// line, so far from it (beyond `2 · max_ramp · max_interval`) the
     /// poll only has to keep ahead of the worst ramp; each such poll
     /// re-reads `memory.stat` to keep the eventfd level current.
-    pub(crate) max_interval_notified: Duration,
+    pub max_interval_notified: Duration,
     /// Run the poller thread with SCHED_FIFO at this priority (1–99), so a
     /// busy node cannot delay it; it sleeps almost all the time. `None`:
     /// normal scheduling. Failure to set it is logged, not fatal.
-    pub(crate) rt_priority: Option<i32>,
+    pub rt_priority: Option<i32>,
 }
 
 impl Default for WatchConfig {

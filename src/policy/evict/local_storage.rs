@@ -20,7 +20,7 @@ use crate::core::quantity::Quantity;
 
 /// The local-storage limits a pod declares.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct StorageLimits {
+pub struct StorageLimits {
     /// (container name, `ephemeral-storage` limit) for app containers with one.
     pub(crate) containers: Vec<(String, Quantity)>,
     /// Sum of the containers' limits (kubelet PodLimits), when any has one.
@@ -98,7 +98,7 @@ pub(crate) struct ContainerStorage {
 
 /// Per-container and per-volume storage of a pod.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
-pub(crate) struct StorageDetail {
+pub struct StorageDetail {
     pub(crate) containers: Vec<ContainerStorage>,
     /// (volume name, bytes) of every emptyDir found on disk.
     pub(crate) volumes: Vec<(String, u64)>,

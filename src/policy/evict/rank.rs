@@ -142,16 +142,16 @@ impl PodStats {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Candidate {
     pub uid: String,
-    pub(crate) namespace: String,
+    pub namespace: String,
     pub name: String,
-    pub(crate) qos: QosClass,
-    pub(crate) priority: i32,
-    pub(crate) static_or_mirror: bool,
-    pub(crate) memory_request_bytes: i64,
-    pub(crate) ephemeral_storage_request_bytes: i64,
-    pub(crate) termination_grace_period_seconds: Option<i64>,
+    pub qos: QosClass,
+    pub priority: i32,
+    pub static_or_mirror: bool,
+    pub memory_request_bytes: i64,
+    pub ephemeral_storage_request_bytes: i64,
+    pub termination_grace_period_seconds: Option<i64>,
     /// CRI sandbox id, when the pod came from the runtime.
-    pub(crate) sandbox_id: Option<String>,
+    pub sandbox_id: Option<String>,
     /// Absolute directories of the pod's cgroup (v2: one; v1: the memory
     /// hierarchy's first, then others such as pids/freezer). Used by the
     /// kill backend and the per-pod signals.
@@ -159,9 +159,9 @@ pub struct Candidate {
     pub stats: Option<PodStats>,
     /// Local-storage limits from the pod's spec (empty when the source does
     /// not carry them: the CRI alone does not).
-    pub(crate) storage_limits: crate::policy::evict::local_storage::StorageLimits,
+    pub storage_limits: crate::policy::evict::local_storage::StorageLimits,
     /// Per-container and per-volume storage, for the limit checks.
-    pub(crate) storage_detail: Option<crate::policy::evict::local_storage::StorageDetail>,
+    pub storage_detail: Option<crate::policy::evict::local_storage::StorageDetail>,
 }
 
 impl Candidate {

@@ -640,7 +640,14 @@ async fn serve(
             let svc = hyper::service::service_fn(move |req| {
                 let state = state.clone();
                 let token = token.clone();
-                async move { Ok::<_, Infallible>(handle(state, &token, req).await) }
+                async move {
+                    // A server that went away answers nothing, on kept-alive
+                    // connections too: the connection is closed unanswered.
+                    if state.lock().unwrap().down {
+                        return Err(std::io::Error::other("fake API: gone away"));
+                    }
+                    Ok(handle(state, &token, req).await)
+                }
             });
             let _ = hyper::server::conn::http1::Builder::new()
                 .serve_connection(hyper_util::rt::TokioIo::new(tls), svc)

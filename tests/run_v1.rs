@@ -7,6 +7,7 @@
 mod support;
 
 use std::path::Path;
+use std::time::Duration;
 
 use serde_json::Value;
 use support::*;
@@ -196,4 +197,109 @@ fn run_rejects_bad_manifests_before_writing() {
         "v1",
     ]);
     assert_eq!(code, 2, "{err}");
+}
+
+/// The inotify watches `pid` holds, counted by the kernel: one `inotify wd:`
+/// line per watch in the fdinfo of each of its inotify descriptors (pod
+/// cgroup events and planned files alike).
+fn inotify_watches(pid: i32) -> usize {
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).expect("qosd's fds");
+    fds.flatten()
+        .filter(|e| {
+            std::fs::read_link(e.path()).is_ok_and(|l| l.as_os_str() == "anon_inode:inotify")
+        })
+        .map(|e| {
+            let info = std::fs::read_to_string(format!(
+                "/proc/{pid}/fdinfo/{}",
+                e.file_name().to_string_lossy()
+            ))
+            .unwrap_or_default();
+            info.lines()
+                .filter(|l| l.starts_with("inotify wd:"))
+                .count()
+        })
+        .sum()
+}
+
+/// Pods coming and going leave no inotify watch behind in `qosd run`
+/// (issue 17: memory grew under pod churn). cgroupfs never ends the watch
+/// of a removed directory by itself (no `IN_IGNORED`), so a watch left on
+/// each pod cgroup that went away would stay, in the kernel and in qosd's
+/// maps, for as long as the daemon runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: starts containerd and creates cgroups"]
+async fn pod_churn_leaves_no_inotify_watch_behind() {
+    require_containerd();
+    let env = Containerd::start();
+    let spec = |name: &str, cpu: i64| {
+        PodSpec::new(name).container(ContainerSpec::pause("app").cpu(Some(cpu), Some(2 * cpu)))
+    };
+    let keep = env.run_pod(&spec("keep", 100)).await;
+    let mut args = env.run_args(None);
+    args.extend(["--orphan-grace-period", "0s"]);
+    let mut d = Daemon::start_with(&args, &[("QOSD_LOG", "warn".as_ref())]);
+    let shares = |p: &RunningPod| {
+        std::fs::read_to_string(env.cgroup_dir("cpu", p).join("cpu.shares"))
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default()
+    };
+    let want = |p: &RunningPod| {
+        kubelet::shares(p.spec.containers[0].cpu_effective().0.unwrap()).to_string()
+    };
+    wait_for("the first pod enforced", Duration::from_secs(60), || {
+        shares(&keep) == want(&keep)
+    });
+    // A few reconciles (1 s apart) later, the watches are those of a steady
+    // node: kubepods, its QoS cgroups, the pod, the planned files.
+    let r0 = d
+        .metric("qosd_reconciles_total")
+        .expect("qosd_reconciles_total");
+    wait_for("three more reconciles", Duration::from_secs(60), || {
+        d.metric("qosd_reconciles_total").unwrap_or(0.0) >= r0 + 3.0
+    });
+    d.assert_running();
+    let steady = inotify_watches(d.pid());
+    assert!(steady > 0, "qosd run holds no inotify watch");
+
+    let mut pods = Vec::new();
+    for i in 0..6 {
+        pods.push(env.run_pod(&spec(&format!("churn{i}"), 50 + 10 * i)).await);
+    }
+    wait_for("the new pods enforced", Duration::from_secs(60), || {
+        pods.iter().all(|p| shares(p) == want(p))
+    });
+    let r1 = d.metric("qosd_reconciles_total").unwrap_or(0.0);
+    wait_for("two more reconciles", Duration::from_secs(60), || {
+        d.metric("qosd_reconciles_total").unwrap_or(0.0) >= r1 + 2.0
+    });
+    let busy = inotify_watches(d.pid());
+    assert!(
+        busy > steady,
+        "the new pods' cgroups and files are watched: {busy} watches, {steady} before"
+    );
+
+    for p in &pods {
+        env.remove_pod(p).await;
+    }
+    // runc leaves the pod cgroups behind; qosd removes them (grace 0 s).
+    wait_for(
+        "the removed pods' cgroups gone",
+        Duration::from_secs(60),
+        || pods.iter().all(|p| !env.cgroup_dir("cpu", p).exists()),
+    );
+    let settled = wait_until(Duration::from_secs(30), || {
+        inotify_watches(d.pid()) == steady
+    });
+    let now = inotify_watches(d.pid());
+    assert!(
+        settled.is_some(),
+        "{now} inotify watches after 6 pods came and went, {steady} before (and {busy} with them)"
+    );
+    d.assert_running();
+    assert_eq!(
+        shares(&keep),
+        want(&keep),
+        "the pod that stayed is still enforced"
+    );
+    d.stop();
 }

@@ -236,7 +236,9 @@ async fn pod_churn_leaves_no_inotify_watch_behind() {
     };
     let keep = env.run_pod(&spec("keep", 100)).await;
     let mut args = env.run_args(None);
-    args.extend(["--orphan-grace-period", "0s"]);
+    // Longer than a pod start takes here (a sandbox being created is not
+    // listed yet: `0s` could remove its new, empty pod cgroup).
+    args.extend(["--orphan-grace-period", "20s"]);
     let mut d = Daemon::start_with(&args, &[("QOSD_LOG", "warn".as_ref())]);
     let shares = |p: &RunningPod| {
         std::fs::read_to_string(env.cgroup_dir("cpu", p).join("cpu.shares"))
@@ -281,10 +283,10 @@ async fn pod_churn_leaves_no_inotify_watch_behind() {
     for p in &pods {
         env.remove_pod(p).await;
     }
-    // runc leaves the pod cgroups behind; qosd removes them (grace 0 s).
+    // runc leaves the pod cgroups behind; qosd removes them (after 20 s).
     wait_for(
         "the removed pods' cgroups gone",
-        Duration::from_secs(60),
+        Duration::from_secs(120),
         || pods.iter().all(|p| !env.cgroup_dir("cpu", p).exists()),
     );
     let settled = wait_until(Duration::from_secs(30), || {

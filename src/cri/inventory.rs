@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::client::{CriClient, CriError};
 use super::proto;
@@ -37,7 +37,7 @@ impl SandboxState {
 }
 
 /// Where a container's settings were read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub(crate) enum ResourcesOrigin {
     /// `ContainerStatus.resources.linux`.
@@ -232,39 +232,56 @@ pub(crate) async fn inventory_with(
 /// no longer listed are dropped at each listing.
 #[derive(Debug, Default)]
 pub struct StatusCache {
-    sandboxes: std::sync::Mutex<HashMap<String, SandboxFacts>>,
-    containers: std::sync::Mutex<HashMap<String, ContainerFacts>>,
+    pub(super) sandboxes: std::sync::Mutex<HashMap<String, SandboxFacts>>,
+    pub(super) containers: std::sync::Mutex<HashMap<String, ContainerFacts>>,
+    /// Bumped at every change of the entries (see [`super::persist`]).
+    pub(super) generation: std::sync::atomic::AtomicU64,
 }
 
-#[derive(Debug, Clone)]
-struct SandboxFacts {
-    status: proto::PodSandboxStatus,
-    cgroup_parent: Option<String>,
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct SandboxFacts {
+    pub(super) status: proto::PodSandboxStatus,
+    pub(super) cgroup_parent: Option<String>,
 }
 
-#[derive(Debug, Clone)]
-struct ContainerFacts {
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct ContainerFacts {
     /// The listed state this status was read at.
-    listed_state: i32,
-    state: i32,
-    res: Option<proto::LinuxContainerResources>,
-    origin: ResourcesOrigin,
+    pub(super) listed_state: i32,
+    pub(super) state: i32,
+    pub(super) res: Option<proto::LinuxContainerResources>,
+    pub(super) origin: ResourcesOrigin,
 }
 
 impl StatusCache {
     /// Drop the entries of ids that are not listed any more.
-    fn retain(&self, sandboxes: &[proto::PodSandbox], containers: &[proto::Container]) {
+    pub(super) fn retain(&self, sandboxes: &[proto::PodSandbox], containers: &[proto::Container]) {
         let sb: std::collections::HashSet<&str> = sandboxes.iter().map(|s| s.id.as_str()).collect();
         let ct: std::collections::HashSet<&str> =
             containers.iter().map(|c| c.id.as_str()).collect();
+        let before = self.len();
         lock(&self.sandboxes).retain(|k, _| sb.contains(k.as_str()));
         lock(&self.containers).retain(|k, _| ct.contains(k.as_str()));
+        if self.len() != before {
+            self.changed();
+        }
     }
 
     /// Ask every container's status again at the next listing (a resync:
     /// in-place resource updates change a status without changing a listing).
     pub(crate) fn forget_containers(&self) {
         lock(&self.containers).clear();
+        self.changed();
+    }
+
+    pub(super) fn changed(&self) {
+        self.generation
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Changes whenever the entries do.
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// (sandboxes, containers) held.
@@ -273,7 +290,7 @@ impl StatusCache {
     }
 }
 
-fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(super) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -310,6 +327,7 @@ async fn sandbox_entry(
             };
             if let Some(c) = cache {
                 lock(&c.sandboxes).insert(sb.id.clone(), f.clone());
+                c.changed();
             }
             f
         }
@@ -558,6 +576,7 @@ async fn build_pod(
                 };
                 if let Some(k) = cache {
                     lock(&k.containers).insert(c.id.clone(), f.clone());
+                    k.changed();
                 }
                 f
             }

@@ -137,14 +137,8 @@ pub(crate) async fn run_loop(
     }
     // A restart asks the runtime only about what is new since the last
     // run; the restored container statuses serve the first reconcile only.
-    let mut store = match (&source, &opts.source, &opts.state_dir) {
-        (Source::Cri { cache, .. }, PodSourceSpec::Cri { endpoint }, Some(dir)) if !opts.once => {
-            Some(crate::runtime::status_store::StatusStore::new(
-                dir,
-                endpoint,
-                cache.clone(),
-            ))
-        }
+    let mut store = match &opts.state_dir {
+        Some(dir) if !opts.once => source.status_store(&opts.source, dir),
         _ => None,
     };
     let restored_containers = store.as_mut().map_or(0, |s| s.load());

@@ -158,6 +158,21 @@ impl Source {
         }
     }
 
+    /// The status cache of a CRI source kept in `state_dir` across
+    /// restarts (see [`crate::runtime::status_store`]); `None` for manifests.
+    pub fn status_store(
+        &self,
+        spec: &PodSourceSpec,
+        state_dir: &std::path::Path,
+    ) -> Option<crate::runtime::status_store::StatusStore> {
+        match (self, spec) {
+            (Source::Cri { cache, .. }, PodSourceSpec::Cri { endpoint }) => Some(
+                crate::runtime::status_store::StatusStore::new(state_dir, endpoint, cache.clone()),
+            ),
+            _ => None,
+        }
+    }
+
     /// Sandboxes and containers whose statuses are held (CRI; 0 otherwise).
     pub fn cached_statuses(&self) -> (usize, usize) {
         match self {

@@ -51,7 +51,7 @@ impl Shared {
 }
 
 /// The persisted status cache of one CRI pod source.
-pub(crate) struct StatusStore {
+pub struct StatusStore {
     shared: Arc<Shared>,
     last_save: Option<Instant>,
     writing: Option<tokio::task::JoinHandle<()>>,
@@ -76,7 +76,7 @@ impl StatusStore {
     /// Restore the cache from the file; logs one line when there was one.
     /// Returns the number of container statuses restored (which the caller
     /// asks about again right after its first reconcile).
-    pub(crate) fn load(&mut self) -> usize {
+    pub fn load(&mut self) -> usize {
         let s = &self.shared;
         match persist::load(&s.path, &s.endpoint, &s.cache) {
             Ok(Some((sandboxes, containers))) => {
@@ -98,6 +98,16 @@ impl StatusStore {
                 0
             }
         }
+    }
+
+    /// Write the cache now (if it changed), on this thread.
+    pub fn save_now(&self) {
+        self.shared.write();
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.shared.path
     }
 
     /// After a listing: write the cache (on the blocking pool) if it changed

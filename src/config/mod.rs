@@ -363,7 +363,7 @@ pub struct Config {
     /// Where qosd keeps state across restarts (the CRI status cache);
     /// `None`: systemd's `$STATE_DIRECTORY` when set, else nothing is kept.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) state_dir: Option<PathBuf>,
+    pub state_dir: Option<PathBuf>,
     /// Hugepage sizes (bytes) limited on every pod; `None`: the node's
     /// (sysfs) when the hugetlb controller is mounted; empty: none.
     #[serde(

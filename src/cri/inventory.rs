@@ -251,6 +251,9 @@ pub(super) struct ContainerFacts {
     pub(super) state: i32,
     pub(super) res: Option<proto::LinuxContainerResources>,
     pub(super) origin: ResourcesOrigin,
+    /// Asked about again at the next listing, kept until then (see
+    /// [`StatusCache::distrust_containers`]).
+    pub(super) unverified: bool,
 }
 
 impl StatusCache {
@@ -272,6 +275,15 @@ impl StatusCache {
     pub(crate) fn forget_containers(&self) {
         lock(&self.containers).clear();
         self.changed();
+    }
+
+    /// Ask every container's status again at the next listing, keeping the
+    /// entries until the answers replace them (so a cache written in
+    /// between still holds them).
+    pub(crate) fn distrust_containers(&self) {
+        for f in lock(&self.containers).values_mut() {
+            f.unverified = true;
+        }
     }
 
     pub(super) fn changed(&self) {
@@ -541,7 +553,7 @@ async fn build_pod(
         let hit = cache.and_then(|k| {
             lock(&k.containers)
                 .get(&c.id)
-                .filter(|f| f.listed_state == c.state)
+                .filter(|f| f.listed_state == c.state && !f.unverified)
                 .cloned()
         });
         let facts = match hit {
@@ -573,6 +585,7 @@ async fn build_pod(
                     state: cs.state,
                     res,
                     origin,
+                    unverified: false,
                 };
                 if let Some(k) = cache {
                     lock(&k.containers).insert(c.id.clone(), f.clone());

@@ -207,6 +207,7 @@ impl StatusCache {
                     state: r.state,
                     res,
                     origin: r.origin,
+                    unverified: false,
                 },
             );
         }
@@ -326,6 +327,7 @@ mod tests {
                 ..Default::default()
             }),
             origin: ResourcesOrigin::Status,
+            unverified: false,
         }
     }
 

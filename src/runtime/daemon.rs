@@ -384,7 +384,7 @@ pub(crate) async fn run_loop(
         }
         if recheck_restored {
             recheck_restored = false;
-            source.resync();
+            source.recheck_containers();
             recheck_at = Some(tokio::time::Instant::now());
         } else if let Some(s) = store.as_mut() {
             if recheck_at.is_none() {

@@ -149,6 +149,14 @@ impl Source {
         }
     }
 
+    /// Ask the runtime about every container again at the next listing,
+    /// keeping the held statuses until then (after a restored cache).
+    pub(crate) fn recheck_containers(&self) {
+        if let Source::Cri { cache, .. } = self {
+            cache.distrust_containers();
+        }
+    }
+
     /// The API server source's change key (`None` without one): cheap, no
     /// runtime call.
     pub(crate) fn spec_key(&self) -> Option<String> {

@@ -146,7 +146,7 @@ async fn a_restarted_daemon_asks_only_about_new_ids_and_catches_a_resize() {
     };
 
     // First start: no file yet, every status asked, the file written at stop.
-    let d = Daemon::start(&args, &[("QOSD_STATE_DIR", state_env)]);
+    let d = Daemon::start_with(&args, &[("QOSD_STATE_DIR", state_env)]);
     ready(&d);
     assert_eq!(calls(&d, "PodSandboxStatus"), Some(2.0));
     d.stop();
@@ -179,7 +179,7 @@ async fn a_restarted_daemon_asks_only_about_new_ids_and_catches_a_resize() {
         .await;
 
     // The restart: the file is used, only the new sandbox is asked about.
-    let d = Daemon::start(&args, &[("QOSD_STATE_DIR", state_env)]);
+    let d = Daemon::start_with(&args, &[("QOSD_STATE_DIR", state_env)]);
     ready(&d);
     let log = d.log();
     assert!(
@@ -209,7 +209,7 @@ async fn a_restarted_daemon_asks_only_about_new_ids_and_catches_a_resize() {
 
     // A corrupt file: one warning, everything asked, still ready.
     std::fs::write(&file, b"{not json").unwrap();
-    let d = Daemon::start(&args, &[("QOSD_STATE_DIR", state_env)]);
+    let d = Daemon::start_with(&args, &[("QOSD_STATE_DIR", state_env)]);
     ready(&d);
     let log = d.log();
     assert!(log.contains("CRI status cache ignored"), "{log}");

@@ -80,6 +80,12 @@ def footprint(r):
 def startup(r):
     print(f"  startup {r['pods']} pods cold (first pass writes): {rng(r['cold_exec_to_ready_ms'], ' ms')}")
     print(f"  startup {r['pods']} pods warm (restart, no writes):  {rng(r['warm_exec_to_ready_ms'], ' ms')}")
+    if "warm_nofile_exec_to_ready_ms" in r:
+        print(f"  startup {r['pods']} pods warm without the status cache file: {rng(r['warm_nofile_exec_to_ready_ms'], ' ms')}, "
+              f"CPU {rng(r['warm_nofile_cpu_ms_at_ready'], ' ms', '{:.1f}')}")
+    b = r.get("baseline")
+    if b:
+        print(f"  startup baseline cold {rng(b['cold_exec_to_ready_ms'], ' ms')}, warm {rng(b['warm_exec_to_ready_ms'], ' ms')}")
     print(f"  startup CPU at ready: cold {rng(r['cold_cpu_ms_at_ready'], ' ms', '{:.1f}')}, "
           f"warm {rng(r['warm_cpu_ms_at_ready'], ' ms', '{:.1f}')}; VmHWM {rng(r['vm_hwm_kib_at_ready'], ' KiB', '{:.0f}')}")
 

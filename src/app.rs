@@ -317,6 +317,7 @@ pub(crate) fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<Daemon
         cpu_manager: args.cpu_manager,
         specs: None,
         audit,
+        state_dir: cfg.state_dir.clone().or_else(systemd_state_directory),
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -574,7 +575,16 @@ pub(crate) const RESTART_FIELDS: &[(&str, &str)] = &[
         "kubeletCPUManagerState",
         "the CPU manager's state is set at start",
     ),
+    ("stateDir", "the CRI status cache is restored at start"),
 ];
+
+/// systemd's `StateDirectory=` (the first of `$STATE_DIRECTORY`'s
+/// colon-separated paths), the default `stateDir`.
+fn systemd_state_directory() -> Option<std::path::PathBuf> {
+    let v = std::env::var_os("STATE_DIRECTORY")?;
+    let first = std::path::PathBuf::from(v.to_str()?.split(':').next()?);
+    first.is_absolute().then_some(first)
+}
 
 /// Why a reload was not applied.
 #[derive(Debug, Clone)]

@@ -480,17 +480,27 @@ async fn reconcile() {
 /// `qosd run` against `env` (support's [`Daemon`], stopped by its PID),
 /// sending sd_notify messages to `notify`.
 fn spawn_daemon(env: &Containerd, notify: &Path) -> Daemon {
-    spawn_daemon_bin(qosd_bin(), env, Some(notify))
+    spawn_daemon_bin(qosd_bin(), env, Some(notify), None)
 }
 
 /// [`spawn_daemon`] of a given binary (the baseline), `notify` optional.
-fn spawn_daemon_bin(bin: &str, env: &Containerd, notify: Option<&Path>) -> Daemon {
+/// `state`: its `QOSD_STATE_DIR` (the CRI status cache; a binary without
+/// the setting ignores it).
+fn spawn_daemon_bin(
+    bin: &str,
+    env: &Containerd,
+    notify: Option<&Path>,
+    state: Option<&Path>,
+) -> Daemon {
     let mut args = vec!["run".to_string()];
     args.extend(common_args(env));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut envs: Vec<(&str, &std::ffi::OsStr)> = vec![("QOSD_LOG", "warn".as_ref())];
     if let Some(n) = notify {
         envs.push(("NOTIFY_SOCKET", n.as_os_str()));
+    }
+    if let Some(s) = state {
+        envs.push(("QOSD_STATE_DIR", s.as_os_str()));
     }
     Daemon::start_bin(bin, &args, &envs)
 }
@@ -730,8 +740,11 @@ async fn hold() {
 // ------------------------------------------------------------------ startup
 
 /// Exec to READY=1 (sd_notify, sent after the first reconcile) with 110
-/// real pods: cold (node not enforced yet: the first pass writes) and warm
-/// (a restart on an enforced node: no writes), interleaved A B A B.
+/// real pods: cold (node not enforced yet: the first pass writes; no CRI
+/// status cache file yet), warm (a restart on an enforced node: no writes,
+/// the status cache file of the previous run) and warm without the file
+/// (as every restart was before the file), interleaved with the previous
+/// commit's binary (cold and warm; it has no file).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "benchmark: run by bench/run.sh"]
 async fn startup() {
@@ -745,7 +758,10 @@ async fn startup() {
     let dir = tempfile::tempdir().unwrap();
     let sock_path = dir.path().join("notify.sock");
     let sock = UnixDatagram::bind(&sock_path).unwrap();
-    let once = |bin: &str, cold: bool| -> (f64, f64, u64) {
+    // The status cache file of our runs; a new empty one for runs without.
+    let state = tempfile::tempdir().unwrap();
+    let state_file = state.path().join("cri-status-cache.json");
+    let once_in = |bin: &str, cold: bool, state: Option<&Path>| -> (f64, f64, u64) {
         if cold {
             snap.restore();
         }
@@ -755,7 +771,7 @@ async fn startup() {
         while sock.recv(&mut buf).is_ok() {}
         sock.set_nonblocking(false).unwrap();
         let t = Instant::now();
-        let d = spawn_daemon_bin(bin, &env, Some(&sock_path));
+        let d = spawn_daemon_bin(bin, &env, Some(&sock_path), state);
         let ready = wait_ready(&sock, Duration::from_secs(60)).expect("READY=1");
         let ms = (ready - t).as_secs_f64() * 1e3;
         // Cross-check with /readyz (must answer 200 now).
@@ -766,27 +782,42 @@ async fn startup() {
         d.stop();
         (ms, sched_ns as f64 / 1e6, hwm)
     };
+    let no_file = || tempfile::tempdir().unwrap();
+    let once = |bin: &str, cold: bool| once_in(bin, cold, Some(no_file().path()));
     once(qosd_bin(), false); // warm-up
-    let (mut cold, mut warm) = (Vec::new(), Vec::new());
-    let (mut cold_cpu, mut warm_cpu, mut hwm) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut cold, mut warm, mut warm_nofile) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut cold_cpu, mut warm_cpu, mut warm_nofile_cpu, mut hwm) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut b_cold, mut b_warm) = (Vec::new(), Vec::new());
+    let (mut b_cold_cpu, mut b_warm_cpu) = (Vec::new(), Vec::new());
     for _ in 0..runs {
         if let Some(base) = baseline_bin() {
-            b_cold.push(once(&base, true).0);
-            b_warm.push(once(&base, false).0);
+            let (ms, cpu, _) = once(&base, true);
+            b_cold.push(ms);
+            b_cold_cpu.push(cpu);
+            let (ms, cpu, _) = once(&base, false);
+            b_warm.push(ms);
+            b_warm_cpu.push(cpu);
         }
-        let (ms, cpu, h) = once(qosd_bin(), true);
+        // A first start: no file (it is written when the daemon stops).
+        let _ = std::fs::remove_file(&state_file);
+        let (ms, cpu, h) = once_in(qosd_bin(), true, Some(state.path()));
         cold.push(ms);
         cold_cpu.push(cpu);
         hwm.push(h as f64);
-        let (ms, cpu, h) = once(qosd_bin(), false);
+        assert!(state_file.is_file(), "no status cache file after a run");
+        let (ms, cpu, h) = once_in(qosd_bin(), false, Some(state.path()));
         warm.push(ms);
         warm_cpu.push(cpu);
         hwm.push(h as f64);
+        let (ms_nofile, cpu, _) = once(qosd_bin(), false);
+        warm_nofile.push(ms_nofile);
+        warm_nofile_cpu.push(cpu);
         eprintln!(
-            "bench: startup cold {:.1} ms, warm {:.1} ms",
+            "bench: startup cold {:.1} ms, warm {:.1} ms, warm without the file {:.1} ms",
             cold.last().unwrap(),
-            ms
+            ms,
+            ms_nofile
         );
     }
     print_result(
@@ -799,13 +830,17 @@ async fn startup() {
             "warm_exec_to_ready_ms": summary(&warm),
             "cold_cpu_ms_at_ready": summary(&cold_cpu),
             "warm_cpu_ms_at_ready": summary(&warm_cpu),
+            "warm_nofile_exec_to_ready_ms": summary(&warm_nofile),
+            "warm_nofile_cpu_ms_at_ready": summary(&warm_nofile_cpu),
             "vm_hwm_kib_at_ready": summary(&hwm),
             "baseline": baseline_bin().map(|b| json!({
                 "bin": b,
                 "cold_exec_to_ready_ms": summary(&b_cold),
                 "warm_exec_to_ready_ms": summary(&b_warm),
+                "cold_cpu_ms_at_ready": summary(&b_cold_cpu),
+                "warm_cpu_ms_at_ready": summary(&b_warm_cpu),
             })),
-            "command": "NOTIFY_SOCKET=<dgram socket> qosd run --runtime-endpoint <private containerd> --cgroup-version v1 --cgroup-root /qosd-test-… --metrics-address 127.0.0.1:<port>",
+            "command": "NOTIFY_SOCKET=<dgram socket> QOSD_STATE_DIR=<dir> qosd run --runtime-endpoint <private containerd> --cgroup-version v1 --cgroup-root /qosd-test-… --metrics-address 127.0.0.1:<port>",
         }),
     );
 }
@@ -884,7 +919,7 @@ async fn churn() {
     let mut pods = Vec::new();
     grow(&env, &mut pods, n).await;
     let mut live: std::collections::VecDeque<RunningPod> = pods.into();
-    let d = spawn_daemon_bin(qosd_bin(), &env, None);
+    let d = spawn_daemon_bin(qosd_bin(), &env, None, None);
     let pid = d.pid();
     let t = Instant::now();
     while d.metric("qosd_reconciles_total").unwrap_or(0.0) < 1.0 {

@@ -240,6 +240,7 @@ const BAD: &[(&str, &str, &str, &str)] = &[
     ("cpuManagerPolicyOptions: {bogus: \"true\"}", "cpuManagerPolicyOptions", "{\"bogus\": \"true\"}", "full-pcpus-only"),
     ("reservedSystemCPUs: x-y", "reservedSystemCPUs", "x-y", "a CPU list"),
     ("cpuManagerStateDir: relative/dir", "cpuManagerStateDir", "relative/dir", "absolute path"),
+    ("stateDir: relative/dir", "stateDir", "relative/dir", "absolute path"),
     ("kubeletCPUManagerState: relative", "kubeletCPUManagerState", "relative", "absolute path"),
     ("cgroupfs: sys/fs/cgroup", "cgroupfs", "sys/fs/cgroup", "absolute path"),
     ("cgroupVersion: v3", "cgroupVersion", "v3", "auto | v1 | v2"),

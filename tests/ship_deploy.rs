@@ -225,6 +225,12 @@ fn daemonset_properties() {
     let (m, v) = mount(&cfg.root_dir);
     assert_eq!(s(&v["hostPath"]["path"]), "/var/lib/kubelet");
     assert_eq!(m["readOnly"].as_bool(), Some(true));
+    // stateDir: on the host (it must outlive the pod), writable.
+    let state = cfg.state_dir.as_deref().expect("stateDir set");
+    let (m, v) = mount(state);
+    assert_eq!(s(&v["hostPath"]["path"]), "/var/lib/qosd");
+    assert_eq!(Path::new(s(&m["mountPath"])), state);
+    assert_ne!(m["readOnly"].as_bool(), Some(true));
     let (_, v) = mount(Path::new(cfg_path));
     assert_eq!(s(&v["configMap"]["name"]), s(&cm["metadata"]["name"]));
     assert!(
@@ -234,7 +240,7 @@ fn daemonset_properties() {
     // Every other mount is read-only.
     for m in mounts {
         let p = s(&m["mountPath"]);
-        if p != "/host/sys/fs/cgroup" && p != runtime_dir {
+        if p != "/host/sys/fs/cgroup" && p != runtime_dir && Path::new(p) != state {
             assert_eq!(
                 m["readOnly"].as_bool(),
                 Some(true),

@@ -82,6 +82,8 @@ fn unit_has_required_directives() {
             .any(|w| w.trim_start_matches('-') == "/sys/fs/cgroup"),
         "the whole cgroup tree is writable: {rw}"
     );
+    // The CRI status cache's directory (qosd's default stateDir).
+    assert_eq!(one("StateDirectory"), "qosd");
     assert_eq!(one("MemoryMin"), "32M");
     assert_eq!(one("CapabilityBoundingSet"), "CAP_KILL");
     assert_eq!(one("RestrictAddressFamilies"), "AF_UNIX AF_INET AF_INET6");

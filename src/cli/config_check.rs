@@ -308,6 +308,9 @@ pub(crate) struct ConfigFlags {
     /// /healthz fails after the runtime was unreachable this long (e.g. 2m; 0s: never).
     #[arg(long, value_name = "DURATION")]
     pub(crate) runtime_unhealthy_after: Option<String>,
+    /// Directory for state kept across restarts (the CRI status cache).
+    #[arg(long, env = "QOSD_STATE_DIR", value_name = "DIR")]
+    pub(crate) state_dir: Option<String>,
     #[command(flatten)]
     pub(crate) kubelet: KubeletFlags,
     /// cgroupEnforcement: enforce (write cgroups) | audit (compare, report
@@ -378,6 +381,7 @@ impl ConfigFlags {
                 .kubelet_config_dir
                 .as_ref()
                 .map(|p| p.display().to_string()),
+            state_dir: self.state_dir.clone(),
             ..Overrides::default()
         }
     }

@@ -360,6 +360,10 @@ pub struct Config {
         skip_serializing_if = "Option::is_none"
     )]
     pub(crate) kubelet_cpu_manager_state: Option<PathBuf>,
+    /// Where qosd keeps state across restarts (the CRI status cache);
+    /// `None`: systemd's `$STATE_DIRECTORY` when set, else nothing is kept.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state_dir: Option<PathBuf>,
     /// Hugepage sizes (bytes) limited on every pod; `None`: the node's
     /// (sysfs) when the hugetlb controller is mounted; empty: none.
     #[serde(

@@ -78,6 +78,7 @@ pub(crate) struct RawConfig {
     #[serde(rename = "reservedSystemCPUs")]
     pub(crate) reserved_system_cpus: Option<Scalar>,
     pub(crate) cpu_manager_state_dir: Option<Scalar>,
+    pub(crate) state_dir: Option<Scalar>,
     #[serde(rename = "kubeletCPUManagerState")]
     pub(crate) kubelet_cpu_manager_state: Option<Scalar>,
     pub(crate) memory_reservation_policy: Option<Scalar>,
@@ -249,6 +250,7 @@ pub struct Overrides {
     pub cgroup_enforcement: Option<String>,
     pub kubelet_config: Option<String>,
     pub kubelet_config_dir: Option<String>,
+    pub state_dir: Option<String>,
 }
 
 fn to_raw_map(m: &BTreeMap<String, String>) -> RawMap {
@@ -338,6 +340,7 @@ impl Overrides {
         text!(node_name, "nodeName");
         text!(api_eviction_timeout, "apiEvictionTimeout");
         text!(runtime_unhealthy_after, "runtimeUnhealthyAfter");
+        text!(state_dir, "stateDir");
         text!(cgroup_enforcement, "cgroupEnforcement");
         text!(kubelet_config, "kubeletConfig");
         text!(kubelet_config_dir, "kubeletConfigDir");

@@ -728,6 +728,10 @@ pub(crate) fn validate(
         &raw.cpu_manager_state_dir,
         "/var/lib/qosd",
     );
+    let state_dir = raw
+        .state_dir
+        .as_ref()
+        .map(|_| c.path("stateDir", &raw.state_dir, ""));
     let kubelet_cpu_manager_state = raw
         .kubelet_cpu_manager_state
         .as_ref()
@@ -925,5 +929,6 @@ pub(crate) fn validate(
         reserved_system_cpus,
         cpu_manager_state_dir,
         kubelet_cpu_manager_state,
+        state_dir,
     })
 }

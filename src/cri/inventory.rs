@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::client::{CriClient, CriError};
 use super::proto;
@@ -37,7 +37,7 @@ impl SandboxState {
 }
 
 /// Where a container's settings were read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub(crate) enum ResourcesOrigin {
     /// `ContainerStatus.resources.linux`.
@@ -232,39 +232,68 @@ pub(crate) async fn inventory_with(
 /// no longer listed are dropped at each listing.
 #[derive(Debug, Default)]
 pub struct StatusCache {
-    sandboxes: std::sync::Mutex<HashMap<String, SandboxFacts>>,
-    containers: std::sync::Mutex<HashMap<String, ContainerFacts>>,
+    pub(super) sandboxes: std::sync::Mutex<HashMap<String, SandboxFacts>>,
+    pub(super) containers: std::sync::Mutex<HashMap<String, ContainerFacts>>,
+    /// Bumped at every change of the entries (see [`super::persist`]).
+    pub(super) generation: std::sync::atomic::AtomicU64,
 }
 
-#[derive(Debug, Clone)]
-struct SandboxFacts {
-    status: proto::PodSandboxStatus,
-    cgroup_parent: Option<String>,
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct SandboxFacts {
+    pub(super) status: proto::PodSandboxStatus,
+    pub(super) cgroup_parent: Option<String>,
 }
 
-#[derive(Debug, Clone)]
-struct ContainerFacts {
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct ContainerFacts {
     /// The listed state this status was read at.
-    listed_state: i32,
-    state: i32,
-    res: Option<proto::LinuxContainerResources>,
-    origin: ResourcesOrigin,
+    pub(super) listed_state: i32,
+    pub(super) state: i32,
+    pub(super) res: Option<proto::LinuxContainerResources>,
+    pub(super) origin: ResourcesOrigin,
+    /// Asked about again at the next listing, kept until then (see
+    /// [`StatusCache::distrust_containers`]).
+    pub(super) unverified: bool,
 }
 
 impl StatusCache {
     /// Drop the entries of ids that are not listed any more.
-    fn retain(&self, sandboxes: &[proto::PodSandbox], containers: &[proto::Container]) {
+    pub(super) fn retain(&self, sandboxes: &[proto::PodSandbox], containers: &[proto::Container]) {
         let sb: std::collections::HashSet<&str> = sandboxes.iter().map(|s| s.id.as_str()).collect();
         let ct: std::collections::HashSet<&str> =
             containers.iter().map(|c| c.id.as_str()).collect();
+        let before = self.len();
         lock(&self.sandboxes).retain(|k, _| sb.contains(k.as_str()));
         lock(&self.containers).retain(|k, _| ct.contains(k.as_str()));
+        if self.len() != before {
+            self.changed();
+        }
     }
 
     /// Ask every container's status again at the next listing (a resync:
     /// in-place resource updates change a status without changing a listing).
     pub(crate) fn forget_containers(&self) {
         lock(&self.containers).clear();
+        self.changed();
+    }
+
+    /// Ask every container's status again at the next listing, keeping the
+    /// entries until the answers replace them (so a cache written in
+    /// between still holds them).
+    pub(crate) fn distrust_containers(&self) {
+        for f in lock(&self.containers).values_mut() {
+            f.unverified = true;
+        }
+    }
+
+    pub(super) fn changed(&self) {
+        self.generation
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Changes whenever the entries do.
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// (sandboxes, containers) held.
@@ -273,7 +302,7 @@ impl StatusCache {
     }
 }
 
-fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(super) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -310,6 +339,7 @@ async fn sandbox_entry(
             };
             if let Some(c) = cache {
                 lock(&c.sandboxes).insert(sb.id.clone(), f.clone());
+                c.changed();
             }
             f
         }
@@ -523,7 +553,7 @@ async fn build_pod(
         let hit = cache.and_then(|k| {
             lock(&k.containers)
                 .get(&c.id)
-                .filter(|f| f.listed_state == c.state)
+                .filter(|f| f.listed_state == c.state && !f.unverified)
                 .cloned()
         });
         let facts = match hit {
@@ -555,9 +585,11 @@ async fn build_pod(
                     state: cs.state,
                     res,
                     origin,
+                    unverified: false,
                 };
                 if let Some(k) = cache {
                     lock(&k.containers).insert(c.id.clone(), f.clone());
+                    k.changed();
                 }
                 f
             }

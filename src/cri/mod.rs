@@ -15,6 +15,7 @@ pub mod proto {
 
 pub mod client;
 pub mod inventory;
+pub(crate) mod persist;
 pub mod reconstruct;
 
 #[cfg(test)]

@@ -34,6 +34,9 @@ pub(crate) struct RunOptions {
     pub(crate) specs: Option<Arc<dyn crate::runtime::pod_source::SpecSource>>,
     /// `cgroupEnforcement: audit`: compare and report, write nothing.
     pub(crate) audit: bool,
+    /// Where the CRI status cache is kept across restarts (`None`: not kept;
+    /// `--once` never uses it).
+    pub(crate) state_dir: Option<std::path::PathBuf>,
 }
 
 /// Hooks the daemon calls as it runs, so eviction, metrics and health can
@@ -132,6 +135,13 @@ pub(crate) async fn run_loop(
     if let Source::Cri { specs, .. } = &mut source {
         specs.clone_from(&opts.specs);
     }
+    // A restart asks the runtime only about what is new since the last
+    // run; the restored container statuses serve the first reconcile only.
+    let mut store = match &opts.state_dir {
+        Some(dir) if !opts.once => source.status_store(&opts.source, dir),
+        _ => None,
+    };
+    let restored_containers = store.as_mut().map_or(0, |s| s.load());
     let mode = if opts.audit {
         crate::sys::apply::Mode::Audit
     } else if opts.dry_run {
@@ -186,6 +196,11 @@ pub(crate) async fn run_loop(
     reconciler.watch_files();
     let mut drift = DriftState::new(reconciler.drift_fd());
     let mut spec_key = source.spec_key();
+    // Restored container statuses: every container is asked about again
+    // right after the first reconcile (an in-place resize while qosd was
+    // down shows in no listing).
+    let mut recheck_restored = restored_containers > 0;
+    let mut recheck_at: Option<tokio::time::Instant> = None;
     // The loop may sleep a whole reconcile interval when the watchdog
     // (pinged from the heartbeat) allows it.
     let watchdog = crate::telemetry::notify::watchdog_interval();
@@ -244,6 +259,11 @@ pub(crate) async fn run_loop(
             _ = sleep_until(relist_due) => {
                 pod_events.relisting();
                 Tick::Relist
+            }
+            _ = sleep_until(recheck_at) => {
+                recheck_at = None;
+                cached = None;
+                Tick::Reconcile
             }
         };
         // A planned file was written: re-read the written files against the
@@ -361,6 +381,15 @@ pub(crate) async fn run_loop(
         observer.reconciled(&report, &listing);
         if matches!(source, Source::Cri { .. }) {
             pod_events.start(&opts.plan);
+        }
+        if recheck_restored {
+            recheck_restored = false;
+            source.recheck_containers();
+            recheck_at = Some(tokio::time::Instant::now());
+        } else if let Some(s) = store.as_mut() {
+            if recheck_at.is_none() {
+                s.maybe_save();
+            }
         }
     }
 }

@@ -12,5 +12,6 @@ pub mod evictor;
 pub(crate) mod hook;
 pub mod pod_source;
 pub mod reconcile;
+pub mod status_store;
 pub mod stopper;
 pub mod supervisor;

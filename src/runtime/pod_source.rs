@@ -149,11 +149,34 @@ impl Source {
         }
     }
 
+    /// Ask the runtime about every container again at the next listing,
+    /// keeping the held statuses until then (after a restored cache).
+    pub(crate) fn recheck_containers(&self) {
+        if let Source::Cri { cache, .. } = self {
+            cache.distrust_containers();
+        }
+    }
+
     /// The API server source's change key (`None` without one): cheap, no
     /// runtime call.
     pub(crate) fn spec_key(&self) -> Option<String> {
         match self {
             Source::Cri { specs: Some(k), .. } => Some(k.change_key()),
+            _ => None,
+        }
+    }
+
+    /// The status cache of a CRI source kept in `state_dir` across
+    /// restarts (see [`crate::runtime::status_store`]); `None` for manifests.
+    pub fn status_store(
+        &self,
+        spec: &PodSourceSpec,
+        state_dir: &std::path::Path,
+    ) -> Option<crate::runtime::status_store::StatusStore> {
+        match (self, spec) {
+            (Source::Cri { cache, .. }, PodSourceSpec::Cri { endpoint }) => Some(
+                crate::runtime::status_store::StatusStore::new(state_dir, endpoint, cache.clone()),
+            ),
             _ => None,
         }
     }

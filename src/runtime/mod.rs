@@ -9,6 +9,7 @@ pub(crate) mod daemon;
 pub mod eviction;
 pub mod eviction_service;
 pub mod evictor;
+pub(crate) mod reaction;
 pub(crate) mod hook;
 pub mod pod_source;
 pub mod reconcile;

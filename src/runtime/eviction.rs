@@ -142,10 +142,7 @@ impl PassPhases {
     }
 
     fn finish(&mut self) {
-        self.total = self
-            .started
-            .map(|s| s.elapsed())
-            .unwrap_or_default();
+        self.total = self.started.map(|s| s.elapsed()).unwrap_or_default();
         self.usage = self.usage.and_then(|before| {
             crate::sys::thread_usage::ThreadUsage::now().map(|after| after.since(&before))
         });
@@ -178,10 +175,9 @@ pub(crate) fn log_pass_timing(r: &PassReport, woke: Instant, feed: Duration) {
     // From the pass start to the kill (the evict phase before it is the
     // eviction's log line and the kill's set-up).
     let kill_issued_us = match &r.outcome {
-        Some(Ok(Outcome {
-            kill: Some(k),
-            ..
-        })) => us(k.issued_at.saturating_duration_since(at)) as i64,
+        Some(Ok(Outcome { kill: Some(k), .. })) => {
+            us(k.issued_at.saturating_duration_since(at)) as i64
+        }
         _ => -1,
     };
     tracing::debug!(
@@ -756,16 +752,18 @@ impl EvictionLoop {
         };
         let watcher = match &opts.watch {
             None => None,
-            Some(wc) => match engine.spawn_watcher(wc.clone(), on_watch(tx.clone(), pending.clone())) {
-                Ok(w) => Some(w),
-                // Evictions still happen, at the pass period; the loop
-                // retries the watcher at each pass (the kubepods cgroup may
-                // not exist yet: `qosd run` creates it at its first reconcile).
-                Err(e) => {
-                    tracing::warn!(error = %e, period = ?opts.period, "fast memory watcher unavailable; evaluating every period until it starts");
-                    None
+            Some(wc) => {
+                match engine.spawn_watcher(wc.clone(), on_watch(tx.clone(), pending.clone())) {
+                    Ok(w) => Some(w),
+                    // Evictions still happen, at the pass period; the loop
+                    // retries the watcher at each pass (the kubepods cgroup may
+                    // not exist yet: `qosd run` creates it at its first reconcile).
+                    Err(e) => {
+                        tracing::warn!(error = %e, period = ?opts.period, "fast memory watcher unavailable; evaluating every period until it starts");
+                        None
+                    }
                 }
-            },
+            }
         };
         let mut retry_watch = match (&watcher, &opts.watch) {
             (None, Some(wc)) => Some(wc.clone()),
@@ -1020,11 +1018,19 @@ mod tests {
             ..Default::default()
         };
         let l = EvictionLoop::spawn(e, feed.clone(), opts, move |r| {
-            let _ = tx.send(r.decision.victim().map(|v| v.candidate.uid.clone()));
+            let _ = tx.send((
+                r.decision.victim().map(|v| v.candidate.uid.clone()),
+                r.detected.get(&Signal::AllocatableMemoryAvailable).copied(),
+                r.decision.at,
+            ));
         })
         .unwrap();
-        let first = rx.recv_timeout(Duration::from_secs(5)).expect("a pass");
+        let (first, detected, at) = rx.recv_timeout(Duration::from_secs(5)).expect("a pass");
         assert_eq!(first.as_deref(), Some("abc"));
+        // the watcher's read that woke the pass is handed to it, and came first
+        let d = detected.expect("the watcher's detection handed to the pass");
+        assert_eq!(d.by, DetectedBy::Watcher);
+        assert!(d.at <= at, "detection {:?} after the pass {:?}", d.at, at);
         l.stop();
     }
 

@@ -208,7 +208,11 @@ mod tests {
         c.track(t0, [], &BTreeMap::new());
         // the watcher read at +400 ms, the woken pass observed at +403 ms
         let det = watcher(t0 + ms(400), 1);
-        c.track(t0 + ms(403), [(MEM, HARD), (MEM, SOFT)], &[(MEM, det)].into());
+        c.track(
+            t0 + ms(403),
+            [(MEM, HARD), (MEM, SOFT)],
+            &[(MEM, det)].into(),
+        );
         assert_eq!(c.start_of(MEM, HARD), Some(det));
         // a soft threshold of the same signal is not the watcher's line
         assert_eq!(c.start_of(MEM, SOFT).unwrap().by, DetectedBy::Pass);
@@ -223,10 +227,18 @@ mod tests {
         let t0 = Instant::now();
         let mut c = CrossingClock::default();
         // the pass saw it first (its period came before the watcher's read)
-        c.track(t0 + ms(10), [(MEM, HARD)], &[(MEM, watcher(t0 + ms(12), 1))].into());
+        c.track(
+            t0 + ms(10),
+            [(MEM, HARD)],
+            &[(MEM, watcher(t0 + ms(12), 1))].into(),
+        );
         assert_eq!(c.start_of(MEM, HARD).unwrap().by, DetectedBy::Pass);
         // a read made before the pass but handed over one pass late still wins
-        c.track(t0 + ms(20), [(MEM, HARD)], &[(MEM, watcher(t0 + ms(9), 2))].into());
+        c.track(
+            t0 + ms(20),
+            [(MEM, HARD)],
+            &[(MEM, watcher(t0 + ms(9), 2))].into(),
+        );
         assert_eq!(c.start_of(MEM, HARD), Some(watcher(t0 + ms(9), 2)));
         // a detection the pass did not confirm (not met) is dropped
         c.track(t0 + ms(30), [], &[(MEM, watcher(t0 + ms(29), 1))].into());

@@ -223,6 +223,9 @@ pub struct Engine {
     signals: BTreeSet<Signal>,
     last_stats: Option<Instant>,
     last_image_gc: Option<Instant>,
+    /// Since when storage stats wanted only for readers or local-storage
+    /// limits have been put off because memory was near a threshold.
+    storage_deferred_since: Option<Instant>,
 }
 
 impl Engine {
@@ -245,6 +248,7 @@ impl Engine {
             signals,
             last_stats: None,
             last_image_gc: None,
+            storage_deferred_since: None,
         }
     }
 
@@ -288,7 +292,24 @@ impl Engine {
         let forced = std::mem::take(&mut self.force_stats);
         let in_flight = self.manager.in_flight().next().is_some();
         let want_mem = near_any || in_flight || forced;
-        let want_disk = near_disk || due || forced;
+        let mut want_disk = near_disk || due || forced;
+        // Storage wanted only by a reader or for local-storage limits asks
+        // the runtime (ListContainerStats: 25-150 ms at load 10) and walks
+        // logs and volumes; while memory is near a threshold that would
+        // hold up a memory eviction in this pass, so it waits for a pass
+        // with memory calm — at most `stats_interval`.
+        let near_mem = near(&[SignalResource::Memory]);
+        if want_disk && !near_disk && near_mem {
+            let since = *self.storage_deferred_since.get_or_insert(now);
+            if now.saturating_duration_since(since) < self.stats_interval {
+                want_disk = false;
+                self.force_stats |= forced;
+            }
+        }
+        if want_disk {
+            self.storage_deferred_since = None;
+        }
+        let due = due && want_disk;
         let mut measured = None;
         let pods = pods.map(|ps| {
             if !(want_mem || want_disk) {
@@ -1096,6 +1117,39 @@ mod tests {
         let d = e.pass(Ok(vec![])).decision;
         assert!(d.thresholds.iter().any(|t| t.met));
         assert_eq!(next_pass_in(&d, false, &watched, period, idle), period);
+    }
+
+    #[test]
+    fn storage_for_readers_waits_while_memory_is_near() {
+        // fixture: memory met at 500Mi. A reader asked for every stat: the
+        // pass that may evict for memory measures memory only (the runtime
+        // call and the du walks wait), the reader's request stays pending.
+        let root = tempfile::tempdir().unwrap();
+        let mut e = engine("500Mi");
+        e.sources.pod_root_dir = Some(root.path().to_path_buf());
+        e.stats_interval = Duration::from_secs(3600);
+        let dir = fixtures().join("v1/kubepods/besteffort/podabc");
+        let pods = || vec![pod("abc", QosClass::BestEffort, Some(dir.clone()))];
+        e.force_stats = true;
+        let r = e.pass(Ok(pods()));
+        assert!(r.decision.victim().is_some(), "memory met: a victim");
+        assert!(r.pods.is_none(), "no complete measurement in that pass");
+        assert!(e.force_stats, "the reader's request is kept");
+        // put off at most `stats_interval`: then measured despite memory
+        e.stats_interval = Duration::ZERO;
+        let r = e.pass(Ok(pods()));
+        let measured = r.pods.expect("complete measurement");
+        let st = measured[0].stats.expect("stats");
+        assert!(
+            st.memory_working_set_bytes.is_some() && st.logs_bytes.is_some(),
+            "{st:?}"
+        );
+        assert!(!e.force_stats);
+        // far from memory: measured at once
+        let mut e = engine("100Mi");
+        e.sources.pod_root_dir = Some(root.path().to_path_buf());
+        e.force_stats = true;
+        assert!(e.pass(Ok(pods())).pods.is_some());
     }
 
     #[test]

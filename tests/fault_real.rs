@@ -434,8 +434,11 @@ async fn pod_cgroups_removed_mid_write() {
     let env = Containerd::start();
     let (g, b) = two_pods(&env).await;
     let pids = pod_pids(&env, &[&g, &b]).await;
-    // Orphans removed at once, so qosd and the test race for the same dirs.
-    let mut d = start_daemon(&env, env.dir(), &["--orphan-grace-period", "0s"], None);
+    // The test removes the churned pods' cgroups itself. qosd's own orphan
+    // removal waits longer than a pod start takes here: with `0s` it can
+    // remove the empty pod cgroup of a sandbox the runtime is still creating
+    // (not listed until it runs), and that pod's start fails (`--help`).
+    let mut d = start_daemon(&env, env.dir(), &["--orphan-grace-period", "30s"], None);
     // Pods come and go while qosd writes their cgroups every pass: their
     // sandboxes are removed and their pod cgroups rmdir'ed (leaf first)
     // right away, often between qosd's listing and its writes.

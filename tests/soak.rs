@@ -180,7 +180,27 @@ async fn soak() {
         .collect();
     let evictions = sum_samples(&metrics, "qosd_evictions_total");
     let alive = qosd.exit_status().is_none();
-    let log_lines = qosd.log().lines().count();
+    let log = qosd.log();
+    let log_lines = log.lines().count();
+    // The causes of the counted errors are in qosd's log: keep it beside the
+    // result (bench/soak.sh names the file).
+    let log_kept = std::env::var("QOSD_SOAK_LOG").ok().filter(|p| !p.is_empty());
+    if let Some(p) = &log_kept {
+        std::fs::write(p, &log).unwrap();
+    }
+    // Warnings and errors by message (the text after the level), most first.
+    let mut by_message: std::collections::BTreeMap<String, u64> = Default::default();
+    for l in log.lines().filter(|l| l.contains(" WARN ") || l.contains(" ERROR ")) {
+        let msg = l
+            .split_once(" WARN ")
+            .or_else(|| l.split_once(" ERROR "))
+            .map(|(_, m)| m.chars().take(160).collect::<String>())
+            .unwrap_or_default();
+        *by_message.entry(msg).or_default() += 1;
+    }
+    let mut warnings: Vec<(String, u64)> = by_message.into_iter().collect();
+    warnings.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    warnings.truncate(20);
     qosd.stop();
     let doc = serde_json::json!({
         "seconds": seconds,
@@ -195,6 +215,8 @@ async fn soak() {
         "not_ready_seconds_approx": not_ready_s,
         "qosd_alive_at_end": alive,
         "log_lines": log_lines,
+        "log_file": log_kept,
+        "warnings_by_message": warnings,
     });
     println!("BENCH_JSON {}", serde_json::to_string(&doc).unwrap());
     assert!(alive, "qosd exited");

@@ -28,7 +28,9 @@ pub(crate) struct Args {
     #[arg(long, value_name = "PATH", num_args = 1..)]
     pub(crate) pods: Vec<PathBuf>,
     /// How long a pod cgroup must stay orphaned (sandbox gone) and empty before it is removed;
-    /// `0s` removes them on the first pass that finds them empty.
+    /// `0s` removes them on the first pass that finds them empty. Keep it above the runtime's
+    /// slowest pod start: a sandbox being created is not listed until it runs, so its new,
+    /// still empty pod cgroup looks orphaned meanwhile.
     #[arg(long, value_name = "DURATION", default_value = "1m", value_parser = config::parse_go_duration)]
     pub(crate) orphan_grace_period: Duration,
     /// Where /proc is (node capacity, signals).

@@ -22,9 +22,13 @@
 #   QOSD_BENCH_CHURN_PODS [110]  QOSD_BENCH_CHURN_RATE [5]  QOSD_BENCH_CHURN_DURATION [1800]
 #   QOSD_BENCH_E2E_IDLE [10]  QOSD_BENCH_E2E_RUNS [10]  QOSD_BENCH_E2E_RATES [50,200,1000]
 #   QOSD_BENCH_E2E_MODES [watcher,pass]  (pass: QOSD_EVICTION_WATCHER=off)
+#   QOSD_BENCH_E2E_LOG [warn]: qosd's log filter (warn,qosd::eviction::timing=debug:
+#     per-pass phase timing, recorded per run)  QOSD_BENCH_E2E_LOG_DIR: keep its logs there
 #   QOSD_BENCH_BASELINE_REV [merge-base of HEAD and main]: the previous
 #     commit, built once into target/bench-baseline/qosd-<rev> and run
 #     interleaved by reconcile and startup (QOSD_BENCH_BASELINE=none: skip)
+#   QOSD_BENCH_UNDER_TEST [target/release/qosd]: the qosd binary measured
+#     (e.g. a previous build, for a before/after of one part)
 #   QOSD_BENCH_PREBUILT=1: run the already built bench_real test binary
 #     (and skip the cargo build), e.g. while another build holds target/
 #   QOSD_BENCH_EARLYOOM [earlyoom in PATH, else target/earlyoom/...]: run
@@ -259,7 +263,7 @@ esac
 [ -n "${QOSD_BENCH_PREBUILT:-}" ] || build
 # The qosd under test, copied: a baseline build shares target/.
 mkdir -p "$ROOT/target/bench-bin"
-cp "$ROOT/target/release/qosd" "$ROOT/target/bench-bin/qosd-$$"
+cp "${QOSD_BENCH_UNDER_TEST:-$ROOT/target/release/qosd}" "$ROOT/target/bench-bin/qosd-$$"
 export QOSD_BENCH_QOSD=$ROOT/target/bench-bin/qosd-$$
 trap 'rm -f "$QOSD_BENCH_QOSD"' EXIT
 case "$part" in reconcile|startup|all) baseline ;; esac

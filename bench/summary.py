@@ -118,6 +118,18 @@ def e2e(r):
             print(f"  e2e {m['mode']:<7} {x['rate_mib_s']:>4} MiB/s: qosd reaction {rng(x['qosd_reaction_ms'], ' ms', '{:.2f}')}, p99 {p99} ms "
                   f"[{verdict(p99 is not None and p99 <= 10)}: <= 10 ms]; crossing -> hog exiting {rng(x['sampled_cross_to_hog_exiting_ms'], ' ms', '{:.1f}')}, "
                   f"p99 {ext} ms; evicted the hog {x['evicted_the_hog']}/{x['runs']}")
+            # Since the reaction starts at the first read that showed the
+            # crossing: the gap to that source's previous read bounds what
+            # the reaction cannot see (reaction + gap >= the real span).
+            rows = [r for r in x.get("rows", []) if r.get("detection_gap_ms") is not None
+                    and r.get("reaction_ms_qosd") is not None]
+            if rows:
+                by = sorted({r.get("detected_by") or "?" for r in rows})
+                gaps = sorted(r["detection_gap_ms"] for r in rows)
+                bound = sorted(r["reaction_ms_qosd"] + r["detection_gap_ms"] for r in rows)
+                print(f"  e2e {m['mode']:<7} {x['rate_mib_s']:>4} MiB/s: detected by {'/'.join(by)}; gap to the previous read "
+                      f"median {gaps[len(gaps) // 2]:.2f} ms, max {gaps[-1]:.2f} ms; reaction + gap p99 {bound[-1]:.2f} ms "
+                      f"[{verdict(bound[-1] <= 10)}: <= 10 ms]")
 
 
 PARTS = {"plan": plan, "reconcile": reconcile, "footprint": footprint, "startup": startup,

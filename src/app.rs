@@ -766,6 +766,9 @@ fn start_eviction(
                 rt_priority: Some(50),
                 ..WatchConfig::default()
             }),
+            // The passes too, watcher or not: the pass that acts must not
+            // wait for a core (and is the only detector without the watcher).
+            rt_priority: Some(50),
             max_listing_age: (cfg.reconcile_interval * 3).max(Duration::from_secs(30)),
             manager: crate::policy::evict::manager::ManagerOptions {
                 disk_layout: crate::runtime::eviction_service::disk_layout(cfg),

@@ -1242,6 +1242,19 @@ fn read_trim(p: &Path) -> String {
         .to_string()
 }
 
+/// The numeric `key=value` fields of a log line.
+fn timing_fields(line: &str) -> Value {
+    let mut m = serde_json::Map::new();
+    for w in line.split_whitespace() {
+        if let Some((k, v)) = w.split_once('=') {
+            if let Ok(n) = v.parse::<i64>() {
+                m.insert(k.to_string(), json!(n));
+            }
+        }
+    }
+    Value::Object(m)
+}
+
 /// `key value` from a memory.stat / memory.oom_control file.
 fn kv(p: &Path, key: &str) -> u64 {
     read_trim(p)
@@ -1306,7 +1319,11 @@ async fn e2e() {
             .map(String::from),
         );
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let mut envs: Vec<(&str, &std::ffi::OsStr)> = vec![("QOSD_LOG", "warn".as_ref())];
+        // QOSD_BENCH_E2E_LOG: qosd's log filter, e.g.
+        // `warn,qosd::eviction::timing=debug` for the per-pass phase timing
+        // (recorded per run as `pass_timing`).
+        let log_filter = std::env::var("QOSD_BENCH_E2E_LOG").unwrap_or_else(|_| "warn".into());
+        let mut envs: Vec<(&str, &std::ffi::OsStr)> = vec![("QOSD_LOG", log_filter.as_ref())];
         match mode.as_str() {
             "watcher" => {}
             "pass" => envs.push((qosd::app::EVICTION_WATCHER_ENV, "off".as_ref())),
@@ -1380,11 +1397,19 @@ async fn e2e() {
                     }
                 });
                 let log = d.log();
+                let evict_line = format!("evicting pod qosd-test/{}:", spec.name);
                 let log_ts = log
                     .lines()
-                    .find(|l| l.contains(&format!("evicting pod qosd-test/{}:", spec.name)))
+                    .find(|l| l.contains(&evict_line))
                     .and_then(|l| l.split_whitespace().next())
                     .and_then(rfc3339_unix_s);
+                // The timing line of the pass that evicted it (debug).
+                let pass_timing = log
+                    .lines()
+                    .skip_while(|l| !l.contains(&evict_line))
+                    .find(|l| l.contains("eviction pass timing") && l.contains("evicted=true"))
+                    .map(timing_fields)
+                    .unwrap_or(Value::Null);
                 let ms = |a: Option<Instant>, b: Option<Instant>| {
                     a.zip(b).map(|(a, b)| {
                         let d = if b >= a {
@@ -1401,6 +1426,9 @@ async fn e2e() {
                     "ws_before_mib": ws0 as f64 / MI as f64,
                     "evicted_hog": !record.is_null(),
                     "reaction_ms_qosd": record.get("reaction_ms").cloned().unwrap_or(Value::Null),
+                    "detected_by": record.get("detected_by").cloned().unwrap_or(Value::Null),
+                    "detection_gap_ms": record.get("detection_gap_ms").cloned().unwrap_or(Value::Null),
+                    "pass_timing": pass_timing,
                     "signal": record.get("signal").cloned().unwrap_or(Value::Null),
                     "observed_bytes": record.get("observed").cloned().unwrap_or(Value::Null),
                     "created_to_cross_ms": ms(Some(t_created), tr.cross),
@@ -1455,6 +1483,9 @@ async fn e2e() {
             "qosd_evictions_total{eviction_signal=\"allocatableMemory.available\",qos_class=\"BestEffort\"}",
         );
         let errs = errors_by_kind(&d);
+        if let Ok(dir) = std::env::var("QOSD_BENCH_E2E_LOG_DIR") {
+            let _ = std::fs::write(Path::new(&dir).join(format!("e2e-{mode}.log")), d.log());
+        }
         d.stop();
         mode_results.push(json!({
             "mode": mode,

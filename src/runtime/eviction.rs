@@ -15,6 +15,7 @@ use crate::policy::evict::manager::{
 use crate::policy::evict::rank::{Candidate, PodStats};
 use crate::policy::evict::threshold::{EvictionConfig, Signal, SignalResource};
 use crate::runtime::evictor::{EvictError, Evictor, Outcome};
+use crate::runtime::reaction::{DetectedBy, Detection, PendingDetections};
 use crate::sys::signals::{pod_local_storage, pod_stats, SignalError, SignalSources};
 use crate::sys::watch::{targets_from_config, WatchConfig, WatchError, WatchEvent, Watcher};
 
@@ -86,6 +87,120 @@ pub struct PassReport {
     /// Node-level reclaim run in this pass (before a disk eviction, or the
     /// periodic image GC).
     pub(crate) reclaim: Option<ReclaimReport>,
+    /// The fast watcher's detections handed to this pass (the earliest per
+    /// signal since the previous pass; set by the loop).
+    pub(crate) detected: BTreeMap<Signal, Detection>,
+    /// Where the pass's time went (logged at debug by the loop).
+    pub(crate) phases: PassPhases,
+}
+
+/// Wall time of each phase of one pass, and the pass thread's usage over
+/// the whole pass (CPU, context switches, page faults: a pass that took
+/// long without CPU time waited — for a lock, a core, the disk or memory
+/// reclaim). The usage is read only when the debug line is enabled.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct PassPhases {
+    /// Reading the node signals.
+    pub(crate) signals: Duration,
+    /// Per-pod stats of `measured_pods` pods (when something needs them).
+    pub(crate) measure: Duration,
+    pub(crate) measured_pods: usize,
+    /// The manager: thresholds, conditions, ranking, the victim.
+    pub(crate) decide: Duration,
+    /// Image GC and node-level reclaim (disk).
+    pub(crate) reclaim: Duration,
+    /// Acting on the victim (the kill, or the runtime call).
+    pub(crate) evict: Duration,
+    pub(crate) total: Duration,
+    pub(crate) usage: Option<crate::sys::thread_usage::ThreadUsage>,
+    started: Option<Instant>,
+    lap: Option<Instant>,
+}
+
+impl PassPhases {
+    fn start(at: Instant) -> PassPhases {
+        let usage = tracing::enabled!(target: PASS_TIMING_TARGET, tracing::Level::DEBUG)
+            .then(crate::sys::thread_usage::ThreadUsage::now)
+            .flatten();
+        PassPhases {
+            usage,
+            started: Some(at),
+            lap: Some(at),
+            ..PassPhases::default()
+        }
+    }
+
+    /// Time since the previous lap.
+    fn lap(&mut self) -> Duration {
+        let now = Instant::now();
+        let d = self
+            .lap
+            .map(|l| now.saturating_duration_since(l))
+            .unwrap_or_default();
+        self.lap = Some(now);
+        d
+    }
+
+    fn finish(&mut self) {
+        self.total = self.started.map(|s| s.elapsed()).unwrap_or_default();
+        self.usage = self.usage.and_then(|before| {
+            crate::sys::thread_usage::ThreadUsage::now().map(|after| after.since(&before))
+        });
+    }
+}
+
+/// Target of the per-pass timing line (debug): `QOSD_LOG=info,qosd::eviction::timing=debug`.
+pub(crate) const PASS_TIMING_TARGET: &str = "qosd::eviction::timing";
+
+fn us(d: Duration) -> u64 {
+    d.as_micros() as u64
+}
+
+/// The per-pass timing line: from the earliest watcher detection to the
+/// pass, the pod feed, each phase and the thread's usage.
+pub(crate) fn log_pass_timing(r: &PassReport, woke: Instant, feed: Duration) {
+    if !tracing::enabled!(target: PASS_TIMING_TARGET, tracing::Level::DEBUG) {
+        return;
+    }
+    let p = &r.phases;
+    let at = r.decision.at;
+    let detected_us = r
+        .detected
+        .values()
+        .map(|d| d.at)
+        .min()
+        .map(|d| us(at.saturating_duration_since(d)) as i64)
+        .unwrap_or(-1);
+    let u = p.usage.unwrap_or_default();
+    // From the pass start to the kill (the evict phase before it is the
+    // eviction's log line and the kill's set-up).
+    let kill_issued_us = match &r.outcome {
+        Some(Ok(Outcome { kill: Some(k), .. })) => {
+            us(k.issued_at.saturating_duration_since(at)) as i64
+        }
+        _ => -1,
+    };
+    tracing::debug!(
+        target: PASS_TIMING_TARGET,
+        detection_to_pass_us = detected_us,
+        wake_to_pass_us = us(at.saturating_duration_since(woke)),
+        feed_us = us(feed),
+        signals_us = us(p.signals),
+        measure_us = us(p.measure),
+        measured_pods = p.measured_pods,
+        decide_us = us(p.decide),
+        reclaim_us = us(p.reclaim),
+        evict_us = us(p.evict),
+        kill_issued_us,
+        total_us = us(p.total),
+        cpu_us = us(u.cpu),
+        voluntary_switches = u.voluntary_switches,
+        involuntary_switches = u.involuntary_switches,
+        minor_faults = u.minor_faults,
+        major_faults = u.major_faults,
+        evicted = r.decision.victim().is_some(),
+        "eviction pass timing"
+    );
 }
 
 /// Manager + signal sources + evictor (+ the runtime for disk).
@@ -108,6 +223,9 @@ pub struct Engine {
     signals: BTreeSet<Signal>,
     last_stats: Option<Instant>,
     last_image_gc: Option<Instant>,
+    /// Since when storage stats wanted only for readers or local-storage
+    /// limits have been put off because memory was near a threshold.
+    storage_deferred_since: Option<Instant>,
 }
 
 impl Engine {
@@ -130,6 +248,7 @@ impl Engine {
             signals,
             last_stats: None,
             last_image_gc: None,
+            storage_deferred_since: None,
         }
     }
 
@@ -138,8 +257,10 @@ impl Engine {
     /// list is unavailable (then nothing is evicted).
     pub fn pass(&mut self, pods: Result<Vec<Candidate>, String>) -> PassReport {
         let now = Instant::now();
+        let mut phases = PassPhases::start(now);
         // Errors go back in the report; the caller logs them (once).
         let (obs, mut signal_errors) = self.sources.observe(self.signals.iter().copied(), now);
+        phases.signals = phases.lap();
         // Per-pod usage matters to choose a victim, to see one's resources
         // released, for local-storage limits and to readers (`/status`): it
         // is measured when a threshold is near or a victim in flight, when
@@ -171,7 +292,24 @@ impl Engine {
         let forced = std::mem::take(&mut self.force_stats);
         let in_flight = self.manager.in_flight().next().is_some();
         let want_mem = near_any || in_flight || forced;
-        let want_disk = near_disk || due || forced;
+        let mut want_disk = near_disk || due || forced;
+        // Storage wanted only by a reader or for local-storage limits asks
+        // the runtime (ListContainerStats: 25-150 ms at load 10) and walks
+        // logs and volumes; while memory is near a threshold that would
+        // hold up a memory eviction in this pass, so it waits for a pass
+        // with memory calm — at most `stats_interval`.
+        let near_mem = near(&[SignalResource::Memory]);
+        if want_disk && !near_disk && near_mem {
+            let since = *self.storage_deferred_since.get_or_insert(now);
+            if now.saturating_duration_since(since) < self.stats_interval {
+                want_disk = false;
+                self.force_stats |= forced;
+            }
+        }
+        if want_disk {
+            self.storage_deferred_since = None;
+        }
+        let due = due && want_disk;
         let mut measured = None;
         let pods = pods.map(|ps| {
             if !(want_mem || want_disk) {
@@ -180,6 +318,7 @@ impl Engine {
             if due {
                 self.last_stats = Some(now);
             }
+            phases.measured_pods = ps.iter().filter(|c| c.stats.is_none()).count();
             let out = self.measure(ps, want_mem, want_disk, &mut signal_errors);
             // Readers get complete measurements only (a pass near one
             // resource measures only what it ranks by).
@@ -188,9 +327,11 @@ impl Engine {
             }
             out
         });
+        phases.measure = phases.lap();
         let mut decision =
             self.manager
                 .synchronize(now, &obs, pods.as_deref().map_err(Clone::clone));
+        phases.decide = phases.lap();
         let mut reclaim = self.periodic_image_gc(now, &obs);
         // Node-level reclaim before evicting for disk (kubelet
         // reclaimNodeLevelResources): dead containers, unused images; then
@@ -238,6 +379,7 @@ impl Engine {
                 reclaim = Some(rep);
             }
         }
+        phases.reclaim = phases.lap();
         let mut outcome = decision.victim().map(|v| {
             let r = self.evictor.evict(v);
             if let Err(e) = &r {
@@ -264,12 +406,16 @@ impl Engine {
                 r
             });
         }
+        phases.evict = phases.lap();
+        phases.finish();
         PassReport {
+            phases,
             decision,
             outcome,
             signal_errors,
             pods: measured,
             reclaim,
+            detected: BTreeMap::new(),
         }
     }
 
@@ -565,6 +711,10 @@ pub struct LoopOptions {
     /// The fast detector; `None`: passes only every `period` (the kubelet's
     /// behaviour, a benchmark baseline).
     pub(crate) watch: Option<WatchConfig>,
+    /// Run the pass thread with SCHED_FIFO at this priority (where the
+    /// process may: [`crate::sys::watch::realtime_allowed`]), with or
+    /// without the watcher; `None`: normal scheduling.
+    pub(crate) rt_priority: Option<i32>,
 }
 
 impl Default for LoopOptions {
@@ -574,6 +724,7 @@ impl Default for LoopOptions {
             idle_period: std::time::Duration::from_secs(10),
             max_pod_list_age: std::time::Duration::from_secs(60),
             watch: Some(WatchConfig::default()),
+            rt_priority: None,
         }
     }
 }
@@ -604,21 +755,36 @@ impl EvictionLoop {
     ) -> Result<EvictionLoop, WatchError> {
         use std::sync::atomic::{AtomicBool, Ordering};
         let (tx, rx) = std::sync::mpsc::channel::<()>();
-        let tx_w = tx.clone();
+        // The watcher's reads that saw a crossing, until a pass takes them.
+        let pending = std::sync::Arc::new(PendingDetections::default());
+        let on_watch = |tx: std::sync::mpsc::Sender<()>,
+                        pending: std::sync::Arc<PendingDetections>| {
+            move |e: WatchEvent| {
+                pending.note(
+                    e.signal,
+                    Detection {
+                        at: e.at,
+                        gap: e.gap,
+                        by: DetectedBy::Watcher,
+                    },
+                );
+                let _ = tx.send(());
+            }
+        };
         let watcher = match &opts.watch {
             None => None,
-            Some(wc) => match engine.spawn_watcher(wc.clone(), move |_e| {
-                let _ = tx_w.send(());
-            }) {
-                Ok(w) => Some(w),
-                // Evictions still happen, at the pass period; the loop
-                // retries the watcher at each pass (the kubepods cgroup may
-                // not exist yet: `qosd run` creates it at its first reconcile).
-                Err(e) => {
-                    tracing::warn!(error = %e, period = ?opts.period, "fast memory watcher unavailable; evaluating every period until it starts");
-                    None
+            Some(wc) => {
+                match engine.spawn_watcher(wc.clone(), on_watch(tx.clone(), pending.clone())) {
+                    Ok(w) => Some(w),
+                    // Evictions still happen, at the pass period; the loop
+                    // retries the watcher at each pass (the kubepods cgroup may
+                    // not exist yet: `qosd run` creates it at its first reconcile).
+                    Err(e) => {
+                        tracing::warn!(error = %e, period = ?opts.period, "fast memory watcher unavailable; evaluating every period until it starts");
+                        None
+                    }
                 }
-            },
+            }
         };
         let mut retry_watch = match (&watcher, &opts.watch) {
             (None, Some(wc)) => Some(wc.clone()),
@@ -628,7 +794,8 @@ impl EvictionLoop {
         if let Some(h) = &health {
             h.set_usage_measurer(tx.clone());
         }
-        let rt_priority = opts.watch.as_ref().and_then(|w| w.rt_priority);
+        let rt_priority = opts.rt_priority;
+        let watch_off = opts.watch.is_none();
         let stop = std::sync::Arc::new(AtomicBool::new(false));
         let stop2 = stop.clone();
         let heartbeat = health.as_ref().map(|h| {
@@ -642,14 +809,20 @@ impl EvictionLoop {
             "qosd-evict-loop",
             health.clone(),
             move || {
-                let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-                if let Some(p) =
-                    rt_priority.filter(|_| crate::sys::watch::realtime_allowed(&status))
-                {
-                    // the pass itself must not lag the detector
-                    let param = libc::sched_param { sched_priority: p };
-                    // SAFETY: plain syscall on the current thread.
-                    unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
+                // The pass itself must not lag the detector, nor wait for a
+                // core when it is the only detector.
+                if let Some(p) = rt_priority {
+                    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+                    if crate::sys::watch::realtime_allowed(&status) {
+                        let param = libc::sched_param { sched_priority: p };
+                        // SAFETY: plain syscall on the current thread.
+                        if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } != 0 {
+                            tracing::warn!(priority = p, error = %std::io::Error::last_os_error(), "cannot run the eviction pass thread with SCHED_FIFO; using normal scheduling");
+                        }
+                    } else if watch_off {
+                        // (with the watcher, its thread logs this once)
+                        tracing::info!(priority = p, "eviction passes at normal priority: real-time scheduling not permitted here (RLIMIT_RTPRIO 0, no CAP_SYS_NICE)");
+                    }
                 }
                 // The watcher lives (and stops) with this thread, which
                 // checks that it is still running.
@@ -657,15 +830,15 @@ impl EvictionLoop {
                 let mut wait = opts.period;
                 while !stop2.load(Ordering::Relaxed) {
                     let _ = rx.recv_timeout(wait);
+                    let woke = Instant::now();
                     while rx.try_recv().is_ok() {} // coalesce wake-ups
                     if stop2.load(Ordering::Relaxed) {
                         break;
                     }
                     if let Some(wc) = &retry_watch {
-                        let tx_w = tx_late.clone();
-                        match engine.spawn_watcher(wc.clone(), move |_e| {
-                            let _ = tx_w.send(());
-                        }) {
+                        match engine
+                            .spawn_watcher(wc.clone(), on_watch(tx_late.clone(), pending.clone()))
+                        {
                             Ok(w) => {
                                 tracing::info!("fast memory watcher started");
                                 _late_watcher = Some(w);
@@ -688,7 +861,13 @@ impl EvictionLoop {
                     // A reader (`/status`) waits for fresh per-pod usage.
                     let asked = health2.as_ref().and_then(|h| h.usage_wanted());
                     engine.force_stats |= asked.is_some();
-                    let report = engine.pass(feed.get(opts.max_pod_list_age));
+                    let detected = pending.take();
+                    let fed = Instant::now();
+                    let pods = feed.get(opts.max_pod_list_age);
+                    let fed = fed.elapsed();
+                    let mut report = engine.pass(pods);
+                    report.detected = detected;
+                    log_pass_timing(&report, woke, fed);
                     on_pass(&report);
                     if let (Some(h), Some(g)) = (&health2, asked) {
                         h.usage_measured(g);
@@ -860,11 +1039,19 @@ mod tests {
             ..Default::default()
         };
         let l = EvictionLoop::spawn(e, feed.clone(), opts, move |r| {
-            let _ = tx.send(r.decision.victim().map(|v| v.candidate.uid.clone()));
+            let _ = tx.send((
+                r.decision.victim().map(|v| v.candidate.uid.clone()),
+                r.detected.get(&Signal::AllocatableMemoryAvailable).copied(),
+                r.decision.at,
+            ));
         })
         .unwrap();
-        let first = rx.recv_timeout(Duration::from_secs(5)).expect("a pass");
+        let (first, detected, at) = rx.recv_timeout(Duration::from_secs(5)).expect("a pass");
         assert_eq!(first.as_deref(), Some("abc"));
+        // the watcher's read that woke the pass is handed to it, and came first
+        let d = detected.expect("the watcher's detection handed to the pass");
+        assert_eq!(d.by, DetectedBy::Watcher);
+        assert!(d.at <= at, "detection {:?} after the pass {:?}", d.at, at);
         l.stop();
     }
 
@@ -930,6 +1117,39 @@ mod tests {
         let d = e.pass(Ok(vec![])).decision;
         assert!(d.thresholds.iter().any(|t| t.met));
         assert_eq!(next_pass_in(&d, false, &watched, period, idle), period);
+    }
+
+    #[test]
+    fn storage_for_readers_waits_while_memory_is_near() {
+        // fixture: memory met at 500Mi. A reader asked for every stat: the
+        // pass that may evict for memory measures memory only (the runtime
+        // call and the du walks wait), the reader's request stays pending.
+        let root = tempfile::tempdir().unwrap();
+        let mut e = engine("500Mi");
+        e.sources.pod_root_dir = Some(root.path().to_path_buf());
+        e.stats_interval = Duration::from_secs(3600);
+        let dir = fixtures().join("v1/kubepods/besteffort/podabc");
+        let pods = || vec![pod("abc", QosClass::BestEffort, Some(dir.clone()))];
+        e.force_stats = true;
+        let r = e.pass(Ok(pods()));
+        assert!(r.decision.victim().is_some(), "memory met: a victim");
+        assert!(r.pods.is_none(), "no complete measurement in that pass");
+        assert!(e.force_stats, "the reader's request is kept");
+        // put off at most `stats_interval`: then measured despite memory
+        e.stats_interval = Duration::ZERO;
+        let r = e.pass(Ok(pods()));
+        let measured = r.pods.expect("complete measurement");
+        let st = measured[0].stats.expect("stats");
+        assert!(
+            st.memory_working_set_bytes.is_some() && st.logs_bytes.is_some(),
+            "{st:?}"
+        );
+        assert!(!e.force_stats);
+        // far from memory: measured at once
+        let mut e = engine("100Mi");
+        e.sources.pod_root_dir = Some(root.path().to_path_buf());
+        e.force_stats = true;
+        assert!(e.pass(Ok(pods())).pods.is_some());
     }
 
     #[test]

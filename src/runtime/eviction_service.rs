@@ -27,6 +27,7 @@ use crate::runtime::eviction::{
     Engine, EvictionLoop, ImageGcPolicy, LoopOptions, NodeRuntime, PassReport, PodFeed,
 };
 use crate::runtime::evictor::{Evictor, PodStopper};
+use crate::runtime::reaction::{CrossingClock, DetectedBy, Detection, Reaction};
 use crate::sys::signals::SignalSources;
 use crate::sys::watch::{WatchConfig, WatchError};
 use crate::telemetry::health::Health;
@@ -44,6 +45,9 @@ pub(crate) struct ServiceConfig {
     /// The fast watcher; `None` polls only every `monitoring_interval`
     /// (the kubelet's behaviour, used as a benchmark baseline).
     pub(crate) watch: Option<WatchConfig>,
+    /// SCHED_FIFO priority of the pass thread where allowed, with or
+    /// without the watcher (`None`: normal scheduling).
+    pub(crate) rt_priority: Option<i32>,
     /// A pod listing older than this is stale: no eviction.
     pub(crate) max_listing_age: Duration,
     pub(crate) manager: ManagerOptions,
@@ -123,6 +127,7 @@ impl EvictionService {
                 period: cfg.monitoring_interval,
                 max_pod_list_age: cfg.max_listing_age,
                 watch: cfg.watch,
+                rt_priority: cfg.rt_priority,
                 ..LoopOptions::default()
             },
             Some(health.clone()),
@@ -169,15 +174,15 @@ impl EvictionService {
     }
 }
 
-/// Eviction reaction times: from the pass that first saw the victim's
-/// threshold met (the crossing observed) to the kill being issued, and to
-/// the victim's resources being released (its process tree seen empty, or
-/// the manager seeing its usage drop).
+/// Eviction reaction times: from the earliest read that showed the
+/// victim's threshold crossed (a watcher detection handed to the pass, or
+/// the observation of the pass that first saw it met:
+/// [`crate::runtime::reaction::CrossingClock`]) to the kill being issued,
+/// and to the victim's resources being released (its process tree seen
+/// empty, or the manager seeing its usage drop).
 #[derive(Debug, Default)]
 struct ReactionTiming {
-    /// When each (signal, kind) threshold was first seen met, while it stays met.
-    met_since:
-        BTreeMap<(crate::policy::evict::threshold::Signal, &'static str), std::time::Instant>,
+    clock: CrossingClock,
     /// The last real victim waiting for release: uid and crossing time.
     pending: Option<(String, std::time::Instant)>,
 }
@@ -185,15 +190,16 @@ struct ReactionTiming {
 impl ReactionTiming {
     /// Record one pass; the reaction of the eviction it made, if any (the
     /// value observed into `qosd_eviction_reaction_seconds`).
-    fn observe(&mut self, metrics: &Metrics, backend: Backend, r: &PassReport) -> Option<Duration> {
+    fn observe(&mut self, metrics: &Metrics, backend: Backend, r: &PassReport) -> Option<Reaction> {
         let d = &r.decision;
-        let mut met = BTreeMap::new();
-        for t in d.thresholds.iter().filter(|t| t.met) {
-            let key = (t.threshold.signal, t.threshold.kind.as_str());
-            let since = self.met_since.get(&key).copied().unwrap_or(d.at);
-            met.insert(key, since);
-        }
-        self.met_since = met;
+        self.clock.track(
+            d.at,
+            d.thresholds
+                .iter()
+                .filter(|t| t.met)
+                .map(|t| (t.threshold.signal, t.threshold.kind)),
+            &r.detected,
+        );
         if let Some((uid, crossed)) = &self.pending {
             if d.notes
                 .iter()
@@ -209,18 +215,19 @@ impl ReactionTiming {
         if backend == Backend::DryRun {
             return None;
         }
-        let crossed = self
-            .met_since
-            .get(&(v.signal, v.kind.as_str()))
-            .copied()
-            .unwrap_or(d.at);
+        let start = self.clock.start_of(v.signal, v.kind).unwrap_or(Detection {
+            at: d.at,
+            gap: None,
+            by: DetectedBy::Pass,
+        });
         let issued = outcome
             .kill
             .as_ref()
             .map(|k| k.issued_at)
             .unwrap_or_else(std::time::Instant::now);
-        let reaction = issued.saturating_duration_since(crossed);
-        metrics.eviction_reaction(reaction);
+        let reaction = Reaction::new(start, issued);
+        metrics.eviction_reaction(reaction.duration);
+        let crossed = start.at;
         match outcome.kill.as_ref().and_then(|k| k.empty_at) {
             Some(empty) => {
                 metrics.eviction_release(empty.saturating_duration_since(crossed));
@@ -330,7 +337,7 @@ fn report(
     health: &Health,
     backend: Backend,
     r: &PassReport,
-    reaction: Option<Duration>,
+    reaction: Option<Reaction>,
     conditions: &mut BTreeMap<NodeCondition, bool>,
     blocked_logged: &mut QuietLog,
 ) {
@@ -400,7 +407,11 @@ fn report(
                     request_bytes: Some(v.request),
                     rank: v.rank.saturating_sub(1),
                     backend: backend.as_str().to_string(),
-                    reaction_ms: reaction.map(|d| d.as_secs_f64() * 1e3),
+                    reaction_ms: reaction.map(|r| r.duration.as_secs_f64() * 1e3),
+                    detected_by: reaction.map(|r| r.start.by.as_str().to_string()),
+                    detection_gap_ms: reaction
+                        .and_then(|r| r.start.gap)
+                        .map(|g| g.as_secs_f64() * 1e3),
                 })
             });
         }

@@ -11,6 +11,7 @@ pub mod eviction_service;
 pub mod evictor;
 pub(crate) mod hook;
 pub mod pod_source;
+pub(crate) mod reaction;
 pub mod reconcile;
 pub mod status_store;
 pub mod stopper;

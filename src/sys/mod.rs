@@ -21,4 +21,5 @@ pub(crate) mod process;
 pub mod procfs;
 pub mod signals;
 pub(crate) mod systemd;
+pub(crate) mod thread_usage;
 pub mod watch;

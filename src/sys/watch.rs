@@ -230,7 +230,11 @@ pub struct WatchEvent {
     pub available: i64,
     pub(crate) capacity: i64,
     pub(crate) threshold: i64,
+    /// When the read that showed the crossing started.
     pub(crate) at: Instant,
+    /// Time since the previous read of the same target (the crossing
+    /// happened at most this long before `at`); `None` on the first read.
+    pub(crate) gap: Option<Duration>,
     pub source: WakeSource,
 }
 
@@ -516,6 +520,7 @@ impl Watcher {
                     probes.iter().map(|_| None).collect();
                 let mut interval = cfg.min_interval;
                 let mut woke_by_eventfd = false;
+                let mut last_read: Vec<Option<Instant>> = probes.iter().map(|_| None).collect();
                 while !stop2.load(Ordering::Relaxed) {
                     let mut min_distance = i64::MAX;
                     // A long (eventfd-backed) wait keeps memory.stat fresh.
@@ -523,6 +528,9 @@ impl Watcher {
                     for (i, p) in probes.iter_mut().enumerate() {
                         stats2.polls.fetch_add(1, Ordering::Relaxed);
                         p.refresh = long;
+                        let read_at = Instant::now();
+                        let gap = last_read[i].map(|t| read_at.saturating_duration_since(t));
+                        last_read[i] = Some(read_at);
                         let s = match p.sample() {
                             Ok(s) => s,
                             Err(e) => {
@@ -541,7 +549,8 @@ impl Watcher {
                                 available: s.available,
                                 capacity: p.target.capacity,
                                 threshold: p.target.threshold,
-                                at: Instant::now(),
+                                at: read_at,
+                                gap,
                                 source: if woke_by_eventfd {
                                     WakeSource::EventFd
                                 } else {
@@ -936,6 +945,8 @@ mod tests {
         assert_eq!(e.available, 50 * MI);
         assert_eq!(e.threshold, 100 * MI);
         assert_eq!(e.signal, Signal::AllocatableMemoryAvailable);
+        // the read that saw it had a previous read (the poll near the line)
+        assert!(e.gap.is_some(), "{e:?}");
         w.stop();
     }
 

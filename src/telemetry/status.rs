@@ -214,8 +214,14 @@ pub struct EvictionRecord {
     pub rank: usize,
     /// `kill`, `cri` or `dry-run`.
     pub backend: String,
-    /// Threshold crossing → kill issued.
+    /// The crossing's first read (watcher or pass) → kill issued.
     pub reaction_ms: Option<f64>,
+    /// Which source made that read: `watcher` or `pass`.
+    pub detected_by: Option<String>,
+    /// Time between that read and the same source's previous one: the
+    /// crossing happened at most this long before the reaction started,
+    /// unseen (not in `reaction_ms`).
+    pub detection_gap_ms: Option<f64>,
 }
 
 /// The last reconcile pass.

@@ -47,7 +47,7 @@ def reconcile(r):
                   f"writes {min(w)}–{max(w)}, errors {s['errors']}")
         ip = row.get("in_process")
         if ip:
-            for k in ("list", "list_uncached", "steady_full_reconcile", "reconcile_first_pass", "reconcile_steady"):
+            for k in ("list", "list_uncached", "steady_full_reconcile", "reconcile_first_pass", "reconcile_steady", "reconcile_steady_watched"):
                 if k not in ip:
                     continue
                 w = ip[k].get("writes")

@@ -184,13 +184,18 @@ async fn soak() {
     let log_lines = log.lines().count();
     // The causes of the counted errors are in qosd's log: keep it beside the
     // result (bench/soak.sh names the file).
-    let log_kept = std::env::var("QOSD_SOAK_LOG").ok().filter(|p| !p.is_empty());
+    let log_kept = std::env::var("QOSD_SOAK_LOG")
+        .ok()
+        .filter(|p| !p.is_empty());
     if let Some(p) = &log_kept {
         std::fs::write(p, &log).unwrap();
     }
     // Warnings and errors by message (the text after the level), most first.
     let mut by_message: std::collections::BTreeMap<String, u64> = Default::default();
-    for l in log.lines().filter(|l| l.contains(" WARN ") || l.contains(" ERROR ")) {
+    for l in log
+        .lines()
+        .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
+    {
         let msg = l
             .split_once(" WARN ")
             .or_else(|| l.split_once(" ERROR "))

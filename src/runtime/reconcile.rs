@@ -228,7 +228,7 @@ impl Reconciler {
     /// becomes readable when a planned file is written: reconcile then to
     /// correct drift at once. When inotify is unavailable this logs it and
     /// every file is read at every reconcile, as without the watch.
-    pub(crate) fn watch_files(&mut self) {
+    pub fn watch_files(&mut self) {
         if self.watched.is_some() {
             return;
         }

@@ -839,7 +839,7 @@ pub(crate) fn validate(
     let log_level = match &raw.log_level {
         None => "info".to_string(),
         Some(Scalar(s)) => {
-            if let Err(e) = tracing_subscriber::EnvFilter::builder().parse(s) {
+            if let Err(e) = crate::telemetry::log::log_filter_ok(s) {
                 c.bad(
                     "logLevel",
                     None,

@@ -26,9 +26,11 @@ pub(crate) fn init_logging(format: LogFormat) {
 /// (the config's `logLevel`).
 pub(crate) fn init_logging_at(format: LogFormat, level: &str) {
     use std::io::IsTerminal;
-    let filter = EnvFilter::try_from_env("QOSD_LOG")
-        .or_else(|_| EnvFilter::try_new(level))
-        .unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = std::env::var("QOSD_LOG")
+        .ok()
+        .and_then(|f| filter(&f).ok())
+        .or_else(|| filter(level).ok())
+        .unwrap_or_else(|| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(|| SafeStderr);
@@ -55,10 +57,34 @@ pub(crate) fn init_logging_at(format: LogFormat, level: &str) {
     };
 }
 
+/// A log filter (`logLevel`) qosd accepts: printable ASCII only (targets,
+/// levels and the filter's punctuation), then tracing's own parser. The
+/// ASCII check comes first because that parser panics on some non-ASCII
+/// input (it slices inside a multi-byte character; found by the `config`
+/// fuzz target, kept as a seed).
+pub(crate) fn log_filter_ok(s: &str) -> Result<(), String> {
+    if let Some(ch) = s.chars().find(|c| !c.is_ascii() || c.is_ascii_control()) {
+        return Err(format!(
+            "{ch:?} is not allowed: a log filter is printable ASCII"
+        ));
+    }
+    tracing_subscriber::EnvFilter::builder()
+        .parse(s)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+/// A filter from `QOSD_LOG` or `logLevel`, checked first the way the
+/// config checks it (tracing's parser panics on some non-ASCII input).
+fn filter(s: &str) -> Result<EnvFilter, String> {
+    log_filter_ok(s)?;
+    EnvFilter::try_new(s).map_err(|e| e.to_string())
+}
+
 /// Change the log level of the running process (SIGHUP `logLevel`).
 pub(crate) fn set_level(level: &str) {
     let Some(reload) = RELOAD.get() else { return };
-    match EnvFilter::try_new(level) {
+    match filter(level) {
         Ok(f) => match reload(f) {
             Ok(()) => tracing::info!(level, "log level changed"),
             Err(e) => tracing::warn!(level, error = %e, "log level not changed"),
@@ -123,5 +149,19 @@ mod tests {
         nix::unistd::dup2_stderr(&saved).unwrap();
         assert_eq!(n, 10);
         assert!(log_write_errors() >= before + 2);
+    }
+
+    #[test]
+    fn log_filters_are_checked_before_tracing_parses_them() {
+        for ok in ["info", "qosd=debug,warn", "qosd::kube=trace", "off"] {
+            assert!(log_filter_ok(ok).is_ok(), "{ok}");
+        }
+        // tracing-subscriber's directive parser panics on this one (a
+        // multi-byte character where it slices by bytes): refused first.
+        let e = log_filter_ok("0,,        \u{3090}       [%             !    ,,,,,").unwrap_err();
+        assert!(e.contains("printable ASCII"), "{e}");
+        assert!(log_filter_ok("info\nqosd=debug").is_err());
+        assert!(log_filter_ok("qosd=loud").is_err());
+        assert!(filter("debug").is_ok());
     }
 }

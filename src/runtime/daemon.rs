@@ -296,13 +296,9 @@ pub(crate) async fn run_loop(
             let fp = match fp {
                 Ok(fp) => fp,
                 Err(e) => {
-                    if !source_down {
-                        tracing::warn!(error = %e, "pod source unavailable; keeping the last state, retrying");
-                    }
-                    source_down = true;
+                    source_failed(&e, "pod source unavailable", &mut source_down, observer);
                     // Relist in full once it answers again.
                     cached = None;
-                    observer.source_failed(&e);
                     continue;
                 }
             };
@@ -340,12 +336,8 @@ pub(crate) async fn run_loop(
                             listing
                         }
                         Err(e) => {
-                            if !source_down {
-                                tracing::warn!(error = %e, "pod listing failed; keeping the last state, retrying");
-                            }
-                            source_down = true;
+                            source_failed(&e, "pod listing failed", &mut source_down, observer);
                             cached = None;
-                            observer.source_failed(&e);
                             continue;
                         }
                     }
@@ -392,6 +384,16 @@ pub(crate) async fn run_loop(
             }
         }
     }
+}
+
+/// A pod-source call failed: warn when the source goes down (once, not
+/// per retry), mark it down and report it.
+fn source_failed(e: &SourceError, what: &str, source_down: &mut bool, observer: &mut dyn Observer) {
+    if !*source_down {
+        tracing::warn!(error = %e, "{what}; keeping the last state, retrying");
+    }
+    *source_down = true;
+    observer.source_failed(e);
 }
 
 /// Await a pod-source call, stoppable by SIGTERM/SIGINT (`None`), with a

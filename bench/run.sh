@@ -3,13 +3,24 @@
 # on a slow machine). Results go to bench/results/<part>-<UTC stamp>.json,
 # a summary is printed at the end.
 #
-#   bench/run.sh                 # everything below
+#   bench/run.sh                 # everything below (hours: the VM parts boot qemu)
 #   bench/run.sh plan            # planning alone, 1,000 and 10,000 synthetic pods
 #   bench/run.sh reconcile       # qosd run --once with 10/50/110 real pods (root)
 #   bench/run.sh footprint       # idle CPU and RSS of `qosd run`, 50 pods (root)
 #   bench/run.sh startup         # exec -> READY=1 with 110 pods (root)
 #   bench/run.sh churn           # 110 pods, 5 created + 5 removed per second (root)
 #   bench/run.sh profile         # perf record of the idle daemon, 110 pods (root)
+#   bench/run.sh idle            # the issue-17 idle row: 110 pods held, `qosd run`
+#                                # per thread beside earlyoom in the same windows,
+#                                # interleaved with the previous commit (root;
+#                                # bench/idle_threads.py)
+#   bench/run.sh evict           # eviction reaction, qosd vs kubelet-like poll vs
+#                                # OOM killer (host) and vs earlyoom (v2 VM)
+#                                # (root; bench/evict/run.sh all)
+#   bench/run.sh evict-floor     # host v1: the 1 ms poll floor vs 5 ms (root;
+#                                # bench/evict/v1-floor.sh)
+#   bench/run.sh oomd            # systemd node VM: qosd vs systemd-oomd vs earlyoom
+#                                # vs the OOM killer (root; bench/evict/systemd-oomd.sh)
 #   bench/run.sh e2e             # qosd run evicting a real pod ramping past a hard
 #                                # threshold, reaction from its own histogram (root)
 #   bench/run.sh summary [FILE…] # print the summary of stored results
@@ -20,6 +31,7 @@
 #   QOSD_BENCH_STARTUP_PODS [110]  QOSD_BENCH_STARTUP_RUNS [7]
 #   QOSD_BENCH_PLAN_ROUNDS [3]  QOSD_BENCH_PLAN_RUNS [20]       (plan)
 #   QOSD_BENCH_CHURN_PODS [110]  QOSD_BENCH_CHURN_RATE [5]  QOSD_BENCH_CHURN_DURATION [1800]
+#   QOSD_BENCH_IDLE_PODS [110]  QOSD_BENCH_IDLE_ROUNDS [4]  QOSD_BENCH_IDLE_WINDOW [60] (idle)
 #   QOSD_BENCH_E2E_IDLE [10]  QOSD_BENCH_E2E_RUNS [10]  QOSD_BENCH_E2E_RATES [50,200,1000]
 #   QOSD_BENCH_E2E_MODES [watcher,pass]  (pass: QOSD_EVICTION_WATCHER=off)
 #   QOSD_BENCH_E2E_LOG [warn]: qosd's log filter (warn,qosd::eviction::timing=debug:
@@ -226,6 +238,44 @@ summary() {
     python3 "$ROOT/bench/summary.py" "$@"
 }
 
+# The issue-17 idle row: `bench_real hold` keeps 110 real pods on a private
+# containerd; bench/idle_threads.py starts each qosd (ours, the previous
+# commit's) in turn, A B A B, with default settings, and measures one window
+# per run by thread, earlyoom (--dryrun) beside it in the same window.
+idle() {
+    if [ "$(id -u)" != 0 ]; then
+        echo "bench: skipping idle: needs root (starts containerd, creates cgroups)" >&2
+        return 0
+    fi
+    META=$(meta)
+    local hold=/tmp/qosd-bench-idle-hold-$$ log
+    log=$(mktemp)
+    QOSD_BENCH_HOLD_PODS=${QOSD_BENCH_IDLE_PODS:-110} QOSD_BENCH_HOLD_FILE=$hold \
+        cargo test --release --test bench_real -- --ignored --exact hold >"$log" 2>&1 &
+    local holder=$!
+    local t=0
+    until [ -s "$hold" ]; do
+        sleep 1
+        t=$((t + 1))
+        if ! kill -0 "$holder" 2>/dev/null || [ $t -gt 900 ]; then
+            cat "$log" >&2
+            echo "bench: the pod holder did not start" >&2
+            return 1
+        fi
+    done
+    local bins=(--bin "new=$QOSD_BENCH_QOSD")
+    [ -n "${QOSD_BENCH_BASELINE:-}" ] && bins+=(--bin "base=$QOSD_BENCH_BASELINE")
+    local rc=0 out
+    out=$(python3 "$ROOT/bench/idle_threads.py" "${bins[@]}" --hold "$hold" \
+        --rounds "${QOSD_BENCH_IDLE_ROUNDS:-4}" --window "${QOSD_BENCH_IDLE_WINDOW:-60}" \
+        --earlyoom "$(command -v "$QOSD_BENCH_EARLYOOM" || echo "$QOSD_BENCH_EARLYOOM")") || rc=$?
+    rm -f "$hold"
+    wait "$holder" || true
+    rm -f "$log"
+    [ $rc = 0 ] || return $rc
+    printf '%s' "$out" | python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)))' | store idle
+}
+
 # perf record of the idle daemon (a shorter footprint run), reported as
 # the top symbols by thread: bench/results/profile-<stamp>.txt.
 profile() {
@@ -257,8 +307,13 @@ part=${1:-all}
 shift || true
 case "$part" in
     summary) summary "$@"; exit 0 ;;
-    plan|reconcile|footprint|startup|churn|profile|e2e|all) ;;
-    *) echo "usage: bench/run.sh [all|plan|reconcile|footprint|startup|churn|profile|e2e|summary]" >&2; exit 2 ;;
+    plan|reconcile|footprint|startup|churn|profile|e2e|idle|all) ;;
+    # The eviction-reaction benches have their own drivers (qosd-evict-bench,
+    # the VMs); they write bench/results/evict-*.
+    evict) exec "$ROOT/bench/evict/run.sh" all ;;
+    evict-floor) exec "$ROOT/bench/evict/v1-floor.sh" ;;
+    oomd) exec "$ROOT/bench/evict/systemd-oomd.sh" ;;
+    *) echo "usage: bench/run.sh [all|plan|reconcile|footprint|startup|churn|profile|e2e|idle|evict|evict-floor|oomd|summary]" >&2; exit 2 ;;
 esac
 [ -n "${QOSD_BENCH_PREBUILT:-}" ] || build
 # The qosd under test, copied: a baseline build shares target/.
@@ -266,8 +321,8 @@ mkdir -p "$ROOT/target/bench-bin"
 cp "${QOSD_BENCH_UNDER_TEST:-$ROOT/target/release/qosd}" "$ROOT/target/bench-bin/qosd-$$"
 export QOSD_BENCH_QOSD=$ROOT/target/bench-bin/qosd-$$
 trap 'rm -f "$QOSD_BENCH_QOSD"' EXIT
-case "$part" in reconcile|startup|all) baseline ;; esac
-case "$part" in footprint|profile|all) earlyoom_bin ;; esac
+case "$part" in reconcile|startup|idle|all) baseline ;; esac
+case "$part" in footprint|profile|idle|all) earlyoom_bin ;; esac
 if [ "$part" = all ]; then
     # Real-pod parts share the test binary: build it once up front.
     cargo test --release --test bench_real --no-run
@@ -275,13 +330,19 @@ if [ "$part" = all ]; then
     real reconcile
     real startup
     real footprint
+    idle
     profile
     real churn
     real e2e
+    # The eviction-reaction comparisons (host v1, v2 VM, systemd node VM).
+    "$ROOT/bench/evict/run.sh" all
+    "$ROOT/bench/evict/v1-floor.sh"
+    "$ROOT/bench/evict/systemd-oomd.sh"
 else
     case "$part" in
         plan) plan ;;
         profile) profile ;;
+        idle) idle ;;
         *) real "$part" ;;
     esac
 fi

@@ -250,8 +250,12 @@ idle() {
     META=$(meta)
     local hold=/tmp/qosd-bench-idle-hold-$$ log
     log=$(mktemp)
+    local cmd=(cargo test --release --test bench_real --)
+    if [ -n "${QOSD_BENCH_PREBUILT:-}" ]; then
+        cmd=("$(ls -t target/release/deps/bench_real-* | grep -v '\.d$' | head -1)")
+    fi
     QOSD_BENCH_HOLD_PODS=${QOSD_BENCH_IDLE_PODS:-110} QOSD_BENCH_HOLD_FILE=$hold \
-        cargo test --release --test bench_real -- --ignored --exact hold >"$log" 2>&1 &
+        "${cmd[@]}" --ignored --exact hold >"$log" 2>&1 &
     local holder=$!
     local t=0
     until [ -s "$hold" ]; do

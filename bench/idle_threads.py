@@ -47,9 +47,12 @@ def threads(pid):
     return out
 
 
-def group(name):
-    # tokio workers are numbered; group them.
-    if name.startswith("tokio-runtime-w") or name.startswith("qosd-rt"):
+def group(name, main=False):
+    # The main thread carries the binary's name (bench/run.sh copies it to
+    # qosd-<pid>); tokio workers are numbered or share one name: group them.
+    if main:
+        return "main thread"
+    if name.startswith("tokio-") or name.startswith("qosd-rt"):
         return "tokio workers"
     return name
 
@@ -109,7 +112,7 @@ def one(bin_path, flags, args, tmp):
         per = {}
         for tid, (name, ns) in b_th.items():
             before = a_th.get(tid, (name, 0))[1]
-            g = group(name)
+            g = group(name, main=(tid == str(pid)))
             per[g] = per.get(g, 0.0) + (ns - before) / 1e9 / el * 100
         res = {
             "exec_to_ready_ms": ready_ms,
@@ -164,6 +167,8 @@ def main():
     print("\n| % of one core | " + " | ".join(f"{n} r{i}" for n, rs in runs.items() for i in range(len(rs))) + " |", file=sys.stderr)
     for t in names:
         print(f"| {t} | " + " | ".join(f"{r['per_thread_percent'].get(t, 0):.3f}" for rs in runs.values() for r in rs) + " |", file=sys.stderr)
+    if any("earlyoom_cpu_percent_schedstat" in r for rs in runs.values() for r in rs):
+        print("| earlyoom, same window | " + " | ".join(f"{r.get('earlyoom_cpu_percent_schedstat', 0):.3f}" for rs in runs.values() for r in rs) + " |", file=sys.stderr)
     print("| total (ticks) | " + " | ".join(f"{r['cpu_percent_ticks']:.3f}" for rs in runs.values() for r in rs) + " |", file=sys.stderr)
 
 

@@ -132,8 +132,22 @@ def e2e(r):
                       f"[{verdict(bound[-1] <= 10)}: <= 10 ms]")
 
 
+def idle(r):
+    import statistics
+    for name, runs in r["runs"].items():
+        q = [x["cpu_percent_schedstat"] for x in runs]
+        e = [x["earlyoom_cpu_percent_schedstat"] for x in runs if "earlyoom_cpu_percent_schedstat" in x]
+        line = (f"  idle {name:<5}: qosd {statistics.median(q):.3f} % of a core "
+                f"(range {min(q):.3f}–{max(q):.3f}, n={len(q)}, schedstat)")
+        if e:
+            line += f", earlyoom {statistics.median(e):.3f} % ({min(e):.3f}–{max(e):.3f})"
+            line += (f"  [{verdict(statistics.median(q) < GOALS['idle_cpu_percent'])}: < 0.1 %; "
+                     f"{verdict(statistics.median(q) <= statistics.median(e))}: <= earlyoom]")
+        print(line)
+
+
 PARTS = {"plan": plan, "reconcile": reconcile, "footprint": footprint, "startup": startup,
-         "churn": churn, "profile-footprint": footprint, "e2e": e2e}
+         "churn": churn, "profile-footprint": footprint, "e2e": e2e, "idle": idle}
 
 
 def main(files):

@@ -367,6 +367,7 @@ pub(crate) async fn run_loop(
             unchanged = report.unchanged,
             unread = report.unread,
             errors = report.errors.len(),
+            plans = reconciler.plans_built(),
             ms = report.duration.as_secs_f64() * 1e3,
             "reconciled"
         );

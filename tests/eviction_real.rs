@@ -28,7 +28,8 @@ use qosd::policy::evict::MemorySource;
 use qosd::runtime::evictor::Evictor;
 use qosd::sys::kill::cgroup_tree_pids;
 use qosd::sys::signals::{pod_stats, SignalSources};
-use qosd::sys::watch::{targets_from_config, WatchConfig, Watcher};
+use qosd::sys::watch::{targets_from_config, usage_probe, WatchConfig, WatchTarget, Watcher};
+use std::sync::atomic::Ordering;
 use support::{require_root, Cgroups, KillOnDrop};
 
 const MI: i64 = 1024 * 1024;
@@ -291,4 +292,87 @@ fn evicts_besteffort_then_burstable_keeps_guaranteed_no_oom() {
             d.display()
         );
     }
+}
+
+/// cgroup v1: the watcher arms an eventfd at the line itself (usage =
+/// capacity − threshold). While usage is below it `memory.stat` is never
+/// read, however far usage moves (before: a long wait re-read it once
+/// usage moved by 16 MiB); a ramp past the line is reported, from an exact
+/// read.
+#[test]
+#[ignore = "needs root: creates a v1 memory cgroup and fills it"]
+fn v1_watcher_reads_no_memory_stat_below_the_line() {
+    require_root("creates a v1 memory cgroup and fills it");
+    let (version, root) = memory_root();
+    assert_eq!(
+        version,
+        CgroupVersion::V1,
+        "needs the v1 memory hierarchy (cgroup.event_control thresholds)"
+    );
+    let mut tree = Tree {
+        kids: Vec::new(),
+        cgroups: Cgroups::new(),
+        files: Vec::new(),
+    };
+    let dir = tree
+        .cgroups
+        .create(&root.join(format!("qosd-test-{}-quiet", std::process::id())));
+    // The kernel's own line stays well above the test's.
+    write(&dir.join("memory.limit_in_bytes"), &(700 * MI).to_string());
+    // capacity 600 MiB, threshold 200 MiB: the line at 400 MiB of usage
+    let target = WatchTarget {
+        signal: Signal::AllocatableMemoryAvailable,
+        probe: usage_probe(CgroupVersion::V1, &dir),
+        capacity: 600 * MI,
+        threshold: 200 * MI,
+    };
+    let (tx, rx) = mpsc::channel();
+    let w = Watcher::spawn(vec![target], WatchConfig::default(), move |e| {
+        let _ = tx.send(e);
+    })
+    .unwrap();
+    let usage = || -> i64 {
+        std::fs::read_to_string(dir.join("memory.usage_in_bytes"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    // 60 MiB, far below the line (340 MiB away: polls ~170 ms apart, the
+    // "long wait" that re-read memory.stat after 16 MiB of movement).
+    spawn_hog(&mut tree, &dir, 200, 60);
+    let grown = support::wait_until(Duration::from_secs(10), || usage() >= 60 * MI);
+    assert!(grown.is_some(), "the hog never reached 60 MiB: {}", usage());
+    let quiet0 = w.stats.quiet_polls.load(Ordering::Relaxed);
+    let polled = support::wait_until(Duration::from_secs(10), || {
+        w.stats.quiet_polls.load(Ordering::Relaxed) >= quiet0 + 3
+    });
+    assert!(
+        polled.is_some(),
+        "no quiet polls below the line (eventfd at the line not armed?): {} polls, {} quiet",
+        w.stats.polls.load(Ordering::Relaxed),
+        w.stats.quiet_polls.load(Ordering::Relaxed)
+    );
+    assert_eq!(
+        w.stats.exact_reads.load(Ordering::Relaxed),
+        0,
+        "memory.stat read below the line"
+    );
+    assert!(rx.try_recv().is_err(), "an event below the line");
+    // Past the line: 400 MiB more at 400 MiB/s (working set ~460 MiB,
+    // available ~140 MiB < 200 MiB).
+    spawn_hog(&mut tree, &dir, 400, 400);
+    let e = rx
+        .recv_timeout(Duration::from_secs(15))
+        .unwrap_or_else(|_| panic!("no event past the line; usage {}", usage()));
+    assert!(e.available < 200 * MI, "{e:?}");
+    assert!(w.stats.exact_reads.load(Ordering::Relaxed) >= 1);
+    eprintln!(
+        "quiet watcher: {} polls, {} quiet, {} exact, {} eventfd wake-ups; event {e:?}",
+        w.stats.polls.load(Ordering::Relaxed),
+        w.stats.quiet_polls.load(Ordering::Relaxed),
+        w.stats.exact_reads.load(Ordering::Relaxed),
+        w.stats.eventfd_wakeups.load(Ordering::Relaxed)
+    );
+    w.stop();
 }

@@ -3,6 +3,7 @@
 //! the grace period.
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -81,8 +82,10 @@ pub(crate) fn orphan_bases(cfg: &PlanConfig) -> Vec<PathBuf> {
 pub struct ReconcileReport {
     /// Writes made (dry run: that would be made), in order.
     pub writes: Vec<CgroupWrite>,
-    /// Every planned write (what `qosd plan` prints for the same pods).
-    pub(crate) planned: Vec<CgroupWrite>,
+    /// Every planned write (what `qosd plan` prints for the same pods);
+    /// shared with the reconciler's last plan (not copied per pass).
+    #[serde(serialize_with = "serialize_writes")]
+    pub(crate) planned: Arc<[CgroupWrite]>,
     /// Planned writes already in place (read, or `unread`).
     pub(crate) unchanged: usize,
     /// Of `unchanged`: planned files not read this pass, watched and not
@@ -118,6 +121,21 @@ pub struct ReconcileReport {
     pub(crate) audit_changes: usize,
     #[serde(skip)]
     pub(crate) duration: Duration,
+}
+
+fn serialize_writes<S: serde::Serializer>(w: &Arc<[CgroupWrite]>, s: S) -> Result<S::Ok, S::Error> {
+    w.as_ref().serialize(s)
+}
+
+/// The last plan and the pods it was built from: a reconcile plans again
+/// only when the pods differ or the settings were reloaded (node resources
+/// are part of the settings); otherwise it reuses this one.
+#[derive(Debug)]
+struct LastPlan {
+    pods: Vec<Pod>,
+    writes: Arc<[CgroupWrite]>,
+    /// Pods planned (those of `pods` that are planned at all).
+    planned_pods: usize,
 }
 
 /// New write failures logged one by one per pass; the rest are counted.
@@ -181,6 +199,10 @@ pub struct Reconciler {
     /// only files written since are read; `None`: every planned file is
     /// read at every reconcile.
     watched: Option<Watched>,
+    /// The plan of the last reconcile, reused while its inputs are unchanged.
+    last_plan: Option<LastPlan>,
+    /// Plans built (a reused plan does not count).
+    plans_built: u64,
 }
 
 impl Reconciler {
@@ -215,6 +237,8 @@ impl Reconciler {
             dry_run_logged: HashMap::new(),
             audit_seen: HashMap::new(),
             watched: None,
+            last_plan: None,
+            plans_built: 0,
         }
     }
 
@@ -376,6 +400,8 @@ impl Reconciler {
             _ if dry_run => Mode::DryRun,
             _ => Mode::Real,
         };
+        // New settings (and node resources): plan again.
+        self.last_plan = None;
         if mode == self.mode() && cfg.layout == self.cfg.layout {
             self.cfg = cfg;
             return;
@@ -405,18 +431,18 @@ impl Reconciler {
         now: Instant,
     ) -> ReconcileReport {
         let start = Instant::now();
-        let plan = plan::build(&self.cfg, pods);
-        let (check, unread) = self.writes_to_check(&plan.writes, now);
+        let (writes, planned_pods) = self.plan_for(pods);
+        let (check, unread) = self.writes_to_check(&writes, now);
         let mut report: ApplyReport = self.applier.apply(&check);
-        self.note_checked(&check, &report, &plan.writes);
+        self.note_checked(&check, &report, &writes);
         report.unchanged += unread;
         if self.mode() == Mode::Audit {
-            return self.audit(plan, report, start);
+            return self.audit(planned_pods, writes, report, start);
         }
         let mut out = ReconcileReport {
             unchanged: report.unchanged,
             unread,
-            pods: plan.pods.len(),
+            pods: planned_pods,
             ..Default::default()
         };
         let verb = if self.dry_run() {
@@ -488,17 +514,17 @@ impl Reconciler {
             .map(|w| &w.file)
             .chain(report.errors.iter().map(|e| &e.file))
             .collect();
-        for w in &plan.writes {
+        for w in writes.iter() {
             if !touched.contains(&w.file) {
                 self.last_written.insert(w.file.clone(), w.value.clone());
             }
         }
-        let planned: HashSet<&PathBuf> = plan.writes.iter().map(|w| &w.file).collect();
+        let planned: HashSet<&PathBuf> = writes.iter().map(|w| &w.file).collect();
         self.last_written.retain(|f, _| planned.contains(f));
         let pending: HashSet<&PathBuf> = report.written.iter().map(|w| &w.file).collect();
         self.dry_run_logged.retain(|f, _| pending.contains(f));
         out.writes = report.written;
-        out.planned = plan.writes;
+        out.planned = writes;
         if let Some(live) = all_live_uids.filter(|l| self.orphan_scan_due(l, now)) {
             out.orphans_removed = self.clean_orphans(live, now);
             self.orphan_scanned = Some((live.clone(), now));
@@ -524,10 +550,16 @@ impl Reconciler {
 
     /// `cgroupEnforcement: audit`: report every planned value the cgroup
     /// does not hold (logged once per change), write and remove nothing.
-    fn audit(&mut self, plan: plan::Plan, report: ApplyReport, start: Instant) -> ReconcileReport {
+    fn audit(
+        &mut self,
+        planned_pods: usize,
+        writes: Arc<[CgroupWrite]>,
+        report: ApplyReport,
+        start: Instant,
+    ) -> ReconcileReport {
         let mut out = ReconcileReport {
             unchanged: report.unchanged,
-            pods: plan.pods.len(),
+            pods: planned_pods,
             ..Default::default()
         };
         let mut current = HashSet::new();
@@ -561,9 +593,32 @@ impl Reconciler {
             out.errors
                 .push(format!("{}: {}: {}", e.file.display(), e.value, e.error));
         }
-        out.planned = plan.writes;
+        out.planned = writes;
         out.duration = start.elapsed();
         out
+    }
+
+    /// The planned writes for `pods` and how many pods were planned: the
+    /// last plan when the pods are the same as then (the settings did not
+    /// change since: [`Reconciler::reconfigure`] forgets it), else a new one.
+    fn plan_for(&mut self, pods: &[Pod]) -> (Arc<[CgroupWrite]>, usize) {
+        if let Some(last) = self.last_plan.as_ref().filter(|l| l.pods == pods) {
+            return (last.writes.clone(), last.planned_pods);
+        }
+        let plan = plan::build(&self.cfg, pods);
+        self.plans_built += 1;
+        let writes: Arc<[CgroupWrite]> = plan.writes.into();
+        self.last_plan = Some(LastPlan {
+            pods: pods.to_vec(),
+            writes: writes.clone(),
+            planned_pods: plan.pods.len(),
+        });
+        (writes, plan.pods.len())
+    }
+
+    /// Plans built so far (a reconcile that reused the last plan adds none).
+    pub(crate) fn plans_built(&self) -> u64 {
+        self.plans_built
     }
 
     /// Remove pod cgroups whose pod is gone, once they stayed orphaned for
@@ -738,6 +793,47 @@ mod tests {
         std::fs::write(&weight, "4096").unwrap();
         let after = fresh.reconcile(&pods2, None, Instant::now());
         assert_eq!(after.drift, vec![weight]);
+    }
+
+    /// The plan is built again only when its inputs change: the pods, or
+    /// the settings (node resources among them) on a reload.
+    #[test]
+    fn unchanged_inputs_reuse_the_last_plan() {
+        let d = fake_v2_tree();
+        let c = cfg(d.path());
+        let pods = vec![pod("0000-a", "250m"), pod("0000-b", "500m")];
+        let mut r = Reconciler::new(c.clone(), true, Duration::from_secs(0));
+        let first = r.reconcile(&pods, None, Instant::now());
+        assert_eq!(r.plans_built(), 1);
+        // The same pods again (a timer reconcile on the cached listing).
+        let second = r.reconcile(&pods.clone(), None, Instant::now());
+        assert_eq!(r.plans_built(), 1, "an identical tick must not plan");
+        assert_eq!(second.planned, first.planned);
+        assert_eq!(second.pods, first.pods);
+        // A pod's resources changed (an in-place resize): planned again.
+        let resized = vec![pod("0000-a", "250m"), pod("0000-b", "750m")];
+        let third = r.reconcile(&resized, None, Instant::now());
+        assert_eq!(r.plans_built(), 2);
+        assert_ne!(third.planned, first.planned);
+        // A pod went away: planned again.
+        r.reconcile(&resized[..1], None, Instant::now());
+        assert_eq!(r.plans_built(), 3);
+        r.reconcile(&resized[..1], None, Instant::now());
+        assert_eq!(r.plans_built(), 3);
+        // A reload with other node resources: planned again, with them.
+        let mut c2 = c.clone();
+        c2.node = NodeResources::from_capacity(2000, 4 << 30);
+        r.reconfigure(c2.clone(), true);
+        let after = r.reconcile(&resized[..1], None, Instant::now());
+        assert_eq!(r.plans_built(), 4);
+        assert_eq!(
+            &after.planned[..],
+            &plan::build(&c2, &resized[..1]).writes[..]
+        );
+        // A reload with identical settings forgets the plan too (cheap, rare).
+        r.reconfigure(c2, true);
+        r.reconcile(&resized[..1], None, Instant::now());
+        assert_eq!(r.plans_built(), 5);
     }
 
     /// With the planned files watched: a steady reconcile reads nothing, a

@@ -17,7 +17,10 @@
 //! `cgroup.event_control` eventfd threshold on `memory.usage_in_bytes`
 //! (at the line + the last inactive_file, re-armed as it moves, like the
 //! kubelet's notifier) wakes the poller at once; it fires only every
-//! ~512 KiB of allocation, hence the poll beside it.
+//! ~512 KiB of allocation, hence the poll beside it. A second one at the
+//! line itself (usage = capacity − threshold) marks where a crossing first
+//! becomes possible: while usage is below it `memory.stat` is not read at
+//! all and the poll is bounded by `max_interval_quiet` (5 s).
 //!
 //! When the available amount is below a watched hard threshold the
 //! callback gets a [`WatchEvent`] with a fresh observation, on the poller
@@ -173,6 +176,13 @@ pub struct WatchConfig {
     /// poll only has to keep ahead of the worst ramp; each such poll
     /// re-reads `memory.stat` to keep the eventfd level current.
     pub max_interval_notified: Duration,
+    /// The interval's upper bound while every target is a v1 usage probe
+    /// whose usage is below the line with an eventfd armed at the line
+    /// itself: no crossing is possible before usage reaches it (working
+    /// set ≤ usage) and the kernel reports that, so `memory.stat` is not
+    /// read and the poll (kept for the kernel's ~512 KiB notification
+    /// granularity, dense near the line) may be this long far from it.
+    pub max_interval_quiet: Duration,
     /// Run the poller thread with SCHED_FIFO at this priority (1–99), so a
     /// busy node cannot delay it; it sleeps almost all the time. `None`:
     /// normal scheduling. Failure to set it is logged, not fatal.
@@ -190,6 +200,7 @@ impl Default for WatchConfig {
             max_ramp_bytes_per_sec: 1 << 30,
             use_eventfd: true,
             max_interval_notified: Duration::from_secs(1),
+            max_interval_quiet: Duration::from_secs(5),
             rt_priority: None,
         }
     }
@@ -209,8 +220,23 @@ pub(crate) fn next_interval(distance: i64, cfg: &WatchConfig) -> Duration {
 /// [`next_interval`] with `max_interval_notified` as the upper bound (a v1
 /// eventfd is armed on every target).
 pub(crate) fn next_interval_notified(distance: i64, cfg: &WatchConfig) -> Duration {
+    next_interval_up_to(distance, cfg, cfg.max_interval_notified)
+}
+
+/// [`next_interval`] with `max_interval_quiet` as the upper bound (every
+/// target below its line by usage, an eventfd armed at the line);
+/// `distance` is then the usage's, not the working set estimate's.
+pub(crate) fn next_interval_quiet(usage_distance: i64, cfg: &WatchConfig) -> Duration {
+    next_interval_up_to(
+        usage_distance,
+        cfg,
+        cfg.max_interval_quiet.max(cfg.max_interval_notified),
+    )
+}
+
+fn next_interval_up_to(distance: i64, cfg: &WatchConfig, max: Duration) -> Duration {
     let c = WatchConfig {
-        max_interval: cfg.max_interval_notified.max(cfg.max_interval),
+        max_interval: max.max(cfg.max_interval),
         ..cfg.clone()
     };
     next_interval(distance, &c)
@@ -246,6 +272,12 @@ pub(crate) struct Sample {
     pub(crate) available: i64,
     /// `memory.stat` / meminfo was read for this sample.
     pub(crate) exact: bool,
+    /// A v1 usage probe whose usage is below the line while an eventfd is
+    /// armed at the line ([`Probe::line_armed`]): no crossing is possible
+    /// until the kernel reports usage at the line; `memory.stat` was not read.
+    pub(crate) quiet: bool,
+    /// A safe upper bound of the working set (usage for a cheap sample).
+    pub(crate) bound: i64,
 }
 
 /// A target with its files kept open.
@@ -263,6 +295,10 @@ pub(crate) struct Probe {
     /// then also re-reads `memory.stat` when the last read is
     /// [`EXACT_REFRESH`] old or usage moved by more than [`REARM_DELTA`].
     pub(crate) refresh: bool,
+    /// Set by the poller while a v1 eventfd is armed at the line itself
+    /// (usage = capacity − threshold): below it no `memory.stat` read at all
+    /// (not even the `refresh` one), since no crossing is possible there.
+    pub(crate) line_armed: bool,
     buf: Vec<u8>,
 }
 
@@ -307,6 +343,7 @@ impl Probe {
             exact_usage: 0,
             exact_at: None,
             refresh: false,
+            line_armed: false,
             buf: vec![0u8; 16 * 1024],
         };
         p.sample_exact()?;
@@ -364,7 +401,9 @@ impl Probe {
         match self.target.probe {
             ProbeKind::Usage { .. } => {
                 let usage = self.read_usage()?;
-                let refresh = self.refresh
+                let quiet = self.line_armed && usage < line;
+                let refresh = !quiet
+                    && self.refresh
                     && (self.exact_at.is_none_or(|t| t.elapsed() >= EXACT_REFRESH)
                         || (usage - self.exact_usage).abs() > REARM_DELTA);
                 if !force_exact && !refresh && usage < line {
@@ -375,6 +414,8 @@ impl Probe {
                         working_set: ws,
                         available: (cap - ws).max(0),
                         exact: false,
+                        quiet,
+                        bound: usage,
                     });
                 }
                 let key = self.inactive_key;
@@ -389,6 +430,8 @@ impl Probe {
                     working_set: ws,
                     available: (cap - ws).max(0),
                     exact: true,
+                    quiet: false,
+                    bound: ws,
                 })
             }
             ProbeKind::V2RootStat { .. } => {
@@ -399,6 +442,8 @@ impl Probe {
                     working_set: ws,
                     available: (cap - ws).max(0),
                     exact: true,
+                    quiet: false,
+                    bound: ws,
                 })
             }
             ProbeKind::MemAvailable { .. } => {
@@ -411,6 +456,8 @@ impl Probe {
                     working_set: cap - avail,
                     available: avail.clamp(0, cap),
                     exact: true,
+                    quiet: false,
+                    bound: cap - avail,
                 })
             }
         }
@@ -463,7 +510,10 @@ impl MemcgNotifier {
 #[derive(Debug, Default)]
 pub struct WatchStats {
     pub polls: AtomicU64,
-    pub(crate) exact_reads: AtomicU64,
+    /// Samples that read `memory.stat` / meminfo.
+    pub exact_reads: AtomicU64,
+    /// Samples below the line with its eventfd armed (nothing but usage read).
+    pub quiet_polls: AtomicU64,
     pub(crate) events: AtomicU64,
     pub eventfd_wakeups: AtomicU64,
     pub(crate) read_errors: AtomicU64,
@@ -518,16 +568,22 @@ impl Watcher {
                 }
                 let mut notifiers: Vec<Option<MemcgNotifier>> =
                     probes.iter().map(|_| None).collect();
+                // Armed at the line itself (usage = capacity − threshold),
+                // once: the line does not move.
+                let mut line_notifiers: Vec<Option<MemcgNotifier>> =
+                    probes.iter().map(|_| None).collect();
                 let mut interval = cfg.min_interval;
                 let mut woke_by_eventfd = false;
                 let mut last_read: Vec<Option<Instant>> = probes.iter().map(|_| None).collect();
                 while !stop2.load(Ordering::Relaxed) {
                     let mut min_distance = i64::MAX;
+                    let mut all_quiet = !probes.is_empty();
                     // A long (eventfd-backed) wait keeps memory.stat fresh.
                     let long = interval > cfg.max_interval;
                     for (i, p) in probes.iter_mut().enumerate() {
                         stats2.polls.fetch_add(1, Ordering::Relaxed);
                         p.refresh = long;
+                        p.line_armed = line_notifiers[i].is_some();
                         let read_at = Instant::now();
                         let gap = last_read[i].map(|t| read_at.saturating_duration_since(t));
                         last_read[i] = Some(read_at);
@@ -536,12 +592,17 @@ impl Watcher {
                             Err(e) => {
                                 stats2.read_errors.fetch_add(1, Ordering::Relaxed);
                                 tracing::warn!(signal = %p.target.signal, error = %e, "watch read failed");
+                                all_quiet = false;
                                 continue;
                             }
                         };
                         if s.exact {
                             stats2.exact_reads.fetch_add(1, Ordering::Relaxed);
                         }
+                        if s.quiet {
+                            stats2.quiet_polls.fetch_add(1, Ordering::Relaxed);
+                        }
+                        all_quiet &= s.quiet;
                         if s.available < p.target.threshold {
                             stats2.events.fetch_add(1, Ordering::Relaxed);
                             on_event(WatchEvent {
@@ -558,7 +619,10 @@ impl Watcher {
                                 },
                             });
                         }
-                        min_distance = min_distance.min(p.target.line() - s.working_set);
+                        // Quiet: the usage's distance (safe whatever
+                        // inactive_file did since it was last read).
+                        let ws = if s.quiet { s.bound } else { s.working_set };
+                        min_distance = min_distance.min(p.target.line() - ws);
                         if cfg.use_eventfd {
                             if let ProbeKind::Usage {
                                 usage,
@@ -579,6 +643,14 @@ impl Watcher {
                                         }
                                     }
                                 }
+                                if notifiers[i].is_some() && line_notifiers[i].is_none() {
+                                    match MemcgNotifier::arm(usage, ctl, p.target.line()) {
+                                        Ok(n) => line_notifiers[i] = Some(n),
+                                        Err(e) => {
+                                            tracing::debug!(path = %ctl.display(), error = %e, "no memcg eventfd at the line; memory.stat refreshed every 10 s");
+                                        }
+                                    }
+                                }
                             }
                         }
                     }
@@ -587,6 +659,8 @@ impl Watcher {
                         && notifiers.iter().all(Option::is_some);
                     interval = if min_distance == i64::MAX {
                         cfg.max_interval
+                    } else if all_quiet {
+                        next_interval_quiet(min_distance, &cfg)
                     } else if notified {
                         next_interval_notified(min_distance, &cfg)
                     } else {
@@ -595,7 +669,12 @@ impl Watcher {
                     stats2
                         .interval_us
                         .store(interval.as_micros() as u64, Ordering::Relaxed);
-                    woke_by_eventfd = wait(&waker2, &notifiers, interval, &stats2);
+                    woke_by_eventfd = wait(
+                        &waker2,
+                        notifiers.iter().chain(&line_notifiers),
+                        interval,
+                        &stats2,
+                    );
                 }
                 let _ = interval;
             })
@@ -679,20 +758,17 @@ fn set_realtime(prio: i32) {
 
 /// Sleep up to `timeout`, waking early on the stop waker or a memcg
 /// eventfd. Returns true when an eventfd fired.
-fn wait(
+fn wait<'a>(
     waker: &EventFd,
-    notifiers: &[Option<MemcgNotifier>],
+    notifiers: impl Iterator<Item = &'a Option<MemcgNotifier>>,
     timeout: Duration,
     stats: &WatchStats,
 ) -> bool {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    let armed: Vec<&MemcgNotifier> = notifiers.flatten().collect();
     let mut fds = vec![PollFd::new(waker.as_fd(), PollFlags::POLLIN)];
-    let mut idx = Vec::new();
-    for (i, n) in notifiers.iter().enumerate() {
-        if let Some(n) = n {
-            fds.push(PollFd::new(n.efd.as_fd(), PollFlags::POLLIN));
-            idx.push(i);
-        }
+    for n in &armed {
+        fds.push(PollFd::new(n.efd.as_fd(), PollFlags::POLLIN));
     }
     let ms = timeout.as_millis().clamp(1, i32::MAX as u128) as i32;
     let ms = PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX);
@@ -703,9 +779,7 @@ fn wait(
             for (k, fd) in fds.iter().enumerate().skip(1) {
                 if fd.revents().is_some_and(|r| r.contains(PollFlags::POLLIN)) {
                     fired = true;
-                    if let Some(Some(n)) = notifiers.get(idx[k - 1]) {
-                        n.drain();
-                    }
+                    armed[k - 1].drain();
                 }
             }
             if fired {
@@ -894,6 +968,65 @@ mod tests {
         p.refresh = false;
         cg.set(200 * MI, 0);
         assert!(!p.sample().unwrap().exact);
+    }
+
+    /// With an eventfd armed at the line: below it by usage nothing but the
+    /// usage is read, however old the estimate or far usage moved (no
+    /// crossing is possible there); at the line the exact read as before.
+    #[test]
+    fn below_the_armed_line_memory_stat_is_never_read() {
+        let cg = FakeCgroup::v1(100 * MI, 40 * MI);
+        let mut p = Probe::open(cg.target(1000 * MI, 100 * MI)).unwrap();
+        p.line_armed = true;
+        p.refresh = true; // a long wait
+                          // (usage, inactive, exact?, quiet?) in MiB; line at 900 MiB usage
+        let table: &[(i64, i64, bool, bool)] = &[
+            (130, 10, false, true), // moved by > 16 MiB: no refresh read
+            (600, 0, false, true),
+            (899, 0, false, true),
+            (900, 50, true, false), // at the line: exact, as before
+            (950, 100, true, false),
+            (500, 5, false, true), // back below: quiet again
+        ];
+        for &(u, i, exact, quiet) in table {
+            cg.set(u * MI, i * MI);
+            let s = p.sample().unwrap();
+            assert_eq!((s.exact, s.quiet), (exact, quiet), "usage {u} inactive {i}");
+            if quiet {
+                assert_eq!(s.bound, u * MI, "the bound is the usage");
+            } else {
+                assert_eq!(s.bound, s.working_set);
+            }
+        }
+        // the inactive_file of the last exact read (at 950 MiB), not since
+        assert_eq!(p.last_inactive, 100 * MI);
+        // Without the line armed the same long wait refreshes (unchanged).
+        p.line_armed = false;
+        cg.set(600 * MI, 7 * MI);
+        let s = p.sample().unwrap();
+        assert!(s.exact && !s.quiet);
+        assert_eq!(p.last_inactive, 7 * MI);
+    }
+
+    #[test]
+    fn interval_quiet_bound() {
+        let cfg = WatchConfig::default();
+        let gi = 1024 * MI;
+        // far: up to 5 s (≥ 10 GiB of usage distance at 1 GiB/s)
+        assert_eq!(next_interval_quiet(20 * gi, &cfg), Duration::from_secs(5));
+        assert_eq!(next_interval_quiet(4 * gi, &cfg), Duration::from_secs(2));
+        // within 2 GiB: what the notified bound gives, and near the line
+        // what the plain poll gives (never sparser than before)
+        for d in [2 * gi, gi, 100 * MI, MI, 0] {
+            assert_eq!(
+                next_interval_quiet(d, &cfg),
+                next_interval_notified(d, &cfg)
+            );
+        }
+        assert_eq!(
+            next_interval_quiet(10 * MI, &cfg),
+            next_interval(10 * MI, &cfg)
+        );
     }
 
     #[test]

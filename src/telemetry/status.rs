@@ -523,7 +523,8 @@ pub(crate) fn eviction_status(
     memory_always: Option<crate::policy::evict::manager::Observation>,
     active: Option<&[crate::policy::evict::threshold::NodeCondition]>,
 ) -> (Vec<SignalStatus>, Vec<ConditionStatus>) {
-    use crate::policy::evict::threshold::{format_duration, NodeCondition, Signal, ThresholdKind};
+    use crate::core::duration::format_go_duration;
+    use crate::policy::evict::threshold::{NodeCondition, Signal, ThresholdKind};
     use std::collections::BTreeMap;
     let mut by_signal: BTreeMap<Signal, SignalStatus> = BTreeMap::new();
     if let Some(o) = memory_always {
@@ -566,7 +567,7 @@ pub(crate) fn eviction_status(
                 .unwrap_or(0),
             met: t.met,
             grace_period: (t.threshold.kind == ThresholdKind::Soft)
-                .then(|| format_duration(t.threshold.grace_period)),
+                .then(|| format_go_duration(t.threshold.grace_period)),
             min_reclaim: t.threshold.min_reclaim.map(|v| v.to_string()),
         });
     }

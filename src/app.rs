@@ -371,8 +371,8 @@ pub(crate) fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<Daemon
     opts.specs = kube
         .clone()
         .map(|k| k as Arc<dyn crate::runtime::pod_source::SpecSource>);
-    let mode = if dry_run { "dry-run" } else { "enforce" };
-    let mut observer = ServiceObserver::new(metrics.clone(), health.clone(), mode, &opts.plan);
+    let mode = crate::telemetry::status::mode_name(dry_run);
+    let mut observer = ServiceObserver::new(metrics.clone(), health.clone(), dry_run, &opts.plan);
     health.update_status(|d| {
         d.config_generation = 1;
         d.config_loaded_at_ms = crate::telemetry::status::now_ms();

@@ -403,6 +403,24 @@ fn the_parser_reads_paths_groups_and_skips_tests_and_comments() {
 }
 
 #[test]
+fn no_alias_or_remapped_module_hides_an_import() {
+    // The graph is read from paths into the crate; an alias of the crate
+    // (`use crate as q;`, `extern crate self as qosd;`), a `#[path]` module
+    // or an `include!`d file would make imports it cannot see.
+    let offenders: Vec<String> = sources()
+        .iter()
+        .flat_map(|s| {
+            ["extern crate", "crate as ", "#[path", "include!("]
+                .into_iter()
+                .filter(|f| s.code.contains(f))
+                .map(|f| format!("{}: {f}", s.rel.display()))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(offenders.is_empty(), "{offenders:?}");
+}
+
+#[test]
 fn nothing_outside_cli_imports_cli() {
     let offenders: Vec<_> = sources()
         .iter()

@@ -371,8 +371,8 @@ pub(crate) fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<Daemon
     opts.specs = kube
         .clone()
         .map(|k| k as Arc<dyn crate::runtime::pod_source::SpecSource>);
-    let mode = if dry_run { "dry-run" } else { "enforce" };
-    let mut observer = ServiceObserver::new(metrics.clone(), health.clone(), mode, &opts.plan);
+    let mode = crate::telemetry::status::mode_name(dry_run);
+    let mut observer = ServiceObserver::new(metrics.clone(), health.clone(), dry_run, &opts.plan);
     health.update_status(|d| {
         d.config_generation = 1;
         d.config_loaded_at_ms = crate::telemetry::status::now_ms();
@@ -677,7 +677,7 @@ fn start_kube(
     };
     let client = crate::kube::KubeClient::new(kcfg).map_err(bad_input)?;
     tracing::info!(server = client.server(), origin = client.origin(), node = %node, "watching this node's pods on the Kubernetes API server");
-    Ok(Some(crate::kube::KubeSide::start(
+    let (side, watcher) = crate::kube::KubeSide::new(
         client,
         crate::kube::KubeSettings {
             node_name: node,
@@ -686,8 +686,15 @@ fn start_kube(
             cgroup_version: plan.layout.version,
         },
         metrics.kube.clone(),
-        rt.handle().clone(),
-    )))
+    );
+    // The watch loop never ends: if it does (a panic), liveness fails.
+    crate::runtime::supervisor::spawn_task_supervised(
+        rt.handle(),
+        "Kubernetes API pod watch",
+        health.clone(),
+        watcher,
+    );
+    Ok(Some(side))
 }
 
 /// Start the eviction loop beside the reconcile loop.

@@ -8,8 +8,11 @@
 //! * the `qosd` package builds exactly one binary, `qosd` (dev tools live
 //!   in the `devtools` workspace member).
 //!
-//! The module graph is read from `crate::<module>` paths (including grouped
-//! `use crate::{a, b::c}` imports) in each file's non-test code.
+//! The module graph is read from every path into the crate in each file's
+//! non-test code: `crate::<module>` (also in expressions and macro bodies),
+//! `$crate::<module>` in `macro_rules!`, grouped `use crate::{a, b::c}`
+//! imports, and `super::` chains resolved from the file's place in `src/`
+//! (`super::super::cli` in `src/runtime/x.rs` is `crate::cli`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -44,6 +47,22 @@ fn top_module(rel: &Path) -> Option<String> {
     }
 }
 
+/// The module path of a file under `src/` (`sys/kill.rs` → `[sys, kill]`,
+/// `sys/mod.rs` → `[sys]`, `app.rs` → `[app]`, the crate roots → `[]`).
+fn module_path(rel: &Path) -> Vec<String> {
+    let mut parts: Vec<String> = rel
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    if let Some(last) = parts.pop() {
+        match last.as_str() {
+            "mod.rs" | "lib.rs" | "main.rs" => {}
+            f => parts.push(f.trim_end_matches(".rs").to_string()),
+        }
+    }
+    parts
+}
+
 /// The file's code without its unit tests (`#[cfg(test)]` modules and
 /// items) and without comments.
 fn production_code(text: &str) -> String {
@@ -51,12 +70,15 @@ fn production_code(text: &str) -> String {
     let mut lines = text.lines().peekable();
     while let Some(line) = lines.next() {
         let t = line.trim_start();
-        if t.starts_with("#[cfg(test)]") {
-            // Skip the next item: a `mod x { … }` block or a single item,
-            // by brace depth.
+        if let Some(after) = t.strip_prefix("#[cfg(test)]") {
+            // Skip the item: a `mod x { … }` block or a single item, by
+            // brace depth; it may start on the attribute's own line
+            // (`#[cfg(test)] mod tests;`).
             let mut depth = 0i32;
             let mut opened = false;
-            for l in lines.by_ref() {
+            let first = after.trim();
+            let rest = (!first.is_empty()).then_some(first);
+            for l in rest.into_iter().chain(lines.by_ref()) {
                 for c in l.chars() {
                     match c {
                         '{' => {
@@ -87,58 +109,124 @@ fn production_code(text: &str) -> String {
     out
 }
 
-/// Every top-level module named by a `crate::` path in `code`.
-fn crate_refs(code: &str) -> BTreeSet<String> {
+/// The names at depth 0 of a `{a, b::{c, d}, e as f}` group; `group` starts
+/// just after the opening brace.
+fn group_heads(group: &str) -> Vec<String> {
+    let mut heads = Vec::new();
+    let mut depth = 0;
+    let mut name = String::new();
+    let mut expect_name = true;
+    for c in group.chars() {
+        match c {
+            '{' => depth += 1,
+            '}' if depth == 0 => break,
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                if !name.is_empty() {
+                    heads.push(std::mem::take(&mut name));
+                }
+                expect_name = true;
+            }
+            c if depth == 0 && expect_name && (c.is_alphanumeric() || c == '_') => name.push(c),
+            _ => {
+                if !name.is_empty() {
+                    heads.push(std::mem::take(&mut name));
+                    expect_name = false;
+                }
+            }
+        }
+    }
+    if !name.is_empty() {
+        heads.push(name);
+    }
+    heads
+}
+
+/// The first path segment(s) after a `prefix::`: one name, or the heads of
+/// a `{…}` group.
+fn heads_after(rest: &str) -> Vec<String> {
+    if let Some(group) = rest.strip_prefix('{') {
+        group_heads(group)
+    } else {
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        if name.is_empty() {
+            Vec::new()
+        } else {
+            vec![name]
+        }
+    }
+}
+
+/// Every top-level module named by a path into the crate in `code`, the
+/// code of the file whose module path is `module` (see [`module_path`]):
+/// `crate::x`, `$crate::x` and `super::…::x` (the chain resolved from
+/// `module`; inside an inline `mod` of the file it resolves one level too
+/// high, which can only add an edge, never hide one).
+fn crate_refs(code: &str, module: &[String]) -> BTreeSet<String> {
     let mut refs = BTreeSet::new();
     let mut rest = code;
     while let Some(i) = rest.find("crate::") {
         let before = rest[..i].chars().last();
         rest = &rest[i + "crate::".len()..];
-        if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '$') {
-            continue; // e.g. `$crate::` or `mycrate::`
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+            continue; // e.g. `mycrate::`; `$crate::` is this crate
         }
-        if let Some(group) = rest.strip_prefix('{') {
-            // `crate::{a, b::{c, d}, e}`: the names at depth 0 of the group.
-            let mut depth = 0;
-            let mut name = String::new();
-            let mut expect_name = true;
-            for c in group.chars() {
-                match c {
-                    '{' => depth += 1,
-                    '}' if depth == 0 => break,
-                    '}' => depth -= 1,
-                    ',' if depth == 0 => expect_name = true,
-                    c if depth == 0 && expect_name && (c.is_alphanumeric() || c == '_') => {
-                        name.push(c)
-                    }
-                    _ => {
-                        if !name.is_empty() {
-                            refs.insert(std::mem::take(&mut name));
-                            expect_name = false;
-                        }
-                    }
-                }
+        refs.extend(heads_after(rest));
+    }
+    let mut rest = code;
+    while let Some(i) = rest.find("super::") {
+        let before = rest[..i].chars().last();
+        rest = &rest[i..];
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
+            rest = &rest["super::".len()..];
+            continue; // `mysuper::`, or the tail of a chain already read
+        }
+        let mut ups = 0;
+        while let Some(r) = rest.strip_prefix("super::") {
+            ups += 1;
+            rest = r;
+        }
+        let base = &module[..module.len().saturating_sub(ups)];
+        match base.first() {
+            Some(top) => {
+                refs.insert(top.clone());
             }
-            if !name.is_empty() {
-                refs.insert(name);
-            }
-        } else {
-            let name: String = rest
-                .chars()
-                .take_while(|c| c.is_alphanumeric() || *c == '_')
-                .collect();
-            if !name.is_empty() {
-                refs.insert(name);
-            }
+            None => refs.extend(heads_after(rest)),
         }
     }
     refs
 }
 
+/// The `std` modules `code` names: `std::fs` and the heads of grouped
+/// imports such as `use std::{fs, io::Read}` (as `std::fs`, `std::io`).
+fn std_modules(code: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut rest = code;
+    while let Some(i) = rest.find("std::") {
+        let before = rest[..i].chars().last();
+        rest = &rest[i + "std::".len()..];
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+            continue;
+        }
+        out.extend(heads_after(rest).into_iter().map(|h| format!("std::{h}")));
+    }
+    out
+}
+
 struct Source {
     rel: PathBuf,
     module: Option<String>,
+    path: Vec<String>,
     code: String,
+}
+
+impl Source {
+    fn refs(&self) -> BTreeSet<String> {
+        crate_refs(&self.code, &self.path)
+    }
 }
 
 fn sources() -> Vec<Source> {
@@ -157,6 +245,7 @@ fn sources() -> Vec<Source> {
             let text = fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
             Source {
                 module: top_module(&rel),
+                path: module_path(&rel),
                 code: production_code(&text),
                 rel,
             }
@@ -170,7 +259,7 @@ fn graph(sources: &[Source]) -> BTreeMap<String, BTreeSet<String>> {
     for s in sources {
         let Some(m) = &s.module else { continue };
         let entry = g.entry(m.clone()).or_default();
-        for r in crate_refs(&s.code) {
+        for r in s.refs() {
             if r != *m && modules.contains(&r) {
                 entry.insert(r);
             }
@@ -223,19 +312,83 @@ fn find_cycle(g: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
 
 #[test]
 fn the_parser_reads_paths_groups_and_skips_tests_and_comments() {
+    let set =
+        |names: &[&str]| -> BTreeSet<String> { names.iter().map(|s| s.to_string()).collect() };
+    let here = module_path(Path::new("runtime/daemon.rs"));
+    assert_eq!(here, ["runtime", "daemon"]);
+    assert_eq!(module_path(Path::new("sys/mod.rs")), ["sys"]);
+    assert_eq!(module_path(Path::new("lib.rs")), Vec::<String>::new());
+
     let code = production_code(
         "use crate::core::qos;\nuse crate::{sys::kill, policy::{enforce, evict}};\n\
          // use crate::cli;\nlet x = crate::telemetry::m(); // crate::kube\n\
-         macro_rules! m { () => { $crate::app::x() } }\n\
          #[cfg(test)]\nmod tests {\n    use crate::runtime::x;\n    fn f() { if true { } }\n}\n\
-         use crate::config;\n",
+         #[cfg(test)] mod more;\nuse crate::config;\n",
     );
-    let refs = crate_refs(&code);
-    let want: BTreeSet<String> = ["core", "sys", "policy", "telemetry", "config"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    assert_eq!(refs, want, "code seen: {code}");
+    assert_eq!(
+        crate_refs(&code, &here),
+        set(&["core", "sys", "policy", "telemetry", "config"]),
+        "code seen: {code}"
+    );
+
+    // Paths that do not start with `crate::` or sit in macros count too.
+    let cases: &[(&str, &str, &[&str])] = &[
+        (
+            "runtime/daemon.rs",
+            "macro_rules! m { () => { $crate::app::x() } }",
+            &["app"],
+        ),
+        (
+            "runtime/daemon.rs",
+            "tracing::info!(n = crate::kube::count());",
+            &["kube"],
+        ),
+        (
+            "runtime/daemon.rs",
+            "let n = crate::cli::status::count(&p);",
+            &["cli"],
+        ),
+        ("runtime/daemon.rs", "use super::super::cli::x;", &["cli"]),
+        (
+            "runtime/daemon.rs",
+            "use super::super::{cli, app::y};",
+            &["cli", "app"],
+        ),
+        (
+            "runtime/daemon.rs",
+            "use crate::{config, cli};",
+            &["config", "cli"],
+        ),
+        (
+            "runtime/daemon.rs",
+            "use crate::{\n    config,\n    cli as c,\n};",
+            &["config", "cli"],
+        ),
+        ("runtime/daemon.rs", "use super::eviction::E;", &["runtime"]),
+        ("runtime/mod.rs", "pub use super::cli::Args;", &["cli"]),
+        (
+            "policy/evict/manager.rs",
+            "use super::super::super::sys::kill;",
+            &["sys"],
+        ),
+        (
+            "runtime/daemon.rs",
+            "let x = mycrate::cli::y(); let y = mysuper::cli;",
+            &[],
+        ),
+    ];
+    for (file, line, want) in cases {
+        let path = module_path(Path::new(file));
+        assert_eq!(
+            crate_refs(&production_code(line), &path),
+            set(want),
+            "{file}: {line}"
+        );
+    }
+    assert_eq!(
+        std_modules("use std::{fs, io::Read};\nlet t = std::time::Instant::now();"),
+        set(&["std::fs", "std::io", "std::time"])
+    );
 
     let mut g = BTreeMap::new();
     g.insert("a".to_string(), BTreeSet::from(["b".to_string()]));
@@ -250,11 +403,29 @@ fn the_parser_reads_paths_groups_and_skips_tests_and_comments() {
 }
 
 #[test]
+fn no_alias_or_remapped_module_hides_an_import() {
+    // The graph is read from paths into the crate; an alias of the crate
+    // (`use crate as q;`, `extern crate self as qosd;`), a `#[path]` module
+    // or an `include!`d file would make imports it cannot see.
+    let offenders: Vec<String> = sources()
+        .iter()
+        .flat_map(|s| {
+            ["extern crate", "crate as ", "#[path", "include!("]
+                .into_iter()
+                .filter(|f| s.code.contains(f))
+                .map(|f| format!("{}: {f}", s.rel.display()))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(offenders.is_empty(), "{offenders:?}");
+}
+
+#[test]
 fn nothing_outside_cli_imports_cli() {
     let offenders: Vec<_> = sources()
         .iter()
         .filter(|s| s.module.as_deref() != Some("cli"))
-        .filter(|s| crate_refs(&s.code).contains("cli"))
+        .filter(|s| s.refs().contains("cli"))
         .map(|s| s.rel.display().to_string())
         .collect();
     assert!(offenders.is_empty(), "`crate::cli` used in {offenders:?}");
@@ -264,17 +435,27 @@ fn nothing_outside_cli_imports_cli() {
 fn core_and_policy_depend_only_downwards_and_do_no_io() {
     let allowed: BTreeMap<&str, &[&str]> =
         BTreeMap::from([("core", &[][..]), ("policy", &["core"][..])]);
-    // I/O, clocks and async belong in sys/, cri/, kube/, runtime/ and the
-    // composition root; pure logic gets their results as values.
-    let forbidden = [
+    // I/O, clocks, logging, async and the CLI parser belong in sys/, cri/,
+    // kube/, runtime/, telemetry/, cli/ and the composition root; pure logic
+    // gets their results as values and returns its findings as values.
+    let forbidden_std = [
         "std::fs",
+        "std::io",
         "std::net",
         "std::process",
-        "std::os::",
+        "std::os",
+        "std::thread",
+        "std::env",
+    ];
+    let forbidden = [
         "tokio",
+        "async fn",
+        ".await",
         "Instant::now",
         "SystemTime::now",
-        "std::env::var",
+        ".elapsed()",
+        "tracing::",
+        "clap::",
     ];
     let mut problems = Vec::new();
     for s in sources() {
@@ -282,13 +463,18 @@ fn core_and_policy_depend_only_downwards_and_do_no_io() {
             continue;
         };
         let Some(ok) = allowed.get(m) else { continue };
-        for r in crate_refs(&s.code) {
+        for r in s.refs() {
             if r != m && !ok.contains(&r.as_str()) {
                 problems.push(format!("{} imports crate::{r}", s.rel.display()));
             }
         }
         for f in forbidden {
             if s.code.contains(f) {
+                problems.push(format!("{} uses {f}", s.rel.display()));
+            }
+        }
+        for f in std_modules(&s.code) {
+            if forbidden_std.contains(&f.as_str()) {
                 problems.push(format!("{} uses {f}", s.rel.display()));
             }
         }

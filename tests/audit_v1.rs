@@ -9,8 +9,8 @@ mod support;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use serde_json::Value;
 use support::*;
@@ -77,15 +77,9 @@ fn base_args(env: &Containerd) -> Vec<&str> {
     ]
 }
 
-fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let t = Instant::now();
-    while t.elapsed() < timeout {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    false
+/// Poll every 50 ms (`/status` measures pod usage on demand).
+fn wait_until(timeout: Duration, f: impl FnMut() -> bool) -> bool {
+    wait_until_every(timeout, Duration::from_millis(50), f).is_some()
 }
 
 fn status(addr: SocketAddr) -> Value {
@@ -96,15 +90,6 @@ fn found_in_status(doc: &Value, file: &Path) -> Option<Option<String>> {
     doc["audit"]["values"].as_array()?.iter().find_map(|d| {
         (d["file"].as_str()? == file.to_str()?).then(|| d["found"].as_str().map(str::to_string))
     })
-}
-
-struct Daemon(Child);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.0.kill(); // SIGKILL to this PID only
-        let _ = self.0.wait();
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -201,7 +186,7 @@ async fn audit_writes_nothing_and_reports_a_changed_value() {
         .stderr(log)
         .spawn()
         .expect("spawn qosd run");
-    let _daemon = Daemon(child);
+    let _daemon = KillOnDrop(child);
     let read_log = || std::fs::read_to_string(&log_path).unwrap_or_default();
     assert!(
         wait_until(Duration::from_secs(60), || {

@@ -16,7 +16,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use support::{free_port, status_json, ContainerSpec, Containerd, PodSpec, RunningPod};
+use support::{
+    free_port, status_json, sum_samples, wait_for_every, ContainerSpec, Containerd, PodSpec,
+    RunningPod,
+};
 
 const MI: i64 = 1024 * 1024;
 
@@ -131,19 +134,18 @@ impl Daemon {
         )
         .unwrap()
         .body;
-        body.lines()
-            .filter(|l| l.starts_with(prefix))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
+        sum_samples(&body, prefix)
     }
 }
 
-fn wait_for(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+/// Poll every 200 ms (`/status` measures pod usage on demand).
+fn wait_for(what: &str, secs: u64, f: impl FnMut() -> bool) {
+    wait_for_every(
+        what,
+        Duration::from_secs(secs),
+        Duration::from_millis(200),
+        f,
+    )
 }
 
 fn rt() -> tokio::runtime::Runtime {

@@ -268,14 +268,10 @@ fn wait_synced(port: u16, exact: u64) {
     });
 }
 
+/// One series' value; 0 while it is not exposed yet (a labelled counter
+/// appears at its first increment).
 fn metric(port: u16, series: &str) -> f64 {
-    metrics_text(port)
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix(series)
-                .map(|v| v.trim().parse().unwrap_or(-1.0))
-        })
-        .unwrap_or(0.0)
+    sample(&metrics_text(port), series).unwrap_or(0.0)
 }
 
 /// Grow `pid`'s memhog with SIGUSR1 until it dies (or `limit`).

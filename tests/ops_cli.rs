@@ -8,7 +8,7 @@ mod support;
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use support::*;
@@ -229,24 +229,6 @@ fn durations_are_go_durations_everywhere() {
 
 // ------------------------------------------------------------- live scrape
 
-struct Daemon(Child);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let pid = nix::unistd::Pid::from_raw(self.0.id() as i32);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-        let t = Instant::now();
-        while t.elapsed() < Duration::from_secs(3) {
-            if let Ok(Some(_)) = self.0.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// GET `path` with an `Accept` header; (content type, body).
 fn get_with_accept(port: u16, path: &str, accept: &str) -> (String, String) {
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
@@ -343,7 +325,7 @@ fn live_scrape_passes_promtool_and_a_strict_openmetrics_parser() {
         .stderr(Stdio::inherit())
         .spawn()
         .unwrap();
-    let _d = Daemon(child);
+    let _d = TermOnDrop(child);
     let t = Instant::now();
     while status_json(port)["last_reconcile"].is_null() {
         assert!(t.elapsed() < Duration::from_secs(30), "no reconcile");

@@ -15,35 +15,12 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use support::*;
-
-struct Daemon(Child);
-
-impl Daemon {
-    fn signal(&self, s: Signal) {
-        kill(Pid::from_raw(self.0.id() as i32), s).unwrap();
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = kill(Pid::from_raw(self.0.id() as i32), Signal::SIGTERM);
-        let deadline = Instant::now() + Duration::from_secs(3);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.0.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn config(env: &Containerd, port: u16, mode: &str, threshold: &str, extra: &str) -> String {
     format!(
@@ -108,7 +85,7 @@ async fn sighup_switches_dry_run_to_enforce_and_changes_a_threshold() {
         .stderr(Stdio::inherit())
         .spawn()
         .unwrap();
-    let d = Daemon(child);
+    let d = TermOnDrop(child);
     wait_for("the first reconcile", Duration::from_secs(30), || {
         status_json(port)["ready"] == true
     });
@@ -391,7 +368,7 @@ async fn a_cgroup_root_the_runtime_does_not_use_is_refused() {
         .stderr(Stdio::inherit())
         .spawn()
         .unwrap();
-    let _d = Daemon(child);
+    let _d = TermOnDrop(child);
     wait_for("the refusal", Duration::from_secs(20), || {
         sample(
             &metrics_text(port),

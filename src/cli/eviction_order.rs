@@ -305,37 +305,13 @@ fn add_disk_usage(cfg: &crate::config::Config, candidates: &mut [Candidate]) {
             .await?;
             c.list_container_stats().await
         })
-        .ok();
+        .ok()
+        .map(|stats| crate::runtime::stopper::writable_layers_by_pod(&stats));
     for c in candidates {
-        let pod_layers: Option<Vec<crate::runtime::eviction::WritableLayer>> =
-            layers.as_ref().map(|all| {
-                all.iter()
-                    .filter(|s| {
-                        s.attributes
-                            .as_ref()
-                            .and_then(|a| a.labels.get("io.kubernetes.pod.uid"))
-                            == Some(&c.uid)
-                    })
-                    .map(|s| crate::runtime::eviction::WritableLayer {
-                        container: s
-                            .attributes
-                            .as_ref()
-                            .and_then(|a| a.metadata.as_ref())
-                            .map(|m| m.name.clone())
-                            .unwrap_or_default(),
-                        bytes: s
-                            .writable_layer
-                            .as_ref()
-                            .and_then(|w| w.used_bytes.as_ref())
-                            .map(|v| v.value),
-                        inodes: s
-                            .writable_layer
-                            .as_ref()
-                            .and_then(|w| w.inodes_used.as_ref())
-                            .map(|v| v.value),
-                    })
-                    .collect()
-            });
+        // A pod the runtime reported no stats for has no layers.
+        let pod_layers = layers
+            .as_ref()
+            .map(|all| all.get(&c.uid).cloned().unwrap_or_default());
         if let Ok(local) = crate::sys::signals::pod_local_storage(
             &cfg.root_dir,
             &cfg.pod_logs_dir,
@@ -344,14 +320,7 @@ fn add_disk_usage(cfg: &crate::config::Config, candidates: &mut [Candidate]) {
             &c.uid,
         ) {
             let (_, parts) = crate::runtime::eviction::storage_of(&local, pod_layers.as_ref());
-            let mut st = c.stats.unwrap_or_default();
-            st.rootfs_bytes = parts.rootfs_bytes;
-            st.rootfs_inodes = parts.rootfs_inodes;
-            st.logs_bytes = parts.logs_bytes;
-            st.logs_inodes = parts.logs_inodes;
-            st.volumes_bytes = parts.volumes_bytes;
-            st.volumes_inodes = parts.volumes_inodes;
-            c.stats = Some(st.with_totals());
+            c.stats = Some(c.stats.unwrap_or_default().with_storage(&parts));
         }
     }
 }

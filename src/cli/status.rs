@@ -180,11 +180,6 @@ fn print_out(text: &str) -> anyhow::Result<()> {
 pub(crate) fn live(cfg: &Config, address: SocketAddr, timeout: Duration) -> (Report, bool) {
     let mut notes = Vec::new();
     let mut doc = StatusDoc::new();
-    doc.mode = match cfg.mode {
-        config::Mode::Enforce => "enforce".into(),
-        config::Mode::DryRun => "dry-run".into(),
-    };
-    doc.cgroup_driver = cfg.cgroup_driver.to_string();
     doc.not_ready_reason = Some("no qosd daemon running (live view)".into());
 
     // Pods by class, from the runtime.
@@ -233,9 +228,7 @@ pub(crate) fn live(cfg: &Config, address: SocketAddr, timeout: Duration) -> (Rep
             }
         },
     };
-    if let Some(v) = version {
-        doc.cgroup_version = v.to_string();
-    }
+    doc.set_setup(cfg.mode == config::Mode::DryRun, version, cfg.cgroup_driver);
     match crate::runtime::eviction_service::eviction_config(cfg) {
         Err(e) => notes.push(format!("eviction thresholds invalid: {e}")),
         Ok(ev) => {

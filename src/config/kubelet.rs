@@ -28,6 +28,8 @@ use serde_json::{Map, Value};
 
 use super::raw::RawConfig;
 use super::{ConfigError, DEFAULT_RUNTIME_ENDPOINT};
+use crate::core::duration::format_go_duration;
+use crate::policy::evict::threshold::{DEFAULT_EVICTION_HARD, DEFAULT_PRESSURE_TRANSITION_PERIOD};
 
 /// The only KubeletConfiguration version (the kubelet reads no other).
 pub(crate) const API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
@@ -83,16 +85,6 @@ pub(crate) fn qosd_name_to_kubelet(name: &str) -> Option<&'static str> {
         .find(|(_, q)| *q == name)
         .map(|(k, _)| *k)
 }
-
-/// The kubelet's default `evictionHard` (Linux), used when the main file
-/// sets none.
-const DEFAULT_EVICTION_HARD: &[(&str, &str)] = &[
-    ("memory.available", "100Mi"),
-    ("nodefs.available", "10%"),
-    ("nodefs.inodesFree", "5%"),
-    ("imagefs.available", "15%"),
-    ("imagefs.inodesFree", "5%"),
-];
 
 /// A loaded kubelet configuration: the raw values of qosd's kubelet fields
 /// and where each came from.
@@ -196,7 +188,10 @@ fn apply_defaults(doc: &mut Map<String, Value>) {
         _ => false,
     };
     if zero_duration {
-        doc.insert("evictionPressureTransitionPeriod".into(), "5m0s".into());
+        doc.insert(
+            "evictionPressureTransitionPeriod".into(),
+            format_go_duration(DEFAULT_PRESSURE_TRANSITION_PERIOD).into(),
+        );
     }
     let defaults: [(&str, Value); 9] = [
         ("containerRuntimeEndpoint", DEFAULT_RUNTIME_ENDPOINT.into()),

@@ -305,7 +305,7 @@ pub(crate) fn validate(
     let eviction_pressure_transition_period = c.opt_duration(
         "evictionPressureTransitionPeriod",
         &raw.eviction_pressure_transition_period,
-        Duration::from_secs(300),
+        crate::policy::evict::threshold::DEFAULT_PRESSURE_TRANSITION_PERIOD,
         Duration::ZERO,
         None,
     );

@@ -113,21 +113,25 @@ impl std::fmt::Debug for KubeSide {
 }
 
 impl KubeSide {
-    /// Start watching this node's pods on `handle`.
-    pub(crate) fn start(
+    /// The API side and the watch of this node's pods that feeds it: a
+    /// future that runs for as long as qosd does, for the caller to spawn
+    /// (under supervision).
+    pub(crate) fn new(
         client: KubeClient,
         settings: KubeSettings,
         metrics: KubeMetrics,
-        handle: tokio::runtime::Handle,
-    ) -> Arc<KubeSide> {
+    ) -> (
+        Arc<KubeSide>,
+        impl std::future::Future<Output = ()> + Send + 'static,
+    ) {
         let cache = Arc::new(PodCache::default());
-        handle.spawn(run_watcher(
+        let watcher = run_watcher(
             client.clone(),
             WatchOptions::new(settings.node_name.clone()),
             cache.clone(),
-        ));
+        );
         metrics.set_api_up(false);
-        Arc::new(KubeSide {
+        let side = Arc::new(KubeSide {
             client,
             cache,
             settings,
@@ -135,7 +139,8 @@ impl KubeSide {
             containers: Mutex::new(HashMap::new()),
             last: Mutex::new((MergeSummary::default(), None)),
             messages: Mutex::new(HashMap::new()),
-        })
+        });
+        (side, watcher)
     }
 
     /// Merge the runtime's pods with the current view; returns the summary

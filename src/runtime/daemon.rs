@@ -69,7 +69,7 @@ pub(crate) struct Reloaded {
     pub(crate) relist_interval: Duration,
 }
 
-pub(crate) use crate::policy::enforce::parents::ParentMismatch;
+use crate::policy::enforce::parents::ParentMismatch;
 
 /// The pods of a listing whose cgroup parent the plan's layout would not
 /// produce (see [`crate::policy::enforce::parents`]).
@@ -743,14 +743,12 @@ impl ServiceObserver {
     pub(crate) fn new(
         metrics: Arc<crate::telemetry::metrics::Metrics>,
         health: Arc<crate::telemetry::health::Health>,
-        mode: &str,
+        dry_run: bool,
         plan: &PlanConfig,
     ) -> ServiceObserver {
         health.update_status(|d| {
             d.version = env!("CARGO_PKG_VERSION").to_string();
-            d.mode = mode.to_string();
-            d.cgroup_version = plan.layout.version.to_string();
-            d.cgroup_driver = plan.layout.driver.to_string();
+            d.set_setup(dry_run, Some(plan.layout.version), plan.layout.driver);
         });
         ServiceObserver {
             metrics,
@@ -761,7 +759,7 @@ impl ServiceObserver {
             layout: plan.layout.clone(),
             reloader: None,
             eviction: None,
-            dry_run: mode == "dry-run",
+            dry_run,
             refused_logged: None,
             specs: None,
             audit: false,
@@ -935,11 +933,8 @@ impl Observer for ServiceObserver {
         if let EvictionSwap::Replace(ev) = swap {
             self.eviction = ev;
         }
-        let mode = if r.dry_run { "dry-run" } else { "enforce" };
         self.health.update_status(|d| {
-            d.mode = mode.to_string();
-            d.cgroup_version = r.plan.layout.version.to_string();
-            d.cgroup_driver = r.plan.layout.driver.to_string();
+            d.set_setup(r.dry_run, Some(r.plan.layout.version), r.plan.layout.driver);
         });
         Some(r)
     }

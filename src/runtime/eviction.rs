@@ -508,13 +508,7 @@ impl Engine {
                             Ok(local) => {
                                 let pod_layers = layers.as_ref().and_then(|l| l.get(&c.uid));
                                 let (detail, parts) = storage_of(&local, pod_layers);
-                                st.rootfs_bytes = parts.rootfs_bytes;
-                                st.rootfs_inodes = parts.rootfs_inodes;
-                                st.logs_bytes = parts.logs_bytes;
-                                st.logs_inodes = parts.logs_inodes;
-                                st.volumes_bytes = parts.volumes_bytes;
-                                st.volumes_inodes = parts.volumes_inodes;
-                                st = st.with_totals();
+                                st = st.with_storage(&parts);
                                 c.storage_detail = Some(detail);
                                 any = true;
                             }
@@ -599,7 +593,7 @@ pub(crate) fn storage_of(
 /// The latest pod list, shared between the daemon's listing loop (writer)
 /// and the eviction loop (reader).
 #[derive(Debug)]
-pub struct PodFeed {
+pub(crate) struct PodFeed {
     inner: std::sync::Mutex<(Result<Vec<Candidate>, String>, Instant)>,
 }
 
@@ -630,8 +624,8 @@ impl PodFeed {
             Ok(p) if age <= max_age => Ok(p.clone()),
             Ok(_) => Err(format!(
                 "the pod list is {} old (max {})",
-                crate::policy::evict::threshold::format_duration(age),
-                crate::policy::evict::threshold::format_duration(max_age)
+                crate::core::duration::format_go_duration(age),
+                crate::core::duration::format_go_duration(max_age)
             )),
             Err(e) => Err(e.clone()),
         }
@@ -689,7 +683,7 @@ pub(crate) fn next_pass_in(
 }
 
 /// A running eviction loop (its thread and the watcher); stops on drop.
-pub struct EvictionLoop {
+pub(crate) struct EvictionLoop {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     wake: std::sync::mpsc::Sender<()>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -698,7 +692,7 @@ pub struct EvictionLoop {
 
 /// Timing of the eviction loop.
 #[derive(Debug, Clone, PartialEq)]
-pub struct LoopOptions {
+pub(crate) struct LoopOptions {
     /// A pass at least this often (disk/pid signals, releases, conditions)
     /// while anything is near or under way; see [`next_pass_in`].
     pub(crate) period: std::time::Duration,
@@ -732,8 +726,10 @@ impl Default for LoopOptions {
 impl EvictionLoop {
     /// Start the watcher and a thread that runs [`Engine::pass`] at once on
     /// every watcher event, and at least every `period`. `on_pass` gets each
-    /// report (metrics, status, conditions) on that thread.
-    pub fn spawn(
+    /// report (metrics, status, conditions) on that thread. Unsupervised:
+    /// for unit tests; the daemon uses [`EvictionLoop::spawn_supervised`].
+    #[cfg(test)]
+    pub(crate) fn spawn(
         engine: Engine,
         feed: std::sync::Arc<PodFeed>,
         opts: LoopOptions,
@@ -902,8 +898,9 @@ impl EvictionLoop {
         })
     }
 
-    /// Stop the watcher and the loop, and wait for them.
-    pub fn stop(mut self) {
+    /// Stop the watcher and the loop, and wait for them (what drop does).
+    #[cfg(test)]
+    pub(crate) fn stop(mut self) {
         self.shutdown();
     }
 

@@ -300,7 +300,7 @@ impl QuietLog {
                     let lasting = self
                         .since
                         .map(|s| {
-                            crate::policy::evict::threshold::format_duration(
+                            crate::core::duration::format_go_duration(
                                 now.saturating_duration_since(s),
                             )
                         })

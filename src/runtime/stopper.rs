@@ -10,6 +10,33 @@ use crate::cri::proto;
 use crate::policy::evict::image_gc::{ImageTracker, ListedImage};
 use crate::runtime::eviction::{ImageGcPolicy, ReclaimReport, WritableLayer};
 
+/// Each pod's containers' writable layers (by pod uid) from the runtime's
+/// `ListContainerStats`; stats without a pod uid label are left out.
+pub(crate) fn writable_layers_by_pod(
+    stats: &[proto::ContainerStats],
+) -> BTreeMap<String, Vec<WritableLayer>> {
+    let mut out: BTreeMap<String, Vec<WritableLayer>> = BTreeMap::new();
+    for st in stats {
+        let Some(attr) = &st.attributes else { continue };
+        let Some(uid) = attr.labels.get("io.kubernetes.pod.uid") else {
+            continue;
+        };
+        let container = attr
+            .metadata
+            .as_ref()
+            .map(|m| m.name.clone())
+            .or_else(|| attr.labels.get("io.kubernetes.container.name").cloned())
+            .unwrap_or_else(|| attr.id.clone());
+        let wl = st.writable_layer.as_ref();
+        out.entry(uid.clone()).or_default().push(WritableLayer {
+            container,
+            bytes: wl.and_then(|w| w.used_bytes.as_ref()).map(|v| v.value),
+            inodes: wl.and_then(|w| w.inodes_used.as_ref()).map(|v| v.value),
+        });
+    }
+    out
+}
+
 // ------------------------------------------------------- CRI pod stopper
 
 /// Stops and removes pod sandboxes through the CRI for the evictor. It runs
@@ -286,26 +313,7 @@ impl crate::runtime::eviction::NodeRuntime for CriStopper {
     fn writable_layers(&self) -> Result<BTreeMap<String, Vec<WritableLayer>>, String> {
         let handle = self.handle.clone();
         let stats = self.with_client(|c| handle.block_on(c.list_container_stats()))?;
-        let mut out: BTreeMap<String, Vec<WritableLayer>> = BTreeMap::new();
-        for st in stats {
-            let Some(attr) = &st.attributes else { continue };
-            let Some(uid) = attr.labels.get("io.kubernetes.pod.uid") else {
-                continue;
-            };
-            let container = attr
-                .metadata
-                .as_ref()
-                .map(|m| m.name.clone())
-                .or_else(|| attr.labels.get("io.kubernetes.container.name").cloned())
-                .unwrap_or_else(|| attr.id.clone());
-            let wl = st.writable_layer.as_ref();
-            out.entry(uid.clone()).or_default().push(WritableLayer {
-                container,
-                bytes: wl.and_then(|w| w.used_bytes.as_ref()).map(|v| v.value),
-                inodes: wl.and_then(|w| w.inodes_used.as_ref()).map(|v| v.value),
-            });
-        }
-        Ok(out)
+        Ok(writable_layers_by_pod(&stats))
     }
 
     fn reclaim(&self, now: Instant) -> ReclaimReport {
@@ -340,5 +348,62 @@ impl crate::runtime::eviction::NodeRuntime for CriStopper {
             rep.errors.push(e);
         }
         rep
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stats(uid: Option<&str>, name: Option<&str>, bytes: Option<u64>) -> proto::ContainerStats {
+        let mut labels = std::collections::HashMap::new();
+        if let Some(u) = uid {
+            labels.insert("io.kubernetes.pod.uid".to_string(), u.to_string());
+        }
+        proto::ContainerStats {
+            attributes: Some(proto::ContainerAttributes {
+                id: "c0ffee".into(),
+                metadata: name.map(|n| proto::ContainerMetadata {
+                    name: n.into(),
+                    attempt: 0,
+                }),
+                labels,
+                ..Default::default()
+            }),
+            writable_layer: Some(proto::FilesystemUsage {
+                used_bytes: bytes.map(|value| proto::UInt64Value { value }),
+                inodes_used: Some(proto::UInt64Value { value: 7 }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn writable_layers_are_grouped_by_pod_uid() {
+        let got = writable_layers_by_pod(&[
+            stats(Some("a"), Some("app"), Some(100)),
+            stats(Some("a"), None, None),
+            stats(Some("b"), Some("db"), Some(5)),
+            stats(None, Some("orphan"), Some(1)),
+        ]);
+        assert_eq!(got.keys().collect::<Vec<_>>(), ["a", "b"]);
+        assert_eq!(
+            got["a"],
+            [
+                WritableLayer {
+                    container: "app".into(),
+                    bytes: Some(100),
+                    inodes: Some(7),
+                },
+                // No metadata: the container id names it.
+                WritableLayer {
+                    container: "c0ffee".into(),
+                    bytes: None,
+                    inodes: Some(7),
+                },
+            ]
+        );
+        assert_eq!(got["b"][0].bytes, Some(5));
     }
 }

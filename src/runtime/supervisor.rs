@@ -66,6 +66,34 @@ where
         })
 }
 
+/// Run the never-ending task `fut` on `handle`; if it ends all the same (a
+/// panic, or a return), that is logged and liveness fails with the reason.
+/// A task cancelled by the runtime's shutdown is not a failure.
+pub(crate) fn spawn_task_supervised<F>(
+    handle: &tokio::runtime::Handle,
+    name: &'static str,
+    health: Arc<Health>,
+    fut: F,
+) where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    let task = handle.spawn(fut);
+    handle.spawn(async move {
+        let why = match task.await {
+            Ok(()) => format!("{name} stopped"),
+            Err(e) if e.is_panic() => {
+                format!(
+                    "{name} panicked: {}",
+                    panic_message(e.into_panic().as_ref())
+                )
+            }
+            Err(_) => return,
+        };
+        tracing::error!(task = name, reason = %why, "supervised task ended");
+        health.fail(why);
+    });
+}
+
 /// Check liveness every `every`; once it fails, log why, keep serving the
 /// failure for `grace` (probes see 503) and exit with [`EXIT_UNHEALTHY`].
 pub(crate) fn watch(
@@ -99,6 +127,44 @@ mod tests {
             .unwrap();
         let why = h.alive().unwrap_err();
         assert!(why.contains("test-loop panicked: boom"), "{why}");
+    }
+
+    #[test]
+    fn a_task_that_panics_or_ends_fails_liveness_with_the_reason() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        for (fut, want) in [
+            (
+                Box::pin(async { panic!("watch broke") })
+                    as std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
+                "pod watch panicked: watch broke",
+            ),
+            (Box::pin(async {}), "pod watch stopped"),
+        ] {
+            let h = Arc::new(Health::new(Duration::from_secs(60)));
+            spawn_task_supervised(rt.handle(), "pod watch", h.clone(), fut);
+            rt.block_on(async {
+                for _ in 0..100 {
+                    if h.alive().is_err() {
+                        break;
+                    }
+                    tokio::task::yield_now().await;
+                }
+            });
+            let why = h.alive().unwrap_err();
+            assert!(why.contains(want), "{why}");
+        }
+        // A task still running is no failure.
+        let h = Arc::new(Health::new(Duration::from_secs(60)));
+        spawn_task_supervised(rt.handle(), "pod watch", h.clone(), std::future::pending());
+        rt.block_on(async {
+            for _ in 0..10 {
+                tokio::task::yield_now().await;
+            }
+        });
+        assert!(h.alive().is_ok());
     }
 
     #[test]

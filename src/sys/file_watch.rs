@@ -36,7 +36,7 @@ pub enum FileWatchError {
 
 impl FileWatchError {
     /// The per-user watch limit (`fs.inotify.max_user_watches`) is reached.
-    pub fn is_limit(&self) -> bool {
+    pub(crate) fn is_limit(&self) -> bool {
         matches!(self, FileWatchError::Watch { errno, .. } if *errno == Errno::ENOSPC)
     }
 }
@@ -116,7 +116,7 @@ impl FileWatch {
         }
     }
 
-    pub fn is_watched(&self, path: &Path) -> bool {
+    pub(crate) fn is_watched(&self, path: &Path) -> bool {
         self.by_path.contains_key(path)
     }
 

@@ -609,17 +609,14 @@ fn awaited_files(ws: &[&CgroupWrite], files_only: &[String]) -> Vec<bool> {
 }
 
 /// The slice unit of a pod cgroup directory when the tree below it holds no
-/// process (so stopping the unit kills nothing).
+/// process (so stopping the unit kills nothing), by the one pid walk
+/// ([`crate::sys::kill::cgroup_tree_pids`]); `None` when the tree cannot be
+/// read (or is gone).
 pub(crate) fn empty_slice_unit(dir: &Path) -> Option<String> {
     let name = dir.file_name()?.to_str()?;
     units::unit_of(name)?;
-    let dirs = cgroupfs::walk_leaf_first(dir).ok()?;
-    for d in dirs {
-        if !cgroupfs::list_pids(&d).ok()?.is_empty() {
-            return None;
-        }
-    }
-    Some(name.to_string())
+    let pids = crate::sys::kill::cgroup_tree_pids(dir).ok()?;
+    pids.is_empty().then(|| name.to_string())
 }
 
 fn render(props: &[UnitProperty]) -> String {
@@ -717,6 +714,26 @@ mod tests {
         assert_eq!(props.len(), 4, "{props:?}");
         assert_eq!(awaited_files(&refs, &files_only), [true, false, true, true]);
         assert_eq!(awaited_files(&refs, &[]), [true; 4]);
+    }
+
+    #[test]
+    fn an_empty_slice_is_one_whose_whole_tree_has_no_process() {
+        let t = tempfile::tempdir().unwrap();
+        let pod = t.path().join("kubepods-besteffort-podx.slice");
+        let ctr = pod.join("cri-containerd-abc.scope");
+        std::fs::create_dir_all(&ctr).unwrap();
+        std::fs::write(pod.join("cgroup.procs"), "").unwrap();
+        std::fs::write(ctr.join("cgroup.procs"), "").unwrap();
+        assert_eq!(
+            empty_slice_unit(&pod).as_deref(),
+            Some("kubepods-besteffort-podx.slice")
+        );
+        // A process in a child cgroup: not empty.
+        std::fs::write(ctr.join("cgroup.procs"), "4242\n").unwrap();
+        assert_eq!(empty_slice_unit(&pod), None);
+        // Not a slice, or gone: nothing to stop.
+        assert_eq!(empty_slice_unit(&ctr), None);
+        assert_eq!(empty_slice_unit(&t.path().join("gone-pody.slice")), None);
     }
 
     #[test]

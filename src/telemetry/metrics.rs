@@ -134,7 +134,7 @@ impl ErrorKind {
 }
 
 /// Hard or soft threshold (the `kind` label).
-pub(crate) use crate::policy::evict::threshold::ThresholdKind;
+use crate::policy::evict::threshold::ThresholdKind;
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct EvictionLabels {

@@ -256,7 +256,31 @@ impl StatusDoc {
     }
 }
 
+/// The name of a mode in the status document and the logs.
+pub(crate) fn mode_name(dry_run: bool) -> &'static str {
+    if dry_run {
+        "dry-run"
+    } else {
+        "enforce"
+    }
+}
+
 impl StatusDoc {
+    /// The setup every document states: the mode, the cgroup version (when
+    /// known) and the cgroup driver.
+    pub(crate) fn set_setup(
+        &mut self,
+        dry_run: bool,
+        version: Option<crate::core::model::CgroupVersion>,
+        driver: crate::core::model::CgroupDriver,
+    ) {
+        self.mode = mode_name(dry_run).to_string();
+        if let Some(v) = version {
+            self.cgroup_version = v.to_string();
+        }
+        self.cgroup_driver = driver.to_string();
+    }
+
     /// A human-readable table (what `qosd status` prints without `--output json`).
     pub(crate) fn to_table(&self, now_ms: u64) -> String {
         use std::fmt::Write as _;
@@ -471,9 +495,10 @@ fn or_dash(s: &str) -> &str {
     }
 }
 
-/// Bytes in binary units for byte signals; plain counts for inodes/PIDs.
+/// Bytes in binary units for byte signals; plain counts for inodes/PIDs
+/// ([`Signal::is_bytes`](crate::policy::evict::threshold::Signal::is_bytes)).
 fn signal_value(signal: &str, v: i64) -> String {
-    if signal.contains("inodes") || signal.starts_with("pid.") {
+    if crate::policy::evict::threshold::Signal::parse(signal).is_some_and(|s| !s.is_bytes()) {
         return v.to_string();
     }
     const UNITS: [&str; 6] = ["", "Ki", "Mi", "Gi", "Ti", "Pi"];
@@ -523,7 +548,8 @@ pub(crate) fn eviction_status(
     memory_always: Option<crate::policy::evict::manager::Observation>,
     active: Option<&[crate::policy::evict::threshold::NodeCondition]>,
 ) -> (Vec<SignalStatus>, Vec<ConditionStatus>) {
-    use crate::policy::evict::threshold::{format_duration, NodeCondition, Signal, ThresholdKind};
+    use crate::core::duration::format_go_duration;
+    use crate::policy::evict::threshold::{NodeCondition, Signal, ThresholdKind};
     use std::collections::BTreeMap;
     let mut by_signal: BTreeMap<Signal, SignalStatus> = BTreeMap::new();
     if let Some(o) = memory_always {
@@ -566,7 +592,7 @@ pub(crate) fn eviction_status(
                 .unwrap_or(0),
             met: t.met,
             grace_period: (t.threshold.kind == ThresholdKind::Soft)
-                .then(|| format_duration(t.threshold.grace_period)),
+                .then(|| format_go_duration(t.threshold.grace_period)),
             min_reclaim: t.threshold.min_reclaim.map(|v| v.to_string()),
         });
     }

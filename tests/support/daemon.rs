@@ -43,7 +43,17 @@ pub fn free_addr() -> SocketAddr {
 
 /// Poll `f` every 20 ms until it returns true or `timeout` passes; the time
 /// it took, or None.
-pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> Option<Duration> {
+pub fn wait_until(timeout: Duration, f: impl FnMut() -> bool) -> Option<Duration> {
+    wait_until_every(timeout, Duration::from_millis(20), f)
+}
+
+/// [`wait_until`], polling every `every` (for checks that cost the daemon
+/// work, such as `/status` with per-pod usage).
+pub fn wait_until_every(
+    timeout: Duration,
+    every: Duration,
+    mut f: impl FnMut() -> bool,
+) -> Option<Duration> {
     let t = Instant::now();
     loop {
         if f() {
@@ -52,14 +62,20 @@ pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> Option<Dura
         if t.elapsed() > timeout {
             return None;
         }
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(every);
     }
 }
 
 /// [`wait_until`], panicking "timed out waiting for {what}" after `timeout`.
 pub fn wait_for(what: &str, timeout: Duration, f: impl FnMut() -> bool) {
+    wait_for_every(what, timeout, Duration::from_millis(20), f)
+}
+
+/// [`wait_until_every`], panicking "timed out waiting for {what}" after
+/// `timeout`.
+pub fn wait_for_every(what: &str, timeout: Duration, every: Duration, f: impl FnMut() -> bool) {
     assert!(
-        wait_until(timeout, f).is_some(),
+        wait_until_every(timeout, every, f).is_some(),
         "timed out waiting for {what}"
     );
 }

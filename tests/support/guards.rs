@@ -120,6 +120,33 @@ impl Drop for KillOnDrop {
     }
 }
 
+/// A `qosd run` (or other daemon) the test started; on drop SIGTERMed by its
+/// PID, given 3 s to exit, then SIGKILLed and reaped.
+pub struct TermOnDrop(pub Child);
+
+impl TermOnDrop {
+    /// Send `s` to the process (by its PID).
+    pub fn signal(&self, s: nix::sys::signal::Signal) {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.0.id() as i32), s).unwrap();
+    }
+}
+
+impl Drop for TermOnDrop {
+    fn drop(&mut self) {
+        let pid = nix::unistd::Pid::from_raw(self.0.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let t = std::time::Instant::now();
+        while t.elapsed() < std::time::Duration::from_secs(3) {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// A tmpfs (`nosuid,nodev`, plus `opts` such as `size=16m,nr_inodes=400`)
 /// mounted on a fresh temp dir; unmounted on drop, then the dir goes.
 pub struct Tmpfs {

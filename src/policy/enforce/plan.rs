@@ -33,7 +33,7 @@ pub(crate) const DEFAULT_MEMORY_THROTTLING_FACTOR: f64 = 0.9;
 pub(crate) const PAGE_SIZE: i64 = 4096;
 
 /// How cgroup v1 cpu.shares become v2 cpu.weight.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum CpuWeightFormula {
     /// The kubelet's linear mapping `1 + ((shares - 2) * 9999) / 262142`.

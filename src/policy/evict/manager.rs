@@ -18,14 +18,14 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
+use crate::core::duration::format_go_duration;
 use crate::policy::evict::local_storage;
 use crate::policy::evict::message::{
     amount_text, low_on_resource_message, threshold_text, OverRequest,
 };
 use crate::policy::evict::rank::{self, Candidate, DiskLayout, Ranked};
 use crate::policy::evict::threshold::{
-    format_duration, EvictionConfig, NodeCondition, Signal, SignalResource, Threshold,
-    ThresholdKind,
+    EvictionConfig, NodeCondition, Signal, SignalResource, Threshold, ThresholdKind,
 };
 
 /// One observation of a signal.
@@ -304,8 +304,8 @@ impl Manager {
                     notes.push(format!(
                         "observation of {} is {} old (max {}): {} not evaluated",
                         t.signal,
-                        format_duration(now.saturating_duration_since(o.at)),
-                        format_duration(self.opts.max_observation_age),
+                        format_go_duration(now.saturating_duration_since(o.at)),
+                        format_go_duration(self.opts.max_observation_age),
                         t.statement()
                     ));
                     true
@@ -367,9 +367,6 @@ impl Manager {
             Some(v) => Action::Evict(Box::new(v)),
             None => self.choose(now, &statuses, pods, &mut notes, &mut events),
         };
-        if let Action::Evict(v) = &action {
-            tracing::debug!(pod = %v.candidate.uid, signal = %v.signal, "victim chosen");
-        }
         Decision {
             at: now,
             thresholds: statuses,
@@ -404,8 +401,8 @@ impl Manager {
             notes.push(format!(
                 "{} met for {} of its {} grace period",
                 s.threshold.statement(),
-                format_duration(since),
-                format_duration(s.threshold.grace_period)
+                format_go_duration(since),
+                format_go_duration(s.threshold.grace_period)
             ));
         }
         let stale_met: Vec<String> = statuses
@@ -543,7 +540,10 @@ impl Manager {
                     && c.stats.is_some()
                     && waited >= self.opts.empty_settle =>
                 {
-                    Some(format!("no process left for {}", format_duration(waited)))
+                    Some(format!(
+                        "no process left for {}",
+                        format_go_duration(waited)
+                    ))
                 }
                 _ if f.resource == SignalResource::Pids
                     && st.processes == Some(0)
@@ -562,7 +562,7 @@ impl Manager {
             } else if waited >= self.opts.release_timeout {
                 events.push(format!(
                     "victim {uid} not released after {}: reported; taking the next one (it is never chosen again)",
-                    format_duration(waited)
+                    format_go_duration(waited)
                 ));
                 f.done = true;
             }

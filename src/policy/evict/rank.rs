@@ -119,6 +119,18 @@ impl PodStats {
         Some(sum)
     }
 
+    /// These stats with the local-storage parts (writable layers, logs,
+    /// volumes: bytes and inodes) of `parts`, and the totals from them.
+    pub(crate) fn with_storage(mut self, parts: &PodStats) -> PodStats {
+        self.rootfs_bytes = parts.rootfs_bytes;
+        self.rootfs_inodes = parts.rootfs_inodes;
+        self.logs_bytes = parts.logs_bytes;
+        self.logs_inodes = parts.logs_inodes;
+        self.volumes_bytes = parts.volumes_bytes;
+        self.volumes_inodes = parts.volumes_inodes;
+        self.with_totals()
+    }
+
     /// Totals from the measured parts (writable layers + logs + volumes).
     pub(crate) fn with_totals(mut self) -> PodStats {
         let add = |a: [Option<u64>; 3]| {

@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::core::duration::{format_go_duration, parse_go_duration};
 use crate::core::quantity::Quantity;
 
 /// An eviction signal (kubelet's `evictionapi.Signal`).
@@ -270,7 +271,7 @@ impl fmt::Display for Threshold {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} {}", self.kind, self.statement())?;
         if self.kind == ThresholdKind::Soft {
-            write!(f, " grace {}", format_duration(self.grace_period))?;
+            write!(f, " grace {}", format_go_duration(self.grace_period))?;
         }
         if let Some(m) = self.min_reclaim {
             write!(f, " min-reclaim {m}")?;
@@ -831,10 +832,6 @@ pub(crate) fn parse_assignment_flag(
     Ok(out)
 }
 
-/// Go durations (`time.ParseDuration` / `Duration.String()`): one
-/// implementation, in [`crate::config`].
-pub(crate) use crate::core::duration::{format_go_duration as format_duration, parse_go_duration};
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1356,7 +1353,7 @@ evictionPressureTransitionPeriod: "1m0s"
             (1_500, "1.5s"),
         ];
         for (ms, want) in table {
-            assert_eq!(format_duration(Duration::from_millis(*ms)), *want);
+            assert_eq!(format_go_duration(Duration::from_millis(*ms)), *want);
         }
     }
 
@@ -1364,7 +1361,7 @@ evictionPressureTransitionPeriod: "1m0s"
         #[test]
         fn go_duration_round_trip(ms in 0u64..10_000_000_000) {
             let d = Duration::from_millis(ms);
-            proptest::prop_assert_eq!(parse_go_duration(&format_duration(d)).unwrap(), d);
+            proptest::prop_assert_eq!(parse_go_duration(&format_go_duration(d)).unwrap(), d);
         }
     }
 }

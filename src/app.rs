@@ -389,6 +389,11 @@ pub(crate) fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<Daemon
     let source = opts.source.clone();
     let handle = rt.handle().clone();
     let kube_side = kube.clone();
+    // Set before the async runtime shuts down: the eviction side's CRI
+    // calls (a clean-up still retrying) then stop instead of starting a call
+    // on a runtime that is going away.
+    let closing = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let closing_r = closing.clone();
     observer.reloader = Some(Box::new(move || {
         let outcome = reload_config(&mut reload, &current, &proc_root, &sysfs);
         let (result, why) = match &outcome {
@@ -408,6 +413,7 @@ pub(crate) fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<Daemon
                         kube_side.clone(),
                         &proc_root,
                         &handle,
+                        &closing_r,
                         &m,
                         &h,
                     ) {
@@ -487,6 +493,7 @@ pub(crate) fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<Daemon
         kube,
         &args.proc_root,
         rt.handle(),
+        &closing,
         &metrics,
         &health,
     )? {
@@ -535,6 +542,7 @@ pub(crate) fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<Daemon
         outcome
     });
     drop(observer);
+    closing.store(true, std::sync::atomic::Ordering::Release);
     // Do not wait for blocking tasks (a hung CRI call) on the way out.
     rt.shutdown_timeout(Duration::from_millis(200));
     result?;
@@ -707,6 +715,7 @@ fn start_eviction(
     kube: Option<Arc<crate::kube::KubeSide>>,
     proc_root: &Path,
     rt: &tokio::runtime::Handle,
+    closing: &Arc<std::sync::atomic::AtomicBool>,
     metrics: &Arc<Metrics>,
     health: &Arc<Health>,
 ) -> anyhow::Result<Option<EvictionService>> {
@@ -747,6 +756,7 @@ fn start_eviction(
     let cri = match source {
         PodSourceSpec::Cri { endpoint } => {
             let mut s = crate::runtime::stopper::CriStopper::new(endpoint.clone(), rt.clone());
+            s.closing = closing.clone();
             s.image_gc.minimum_age = cfg.image_minimum_gc_age;
             if cfg.eviction_max_pod_grace_period > 0 {
                 s.max_grace = Duration::from_secs(cfg.eviction_max_pod_grace_period as u64);

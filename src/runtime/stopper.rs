@@ -3,7 +3,8 @@
 //! writable layers and node-level reclaim (dead containers, unused images:
 //! [`NodeRuntime`](crate::runtime::eviction::NodeRuntime)).
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::cri::proto;
@@ -55,6 +56,11 @@ pub struct CriStopper {
     images: Mutex<ImageTracker>,
     /// Image GC policy (minimum age).
     pub(crate) image_gc: ImageGcPolicy,
+    /// Set by the daemon before its async runtime shuts down: from then on
+    /// no call is started on `handle` (tokio panics when a call's timer or
+    /// socket is made on a runtime being shut down, which a clean-up
+    /// thread still retrying after an eviction would otherwise hit).
+    pub(crate) closing: Arc<AtomicBool>,
 }
 
 /// NotFound from a clean-up step means it is already done.
@@ -75,6 +81,7 @@ impl CriStopper {
             max_grace: Duration::from_secs(30),
             images: Mutex::new(ImageTracker::default()),
             image_gc: ImageGcPolicy::default(),
+            closing: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -251,6 +258,9 @@ impl CriStopper {
         call_timeout: Duration,
         f: impl FnOnce(crate::cri::CriClient) -> Result<T, crate::cri::CriError>,
     ) -> Result<T, String> {
+        if self.closing.load(Ordering::Acquire) {
+            return Err("qosd is stopping: no runtime call made".into());
+        }
         let mut guard = slot.lock().map_err(|e| e.to_string())?;
         let client = match guard.as_ref() {
             Some(c) => c.clone(),
@@ -354,6 +364,26 @@ impl crate::runtime::eviction::NodeRuntime for CriStopper {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::evictor::PodStopper;
+
+    #[test]
+    fn no_runtime_call_once_the_daemon_is_closing() {
+        // A runtime that is shut down: a call made on it would panic in
+        // tokio; the closing flag must stop the call before that.
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let handle = rt.handle().clone();
+        rt.shutdown_timeout(Duration::ZERO);
+        let s = CriStopper::new("unix:///nonexistent/qosd-test.sock".into(), handle);
+        s.closing.store(true, Ordering::Release);
+        for r in [s.stop_pod("sb", Duration::ZERO), s.remove_pod("sb")] {
+            let e = r.unwrap_err();
+            assert!(e.contains("qosd is stopping"), "{e}");
+        }
+        assert!(s.client.lock().unwrap().is_none(), "no client was made");
+    }
 
     fn stats(uid: Option<&str>, name: Option<&str>, bytes: Option<u64>) -> proto::ContainerStats {
         let mut labels = std::collections::HashMap::new();

@@ -330,7 +330,7 @@ struct Answers {
 
 /// One status call of a listing.
 enum Asked {
-    Sandbox(usize, Result<SandboxFacts, String>),
+    Sandbox(usize, Result<Box<SandboxFacts>, String>),
     Container(String, ContainerAnswer),
 }
 
@@ -387,7 +387,7 @@ async fn ask_statuses(
             let _permit = limit.acquire_owned().await;
             ask_sandbox(&client, &id)
                 .await
-                .map(|r| Asked::Sandbox(idx, r))
+                .map(|r| Asked::Sandbox(idx, r.map(Box::new)))
         });
     }
     for (id, listed_state) in ask_containers {
@@ -403,6 +403,7 @@ async fn ask_statuses(
     while let Some(joined) = tasks.join_next().await {
         match joined.expect("status task panicked")? {
             Asked::Sandbox(idx, r) => {
+                let r = r.map(|f| *f);
                 if let (Ok(f), Some(c)) = (&r, cache) {
                     lock(&c.sandboxes).insert(groups[idx].0.id.clone(), f.clone());
                     c.changed();

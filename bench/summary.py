@@ -86,6 +86,8 @@ def startup(r):
     b = r.get("baseline")
     if b:
         print(f"  startup baseline cold {rng(b['cold_exec_to_ready_ms'], ' ms')}, warm {rng(b['warm_exec_to_ready_ms'], ' ms')}")
+        if "warm_file_exec_to_ready_ms" in b:
+            print(f"  startup baseline warm with its status cache file {rng(b['warm_file_exec_to_ready_ms'], ' ms')}")
     print(f"  startup CPU at ready: cold {rng(r['cold_cpu_ms_at_ready'], ' ms', '{:.1f}')}, "
           f"warm {rng(r['warm_cpu_ms_at_ready'], ' ms', '{:.1f}')}; VmHWM {rng(r['vm_hwm_kib_at_ready'], ' KiB', '{:.0f}')}")
 

@@ -744,7 +744,9 @@ async fn hold() {
 /// status cache file yet), warm (a restart on an enforced node: no writes,
 /// the status cache file of the previous run) and warm without the file
 /// (as every restart was before the file), interleaved with the previous
-/// commit's binary (cold and warm; it has no file).
+/// commit's binary (cold and warm without the file, and warm with its own
+/// file: a binary older than the file ignores `QOSD_STATE_DIR`, so that
+/// row is then one more restart without it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "benchmark: run by bench/run.sh"]
 async fn startup() {
@@ -761,6 +763,7 @@ async fn startup() {
     // The status cache file of our runs; a new empty one for runs without.
     let state = tempfile::tempdir().unwrap();
     let state_file = state.path().join("cri-status-cache.json");
+    let b_state = tempfile::tempdir().unwrap();
     let once_in = |bin: &str, cold: bool, state: Option<&Path>| -> (f64, f64, u64) {
         if cold {
             snap.restore();
@@ -785,11 +788,16 @@ async fn startup() {
     let no_file = || tempfile::tempdir().unwrap();
     let once = |bin: &str, cold: bool| once_in(bin, cold, Some(no_file().path()));
     once(qosd_bin(), false); // warm-up
+    if let Some(base) = baseline_bin() {
+        // The baseline's status cache file (written when it stops).
+        once_in(&base, false, Some(b_state.path()));
+    }
     let (mut cold, mut warm, mut warm_nofile) = (Vec::new(), Vec::new(), Vec::new());
     let (mut cold_cpu, mut warm_cpu, mut warm_nofile_cpu, mut hwm) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut b_cold, mut b_warm) = (Vec::new(), Vec::new());
     let (mut b_cold_cpu, mut b_warm_cpu) = (Vec::new(), Vec::new());
+    let (mut b_warm_file, mut b_warm_file_cpu) = (Vec::new(), Vec::new());
     for _ in 0..runs {
         if let Some(base) = baseline_bin() {
             let (ms, cpu, _) = once(&base, true);
@@ -798,6 +806,10 @@ async fn startup() {
             let (ms, cpu, _) = once(&base, false);
             b_warm.push(ms);
             b_warm_cpu.push(cpu);
+            // A restart with its own file (from the warm-up, then each run).
+            let (ms, cpu, _) = once_in(&base, false, Some(b_state.path()));
+            b_warm_file.push(ms);
+            b_warm_file_cpu.push(cpu);
         }
         // A first start: no file (it is written when the daemon stops).
         let _ = std::fs::remove_file(&state_file);
@@ -839,6 +851,8 @@ async fn startup() {
                 "warm_exec_to_ready_ms": summary(&b_warm),
                 "cold_cpu_ms_at_ready": summary(&b_cold_cpu),
                 "warm_cpu_ms_at_ready": summary(&b_warm_cpu),
+                "warm_file_exec_to_ready_ms": summary(&b_warm_file),
+                "warm_file_cpu_ms_at_ready": summary(&b_warm_file_cpu),
             })),
             "command": "NOTIFY_SOCKET=<dgram socket> QOSD_STATE_DIR=<dir> qosd run --runtime-endpoint <private containerd> --cgroup-version v1 --cgroup-root /qosd-test-… --metrics-address 127.0.0.1:<port>",
         }),

@@ -181,35 +181,40 @@ pub(crate) async fn inventory_with(
             .or_default()
             .push(c);
     }
-    // Sandboxes are examined concurrently (a few at a time): each needs one
-    // PodSandboxStatus and one ContainerStatus per container (unless cached).
-    let limit = std::sync::Arc::new(tokio::sync::Semaphore::new(INVENTORY_CONCURRENCY));
-    let mut tasks = tokio::task::JoinSet::new();
-    for (idx, sb) in sandboxes.into_iter().enumerate() {
-        let client = client.clone();
-        let opts = *opts;
-        let limit = limit.clone();
-        let cache = cache.cloned();
-        let containers = by_sandbox.remove(&sb.id).unwrap_or_default();
-        tasks.spawn(async move {
-            let _permit = limit.acquire_owned().await;
-            (
-                idx,
-                sandbox_entry(&client, sb, containers, &opts, cache.as_deref()).await,
-            )
-        });
-    }
-    let mut results = Vec::new();
-    while let Some(joined) = tasks.join_next().await {
-        let (idx, r) = joined.expect("inventory task panicked");
-        results.push((idx, r?));
-    }
-    results.sort_by_key(|(idx, _)| *idx);
+    let groups: Vec<(proto::PodSandbox, Vec<proto::Container>)> = sandboxes
+        .into_iter()
+        .map(|sb| {
+            let containers = by_sandbox.remove(&sb.id).unwrap_or_default();
+            (sb, containers)
+        })
+        .collect();
+    let mut answers = ask_statuses(client, &groups, cache.map(|c| &**c)).await?;
     let mut inv = Inventory::default();
-    for (_, r) in results {
-        match r {
+    for (idx, (sb, containers)) in groups.into_iter().enumerate() {
+        let facts = match answers.sandboxes[idx].take() {
+            Some(Ok(f)) => f,
+            Some(Err(reason)) => {
+                inv.skipped.push(Skipped {
+                    sandbox_id: sb.id.clone(),
+                    reason,
+                });
+                continue;
+            }
+            None => unreachable!("every sandbox is answered"),
+        };
+        match build_pod(
+            &sb,
+            facts,
+            containers,
+            &answers.containers,
+            opts,
+            cache.is_some(),
+        ) {
             Ok(p) => inv.pods.push(p),
-            Err(s) => inv.skipped.push(s),
+            Err(reason) => inv.skipped.push(Skipped {
+                sandbox_id: sb.id.clone(),
+                reason,
+            }),
         }
     }
     inv.pods.sort_by(|a, b| {
@@ -306,50 +311,177 @@ pub(super) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Sandboxes examined at once by [`inventory_of`].
-pub(crate) const INVENTORY_CONCURRENCY: usize = 8;
+/// Status calls (`PodSandboxStatus`, `ContainerStatus`) a listing keeps
+/// in flight at once over the one connection.
+pub(crate) const STATUS_CONCURRENCY: usize = 32;
 
-/// One sandbox: its pod, or why it was skipped.
-async fn sandbox_entry(
+/// A container's status as a listing learnt it: `None` when the container
+/// vanished before its status was read.
+type ContainerAnswer = Option<ContainerFacts>;
+
+/// What a listing knows about each sandbox and container: from the cache,
+/// or asked.
+struct Answers {
+    /// By sandbox index: the facts, or why the sandbox is skipped.
+    sandboxes: Vec<Option<Result<SandboxFacts, String>>>,
+    /// By container id.
+    containers: HashMap<String, ContainerAnswer>,
+}
+
+/// One status call of a listing.
+enum Asked {
+    Sandbox(usize, Result<Box<SandboxFacts>, String>),
+    Container(String, ContainerAnswer),
+}
+
+/// Take what `cache` holds and ask the runtime about the rest: every
+/// missing sandbox status and container status at once, at most
+/// [`STATUS_CONCURRENCY`] in flight (sandboxes first: their verbose status
+/// is the slower call). The answers are keyed, so their order does not
+/// depend on which call returns first. A sandbox or container that is gone
+/// by the time it is asked about is an answer (skipped, vanished); any
+/// other failed call fails the listing (and cancels the calls left).
+async fn ask_statuses(
     client: &CriClient,
-    sb: proto::PodSandbox,
-    containers: Vec<proto::Container>,
-    opts: &InventoryOptions,
+    groups: &[(proto::PodSandbox, Vec<proto::Container>)],
     cache: Option<&StatusCache>,
-) -> Result<Result<LivePod, Skipped>, CriError> {
-    let cached = cache.and_then(|c| lock(&c.sandboxes).get(&sb.id).cloned());
-    let facts = match cached {
-        Some(f) => f,
-        None => {
-            let resp = match client.pod_sandbox_status(&sb.id, true).await {
-                Ok(s) => s,
-                Err(e) if e.is_not_found() => {
-                    return Ok(Err(Skipped {
-                        sandbox_id: sb.id.clone(),
-                        reason: format!(
-                            "removed between ListPodSandbox and PodSandboxStatus ({e})"
-                        ),
-                    }))
-                }
-                Err(e) => return Err(e),
-            };
-            let f = SandboxFacts {
-                cgroup_parent: cgroup_parent_from_info(&resp.info),
-                status: resp.status.unwrap_or_default(),
-            };
-            if let Some(c) = cache {
-                lock(&c.sandboxes).insert(sb.id.clone(), f.clone());
-                c.changed();
-            }
-            f
-        }
+) -> Result<Answers, CriError> {
+    let mut answers = Answers {
+        sandboxes: Vec::with_capacity(groups.len()),
+        containers: HashMap::new(),
     };
-    Ok(build_pod(client, &sb, facts, containers, opts, cache)
-        .await?
-        .map_err(|reason| Skipped {
-            sandbox_id: sb.id.clone(),
-            reason,
-        }))
+    let mut ask_sandboxes = Vec::new();
+    let mut ask_containers = Vec::new();
+    for (idx, (sb, containers)) in groups.iter().enumerate() {
+        let cached = cache.and_then(|c| lock(&c.sandboxes).get(&sb.id).cloned());
+        if cached.is_none() {
+            ask_sandboxes.push((idx, sb.id.clone()));
+        }
+        answers.sandboxes.push(cached.map(Ok));
+        for c in containers {
+            let hit = cache.and_then(|k| {
+                lock(&k.containers)
+                    .get(&c.id)
+                    .filter(|f| f.listed_state == c.state && !f.unverified)
+                    .cloned()
+            });
+            match hit {
+                Some(f) => {
+                    answers.containers.insert(c.id.clone(), Some(f));
+                }
+                None => ask_containers.push((c.id.clone(), c.state)),
+            }
+        }
+    }
+    if ask_sandboxes.is_empty() && ask_containers.is_empty() {
+        return Ok(answers);
+    }
+    let (asked_sandboxes, asked_containers) = (ask_sandboxes.len(), ask_containers.len());
+    let started = std::time::Instant::now();
+    let limit = std::sync::Arc::new(tokio::sync::Semaphore::new(STATUS_CONCURRENCY));
+    let mut tasks = tokio::task::JoinSet::new();
+    for (idx, id) in ask_sandboxes {
+        let client = client.clone();
+        let limit = limit.clone();
+        tasks.spawn(async move {
+            let _permit = limit.acquire_owned().await;
+            ask_sandbox(&client, &id)
+                .await
+                .map(|r| Asked::Sandbox(idx, r.map(Box::new)))
+        });
+    }
+    for (id, listed_state) in ask_containers {
+        let client = client.clone();
+        let limit = limit.clone();
+        tasks.spawn(async move {
+            let _permit = limit.acquire_owned().await;
+            ask_container(&client, &id, listed_state)
+                .await
+                .map(|r| Asked::Container(id, r))
+        });
+    }
+    while let Some(joined) = tasks.join_next().await {
+        match joined.expect("status task panicked")? {
+            Asked::Sandbox(idx, r) => {
+                let r = r.map(|f| *f);
+                if let (Ok(f), Some(c)) = (&r, cache) {
+                    lock(&c.sandboxes).insert(groups[idx].0.id.clone(), f.clone());
+                    c.changed();
+                }
+                answers.sandboxes[idx] = Some(r);
+            }
+            Asked::Container(id, r) => {
+                if let (Some(f), Some(k)) = (&r, cache) {
+                    lock(&k.containers).insert(id.clone(), f.clone());
+                    k.changed();
+                }
+                answers.containers.insert(id, r);
+            }
+        }
+    }
+    tracing::debug!(
+        target: STATUS_TIMING_TARGET,
+        sandboxes = asked_sandboxes,
+        containers = asked_containers,
+        ms = started.elapsed().as_secs_f64() * 1e3,
+        "status calls answered"
+    );
+    Ok(answers)
+}
+
+/// Target of the status calls' timing line (debug), e.g.
+/// `QOSD_LOG=info,qosd::cri::timing=debug`.
+pub(crate) const STATUS_TIMING_TARGET: &str = "qosd::cri::timing";
+
+/// A sandbox's verbose status; `Ok(Err(reason))` when it is gone.
+async fn ask_sandbox(
+    client: &CriClient,
+    id: &str,
+) -> Result<Result<SandboxFacts, String>, CriError> {
+    let resp = match client.pod_sandbox_status(id, true).await {
+        Ok(s) => s,
+        Err(e) if e.is_not_found() => {
+            return Ok(Err(format!(
+                "removed between ListPodSandbox and PodSandboxStatus ({e})"
+            )))
+        }
+        Err(e) => return Err(e),
+    };
+    Ok(Ok(SandboxFacts {
+        cgroup_parent: cgroup_parent_from_info(&resp.info),
+        status: resp.status.unwrap_or_default(),
+    }))
+}
+
+/// A container's status (and, from runtimes that report no resources in
+/// it, its verbose config); `Ok(None)` when it is gone.
+async fn ask_container(
+    client: &CriClient,
+    id: &str,
+    listed_state: i32,
+) -> Result<ContainerAnswer, CriError> {
+    let st = match client.container_status(id, false).await {
+        Ok(s) => s,
+        Err(e) if e.is_not_found() => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let cs = st.status.unwrap_or_default();
+    let mut origin = ResourcesOrigin::Status;
+    let mut res = cs.resources.as_ref().and_then(|r| r.linux.clone());
+    if res.is_none() {
+        // Older runtimes: ask again verbosely and read the config.
+        if let Ok(v) = client.container_status(id, true).await {
+            res = resources_from_info(&v.info);
+            origin = ResourcesOrigin::VerboseConfig;
+        }
+    }
+    Ok(Some(ContainerFacts {
+        listed_state,
+        state: cs.state,
+        res,
+        origin,
+        unverified: false,
+    }))
 }
 
 /// Pull `linux.cgroup_parent` out of a verbose info map: containerd puts
@@ -461,21 +593,21 @@ fn container_state(s: i32) -> &'static str {
     }
 }
 
-/// `Ok(Err(reason))`: the sandbox is rejected (bad labels).
-async fn build_pod(
-    client: &CriClient,
+/// `Err(reason)`: the sandbox is rejected (bad labels).
+fn build_pod(
     sb: &proto::PodSandbox,
     facts: SandboxFacts,
     mut containers: Vec<proto::Container>,
+    answers: &HashMap<String, ContainerAnswer>,
     opts: &InventoryOptions,
-    cache: Option<&StatusCache>,
-) -> Result<Result<LivePod, String>, CriError> {
+    cached: bool,
+) -> Result<LivePod, String> {
     let SandboxFacts {
         mut status,
         cgroup_parent,
     } = facts;
     // The listing's state is current; a cached status's may not be.
-    if cache.is_some() {
+    if cached {
         status.state = sb.state;
     }
     let meta = status
@@ -503,10 +635,10 @@ async fn build_pod(
             ));
             meta.uid.clone()
         }
-        None => return Ok(Err("no pod uid (no label, no metadata)".to_string())),
+        None => return Err("no pod uid (no label, no metadata)".to_string()),
     };
     if let Err(e) = validate_uid(&uid) {
-        return Ok(Err(format!("rejected: {e}")));
+        return Err(format!("rejected: {e}"));
     }
     let name = label(labels, LABEL_POD_NAME)
         .unwrap_or(&meta.name)
@@ -550,49 +682,12 @@ async fn build_pod(
             .filter(|n| !n.is_empty())
             .or_else(|| c.labels.get(LABEL_CONTAINER_NAME).cloned())
             .unwrap_or_else(|| c.id.clone());
-        let hit = cache.and_then(|k| {
-            lock(&k.containers)
-                .get(&c.id)
-                .filter(|f| f.listed_state == c.state && !f.unverified)
-                .cloned()
-        });
-        let facts = match hit {
-            Some(f) => f,
-            None => {
-                let st = match client.container_status(&c.id, false).await {
-                    Ok(s) => s,
-                    Err(e) if e.is_not_found() => {
-                        warnings.push(format!(
-                            "container {cname} ({}) vanished before its status was read",
-                            c.id
-                        ));
-                        continue;
-                    }
-                    Err(e) => return Err(e),
-                };
-                let cs = st.status.unwrap_or_default();
-                let mut origin = ResourcesOrigin::Status;
-                let mut res = cs.resources.as_ref().and_then(|r| r.linux.clone());
-                if res.is_none() {
-                    // Older runtimes: ask again verbosely and read the config.
-                    if let Ok(v) = client.container_status(&c.id, true).await {
-                        res = resources_from_info(&v.info);
-                        origin = ResourcesOrigin::VerboseConfig;
-                    }
-                }
-                let f = ContainerFacts {
-                    listed_state: c.state,
-                    state: cs.state,
-                    res,
-                    origin,
-                    unverified: false,
-                };
-                if let Some(k) = cache {
-                    lock(&k.containers).insert(c.id.clone(), f.clone());
-                    k.changed();
-                }
-                f
-            }
+        let Some(facts) = answers.get(&c.id).cloned().flatten() else {
+            warnings.push(format!(
+                "container {cname} ({}) vanished before its status was read",
+                c.id
+            ));
+            continue;
         };
         let ContainerFacts {
             state: cs_state,
@@ -667,7 +762,7 @@ async fn build_pod(
         .collect();
     pod.origin = PodOrigin::Cri(sb.id.clone());
     pod.qos_override = Some(rec.class);
-    Ok(Ok(LivePod {
+    Ok(LivePod {
         pod,
         sandbox_id: sb.id.clone(),
         state,
@@ -679,7 +774,7 @@ async fn build_pod(
         notes,
         warnings,
         sources: crate::core::model::provenance_all(crate::core::model::ValueSource::Inferred),
-    }))
+    })
 }
 
 #[cfg(test)]

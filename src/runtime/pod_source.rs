@@ -110,8 +110,9 @@ impl Source {
                 lists,
                 ..
             } => {
-                let sandboxes = client.list_pod_sandboxes().await?;
-                let containers = client.list_containers(None).await?;
+                // The two lists at once (one round trip's wait, not two).
+                let (sandboxes, containers) =
+                    tokio::try_join!(client.list_pod_sandboxes(), client.list_containers(None))?;
                 let mut v: Vec<String> = sandboxes
                     .iter()
                     .map(|s| format!("s:{}:{}", s.id, s.state))
@@ -216,10 +217,9 @@ impl Source {
                 let taken = lists.lock().unwrap_or_else(|e| e.into_inner()).take();
                 let (sandboxes, containers) = match taken {
                     Some((at, s, c)) if at.elapsed() < LISTS_REUSE => (s, c),
-                    _ => (
-                        client.list_pod_sandboxes().await?,
-                        client.list_containers(None).await?,
-                    ),
+                    _ => {
+                        tokio::try_join!(client.list_pod_sandboxes(), client.list_containers(None))?
+                    }
                 };
                 let mut inv = crate::cri::inventory_with(
                     client,

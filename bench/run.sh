@@ -8,7 +8,8 @@
 #   bench/run.sh reconcile       # qosd run --once with 10/50/110 real pods (root)
 #   bench/run.sh footprint       # idle CPU and RSS of `qosd run`, 50 pods (root)
 #   bench/run.sh startup         # exec -> READY=1 with 110 pods (root)
-#   bench/run.sh churn           # 110 pods, 5 created + 5 removed per second (root)
+#   bench/run.sh churn           # 110 pods held, up to 5 created + 5 removed per second,
+#                                # 30 min (root; a pod is created only to replace a removed one)
 #   bench/run.sh profile         # perf record of the idle daemon, 110 pods (root)
 #   bench/run.sh e2e             # qosd run evicting a real pod ramping past a hard
 #                                # threshold, reaction from its own histogram (root)

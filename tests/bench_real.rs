@@ -25,8 +25,8 @@
 //!   daemon over the whole measurement into this file.
 //! * `QOSD_BENCH_CHURN_PODS` / `QOSD_BENCH_CHURN_RATE` /
 //!   `QOSD_BENCH_CHURN_DURATION` (s): churn, default 110 pods held (a pod
-//!   is created only to replace one whose removal finished), up to 5
-//!   created and 5 removed per second, 1800 s.
+//!   is created only to replace one being removed, and waits while
+//!   removals lag), up to 5 created and 5 removed per second, 1800 s.
 //! * `QOSD_BENCH_HOLD_PODS` / `QOSD_BENCH_HOLD_FILE`: `hold` (a helper,
 //!   not a measurement) keeps a containerd with that many pods until the
 //!   file, which holds the qosd flags for it, is removed.
@@ -951,6 +951,19 @@ fn pod_cgroup_dirs(root: &str) -> usize {
     .sum()
 }
 
+/// RssAnon and RssFile (KiB) from /proc/<pid>/status: the heap and stacks
+/// vs. the binary's and libraries' pages.
+fn rss_split_of(pid: i32) -> (u64, u64) {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let get = |k: &str| {
+        s.lines()
+            .find(|l| l.starts_with(k))
+            .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+            .unwrap_or(0)
+    };
+    (get("RssAnon:"), get("RssFile:"))
+}
+
 /// The 1-minute load average.
 fn loadavg1() -> f64 {
     std::fs::read_to_string("/proc/loadavg")
@@ -986,6 +999,8 @@ struct ChurnSample {
     pod_cgroups: usize,
     rss_kib: u64,
     hwm_kib: u64,
+    rss_anon_kib: u64,
+    rss_file_kib: u64,
     fds: usize,
     inotify: Vec<(u32, usize)>,
     created: usize,
@@ -1005,6 +1020,8 @@ impl ChurnSample {
             "pod_cgroups": self.pod_cgroups,
             "vm_rss_kib": self.rss_kib,
             "vm_hwm_kib": self.hwm_kib,
+            "rss_anon_kib": self.rss_anon_kib,
+            "rss_file_kib": self.rss_file_kib,
             "fds": self.fds,
             "inotify_watches_by_fd": self.inotify.iter().map(|(fd, n)| json!([fd, n])).collect::<Vec<_>>(),
             "created": self.created,
@@ -1022,10 +1039,11 @@ fn spread(v: impl Iterator<Item = f64>) -> Value {
 /// Pod churn under `qosd run` (default settings) with the live set held:
 /// `QOSD_BENCH_CHURN_PODS` (110) pods, up to `QOSD_BENCH_CHURN_RATE` (5)
 /// created and as many removed per second. A pod is created only to
-/// replace one whose removal finished (the pods the bench has asked for and
-/// not seen removed never exceed n), and running pods are removed only
-/// while at least n − 2·rate are not being removed; each direction keeps at
-/// most 2·rate calls in flight. A slow runtime therefore lowers the achieved
+/// replace one being removed (running + being created ≤ n) and only while
+/// fewer than `rate` removals lag (every pod the bench has asked for and not
+/// seen removed < n + rate); running pods are removed only while at least
+/// n − 2·rate are not being removed; each direction keeps at most 2·rate
+/// calls in flight. A slow runtime therefore lowers the achieved
 /// rates (reported, with why each asked creation was not started) instead
 /// of letting the live set drift. Per created pod: from RunPodSandbox to
 /// its pod cgroup holding the kubelet's cpu.shares (and from the pod
@@ -1079,6 +1097,7 @@ async fn churn() {
                   n_created: usize,
                   n_removed: usize| {
         let (rss_kib, hwm_kib) = rss_of(pid);
+        let (rss_anon_kib, rss_file_kib) = rss_split_of(pid);
         ChurnSample {
             t,
             in_runtime: live + creating + removing,
@@ -1089,6 +1108,8 @@ async fn churn() {
             pod_cgroups: pod_cgroup_dirs(&env.cgroup_root),
             rss_kib,
             hwm_kib,
+            rss_anon_kib,
+            rss_file_kib,
             fds: fd_count(pid as u32),
             inotify: inotify_watches(pid),
             created: n_created,
@@ -1133,8 +1154,8 @@ async fn churn() {
                 n_removed,
             );
             eprintln!(
-                "bench: churn {now:.0} s: {n_created} created, {n_removed} removed, {} pods in the runtime ({} running), qosd_pods {:?}, {} pod cgroups, VmRSS {} KiB, {} fds, inotify {:?}, load {}",
-                s.in_runtime, s.running, s.qosd_pods, s.pod_cgroups, s.rss_kib, s.fds, s.inotify, s.load1
+                "bench: churn {now:.0} s: {n_created} created, {n_removed} removed, {} pods in the runtime ({} running), qosd_pods {:?}, {} pod cgroups, VmRSS {} KiB (anon {}, file {}), {} fds, inotify {:?}, load {}",
+                s.in_runtime, s.running, s.qosd_pods, s.pod_cgroups, s.rss_kib, s.rss_anon_kib, s.rss_file_kib, s.fds, s.inotify, s.load1
             );
             samples.push(s);
         }
@@ -1155,12 +1176,12 @@ async fn churn() {
                 busy += 1;
                 continue;
             }
-            if in_runtime >= n {
-                if removed.is_empty() {
-                    full += 1;
-                } else {
-                    removals_lag += 1;
-                }
+            if in_runtime >= n + rate {
+                removals_lag += 1;
+                continue;
+            }
+            if live.len() + created.len() >= n {
+                full += 1;
                 continue;
             }
             let (env, spec) = (env.clone(), pod_spec(next));
@@ -1221,7 +1242,7 @@ async fn churn() {
             "pods": n,
             "rate_asked_per_s": rate,
             "in_flight_cap": in_flight,
-            "hold": "a pod is created only to replace one whose removal finished (pods in the runtime <= n); running pods are removed while >= n - 2*rate are not being removed",
+            "hold": "a pod is created only to replace one being removed (running + creating <= n) and while pods in the runtime (running + creating + removing) < n + rate; running pods are removed while >= n - 2*rate are not being removed",
             "duration_s": (elapsed * 10.0).round() / 10.0,
             "created": n_created,
             "removed": n_removed,
@@ -1229,13 +1250,13 @@ async fn churn() {
             "removed_per_s": n_removed as f64 / elapsed,
             "creations_not_started": {
                 "runtime_busy_in_flight_cap": busy,
-                "live_set_full_nothing_removed": full,
+                "live_set_full_nothing_to_replace": full,
                 "waiting_for_removals_to_finish": removals_lag,
             },
             "runtime_call_failures_in_the_bench": runtime_errors,
             "missed_pods_not_enforced_within_10s": missed,
             "errors_during_by_kind": errors,
-            "errors_during_excluding_signal_read": errors.iter().filter(|(k, _)| k.as_str() != "signal_read").map(|(_, v)| v).sum::<f64>(),
+            "errors_during_excluding_signal_read": errors.iter().filter(|(k, _)| k.as_str() != "signal_read").fold(0.0, |a, (_, v)| a + v),
             "reconciles_total": reconciles,
             "pod_start_to_values_ms": summary(&start_to_values),
             "pod_start_to_values_p99_ms": pct(&start_to_values, 0.99),
@@ -1253,6 +1274,9 @@ async fn churn() {
             "vm_rss_kib_end": samples.last().map(|s| s.rss_kib),
             "vm_rss_kib_max": samples.iter().map(|s| s.rss_kib).max(),
             "vm_rss_kib_second_half": spread(half.iter().map(|s| rss(s))),
+            "rss_anon_kib": spread(samples.iter().map(|s| s.rss_anon_kib as f64)),
+            "rss_file_kib": spread(samples.iter().map(|s| s.rss_file_kib as f64)),
+            "rss_anon_kib_per_hour_slope_second_half": per_hour(&half, &|s: &ChurnSample| s.rss_anon_kib as f64),
             "vm_hwm_kib": hwm,
             "vm_rss_kib_per_hour_slope_second_half": per_hour(&half, &rss),
             "vm_rss_kib_per_hour_slope_whole_run": per_hour(&all, &rss),

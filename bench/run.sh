@@ -21,6 +21,7 @@
 #   QOSD_BENCH_STARTUP_PODS [110]  QOSD_BENCH_STARTUP_RUNS [7]
 #   QOSD_BENCH_PLAN_ROUNDS [3]  QOSD_BENCH_PLAN_RUNS [20]       (plan)
 #   QOSD_BENCH_CHURN_PODS [110]  QOSD_BENCH_CHURN_RATE [5]  QOSD_BENCH_CHURN_DURATION [1800]
+#   QOSD_BENCH_CHURN_ARGS []: more `qosd run` flags for churn (a diagnosis)
 #   QOSD_BENCH_E2E_IDLE [10]  QOSD_BENCH_E2E_RUNS [10]  QOSD_BENCH_E2E_RATES [50,200,1000]
 #   QOSD_BENCH_E2E_MODES [watcher,pass]  (pass: QOSD_EVICTION_WATCHER=off)
 #   QOSD_BENCH_E2E_LOG [warn]: qosd's log filter (warn,qosd::eviction::timing=debug:

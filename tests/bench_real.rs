@@ -26,7 +26,8 @@
 //! * `QOSD_BENCH_CHURN_PODS` / `QOSD_BENCH_CHURN_RATE` /
 //!   `QOSD_BENCH_CHURN_DURATION` (s): churn, default 110 pods held (a pod
 //!   is created only to replace one being removed, and waits while
-//!   removals lag), up to 5 created and 5 removed per second, 1800 s.
+//!   removals lag), up to 5 created and 5 removed per second, 1800 s;
+//!   `QOSD_BENCH_CHURN_ARGS`: more `qosd run` flags (none by default).
 //! * `QOSD_BENCH_HOLD_PODS` / `QOSD_BENCH_HOLD_FILE`: `hold` (a helper,
 //!   not a measurement) keeps a containerd with that many pods until the
 //!   file, which holds the qosd flags for it, is removed.
@@ -1062,7 +1063,14 @@ async fn churn() {
     let mut pods = Vec::new();
     grow(&env, &mut pods, n).await;
     let mut live: std::collections::VecDeque<RunningPod> = pods.into();
-    let d = spawn_daemon_bin(qosd_bin(), &env, None, None);
+    // `QOSD_BENCH_CHURN_ARGS`: more `qosd run` flags (a diagnosis, e.g.
+    // `--orphan-grace-period 5s`); none by default.
+    let extra = std::env::var("QOSD_BENCH_CHURN_ARGS").unwrap_or_default();
+    let mut args = vec!["run".to_string()];
+    args.extend(common_args(&env));
+    args.extend(extra.split_whitespace().map(str::to_string));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let d = Daemon::start_bin(qosd_bin(), &args, &[("QOSD_LOG", "warn".as_ref())]);
     let pid = d.pid();
     let t = Instant::now();
     while d.metric("qosd_reconciles_total").unwrap_or(0.0) < 1.0 {
@@ -1242,6 +1250,7 @@ async fn churn() {
             "pods": n,
             "rate_asked_per_s": rate,
             "in_flight_cap": in_flight,
+            "qosd_extra_args": extra,
             "hold": "a pod is created only to replace one being removed (running + creating <= n) and while pods in the runtime (running + creating + removing) < n + rate; running pods are removed while >= n - 2*rate are not being removed",
             "duration_s": (elapsed * 10.0).round() / 10.0,
             "created": n_created,

@@ -8,7 +8,8 @@
 #   bench/run.sh reconcile       # qosd run --once with 10/50/110 real pods (root)
 #   bench/run.sh footprint       # idle CPU and RSS of `qosd run`, 50 pods (root)
 #   bench/run.sh startup         # exec -> READY=1 with 110 pods (root)
-#   bench/run.sh churn           # 110 pods, 5 created + 5 removed per second (root)
+#   bench/run.sh churn           # 110 pods held, up to 5 created + 5 removed per second,
+#                                # 30 min (root; a pod is created only to replace a removed one)
 #   bench/run.sh profile         # perf record of the idle daemon, 110 pods (root)
 #   bench/run.sh idle            # the issue-17 idle row: 110 pods held, `qosd run`
 #                                # per thread beside earlyoom in the same windows,
@@ -32,6 +33,7 @@
 #   QOSD_BENCH_PLAN_ROUNDS [3]  QOSD_BENCH_PLAN_RUNS [20]       (plan)
 #   QOSD_BENCH_CHURN_PODS [110]  QOSD_BENCH_CHURN_RATE [5]  QOSD_BENCH_CHURN_DURATION [1800]
 #   QOSD_BENCH_IDLE_PODS [110]  QOSD_BENCH_IDLE_ROUNDS [4]  QOSD_BENCH_IDLE_WINDOW [60] (idle)
+#   QOSD_BENCH_CHURN_ARGS []: more `qosd run` flags for churn (a diagnosis)
 #   QOSD_BENCH_E2E_IDLE [10]  QOSD_BENCH_E2E_RUNS [10]  QOSD_BENCH_E2E_RATES [50,200,1000]
 #   QOSD_BENCH_E2E_MODES [watcher,pass]  (pass: QOSD_EVICTION_WATCHER=off)
 #   QOSD_BENCH_E2E_LOG [warn]: qosd's log filter (warn,qosd::eviction::timing=debug:

@@ -102,6 +102,13 @@ def churn(r):
     print(f"  churn VmRSS {r['vm_rss_kib_start'] / 1024:.1f} -> {r['vm_rss_kib_end'] / 1024:.1f} MiB (max {r['vm_rss_kib_max'] / 1024:.1f}, "
           f"slope {r['vm_rss_kib_per_hour_slope_second_half'] / 1024:+.2f} MiB/h) [{verdict(r['vm_rss_kib_max'] / 1024 < GOALS['rss_mib'])}: < 16 MiB]; "
           f"fds {r['fds_start']} -> {r['fds_end']} (max {r['fds_max']})")
+    if "vm_rss_kib_per_hour_slope_whole_run" in r:
+        # The held live set (bench/run.sh churn since session 5).
+        print(f"  churn RSS slope over the whole run {r['vm_rss_kib_per_hour_slope_whole_run'] / 1024:+.2f} MiB/h; "
+              f"fds {r['fds_min']}-{r['fds_max']}; pods in the runtime {rng(r['pods_in_runtime'], '')}, "
+              f"qosd_pods {rng(r['qosd_pods'], '')}, pod cgroups {rng(r['pod_cgroups'], '')}, "
+              f"inotify watches {rng(r['inotify_watches_total'], '')}; load {rng(r['load1'], '', '{:.1f}')}")
+        print(f"  churn creations not started: {r['creations_not_started']}")
     if "errors_during_by_kind" in r:
         print(f"  churn errors by kind: {r['errors_during_by_kind']}")
 

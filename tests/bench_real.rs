@@ -24,8 +24,10 @@
 //! * `QOSD_BENCH_PERF_OUT`: `footprint` records `perf record -g` of the
 //!   daemon over the whole measurement into this file.
 //! * `QOSD_BENCH_CHURN_PODS` / `QOSD_BENCH_CHURN_RATE` /
-//!   `QOSD_BENCH_CHURN_DURATION` (s): churn, default 110 pods, 5 created
-//!   and 5 removed per second, 1800 s.
+//!   `QOSD_BENCH_CHURN_DURATION` (s): churn, default 110 pods held (a pod
+//!   is created only to replace one being removed, and waits while
+//!   removals lag), up to 5 created and 5 removed per second, 1800 s;
+//!   `QOSD_BENCH_CHURN_ARGS`: more `qosd run` flags (none by default).
 //! * `QOSD_BENCH_HOLD_PODS` / `QOSD_BENCH_HOLD_FILE`: `hold` (a helper,
 //!   not a measurement) keeps a containerd with that many pods until the
 //!   file, which holds the qosd flags for it, is removed.
@@ -918,10 +920,151 @@ fn slope(points: &[(f64, f64)]) -> f64 {
     }
 }
 
-/// Pod churn under `qosd run` (default settings): 110 pods, 5 created and
-/// 5 removed per second. Per created pod: from RunPodSandbox to its pod
-/// cgroup holding the kubelet's cpu.shares (and from the pod running, i.e.
-/// its last StartContainer). Every 10 s: qosd's VmRSS and open fds.
+/// The kernel's inotify watches of `pid`, per inotify fd: (fd, watches),
+/// by fd number (`/proc/<pid>/fdinfo/<fd>` lists one `inotify wd:` line per
+/// watch). qosd has two: the pod cgroup events and the planned files.
+fn inotify_watches(pid: i32) -> Vec<(u32, usize)> {
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return out;
+    };
+    for e in rd.flatten() {
+        if !std::fs::read_link(e.path()).is_ok_and(|l| l.as_os_str() == "anon_inode:inotify") {
+            continue;
+        }
+        let Some(fd) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let n = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}"))
+            .map(|s| s.lines().filter(|l| l.starts_with("inotify wd:")).count())
+            .unwrap_or(0);
+        out.push((fd, n));
+    }
+    out.sort();
+    out
+}
+
+/// Pod cgroups under the env's kubepods (cpu hierarchy): the live pods'
+/// and those of removed pods qosd has not cleaned up yet (orphan grace).
+fn pod_cgroup_dirs(root: &str) -> usize {
+    let base = PathBuf::from(format!("/sys/fs/cgroup/cpu{root}/kubepods"));
+    [
+        base.clone(),
+        base.join("burstable"),
+        base.join("besteffort"),
+    ]
+    .iter()
+    .map(|d| {
+        std::fs::read_dir(d)
+            .map(|rd| {
+                rd.flatten()
+                    .filter(|e| e.file_name().to_string_lossy().starts_with("pod"))
+                    .count()
+            })
+            .unwrap_or(0)
+    })
+    .sum()
+}
+
+/// RssAnon and RssFile (KiB) from /proc/<pid>/status: the heap and stacks
+/// vs. the binary's and libraries' pages.
+fn rss_split_of(pid: i32) -> (u64, u64) {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let get = |k: &str| {
+        s.lines()
+            .find(|l| l.starts_with(k))
+            .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+            .unwrap_or(0)
+    };
+    (get("RssAnon:"), get("RssFile:"))
+}
+
+/// The 1-minute load average.
+fn loadavg1() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(f64::NAN)
+}
+
+/// The sum of every `qosd_pods{qos_class=...}` series (the daemon's live
+/// pods); `None` when the daemon does not answer or lacks the series.
+fn qosd_pods(d: &Daemon) -> Option<f64> {
+    let body = d.get("/metrics")?.body;
+    let v: Vec<f64> = body
+        .lines()
+        .filter(|l| l.starts_with("qosd_pods{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+        .collect();
+    (!v.is_empty()).then(|| v.iter().sum())
+}
+
+/// One churn sample (every 10 s).
+#[derive(Debug, Clone)]
+struct ChurnSample {
+    t: f64,
+    /// Pods the bench asked for and has not seen removed (running + being
+    /// created + being removed): what the bench holds at `n`.
+    in_runtime: usize,
+    running: usize,
+    creating: usize,
+    removing: usize,
+    /// `qosd_pods` summed over the QoS classes: the daemon's own count.
+    qosd_pods: Option<f64>,
+    pod_cgroups: usize,
+    rss_kib: u64,
+    hwm_kib: u64,
+    rss_anon_kib: u64,
+    rss_file_kib: u64,
+    fds: usize,
+    inotify: Vec<(u32, usize)>,
+    created: usize,
+    removed: usize,
+    load1: f64,
+}
+
+impl ChurnSample {
+    fn json(&self) -> Value {
+        json!({
+            "t_s": self.t.round(),
+            "pods_in_runtime": self.in_runtime,
+            "running": self.running,
+            "creating": self.creating,
+            "removing": self.removing,
+            "qosd_pods": self.qosd_pods,
+            "pod_cgroups": self.pod_cgroups,
+            "vm_rss_kib": self.rss_kib,
+            "vm_hwm_kib": self.hwm_kib,
+            "rss_anon_kib": self.rss_anon_kib,
+            "rss_file_kib": self.rss_file_kib,
+            "fds": self.fds,
+            "inotify_watches_by_fd": self.inotify.iter().map(|(fd, n)| json!([fd, n])).collect::<Vec<_>>(),
+            "created": self.created,
+            "removed": self.removed,
+            "load1": self.load1,
+        })
+    }
+}
+
+/// min / median / max of a sample field.
+fn spread(v: impl Iterator<Item = f64>) -> Value {
+    summary(&v.filter(|x| x.is_finite()).collect::<Vec<_>>())
+}
+
+/// Pod churn under `qosd run` (default settings) with the live set held:
+/// `QOSD_BENCH_CHURN_PODS` (110) pods, up to `QOSD_BENCH_CHURN_RATE` (5)
+/// created and as many removed per second. A pod is created only to
+/// replace one being removed (running + being created ≤ n) and only while
+/// fewer than `rate` removals lag (every pod the bench has asked for and not
+/// seen removed < n + rate); running pods are removed only while at least
+/// n − 2·rate are not being removed; each direction keeps at most 2·rate
+/// calls in flight. A slow runtime therefore lowers the achieved
+/// rates (reported, with why each asked creation was not started) instead
+/// of letting the live set drift. Per created pod: from RunPodSandbox to
+/// its pod cgroup holding the kubelet's cpu.shares (and from the pod
+/// running, i.e. its last StartContainer). Every 10 s a sample: the pod
+/// counts (the bench's, qosd's `qosd_pods`, pod cgroups present), qosd's
+/// VmRSS, VmHWM, open fds and kernel inotify watches, and the load.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "benchmark: run by bench/run.sh"]
 async fn churn() {
@@ -929,11 +1072,19 @@ async fn churn() {
     let n: usize = env_or("QOSD_BENCH_CHURN_PODS", 110);
     let rate: usize = env_or("QOSD_BENCH_CHURN_RATE", 5);
     let duration: f64 = env_or("QOSD_BENCH_CHURN_DURATION", 1800.0);
+    let in_flight = 2 * rate;
     let env = std::sync::Arc::new(Containerd::start());
     let mut pods = Vec::new();
     grow(&env, &mut pods, n).await;
     let mut live: std::collections::VecDeque<RunningPod> = pods.into();
-    let d = spawn_daemon_bin(qosd_bin(), &env, None, None);
+    // `QOSD_BENCH_CHURN_ARGS`: more `qosd run` flags (a diagnosis, e.g.
+    // `--orphan-grace-period 5s`); none by default.
+    let extra = std::env::var("QOSD_BENCH_CHURN_ARGS").unwrap_or_default();
+    let mut args = vec!["run".to_string()];
+    args.extend(common_args(&env));
+    args.extend(extra.split_whitespace().map(str::to_string));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let d = Daemon::start_bin(qosd_bin(), &args, &[("QOSD_LOG", "warn".as_ref())]);
     let pid = d.pid();
     let t = Instant::now();
     while d.metric("qosd_reconciles_total").unwrap_or(0.0) < 1.0 {
@@ -946,57 +1097,50 @@ async fn churn() {
     // Let the first relists settle before the baseline sample.
     tokio::time::sleep(Duration::from_secs(5)).await;
     let errors0 = errors_by_kind(&d);
-    let mut created = tokio::task::JoinSet::new();
-    let mut removed = tokio::task::JoinSet::new();
+    let mut created: tokio::task::JoinSet<(RunningPod, Duration, Option<Duration>)> =
+        tokio::task::JoinSet::new();
+    let mut removed: tokio::task::JoinSet<()> = tokio::task::JoinSet::new();
     let (mut start_to_values, mut running_to_values) = (Vec::new(), Vec::new());
-    let (mut n_created, mut n_removed, mut missed, mut skipped) = (0usize, 0usize, 0usize, 0usize);
+    let (mut n_created, mut n_removed, mut missed) = (0usize, 0usize, 0usize);
+    // Why asked creations were not started this second.
+    let (mut busy, mut full, mut removals_lag) = (0usize, 0usize, 0usize);
     let mut runtime_errors = 0usize;
-    let mut samples: Vec<(f64, f64, f64)> = Vec::new(); // (s, VmRSS KiB, fds)
+    let mut samples: Vec<ChurnSample> = Vec::new();
     let mut next = n;
     let start = Instant::now();
     let mut tick = tokio::time::interval(Duration::from_secs(1));
-    let mut last_sample = -10.0f64;
-    let rss0 = rss_of(pid).0;
+    let mut last_sample = f64::NEG_INFINITY;
+    let (rss0, hwm0) = rss_of(pid);
     let fds0 = fd_count(pid as u32);
+    let sample = |t: f64,
+                  live: usize,
+                  creating: usize,
+                  removing: usize,
+                  n_created: usize,
+                  n_removed: usize| {
+        let (rss_kib, hwm_kib) = rss_of(pid);
+        let (rss_anon_kib, rss_file_kib) = rss_split_of(pid);
+        ChurnSample {
+            t,
+            in_runtime: live + creating + removing,
+            running: live,
+            creating,
+            removing,
+            qosd_pods: qosd_pods(&d),
+            pod_cgroups: pod_cgroup_dirs(&env.cgroup_root),
+            rss_kib,
+            hwm_kib,
+            rss_anon_kib,
+            rss_file_kib,
+            fds: fd_count(pid as u32),
+            inotify: inotify_watches(pid),
+            created: n_created,
+            removed: n_removed,
+            load1: loadavg1(),
+        }
+    };
     while start.elapsed().as_secs_f64() < duration {
         tick.tick().await;
-        let now = start.elapsed().as_secs_f64();
-        if now - last_sample >= 10.0 {
-            last_sample = now;
-            samples.push((now, rss_of(pid).0 as f64, fd_count(pid as u32) as f64));
-            eprintln!(
-                "bench: churn {now:.0} s: {n_created} created, {n_removed} removed, VmRSS {} KiB, {} fds, {} live",
-                rss_of(pid).0,
-                fd_count(pid as u32),
-                live.len()
-            );
-        }
-        // Keep at most two seconds of work in flight: a slow runtime lowers
-        // the achieved rate (reported) instead of piling up.
-        for _ in 0..rate {
-            if created.len() >= 2 * rate {
-                skipped += 1;
-                continue;
-            }
-            let (env, spec) = (env.clone(), pod_spec(next));
-            next += 1;
-            created.spawn(async move {
-                let t0 = Instant::now();
-                let p = env.run_pod(&spec).await;
-                let running = t0.elapsed();
-                let enforced = until_enforced(&p, Duration::from_secs(10)).await;
-                (p, running, enforced)
-            });
-        }
-        for _ in 0..rate {
-            if removed.len() >= 2 * rate || live.len() <= n.saturating_sub(2 * rate) {
-                continue;
-            }
-            if let Some(p) = live.pop_front() {
-                let env = env.clone();
-                removed.spawn(async move { env.remove_pod(&p).await });
-            }
-        }
         while let Some(r) = created.try_join_next() {
             // A runtime call that failed under load (deadline): counted,
             // the run goes on (its sandbox is cleaned up with the env).
@@ -1020,6 +1164,58 @@ async fn churn() {
                 Err(_) => runtime_errors += 1,
             }
         }
+        let now = start.elapsed().as_secs_f64();
+        if now - last_sample >= 10.0 {
+            last_sample = now;
+            let s = sample(
+                now,
+                live.len(),
+                created.len(),
+                removed.len(),
+                n_created,
+                n_removed,
+            );
+            eprintln!(
+                "bench: churn {now:.0} s: {n_created} created, {n_removed} removed, {} pods in the runtime ({} running), qosd_pods {:?}, {} pod cgroups, VmRSS {} KiB (anon {}, file {}), {} fds, inotify {:?}, load {}",
+                s.in_runtime, s.running, s.qosd_pods, s.pod_cgroups, s.rss_kib, s.rss_anon_kib, s.rss_file_kib, s.fds, s.inotify, s.load1
+            );
+            samples.push(s);
+        }
+        for _ in 0..rate {
+            if removed.len() >= in_flight
+                || live.len() + created.len() <= n.saturating_sub(in_flight)
+            {
+                break;
+            }
+            if let Some(p) = live.pop_front() {
+                let env = env.clone();
+                removed.spawn(async move { env.remove_pod(&p).await });
+            }
+        }
+        for _ in 0..rate {
+            let in_runtime = live.len() + created.len() + removed.len();
+            if created.len() >= in_flight {
+                busy += 1;
+                continue;
+            }
+            if in_runtime >= n + rate {
+                removals_lag += 1;
+                continue;
+            }
+            if live.len() + created.len() >= n {
+                full += 1;
+                continue;
+            }
+            let (env, spec) = (env.clone(), pod_spec(next));
+            next += 1;
+            created.spawn(async move {
+                let t0 = Instant::now();
+                let p = env.run_pod(&spec).await;
+                let running = t0.elapsed();
+                let enforced = until_enforced(&p, Duration::from_secs(10)).await;
+                (p, running, enforced)
+            });
+        }
     }
     while let Some(r) = created.join_next().await {
         let Ok((p, _, enforced)) = r else {
@@ -1039,7 +1235,7 @@ async fn churn() {
         }
     }
     let elapsed = start.elapsed().as_secs_f64();
-    samples.push((elapsed, rss_of(pid).0 as f64, fd_count(pid as u32) as f64));
+    samples.push(sample(elapsed, live.len(), 0, 0, n_created, n_removed));
     let errors1 = errors_by_kind(&d);
     // By kind, during the run. `signal_read` counts eviction signals that
     // cannot be read on every pass (no /var/lib/kubelet on a test host),
@@ -1052,50 +1248,76 @@ async fn churn() {
     let reconciles = d.metric("qosd_reconciles_total");
     let (_, hwm) = rss_of(pid);
     d.stop();
-    let half: Vec<_> = samples
-        .iter()
-        .filter(|s| s.0 >= elapsed / 2.0)
-        .copied()
-        .collect();
-    let p99 = |v: &[f64]| {
-        let mut v = v.to_vec();
-        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-        v.get(((v.len() as f64 * 0.99).ceil() as usize).saturating_sub(1))
-            .copied()
+    assert!(
+        samples.iter().any(|s| s.qosd_pods.is_some()),
+        "the daemon never exposed qosd_pods"
+    );
+    let half: Vec<&ChurnSample> = samples.iter().filter(|s| s.t >= elapsed / 2.0).collect();
+    let per_hour = |v: &[&ChurnSample], f: &dyn Fn(&ChurnSample) -> f64| {
+        slope(&v.iter().map(|s| (s.t, f(s))).collect::<Vec<_>>()) * 3600.0
     };
-    print_result(
-        "churn",
-        json!({
+    let all: Vec<&ChurnSample> = samples.iter().collect();
+    let rss = |s: &ChurnSample| s.rss_kib as f64;
+    let fds = |s: &ChurnSample| s.fds as f64;
+    let watches = |s: &ChurnSample| s.inotify.iter().map(|w| w.1).sum::<usize>() as f64;
+    let mut doc = json!({
             "pods": n,
             "rate_asked_per_s": rate,
+            "in_flight_cap": in_flight,
+            "qosd_extra_args": extra,
+            "hold": "a pod is created only to replace one being removed (running + creating <= n) and while pods in the runtime (running + creating + removing) < n + rate; running pods are removed while >= n - 2*rate are not being removed",
             "duration_s": (elapsed * 10.0).round() / 10.0,
             "created": n_created,
             "removed": n_removed,
             "created_per_s": n_created as f64 / elapsed,
             "removed_per_s": n_removed as f64 / elapsed,
-            "creations_skipped_runtime_busy": skipped,
+            "creations_not_started": {
+                "runtime_busy_in_flight_cap": busy,
+                "live_set_full_nothing_to_replace": full,
+                "waiting_for_removals_to_finish": removals_lag,
+            },
             "runtime_call_failures_in_the_bench": runtime_errors,
             "missed_pods_not_enforced_within_10s": missed,
             "errors_during_by_kind": errors,
-            "errors_during_excluding_signal_read": errors.iter().filter(|(k, _)| k.as_str() != "signal_read").map(|(_, v)| v).sum::<f64>(),
+            "errors_during_excluding_signal_read": errors.iter().filter(|(k, _)| k.as_str() != "signal_read").fold(0.0, |a, (_, v)| a + v),
             "reconciles_total": reconciles,
             "pod_start_to_values_ms": summary(&start_to_values),
-            "pod_start_to_values_p99_ms": p99(&start_to_values),
+            "pod_start_to_values_p99_ms": pct(&start_to_values, 0.99),
             "pod_running_to_values_ms": summary(&running_to_values),
-            "pod_running_to_values_p99_ms": p99(&running_to_values),
+            "pod_running_to_values_p50_ms": pct(&running_to_values, 0.5),
+            "pod_running_to_values_p99_ms": pct(&running_to_values, 0.99),
+    });
+    let memory = json!({
+            "pods_in_runtime": spread(samples.iter().map(|s| s.in_runtime as f64)),
+            "qosd_pods": spread(samples.iter().filter_map(|s| s.qosd_pods)),
+            "pod_cgroups": spread(samples.iter().map(|s| s.pod_cgroups as f64)),
             "vm_rss_kib_start": rss0,
-            "vm_rss_kib_end": samples.last().map(|s| s.1),
-            "vm_rss_kib_max": samples.iter().map(|s| s.1).fold(0.0, f64::max),
+            "vm_hwm_kib_start": hwm0,
+            "vm_rss_kib_first_sample": samples.first().map(|s| s.rss_kib),
+            "vm_rss_kib_end": samples.last().map(|s| s.rss_kib),
+            "vm_rss_kib_max": samples.iter().map(|s| s.rss_kib).max(),
+            "vm_rss_kib_second_half": spread(half.iter().map(|s| rss(s))),
+            "rss_anon_kib": spread(samples.iter().map(|s| s.rss_anon_kib as f64)),
+            "rss_file_kib": spread(samples.iter().map(|s| s.rss_file_kib as f64)),
+            "rss_anon_kib_per_hour_slope_second_half": per_hour(&half, &|s: &ChurnSample| s.rss_anon_kib as f64),
             "vm_hwm_kib": hwm,
-            "vm_rss_kib_per_hour_slope_second_half": slope(&half.iter().map(|s| (s.0, s.1)).collect::<Vec<_>>()) * 3600.0,
+            "vm_rss_kib_per_hour_slope_second_half": per_hour(&half, &rss),
+            "vm_rss_kib_per_hour_slope_whole_run": per_hour(&all, &rss),
             "fds_start": fds0,
-            "fds_end": samples.last().map(|s| s.2),
-            "fds_max": samples.iter().map(|s| s.2).fold(0.0, f64::max),
-            "fds_per_hour_slope_second_half": slope(&half.iter().map(|s| (s.0, s.2)).collect::<Vec<_>>()) * 3600.0,
-            "samples": samples.iter().map(|s| json!([s.0.round(), s.1, s.2])).collect::<Vec<_>>(),
+            "fds_end": samples.last().map(|s| s.fds),
+            "fds_min": samples.iter().map(|s| s.fds).min(),
+            "fds_max": samples.iter().map(|s| s.fds).max(),
+            "fds_per_hour_slope_second_half": per_hour(&half, &fds),
+            "inotify_watches_total": spread(samples.iter().map(watches)),
+            "inotify_watches_per_hour_slope_second_half": per_hour(&half, &watches),
+            "load1": spread(samples.iter().map(|s| s.load1)),
+            "samples": samples.iter().map(ChurnSample::json).collect::<Vec<_>>(),
             "command": "qosd run --runtime-endpoint <private containerd> --cgroup-version v1 --cgroup-root /qosd-test-… --metrics-address 127.0.0.1:<port> (default settings)",
-        }),
-    );
+    });
+    if let (Some(d), Value::Object(m)) = (doc.as_object_mut(), memory) {
+        d.extend(m);
+    }
+    print_result("churn", doc);
 }
 
 // ---------------------------------------------------------------------- e2e

@@ -521,6 +521,9 @@ impl Reconciler {
         }
         let planned: HashSet<&PathBuf> = writes.iter().map(|w| &w.file).collect();
         self.last_written.retain(|f, _| planned.contains(f));
+        // A gone pod's files cannot drift again: under steady churn (a write
+        // in every pass) the clear above never comes.
+        self.drift_logged.retain(|f| planned.contains(f));
         let pending: HashSet<&PathBuf> = report.written.iter().map(|w| &w.file).collect();
         self.dry_run_logged.retain(|f, _| pending.contains(f));
         out.writes = report.written;
@@ -916,6 +919,70 @@ mod tests {
         for _ in 0..2 {
             assert_eq!(dry.reconcile(&pods2, None, t0).unread, 0);
         }
+    }
+
+    /// Pods coming and going with a write in every pass (churn): the
+    /// per-file state follows the planned files, it does not keep an entry
+    /// per pod that ever drifted or ran.
+    #[test]
+    fn per_file_state_follows_the_planned_files_under_churn() {
+        let d = fake_v2_tree();
+        let c = cfg(d.path());
+        let seed = |pods: &[Pod]| {
+            for w in plan::build(&c, pods).writes {
+                std::fs::create_dir_all(&w.dir).unwrap();
+                if !w.file.exists() {
+                    std::fs::write(&w.file, "0").unwrap();
+                }
+                for f in ["cgroup.controllers", "cgroup.subtree_control"] {
+                    let p = w.dir.join(f);
+                    if !p.exists() {
+                        std::fs::write(p, "cpu memory pids\n").unwrap();
+                    }
+                }
+            }
+        };
+        let uid = |i: usize| format!("{i:04}-churn");
+        let weight = |i: usize| {
+            c.layout.file(
+                &c.layout.pod_cgroup(QosClass::Burstable, &uid(i)),
+                "cpu.weight",
+            )
+        };
+        let mut r = Reconciler::new(c.clone(), false, Duration::from_secs(0));
+        r.watch_files();
+        let t0 = Instant::now();
+        let first = vec![pod(&uid(0), "250m"), pod(&uid(1), "250m")];
+        seed(&first);
+        r.reconcile(&first, None, t0);
+        for i in 1..40 {
+            // Pod i - 1 goes, pod i + 1 comes; someone rewrites pod i's
+            // weight: the pass corrects it (drift) and writes the new pod.
+            let pods = vec![pod(&uid(i), "250m"), pod(&uid(i + 1), "250m")];
+            seed(&pods);
+            std::fs::write(weight(i), "4096").unwrap();
+            let out = r.reconcile(&pods, None, t0);
+            assert_eq!(out.drift, vec![weight(i)], "round {i}");
+            let planned: HashSet<&PathBuf> = out.planned.iter().map(|w| &w.file).collect();
+            assert!(
+                r.drift_logged.iter().all(|f| planned.contains(f)),
+                "round {i}: {:?}",
+                r.drift_logged
+            );
+            assert!(
+                r.last_written.keys().all(|f| planned.contains(f)),
+                "round {i}"
+            );
+            assert!(r.dry_run_logged.is_empty() && r.audit_seen.is_empty());
+            let w = r.watched.as_ref().unwrap();
+            assert!(w.unchanged.iter().all(|f| planned.contains(f)), "round {i}");
+            assert!(
+                w.files.watched() <= planned.len(),
+                "round {i}: {} watched",
+                w.files.watched()
+            );
+        }
+        assert!(r.drift_logged.len() <= 1, "{:?}", r.drift_logged);
     }
 
     #[test]

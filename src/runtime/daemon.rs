@@ -187,11 +187,6 @@ pub(crate) async fn run_loop(
     // re-read the cgroups (drift).
     let mut cached: Option<(Vec<String>, Listing, Instant)> = None;
     let mut last_resync = Instant::now();
-    // When the two List calls last confirmed the cached listing: while the
-    // pod cgroup events are on, a timer reconcile within
-    // `safety_relist(reconcile_interval)` of it only checks that the
-    // runtime answers (`Status`) and reuses the listing.
-    let mut listed_at = Instant::now();
     // Pod cgroups appearing / going away (CRI source): a relist shortly
     // after each, instead of one every `relist_interval`. Started after the
     // first reconcile (which creates kubepods and the QoS cgroups).
@@ -232,8 +227,7 @@ pub(crate) async fn run_loop(
             }
             _ = reconcile_tick.tick() => Tick::Reconcile,
             // With pod events the relist timer is not needed: the reconcile
-            // timer (which relists every `safety_relist`, and asks the
-            // runtime's `Status` in between) is the safety net.
+            // timer (which relists too) is the safety net.
             // The API server's view (when configured) is checked on the
             // relist timer still: its change key costs no runtime call.
             // Without an API server source, nothing is left for it to check
@@ -283,40 +277,8 @@ pub(crate) async fn run_loop(
         } else {
             tick
         };
-        let probe_only = drift_listing.is_none()
-            && tick == Tick::Reconcile
-            && !source_down
-            && !lists_due(
-                pod_events.active(),
-                cached.as_ref().map(|(_, _, at)| at.elapsed()),
-                listed_at.elapsed(),
-                intervals.0,
-            );
         let listing = if let Some(listing) = drift_listing {
             listing
-        } else if probe_only {
-            // No pod cgroup came or went since the listing (the events are
-            // on): it still holds; the runtime must still answer.
-            let Some(alive) = waiting(
-                source.alive(),
-                "Status",
-                observer,
-                &mut sigterm,
-                &mut sigint,
-            )
-            .await
-            else {
-                return Ok(Outcome::Stopped);
-            };
-            match (alive, &cached) {
-                (Ok(()), Some((_, listing, _))) => listing.clone(),
-                (Ok(()), None) => continue,
-                (Err(e), _) => {
-                    source_failed(&e, "pod source unavailable", &mut source_down, observer);
-                    cached = None;
-                    continue;
-                }
-            }
         } else {
             // Calls retry while the runtime is down: stay stoppable, and alive
             // (a hung runtime is reported as such, not as a dead loop).
@@ -332,10 +294,7 @@ pub(crate) async fn run_loop(
                 return Ok(Outcome::Stopped);
             };
             let fp = match fp {
-                Ok(fp) => {
-                    listed_at = Instant::now();
-                    fp
-                }
+                Ok(fp) => fp,
                 Err(e) => {
                     source_failed(&e, "pod source unavailable", &mut source_down, observer);
                     // Relist in full once it answers again.
@@ -668,35 +627,6 @@ impl DriftState {
     }
 }
 
-/// While the pod cgroup events are on, a timer reconcile lists the pods
-/// (ListPodSandbox + ListContainers) only when the last listing is this
-/// old: six reconcile intervals (60 s by default; the minute's `RESYNC`
-/// full inventory then comes with it). Between them it asks the runtime
-/// for its `Status` only (a pod list confirmed by the absence of pod
-/// cgroup events, from a runtime that still answers).
-pub(crate) fn safety_relist(reconcile_interval: Duration) -> Duration {
-    reconcile_interval.saturating_mul(SAFETY_RELIST_RECONCILES)
-}
-
-/// [`safety_relist`] in reconcile intervals.
-pub(crate) const SAFETY_RELIST_RECONCILES: u32 = 6;
-
-/// Whether a timer reconcile lists the pods (the two List calls) rather
-/// than reuse the cached listing after a `Status` call: always without the
-/// pod cgroup events or a cached listing; with them, when the listing is
-/// due for its [`RESYNC`] or the last List calls are [`safety_relist`] old.
-fn lists_due(
-    events_on: bool,
-    listing_age: Option<Duration>,
-    listed_ago: Duration,
-    reconcile_interval: Duration,
-) -> bool {
-    match listing_age {
-        Some(age) if events_on => age >= RESYNC || listed_ago >= safety_relist(reconcile_interval),
-        _ => true,
-    }
-}
-
 /// A full inventory at least this often, even when no sandbox or container
 /// changed (in-place resource updates do not show in the fingerprint); the
 /// kubelet re-syncs its QoS cgroups every minute.
@@ -937,45 +867,5 @@ impl Observer for ServiceObserver {
             d.set_setup(r.dry_run, Some(r.plan.layout.version), r.plan.layout.driver);
         });
         Some(r)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn timer_reconcile_lists_only_when_the_safety_net_is_due() {
-        let s = Duration::from_secs;
-        let ms = Duration::from_millis;
-        // (events on, listing age, last List calls ago, reconcile interval, lists?)
-        let table: &[(bool, Option<Duration>, Duration, Duration, bool)] = &[
-            // without pod cgroup events: every timer reconcile lists
-            (false, Some(s(1)), s(1), s(10), true),
-            (false, Some(s(0)), s(0), s(10), true),
-            // no cached listing (start, reload, failure): lists
-            (true, None, s(0), s(10), true),
-            // events on: Status only until 6 reconcile intervals
-            (true, Some(s(10)), s(10), s(10), false),
-            (true, Some(s(59)), s(59), s(10), false),
-            (true, Some(s(59)), s(60), s(10), true),
-            (true, Some(s(30)), s(5), s(1), false),
-            (true, Some(s(30)), s(6), s(1), true),
-            (true, Some(ms(500)), ms(599), ms(100), false),
-            (true, Some(ms(500)), ms(600), ms(100), true),
-            // the minute's resync (in-place resizes) is never delayed
-            (true, Some(s(60)), s(10), s(60), true),
-            (true, Some(s(59)), s(59), s(60), false),
-            // an absurd interval saturates rather than overflows
-            (true, Some(s(1)), s(1), Duration::MAX, false),
-        ];
-        for &(events, age, ago, every, want) in table {
-            assert_eq!(
-                lists_due(events, age, ago, every),
-                want,
-                "events {events} age {age:?} listed {ago:?} ago every {every:?}"
-            );
-        }
-        assert_eq!(safety_relist(s(10)), s(60));
     }
 }

@@ -141,20 +141,6 @@ impl Source {
         }
     }
 
-    /// Whether the runtime answers, with the cheapest call there is (CRI
-    /// `Status`, not verbose; manifests: always): between safety-net
-    /// relists it stands in for the two List calls while the pod cgroup
-    /// events are on (docs/design.md, "Threads and loops").
-    pub(crate) async fn alive(&self) -> Result<(), SourceError> {
-        match self {
-            Source::Cri { client, .. } => {
-                client.status(false).await?;
-                Ok(())
-            }
-            Source::Manifests(_) => Ok(()),
-        }
-    }
-
     /// Ask the runtime about every container again at the next listing
     /// (the periodic resync: in-place resource updates change no listing).
     /// Sandbox statuses stay: nothing in them changes for a sandbox id.

@@ -533,16 +533,25 @@ fn cpu_of(pid: i32) -> (u64, u64) {
     (ticks, sched)
 }
 
-/// VmRSS and VmHWM (KiB) from /proc/<pid>/status.
-fn rss_of(pid: i32) -> (u64, u64) {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+/// Two kB fields of /proc/<pid>/status (0 when absent or unreadable).
+fn status_kib(pid: i32, a: &str, b: &str) -> (u64, u64) {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     let get = |k: &str| {
         s.lines()
             .find(|l| l.starts_with(k))
             .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
             .unwrap_or(0)
     };
-    (get("VmRSS:"), get("VmHWM:"))
+    (get(a), get(b))
+}
+
+/// VmRSS and VmHWM (KiB) from /proc/<pid>/status.
+fn rss_of(pid: i32) -> (u64, u64) {
+    assert!(
+        std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        "process {pid} is gone"
+    );
+    status_kib(pid, "VmRSS:", "VmHWM:")
 }
 
 fn threads_of(pid: i32) -> usize {
@@ -969,14 +978,7 @@ fn pod_cgroup_dirs(root: &str) -> usize {
 /// RssAnon and RssFile (KiB) from /proc/<pid>/status: the heap and stacks
 /// vs. the binary's and libraries' pages.
 fn rss_split_of(pid: i32) -> (u64, u64) {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let get = |k: &str| {
-        s.lines()
-            .find(|l| l.starts_with(k))
-            .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-            .unwrap_or(0)
-    };
-    (get("RssAnon:"), get("RssFile:"))
+    status_kib(pid, "RssAnon:", "RssFile:")
 }
 
 /// The 1-minute load average.

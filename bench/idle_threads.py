@@ -33,17 +33,28 @@ def ticks(pid):
     return int(f[11]) + int(f[12])
 
 
+def switches(path):
+    """Voluntary + involuntary context switches of one thread: its wake-ups
+    (a thread that sleeps and is woken switches out once per sleep)."""
+    n = 0
+    for line in open(path):
+        if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+            n += int(line.split()[1])
+    return n
+
+
 def threads(pid):
-    """{tid: (name, schedstat run ns)} of every live thread."""
+    """{tid: (name, schedstat run ns, context switches)} of every live thread."""
     out = {}
     base = f"/proc/{pid}/task"
     for tid in os.listdir(base):
         try:
             name = open(f"{base}/{tid}/comm").read().strip()
             ns = int(open(f"{base}/{tid}/schedstat").read().split()[0])
+            sw = switches(f"{base}/{tid}/status")
         except OSError:
             continue
-        out[tid] = (name, ns)
+        out[tid] = (name, ns, sw)
     return out
 
 
@@ -110,22 +121,27 @@ def one(bin_path, flags, args, tmp):
         e1 = (ticks(eo.pid), threads(eo.pid)) if eo else None
         load1 = open("/proc/loadavg").read().split()[:3]
         per = {}
-        for tid, (name, ns) in b_th.items():
-            before = a_th.get(tid, (name, 0))[1]
+        wakes = {}
+        for tid, (name, ns, sw) in b_th.items():
+            _, before, sw0 = a_th.get(tid, (name, 0, 0))
             g = group(name, main=(tid == str(pid)))
             per[g] = per.get(g, 0.0) + (ns - before) / 1e9 / el * 100
+            wakes[g] = wakes.get(g, 0.0) + (sw - sw0) / el * 60
         res = {
             "exec_to_ready_ms": ready_ms,
             "window_s": round(el, 1),
             "cpu_percent_ticks": (b_t - a_t) / HZ / el * 100,
             "cpu_percent_schedstat": sum(per.values()),
             "per_thread_percent": dict(sorted(per.items())),
+            "per_thread_wakeups_per_min": dict(sorted(wakes.items())),
             "loadavg": [load0, load1],
         }
         if eo:
             res["earlyoom_cpu_percent_ticks"] = (e1[0] - e0[0]) / HZ / el * 100
             res["earlyoom_cpu_percent_schedstat"] = sum(
-                (ns - e0[1].get(t, ("", 0))[1]) for t, (_, ns) in e1[1].items()) / 1e9 / el * 100
+                (ns - e0[1].get(t, ("", 0, 0))[1]) for t, (_, ns, _) in e1[1].items()) / 1e9 / el * 100
+            res["earlyoom_wakeups_per_min"] = sum(
+                (sw - e0[1].get(t, ("", 0, 0))[2]) for t, (_, _, sw) in e1[1].items()) / el * 60
             eo.terminate()
             eo.wait()
         return res
@@ -167,6 +183,10 @@ def main():
     print("\n| % of one core | " + " | ".join(f"{n} r{i}" for n, rs in runs.items() for i in range(len(rs))) + " |", file=sys.stderr)
     for t in names:
         print(f"| {t} | " + " | ".join(f"{r['per_thread_percent'].get(t, 0):.3f}" for rs in runs.values() for r in rs) + " |", file=sys.stderr)
+    for t in names:
+        print(f"| {t}, wake-ups/min | " + " | ".join(f"{r.get('per_thread_wakeups_per_min', {}).get(t, 0):.0f}" for rs in runs.values() for r in rs) + " |", file=sys.stderr)
+    if any("earlyoom_wakeups_per_min" in r for rs in runs.values() for r in rs):
+        print("| earlyoom wake-ups/min | " + " | ".join(f"{r.get('earlyoom_wakeups_per_min', 0):.0f}" for rs in runs.values() for r in rs) + " |", file=sys.stderr)
     if any("earlyoom_cpu_percent_schedstat" in r for rs in runs.values() for r in rs):
         print("| earlyoom, same window | " + " | ".join(f"{r.get('earlyoom_cpu_percent_schedstat', 0):.3f}" for rs in runs.values() for r in rs) + " |", file=sys.stderr)
     print("| total (ticks) | " + " | ".join(f"{r['cpu_percent_ticks']:.3f}" for rs in runs.values() for r in rs) + " |", file=sys.stderr)

@@ -354,12 +354,8 @@ pub(crate) fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<Daemon
     let health = Arc::new(Health::new(stale_after));
     // A dead or stalled loop fails /healthz and, a few seconds later, exits
     // the process non-zero so systemd or the kubelet restarts it.
-    crate::runtime::supervisor::watch(
-        health.clone(),
-        Duration::from_secs(1),
-        Duration::from_secs(3),
-    )
-    .context("cannot start the supervisor")?;
+    crate::runtime::supervisor::watch(health.clone(), Duration::from_secs(3))
+        .context("cannot start the supervisor")?;
     health.set_runtime_unhealthy_after(
         (!cfg.runtime_unhealthy_after.is_zero()).then_some(cfg.runtime_unhealthy_after),
     );

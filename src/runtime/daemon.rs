@@ -185,7 +185,8 @@ pub(crate) async fn run_loop(
     // when the fingerprint changes, or every `RESYNC` to catch in-place
     // resource updates; timer reconciles in between reuse it and only
     // re-read the cgroups (drift).
-    let mut cached: Option<(Vec<String>, Listing, Instant)> = None;
+    // (Shared: a reconcile of the cached listing does not copy its pods.)
+    let mut cached: Option<(Vec<String>, Arc<Listing>, Instant)> = None;
     let mut last_resync = Instant::now();
     // Pod cgroups appearing / going away (CRI source): a relist shortly
     // after each, instead of one every `relist_interval`. Started after the
@@ -328,6 +329,7 @@ pub(crate) async fn run_loop(
                     };
                     match listed {
                         Ok(listing) => {
+                            let listing = Arc::new(listing);
                             if source_down {
                                 tracing::info!("pod source is back");
                                 source_down = false;
@@ -667,6 +669,27 @@ pub(crate) struct ServiceObserver {
     /// `cgroupEnforcement: audit`: report drift in metrics and `/status`.
     pub(crate) audit: bool,
     audit_changes_total: u64,
+    /// What the last reconcile's pods gave (counts, the eviction feed's
+    /// key): reused while the pods are unchanged.
+    last_pods: Option<LastPods>,
+}
+
+/// The pods' derived data of the last reconcile: the counts by class and
+/// the (uid, sandbox id) pairs the eviction candidates were built from.
+struct LastPods {
+    counts: crate::telemetry::status::PodCounts,
+    sandboxes: Vec<(String, String)>,
+}
+
+impl LastPods {
+    fn same_sandboxes(&self, live: &[crate::cri::LivePod]) -> bool {
+        self.sandboxes.len() == live.len()
+            && self
+                .sandboxes
+                .iter()
+                .zip(live)
+                .all(|((u, s), p)| *u == p.pod.uid && *s == p.sandbox_id)
+    }
 }
 
 impl ServiceObserver {
@@ -694,6 +717,7 @@ impl ServiceObserver {
             specs: None,
             audit: false,
             audit_changes_total: 0,
+            last_pods: None,
         }
     }
 }
@@ -722,7 +746,17 @@ impl Observer for ServiceObserver {
             )
         });
         self.health.set_problem("cgroup_writes", failing);
-        let counts = crate::telemetry::status::PodCounts::of(&listing.pods);
+        // The same pods as at the last reconcile (its plan reused) with the
+        // same sandboxes: counts and eviction candidates are unchanged.
+        let same_pods = report.plan_reused
+            && self
+                .last_pods
+                .as_ref()
+                .is_some_and(|l| l.same_sandboxes(&listing.live));
+        let counts = match self.last_pods.as_ref().filter(|_| same_pods) {
+            Some(l) => l.counts.clone(),
+            None => crate::telemetry::status::PodCounts::of(&listing.pods),
+        };
         self.metrics.pods(QosClass::Guaranteed, counts.guaranteed);
         self.metrics.pods(QosClass::Burstable, counts.burstable);
         self.metrics.pods(QosClass::BestEffort, counts.best_effort);
@@ -768,17 +802,33 @@ impl Observer for ServiceObserver {
                 pods: report.pods,
             });
         });
+        // Unchanged pods: the eviction loop's candidates are marked fresh
+        // (their listing is current) instead of being built again; built
+        // anew after a change, or when the loop holds none (a failed
+        // listing, a refusal, a new loop after a reload).
         if let Some(ev) = &self.eviction {
-            let sandboxes = listing
-                .live
-                .iter()
-                .map(|p| (p.pod.uid.clone(), p.sandbox_id.clone()))
-                .collect();
-            ev.update_pods(crate::runtime::eviction_service::candidates(
-                &listing.pods,
-                &sandboxes,
-                &self.layout,
-            ));
+            if !(same_pods && ev.pods_current()) {
+                let sandboxes = listing
+                    .live
+                    .iter()
+                    .map(|p| (p.pod.uid.clone(), p.sandbox_id.clone()))
+                    .collect();
+                ev.update_pods(crate::runtime::eviction_service::candidates(
+                    &listing.pods,
+                    &sandboxes,
+                    &self.layout,
+                ));
+            }
+        }
+        if !same_pods {
+            self.last_pods = Some(LastPods {
+                counts,
+                sandboxes: listing
+                    .live
+                    .iter()
+                    .map(|p| (p.pod.uid.clone(), p.sandbox_id.clone()))
+                    .collect(),
+            });
         }
         if !self.notified_ready {
             self.notified_ready = true;

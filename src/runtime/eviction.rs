@@ -611,6 +611,17 @@ impl PodFeed {
         *self.inner.lock().unwrap_or_else(|e| e.into_inner()) = (Ok(pods), Instant::now());
     }
 
+    /// The pods published last are current as of now (an unchanged
+    /// listing); false when there are none (a failure since).
+    pub(crate) fn refresh(&self) -> bool {
+        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if g.0.is_err() {
+            return false;
+        }
+        g.1 = Instant::now();
+        true
+    }
+
     /// The listing failed (runtime down…): evictions stop until the next `set`.
     pub(crate) fn failed(&self, why: impl Into<String>) {
         *self.inner.lock().unwrap_or_else(|e| e.into_inner()) = (Err(why.into()), Instant::now());

@@ -168,6 +168,14 @@ impl EvictionService {
         self.feed.set(candidates);
     }
 
+    /// The pods published last are still the current ones (a listing
+    /// found them unchanged): mark them fresh. False when the loop holds
+    /// none (a failure was reported since): publish them with
+    /// [`EvictionService::update_pods`].
+    pub(crate) fn pods_current(&self) -> bool {
+        self.feed.refresh()
+    }
+
     /// The pods cannot be listed: evict nothing until they can.
     pub(crate) fn pods_unavailable(&self, reason: String) {
         self.feed.failed(reason);

@@ -121,6 +121,10 @@ pub struct ReconcileReport {
     pub(crate) audit_changes: usize,
     #[serde(skip)]
     pub(crate) duration: Duration,
+    /// The pods were the same as at the last reconcile (its plan reused):
+    /// what is derived from the pods alone need not be built again.
+    #[serde(skip)]
+    pub(crate) plan_reused: bool,
 }
 
 fn serialize_writes<S: serde::Serializer>(w: &Arc<[CgroupWrite]>, s: S) -> Result<S::Ok, S::Error> {
@@ -164,6 +168,11 @@ struct Watched {
     unchanged: HashSet<PathBuf>,
     /// When every planned file was last read.
     full_read: Option<Instant>,
+    /// The plan whose every file was found in `unchanged` with its value
+    /// in `last_written` at the last reconcile, with no write event, moved
+    /// cgroup or full read since: the next reconcile of the same plan has
+    /// nothing to read, write or note.
+    settled: Option<Arc<[CgroupWrite]>>,
     /// The watch limit was hit (logged once).
     limit_logged: bool,
 }
@@ -203,6 +212,8 @@ pub struct Reconciler {
     last_plan: Option<LastPlan>,
     /// Plans built (a reused plan does not count).
     plans_built: u64,
+    /// Reconciles that walked the plan's files (a settled plan is not).
+    walks: u64,
 }
 
 impl Reconciler {
@@ -239,6 +250,7 @@ impl Reconciler {
             watched: None,
             last_plan: None,
             plans_built: 0,
+            walks: 0,
         }
     }
 
@@ -262,6 +274,7 @@ impl Reconciler {
                     files,
                     unchanged: HashSet::new(),
                     full_read: None,
+                    settled: None,
                     limit_logged: false,
                 });
             }
@@ -284,49 +297,63 @@ impl Reconciler {
     pub(crate) fn files_may_have_moved(&mut self) {
         if let Some(w) = self.watched.as_mut() {
             w.unchanged.clear();
+            w.settled = None;
         }
     }
 
     /// Split the plan into the writes to check now and how many planned
     /// files are left unread (watched, unchanged since read, same value),
-    /// after taking in the write events; watches the files to read.
+    /// after taking in the write events; watches the files to read. The
+    /// flag: the plan is settled ([`Watched::settled`]): nothing to read,
+    /// nothing to note, without a walk over the plan.
     fn writes_to_check(
         &mut self,
-        writes: &[CgroupWrite],
+        writes: &Arc<[CgroupWrite]>,
         now: Instant,
-    ) -> (Vec<CgroupWrite>, usize) {
+    ) -> (Vec<CgroupWrite>, usize, bool) {
         let skips = self.mode() == Mode::Real && matches!(self.applier, Driver::Cgroupfs(_));
         let Some(w) = self.watched.as_mut() else {
-            return (writes.to_vec(), 0);
+            return (writes.to_vec(), 0, false);
         };
         if !skips {
             // Dry run, audit, systemd: every file, every time.
             w.unchanged.clear();
+            w.settled = None;
             w.files.retain(|_| false);
             let _ = w.files.drain();
-            return (writes.to_vec(), 0);
+            return (writes.to_vec(), 0, false);
         }
         match w.files.drain() {
-            Ok(c) if c.overflow => w.unchanged.clear(),
+            Ok(c) if c.overflow => {
+                w.unchanged.clear();
+                w.settled = None;
+            }
             Ok(c) => {
                 for f in &c.files {
                     w.unchanged.remove(f);
+                    w.settled = None;
                 }
             }
             Err(e) => {
                 tracing::warn!(error = %e, "planned cgroup file events unreadable; reading every planned file");
                 w.unchanged.clear();
+                w.settled = None;
             }
         }
         if w.full_read
             .is_none_or(|t| now.saturating_duration_since(t) >= DRIFT_FULL_READ)
         {
             w.unchanged.clear();
+            w.settled = None;
             w.full_read = Some(now);
         }
+        if w.settled.as_ref().is_some_and(|p| Arc::ptr_eq(p, writes)) {
+            return (Vec::new(), writes.len(), true);
+        }
+        self.walks += 1;
         let mut check = Vec::new();
         let mut unread = 0;
-        for cw in writes {
+        for cw in writes.iter() {
             if w.unchanged.contains(&cw.file) && self.last_written.get(&cw.file) == Some(&cw.value)
             {
                 unread += 1;
@@ -348,7 +375,11 @@ impl Reconciler {
             }
             check.push(cw.clone());
         }
-        (check, unread)
+        // Nothing to read: every file held its value when last read and
+        // was not written since. The next reconcile of this plan can skip
+        // the walk until an event, a moved cgroup or the full read.
+        w.settled = check.is_empty().then(|| writes.clone());
+        (check, unread, false)
     }
 
     /// After a reconcile that read `checked`: the files found holding their
@@ -431,8 +462,23 @@ impl Reconciler {
         now: Instant,
     ) -> ReconcileReport {
         let start = Instant::now();
-        let (writes, planned_pods) = self.plan_for(pods);
-        let (check, unread) = self.writes_to_check(&writes, now);
+        let (writes, planned_pods, plan_reused) = self.plan_for(pods);
+        let (check, unread, settled) = self.writes_to_check(&writes, now);
+        if settled && !all_live_uids.is_some_and(|l| self.orphan_scan_due(l, now)) {
+            // The same plan, every file holding its value when last read
+            // and not written since, no orphan scan due: nothing to read,
+            // write, log or note (what the full pass would find again).
+            self.drift_logged.clear();
+            return ReconcileReport {
+                planned: writes,
+                unchanged: unread,
+                unread,
+                pods: planned_pods,
+                plan_reused,
+                duration: start.elapsed(),
+                ..Default::default()
+            };
+        }
         let mut report: ApplyReport = self.applier.apply(&check);
         self.note_checked(&check, &report, &writes);
         report.unchanged += unread;
@@ -443,6 +489,7 @@ impl Reconciler {
             unchanged: report.unchanged,
             unread,
             pods: planned_pods,
+            plan_reused,
             ..Default::default()
         };
         let verb = if self.dry_run() {
@@ -604,9 +651,9 @@ impl Reconciler {
     /// The planned writes for `pods` and how many pods were planned: the
     /// last plan when the pods are the same as then (the settings did not
     /// change since: [`Reconciler::reconfigure`] forgets it), else a new one.
-    fn plan_for(&mut self, pods: &[Pod]) -> (Arc<[CgroupWrite]>, usize) {
+    fn plan_for(&mut self, pods: &[Pod]) -> (Arc<[CgroupWrite]>, usize, bool) {
         if let Some(last) = self.last_plan.as_ref().filter(|l| l.pods == pods) {
-            return (last.writes.clone(), last.planned_pods);
+            return (last.writes.clone(), last.planned_pods, true);
         }
         let plan = plan::build(&self.cfg, pods);
         self.plans_built += 1;
@@ -616,12 +663,18 @@ impl Reconciler {
             writes: writes.clone(),
             planned_pods: plan.pods.len(),
         });
-        (writes, plan.pods.len())
+        (writes, plan.pods.len(), false)
     }
 
     /// Plans built so far (a reconcile that reused the last plan adds none).
     pub(crate) fn plans_built(&self) -> u64 {
         self.plans_built
+    }
+
+    /// Reconciles so far that walked the planned files (a settled plan is
+    /// not walked).
+    pub(crate) fn plan_walks(&self) -> u64 {
+        self.walks
     }
 
     /// Remove pod cgroups whose pod is gone, once they stayed orphaned for
@@ -1013,6 +1066,91 @@ mod tests {
         // Switched to enforce by a reload: no longer a dry run.
         r.reconfigure(c, false);
         assert!(!r.dry_run());
+    }
+
+    /// Once every planned file was found holding its value and nothing was
+    /// written since, a reconcile of the same pods walks nothing (no read,
+    /// no per-file bookkeeping) and reports every file unchanged; a write,
+    /// moved cgroups, the full-read cadence, a new plan or a due orphan scan
+    /// end that, and drift is still corrected after quiet passes.
+    #[test]
+    fn a_settled_plan_is_not_walked() {
+        let d = fake_v2_tree();
+        let c = cfg(d.path());
+        let pods = vec![pod("0000-a", "250m"), pod("0000-b", "100m")];
+        for w in plan::build(&c, &pods).writes {
+            std::fs::create_dir_all(&w.dir).unwrap();
+            std::fs::write(&w.file, "0").unwrap();
+            for f in ["cgroup.controllers", "cgroup.subtree_control"] {
+                let p = w.dir.join(f);
+                if !p.exists() {
+                    std::fs::write(p, "cpu memory pids\n").unwrap();
+                }
+            }
+        }
+        let mut r = Reconciler::new(c.clone(), false, Duration::from_secs(0));
+        r.watch_files();
+        let t0 = Instant::now();
+        let first = r.reconcile(&pods, None, t0);
+        assert!(first.errors.is_empty(), "{:?}", first.errors);
+        assert!(!first.plan_reused);
+        let n = first.planned.len();
+        // Read back its own writes, then found settled by a walk.
+        r.reconcile(&pods, None, t0);
+        let settling = r.reconcile(&pods, None, t0);
+        assert_eq!(settling.unread, n);
+        let walks = r.plan_walks();
+        assert_eq!(walks, 3);
+        for _ in 0..5 {
+            let q = r.reconcile(&pods, None, t0);
+            assert_eq!((q.unread, q.unchanged, q.writes.len()), (n, n, 0));
+            assert!(q.plan_reused);
+            assert_eq!(q.planned.len(), n);
+            assert!(q.errors.is_empty());
+        }
+        assert_eq!(r.plan_walks(), walks, "quiet passes walk nothing");
+        // A write by someone else after quiet passes: read and corrected.
+        let weight = c.layout.file(
+            &c.layout.pod_cgroup(QosClass::Burstable, "0000-a"),
+            "cpu.weight",
+        );
+        let planned_weight = std::fs::read_to_string(&weight).unwrap();
+        std::fs::write(&weight, "4096").unwrap();
+        let fixed = r.reconcile(&pods, None, t0);
+        assert_eq!(fixed.drift, vec![weight.clone()]);
+        assert_eq!(std::fs::read_to_string(&weight).unwrap(), planned_weight);
+        assert_eq!(r.plan_walks(), walks + 1);
+        // Its read-back, the walk that finds it settled, then quiet again.
+        r.reconcile(&pods, None, t0);
+        r.reconcile(&pods, None, t0);
+        let w = r.plan_walks();
+        r.reconcile(&pods, None, t0);
+        assert_eq!(r.plan_walks(), w);
+        // Moved cgroups and the full-read cadence walk (and read) again.
+        r.files_may_have_moved();
+        assert_eq!(r.reconcile(&pods, None, t0).unread, 0);
+        assert_eq!(r.plan_walks(), w + 1);
+        r.reconcile(&pods, None, t0);
+        r.reconcile(&pods, None, t0);
+        let w = r.plan_walks();
+        assert_eq!(r.reconcile(&pods, None, t0 + DRIFT_FULL_READ).unread, 0);
+        assert_eq!(r.plan_walks(), w + 1);
+        // A due orphan scan runs on a settled plan (a live set never seen).
+        r.reconcile(&pods, None, t0 + DRIFT_FULL_READ);
+        let w = r.plan_walks();
+        let live: BTreeSet<String> = ["0000-a".into(), "0000-b".into()].into();
+        r.reconcile(&pods, Some(&live), t0 + DRIFT_FULL_READ);
+        assert_eq!(r.plan_walks(), w, "settled: no walk");
+        assert!(
+            r.orphan_scanned.as_ref().is_some_and(|(l, _)| l == &live),
+            "the orphan scan ran"
+        );
+        // A new plan walks.
+        let pods2 = vec![pod("0000-a", "500m"), pod("0000-b", "100m")];
+        let changed = r.reconcile(&pods2, Some(&live), t0 + DRIFT_FULL_READ);
+        assert!(!changed.plan_reused);
+        assert!(changed.writes.iter().any(|x| x.file == weight));
+        assert_eq!(r.plan_walks(), w + 1);
     }
 
     #[test]

@@ -4,11 +4,14 @@
 //! loop, the HTTP server) either beats a [`Heartbeat`] registered with
 //! [`Health`] or runs on a thread started by [`spawn_supervised`], which
 //! turns a panic into a recorded failure instead of a silently dead thread.
-//! [`watch`] checks liveness every second: once it fails (a panic, a loop
-//! whose heartbeat is older than its deadline), `/healthz` answers 503 with
-//! the reason for a short grace period, so probes see it, and then the
-//! process exits with [`EXIT_UNHEALTHY`] so systemd or the kubelet restarts
-//! it.
+//! [`watch`] checks liveness when it could fail: it sleeps until the
+//! earliest heartbeat deadline (or the runtime-unreachable limit) could
+//! expire, and is woken at once by a failure (a panic), a new loop or limit,
+//! or the runtime going away; heartbeats wake nobody. Once liveness fails
+//! (a panic, a loop whose heartbeat is older than its deadline),
+//! `/healthz` answers 503 with the reason for a short grace period, so
+//! probes see it, and then the process exits with [`EXIT_UNHEALTHY`] so
+//! systemd or the kubelet restarts it.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -94,22 +97,43 @@ pub(crate) fn spawn_task_supervised<F>(
     });
 }
 
-/// Check liveness every `every`; once it fails, log why, keep serving the
-/// failure for `grace` (probes see 503) and exit with [`EXIT_UNHEALTHY`].
+/// Longest sleep of the supervisor between checks (a backstop: every
+/// deadline it watches is shorter, and a failure wakes it at once).
+const MAX_CHECK_EVERY: Duration = Duration::from_secs(60);
+
+/// Block until liveness fails and return why: check, then sleep until the
+/// earliest deadline could expire ([`Health::until_unhealthy`], at most
+/// `max_wait`) or something wakes the supervisor ([`Health::wait_change`]),
+/// and check again. `checks` counts the checks (wake-ups).
+pub(crate) fn until_unhealthy(health: &Health, max_wait: Duration, checks: &mut u64) -> String {
+    loop {
+        // Read before checking: a change between the check and the sleep
+        // is not slept through.
+        let seen = health.generation();
+        *checks += 1;
+        if let Err(why) = health.alive() {
+            return why;
+        }
+        let wait = health.until_unhealthy().min(max_wait);
+        health.wait_change(seen, wait);
+    }
+}
+
+/// Watch liveness ([`until_unhealthy`]); once it fails, log why, keep
+/// serving the failure for `grace` (probes see 503) and exit with
+/// [`EXIT_UNHEALTHY`]. A stalled loop is seen within a millisecond of its
+/// deadline, a failure at once.
 pub(crate) fn watch(
     health: Arc<Health>,
-    every: Duration,
     grace: Duration,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
         .name("qosd-supervisor".into())
-        .spawn(move || loop {
-            std::thread::sleep(every);
-            if let Err(why) = health.alive() {
-                tracing::error!(reason = %why, grace = ?grace, exit_code = EXIT_UNHEALTHY, "unhealthy: exiting so the service manager restarts qosd");
-                std::thread::sleep(grace);
-                std::process::exit(EXIT_UNHEALTHY);
-            }
+        .spawn(move || {
+            let why = until_unhealthy(&health, MAX_CHECK_EVERY, &mut 0);
+            tracing::error!(reason = %why, grace = ?grace, exit_code = EXIT_UNHEALTHY, "unhealthy: exiting so the service manager restarts qosd");
+            std::thread::sleep(grace);
+            std::process::exit(EXIT_UNHEALTHY);
         })
 }
 
@@ -165,6 +189,68 @@ mod tests {
             }
         });
         assert!(h.alive().is_ok());
+    }
+
+    /// The supervisor sleeps until the earliest deadline could expire, not
+    /// on a fixed tick: a loop that beats keeps it asleep, a stalled loop
+    /// is found after its deadline, a failure wakes it at once.
+    #[test]
+    fn supervisor_wakes_at_deadlines_and_on_failure() {
+        let h = Arc::new(Health::new(Duration::from_secs(600)));
+        // Nothing registered: the main heartbeat's deadline, 600 s away.
+        let left = h.until_unhealthy();
+        assert!(
+            left > Duration::from_secs(590) && left <= Duration::from_millis(600_001),
+            "{left:?}"
+        );
+        let hb = h.register_loop("eviction loop", Duration::from_secs(30));
+        let left = h.until_unhealthy();
+        assert!(
+            left > Duration::from_secs(29) && left <= Duration::from_millis(30_001),
+            "{left:?}"
+        );
+
+        // A loop that stops beating: found stalled once its deadline is
+        // past, after a handful of checks (not one per tick).
+        let stall = h.register_loop("stalling loop", Duration::from_millis(200));
+        stall.beat();
+        let mut checks = 0;
+        let why = until_unhealthy(&h, MAX_CHECK_EVERY, &mut checks);
+        assert!(why.contains("stalling loop heartbeat"), "{why}");
+        assert!(checks <= 3, "{checks} checks for one deadline");
+        drop(hb);
+
+        // A failure wakes a supervisor that would otherwise sleep 600 s.
+        let h = Arc::new(Health::new(Duration::from_secs(600)));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let h2 = h.clone();
+        std::thread::spawn(move || {
+            let mut checks = 0;
+            let why = until_unhealthy(&h2, Duration::from_secs(600), &mut checks);
+            let _ = tx.send((why, checks));
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        h.fail("eviction loop panicked: boom".into());
+        let (why, checks) = rx
+            .recv_timeout(Duration::from_secs(120))
+            .expect("a failure wakes the supervisor");
+        assert!(why.contains("boom"), "{why}");
+        assert!(checks <= 2, "{checks} checks");
+
+        // So does the runtime going away with a limit.
+        let h = Arc::new(Health::new(Duration::from_secs(600)));
+        h.set_runtime_unhealthy_after(Some(Duration::from_millis(100)));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let h2 = h.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(until_unhealthy(&h2, Duration::from_secs(600), &mut 0));
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        h.set_cri_reachable(false);
+        let why = rx
+            .recv_timeout(Duration::from_secs(120))
+            .expect("the runtime limit is watched once the runtime is down");
+        assert!(why.contains("container runtime unreachable"), "{why}");
     }
 
     #[test]

@@ -44,6 +44,11 @@ pub struct Health {
     /// Per-pod usage measured on demand (`/status`): see
     /// [`Health::fresh_pod_usage`].
     usage: UsageRefresh,
+    /// Bumped (and the supervisor woken) by anything that can make
+    /// liveness fail sooner than the supervisor planned: a failure, a new
+    /// loop, the runtime going away, a new runtime limit. Heartbeats only
+    /// push deadlines later and wake nobody.
+    changed: (Mutex<u64>, std::sync::Condvar),
 }
 
 /// Per-pod usage on demand: a reader asks (generation `asked`), the
@@ -113,7 +118,52 @@ impl Health {
             cri_pending: Mutex::new(None),
             problems: Mutex::new(Default::default()),
             usage: UsageRefresh::default(),
+            changed: (Mutex::new(0), std::sync::Condvar::new()),
         }
+    }
+
+    /// Wake the supervisor: liveness may fail sooner than it planned.
+    fn poke(&self) {
+        *lock(&self.changed.0) += 1;
+        self.changed.1.notify_all();
+    }
+
+    /// The change generation (see [`Health::wait_change`]).
+    pub(crate) fn generation(&self) -> u64 {
+        *lock(&self.changed.0)
+    }
+
+    /// Sleep until `timeout` passes or something bumps the generation past
+    /// `seen` (a failure, a new loop or limit, the runtime going away).
+    pub(crate) fn wait_change(&self, seen: u64, timeout: Duration) {
+        let g = lock(&self.changed.0);
+        let _ = self
+            .changed
+            .1
+            .wait_timeout_while(g, timeout, |g| *g == seen);
+    }
+
+    /// How long, without another heartbeat, until [`Health::alive`] can
+    /// fail: the earliest of every heartbeat's deadline (the loops' and
+    /// the main loop's) and of the runtime-unreachable limit when the
+    /// runtime is down. Zero when it already fails.
+    pub(crate) fn until_unhealthy(&self) -> Duration {
+        if lock(&self.failure).is_some() {
+            return Duration::ZERO;
+        }
+        // `alive` fails once an age is strictly over its limit; ages are
+        // whole milliseconds: 1 ms past the limit.
+        let left =
+            |limit: Duration, age: Duration| (limit + Duration::from_millis(1)).saturating_sub(age);
+        let mut next = left(self.stale_after, self.heartbeat_age());
+        for l in lock(&self.loops).iter() {
+            next = next.min(left(l.deadline, l.age()));
+        }
+        let limit = *lock(&self.runtime_unhealthy_after);
+        if let (Some(limit), Some(since)) = (limit, *lock(&self.cri_down_since)) {
+            next = next.min(left(limit, since.elapsed()));
+        }
+        next
     }
 
     /// The loop that measures per-pod usage: `wake` starts a pass, which
@@ -173,6 +223,7 @@ impl Health {
             .runtime_unhealthy_after
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = limit;
+        self.poke();
     }
 
     /// Mark a degraded mode (`Some(reason)`) or clear it (`None`).
@@ -207,10 +258,20 @@ impl Health {
             .cri_down_since
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        match (ok, *since) {
-            (true, _) => *since = None,
-            (false, None) => *since = Some(Instant::now()),
-            (false, Some(_)) => {}
+        let went_down = match (ok, *since) {
+            (true, _) => {
+                *since = None;
+                false
+            }
+            (false, None) => {
+                *since = Some(Instant::now());
+                true
+            }
+            (false, Some(_)) => false,
+        };
+        drop(since);
+        if went_down {
+            self.poke();
         }
         if ok {
             *lock(&self.cri_reason) = None;
@@ -275,6 +336,7 @@ impl Health {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(hb.clone());
+        self.poke();
         hb
     }
 
@@ -285,6 +347,8 @@ impl Health {
         if f.is_none() {
             *f = Some(reason);
         }
+        drop(f);
+        self.poke();
     }
 
     /// Liveness: `Ok` or why not.

@@ -370,6 +370,7 @@ pub(crate) async fn run_loop(
             unread = report.unread,
             errors = report.errors.len(),
             plans = reconciler.plans_built(),
+            walks = reconciler.plan_walks(),
             ms = report.duration.as_secs_f64() * 1e3,
             "reconciled"
         );

@@ -256,6 +256,12 @@ impl Engine {
     /// pod cgroup, logs, local volumes, writable layers), or why the pod
     /// list is unavailable (then nothing is evicted).
     pub fn pass(&mut self, pods: Result<Vec<Candidate>, String>) -> PassReport {
+        self.pass_shared(pods.map(Arc::new))
+    }
+
+    /// [`Engine::pass`] on a shared pod list: copied only when a pass
+    /// measures per-pod stats (far from every threshold it is only read).
+    pub(crate) fn pass_shared(&mut self, pods: Result<Arc<Vec<Candidate>>, String>) -> PassReport {
         let now = Instant::now();
         let mut phases = PassPhases::start(now);
         // Errors go back in the report; the caller logs them (once).
@@ -319,18 +325,22 @@ impl Engine {
                 self.last_stats = Some(now);
             }
             phases.measured_pods = ps.iter().filter(|c| c.stats.is_none()).count();
-            let out = self.measure(ps, want_mem, want_disk, &mut signal_errors);
+            let out = self.measure(
+                Arc::unwrap_or_clone(ps),
+                want_mem,
+                want_disk,
+                &mut signal_errors,
+            );
             // Readers get complete measurements only (a pass near one
             // resource measures only what it ranks by).
             if want_mem && want_disk {
                 measured = Some(out.clone());
             }
-            out
+            Arc::new(out)
         });
         phases.measure = phases.lap();
-        let mut decision =
-            self.manager
-                .synchronize(now, &obs, pods.as_deref().map_err(Clone::clone));
+        let pod_list = || pods.as_deref().map(Vec::as_slice).map_err(Clone::clone);
+        let mut decision = self.manager.synchronize(now, &obs, pod_list());
         phases.decide = phases.lap();
         let mut reclaim = self.periodic_image_gc(now, &obs);
         // Node-level reclaim before evicting for disk (kubelet
@@ -394,9 +404,7 @@ impl Engine {
             if !matches!(outcome, Some(Err(EvictError::ApiRefused { .. }))) {
                 break;
             }
-            decision = self
-                .manager
-                .synchronize(now, &obs, pods.as_deref().map_err(Clone::clone));
+            decision = self.manager.synchronize(now, &obs, pod_list());
             outcome = decision.victim().map(|v| {
                 let r = self.evictor.evict(v);
                 if let Err(e) = &r {
@@ -594,7 +602,8 @@ pub(crate) fn storage_of(
 /// and the eviction loop (reader).
 #[derive(Debug)]
 pub(crate) struct PodFeed {
-    inner: std::sync::Mutex<(Result<Vec<Candidate>, String>, Instant)>,
+    /// Shared with the passes that read it (no copy per pass).
+    inner: std::sync::Mutex<(Result<Arc<Vec<Candidate>>, String>, Instant)>,
 }
 
 impl Default for PodFeed {
@@ -608,7 +617,8 @@ impl Default for PodFeed {
 impl PodFeed {
     /// Publish a fresh listing (stats may be `None`: read from cgroups).
     pub(crate) fn set(&self, pods: Vec<Candidate>) {
-        *self.inner.lock().unwrap_or_else(|e| e.into_inner()) = (Ok(pods), Instant::now());
+        *self.inner.lock().unwrap_or_else(|e| e.into_inner()) =
+            (Ok(Arc::new(pods)), Instant::now());
     }
 
     /// The pods published last are current as of now (an unchanged
@@ -628,7 +638,7 @@ impl PodFeed {
     }
 
     /// The pods, or why they are unusable (failed, or older than `max_age`).
-    pub(crate) fn get(&self, max_age: std::time::Duration) -> Result<Vec<Candidate>, String> {
+    pub(crate) fn get(&self, max_age: std::time::Duration) -> Result<Arc<Vec<Candidate>>, String> {
         let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let age = g.1.elapsed();
         match &g.0 {
@@ -872,7 +882,7 @@ impl EvictionLoop {
                     let fed = Instant::now();
                     let pods = feed.get(opts.max_pod_list_age);
                     let fed = fed.elapsed();
-                    let mut report = engine.pass(pods);
+                    let mut report = engine.pass_shared(pods);
                     report.detected = detected;
                     log_pass_timing(&report, woke, fed);
                     on_pass(&report);

@@ -15,6 +15,10 @@
 //!   inodesFree = f_ffree of f_files).
 //! * `pid.available` = pid_max − running tasks (the 4th field of
 //!   /proc/loadavg, like the kubelet, which avoids sysinfo's truncation).
+//! * The node-level files (meminfo, loadavg, pid_max, the root's and
+//!   kubepods' memory counters) are read through descriptors kept open on
+//!   the reading thread ([`read_kept`]): one `pread` per file and pass
+//!   instead of open, stat, read, read, close.
 //! * per pod: working set of the pod cgroup and its process count; local
 //!   storage of its logs (`<podLogsDir>/<ns>_<name>_<uid>/`) and local
 //!   volumes (`<rootDir>/pods/<uid>/volumes/…`), bytes and inodes
@@ -192,7 +196,7 @@ impl SignalSources {
             signal: Signal::AllocatableMemoryAvailable,
             message: "no kubepods cgroup configured".into(),
         })?;
-        let ws = cgroup_working_set(self.version, dir)?;
+        let ws = working_set_of(self.version, dir, true)?;
         let ws_i = i64::try_from(ws)
             .map_err(|_| fmt_err(dir, format!("working set {ws} out of range")))?;
         let cap = match self.allocatable_memory_bytes {
@@ -212,10 +216,10 @@ impl SignalSources {
 
     /// pid.available: (pid_max − running tasks, pid_max).
     pub(crate) fn pid_available(&self) -> Result<(i64, i64), SignalError> {
-        let max = read_u64(&self.pid_max)?;
+        let max = read_u64_kept(&self.pid_max)?;
         let max = i64::try_from(max)
             .map_err(|_| fmt_err(&self.pid_max, format!("pid_max {max} out of range")))?;
-        let la = read_string(&self.loadavg)?;
+        let la = read_kept(&self.loadavg)?;
         let total = la
             .split_whitespace()
             .nth(3)
@@ -238,6 +242,62 @@ fn read_string(path: &Path) -> Result<String, SignalError> {
     std::fs::read_to_string(path).map_err(io_err(path))
 }
 
+thread_local! {
+    /// Node-level signal files kept open on this thread ([`read_kept`]).
+    static KEPT: std::cell::RefCell<std::collections::HashMap<PathBuf, std::fs::File>> =
+        std::cell::RefCell::new(std::collections::HashMap::new());
+}
+
+/// At most this many files are kept open per thread (the node-level
+/// signal files are a handful; more means many paths: start over).
+const KEPT_MAX: usize = 16;
+
+/// Read a node-level signal file (procfs, cgroupfs) through a descriptor
+/// kept open on this thread: `pread` from offset 0 renders it afresh. A
+/// failed read drops the descriptor and opens the path again once (a
+/// cgroup removed and made again answers ENODEV on the old one). Only for
+/// a fixed handful of node-level paths, never per pod (their descriptors
+/// would outlive the pods).
+fn read_kept(path: &Path) -> Result<String, SignalError> {
+    KEPT.with(|k| {
+        let mut k = k.borrow_mut();
+        if let Some(f) = k.get(path) {
+            if let Ok(s) = pread_all(f) {
+                return Ok(s);
+            }
+            k.remove(path);
+        }
+        let f = std::fs::File::open(path).map_err(io_err(path))?;
+        let s = pread_all(&f).map_err(io_err(path))?;
+        if k.len() >= KEPT_MAX {
+            k.clear();
+        }
+        k.insert(path.to_path_buf(), f);
+        Ok(s)
+    })
+}
+
+/// The whole file from offset 0. A short read ends it: procfs and
+/// cgroupfs (seq_file) reads fill the buffer unless the end was reached.
+fn pread_all(f: &std::fs::File) -> std::io::Result<String> {
+    use std::os::unix::fs::FileExt;
+    let mut out = Vec::new();
+    let mut chunk = [0u8; 8192];
+    loop {
+        let n = f.read_at(&mut chunk, out.len() as u64)?;
+        out.extend_from_slice(&chunk[..n]);
+        if n < chunk.len() {
+            break;
+        }
+    }
+    String::from_utf8(out).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
+fn read_u64_kept(path: &Path) -> Result<u64, SignalError> {
+    let s = read_kept(path)?;
+    parse_u64(s.trim()).ok_or_else(|| fmt_err(path, format!("not a number: {:?}", s.trim())))
+}
+
 fn read_u64(path: &Path) -> Result<u64, SignalError> {
     let s = read_string(path)?;
     parse_u64(s.trim()).ok_or_else(|| fmt_err(path, format!("not a number: {:?}", s.trim())))
@@ -248,7 +308,7 @@ fn parse_u64(s: &str) -> Option<u64> {
 }
 
 fn read_meminfo(path: &Path) -> Result<BTreeMap<String, i64>, SignalError> {
-    Ok(crate::sys::procfs::parse_meminfo(&read_string(path)?))
+    Ok(crate::sys::procfs::parse_meminfo(&read_kept(path)?))
 }
 
 fn meminfo_field(m: &BTreeMap<String, i64>, key: &str, path: &Path) -> Result<i64, SignalError> {
@@ -272,10 +332,10 @@ fn stat_required(text: &str, key: &str, path: &Path) -> Result<u64, SignalError>
 /// Working set of the root cgroup, in bytes.
 pub(crate) fn root_working_set(version: CgroupVersion, root: &Path) -> Result<u64, SignalError> {
     let stat_path = root.join("memory.stat");
-    let stat = read_string(&stat_path)?;
+    let stat = read_kept(&stat_path)?;
     match version {
         CgroupVersion::V1 => {
-            let usage = read_u64(&root.join("memory.usage_in_bytes"))?;
+            let usage = read_u64_kept(&root.join("memory.usage_in_bytes"))?;
             let inactive = stat_required(&stat, "total_inactive_file", &stat_path)?;
             Ok(usage.saturating_sub(inactive))
         }
@@ -298,13 +358,23 @@ pub(crate) fn root_working_set(version: CgroupVersion, root: &Path) -> Result<u6
 
 /// Working set of a non-root cgroup (kubepods, a pod): usage − inactive_file.
 pub(crate) fn cgroup_working_set(version: CgroupVersion, dir: &Path) -> Result<u64, SignalError> {
+    working_set_of(version, dir, false)
+}
+
+/// [`cgroup_working_set`], through kept-open descriptors when `kept` (the
+/// kubepods cgroup: one fixed directory, read every pass).
+fn working_set_of(version: CgroupVersion, dir: &Path, kept: bool) -> Result<u64, SignalError> {
+    let read = if kept { read_kept } else { read_string };
     let stat_path = dir.join("memory.stat");
-    let stat = read_string(&stat_path)?;
+    let stat = read(&stat_path)?;
     let (usage_file, inactive_key) = match version {
         CgroupVersion::V1 => ("memory.usage_in_bytes", "total_inactive_file"),
         CgroupVersion::V2 => ("memory.current", "inactive_file"),
     };
-    let usage = read_u64(&dir.join(usage_file))?;
+    let usage_path = dir.join(usage_file);
+    let s = read(&usage_path)?;
+    let usage = parse_u64(s.trim())
+        .ok_or_else(|| fmt_err(&usage_path, format!("not a number: {:?}", s.trim())))?;
     let inactive = stat_required(&stat, inactive_key, &stat_path)?;
     Ok(usage.saturating_sub(inactive))
 }
@@ -742,6 +812,27 @@ mod tests {
         );
         assert_eq!(obs.len(), 1);
         assert_eq!(errs.len(), 1);
+    }
+
+    /// Kept-open reads: the whole file (longer than one read), a rewrite
+    /// in place seen at the next read, a missing path an error naming it
+    /// (and not kept), readable once it exists.
+    #[test]
+    fn kept_reads_follow_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("memory.stat");
+        let long: String = (0..2000).map(|i| format!("key{i} {i}\n")).collect();
+        assert!(long.len() > 8192);
+        std::fs::write(&p, &long).unwrap();
+        assert_eq!(read_kept(&p).unwrap(), long);
+        std::fs::write(&p, "total_inactive_file 7\n").unwrap();
+        assert_eq!(read_kept(&p).unwrap(), "total_inactive_file 7\n");
+        let gone = dir.path().join("loadavg");
+        let e = read_kept(&gone).unwrap_err().to_string();
+        assert!(e.contains(&gone.display().to_string()), "{e}");
+        std::fs::write(&gone, "0.00 0.01 0.05 1/123 4567\n").unwrap();
+        assert_eq!(read_kept(&gone).unwrap(), "0.00 0.01 0.05 1/123 4567\n");
+        KEPT.with(|k| assert_eq!(k.borrow().len(), 2));
     }
 
     #[test]

@@ -261,7 +261,7 @@ impl Engine {
 
     /// [`Engine::pass`] on a shared pod list: copied only when a pass
     /// measures per-pod stats (far from every threshold it is only read).
-    pub(crate) fn pass_shared(&mut self, pods: Result<Arc<Vec<Candidate>>, String>) -> PassReport {
+    pub(crate) fn pass_shared(&mut self, pods: SharedPods) -> PassReport {
         let now = Instant::now();
         let mut phases = PassPhases::start(now);
         // Errors go back in the report; the caller logs them (once).
@@ -603,8 +603,11 @@ pub(crate) fn storage_of(
 #[derive(Debug)]
 pub(crate) struct PodFeed {
     /// Shared with the passes that read it (no copy per pass).
-    inner: std::sync::Mutex<(Result<Arc<Vec<Candidate>>, String>, Instant)>,
+    inner: std::sync::Mutex<(SharedPods, Instant)>,
 }
+
+/// The pods of the last listing, shared, or why there are none.
+type SharedPods = Result<Arc<Vec<Candidate>>, String>;
 
 impl Default for PodFeed {
     fn default() -> Self {

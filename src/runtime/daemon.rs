@@ -80,7 +80,8 @@ pub(crate) fn check_parents(plan: &PlanConfig, listing: &Listing) -> Result<(), 
         .iter()
         .filter_map(|p| {
             Some(Reported {
-                key: p.pod.key(),
+                namespace: &p.pod.namespace,
+                name: &p.pod.name,
                 uid: &p.pod.uid,
                 class: p.qos_class,
                 parent: p.cgroup_parent.as_deref()?,

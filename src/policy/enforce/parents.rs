@@ -61,7 +61,10 @@ impl ParentMismatch {
 /// One live pod: identity, the class qosd gives it and the reported parent.
 #[derive(Debug, Clone)]
 pub(crate) struct Reported<'a> {
-    pub(crate) key: String,
+    /// `namespace` and `name` (put together only for a misplaced pod: the
+    /// check runs at every reconcile).
+    pub(crate) namespace: &'a str,
+    pub(crate) name: &'a str,
     pub(crate) uid: &'a str,
     pub(crate) class: QosClass,
     pub(crate) parent: &'a str,
@@ -88,7 +91,7 @@ pub(crate) fn check(layout: &CgroupLayout, pods: &[Reported<'_>]) -> Result<(), 
                 guess = Some(matching_settings(reported));
             }
             bad.push(Misplaced {
-                pod: format!("{} ({})", p.key, p.uid),
+                pod: format!("{}/{} ({})", p.namespace, p.name, p.uid),
                 reported: reported.to_string(),
                 planned,
             });
@@ -137,7 +140,8 @@ mod tests {
 
     fn pod<'a>(uid: &'a str, class: QosClass, parent: &'a str) -> Reported<'a> {
         Reported {
-            key: format!("default/{uid}"),
+            namespace: "default",
+            name: uid,
             uid,
             class,
             parent,

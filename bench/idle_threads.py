@@ -34,13 +34,13 @@ def ticks(pid):
 
 
 def switches(path):
-    """Voluntary + involuntary context switches of one thread: its wake-ups
-    (a thread that sleeps and is woken switches out once per sleep)."""
-    n = 0
+    """Voluntary context switches of one thread: its wake-ups (a thread
+    that blocks and is woken switches out once per sleep; preemptions by
+    other load, the involuntary ones, are left out)."""
     for line in open(path):
-        if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
-            n += int(line.split()[1])
-    return n
+        if line.startswith("voluntary_ctxt_switches"):
+            return int(line.split()[1])
+    return 0
 
 
 def threads(pid):

@@ -1184,7 +1184,17 @@ mod tests {
         assert!(f.get(Duration::from_secs(1)).is_ok());
         std::thread::sleep(Duration::from_millis(20));
         assert!(f.get(Duration::from_millis(5)).unwrap_err().contains("old"));
+        // An unchanged listing marks the same pods current again (shared,
+        // not copied); after a failure there is nothing to mark.
+        let before = f.get(Duration::from_secs(60)).unwrap();
+        std::thread::sleep(Duration::from_millis(500));
+        assert!(f.get(Duration::from_millis(400)).is_err());
+        assert!(f.refresh());
+        let after = f.get(Duration::from_millis(400)).unwrap();
+        assert!(Arc::ptr_eq(&before, &after));
         f.failed("runtime down");
+        assert_eq!(f.get(Duration::from_secs(1)).unwrap_err(), "runtime down");
+        assert!(!f.refresh());
         assert_eq!(f.get(Duration::from_secs(1)).unwrap_err(), "runtime down");
     }
 

@@ -260,6 +260,10 @@ pub(crate) fn check_reserved_cgroups(plan: &PlanConfig) -> anyhow::Result<()> {
 }
 
 pub(crate) fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<DaemonExit> {
+    // One malloc arena, set before any thread starts (see sys::malloc).
+    if let Some(n) = crate::sys::malloc::limit_arenas() {
+        tracing::debug!(arenas = n, "malloc arenas limited");
+    }
     // Eviction settings are validated before anything is touched.
     let eviction = crate::runtime::eviction_service::eviction_config(&cfg).map_err(bad_input)?;
     let plan = plan_config(&cfg, &args.proc_root, &args.sysfs)?;

@@ -16,6 +16,7 @@ pub mod file_watch;
 pub(crate) mod hugepages;
 pub(crate) mod input;
 pub mod kill;
+pub(crate) mod malloc;
 pub(crate) mod pod_events;
 pub(crate) mod process;
 pub mod procfs;

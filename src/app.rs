@@ -387,11 +387,9 @@ pub(crate) fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<Daemon
     let mut generation = 1u64;
     let (m, h) = (metrics.clone(), health.clone());
     let source = opts.source.clone();
-    let handle = rt.handle().clone();
     let kube_side = kube.clone();
-    // Set before the async runtime shuts down: the eviction side's CRI
-    // calls (a clean-up still retrying) then stop instead of starting a call
-    // on a runtime that is going away.
+    // Set when the daemon stops: the eviction side's CRI calls (a clean-up
+    // still retrying) then stop instead of starting another.
     let closing = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let closing_r = closing.clone();
     observer.reloader = Some(Box::new(move || {
@@ -412,7 +410,6 @@ pub(crate) fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<Daemon
                         &source,
                         kube_side.clone(),
                         &proc_root,
-                        &handle,
                         &closing_r,
                         &m,
                         &h,
@@ -492,7 +489,6 @@ pub(crate) fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<Daemon
         &opts.source,
         kube,
         &args.proc_root,
-        rt.handle(),
         &closing,
         &metrics,
         &health,
@@ -714,7 +710,6 @@ fn start_eviction(
     source: &PodSourceSpec,
     kube: Option<Arc<crate::kube::KubeSide>>,
     proc_root: &Path,
-    rt: &tokio::runtime::Handle,
     closing: &Arc<std::sync::atomic::AtomicBool>,
     metrics: &Arc<Metrics>,
     health: &Arc<Health>,
@@ -755,7 +750,7 @@ fn start_eviction(
     // victims, writable layers, dead containers and image GC.
     let cri = match source {
         PodSourceSpec::Cri { endpoint } => {
-            let mut s = crate::runtime::stopper::CriStopper::new(endpoint.clone(), rt.clone());
+            let mut s = crate::runtime::stopper::CriStopper::new(endpoint.clone());
             s.closing = closing.clone();
             s.image_gc.minimum_age = cfg.image_minimum_gc_age;
             if cfg.eviction_max_pod_grace_period > 0 {

@@ -711,7 +711,6 @@ fn local_storage_limit_evicts_without_node_pressure() {
     .unwrap();
     let cri = Arc::new(qosd::runtime::stopper::CriStopper::new(
         env.endpoint.clone(),
-        rt.handle().clone(),
     ));
     let stopper: Arc<dyn PodStopper> = cri.clone();
     let mut engine = Engine::new(

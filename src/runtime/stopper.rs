@@ -41,11 +41,17 @@ pub(crate) fn writable_layers_by_pod(
 // ------------------------------------------------------- CRI pod stopper
 
 /// Stops and removes pod sandboxes through the CRI for the evictor. It runs
-/// on the eviction thread and connects lazily (evictions are rare; the
+/// on the eviction threads and connects lazily (evictions are rare; the
 /// reconcile loop's client lives on the async side).
+///
+/// Its calls run on a runtime of its own (current-thread: no thread, driven
+/// by the calling eviction thread), not on the daemon's: a clean-up call
+/// still in flight when the daemon's runtime shuts down at SIGTERM would
+/// otherwise panic in tokio's timer.
 pub struct CriStopper {
     endpoint: String,
-    handle: tokio::runtime::Handle,
+    /// `Err`: the runtime could not be built (every call reports it).
+    rt: Result<tokio::runtime::Runtime, String>,
     client: Mutex<Option<crate::cri::CriClient>>,
     /// A second client whose calls may last a whole grace period
     /// (StopContainer with the pod's grace).
@@ -56,10 +62,8 @@ pub struct CriStopper {
     images: Mutex<ImageTracker>,
     /// Image GC policy (minimum age).
     pub(crate) image_gc: ImageGcPolicy,
-    /// Set by the daemon before its async runtime shuts down: from then on
-    /// no call is started on `handle` (tokio panics when a call's timer or
-    /// socket is made on a runtime being shut down, which a clean-up
-    /// thread still retrying after an eviction would otherwise hit).
+    /// Set by the daemon when it stops: from then on no runtime call is
+    /// started (a clean-up thread still retrying after an eviction gives up).
     pub(crate) closing: Arc<AtomicBool>,
 }
 
@@ -72,10 +76,14 @@ fn done_if_not_found(r: Result<(), crate::cri::CriError>) -> Result<(), crate::c
 }
 
 impl CriStopper {
-    pub fn new(endpoint: String, handle: tokio::runtime::Handle) -> CriStopper {
+    pub fn new(endpoint: String) -> CriStopper {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| format!("cannot build the eviction side's CRI runtime: {e}"));
         CriStopper {
             endpoint,
-            handle,
+            rt,
             client: Mutex::new(None),
             stop_client: Mutex::new(None),
             max_grace: Duration::from_secs(30),
@@ -83,6 +91,10 @@ impl CriStopper {
             image_gc: ImageGcPolicy::default(),
             closing: Arc::new(AtomicBool::new(false)),
         }
+    }
+
+    fn runtime(&self) -> Result<&tokio::runtime::Runtime, String> {
+        self.rt.as_ref().map_err(Clone::clone)
     }
 
     /// Record the images and which ones containers (any state) refer to.
@@ -274,7 +286,7 @@ impl CriStopper {
                     ..Default::default()
                 };
                 let c = self
-                    .handle
+                    .runtime()?
                     .block_on(crate::cri::CriClient::connect(&self.endpoint, opts))
                     .map_err(|e| e.to_string())?;
                 *guard = Some(c.clone());
@@ -286,11 +298,21 @@ impl CriStopper {
     }
 }
 
+impl Drop for CriStopper {
+    fn drop(&mut self) {
+        // The last holder may be an async task or a thread at exit: never
+        // wait for (or panic on) the stopper's own runtime there.
+        if let Ok(rt) = std::mem::replace(&mut self.rt, Err(String::new())) {
+            rt.shutdown_background();
+        }
+    }
+}
+
 impl crate::runtime::evictor::PodStopper for CriStopper {
     fn stop_pod(&self, sandbox_id: &str, grace: Duration) -> Result<(), String> {
-        let handle = self.handle.clone();
+        let rt = self.runtime()?;
         self.with_stop_client(|c| {
-            handle.block_on(async {
+            rt.block_on(async {
                 if !grace.is_zero() {
                     // StopPodSandbox has no grace period: stop the running
                     // containers first with it (TERM, grace, KILL).
@@ -312,28 +334,29 @@ impl crate::runtime::evictor::PodStopper for CriStopper {
     }
 
     fn remove_pod(&self, sandbox_id: &str) -> Result<(), String> {
-        let handle = self.handle.clone();
+        let rt = self.runtime()?;
         self.with_client(|c| {
-            handle.block_on(async { done_if_not_found(c.remove_pod_sandbox(sandbox_id).await) })
+            rt.block_on(async { done_if_not_found(c.remove_pod_sandbox(sandbox_id).await) })
         })
     }
 }
 
 impl crate::runtime::eviction::NodeRuntime for CriStopper {
     fn writable_layers(&self) -> Result<BTreeMap<String, Vec<WritableLayer>>, String> {
-        let handle = self.handle.clone();
-        let stats = self.with_client(|c| handle.block_on(c.list_container_stats()))?;
+        let rt = self.runtime()?;
+        let stats = self.with_client(|c| rt.block_on(c.list_container_stats()))?;
         Ok(writable_layers_by_pod(&stats))
     }
 
     fn reclaim(&self, now: Instant) -> ReclaimReport {
         let mut rep = ReclaimReport::default();
-        let handle = self.handle.clone();
-        let r = self.with_client(|c| {
-            handle.block_on(async {
-                self.remove_dead_containers(&c, &mut rep).await;
-                self.free_images_async(&c, u64::MAX, now, &mut rep).await;
-                Ok(())
+        let r = self.runtime().and_then(|rt| {
+            self.with_client(|c| {
+                rt.block_on(async {
+                    self.remove_dead_containers(&c, &mut rep).await;
+                    self.free_images_async(&c, u64::MAX, now, &mut rep).await;
+                    Ok(())
+                })
             })
         });
         if let Err(e) = r {
@@ -347,11 +370,12 @@ impl crate::runtime::eviction::NodeRuntime for CriStopper {
 
     fn free_images(&self, bytes: u64, now: Instant) -> ReclaimReport {
         let mut rep = ReclaimReport::default();
-        let handle = self.handle.clone();
-        let r = self.with_client(|c| {
-            handle.block_on(async {
-                self.free_images_async(&c, bytes, now, &mut rep).await;
-                Ok(())
+        let r = self.runtime().and_then(|rt| {
+            self.with_client(|c| {
+                rt.block_on(async {
+                    self.free_images_async(&c, bytes, now, &mut rep).await;
+                    Ok(())
+                })
             })
         });
         if let Err(e) = r {
@@ -368,21 +392,32 @@ mod tests {
 
     #[test]
     fn no_runtime_call_once_the_daemon_is_closing() {
-        // A runtime that is shut down: a call made on it would panic in
-        // tokio; the closing flag must stop the call before that.
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let handle = rt.handle().clone();
-        rt.shutdown_timeout(Duration::ZERO);
-        let s = CriStopper::new("unix:///nonexistent/qosd-test.sock".into(), handle);
+        // Once the daemon is stopping, a clean-up still retrying gives up
+        // without a call (nor a connection).
+        let s = CriStopper::new("unix:///nonexistent/qosd-test.sock".into());
         s.closing.store(true, Ordering::Release);
         for r in [s.stop_pod("sb", Duration::ZERO), s.remove_pod("sb")] {
             let e = r.unwrap_err();
             assert!(e.contains("qosd is stopping"), "{e}");
         }
         assert!(s.client.lock().unwrap().is_none(), "no client was made");
+    }
+
+    /// The stopper's calls run on its own runtime: they work from a plain
+    /// thread with no daemon runtime at all (and so go on working while the
+    /// daemon's runtime shuts down), failing with the runtime's error.
+    #[test]
+    fn calls_need_no_daemon_runtime() {
+        let s = std::sync::Arc::new(CriStopper::new("unix:///nonexistent/qosd-test.sock".into()));
+        let s2 = s.clone();
+        let r = std::thread::spawn(move || s2.remove_pod("sb")).join();
+        let e = r.expect("no panic").unwrap_err();
+        assert!(!e.contains("qosd is stopping"), "{e}");
+        // dropped from an async task: no panic either
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(async move { drop(s) });
     }
 
     fn stats(uid: Option<&str>, name: Option<&str>, bytes: Option<u64>) -> proto::ContainerStats {

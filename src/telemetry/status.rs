@@ -54,6 +54,9 @@ pub struct StatusDoc {
     pub(crate) pod_usage: Vec<PodUsage>,
     /// Unix time (ms) `pod_usage` was measured (None: not yet).
     pub(crate) pod_usage_at_ms: Option<u64>,
+    /// The runtime's event stream (containerd): `live`, `down: <why>` or
+    /// `unsupported: <why>` (None: manifests, or no attempt ended yet).
+    pub(crate) runtime_events: Option<String>,
 }
 
 /// The Kubernetes API pod source, in `/status`.

@@ -432,6 +432,195 @@ mod tests {
         assert_eq!(container_id(Some(&junk)), "");
     }
 
+    /// A fake containerd events service: Publish goes to every registered
+    /// subscriber; a subscription registers `register_after` after the
+    /// call arrives (markers published before are lost, as on containerd
+    /// while the subscription is not registered yet).
+    #[derive(Clone)]
+    struct FakeEvents {
+        tx: tokio::sync::broadcast::Sender<proto::Envelope>,
+        register_after: Duration,
+        published: std::sync::Arc<std::sync::atomic::AtomicU32>,
+        /// Ends every open stream (a runtime restart, as the client sees it).
+        end: std::sync::Arc<tokio::sync::Notify>,
+    }
+
+    #[tonic::async_trait]
+    impl proto::events_server::Events for FakeEvents {
+        async fn publish(
+            &self,
+            r: tonic::Request<proto::PublishRequest>,
+        ) -> Result<tonic::Response<proto::Empty>, tonic::Status> {
+            let ns = r
+                .metadata()
+                .get("containerd-namespace")
+                .and_then(|v| v.to_str().ok())
+                .ok_or_else(|| tonic::Status::failed_precondition("namespace is required"))?
+                .to_string();
+            let r = r.into_inner();
+            self.published
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let _ = self.tx.send(proto::Envelope {
+                timestamp: None,
+                namespace: ns,
+                topic: r.topic,
+                event: r.event,
+            });
+            Ok(tonic::Response::new(proto::Empty {}))
+        }
+
+        async fn subscribe(
+            &self,
+            _r: tonic::Request<proto::SubscribeRequest>,
+        ) -> Result<
+            tonic::Response<
+                std::pin::Pin<
+                    Box<
+                        dyn tokio_stream::Stream<Item = Result<proto::Envelope, tonic::Status>>
+                            + Send,
+                    >,
+                >,
+            >,
+            tonic::Status,
+        > {
+            tokio::time::sleep(self.register_after).await;
+            let mut from = self.tx.subscribe();
+            let (to, rx) = tokio::sync::mpsc::channel(64);
+            let end = self.end.clone();
+            tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        m = from.recv() => {
+                            let Ok(m) = m else { return };
+                            if to.send(Ok(m)).await.is_err() {
+                                return;
+                            }
+                        }
+                        _ = end.notified() => return,
+                    }
+                }
+            });
+            Ok(tonic::Response::new(Box::pin(
+                tokio_stream::wrappers::ReceiverStream::new(rx),
+            )))
+        }
+    }
+
+    async fn serve_events(fake: FakeEvents, sock: &std::path::Path) -> tokio::task::JoinHandle<()> {
+        let _ = std::fs::remove_file(sock);
+        let listener = tokio::net::UnixListener::bind(sock).unwrap();
+        tokio::spawn(async move {
+            tonic::transport::Server::builder()
+                .add_service(proto::events_server::EventsServer::new(fake))
+                .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener))
+                .await
+                .unwrap();
+        })
+    }
+
+    async fn wait_for(
+        rx: &mut tokio::sync::watch::Receiver<Feed>,
+        what: &str,
+        ok: impl Fn(&Feed) -> bool,
+    ) -> Feed {
+        let r = tokio::time::timeout(Duration::from_secs(20), rx.wait_for(|f| ok(f)))
+            .await
+            .map(|r| r.map(|f| f.clone()));
+        match r {
+            Ok(Ok(f)) => f,
+            _ => panic!("feed never {what}: {:?}", *rx.borrow()),
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_runtime_without_the_events_api_is_unsupported() {
+        // A CRI server alone (every method Unimplemented): Subscribe is
+        // answered Unimplemented, as by CRI-O.
+        struct Nothing;
+        impl crate::cri::proto::runtime_service_server::RuntimeService for Nothing {}
+        let d = tempfile::tempdir().unwrap();
+        let sock = d.path().join("cri.sock");
+        let listener = tokio::net::UnixListener::bind(&sock).unwrap();
+        let _srv = tokio::spawn(async move {
+            tonic::transport::Server::builder()
+                .add_service(
+                    crate::cri::proto::runtime_service_server::RuntimeServiceServer::new(Nothing),
+                )
+                .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener))
+                .await
+                .unwrap();
+        });
+        let mut rx = spawn(
+            &format!("unix://{}", sock.display()),
+            Duration::from_secs(1),
+        )
+        .unwrap();
+        let f = wait_for(&mut rx, "unsupported", |f| f.unsupported).await;
+        assert!(!f.live);
+        assert_eq!(f.epoch, 0);
+        assert!(
+            f.down.as_deref().unwrap().contains("Unimplemented"),
+            "{f:?}"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_marker_proves_the_stream_live_and_a_restart_resubscribes() {
+        let d = tempfile::tempdir().unwrap();
+        let sock = d.path().join("events.sock");
+        let fake = FakeEvents {
+            tx: tokio::sync::broadcast::channel(64).0,
+            register_after: Duration::from_millis(500),
+            published: Default::default(),
+            end: Default::default(),
+        };
+        let srv = serve_events(fake.clone(), &sock).await;
+        let mut rx = spawn(
+            &format!("unix://{}", sock.display()),
+            Duration::from_secs(1),
+        )
+        .unwrap();
+        let f = wait_for(&mut rx, "live", |f| f.live).await;
+        assert_eq!(f.epoch, 1);
+        assert_eq!(f.changes, 0, "markers are no changes");
+        // Markers published before the subscription registered were lost:
+        // the subscriber kept publishing until one came back.
+        assert!(fake.published.load(std::sync::atomic::Ordering::Relaxed) >= 2);
+
+        // Events of the watched topics count; others and other
+        // namespaces do not (containerd would filter them; the fake does not).
+        let send = |ns: &str, topic: &str, id: &str| {
+            use prost::Message;
+            fake.tx
+                .send(proto::Envelope {
+                    timestamp: None,
+                    namespace: ns.into(),
+                    topic: topic.into(),
+                    event: Some(proto::Any {
+                        type_url: "containerd.events.X".into(),
+                        value: proto::ContainerRef { id: id.into() }.encode_to_vec(),
+                    }),
+                })
+                .unwrap();
+        };
+        send("moby", "/containers/delete", "x");
+        send(NAMESPACE, "/images/create", "x");
+        send(NAMESPACE, "/containers/delete", "gone");
+        send(NAMESPACE, "/containers/update", "resized");
+        let f = wait_for(&mut rx, "counting two changes", |f| f.changes == 2).await;
+        assert_eq!(f.updates, 1);
+        assert_eq!(f.updated, vec!["resized".to_string()]);
+
+        // The stream ends (the runtime restarts): the feed goes down, and
+        // is live again under a new epoch once a new subscription is.
+        fake.end.notify_waiters();
+        let f = wait_for(&mut rx, "down", |f| !f.live).await;
+        assert!(f.down.as_deref().unwrap().contains("ended"), "{f:?}");
+        let f = wait_for(&mut rx, "live again", |f| f.live).await;
+        assert_eq!(f.epoch, 2);
+        srv.abort();
+    }
+
     #[test]
     fn backoff_doubles_to_the_cap() {
         assert_eq!(backoff(1), Duration::from_secs(1));

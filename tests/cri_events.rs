@@ -163,3 +163,167 @@ async fn each_cri_call_that_changes_a_listing_publishes_a_watched_topic() {
         "{remove_sandbox:?}"
     );
 }
+
+/// `qosd run` against `env`: enforcing, `reconcile` apart, orphans removed
+/// at once.
+fn start_daemon(env: &Containerd, reconcile: &str) -> Daemon {
+    let mut args = vec!["run"];
+    args.extend(env.qosd_flags());
+    let root = env.dir().to_str().unwrap().to_string();
+    let root: &'static str = Box::leak(root.into_boxed_str());
+    args.extend([
+        "--reconcile-interval",
+        reconcile,
+        "--relist-interval",
+        "1s",
+        "--orphan-grace-period",
+        "0s",
+        "--root-dir",
+        root,
+    ]);
+    Daemon::start(&args)
+}
+
+fn events_state(d: &Daemon) -> String {
+    d.status()["runtime_events"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+fn list_calls(d: &Daemon) -> f64 {
+    d.metric("qosd_cri_calls_total{method=\"ListPodSandbox\"}")
+        .expect("the ListPodSandbox call counter")
+}
+
+fn cpu_shares(env: &Containerd, p: &RunningPod) -> Option<i64> {
+    std::fs::read_to_string(env.cgroup_dir("cpu", p).join("cpu.shares"))
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+}
+
+/// With the event stream live, a quiet daemon lists nothing on its timer
+/// ticks, and pods started, resized in place and removed are seen through
+/// the events well before the 60 s safety relist — also a sandbox removed
+/// after its cgroups changed for the last time (no pod cgroup event
+/// announces that removal: the sequence that broke session 5's attempt).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: starts containerd and creates cgroups"]
+async fn pods_come_and_go_through_the_runtime_events() {
+    require_containerd();
+    let env = Containerd::start();
+    let keep = env
+        .run_pod(&PodSpec::new("keep").container(ContainerSpec::pause("app").cpu(Some(100), None)))
+        .await;
+    let mut d = start_daemon(&env, "2s");
+    wait_for("the runtime events live", Duration::from_secs(30), || {
+        d.get("/status").is_some() && events_state(&d) == "live"
+    });
+    wait_for("the first pod enforced", Duration::from_secs(30), || {
+        cpu_shares(&env, &keep) == Some(kubelet::shares(100))
+    });
+    assert!(d.log().contains("runtime events on"), "{}", d.log());
+
+    // Quiet: reconciles go on, the runtime is not listed.
+    let settled = wait_until(Duration::from_secs(20), || {
+        let l0 = list_calls(&d);
+        std::thread::sleep(Duration::from_millis(1500));
+        list_calls(&d) == l0
+    });
+    assert!(settled.is_some(), "the daemon never stopped listing");
+    let (l0, r0) = (list_calls(&d), d.metric("qosd_reconciles_total").unwrap());
+    wait_for("three more reconciles", Duration::from_secs(30), || {
+        d.metric("qosd_reconciles_total").unwrap_or(0.0) >= r0 + 3.0
+    });
+    assert_eq!(
+        list_calls(&d),
+        l0,
+        "a reconcile with no runtime event listed the runtime"
+    );
+
+    // A pod started: enforced.
+    let new = env
+        .run_pod(&PodSpec::new("new").container(ContainerSpec::pause("app").cpu(Some(300), None)))
+        .await;
+    wait_for("the new pod enforced", Duration::from_secs(30), || {
+        cpu_shares(&env, &new) == Some(kubelet::shares(300))
+    });
+
+    // Resized in place (UpdateContainerResources changes no listing): the
+    // pod cgroup follows.
+    let client = env.client().await;
+    let mut res = new.containers[0].2.clone();
+    res.cpu_shares = kubelet::shares(500);
+    client
+        .update_container_resources(&new.containers[0].1, res)
+        .await
+        .unwrap();
+    wait_for("the resized pod enforced", Duration::from_secs(30), || {
+        cpu_shares(&env, &new) == Some(kubelet::shares(500))
+    });
+
+    // Stopped: its containers' cgroups go (runc), the pod cgroup stays (the
+    // sandbox is still listed, NOTREADY).
+    client.stop_pod_sandbox(&new.sandbox_id).await.unwrap();
+    wait_for(
+        "the stopped pod counted out",
+        Duration::from_secs(30),
+        || d.status()["pods"]["burstable"].as_u64() == Some(1),
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        env.cgroup_dir("cpu", &new).exists(),
+        "the stopped sandbox's pod cgroup is kept while it is listed"
+    );
+    // Removed: nothing changes in cgroupfs; only the runtime's event says
+    // so. The pod cgroup, now an orphan, goes.
+    client.remove_pod_sandbox(&new.sandbox_id).await.unwrap();
+    wait_for(
+        "the removed pod's cgroup removed (before the 60 s safety relist)",
+        Duration::from_secs(30),
+        || !env.cgroup_dir("cpu", &new).exists(),
+    );
+    assert_eq!(cpu_shares(&env, &keep), Some(kubelet::shares(100)));
+    d.assert_healthy();
+    d.stop();
+}
+
+/// The runtime restarts: the stream ends, the daemon lists at every
+/// reconcile meanwhile, subscribes again, and keeps enforcing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: starts containerd and creates cgroups"]
+async fn a_runtime_restart_falls_back_to_listing_and_resubscribes() {
+    require_containerd();
+    let mut env = Containerd::start();
+    let before = env
+        .run_pod(
+            &PodSpec::new("before").container(ContainerSpec::pause("app").cpu(Some(100), None)),
+        )
+        .await;
+    let mut d = start_daemon(&env, "1s");
+    wait_for("the runtime events live", Duration::from_secs(30), || {
+        d.get("/status").is_some() && events_state(&d) == "live"
+    });
+    env.stop();
+    wait_for("the runtime events down", Duration::from_secs(30), || {
+        events_state(&d).starts_with("down: ")
+    });
+    assert!(d.log().contains("runtime events off"), "{}", d.log());
+    env.start_again();
+    wait_for(
+        "the runtime events live again",
+        Duration::from_secs(60),
+        || events_state(&d) == "live",
+    );
+    let p = env
+        .run_pod(&PodSpec::new("after").container(ContainerSpec::pause("app").cpu(Some(200), None)))
+        .await;
+    wait_for(
+        "the pod started after the restart enforced",
+        Duration::from_secs(30),
+        || cpu_shares(&env, &p) == Some(kubelet::shares(200)),
+    );
+    assert_eq!(cpu_shares(&env, &before), Some(kubelet::shares(100)));
+    d.assert_healthy();
+    d.stop();
+}

@@ -317,7 +317,9 @@ pub(crate) async fn run_loop(
         // due); otherwise a change check and, when it moved, a listing.
         let reuse = !source_down
             && match (tick, &cached) {
-                (Tick::Drift, Some(_)) => true,
+                // (Not when a container was updated in place since: its
+                // new values must be listed before anything is rewritten.)
+                (Tick::Drift, Some(_)) => !force_list,
                 (Tick::Reconcile, Some((_, _, at))) => {
                     gate.quiet() && !force_list && at.elapsed() < RESYNC
                 }

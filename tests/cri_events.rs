@@ -288,6 +288,9 @@ async fn a_runtime_restart_falls_back_to_listing_and_resubscribes() {
     wait_for("the runtime events live", Duration::from_secs(30), || {
         d.get("/status").is_some() && events_state(&d) == "live"
     });
+    let (code, out, err) = qosd(&["status", "--address", &d.addr.to_string()]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("runtime events: live"), "{out}");
     // Quiet: reconciles go on, the runtime is not listed.
     let settled = wait_until(Duration::from_secs(20), || {
         let l0 = list_calls(&d);

@@ -44,6 +44,11 @@ pub(crate) struct RunOptions {
 pub(crate) trait Observer: Send {
     /// After each reconcile (also the first).
     fn reconciled(&mut self, _report: &ReconcileReport, _listing: &Listing) {}
+    /// After a reconcile with the same listing as the one before it (no
+    /// listing was taken since): only what the pass itself changed.
+    fn reconciled_again(&mut self, report: &ReconcileReport, listing: &Listing) {
+        self.reconciled(report, listing);
+    }
     /// A listing failed (runtime down, bad manifest).
     fn source_failed(&mut self, _error: &SourceError) {}
     /// Each loop turn (watchdog / liveness), and every second while a
@@ -330,6 +335,8 @@ pub(crate) async fn run_loop(
         } else {
             tick
         };
+        // Whether this turn took a new listing (else: the last one again).
+        let mut new_listing = false;
         if !reuse {
             gate.listing_started();
             // Calls retry while the runtime is down: stay stoppable, and alive
@@ -389,6 +396,7 @@ pub(crate) async fn run_loop(
                             source_down = false;
                         }
                         cached = Some((fp, listing, Instant::now()));
+                        new_listing = true;
                         gate.listing_done();
                         force_list = false;
                     }
@@ -414,6 +422,7 @@ pub(crate) async fn run_loop(
             Ok(()) if refused => {
                 observer.refused(None);
                 refused = false;
+                new_listing = true;
             }
             Ok(()) => {}
         }
@@ -431,7 +440,11 @@ pub(crate) async fn run_loop(
             ms = report.duration.as_secs_f64() * 1e3,
             "reconciled"
         );
-        observer.reconciled(&report, listing);
+        if new_listing {
+            observer.reconciled(&report, listing);
+        } else {
+            observer.reconciled_again(&report, listing);
+        }
         if matches!(source, Source::Cri { .. }) {
             pod_events.start(&opts.plan);
         }
@@ -882,6 +895,41 @@ impl Observer for ServiceObserver {
                 report.pods,
                 report.writes.len()
             ));
+        }
+    }
+
+    fn reconciled_again(&mut self, report: &ReconcileReport, listing: &Listing) {
+        // Anything to report (writes, failures, orphans, audit drift): the
+        // full pass. Otherwise only the pass's own figures: the pod counts,
+        // the eviction candidates and the API status are those of the same
+        // listing, already published.
+        let quiet = report.writes.is_empty()
+            && report.errors.is_empty()
+            && report.failed_writes == 0
+            && report.orphans_removed.is_empty()
+            && report.audit_drift.is_empty()
+            && report.audit_changes == 0;
+        if !quiet || !self.notified_ready || self.specs.is_some() {
+            return self.reconciled(report, listing);
+        }
+        self.metrics.reconcile_done(report.duration);
+        self.health.set_problem("cgroup_writes", None);
+        self.health.set_cri_reachable(true);
+        self.health.set_reconciled();
+        self.metrics.set_ready(self.health.ready().is_ok());
+        self.health.update_status(|d| {
+            let now = crate::telemetry::status::now_ms();
+            d.generated_at_ms = now;
+            d.last_reconcile = Some(crate::telemetry::status::ReconcileStatus {
+                at_ms: now,
+                duration_ms: report.duration.as_secs_f64() * 1e3,
+                writes: 0,
+                errors: 0,
+                pods: report.pods,
+            });
+        });
+        if let Some(ev) = &self.eviction {
+            ev.pods_unchanged();
         }
     }
 

@@ -611,6 +611,16 @@ impl PodFeed {
         *self.inner.lock().unwrap_or_else(|e| e.into_inner()) = (Ok(pods), Instant::now());
     }
 
+    /// The pods published last are still the node's (a reconcile that
+    /// found nothing changed): they count as fresh from now on. Nothing
+    /// changes after a failure.
+    pub(crate) fn touch(&self) {
+        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if g.0.is_ok() {
+            g.1 = Instant::now();
+        }
+    }
+
     /// The listing failed (runtime down…): evictions stop until the next `set`.
     pub(crate) fn failed(&self, why: impl Into<String>) {
         *self.inner.lock().unwrap_or_else(|e| e.into_inner()) = (Err(why.into()), Instant::now());
@@ -1161,6 +1171,19 @@ mod tests {
         std::thread::sleep(Duration::from_millis(20));
         assert!(f.get(Duration::from_millis(5)).unwrap_err().contains("old"));
         f.failed("runtime down");
+        assert_eq!(f.get(Duration::from_secs(1)).unwrap_err(), "runtime down");
+    }
+
+    #[test]
+    fn pod_feed_touch_refreshes_a_list_but_not_a_failure() {
+        let f = PodFeed::default();
+        f.set(vec![]);
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(f.get(Duration::from_millis(10)).is_err());
+        f.touch();
+        assert!(f.get(Duration::from_millis(10)).is_ok());
+        f.failed("runtime down");
+        f.touch();
         assert_eq!(f.get(Duration::from_secs(1)).unwrap_err(), "runtime down");
     }
 

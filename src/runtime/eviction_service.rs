@@ -168,6 +168,12 @@ impl EvictionService {
         self.feed.set(candidates);
     }
 
+    /// The pods handed over last are still the node's (nothing was listed
+    /// since, and nothing changed): no new candidate list is built.
+    pub(crate) fn pods_unchanged(&self) {
+        self.feed.touch();
+    }
+
     /// The pods cannot be listed: evict nothing until they can.
     pub(crate) fn pods_unavailable(&self, reason: String) {
         self.feed.failed(reason);

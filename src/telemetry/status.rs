@@ -317,6 +317,9 @@ impl StatusDoc {
         for d in &self.degraded {
             let _ = writeln!(o, "degraded: {d}");
         }
+        if let Some(e) = &self.runtime_events {
+            let _ = writeln!(o, "runtime events: {e}");
+        }
         if let Some(k) = &self.kubernetes {
             let _ = writeln!(
                 o,

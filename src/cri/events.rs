@@ -26,6 +26,7 @@
 //! event comes back on the stream: from then on every later change is on
 //! the stream, and only a listing taken after that instant is guarded by it
 //! ([`Feed::epoch`]).
+use std::sync::Arc;
 use std::time::Duration;
 
 use tonic::transport::{Channel, Endpoint};
@@ -123,6 +124,8 @@ pub struct Feed {
     pub down: Option<String>,
     /// The runtime does not serve the events API (e.g. CRI-O).
     pub unsupported: bool,
+    /// Markers seen on the stream (each [`Prober::probe`] waits for one).
+    pub markers: u64,
 }
 
 /// Updated ids kept in [`Feed::updated`].
@@ -131,7 +134,8 @@ pub const MAX_UPDATED: usize = 64;
 impl Feed {
     fn apply(&mut self, c: Change) {
         match c {
-            Change::Marker | Change::Other => {}
+            Change::Marker => self.markers += 1,
+            Change::Other => {}
             Change::Listing(_) => self.changes += 1,
             Change::Updated(id) => {
                 self.changes += 1;
@@ -206,14 +210,20 @@ pub fn backoff(failures: u32) -> Duration {
 pub fn spawn(
     endpoint: &str,
     connect_timeout: Duration,
-) -> Result<tokio::sync::watch::Receiver<Feed>, crate::cri::CriError> {
+) -> Result<(tokio::sync::watch::Receiver<Feed>, Prober), crate::cri::CriError> {
     let path = crate::cri::client::parse_endpoint(endpoint)?;
     let (tx, rx) = tokio::sync::watch::channel(Feed::default());
+    let prober = Prober {
+        client: Arc::default(),
+        feed: rx.clone(),
+    };
+    let shared = prober.client.clone();
     let endpoint = endpoint.to_string();
     tokio::spawn(async move {
         let mut failures = 0u32;
         loop {
-            let r = subscribe_once(&endpoint, &path, connect_timeout, &tx).await;
+            let r = subscribe_once(&endpoint, &path, connect_timeout, &tx, &shared).await;
+            *shared.lock().unwrap_or_else(|e| e.into_inner()) = None;
             if tx.is_closed() {
                 return;
             }
@@ -245,7 +255,63 @@ pub fn spawn(
             }
         }
     });
-    Ok(rx)
+    Ok((rx, prober))
+}
+
+/// The live subscription's client, for [`Prober::probe`].
+type SharedClient = Arc<std::sync::Mutex<Option<proto::events_client::EventsClient<Channel>>>>;
+
+/// Checks, at a reconcile, that the live stream still delivers: a marker
+/// published now comes back on it. containerd delivers a subscriber's
+/// events in the order they were published, so every change made before
+/// the marker has arrived by the time the marker does.
+#[derive(Debug, Clone)]
+pub struct Prober {
+    client: SharedClient,
+    feed: tokio::sync::watch::Receiver<Feed>,
+}
+
+/// How long a probe waits for the Publish answer, and then for the marker.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+impl Prober {
+    /// Publish a marker and wait for it on the stream. `false`: not live,
+    /// the runtime did not answer, or the marker did not come back within
+    /// [`PROBE_TIMEOUT`] (the caller lists, as without events).
+    pub async fn probe(&self) -> bool {
+        let Some(client) = self
+            .client
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+        else {
+            return false;
+        };
+        // A receiver of its own: waiting here consumes no change the
+        // caller's receiver has yet to see.
+        let mut feed = self.feed.clone();
+        let (epoch, before) = {
+            let f = feed.borrow_and_update();
+            if !f.live {
+                return false;
+            }
+            (f.epoch, f.markers)
+        };
+        let published = tokio::time::timeout(
+            PROBE_TIMEOUT,
+            publish_marker(client, u32::try_from(before).unwrap_or(0)),
+        )
+        .await;
+        if !matches!(published, Ok(Ok(()))) {
+            return false;
+        }
+        let back = tokio::time::timeout(
+            PROBE_TIMEOUT,
+            feed.wait_for(|f| !f.live || f.epoch != epoch || f.markers > before),
+        )
+        .await;
+        matches!(back, Ok(Ok(f)) if f.live && f.epoch == epoch)
+    }
 }
 
 /// One subscription, until it ends (`Ok`) or fails.
@@ -254,6 +320,7 @@ async fn subscribe_once(
     path: &std::path::Path,
     connect_timeout: Duration,
     tx: &tokio::sync::watch::Sender<Feed>,
+    shared: &SharedClient,
 ) -> Result<(), EventsError> {
     use proto::events_client::EventsClient;
     // A channel of its own, without the CRI client's per-call timeout: a
@@ -314,13 +381,17 @@ async fn subscribe_once(
     let Some(first) = first else {
         return Ok(());
     };
+    *shared.lock().unwrap_or_else(|e| e.into_inner()) = Some(client.clone());
     tx.send_modify(|f| {
         f.live = true;
         f.epoch += 1;
         f.down = None;
         f.unsupported = false;
     });
-    let mut next = Some(first);
+    // The first envelope proved the stream live; it is no change (a marker),
+    // or one made before the listing that follows.
+    let mut next: Option<proto::Envelope> = None;
+    drop(first);
     loop {
         if let Some(env) = next.take() {
             let c = classify(
@@ -329,7 +400,7 @@ async fn subscribe_once(
                 &container_id(env.event.as_ref()),
             );
             tracing::trace!(topic = %env.topic, change = ?c, "containerd event");
-            if matches!(c, Change::Listing(_) | Change::Updated(_)) {
+            if !matches!(c, Change::Other) {
                 tx.send_modify(|f| f.apply(c));
             }
         }
@@ -359,7 +430,7 @@ async fn publish_marker(
         "containerd-namespace",
         tonic::metadata::MetadataValue::from_static(NAMESPACE),
     );
-    req.set_timeout(Duration::from_secs(2));
+    req.set_timeout(PROBE_TIMEOUT);
     client.publish(req).await.map(|_| ())
 }
 
@@ -443,6 +514,8 @@ mod tests {
         published: std::sync::Arc<std::sync::atomic::AtomicU32>,
         /// Ends every open stream (a runtime restart, as the client sees it).
         end: std::sync::Arc<tokio::sync::Notify>,
+        /// Publish answers but delivers nothing (a stream that stalled).
+        swallow: std::sync::Arc<std::sync::atomic::AtomicBool>,
     }
 
     #[tonic::async_trait]
@@ -460,6 +533,9 @@ mod tests {
             let r = r.into_inner();
             self.published
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if self.swallow.load(std::sync::atomic::Ordering::Relaxed) {
+                return Ok(tonic::Response::new(proto::Empty {}));
+            }
             let _ = self.tx.send(proto::Envelope {
                 timestamp: None,
                 namespace: ns,
@@ -550,12 +626,13 @@ mod tests {
                 .await
                 .unwrap();
         });
-        let mut rx = spawn(
+        let (mut rx, prober) = spawn(
             &format!("unix://{}", sock.display()),
             Duration::from_secs(1),
         )
         .unwrap();
         let f = wait_for(&mut rx, "unsupported", |f| f.unsupported).await;
+        assert!(!prober.probe().await);
         assert!(!f.live);
         assert_eq!(f.epoch, 0);
         assert!(
@@ -573,9 +650,10 @@ mod tests {
             register_after: Duration::from_millis(500),
             published: Default::default(),
             end: Default::default(),
+            swallow: Default::default(),
         };
         let srv = serve_events(fake.clone(), &sock).await;
-        let mut rx = spawn(
+        let (mut rx, prober) = spawn(
             &format!("unix://{}", sock.display()),
             Duration::from_secs(1),
         )
@@ -586,6 +664,15 @@ mod tests {
         // Markers published before the subscription registered were lost:
         // the subscriber kept publishing until one came back.
         assert!(fake.published.load(std::sync::atomic::Ordering::Relaxed) >= 2);
+        // A probe's marker comes back; one that is swallowed does not.
+        assert!(prober.probe().await);
+        assert!(rx.borrow().markers >= 1);
+        fake.swallow
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        assert!(!prober.probe().await, "a marker that never came back");
+        fake.swallow
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+        assert!(prober.probe().await);
 
         // Events of the watched topics count; others and other
         // namespaces do not (containerd would filter them; the fake does not).
@@ -616,8 +703,10 @@ mod tests {
         fake.end.notify_waiters();
         let f = wait_for(&mut rx, "down", |f| !f.live).await;
         assert!(f.down.as_deref().unwrap().contains("ended"), "{f:?}");
+        assert!(!prober.probe().await, "no probe while down");
         let f = wait_for(&mut rx, "live again", |f| f.live).await;
         assert_eq!(f.epoch, 2);
+        assert!(prober.probe().await);
         srv.abort();
     }
 

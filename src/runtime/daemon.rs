@@ -209,11 +209,14 @@ pub(crate) async fn run_loop(
     // tick with no event since the last listing lists nothing; an event
     // relists like a pod cgroup event. Not live (not yet, runtime without
     // the API, stream ended): every reconcile lists, as without it.
-    let mut feed = match &opts.source {
+    let (mut feed, prober) = match &opts.source {
         PodSourceSpec::Cri { endpoint } => {
-            crate::cri::events::spawn(endpoint, opts.connect.connect_timeout).ok()
+            match crate::cri::events::spawn(endpoint, opts.connect.connect_timeout) {
+                Ok((rx, p)) => (Some(rx), Some(p)),
+                Err(_) => (None, None),
+            }
         }
-        PodSourceSpec::Manifests(_) => None,
+        PodSourceSpec::Manifests(_) => (None, None),
     };
     let mut gate = crate::runtime::runtime_events::EventGate::default();
     // An in-place update was announced: list even if the ids and states
@@ -277,21 +280,7 @@ pub(crate) async fn run_loop(
                 match (changed, feed.as_mut()) {
                     (true, Some(rx)) => {
                         let f = rx.borrow_and_update().clone();
-                        let u = gate.observe(&f);
-                        if u.relist {
-                            pod_events.schedule();
-                        }
-                        if u.forget_all {
-                            source.resync();
-                            force_list = true;
-                        } else if !u.updated.is_empty() {
-                            source.forget_containers(&u.updated);
-                            force_list = true;
-                        }
-                        if let Some(state) = u.became {
-                            log_events_state(state, f.down.as_deref());
-                            observer.runtime_events(state, f.down.as_deref());
-                        }
+                        take_feed(&f, &mut gate, &mut pod_events, &source, &mut force_list, observer);
                     }
                     _ => feed = None,
                 }
@@ -320,7 +309,7 @@ pub(crate) async fn run_loop(
         // on a timer tick while the runtime's event stream says that
         // nothing changed since it was taken (and the safety relist is not
         // due); otherwise a change check and, when it moved, a listing.
-        let reuse = !source_down
+        let mut reuse = !source_down
             && match (tick, &cached) {
                 // (Not when a container was updated in place since: its
                 // new values must be listed before anything is rewritten.)
@@ -330,6 +319,41 @@ pub(crate) async fn run_loop(
                 }
                 _ => false,
             };
+        if reuse && tick == Tick::Reconcile {
+            // The stream still delivers: a marker published now comes back
+            // on it, after every change made before it. A runtime that
+            // does not answer fails the probe: listed (and reported) as
+            // without events.
+            let probe = async {
+                match &prober {
+                    Some(p) => p.probe().await,
+                    None => false,
+                }
+            };
+            let Some(ok) = waiting(
+                probe,
+                "runtime events marker",
+                observer,
+                &mut sigterm,
+                &mut sigint,
+            )
+            .await
+            else {
+                return Ok(Outcome::Stopped);
+            };
+            if let Some(rx) = feed.as_mut() {
+                let f = rx.borrow_and_update().clone();
+                take_feed(
+                    &f,
+                    &mut gate,
+                    &mut pod_events,
+                    &source,
+                    &mut force_list,
+                    observer,
+                );
+            }
+            reuse = ok && gate.quiet() && !force_list;
+        }
         let tick = if tick == Tick::Drift {
             Tick::Reconcile
         } else {
@@ -615,6 +639,34 @@ async fn feed_changed(
     match rx {
         Some(rx) => rx.changed().await.is_ok(),
         None => std::future::pending().await,
+    }
+}
+
+/// Take in a new value of the runtime's event feed: schedule the relist it
+/// asks for, forget the statuses of containers updated in place, report a
+/// change of state.
+fn take_feed(
+    f: &crate::cri::events::Feed,
+    gate: &mut crate::runtime::runtime_events::EventGate,
+    pod_events: &mut PodEventState,
+    source: &Source,
+    force_list: &mut bool,
+    observer: &mut dyn Observer,
+) {
+    let u = gate.observe(f);
+    if u.relist {
+        pod_events.schedule();
+    }
+    if u.forget_all {
+        source.resync();
+        *force_list = true;
+    } else if !u.updated.is_empty() {
+        source.forget_containers(&u.updated);
+        *force_list = true;
+    }
+    if let Some(state) = u.became {
+        log_events_state(state, f.down.as_deref());
+        observer.runtime_events(state, f.down.as_deref());
     }
 }
 

@@ -22,6 +22,14 @@ unit_props() {
 all_units() { while read -r u; do res "$1 $(unit_props "$u")"; done < /test/units.txt; }
 all_files() { while read -r f; do res "$1 $f $(cat "$f" 2>/dev/null || echo MISSING)"; done < /test/files.txt; }
 count() { grep -c "$1" "$2" 2>/dev/null || true; }
+# Wait until the command succeeds, at most $1 seconds (TCG emulation is slow
+# and its speed varies with the host's load: wait for the effect, never a
+# fixed time). The check after it reports what was found either way.
+wait_for() {
+  lim=$(($1 * 10)); shift; i=0
+  while ! "$@" && [ $i -lt $lim ]; do sleep 0.1; i=$((i + 1)); done
+  res "WAITED $1 $((i * 100))ms"
+}
 
 say "facts"
 res "PID1 $(cat /proc/1/comm)"
@@ -56,7 +64,12 @@ sleep 4
 res "RELOAD_CORRECTIONS $(tail -n +$((mark + 1)) /tmp/d1.log | grep -c -E 'corrected drift|wrote cgroup value|set unit properties|started transient')"
 systemctl set-property --runtime kubepods-burstable.slice CPUWeight=500
 res "SETPROP_FILE $(cat /sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice/cpu.weight)"
-sleep 4
+drift_back() {
+  [ "$(grep 'corrected drift' /tmp/d1.log | grep 'kubepods-burstable.slice/cpu.weight' | grep -c 'found=500')" -ge 1 ] &&
+    [ "$(grep 'set unit properties' /tmp/d1.log | grep -c 'kubepods-burstable.slice')" -ge 1 ] &&
+    [ "$(cat /sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice/cpu.weight)" != 500 ]
+}
+wait_for 30 drift_back
 res "DRIFT_LOG $(grep 'corrected drift' /tmp/d1.log | grep 'kubepods-burstable.slice/cpu.weight' | grep -c 'found=500')"
 res "DRIFT_SET $(grep 'set unit properties' /tmp/d1.log | grep -c 'kubepods-burstable.slice')"
 res "DRIFT_AFTER $(unit_props kubepods-burstable.slice)"
@@ -103,7 +116,11 @@ res "QOSD_SCHED $(cut -d' ' -f41 /proc/$PID/stat) $(for t in /proc/$PID/task/*; 
 
 # drift under the unit: put back through systemd, logged as a warning
 systemctl set-property --runtime kubepods.slice CPUWeight=300
-sleep 4
+unit_drift_back() {
+  [ "$(cat /sys/fs/cgroup/kubepods.slice/cpu.weight)" != 300 ] &&
+    [ "$(journalctl -u qosd.service -o cat --no-pager | grep -c 'corrected drift')" -ge 1 ]
+}
+wait_for 30 unit_drift_back
 res "UNIT_DRIFT $(cat /sys/fs/cgroup/kubepods.slice/cpu.weight) $(journalctl -u qosd.service -o cat --no-pager | grep -c 'corrected drift')"
 
 say "B: pods through containerd (SystemdCgroup = true)"
@@ -111,7 +128,15 @@ qosd-cri-pod run unix:///run/containerd/containerd.sock /test/pods.json > /tmp/p
 res "PODS_RC $?"
 cat /tmp/pods.out
 grep '^POD ' /tmp/pods.out | while read -r l; do res "$l"; done
-sleep 6
+# Until every pod slice holds qosd's CPUWeight (unset reads as u64::MAX).
+pods_set() {
+  while read -r _ unit; do
+    unit_props "$unit" | grep -q -E 'transient=[a-z]+ 18446744073709551615 | none$' && return 1
+  done < /test/podunits.txt
+  return 0
+}
+wait_for 30 pods_set
+sleep 1
 while read -r tag unit; do
   res "PODUNIT $tag $(unit_props "$unit")"
   d=$(systemctl show -p ControlGroup --value "$unit")

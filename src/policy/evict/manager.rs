@@ -200,6 +200,9 @@ struct InFlight {
     resource: SignalResource,
     kind: ThresholdKind,
     usage_at_choice: Option<u64>,
+    /// The node's available amount of `signal` when the victim was chosen
+    /// (threshold victims): a disk victim is released when it rises.
+    available_at_choice: Option<i64>,
     since: Instant,
     /// Released (or timed out and reported): no longer blocks.
     done: bool,
@@ -361,7 +364,7 @@ impl Manager {
 
         let mut events = Vec::new();
         if let Ok(p) = &pods {
-            self.track_in_flight(now, p, &mut events);
+            self.track_in_flight(now, p, observations, &mut events);
         }
         let action = match pods.as_ref().ok().and_then(|p| self.local_storage(now, p)) {
             Some(v) => Action::Evict(Box::new(v)),
@@ -504,6 +507,7 @@ impl Manager {
                 resource: signal.resource(),
                 kind: chosen.threshold.kind,
                 usage_at_choice: victim.usage,
+                available_at_choice: Some(obs.available),
                 since: now,
                 done: false,
             },
@@ -513,45 +517,73 @@ impl Manager {
 
     /// Forget victims that are gone, mark released ones, and report (once)
     /// those not released in time.
-    fn track_in_flight(&mut self, now: Instant, pods: &[Candidate], events: &mut Vec<String>) {
+    ///
+    /// Disk and inodes are not back when the pod is gone or its processes
+    /// have exited: the runtime deletes the writable layers and logs after
+    /// the pod, and containerd's garbage collector removes snapshots
+    /// asynchronously, later still under load. A disk victim is released
+    /// when the node's own signal, observed after the choice, has risen by
+    /// `release_fraction` of the victim's usage (or when its measured usage
+    /// dropped while it is still listed); otherwise at the timeout. Without
+    /// this, a pass a few milliseconds after the pod went away would still
+    /// see the pressure and evict a second pod the first one's removal was
+    /// about to relieve.
+    fn track_in_flight(
+        &mut self,
+        now: Instant,
+        pods: &[Candidate],
+        observations: &Observations,
+        events: &mut Vec<String>,
+    ) {
         let listed: BTreeMap<&str, &Candidate> = pods.iter().map(|c| (c.uid.as_str(), c)).collect();
         let mut gone = Vec::new();
         for (uid, f) in self.in_flight.iter_mut() {
-            let Some(c) = listed.get(uid.as_str()) else {
-                if !f.done {
-                    events.push(format!("victim {uid} released: pod gone"));
-                    self.released_at = Some(now);
-                }
-                gone.push(uid.clone());
-                continue;
-            };
+            let listed_as = listed.get(uid.as_str());
             if f.done {
+                if listed_as.is_none() {
+                    gone.push(uid.clone());
+                }
                 continue;
             }
             let waited = now.saturating_duration_since(f.since);
-            let st = c.stats.unwrap_or_default();
-            let (usage, _) = c.usage_for(f.signal, self.opts.disk_layout);
-            let released = match (usage, f.usage_at_choice) {
-                (Some(u), Some(at)) if (u as f64) <= at as f64 * self.opts.release_fraction => {
-                    Some(format!("usage dropped from {at} to {u}"))
+            let disk = matches!(f.resource, SignalResource::Disk | SignalResource::Inodes);
+            let reclaimed = if disk {
+                node_reclaimed(f, observations.get(&f.signal), self.opts.release_fraction)
+            } else {
+                None
+            };
+            let released = match listed_as {
+                None if disk => reclaimed.map(|r| format!("pod gone and {r}")),
+                None => Some("pod gone".to_string()),
+                Some(c) => {
+                    let st = c.stats.unwrap_or_default();
+                    let (usage, _) = c.usage_for(f.signal, self.opts.disk_layout);
+                    match (usage, f.usage_at_choice) {
+                        (Some(u), Some(at))
+                            if (u as f64) <= at as f64 * self.opts.release_fraction =>
+                        {
+                            Some(format!("usage dropped from {at} to {u}"))
+                        }
+                        _ if disk => reclaimed,
+                        _ if f.resource != SignalResource::Pids
+                            && st.processes == Some(0)
+                            && c.stats.is_some()
+                            && waited >= self.opts.empty_settle =>
+                        {
+                            Some(format!(
+                                "no process left for {}",
+                                format_go_duration(waited)
+                            ))
+                        }
+                        _ if f.resource == SignalResource::Pids
+                            && st.processes == Some(0)
+                            && c.stats.is_some() =>
+                        {
+                            Some("no process left".to_string())
+                        }
+                        _ => None,
+                    }
                 }
-                _ if f.resource != SignalResource::Pids
-                    && st.processes == Some(0)
-                    && c.stats.is_some()
-                    && waited >= self.opts.empty_settle =>
-                {
-                    Some(format!(
-                        "no process left for {}",
-                        format_go_duration(waited)
-                    ))
-                }
-                _ if f.resource == SignalResource::Pids
-                    && st.processes == Some(0)
-                    && c.stats.is_some() =>
-                {
-                    Some("no process left".to_string())
-                }
-                _ => None,
             };
             if let Some(why) = released {
                 events.push(format!(
@@ -565,6 +597,9 @@ impl Manager {
                     format_go_duration(waited)
                 ));
                 f.done = true;
+            }
+            if f.done && listed_as.is_none() {
+                gone.push(uid.clone());
             }
         }
         for uid in gone {
@@ -608,6 +643,7 @@ impl Manager {
                     resource: SignalResource::Disk,
                     kind: ThresholdKind::Hard,
                     usage_at_choice: Some(v.usage_bytes),
+                    available_at_choice: None,
                     since: now,
                     // does not hold back threshold evictions
                     done: true,
@@ -712,6 +748,22 @@ pub(crate) fn eviction_message(
 /// Signals that have at least one threshold (what must be observed).
 pub(crate) fn watched_signals(config: &EvictionConfig) -> BTreeSet<Signal> {
     config.thresholds.iter().map(|t| t.signal).collect()
+}
+
+/// How far the node's signal has come back since a disk victim was chosen,
+/// if far enough to count as released: an observation taken after the
+/// choice whose available amount rose by at least `fraction` of the
+/// victim's usage (at least 1 when its usage was not measured).
+fn node_reclaimed(f: &InFlight, obs: Option<&Observation>, fraction: f64) -> Option<String> {
+    let (o, before) = (obs?, f.available_at_choice?);
+    if o.at <= f.since {
+        return None;
+    }
+    let need = f
+        .usage_at_choice
+        .map_or(1, |u| ((u as f64 * fraction).ceil() as i64).max(1));
+    let rose = o.available.saturating_sub(before);
+    (rose >= need).then(|| format!("{} rose by {rose} (at least {need} needed)", f.signal))
 }
 
 #[cfg(test)]
@@ -1369,5 +1421,152 @@ mod tests {
             (Signal::PidAvailable, "g")
         );
         assert_eq!(watched_signals(m.config()).len(), 2);
+    }
+
+    fn inode_pod(uid: &str, inodes: u64, processes: u64) -> Candidate {
+        let mut c = pod(uid, QosClass::BestEffort, 0, Some(10));
+        c.stats = Some(PodStats {
+            inodes: Some(inodes),
+            processes: Some(processes),
+            ..Default::default()
+        });
+        c
+    }
+
+    fn inodes_free(available: i64, at: Instant) -> Observations {
+        [(
+            Signal::NodeFsInodesFree,
+            Observation {
+                available,
+                capacity: 100_000,
+                at,
+            },
+        )]
+        .into()
+    }
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    /// A disk victim's files go only after the pod (the runtime deletes
+    /// layers and logs, containerd's GC the snapshots, asynchronously):
+    /// gone from the listing, or without processes, it is not released
+    /// until the node's signal shows the space back.
+    #[test]
+    fn disk_victim_released_only_when_the_node_signal_rises() {
+        // (after the victim went away: ms, inodes free, want: a second victim)
+        let table: &[(u64, i64, bool)] = &[
+            (10, 4_000, false),  // pressure unchanged: the GC has not run
+            (500, 4_400, false), // rose by 400 < 25 % of the victim's 2,000
+            (900, 4_499, false),
+            (1000, 4_500, true), // rose by 500: released, next pass evicts
+        ];
+        let t0 = Instant::now();
+        let mut m = Manager::new(
+            config("nodefs.inodesFree<5000", "", "", "", "0s"),
+            ManagerOptions::default(),
+        );
+        let p = vec![inode_pod("many", 2_000, 1), inode_pod("few", 100, 1)];
+        let d = m.synchronize(t0, &inodes_free(4_000, t0), Ok(&p));
+        assert_eq!(d.victim().unwrap().candidate.uid, "many");
+        // its processes are gone, it is still listed: not released
+        let left = vec![inode_pod("many", 2_000, 0), inode_pod("few", 100, 1)];
+        let d = m.synchronize(t0 + s(2), &inodes_free(4_000, t0 + s(2)), Ok(&left));
+        assert!(
+            matches!(d.action, Action::WaitingForRelease { ref uid, .. } if uid == "many"),
+            "{:?}",
+            d.action
+        );
+        let gone = vec![inode_pod("few", 100, 1)];
+        let base = t0 + s(3);
+        let mut second = None;
+        for &(off, free, want) in table {
+            // the pass that sees the release chooses nobody (observation
+            // not newer than the release); the next one with a fresh one does
+            let now = base + ms(off);
+            let d = m.synchronize(now, &inodes_free(free, now), Ok(&gone));
+            let later = now + ms(1);
+            let d2 = m.synchronize(later, &inodes_free(free, later), Ok(&gone));
+            let chosen = d.victim().or(d2.victim()).map(|v| v.candidate.uid.clone());
+            assert_eq!(
+                chosen.is_some(),
+                want,
+                "at +{off} ms, {free} free: {:?}",
+                d2.action
+            );
+            if want {
+                assert!(
+                    d.events
+                        .iter()
+                        .any(|e| e.contains("pod gone and nodefs.inodesFree rose by 500")),
+                    "{:?}",
+                    d.events
+                );
+                second = chosen;
+                break;
+            }
+        }
+        assert_eq!(second.as_deref(), Some("few"));
+    }
+
+    #[test]
+    fn disk_victim_that_frees_nothing_times_out() {
+        let t0 = Instant::now();
+        let mut m = Manager::new(
+            config("nodefs.inodesFree<5000", "", "", "", "0s"),
+            ManagerOptions::default(),
+        );
+        let p = vec![inode_pod("many", 2_000, 1), inode_pod("few", 100, 1)];
+        assert!(m
+            .synchronize(t0, &inodes_free(4_000, t0), Ok(&p))
+            .victim()
+            .is_some());
+        let gone = vec![inode_pod("few", 100, 1)];
+        let d = m.synchronize(t0 + s(29), &inodes_free(4_000, t0 + s(29)), Ok(&gone));
+        assert!(
+            matches!(d.action, Action::WaitingForRelease { .. }),
+            "{:?}",
+            d.action
+        );
+        let d = m.synchronize(t0 + s(30), &inodes_free(4_000, t0 + s(30)), Ok(&gone));
+        assert!(
+            d.events
+                .iter()
+                .any(|e| e.contains("not released after 30s")),
+            "{:?}",
+            d.events
+        );
+        assert_eq!(d.victim().unwrap().candidate.uid, "few");
+        // forgotten once done and gone
+        assert_eq!(m.pending_victim(), Some("few"));
+    }
+
+    /// Memory is back when the pod is gone: no wait on the node signal.
+    #[test]
+    fn memory_victim_released_when_gone() {
+        let t0 = Instant::now();
+        let mut m = Manager::new(
+            config("memory.available<100Mi", "", "", "", "0s"),
+            ManagerOptions::default(),
+        );
+        let p = pods();
+        assert_eq!(
+            m.synchronize(t0, &mem(50, t0), Ok(&p))
+                .victim()
+                .unwrap()
+                .candidate
+                .uid,
+            "be"
+        );
+        let p2: Vec<Candidate> = p.iter().filter(|c| c.uid != "be").cloned().collect();
+        let d = m.synchronize(t0 + ms(10), &mem(50, t0 + ms(10)), Ok(&p2));
+        assert!(
+            d.events.iter().any(|e| e.contains("released: pod gone;")),
+            "{:?}",
+            d.events
+        );
+        let d = m.synchronize(t0 + ms(20), &mem(50, t0 + ms(20)), Ok(&p2));
+        assert!(d.victim().is_some(), "{:?}", d.action);
     }
 }

@@ -951,8 +951,8 @@ impl Observer for ServiceObserver {
     }
 
     fn reconciled_again(&mut self, report: &ReconcileReport, listing: &Listing) {
-        // Anything to report (writes, failures, orphans, audit drift): the
-        // full pass. Otherwise only the pass's own figures: the pod counts,
+        // Anything to report (writes, failures, orphans; audit mode, whose
+        // drift report must also clear): the full pass. Otherwise only the pass's own figures: the pod counts,
         // the eviction candidates and the API status are those of the same
         // listing, already published.
         let quiet = report.writes.is_empty()
@@ -961,7 +961,7 @@ impl Observer for ServiceObserver {
             && report.orphans_removed.is_empty()
             && report.audit_drift.is_empty()
             && report.audit_changes == 0;
-        if !quiet || !self.notified_ready || self.specs.is_some() {
+        if !quiet || !self.notified_ready || self.specs.is_some() || self.audit {
             return self.reconciled(report, listing);
         }
         self.metrics.reconcile_done(report.duration);

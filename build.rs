@@ -1,4 +1,5 @@
-//! Generates the CRI (`runtime.v1`) client and server from `proto/` at build
+//! Generates the CRI (`runtime.v1`) client and server, and containerd's
+//! events client (`containerd.services.events.v1`), from `proto/` at build
 //! time. `protox` parses the .proto files in pure Rust, so no system `protoc`
 //! is needed.
 //!
@@ -21,7 +22,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     {
         println!("cargo:rustc-link-arg-bin=qosd=-Wl,-z,pack-relative-relocs");
     }
-    let fds = protox::compile(["runtime/v1/cri.proto"], ["proto"])?;
+    let fds = protox::compile(
+        ["runtime/v1/cri.proto", "containerd/events/v1/events.proto"],
+        ["proto"],
+    )?;
     tonic_prost_build::configure()
         .build_client(true)
         // The server is used by unit tests (fake runtimes); it costs little.

@@ -621,7 +621,7 @@ fn call_error(method: &'static str, s: Status) -> CriError {
     }
 }
 
-fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut parts = vec![e.to_string()];
     let mut cur = e.source();
     while let Some(s) = cur {

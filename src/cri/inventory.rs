@@ -282,6 +282,21 @@ impl StatusCache {
         self.changed();
     }
 
+    /// Ask these containers' statuses again at the next listing (updated
+    /// in place, as the runtime's events said).
+    pub(crate) fn forget_container_ids(&self, ids: &[String]) {
+        let mut g = lock(&self.containers);
+        let before = g.len();
+        for id in ids {
+            g.remove(id);
+        }
+        let changed = g.len() != before;
+        drop(g);
+        if changed {
+            self.changed();
+        }
+    }
+
     /// Ask every container's status again at the next listing, keeping the
     /// entries until the answers replace them (so a cache written in
     /// between still holds them).

@@ -4,6 +4,8 @@
 //!   timeout, per-call deadline and retries with backoff while the runtime
 //!   is down or restarting; checks `Version` (runtime.v1).
 //! * [`inventory`]: sandboxes joined with their containers → [`LivePod`]s.
+//! * [`events`]: containerd's native event stream (when the runtime is
+//!   containerd): tells the daemon when a listing may have changed.
 //! * [`reconstruct`]: pure logic turning CRI container settings back into
 //!   requests, limits and a QoS class (docs/cri.md).
 
@@ -14,6 +16,7 @@ pub mod proto {
 }
 
 pub mod client;
+pub mod events;
 pub mod inventory;
 pub(crate) mod persist;
 pub mod reconstruct;

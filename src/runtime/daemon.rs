@@ -44,6 +44,11 @@ pub(crate) struct RunOptions {
 pub(crate) trait Observer: Send {
     /// After each reconcile (also the first).
     fn reconciled(&mut self, _report: &ReconcileReport, _listing: &Listing) {}
+    /// After a reconcile with the same listing as the one before it (no
+    /// listing was taken since): only what the pass itself changed.
+    fn reconciled_again(&mut self, report: &ReconcileReport, listing: &Listing) {
+        self.reconciled(report, listing);
+    }
     /// A listing failed (runtime down, bad manifest).
     fn source_failed(&mut self, _error: &SourceError) {}
     /// Each loop turn (watchdog / liveness), and every second while a
@@ -58,7 +63,11 @@ pub(crate) trait Observer: Send {
     /// The runtime's pods live under a cgroup parent the configuration
     /// would not produce (`Some`: nothing is written), or no longer (`None`).
     fn refused(&mut self, _why: Option<&ParentMismatch>) {}
+    /// The runtime's event stream changed state (`why`: the last error).
+    fn runtime_events(&mut self, _state: EventsState, _why: Option<&str>) {}
 }
+
+use crate::runtime::runtime_events::EventsState;
 
 /// What a SIGHUP reload changes in the reconcile loop.
 #[derive(Debug, Clone)]
@@ -185,9 +194,8 @@ pub(crate) async fn run_loop(
     // inventory (a status call per sandbox and container) is only needed
     // when the fingerprint changes, or every `RESYNC` to catch in-place
     // resource updates; timer reconciles in between reuse it and only
-    // re-read the cgroups (drift).
-    // (Shared: a reconcile of the cached listing does not copy its pods.)
-    let mut cached: Option<(Vec<String>, Arc<Listing>, Instant)> = None;
+    // re-read the cgroups (drift). A reconcile borrows it (no copy).
+    let mut cached: Option<(Vec<String>, Listing, Instant)> = None;
     let mut last_resync = Instant::now();
     // Pod cgroups appearing / going away (CRI source): a relist shortly
     // after each, instead of one every `relist_interval`. Started after the
@@ -198,6 +206,23 @@ pub(crate) async fn run_loop(
     reconciler.watch_files();
     let mut drift = DriftState::new(reconciler.drift_fd());
     let mut spec_key = source.spec_key();
+    // The runtime's event stream (containerd): while it is live, a timer
+    // tick with no event since the last listing lists nothing; an event
+    // relists like a pod cgroup event. Not live (not yet, runtime without
+    // the API, stream ended): every reconcile lists, as without it.
+    let (mut feed, prober) = match &opts.source {
+        PodSourceSpec::Cri { endpoint } => {
+            match crate::cri::events::spawn(endpoint, opts.connect.connect_timeout) {
+                Ok((rx, p)) => (Some(rx), Some(p)),
+                Err(_) => (None, None),
+            }
+        }
+        PodSourceSpec::Manifests(_) => (None, None),
+    };
+    let mut gate = crate::runtime::runtime_events::EventGate::default();
+    // An in-place update was announced: list even if the ids and states
+    // did not change (the updated containers' statuses were forgotten).
+    let mut force_list = false;
     // Restored container statuses: every container is asked about again
     // right after the first reconcile (an in-place resize while qosd was
     // down shows in no listing).
@@ -210,6 +235,8 @@ pub(crate) async fn run_loop(
         let quiet_ok = watchdog.is_none_or(|w| w > intervals.0);
         observer.heartbeat();
         let relist_due = pod_events.due();
+        // Something announces pod changes: the relist timer is not needed.
+        let evented = pod_events.active() || gate.quiet();
         let tick = tokio::select! {
             _ = sigterm.recv() => { tracing::info!("SIGTERM: stopping"); return Ok(Outcome::Stopped); }
             _ = sigint.recv() => { tracing::info!("SIGINT: stopping"); return Ok(Outcome::Stopped); }
@@ -234,8 +261,8 @@ pub(crate) async fn run_loop(
             // relist timer still: its change key costs no runtime call.
             // Without an API server source, nothing is left for it to check
             // (the loop still turns often enough for the systemd watchdog).
-            _ = relist_tick.tick(), if !(pod_events.active() && spec_key.is_none() && quiet_ok) => {
-                if pod_events.active() {
+            _ = relist_tick.tick(), if !(evented && spec_key.is_none() && quiet_ok) => {
+                if evented {
                     let k = source.spec_key();
                     if k == spec_key {
                         continue;
@@ -247,6 +274,16 @@ pub(crate) async fn run_loop(
             r = pod_events.readable() => {
                 if pod_events.on_readable(r) {
                     reconciler.files_may_have_moved();
+                }
+                continue;
+            }
+            changed = feed_changed(&mut feed) => {
+                match (changed, feed.as_mut()) {
+                    (true, Some(rx)) => {
+                        let f = rx.borrow_and_update().clone();
+                        take_feed(&f, &mut gate, &mut pod_events, &source, &mut force_list, observer);
+                    }
+                    _ => feed = None,
                 }
                 continue;
             }
@@ -268,20 +305,65 @@ pub(crate) async fn run_loop(
                 Tick::Reconcile
             }
         };
-        // A planned file was written: re-read the written files against the
-        // last listing (no runtime call); without one, a full reconcile.
-        let drift_listing = match (tick, &cached) {
-            (Tick::Drift, Some((_, listing, _))) if !source_down => Some(listing.clone()),
-            _ => None,
-        };
+        // What this tick reconciles with: the last listing when a planned
+        // file was written (re-read the written files, no runtime call), or
+        // on a timer tick while the runtime's event stream says that
+        // nothing changed since it was taken (and the safety relist is not
+        // due); otherwise a change check and, when it moved, a listing.
+        let mut reuse = !source_down
+            && match (tick, &cached) {
+                // (Not when a container was updated in place since: its
+                // new values must be listed before anything is rewritten.)
+                (Tick::Drift, Some(_)) => !force_list,
+                (Tick::Reconcile, Some((_, _, at))) => {
+                    gate.quiet() && !force_list && at.elapsed() < RESYNC
+                }
+                _ => false,
+            };
+        if reuse && tick == Tick::Reconcile {
+            // The stream still delivers: a marker published now comes back
+            // on it, after every change made before it. A runtime that
+            // does not answer fails the probe: listed (and reported) as
+            // without events.
+            let probe = async {
+                match &prober {
+                    Some(p) => p.probe().await,
+                    None => false,
+                }
+            };
+            let Some(ok) = waiting(
+                probe,
+                "runtime events marker",
+                observer,
+                &mut sigterm,
+                &mut sigint,
+            )
+            .await
+            else {
+                return Ok(Outcome::Stopped);
+            };
+            if let Some(rx) = feed.as_mut() {
+                let f = rx.borrow_and_update().clone();
+                take_feed(
+                    &f,
+                    &mut gate,
+                    &mut pod_events,
+                    &source,
+                    &mut force_list,
+                    observer,
+                );
+            }
+            reuse = ok && gate.quiet() && !force_list;
+        }
         let tick = if tick == Tick::Drift {
             Tick::Reconcile
         } else {
             tick
         };
-        let listing = if let Some(listing) = drift_listing {
-            listing
-        } else {
+        // Whether this turn took a new listing (else: the last one again).
+        let mut new_listing = false;
+        if !reuse {
+            gate.listing_started();
             // Calls retry while the runtime is down: stay stoppable, and alive
             // (a hung runtime is reported as such, not as a dead loop).
             let Some(fp) = waiting(
@@ -301,53 +383,61 @@ pub(crate) async fn run_loop(
                     source_failed(&e, "pod source unavailable", &mut source_down, observer);
                     // Relist in full once it answers again.
                     cached = None;
+                    gate.listing_failed();
                     continue;
                 }
             };
-            let fresh = cached
-                .as_ref()
-                .filter(|(cfp, _, at)| *cfp == fp && at.elapsed() < RESYNC);
-            match (fresh, tick) {
-                (Some(_), Tick::Relist) => continue,
-                (Some((_, listing, _)), Tick::Reconcile | Tick::Drift) => listing.clone(),
-                (None, _) => {
-                    if last_resync.elapsed() >= RESYNC {
-                        // Container statuses are asked again (in-place resource
-                        // updates); sandbox statuses never change.
-                        source.resync();
-                        last_resync = Instant::now();
+            let fresh = !force_list
+                && cached
+                    .as_ref()
+                    .is_some_and(|(cfp, _, at)| *cfp == fp && at.elapsed() < RESYNC);
+            if fresh {
+                gate.listing_done();
+                if tick == Tick::Relist {
+                    continue;
+                }
+            } else {
+                if last_resync.elapsed() >= RESYNC {
+                    // Container statuses are asked again (in-place resource
+                    // updates); sandbox statuses never change.
+                    source.resync();
+                    last_resync = Instant::now();
+                }
+                let Some(listed) = waiting(
+                    source.list(),
+                    "pod listing",
+                    observer,
+                    &mut sigterm,
+                    &mut sigint,
+                )
+                .await
+                else {
+                    return Ok(Outcome::Stopped);
+                };
+                match listed {
+                    Ok(listing) => {
+                        if source_down {
+                            tracing::info!("pod source is back");
+                            source_down = false;
+                        }
+                        cached = Some((fp, listing, Instant::now()));
+                        new_listing = true;
+                        gate.listing_done();
+                        force_list = false;
                     }
-                    let Some(listed) = waiting(
-                        source.list(),
-                        "pod listing",
-                        observer,
-                        &mut sigterm,
-                        &mut sigint,
-                    )
-                    .await
-                    else {
-                        return Ok(Outcome::Stopped);
-                    };
-                    match listed {
-                        Ok(listing) => {
-                            let listing = Arc::new(listing);
-                            if source_down {
-                                tracing::info!("pod source is back");
-                                source_down = false;
-                            }
-                            cached = Some((fp, listing.clone(), Instant::now()));
-                            listing
-                        }
-                        Err(e) => {
-                            source_failed(&e, "pod listing failed", &mut source_down, observer);
-                            cached = None;
-                            continue;
-                        }
+                    Err(e) => {
+                        source_failed(&e, "pod listing failed", &mut source_down, observer);
+                        cached = None;
+                        gate.listing_failed();
+                        continue;
                     }
                 }
             }
+        }
+        let Some((_, listing, _)) = cached.as_ref() else {
+            continue;
         };
-        match check_parents(reconciler.config(), &listing) {
+        match check_parents(reconciler.config(), listing) {
             Err(e) => {
                 // Not ready, nothing written, until the config matches.
                 observer.refused(Some(&e));
@@ -357,6 +447,7 @@ pub(crate) async fn run_loop(
             Ok(()) if refused => {
                 observer.refused(None);
                 refused = false;
+                new_listing = true;
             }
             Ok(()) => {}
         }
@@ -375,7 +466,11 @@ pub(crate) async fn run_loop(
             ms = report.duration.as_secs_f64() * 1e3,
             "reconciled"
         );
-        observer.reconciled(&report, &listing);
+        if new_listing {
+            observer.reconciled(&report, listing);
+        } else {
+            observer.reconciled_again(&report, listing);
+        }
         if matches!(source, Source::Cri { .. }) {
             pod_events.start(&opts.plan);
         }
@@ -515,10 +610,16 @@ impl PodEventState {
         if n == 0 {
             return false;
         }
+        self.schedule();
+        true
+    }
+
+    /// A pod change was announced (a pod cgroup or runtime event): relist
+    /// soon, and once more a moment after the last announcement.
+    fn schedule(&mut self) {
         let now = tokio::time::Instant::now();
         self.debounce.get_or_insert(now + EVENT_DEBOUNCE);
         self.followup = Some(now + EVENT_FOLLOWUP);
-        true
     }
 
     /// A scheduled relist is being made now.
@@ -529,6 +630,63 @@ impl PodEventState {
         } else if self.followup.is_some_and(|f| f <= now) {
             self.followup = None;
         }
+    }
+}
+
+/// Wait until the runtime's event feed changes (`false`: its task ended;
+/// forever without one).
+async fn feed_changed(
+    rx: &mut Option<tokio::sync::watch::Receiver<crate::cri::events::Feed>>,
+) -> bool {
+    match rx {
+        Some(rx) => rx.changed().await.is_ok(),
+        None => std::future::pending().await,
+    }
+}
+
+/// Take in a new value of the runtime's event feed: schedule the relist it
+/// asks for, forget the statuses of containers updated in place, report a
+/// change of state.
+fn take_feed(
+    f: &crate::cri::events::Feed,
+    gate: &mut crate::runtime::runtime_events::EventGate,
+    pod_events: &mut PodEventState,
+    source: &Source,
+    force_list: &mut bool,
+    observer: &mut dyn Observer,
+) {
+    let u = gate.observe(f);
+    if u.relist {
+        pod_events.schedule();
+    }
+    if u.forget_all {
+        source.resync();
+        *force_list = true;
+    } else if !u.updated.is_empty() {
+        source.forget_containers(&u.updated);
+        *force_list = true;
+    }
+    if let Some(state) = u.became {
+        log_events_state(state, f.down.as_deref());
+        observer.runtime_events(state, f.down.as_deref());
+    }
+}
+
+/// Log a change of the runtime event stream's state (once per change).
+fn log_events_state(state: EventsState, why: Option<&str>) {
+    match state {
+        EventsState::Live => tracing::info!(
+            "runtime events on: listing the runtime after its events (and every {}s), not at every reconcile",
+            RESYNC.as_secs()
+        ),
+        EventsState::Down => tracing::warn!(
+            error = why.unwrap_or("?"),
+            "runtime events off: listing the runtime at every reconcile; subscribing again"
+        ),
+        EventsState::Unsupported => tracing::info!(
+            error = why.unwrap_or("?"),
+            "the runtime does not serve containerd's events API: listing it at every reconcile"
+        ),
     }
 }
 
@@ -842,6 +1000,42 @@ impl Observer for ServiceObserver {
         }
     }
 
+    fn reconciled_again(&mut self, report: &ReconcileReport, listing: &Listing) {
+        // Anything to report (writes, failures, orphans; audit mode, whose
+        // drift report must also clear): the full pass. Otherwise only the
+        // pass's own figures: the pod counts,
+        // the eviction candidates and the API status are those of the same
+        // listing, already published.
+        let quiet = report.writes.is_empty()
+            && report.errors.is_empty()
+            && report.failed_writes == 0
+            && report.orphans_removed.is_empty()
+            && report.audit_drift.is_empty()
+            && report.audit_changes == 0;
+        // (The eviction loop's pods are marked current; after a failure
+        // there are none to mark: published in full.)
+        let feed_current = self.eviction.as_ref().is_none_or(|ev| ev.pods_current());
+        if !quiet || !feed_current || !self.notified_ready || self.specs.is_some() || self.audit {
+            return self.reconciled(report, listing);
+        }
+        self.metrics.reconcile_done(report.duration);
+        self.health.set_problem("cgroup_writes", None);
+        self.health.set_cri_reachable(true);
+        self.health.set_reconciled();
+        self.metrics.set_ready(self.health.ready().is_ok());
+        self.health.update_status(|d| {
+            let now = crate::telemetry::status::now_ms();
+            d.generated_at_ms = now;
+            d.last_reconcile = Some(crate::telemetry::status::ReconcileStatus {
+                at_ms: now,
+                duration_ms: report.duration.as_secs_f64() * 1e3,
+                writes: 0,
+                errors: 0,
+                pods: report.pods,
+            });
+        });
+    }
+
     fn source_failed(&mut self, error: &SourceError) {
         self.metrics
             .error(crate::telemetry::metrics::ErrorKind::PodSource);
@@ -887,6 +1081,16 @@ impl Observer for ServiceObserver {
             }
         }
         self.metrics.set_ready(self.health.ready().is_ok());
+    }
+
+    fn runtime_events(&mut self, state: EventsState, why: Option<&str>) {
+        let why = why.unwrap_or("?");
+        let text = match state {
+            EventsState::Live => "live".to_string(),
+            EventsState::Down => format!("down: {why}"),
+            EventsState::Unsupported => format!("unsupported: {why}"),
+        };
+        self.health.update_status(|d| d.runtime_events = Some(text));
     }
 
     fn heartbeat(&mut self) {

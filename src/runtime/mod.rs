@@ -13,6 +13,7 @@ pub(crate) mod hook;
 pub mod pod_source;
 pub(crate) mod reaction;
 pub mod reconcile;
+pub(crate) mod runtime_events;
 pub mod status_store;
 pub mod stopper;
 pub mod supervisor;

@@ -150,6 +150,14 @@ impl Source {
         }
     }
 
+    /// Ask the runtime about these containers again at the next listing
+    /// (updated in place: the runtime's events named them).
+    pub(crate) fn forget_containers(&self, ids: &[String]) {
+        if let Source::Cri { cache, .. } = self {
+            cache.forget_container_ids(ids);
+        }
+    }
+
     /// Ask the runtime about every container again at the next listing,
     /// keeping the held statuses until then (after a restored cache).
     pub(crate) fn recheck_containers(&self) {

@@ -54,6 +54,9 @@ pub struct StatusDoc {
     pub(crate) pod_usage: Vec<PodUsage>,
     /// Unix time (ms) `pod_usage` was measured (None: not yet).
     pub(crate) pod_usage_at_ms: Option<u64>,
+    /// The runtime's event stream (containerd): `live`, `down: <why>` or
+    /// `unsupported: <why>` (None: manifests, or no attempt ended yet).
+    pub(crate) runtime_events: Option<String>,
 }
 
 /// The Kubernetes API pod source, in `/status`.
@@ -313,6 +316,9 @@ impl StatusDoc {
         }
         for d in &self.degraded {
             let _ = writeln!(o, "degraded: {d}");
+        }
+        if let Some(e) = &self.runtime_events {
+            let _ = writeln!(o, "runtime events: {e}");
         }
         if let Some(k) = &self.kubernetes {
             let _ = writeln!(

@@ -196,6 +196,14 @@ pub(crate) async fn run_loop(
     // resource updates; timer reconciles in between reuse it and only
     // re-read the cgroups (drift). A reconcile borrows it (no copy).
     let mut cached: Option<(Vec<String>, Listing, Instant)> = None;
+    // Each listing taken gets the next number: a pass over the same
+    // listing reuses the plan without comparing the pods, and its parents
+    // were checked (the settings change only on a reload, which lists).
+    let mut listing_id: u64 = 0;
+    let mut parents_checked: Option<u64> = None;
+    // Free memory back to the kernel after passes over new listings (at
+    // most every `TRIM_GAP`): glibc would keep each burst's peak.
+    let mut trim = crate::sys::malloc::TrimPacer::new(TRIM_GAP);
     let mut last_resync = Instant::now();
     // Pod cgroups appearing / going away (CRI source): a relist shortly
     // after each, instead of one every `relist_interval`. Started after the
@@ -252,6 +260,7 @@ pub(crate) async fn run_loop(
                     intervals = (r.reconcile_interval, r.relist_interval);
                 }
                 cached = None;
+                parents_checked = None;
                 Tick::Reconcile
             }
             _ = reconcile_tick.tick() => Tick::Reconcile,
@@ -421,6 +430,7 @@ pub(crate) async fn run_loop(
                             source_down = false;
                         }
                         cached = Some((fp, listing, Instant::now()));
+                        listing_id += 1;
                         new_listing = true;
                         gate.listing_done();
                         force_list = false;
@@ -437,21 +447,29 @@ pub(crate) async fn run_loop(
         let Some((_, listing, _)) = cached.as_ref() else {
             continue;
         };
-        match check_parents(reconciler.config(), listing) {
-            Err(e) => {
-                // Not ready, nothing written, until the config matches.
-                observer.refused(Some(&e));
-                refused = true;
-                continue;
+        if parents_checked != Some(listing_id) {
+            match check_parents(reconciler.config(), listing) {
+                Err(e) => {
+                    // Not ready, nothing written, until the config matches.
+                    observer.refused(Some(&e));
+                    refused = true;
+                    continue;
+                }
+                Ok(()) if refused => {
+                    observer.refused(None);
+                    refused = false;
+                    new_listing = true;
+                }
+                Ok(()) => {}
             }
-            Ok(()) if refused => {
-                observer.refused(None);
-                refused = false;
-                new_listing = true;
-            }
-            Ok(()) => {}
+            parents_checked = Some(listing_id);
         }
-        let report = reconciler.reconcile(&listing.pods, listing.all_uids.as_ref(), Instant::now());
+        let report = reconciler.reconcile_listing(
+            listing_id,
+            &listing.pods,
+            listing.all_uids.as_ref(),
+            Instant::now(),
+        );
         if let (Some(cpu), Source::Cri { client, .. }) = (cpu.as_mut(), &source) {
             cpu.reconcile(client, &listing.live).await;
         }
@@ -468,8 +486,13 @@ pub(crate) async fn run_loop(
         );
         if new_listing {
             observer.reconciled(&report, listing);
+            trim.busy();
         } else {
             observer.reconciled_again(&report, listing);
+        }
+        if trim.due(Instant::now()) {
+            let released = crate::sys::malloc::release_free_memory();
+            tracing::trace!(released, "free heap memory returned to the kernel");
         }
         if matches!(source, Source::Cri { .. }) {
             pod_events.start(&opts.plan);
@@ -521,6 +544,10 @@ async fn waiting<T>(
     observer.call_pending(None);
     out
 }
+
+/// At most one release of free heap memory this often (a pass over a new
+/// listing asks for one; see `crate::sys::malloc::TrimPacer`).
+const TRIM_GAP: Duration = Duration::from_secs(2);
 
 /// Relist this long after a pod cgroup event (more usually follow: the
 /// sandbox's and each container's cgroup).

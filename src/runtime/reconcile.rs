@@ -137,6 +137,11 @@ fn serialize_writes<S: serde::Serializer>(w: &Arc<[CgroupWrite]>, s: S) -> Resul
 #[derive(Debug)]
 struct LastPlan {
     pods: Vec<Pod>,
+    /// The daemon's id of the listing `pods` came from, when it gave one:
+    /// a later pass over the same listing reuses the plan without
+    /// comparing the pods (comparing 110 pods was ~12 % of the idle
+    /// daemon's CPU, BENCHMARKS.md section 7).
+    listing: Option<u64>,
     writes: Arc<[CgroupWrite]>,
     /// Pods planned (those of `pods` that are planned at all).
     planned_pods: usize,
@@ -461,8 +466,33 @@ impl Reconciler {
         all_live_uids: Option<&BTreeSet<String>>,
         now: Instant,
     ) -> ReconcileReport {
+        self.pass(None, pods, all_live_uids, now)
+    }
+
+    /// [`Reconciler::reconcile`] for the pods of one immutable listing,
+    /// identified by `listing` (the daemon numbers each listing it takes):
+    /// a pass over the listing the last plan came from reuses that plan
+    /// without comparing the pods. An id must never be given to two
+    /// listings with different pods.
+    pub(crate) fn reconcile_listing(
+        &mut self,
+        listing: u64,
+        pods: &[Pod],
+        all_live_uids: Option<&BTreeSet<String>>,
+        now: Instant,
+    ) -> ReconcileReport {
+        self.pass(Some(listing), pods, all_live_uids, now)
+    }
+
+    fn pass(
+        &mut self,
+        listing: Option<u64>,
+        pods: &[Pod],
+        all_live_uids: Option<&BTreeSet<String>>,
+        now: Instant,
+    ) -> ReconcileReport {
         let start = Instant::now();
-        let (writes, planned_pods, plan_reused) = self.plan_for(pods);
+        let (writes, planned_pods, plan_reused) = self.plan_for(pods, listing);
         let (check, unread, settled) = self.writes_to_check(&writes, now);
         if settled && !all_live_uids.is_some_and(|l| self.orphan_scan_due(l, now)) {
             // The same plan, every file holding its value when last read
@@ -651,15 +681,26 @@ impl Reconciler {
     /// The planned writes for `pods` and how many pods were planned: the
     /// last plan when the pods are the same as then (the settings did not
     /// change since: [`Reconciler::reconfigure`] forgets it), else a new one.
-    fn plan_for(&mut self, pods: &[Pod]) -> (Arc<[CgroupWrite]>, usize, bool) {
-        if let Some(last) = self.last_plan.as_ref().filter(|l| l.pods == pods) {
-            return (last.writes.clone(), last.planned_pods, true);
+    fn plan_for(
+        &mut self,
+        pods: &[Pod],
+        listing: Option<u64>,
+    ) -> (Arc<[CgroupWrite]>, usize, bool) {
+        if let Some(last) = self.last_plan.as_mut() {
+            // The same listing again, or a listing with the same pods
+            // (remembered, so its next pass skips the comparison).
+            let same = (listing.is_some() && last.listing == listing) || last.pods == pods;
+            if same {
+                last.listing = listing;
+                return (last.writes.clone(), last.planned_pods, true);
+            }
         }
         let plan = plan::build(&self.cfg, pods);
         self.plans_built += 1;
         let writes: Arc<[CgroupWrite]> = plan.writes.into();
         self.last_plan = Some(LastPlan {
             pods: pods.to_vec(),
+            listing,
             writes: writes.clone(),
             planned_pods: plan.pods.len(),
         });
@@ -889,6 +930,36 @@ mod tests {
         // A reload with identical settings forgets the plan too (cheap, rare).
         r.reconfigure(c2, true);
         r.reconcile(&resized[..1], None, Instant::now());
+        assert_eq!(r.plans_built(), 5);
+    }
+
+    /// Passes over numbered listings: a new listing with the same pods
+    /// reuses the plan, one with other pods plans again, and a reload
+    /// plans again even for the listing the last plan came from.
+    #[test]
+    fn numbered_listings_reuse_the_plan_by_id() {
+        let d = fake_v2_tree();
+        let c = cfg(d.path());
+        let pods = vec![pod("0000-a", "250m"), pod("0000-b", "500m")];
+        let resized = vec![pod("0000-a", "250m"), pod("0000-b", "750m")];
+        let mut r = Reconciler::new(c.clone(), true, Duration::from_secs(0));
+        r.reconcile_listing(1, &pods, None, Instant::now());
+        r.reconcile_listing(1, &pods, None, Instant::now());
+        assert_eq!(r.plans_built(), 1, "the same listing again");
+        r.reconcile_listing(2, &pods.clone(), None, Instant::now());
+        assert_eq!(r.plans_built(), 1, "a new listing, the same pods");
+        let third = r.reconcile_listing(3, &resized, None, Instant::now());
+        assert_eq!(r.plans_built(), 2, "a new listing, other pods");
+        assert_eq!(&third.planned[..], &plan::build(&c, &resized).writes[..]);
+        // An unnumbered pass compares: back to the first pods.
+        r.reconcile(&pods, None, Instant::now());
+        assert_eq!(r.plans_built(), 3);
+        r.reconcile_listing(3, &resized, None, Instant::now());
+        assert_eq!(r.plans_built(), 4, "the id of an older plan is forgotten");
+        r.reconfigure(c.clone(), true);
+        r.reconcile_listing(3, &resized, None, Instant::now());
+        assert_eq!(r.plans_built(), 5, "a reload plans again");
+        r.reconcile_listing(3, &resized, None, Instant::now());
         assert_eq!(r.plans_built(), 5);
     }
 

@@ -53,9 +53,128 @@ fn set_arena_max(_n: i32) -> Option<i32> {
     None
 }
 
+/// Hand the heap's free pages back to the kernel (glibc `malloc_trim(0)`:
+/// every arena's whole free pages, not only the top of the heap). glibc
+/// keeps what a pass freed for the next one, so after a burst of listings
+/// the daemon kept the burst's peak resident (~2 MiB under pod churn,
+/// BENCHMARKS.md section 7). Returns whether any memory was released;
+/// `false` without glibc.
+pub(crate) fn release_free_memory() -> bool {
+    trim()
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn trim() -> bool {
+    // SAFETY: malloc_trim takes each arena's lock itself; it only returns
+    // free pages (MADV_DONTNEED) and shrinks the top of the heap.
+    unsafe { libc::malloc_trim(0) == 1 }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn trim() -> bool {
+    false
+}
+
+/// When to release free memory: after a pass that allocated a lot (a new
+/// listing: decoded, planned, compared), at most once per `min_gap`, and
+/// on the first later turn of the loop when the gap had not passed yet
+/// (the end of a burst is trimmed too, at the latest at the next timer
+/// reconcile).
+#[derive(Debug)]
+pub(crate) struct TrimPacer {
+    min_gap: std::time::Duration,
+    last: Option<std::time::Instant>,
+    pending: bool,
+}
+
+impl TrimPacer {
+    pub(crate) fn new(min_gap: std::time::Duration) -> Self {
+        Self {
+            min_gap,
+            last: None,
+            pending: false,
+        }
+    }
+
+    /// A pass that allocated a lot ran.
+    pub(crate) fn busy(&mut self) {
+        self.pending = true;
+    }
+
+    /// Whether to trim now; if so, counted as done.
+    pub(crate) fn due(&mut self, now: std::time::Instant) -> bool {
+        let gap_passed = self
+            .last
+            .is_none_or(|l| now.saturating_duration_since(l) >= self.min_gap);
+        if self.pending && gap_passed {
+            self.pending = false;
+            self.last = Some(now);
+            return true;
+        }
+        false
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::{Duration, Instant};
+
+    /// Busy passes trim at most once per gap; a burst's end is trimmed at
+    /// the first turn after the gap; quiet turns never trim.
+    #[test]
+    fn trims_after_busy_passes_at_most_once_per_gap() {
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let mut p = TrimPacer::new(Duration::from_secs(2));
+        assert!(!p.due(ms(0)), "nothing allocated yet");
+        // (time ms, busy pass?, trim expected)
+        for (at, busy, want) in [
+            (10, true, true),
+            (200, true, false),
+            (400, true, false),
+            (1_000, false, false),
+            (2_010, false, true),
+            (2_500, false, false),
+            (12_000, false, false),
+            (12_100, true, true),
+            (12_200, true, false),
+            (22_000, false, true),
+            (32_000, false, false),
+        ] {
+            if busy {
+                p.busy();
+            }
+            assert_eq!(p.due(ms(at)), want, "at {at} ms");
+        }
+    }
+
+    /// The released pages leave the resident set: free most of 40 MiB of
+    /// 1 KiB blocks, with every 16th kept so that nothing sits at the top
+    /// of the heap, and trim.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    #[test]
+    fn release_returns_free_pages_to_the_kernel() {
+        fn rss_anon_kib() -> u64 {
+            let s = std::fs::read_to_string("/proc/self/status").unwrap();
+            s.lines()
+                .find_map(|l| l.strip_prefix("RssAnon:"))
+                .and_then(|v| v.split_whitespace().next()?.parse().ok())
+                .unwrap()
+        }
+        let mut blocks: Vec<Vec<u8>> = (0..40_960).map(|i| vec![i as u8; 1024]).collect();
+        let kept: Vec<Vec<u8>> = blocks.iter().step_by(16).cloned().collect();
+        blocks.clear();
+        blocks.shrink_to_fit();
+        let before = rss_anon_kib();
+        assert!(release_free_memory(), "nothing released");
+        let after = rss_anon_kib();
+        assert!(
+            before.saturating_sub(after) >= 16 * 1024,
+            "RssAnon {before} KiB -> {after} KiB"
+        );
+        assert_eq!(kept.len(), 2_560);
+    }
 
     #[test]
     fn the_operators_arena_count_wins() {

@@ -19,22 +19,29 @@ pub enum ProcError {
 
 /// Parse /proc/meminfo text into name → bytes (`kB` values × 1024).
 pub fn parse_meminfo(text: &str) -> BTreeMap<String, i64> {
-    let mut m = BTreeMap::new();
-    for line in text.lines() {
-        let Some((k, rest)) = line.split_once(':') else {
-            continue;
-        };
+    meminfo_lines(text)
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+}
+
+/// One `/proc/meminfo` field in bytes (`kB` values scaled), without
+/// building the whole map: the eviction pass reads two fields a pass.
+pub(crate) fn meminfo_value(text: &str, key: &str) -> Option<i64> {
+    meminfo_lines(text).find_map(|(k, v)| (k == key).then_some(v))
+}
+
+/// `(name, bytes)` of each well-formed `/proc/meminfo` line.
+fn meminfo_lines(text: &str) -> impl Iterator<Item = (&str, i64)> {
+    text.lines().filter_map(|line| {
+        let (k, rest) = line.split_once(':')?;
         let mut it = rest.split_whitespace();
-        let Some(v) = it.next().and_then(|v| v.parse::<i64>().ok()) else {
-            continue;
-        };
+        let v = it.next()?.parse::<i64>().ok()?;
         let mult = match it.next() {
             Some("kB") => 1024,
             _ => 1,
         };
-        m.insert(k.trim().to_string(), v.saturating_mul(mult));
-    }
-    m
+        Some((k.trim(), v.saturating_mul(mult)))
+    })
 }
 
 #[cfg(test)]
@@ -136,6 +143,28 @@ mod tests {
         assert!(e.contains("nope"), "{e}");
         std::fs::write(d.path().join("meminfo"), "MemFree: 1 kB\n").unwrap();
         assert!(detect_memory_bytes(d.path()).is_err());
+    }
+
+    /// One field agrees with the whole map, for every line of a real
+    /// `/proc/meminfo`; a missing or malformed line is `None`.
+    #[test]
+    fn one_field_matches_the_map() {
+        let text = std::fs::read_to_string("/proc/meminfo").unwrap();
+        let all = parse_meminfo(&text);
+        assert!(all.len() > 10);
+        for (k, v) in &all {
+            assert_eq!(meminfo_value(&text, k), Some(*v), "{k}");
+        }
+        for (text, key, want) in [
+            ("MemTotal:  10 kB\n", "MemTotal", Some(10240)),
+            ("HugePages_Total:   3\n", "HugePages_Total", Some(3)),
+            ("MemTotal:  x kB\nMemTotal: 2 kB\n", "MemTotal", Some(2048)),
+            ("MemTotal 10 kB\n", "MemTotal", None),
+            ("MemTotalX:  10 kB\n", "MemTotal", None),
+            ("", "MemAvailable", None),
+        ] {
+            assert_eq!(meminfo_value(text, key), want, "{text:?}");
+        }
     }
 
     #[test]

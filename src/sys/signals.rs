@@ -24,7 +24,6 @@
 //!   volumes (`<rootDir>/pods/<uid>/volumes/…`), bytes and inodes
 //!   ([`pod_local_storage`]); the writable layers come from the runtime.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -307,13 +306,12 @@ fn parse_u64(s: &str) -> Option<u64> {
     s.parse().ok()
 }
 
-fn read_meminfo(path: &Path) -> Result<BTreeMap<String, i64>, SignalError> {
-    Ok(crate::sys::procfs::parse_meminfo(&read_kept(path)?))
+fn read_meminfo(path: &Path) -> Result<String, SignalError> {
+    read_kept(path)
 }
 
-fn meminfo_field(m: &BTreeMap<String, i64>, key: &str, path: &Path) -> Result<i64, SignalError> {
-    m.get(key)
-        .copied()
+fn meminfo_field(text: &str, key: &str, path: &Path) -> Result<i64, SignalError> {
+    crate::sys::procfs::meminfo_value(text, key)
         .ok_or_else(|| fmt_err(path, format!("no {key} line")))
 }
 

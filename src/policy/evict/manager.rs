@@ -535,6 +535,9 @@ impl Manager {
         observations: &Observations,
         events: &mut Vec<String>,
     ) {
+        if self.in_flight.is_empty() {
+            return;
+        }
         let listed: BTreeMap<&str, &Candidate> = pods.iter().map(|c| (c.uid.as_str(), c)).collect();
         let mut gone = Vec::new();
         for (uid, f) in self.in_flight.iter_mut() {

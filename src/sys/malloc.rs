@@ -56,8 +56,9 @@ fn set_arena_max(_n: i32) -> Option<i32> {
 /// Hand the heap's free pages back to the kernel (glibc `malloc_trim(0)`:
 /// every arena's whole free pages, not only the top of the heap). glibc
 /// keeps what a pass freed for the next one, so after a burst of listings
-/// the daemon kept the burst's peak resident (~2 MiB under pod churn,
-/// BENCHMARKS.md section 7). Returns whether any memory was released;
+/// the daemon kept the burst's peak resident (under pod churn each trim
+/// hands back ~0.7 MB, BENCHMARKS.md section 7, "Session 7: churn").
+/// Returns whether any memory was released;
 /// `false` without glibc.
 pub(crate) fn release_free_memory() -> bool {
     trim()

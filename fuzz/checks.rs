@@ -14,7 +14,7 @@ use std::collections::HashMap;
 /// Kubernetes quantities: never a panic; an accepted value stays within
 /// i64 base units and survives a reparse of its own text.
 pub fn quantity(data: &[u8]) {
-    use qosd::core::quantity::Quantity;
+    use qosd_model::core::quantity::Quantity;
     let Ok(s) = std::str::from_utf8(data) else {
         return;
     };
@@ -29,7 +29,7 @@ pub fn quantity(data: &[u8]) {
 /// Go durations: never a panic; an accepted value fits Go's int64
 /// nanoseconds and its formatted text parses back to itself.
 pub fn duration(data: &[u8]) {
-    use qosd::core::duration::{format_go_duration, parse_go_duration};
+    use qosd_model::core::duration::{format_go_duration, parse_go_duration};
     let Ok(s) = std::str::from_utf8(data) else {
         return;
     };
@@ -42,7 +42,9 @@ pub fn duration(data: &[u8]) {
 /// Eviction thresholds (`memory.available<100Mi,nodefs.available<10%`) and
 /// their values for every signal: never a panic.
 pub fn threshold(data: &[u8]) {
-    use qosd::policy::evict::threshold::{parse_threshold_flag, parse_threshold_value, Signal};
+    use qosd_model::policy::evict::threshold::{
+        parse_threshold_flag, parse_threshold_value, Signal,
+    };
     let Ok(s) = std::str::from_utf8(data) else {
         return;
     };
@@ -66,7 +68,7 @@ pub fn config(data: &[u8]) {
     let Ok(s) = std::str::from_utf8(data) else {
         return;
     };
-    if let Ok(c) = qosd::config::Config::from_yaml_str(s) {
+    if let Ok(c) = qosd_config::Config::from_yaml_str(s) {
         let _ = c.to_effective_yaml();
     }
 }
@@ -78,10 +80,14 @@ pub fn manifest(data: &[u8]) {
         return;
     };
     for source in ["fuzz.yaml", "fuzz.json"] {
-        if let Ok(pods) = qosd::manifest::parse_str(s, source) {
+        if let Ok(pods) = qosd_node::manifest::parse_str(s, source) {
             for p in &pods {
-                assert!(qosd::core::uid::validate_uid(&p.uid).is_ok(), "{:?}", p.uid);
-                let _ = qosd::core::qos::classify(p);
+                assert!(
+                    qosd_model::core::uid::validate_uid(&p.uid).is_ok(),
+                    "{:?}",
+                    p.uid
+                );
+                let _ = qosd_model::core::qos::classify(p);
             }
         }
     }
@@ -93,11 +99,13 @@ pub fn procfs(data: &[u8]) {
     let Ok(s) = std::str::from_utf8(data) else {
         return;
     };
-    let _ = qosd::sys::procfs::parse_meminfo(s);
-    let _ = qosd::sys::procfs::count_cpuinfo_processors(s);
-    let _ = qosd::sys::detect::parse_mountinfo(s);
-    let _ =
-        qosd::sys::detect::layout_from_mountinfo(s, std::path::Path::new("/proc/self/mountinfo"));
+    let _ = qosd_node::sys::procfs::parse_meminfo(s);
+    let _ = qosd_node::sys::procfs::count_cpuinfo_processors(s);
+    let _ = qosd_node::sys::detect::parse_mountinfo(s);
+    let _ = qosd_node::sys::detect::layout_from_mountinfo(
+        s,
+        std::path::Path::new("/proc/self/mountinfo"),
+    );
 }
 
 /// cgroup file contents: memory.stat fields, cpusets, cgroup parents (pod
@@ -108,15 +116,15 @@ pub fn cgroup_files(data: &[u8]) {
         return;
     };
     for key in ["anon", "file", "inactive_file", "total_inactive_file"] {
-        let _ = qosd::sys::signals::stat_field(s, key);
+        let _ = qosd_node::sys::signals::stat_field(s, key);
     }
-    if let Ok(set) = qosd::policy::cpu::cpuset::CpuSet::parse(s) {
+    if let Ok(set) = qosd_model::policy::cpu::cpuset::CpuSet::parse(s) {
         let _ = set.to_string();
     }
-    if let Some(p) = qosd::cri::reconstruct::parse_cgroup_parent(s) {
-        let _ = qosd::core::uid::validate_uid(&p.uid);
+    if let Some(p) = qosd_node::cri::reconstruct::parse_cgroup_parent(s) {
+        let _ = qosd_model::core::uid::validate_uid(&p.uid);
     }
-    let _ = qosd::core::uid::validate_uid(s);
+    let _ = qosd_model::core::uid::validate_uid(s);
 }
 
 /// The CRI verbose `info` JSON (containerd's sandbox and container
@@ -126,9 +134,9 @@ pub fn cri_info(data: &[u8]) {
         return;
     };
     let info: HashMap<String, String> = [("info".to_string(), s.to_string())].into();
-    let _ = qosd::cri::inventory::cgroup_parent_from_info(&info);
-    if let Some(r) = qosd::cri::inventory::resources_from_info(&info) {
-        let c = qosd::cri::reconstruct::ContainerSettings::from_cri("c", &r);
+    let _ = qosd_node::cri::inventory::cgroup_parent_from_info(&info);
+    if let Some(r) = qosd_node::cri::inventory::resources_from_info(&info) {
+        let c = qosd_node::cri::reconstruct::ContainerSettings::from_cri("c", &r);
         if let Some(m) = c.cpu_limit_millis() {
             assert!(
                 m > 0,

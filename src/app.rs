@@ -10,20 +10,20 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use crate::config::{self, Config};
-use crate::core::model::CgroupVersion;
-use crate::core::node::{NodeResources, Reserved};
-use crate::policy::enforce::naming::CgroupLayout;
-use crate::policy::enforce::plan::PlanConfig;
-use crate::policy::enforce::reserved::ReservedResources;
 use crate::runtime::daemon::{self, EvictionSwap, Outcome, Reloaded, RunOptions, ServiceObserver};
 use crate::runtime::eviction_service::{EvictionService, ServiceConfig};
-use crate::runtime::pod_source::{Listing, PodSourceSpec, Source};
 use crate::runtime::reconcile::ReconcileReport;
-use crate::sys::watch::WatchConfig;
 use crate::telemetry::health::Health;
 use crate::telemetry::metrics::{ErrorKind, Metrics};
 use crate::telemetry::server::AppState;
+use qosd_config::Config;
+use qosd_model::core::model::CgroupVersion;
+use qosd_model::core::node::{NodeResources, Reserved};
+use qosd_model::policy::enforce::naming::CgroupLayout;
+use qosd_model::policy::enforce::plan::PlanConfig;
+use qosd_model::policy::enforce::reserved::ReservedResources;
+use qosd_node::pods::{Listing, PodSourceSpec, Source};
+use qosd_node::sys::watch::WatchConfig;
 
 /// Marks an error as the user's input being wrong (the CLI exits 2).
 #[derive(Debug, thiserror::Error)]
@@ -70,7 +70,7 @@ pub(crate) enum DaemonExit {
 pub fn plan_config(cfg: &Config, proc_root: &Path, sysfs: &Path) -> anyhow::Result<PlanConfig> {
     let version = match cfg.cgroup_version.forced() {
         Some(v) => v,
-        None => crate::sys::detect::detect_version(&cfg.cgroupfs).with_context(|| {
+        None => qosd_node::sys::detect::detect_version(&cfg.cgroupfs).with_context(|| {
             format!(
                 "cannot detect the cgroup version at {} (set cgroupVersion / --cgroup-version)",
                 cfg.cgroupfs.display()
@@ -89,22 +89,22 @@ pub fn plan_config(cfg: &Config, proc_root: &Path, sysfs: &Path) -> anyhow::Resu
     }
     let cpu = match &cfg.node_cpu {
         Some(q) => q.milli_ceil(),
-        None => crate::sys::procfs::detect_cpu_millis(proc_root)
+        None => qosd_node::sys::procfs::detect_cpu_millis(proc_root)
             .context("cannot detect the node's cpus (set nodeCPU)")?,
     };
     let mem = match &cfg.node_memory {
         Some(q) => q.value_ceil(),
-        None => crate::sys::procfs::detect_memory_bytes(proc_root)
+        None => qosd_node::sys::procfs::detect_memory_bytes(proc_root)
             .context("cannot detect the node's memory (set nodeMemory)")?,
     };
-    let reserved = |list: &crate::core::model::ResourceList| Reserved {
+    let reserved = |list: &qosd_model::core::model::ResourceList| Reserved {
         cpu_millis: list.get("cpu").map(|q| q.milli_ceil()).unwrap_or(0),
         memory_bytes: list.get("memory").map(|q| q.value_ceil()).unwrap_or(0),
     };
     let hard_memory = cfg
         .eviction_hard
         .get("memory.available")
-        .and_then(|v| crate::core::quantity::Quantity::parse(v).ok())
+        .and_then(|v| qosd_model::core::quantity::Quantity::parse(v).ok())
         .map(|q| q.value_ceil())
         .unwrap_or(0);
     let node = NodeResources::new(
@@ -132,15 +132,15 @@ pub fn plan_config(cfg: &Config, proc_root: &Path, sysfs: &Path) -> anyhow::Resu
     plan.pod_pids_limit = (cfg.pod_pids_limit > 0).then_some(cfg.pod_pids_limit);
     plan.hugepage_sizes = match &cfg.hugepage_sizes {
         Some(sizes) => sizes.clone(),
-        None => crate::sys::hugepages::detect(sysfs, &cfg.cgroupfs, version, cfg.cgroup_driver)
+        None => qosd_node::sys::hugepages::detect(sysfs, &cfg.cgroupfs, version, cfg.cgroup_driver)
             .context(
                 "cannot read the node's hugepage sizes (set hugepageSizes / --hugepage-sizes)",
             )?,
     };
-    let res = |name: &str, list: &crate::core::model::ResourceList| {
+    let res = |name: &str, list: &qosd_model::core::model::ResourceList| {
         ReservedResources::from_list(list).map_err(|e| bad_input(format!("{name}: {e}")))
     };
-    plan.reserved_cgroups = crate::policy::enforce::reserved::reserved_cgroups(
+    plan.reserved_cgroups = qosd_model::policy::enforce::reserved::reserved_cgroups(
         &cfg.enforce_node_allocatable,
         (
             &cfg.system_reserved_cgroup,
@@ -164,12 +164,12 @@ pub(crate) fn plan_config_or_v2(
     sysfs: &Path,
 ) -> anyhow::Result<PlanConfig> {
     if cfg.cgroup_version.forced().is_none() {
-        if let Err(e) = crate::sys::detect::detect_version(&cfg.cgroupfs) {
+        if let Err(e) = qosd_node::sys::detect::detect_version(&cfg.cgroupfs) {
             eprintln!(
                 "qosd: warning: {e}; planning for cgroup v2 (pass --cgroup-version v1|v2 to choose)"
             );
             let mut v2 = cfg.clone();
-            v2.cgroup_version = config::CgroupVersionSetting::V2;
+            v2.cgroup_version = qosd_config::CgroupVersionSetting::V2;
             return plan_config(&v2, proc_root, sysfs);
         }
     }
@@ -179,13 +179,13 @@ pub(crate) fn plan_config_or_v2(
 /// The daemon's pod listing, once: the same source, connect options and
 /// inventory as `qosd run` (for `plan --cri`, `eviction-order --cri`).
 pub(crate) fn live_listing(cfg: &Config, proc_root: &Path) -> anyhow::Result<Listing> {
-    let machine = crate::sys::procfs::detect_memory_bytes(proc_root)
+    let machine = qosd_node::sys::procfs::detect_memory_bytes(proc_root)
         .context("cannot read the node's memory (MemTotal)")?;
     let spec = PodSourceSpec::Cri {
         endpoint: cfg.runtime_endpoint.clone(),
     };
-    let connect = crate::cri::ConnectOptions {
-        retry: crate::cri::RetryPolicy {
+    let connect = qosd_node::cri::ConnectOptions {
+        retry: qosd_node::cri::RetryPolicy {
             max_elapsed: Duration::from_secs(5),
             ..Default::default()
         },
@@ -209,7 +209,7 @@ pub(crate) use crate::runtime::daemon::check_parents;
 pub(crate) fn live_candidates(
     plan: &PlanConfig,
     listing: &Listing,
-) -> Vec<crate::policy::evict::rank::Candidate> {
+) -> Vec<qosd_model::policy::evict::rank::Candidate> {
     let sandboxes = listing
         .live
         .iter()
@@ -219,7 +219,7 @@ pub(crate) fn live_candidates(
         crate::runtime::eviction_service::candidates(&listing.pods, &sandboxes, &plan.layout);
     for x in &mut c {
         if let Some(dir) = x.cgroup_dirs.first() {
-            let st = crate::sys::signals::pod_stats(plan.layout.version, dir);
+            let st = qosd_node::sys::signals::pod_stats(plan.layout.version, dir);
             if st.memory_working_set_bytes.is_some() || st.processes.is_some() {
                 x.stats = Some(st);
             }
@@ -230,7 +230,7 @@ pub(crate) fn live_candidates(
 
 /// Warn about settings the chosen kubelet version would refuse.
 pub(crate) fn warn_version(cfg: &PlanConfig) {
-    use crate::policy::enforce::versions::Rule;
+    use qosd_model::policy::enforce::versions::Rule;
     if cfg.layout.version == CgroupVersion::V1 && cfg.kubelet_version.has(Rule::CgroupV1Refused) {
         crate::telemetry::log::stderr_line(&format!(
             "qosd: warning: kubelet {} refuses cgroup v1 unless failCgroupV1: false",
@@ -243,7 +243,7 @@ pub(crate) fn warn_version(cfg: &PlanConfig) {
 /// never creates them.
 pub(crate) fn check_reserved_cgroups(plan: &PlanConfig) -> anyhow::Result<()> {
     for rc in &plan.reserved_cgroups {
-        for dir in crate::policy::enforce::plan::reserved_dirs(plan, rc) {
+        for dir in qosd_model::policy::enforce::plan::reserved_dirs(plan, rc) {
             if !dir.is_dir() {
                 anyhow::bail!(
                     "{} \"/{}\" does not exist at {} (qosd limits it for enforceNodeAllocatable {} but never creates it: create it, or drop {} from enforceNodeAllocatable)",
@@ -261,7 +261,7 @@ pub(crate) fn check_reserved_cgroups(plan: &PlanConfig) -> anyhow::Result<()> {
 
 pub(crate) fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<DaemonExit> {
     // One malloc arena, set before any thread starts (see sys::malloc).
-    if let Some(n) = crate::sys::malloc::limit_arenas() {
+    if let Some(n) = qosd_node::sys::malloc::limit_arenas() {
         tracing::debug!(arenas = n, "malloc arenas limited");
     }
     // Eviction settings are validated before anything is touched.
@@ -287,11 +287,11 @@ pub(crate) fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<Daemon
         }
     } else {
         // Validate the manifests now: bad input must fail before any write.
-        crate::manifest::load_paths(&args.pods).map_err(bad_input)?;
+        qosd_node::manifest::load_paths(&args.pods).map_err(bad_input)?;
         PodSourceSpec::Manifests(args.pods.clone())
     };
-    let dry_run = cfg.mode == config::Mode::DryRun;
-    let audit = cfg.cgroup_enforcement == config::CgroupEnforcement::Audit;
+    let dry_run = cfg.mode == qosd_config::Mode::DryRun;
+    let audit = cfg.cgroup_enforcement == qosd_config::CgroupEnforcement::Audit;
     if audit {
         tracing::info!(
             kubelet_config = ?cfg.kubelet_config,
@@ -309,14 +309,14 @@ pub(crate) fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<Daemon
         orphan_grace: args.orphan_grace,
         // Calls retry for at most 3 s while the runtime restarts, so the
         // loop keeps its heartbeat and readiness follows the runtime.
-        connect: crate::cri::ConnectOptions {
-            retry: crate::cri::RetryPolicy {
+        connect: qosd_node::cri::ConnectOptions {
+            retry: qosd_node::cri::RetryPolicy {
                 max_elapsed: Duration::from_secs(3),
                 ..Default::default()
             },
             ..Default::default()
         },
-        machine_memory_bytes: crate::sys::procfs::detect_memory_bytes(&args.proc_root)
+        machine_memory_bytes: qosd_node::sys::procfs::detect_memory_bytes(&args.proc_root)
             .unwrap_or(plan_capacity),
         cpu_manager: args.cpu_manager,
         specs: None,
@@ -332,7 +332,7 @@ pub(crate) fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<Daemon
         let outcome = rt
             .block_on(daemon::run_loop(opts, &mut daemon::NoObserver))
             .map_err(|e| {
-                if e.is::<crate::policy::enforce::parents::ParentMismatch>() {
+                if e.is::<qosd_model::policy::enforce::parents::ParentMismatch>() {
                     bad_input(e)
                 } else {
                     e
@@ -349,7 +349,7 @@ pub(crate) fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<Daemon
         // Every CRI call of this process, by method (the reconcile loop's
         // listings, the eviction stopper's StopPodSandbox, ...).
         let m = metrics.clone();
-        crate::cri::client::set_call_observer(Box::new(move |method, d, ok| {
+        qosd_node::cri::client::set_call_observer(Box::new(move |method, d, ok| {
             m.cri_call(method, d, ok)
         }));
     }
@@ -370,7 +370,7 @@ pub(crate) fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<Daemon
     };
     opts.specs = kube
         .clone()
-        .map(|k| k as Arc<dyn crate::runtime::pod_source::SpecSource>);
+        .map(|k| k as Arc<dyn qosd_node::pods::SpecSource>);
     let mode = crate::telemetry::status::mode_name(dry_run);
     let mut observer = ServiceObserver::new(metrics.clone(), health.clone(), dry_run, &opts.plan);
     health.update_status(|d| {
@@ -446,7 +446,7 @@ pub(crate) fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<Daemon
                 );
                 let r = Reloaded {
                     plan,
-                    dry_run: new.mode == config::Mode::DryRun,
+                    dry_run: new.mode == qosd_config::Mode::DryRun,
                     reconcile_interval: new.reconcile_interval,
                     relist_interval: new.relist_interval,
                 };
@@ -498,7 +498,7 @@ pub(crate) fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<Daemon
     let addr = cfg.metrics_address;
     // Descriptors: soft limit up to the hard one; the HTTP server gets what
     // is left above the reserve for cgroup I/O and eviction.
-    let nofile = match crate::sys::fdlimit::raise_nofile() {
+    let nofile = match qosd_node::sys::fdlimit::raise_nofile() {
         Ok(l) => {
             tracing::debug!(soft = l.soft, was = l.was, "RLIMIT_NOFILE");
             l.soft
@@ -600,7 +600,7 @@ enum ReloadRefused {
 type Applied = (
     Config,
     PlanConfig,
-    crate::policy::evict::threshold::EvictionConfig,
+    qosd_model::policy::evict::threshold::EvictionConfig,
     Vec<String>,
 );
 
@@ -649,9 +649,9 @@ fn start_kube(
     rt: &tokio::runtime::Runtime,
     metrics: &Arc<Metrics>,
     health: &Arc<Health>,
-) -> anyhow::Result<Option<Arc<crate::kube::KubeSide>>> {
+) -> anyhow::Result<Option<Arc<crate::runtime::kube_side::KubeSide>>> {
     let Some(node) = cfg.node_name.clone() else {
-        if cfg.eviction_backend == crate::policy::evict::Backend::Api {
+        if cfg.eviction_backend == qosd_model::policy::evict::Backend::Api {
             return Err(bad_input(
                 "evictionBackend: api needs nodeName (--node-name or NODE_NAME)",
             ));
@@ -662,8 +662,8 @@ fn start_kube(
         return Ok(None);
     };
     let kcfg = match &cfg.kubeconfig {
-        Some(p) => crate::kube::config::from_kubeconfig(p).map_err(bad_input)?,
-        None => match crate::kube::config::in_cluster_from_env() {
+        Some(p) => qosd_node::kube::config::from_kubeconfig(p).map_err(bad_input)?,
+        None => match qosd_node::kube::config::in_cluster_from_env() {
             Ok(c) => c,
             Err(e) => {
                 let why = format!("no API server credentials ({e})");
@@ -679,11 +679,11 @@ fn start_kube(
             }
         },
     };
-    let client = crate::kube::KubeClient::new(kcfg).map_err(bad_input)?;
+    let client = qosd_node::kube::KubeClient::new(kcfg).map_err(bad_input)?;
     tracing::info!(server = client.server(), origin = client.origin(), node = %node, "watching this node's pods on the Kubernetes API server");
-    let (side, watcher) = crate::kube::KubeSide::new(
+    let (side, watcher) = crate::runtime::kube_side::KubeSide::new(
         client,
-        crate::kube::KubeSettings {
+        crate::runtime::kube_side::KubeSettings {
             node_name: node,
             max_stale: API_MAX_STALENESS,
             eviction_timeout: cfg.api_eviction_timeout,
@@ -705,10 +705,10 @@ fn start_kube(
 #[allow(clippy::too_many_arguments)]
 fn start_eviction(
     cfg: &Config,
-    eviction: crate::policy::evict::threshold::EvictionConfig,
+    eviction: qosd_model::policy::evict::threshold::EvictionConfig,
     plan: &PlanConfig,
     source: &PodSourceSpec,
-    kube: Option<Arc<crate::kube::KubeSide>>,
+    kube: Option<Arc<crate::runtime::kube_side::KubeSide>>,
     proc_root: &Path,
     closing: &Arc<std::sync::atomic::AtomicBool>,
     metrics: &Arc<Metrics>,
@@ -725,14 +725,14 @@ fn start_eviction(
         Some(plan.node.enforced_memory_bytes),
     );
     let mut backend = cfg.effective_eviction_backend();
-    if backend == crate::policy::evict::Backend::Api && kube.is_none() {
+    if backend == qosd_model::policy::evict::Backend::Api && kube.is_none() {
         tracing::warn!(
             "evictionBackend api without a Kubernetes API client: evicting with the kill backend"
         );
-        backend = crate::policy::evict::Backend::Kill;
+        backend = qosd_model::policy::evict::Backend::Kill;
     }
-    let api: Option<Arc<dyn crate::runtime::evictor::ApiEvictor>> =
-        kube.map(|k| k as Arc<dyn crate::runtime::evictor::ApiEvictor>);
+    let api: Option<Arc<dyn qosd_node::evict::ApiEvictor>> =
+        kube.map(|k| k as Arc<dyn qosd_node::evict::ApiEvictor>);
     let hook = cfg.eviction_hook.as_ref().map(|p| {
         let m = metrics.clone();
         crate::runtime::hook::Hook::new(
@@ -750,7 +750,7 @@ fn start_eviction(
     // victims, writable layers, dead containers and image GC.
     let cri = match source {
         PodSourceSpec::Cri { endpoint } => {
-            let mut s = crate::runtime::stopper::CriStopper::new(endpoint.clone());
+            let mut s = qosd_node::evict::stopper::CriStopper::new(endpoint.clone());
             s.closing = closing.clone();
             s.image_gc.minimum_age = cfg.image_minimum_gc_age;
             if cfg.eviction_max_pod_grace_period > 0 {
@@ -762,7 +762,7 @@ fn start_eviction(
     };
     let stopper = cri
         .clone()
-        .map(|c| c as Arc<dyn crate::runtime::evictor::PodStopper>);
+        .map(|c| c as Arc<dyn qosd_node::evict::PodStopper>);
     let node_runtime = cri.map(|c| c as Arc<dyn crate::runtime::eviction::NodeRuntime>);
     let service = EvictionService::start_with_api(
         ServiceConfig {
@@ -782,7 +782,7 @@ fn start_eviction(
             // wait for a core (and is the only detector without the watcher).
             rt_priority: Some(50),
             max_listing_age: (cfg.reconcile_interval * 3).max(Duration::from_secs(30)),
-            manager: crate::policy::evict::manager::ManagerOptions {
+            manager: qosd_model::policy::evict::manager::ManagerOptions {
                 disk_layout: crate::runtime::eviction_service::disk_layout(cfg),
                 ..Default::default()
             },

@@ -280,13 +280,13 @@ fn process_cpu_ms() -> f64 {
 /// (plan + read/compare + writes + orphan scan), first pass and steady,
 /// interleaved. Wall and process CPU time in ms.
 async fn in_process_phases(env: &Containerd, snap: &Snapshot, runs: usize) -> Value {
-    use qosd::runtime::pod_source::{PodSourceSpec, Source};
     use qosd::runtime::reconcile::Reconciler;
+    use qosd_node::pods::{PodSourceSpec, Source};
     let yaml = format!(
         "cgroupRoot: {}\ncgroupVersion: v1\nruntimeEndpoint: {}\n",
         env.cgroup_root, env.endpoint
     );
-    let cfg = qosd::config::Config::from_yaml_str(&yaml).expect("config");
+    let cfg = qosd_config::Config::from_yaml_str(&yaml).expect("config");
     let plan = qosd::app::plan_config(
         &cfg,
         std::path::Path::new("/proc"),
@@ -297,7 +297,7 @@ async fn in_process_phases(env: &Containerd, snap: &Snapshot, runs: usize) -> Va
         &PodSourceSpec::Cri {
             endpoint: env.endpoint.clone(),
         },
-        qosd::cri::ConnectOptions::default(),
+        qosd_node::cri::ConnectOptions::default(),
         plan.node.capacity_memory_bytes,
     )
     .await
@@ -320,7 +320,7 @@ async fn in_process_phases(env: &Containerd, snap: &Snapshot, runs: usize) -> Va
     for _ in 0..runs + 1 {
         // A listing with nothing cached (what every full listing cost
         // before the status cache): a new connection's source.
-        let fresh = Source::connect(&spec, qosd::cri::ConnectOptions::default(), 0)
+        let fresh = Source::connect(&spec, qosd_node::cri::ConnectOptions::default(), 0)
             .await
             .expect("connect");
         let (t, c) = (Instant::now(), process_cpu_ms());

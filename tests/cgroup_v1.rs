@@ -12,10 +12,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use qosd::core::model::{CgroupLevel, CgroupVersion, CgroupWrite};
-use qosd::sys::apply::{self, Applier, Mode};
-use qosd::sys::cgroupfs::{self as fs, CgroupFsError};
-use qosd::sys::detect::{self, CgroupLayout};
+use qosd_model::core::model::{CgroupLevel, CgroupVersion, CgroupWrite};
+use qosd_node::sys::apply::{self, Applier, Mode};
+use qosd_node::sys::cgroupfs::{self as fs, CgroupFsError};
+use qosd_node::sys::detect::{self, CgroupLayout};
 use support::{require_root, Cgroups, KillOnDrop, Memhog};
 
 struct Env {
@@ -188,7 +188,7 @@ fn values_steady_state_and_drift() {
 #[test]
 #[ignore = "needs root: creates cgroups in this machine's cgroup v1 hierarchies"]
 fn cgroup_file_writes_raise_inotify_modify() {
-    use qosd::sys::file_watch::FileWatch;
+    use qosd_node::sys::file_watch::FileWatch;
     let env = setup("inotify");
     let plan = plan(&env.cpu, &env.mem);
     let mut a = applier(&env);
@@ -335,7 +335,7 @@ fn memory_limit_below_usage_is_ebusy_reported_once() {
     // The process survives (no OOM kill from a refused limit); the one
     // pid-tree killer empties the pod cgroup.
     let t = Instant::now();
-    let report = qosd::sys::kill::kill_cgroup_tree(&mp, Duration::from_secs(5)).unwrap();
+    let report = qosd_node::sys::kill::kill_cgroup_tree(&mp, Duration::from_secs(5)).unwrap();
     eprintln!("MEASURE v1 kill-all until empty: {:?}", t.elapsed());
     assert!(report.signalled >= 1);
     assert!(fs::list_pids(&mp).unwrap().is_empty());
@@ -390,7 +390,7 @@ fn orphans_removed_only_when_empty() {
     assert!(kp.join(format!("besteffort/pod{live_uid}")).is_dir());
 
     // Kill the busy one's processes; then it goes.
-    qosd::sys::kill::kill_cgroup_tree(&busy, Duration::from_secs(5)).unwrap();
+    qosd_node::sys::kill::kill_cgroup_tree(&busy, Duration::from_secs(5)).unwrap();
     let _ = env.children.pop().unwrap().0.wait();
     let r = apply::remove_cgroup_tree_if_empty(&busy, &bases).unwrap();
     assert_eq!(r, vec![busy.join("ctr"), busy.clone()]);

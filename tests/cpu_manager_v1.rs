@@ -10,8 +10,8 @@ mod support;
 
 use std::path::{Path, PathBuf};
 
-use qosd::cri::proto;
-use qosd::policy::cpu::state::CpuState;
+use qosd_model::policy::cpu::state::CpuState;
+use qosd_node::cri::proto;
 use support::*;
 
 fn cpuset(env: &Containerd, pod: &RunningPod) -> String {
@@ -129,13 +129,13 @@ async fn static_policy_pins_a_guaranteed_pod_on_real_cgroup_v1() {
     // differences are reported, nothing is changed.
     let mut kubelet = CpuState {
         policy_name: "static".into(),
-        default: qosd::policy::cpu::CpuSet::parse("1").unwrap(),
+        default: qosd_model::policy::cpu::CpuSet::parse("1").unwrap(),
         ..Default::default()
     };
     kubelet.set(
         &g.spec.uid,
         "app",
-        qosd::policy::cpu::CpuSet::parse("0").unwrap(),
+        qosd_model::policy::cpu::CpuSet::parse("0").unwrap(),
     );
     let kfile = dir.path().join("kubelet_cpu_manager_state");
     std::fs::write(&kfile, kubelet.to_json()).unwrap();

@@ -33,7 +33,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use qosd::policy::cpu::state::CpuState;
+use qosd_model::policy::cpu::state::CpuState;
 use serde_json::Value;
 use vm::Results;
 

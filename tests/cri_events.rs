@@ -9,7 +9,7 @@ mod support;
 
 use std::time::Duration;
 
-use qosd::cri::events::{self, proto as ev, Change};
+use qosd_node::cri::events::{self, proto as ev, Change};
 use support::*;
 use tokio_stream::StreamExt;
 
@@ -104,14 +104,14 @@ async fn each_cri_call_that_changes_a_listing_publishes_a_watched_topic() {
     client.update_container_resources(&cid, res).await.unwrap();
     let update = drain(&mut s).await;
 
-    rs.stop_container(qosd::cri::proto::StopContainerRequest {
+    rs.stop_container(qosd_node::cri::proto::StopContainerRequest {
         container_id: cid.clone(),
         timeout: 0,
     })
     .await
     .unwrap();
     let stop = drain(&mut s).await;
-    rs.remove_container(qosd::cri::proto::RemoveContainerRequest {
+    rs.remove_container(qosd_node::cri::proto::RemoveContainerRequest {
         container_id: cid.clone(),
     })
     .await

@@ -6,7 +6,7 @@ mod support;
 
 use std::collections::HashMap;
 
-use qosd::core::quantity::Quantity;
+use qosd_model::core::quantity::Quantity;
 use serde_json::Value;
 use support::*;
 

@@ -6,7 +6,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use qosd::cri::{inventory_of, ConnectOptions, CriClient, InventoryOptions, RetryPolicy};
+use qosd_node::cri::{inventory_of, ConnectOptions, CriClient, InventoryOptions, RetryPolicy};
 use serde_json::Value;
 use support::*;
 
@@ -168,7 +168,7 @@ async fn sandbox_removed_between_list_and_status() {
     assert_eq!(inv.pods[0].sandbox_id, stays.sandbox_id);
     assert_eq!(
         inv.pods[0].qos_class,
-        qosd::core::model::QosClass::Guaranteed
+        qosd_model::core::model::QosClass::Guaranteed
     );
     assert_eq!(inv.skipped.len(), 1, "{:?}", inv.skipped);
     assert_eq!(inv.skipped[0].sandbox_id, gone.sandbox_id);
@@ -190,11 +190,11 @@ async fn notready_sandbox_is_reported_not_planned() {
         .await;
     let client = env.client().await;
     client.stop_pod_sandbox(&stopped.sandbox_id).await.unwrap();
-    let inv = qosd::cri::inventory(&client, &InventoryOptions::default())
+    let inv = qosd_node::cri::inventory(&client, &InventoryOptions::default())
         .await
         .unwrap();
     assert_eq!(inv.pods.len(), 1);
-    assert_eq!(inv.pods[0].state, qosd::cri::SandboxState::NotReady);
+    assert_eq!(inv.pods[0].state, qosd_node::cri::SandboxState::NotReady);
     assert!(inv.ready_pods().is_empty());
     let (code, out, err) = qosd(&[
         "pods",
@@ -223,7 +223,7 @@ async fn memhog_grows_on_signal_and_is_oom_killed() {
             ),
         )
         .await;
-    assert_eq!(pod.class, qosd::core::model::QosClass::Guaranteed);
+    assert_eq!(pod.class, qosd_model::core::model::QosClass::Guaranteed);
     let id = pod.containers[0].1.clone();
     let usage = || env.container_memory_usage(&pod, &id).unwrap_or(0);
     let t = Instant::now();
@@ -272,7 +272,7 @@ async fn inventory_of_twenty_pods_is_fast() {
     let mut best = Duration::MAX;
     for _ in 0..5 {
         let t = Instant::now();
-        let inv = qosd::cri::inventory(&client, &InventoryOptions::default())
+        let inv = qosd_node::cri::inventory(&client, &InventoryOptions::default())
             .await
             .unwrap();
         best = best.min(t.elapsed());
@@ -293,7 +293,7 @@ async fn inventory_of_twenty_pods_is_fast() {
 #[ignore = "needs root: starts containerd and creates cgroups"]
 async fn cached_listing_matches_a_fresh_inventory() {
     require_containerd();
-    use qosd::runtime::pod_source::{PodSourceSpec, Source};
+    use qosd_node::pods::{PodSourceSpec, Source};
     let env = Containerd::start();
     let a = env
         .run_pod(
@@ -315,7 +315,7 @@ async fn cached_listing_matches_a_fresh_inventory() {
         .unwrap();
     let client = env.client().await;
     let fresh = || async {
-        let mut p = qosd::cri::inventory(
+        let mut p = qosd_node::cri::inventory(
             &client,
             &InventoryOptions {
                 memory_capacity_bytes: Some(0),
@@ -343,7 +343,7 @@ async fn cached_listing_matches_a_fresh_inventory() {
         .iter()
         .find(|p| p.sandbox_id == b.sandbox_id)
         .unwrap();
-    assert_eq!(sb.state, qosd::cri::SandboxState::NotReady);
+    assert_eq!(sb.state, qosd_node::cri::SandboxState::NotReady);
     assert!(
         sb.containers.iter().all(|c| c.state == "exited"),
         "{:?}",

@@ -19,16 +19,16 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use qosd::core::model::{CgroupVersion, QosClass};
-use qosd::policy::evict::manager::{Action, Manager, ManagerOptions};
-use qosd::policy::evict::rank::Candidate;
-use qosd::policy::evict::threshold::{EvictionConfig, RawEvictionConfig, Signal};
-use qosd::policy::evict::Backend;
-use qosd::policy::evict::MemorySource;
-use qosd::runtime::evictor::Evictor;
-use qosd::sys::kill::cgroup_tree_pids;
-use qosd::sys::signals::{pod_stats, SignalSources};
-use qosd::sys::watch::{targets_from_config, usage_probe, WatchConfig, WatchTarget, Watcher};
+use qosd_model::core::model::{CgroupVersion, QosClass};
+use qosd_model::policy::evict::manager::{Action, Manager, ManagerOptions};
+use qosd_model::policy::evict::rank::Candidate;
+use qosd_model::policy::evict::threshold::{EvictionConfig, RawEvictionConfig, Signal};
+use qosd_model::policy::evict::Backend;
+use qosd_model::policy::evict::MemorySource;
+use qosd_node::evict::Evictor;
+use qosd_node::sys::kill::cgroup_tree_pids;
+use qosd_node::sys::signals::{pod_stats, SignalSources};
+use qosd_node::sys::watch::{targets_from_config, usage_probe, WatchConfig, WatchTarget, Watcher};
 use std::sync::atomic::Ordering;
 use support::{require_root, Cgroups, KillOnDrop};
 
@@ -38,7 +38,7 @@ const SHM_BYTES: u64 = 64 + (1 << 17) * 16;
 /// The memory hierarchy to test in; panics when there is none.
 fn memory_root() -> (CgroupVersion, PathBuf) {
     let sys = Path::new("/sys/fs/cgroup");
-    match qosd::sys::detect::detect_version(sys) {
+    match qosd_node::sys::detect::detect_version(sys) {
         Ok(CgroupVersion::V1) if sys.join("memory/memory.usage_in_bytes").exists() => {
             (CgroupVersion::V1, sys.join("memory"))
         }

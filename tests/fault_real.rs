@@ -466,7 +466,7 @@ async fn pod_cgroups_removed_mid_write() {
             "systemd",
         ] {
             let dir = env.cgroup_dir(ctrl, &p);
-            if let Ok(leaf) = qosd::sys::cgroupfs::walk_leaf_first(&dir) {
+            if let Ok(leaf) = qosd_node::sys::cgroupfs::walk_leaf_first(&dir) {
                 for c in leaf {
                     let _ = std::fs::remove_dir(&c);
                 }

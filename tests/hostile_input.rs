@@ -235,13 +235,13 @@ fn hostile_server(
 fn status_client_caps_the_body_and_keeps_its_deadline() {
     static BIG: [u8; 1 << 16] = [b'x'; 1 << 16];
     let endless = hostile_server(b"HTTP/1.1 200 OK\r\n\r\n", &BIG, Duration::ZERO);
-    let e = qosd::telemetry::client::get(endless, "/status", Duration::from_secs(30))
+    let e = support::http::get(endless, "/status", Duration::from_secs(30))
         .unwrap_err()
         .to_string();
     assert!(e.contains("larger than"), "{e}");
     let trickle = hostile_server(b"HTTP/1.1 200 OK\r\n\r\n", b"x", Duration::from_millis(50));
     let t = Instant::now();
-    let e = qosd::telemetry::client::get(trickle, "/status", Duration::from_millis(500))
+    let e = support::http::get(trickle, "/status", Duration::from_millis(500))
         .unwrap_err()
         .to_string();
     assert!(e.contains("no complete answer within 0.5s"), "{e}");

@@ -8,9 +8,9 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use qosd::kube::client::KubeClient;
-use qosd::kube::config::{from_kubeconfig, Auth, KubeConfig};
-use qosd::kube::source::{list_pods, run_watcher, PodCache, WatchOptions};
+use qosd_node::kube::client::KubeClient;
+use qosd_node::kube::config::{from_kubeconfig, Auth, KubeConfig};
+use qosd_node::kube::source::{list_pods, run_watcher, PodCache, WatchOptions};
 use support::kubeapi::{fixture_pod, FakeApi};
 
 fn client(api: &FakeApi, dir: &std::path::Path) -> KubeClient {

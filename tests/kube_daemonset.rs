@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use qosd::cri::proto;
+use qosd_node::cri::proto;
 use serde::Deserialize;
 use support::kubeapi::{fixture_pod, Answer, FakeApi};
 use support::*;
@@ -246,12 +246,12 @@ async fn daemonset_pod_survives_a_runtime_restart_and_keeps_enforcing_and_evicti
 
     // Resources as the kubelet maps them; Guaranteed → kubepods/pod<uid>.
     let milli = |q: &Yaml| {
-        qosd::core::quantity::Quantity::parse(&s(q))
+        qosd_model::core::quantity::Quantity::parse(&s(q))
             .unwrap()
             .milli_ceil()
     };
     let bytes = |q: &Yaml| {
-        qosd::core::quantity::Quantity::parse(&s(q))
+        qosd_model::core::quantity::Quantity::parse(&s(q))
             .unwrap()
             .value_ceil()
     };

@@ -541,7 +541,7 @@ async fn api_going_away_degrades_to_runtime_data_without_stale_evictions() {
     assert_eq!(metric(port, "qosd_kube_api_up"), 0.0);
     assert_eq!(metric(port, "qosd_kube_pods{source=\"inferred\"}"), 2.0);
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-    let ready = qosd::telemetry::client::get(addr, "/readyz", Duration::from_secs(2)).unwrap();
+    let ready = support::http::get(addr, "/readyz", Duration::from_secs(2)).unwrap();
     assert!(
         ready.body.contains("degraded: kubernetes-api: "),
         "{}",

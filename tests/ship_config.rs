@@ -5,11 +5,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use assert_cmd::Command;
-use qosd::config::{
+use qosd_config::{
     CgroupVersionSetting, Config, ConfigError, CpuWeightFormula, EvictionBackend, LogFormat, Mode,
     Overrides, Percent,
 };
-use qosd::core::model::{CgroupDriver, CgroupVersion};
+use qosd_model::core::model::{CgroupDriver, CgroupVersion};
 
 fn example() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("config/qosd.yaml")
@@ -124,7 +124,7 @@ fn every_field_is_read() {
     assert_eq!(c.imagefs_path, Some(PathBuf::from("/var/lib/containerd")));
     assert_eq!(
         c.memory_available_source,
-        qosd::policy::evict::MemorySource::Meminfo
+        qosd_model::policy::evict::MemorySource::Meminfo
     );
     assert_eq!(c.cpu_weight_formula, CpuWeightFormula::Runc);
     assert!(c.memory_qos);

@@ -17,6 +17,26 @@ fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// The effective configuration `qosd config check -o json` prints for a
+/// config file's text (the binary's own validation; panics when invalid).
+fn effective_config(text: &str) -> serde_json::Value {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.yaml");
+    std::fs::write(&path, text).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_qosd"))
+        .args(["config", "check", "-o", "json"])
+        .arg(&path)
+        .env_remove("QOSD_CONFIG")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "config invalid: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 fn manifest_text() -> String {
     std::fs::read_to_string(root().join("deploy/daemonset.yaml")).unwrap()
 }
@@ -146,8 +166,8 @@ fn daemonset_properties() {
         let req = s(&res["requests"][r]);
         let lim = s(&res["limits"][r]);
         assert_eq!(
-            qosd::core::quantity::Quantity::parse(req).unwrap(),
-            qosd::core::quantity::Quantity::parse(lim).unwrap(),
+            qosd_model::core::quantity::Quantity::parse(req).unwrap(),
+            qosd_model::core::quantity::Quantity::parse(lim).unwrap(),
             "{r}: requests {req} != limits {lim}"
         );
     }
@@ -181,13 +201,10 @@ fn daemonset_properties() {
     // The embedded config is valid and consistent with the mounts.
     let cm = kind(&all, "ConfigMap");
     let cfg_text = s(&cm["data"]["config.yaml"]);
-    let cfg = qosd::config::Config::from_yaml_str(cfg_text)
-        .unwrap_or_else(|e| panic!("ConfigMap config.yaml: {e}"));
-    assert_eq!(u64::from(cfg.metrics_address.port()), port);
-    assert!(
-        cfg.metrics_address.ip().is_unspecified(),
-        "probes reach the pod IP"
-    );
+    let cfg = effective_config(cfg_text);
+    let metrics: std::net::SocketAddr = cfg["metricsAddress"].as_str().unwrap().parse().unwrap();
+    assert_eq!(u64::from(metrics.port()), port);
+    assert!(metrics.ip().is_unspecified(), "probes reach the pod IP");
 
     let args: Vec<&str> = c["args"].as_sequence().unwrap().iter().map(s).collect();
     let cfg_path = args[args.iter().position(|a| *a == "--config").unwrap() + 1];
@@ -206,7 +223,7 @@ fn daemonset_properties() {
             .unwrap_or_else(|| panic!("no volume {:?}", m["name"]));
         (m, v)
     };
-    let (m, v) = mount(&cfg.cgroupfs);
+    let (m, v) = mount(Path::new(cfg["cgroupfs"].as_str().unwrap()));
     assert_eq!(s(&v["hostPath"]["path"]), "/sys/fs/cgroup");
     assert_ne!(
         m["readOnly"].as_bool(),
@@ -215,18 +232,19 @@ fn daemonset_properties() {
     );
     // The socket's directory, not the file (a restarted runtime's new
     // socket must be visible).
-    let sock = cfg.runtime_socket_path();
+    let endpoint = cfg["runtimeEndpoint"].as_str().unwrap();
+    let sock = PathBuf::from(endpoint.strip_prefix("unix://").unwrap_or(endpoint));
     let (m, v) = mount(&sock);
     assert_eq!(s(&v["hostPath"]["type"]), "Directory");
     assert_eq!(Path::new(s(&m["mountPath"])), sock.parent().unwrap());
     assert_eq!(Path::new(s(&v["hostPath"]["path"])), sock.parent().unwrap());
     assert_ne!(m["readOnly"].as_bool(), Some(true));
     let runtime_dir = s(&m["mountPath"]).to_string();
-    let (m, v) = mount(&cfg.root_dir);
+    let (m, v) = mount(Path::new(cfg["rootDir"].as_str().unwrap()));
     assert_eq!(s(&v["hostPath"]["path"]), "/var/lib/kubelet");
     assert_eq!(m["readOnly"].as_bool(), Some(true));
     // stateDir: on the host (it must outlive the pod), writable.
-    let state = cfg.state_dir.as_deref().expect("stateDir set");
+    let state = Path::new(cfg["stateDir"].as_str().expect("stateDir set"));
     let (m, v) = mount(state);
     assert_eq!(s(&v["hostPath"]["path"]), "/var/lib/qosd");
     assert_eq!(Path::new(s(&m["mountPath"])), state);
@@ -265,13 +283,10 @@ fn kubernetes_api_settings_rbac_and_service() {
         "spec.nodeName"
     );
     let cm = kind(&all, "ConfigMap");
-    let cfg = qosd::config::Config::from_yaml_str(s(&cm["data"]["config.yaml"])).unwrap();
-    assert_eq!(cfg.eviction_backend, qosd::config::EvictionBackend::Api);
-    assert_eq!(
-        cfg.runtime_unhealthy_after,
-        std::time::Duration::from_secs(120)
-    );
-    assert!(cfg.kubeconfig.is_none(), "in-cluster config");
+    let cfg = effective_config(s(&cm["data"]["config.yaml"]));
+    assert_eq!(cfg["evictionBackend"], "api");
+    assert_eq!(cfg["runtimeUnhealthyAfter"], "2m0s");
+    assert!(cfg["kubeconfig"].is_null(), "in-cluster config");
 
     // Least RBAC: exactly these verbs, bound to the DaemonSet's account.
     let role = kind(&all, "ClusterRole");
@@ -342,5 +357,5 @@ fn dockerfile_builds_a_small_static_image() {
     // The image's default config validates.
     let cfg = root().join("config/qosd.yaml");
     assert!(text.contains("config/qosd.yaml"));
-    qosd::config::Config::load(&cfg).unwrap();
+    effective_config(&std::fs::read_to_string(&cfg).unwrap());
 }

@@ -141,7 +141,7 @@ async fn soak() {
             // The socket answers before the CRI plugin is initialized.
             let t = Instant::now();
             while t.elapsed() < Duration::from_secs(30)
-                && qosd::cri::CriClient::connect(&env.endpoint, Default::default())
+                && qosd_node::cri::CriClient::connect(&env.endpoint, Default::default())
                     .await
                     .is_err()
             {

@@ -9,8 +9,8 @@ mod support;
 
 use std::time::Duration;
 
-use qosd::cri::{ConnectOptions, InventoryOptions};
-use qosd::runtime::pod_source::{PodSourceSpec, Source};
+use qosd_node::cri::{ConnectOptions, InventoryOptions};
+use qosd_node::pods::{PodSourceSpec, Source};
 use support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -46,7 +46,10 @@ async fn a_restored_cache_lists_like_a_fresh_inventory() {
     };
     let client = env.client().await;
     let fresh = || async {
-        let mut p = qosd::cri::inventory(&client, &opts).await.unwrap().pods;
+        let mut p = qosd_node::cri::inventory(&client, &opts)
+            .await
+            .unwrap()
+            .pods;
         p.sort_by(|x, y| x.sandbox_id.cmp(&y.sandbox_id));
         p
     };
@@ -95,7 +98,7 @@ async fn a_restored_cache_lists_like_a_fresh_inventory() {
     // The planner's input is the same pods: the same plan.
     let mut planned = listing.pods.clone();
     planned.sort_by(|x, y| x.uid.cmp(&y.uid));
-    let mut ready: Vec<_> = qosd::cri::Inventory {
+    let mut ready: Vec<_> = qosd_node::cri::Inventory {
         pods: want,
         skipped: Vec::new(),
     }
@@ -166,7 +169,7 @@ async fn a_restarted_daemon_asks_only_about_new_ids_and_catches_a_resize() {
     let mut res = ContainerSpec::pause("app")
         .cpu(Some(200), Some(400))
         .linux_resources(
-            qosd::core::model::QosClass::Burstable,
+            qosd_model::core::model::QosClass::Burstable,
             kubelet::memory_capacity(),
         );
     res.cpu_shares = kubelet::shares(200);

@@ -38,7 +38,7 @@ fn start(dir: &Path, inject: Option<&str>) -> Daemon {
         root.to_str().unwrap(),
     ];
     let envs: Vec<(&str, &OsStr)> = inject
-        .map(|point| (qosd::runtime::supervisor::INJECT_PANIC_ENV, point.as_ref()))
+        .map(|point| (support::INJECT_PANIC_ENV, point.as_ref()))
         .into_iter()
         .collect();
     Daemon::start_with(&args, &envs)
@@ -75,7 +75,7 @@ fn eviction_loop_panic_fails_healthz_and_exits_nonzero() {
     let st = st.unwrap_or_else(|| panic!("qosd did not exit; log:\n{log}"));
     assert_eq!(
         st.code(),
-        Some(qosd::runtime::supervisor::EXIT_UNHEALTHY),
+        Some(support::EXIT_UNHEALTHY),
         "exit status {st:?}; log:\n{log}"
     );
     assert!(log.contains("supervised loop panicked"), "{log}");

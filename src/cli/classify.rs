@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use crate::cli::output::{table, Output};
 use crate::cli::plan::load_pods;
-use crate::core::model::QosClass;
+use qosd_model::core::model::QosClass;
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
@@ -48,9 +48,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<i32> {
     let rows: Vec<Row> = pods
         .iter()
         .map(|p| {
-            let c = crate::core::qos::classify(p);
+            let c = qosd_model::core::qos::classify(p);
             let source = match &p.origin {
-                crate::core::model::PodOrigin::Manifest(s) => s.clone(),
+                qosd_model::core::model::PodOrigin::Manifest(s) => s.clone(),
                 _ => String::new(),
             };
             Row {

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use crate::config::{self, Config, ConfigError, Overrides};
+use qosd_config::{Config, ConfigError, Overrides};
 
 #[derive(Debug, clap::Subcommand)]
 #[allow(clippy::large_enum_variant)] // parsed once; boxing buys nothing
@@ -176,16 +176,16 @@ pub(crate) struct ConfigFlags {
     #[arg(long, value_name = "MODE")]
     pub(crate) mode: Option<String>,
     /// Hard eviction thresholds, e.g. memory.available<100Mi,nodefs.available<10%.
-    #[arg(long, value_name = "SIGNAL<VALUE,...", value_parser = config::parse_langle_map)]
+    #[arg(long, value_name = "SIGNAL<VALUE,...", value_parser = qosd_config::parse_langle_map)]
     pub(crate) eviction_hard: Option<BTreeMap<String, String>>,
     /// Soft eviction thresholds, e.g. memory.available<300Mi.
-    #[arg(long, value_name = "SIGNAL<VALUE,...", value_parser = config::parse_langle_map)]
+    #[arg(long, value_name = "SIGNAL<VALUE,...", value_parser = qosd_config::parse_langle_map)]
     pub(crate) eviction_soft: Option<BTreeMap<String, String>>,
     /// Soft threshold grace periods, e.g. memory.available=1m30s.
-    #[arg(long, value_name = "SIGNAL=DURATION,...", value_parser = config::parse_eq_map)]
+    #[arg(long, value_name = "SIGNAL=DURATION,...", value_parser = qosd_config::parse_eq_map)]
     pub(crate) eviction_soft_grace_period: Option<BTreeMap<String, String>>,
     /// Minimum reclaim per signal, e.g. memory.available=0Mi,nodefs.available=500Mi.
-    #[arg(long, value_name = "SIGNAL=VALUE,...", value_parser = config::parse_eq_map)]
+    #[arg(long, value_name = "SIGNAL=VALUE,...", value_parser = qosd_config::parse_eq_map)]
     pub(crate) eviction_minimum_reclaim: Option<BTreeMap<String, String>>,
     /// Maximum pod grace period (seconds) for soft evictions.
     #[arg(long, value_name = "SECONDS")]
@@ -200,13 +200,13 @@ pub(crate) struct ConfigFlags {
     #[arg(long, value_name = "PATH")]
     pub(crate) cgroup_root: Option<String>,
     /// Resources reserved for the system, e.g. cpu=500m,memory=1Gi.
-    #[arg(long, value_name = "RES=QTY,...", value_parser = config::parse_eq_map)]
+    #[arg(long, value_name = "RES=QTY,...", value_parser = qosd_config::parse_eq_map)]
     pub(crate) system_reserved: Option<BTreeMap<String, String>>,
     /// Resources reserved for Kubernetes daemons, e.g. cpu=100m,memory=500Mi.
-    #[arg(long, value_name = "RES=QTY,...", value_parser = config::parse_eq_map)]
+    #[arg(long, value_name = "RES=QTY,...", value_parser = qosd_config::parse_eq_map)]
     pub(crate) kube_reserved: Option<BTreeMap<String, String>>,
     /// QoS memory reservation, e.g. memory=50%.
-    #[arg(long, value_name = "memory=PCT", value_parser = config::parse_eq_map)]
+    #[arg(long, value_name = "memory=PCT", value_parser = qosd_config::parse_eq_map)]
     pub(crate) qos_reserved: Option<BTreeMap<String, String>>,
     /// CFS quota period (1ms..1s), e.g. 100ms.
     #[arg(long = "cpu-cfs-quota-period", value_name = "DURATION")]
@@ -395,7 +395,7 @@ impl ConfigFlags {
     /// `--config`, else the default path when that file exists.
     pub(crate) fn config_path(&self) -> Option<PathBuf> {
         self.config.clone().or_else(|| {
-            let p = Path::new(config::DEFAULT_CONFIG_PATH);
+            let p = Path::new(qosd_config::DEFAULT_CONFIG_PATH);
             p.is_file().then(|| p.to_path_buf())
         })
     }
@@ -437,7 +437,7 @@ mod tests {
         ])
         .unwrap();
         let c = t.flags.load().unwrap();
-        assert_eq!(c.mode, config::Mode::DryRun);
+        assert_eq!(c.mode, qosd_config::Mode::DryRun);
         assert_eq!(c.eviction_hard.len(), 1);
         assert_eq!(c.eviction_hard["memory.available"], "1Gi");
         assert_eq!(c.system_reserved["memory"].value_ceil(), 2 << 30);

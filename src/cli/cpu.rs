@@ -4,9 +4,9 @@
 use std::path::PathBuf;
 
 use crate::cli::bad_input;
-use crate::policy::cpu::policy::{CpuPlan, PolicyName, PolicyOptions};
-use crate::policy::cpu::CpuSet;
 use crate::runtime::cpu_manager::{CpuManagerSettings, STATE_FILE_NAME};
+use qosd_model::policy::cpu::policy::{CpuPlan, PolicyName, PolicyOptions};
+use qosd_model::policy::cpu::CpuSet;
 
 /// `--cpu-manager-policy`, `--reserved-cpus`, `--cpu-manager-policy-options` (the topology is read from the command's `--sysfs`).
 #[derive(Debug, Clone, Default, clap::Args)]
@@ -65,7 +65,7 @@ impl CpuManagerFlags {
 
 /// Settings from a daemon config (before flags).
 pub(crate) fn settings_from_config(
-    cfg: &crate::config::Config,
+    cfg: &qosd_config::Config,
     state: &CpuStateFlags,
 ) -> anyhow::Result<CpuManagerSettings> {
     let reserved_system_cpus = match &cfg.reserved_system_cpus {
@@ -91,7 +91,7 @@ pub(crate) fn settings_from_config(
 }
 
 /// kube + system reserved cpu in millicores, `None` when neither sets cpu.
-pub(crate) fn reserved_millis(lists: &[&crate::core::model::ResourceList]) -> Option<i64> {
+pub(crate) fn reserved_millis(lists: &[&qosd_model::core::model::ResourceList]) -> Option<i64> {
     let found: Vec<i64> = lists
         .iter()
         .filter_map(|l| l.get("cpu").map(|q| q.milli_ceil()))

@@ -8,8 +8,8 @@ use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
 use crate::cli::bad_input;
-use crate::policy::evict::rank::{self, Candidate, PodStats, Ranking};
-use crate::policy::evict::threshold::{Signal, SignalResource};
+use qosd_model::policy::evict::rank::{self, Candidate, PodStats, Ranking};
+use qosd_model::policy::evict::threshold::{Signal, SignalResource};
 
 use crate::cli::config_check::ConfigFlags;
 use crate::cli::output::Output;
@@ -255,7 +255,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<i32> {
         warn_unknown(&usage, &c);
         c
     } else {
-        let pods = crate::manifest::load_paths(&args.pods).map_err(bad_input)?;
+        let pods = qosd_node::manifest::load_paths(&args.pods).map_err(bad_input)?;
         if pods.is_empty() {
             eprintln!("qosd: warning: no pod in the --pods paths");
             return Ok(crate::cli::EXIT_BAD_INPUT);
@@ -289,7 +289,7 @@ fn warn_unknown(usage: &UsageFile, c: &[Candidate]) {
 /// Disk usage of live candidates measured like the daemon does: writable
 /// layers (CRI `ListContainerStats`), logs and local volumes under the
 /// kubelet's directories (`rootDir`, `podLogsDir`), added to their stats.
-fn add_disk_usage(cfg: &crate::config::Config, candidates: &mut [Candidate]) {
+fn add_disk_usage(cfg: &qosd_config::Config, candidates: &mut [Candidate]) {
     let Ok(rt) = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -298,21 +298,21 @@ fn add_disk_usage(cfg: &crate::config::Config, candidates: &mut [Candidate]) {
     };
     let layers = rt
         .block_on(async {
-            let c = crate::cri::CriClient::connect(
+            let c = qosd_node::cri::CriClient::connect(
                 &cfg.runtime_endpoint,
-                crate::cri::ConnectOptions::default(),
+                qosd_node::cri::ConnectOptions::default(),
             )
             .await?;
             c.list_container_stats().await
         })
         .ok()
-        .map(|stats| crate::runtime::stopper::writable_layers_by_pod(&stats));
+        .map(|stats| qosd_node::evict::stopper::writable_layers_by_pod(&stats));
     for c in candidates {
         // A pod the runtime reported no stats for has no layers.
         let pod_layers = layers
             .as_ref()
             .map(|all| all.get(&c.uid).cloned().unwrap_or_default());
-        if let Ok(local) = crate::sys::signals::pod_local_storage(
+        if let Ok(local) = qosd_node::sys::signals::pod_local_storage(
             &cfg.root_dir,
             &cfg.pod_logs_dir,
             &c.namespace,
@@ -328,7 +328,7 @@ fn add_disk_usage(cfg: &crate::config::Config, candidates: &mut [Candidate]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::model::QosClass;
+    use qosd_model::core::model::QosClass;
 
     fn cand(uid: &str, qos: QosClass, prio: i32, req: i64, usage: Option<u64>) -> Candidate {
         Candidate {

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use crate::cri::Inventory;
-use crate::kube::merge::MergeSummary;
+use qosd_node::cri::Inventory;
+use qosd_node::kube::merge::MergeSummary;
 
 #[derive(Debug, Clone, Default, clap::Args)]
 pub(crate) struct KubeFlags {
@@ -25,8 +25,8 @@ pub(crate) struct KubeFlags {
 /// The daemon's listing merged with the API server's pod specs when the
 /// config names this node (`nodeName`, `kubeconfig`), as `qosd run` does.
 pub(crate) fn merge_listing(
-    cfg: &crate::config::Config,
-    listing: &mut crate::runtime::pod_source::Listing,
+    cfg: &qosd_config::Config,
+    listing: &mut qosd_node::pods::Listing,
 ) -> anyhow::Result<()> {
     let flags = KubeFlags {
         kubeconfig: cfg.kubeconfig.clone(),
@@ -71,16 +71,16 @@ impl KubeFlags {
                 crate::cli::bad_input("--kubeconfig needs --node-name (or NODE_NAME)")
             })?;
         let cfg = match &self.kubeconfig {
-            Some(path) => crate::kube::config::from_kubeconfig(path),
-            None => crate::kube::config::in_cluster_from_env(),
+            Some(path) => qosd_node::kube::config::from_kubeconfig(path),
+            None => qosd_node::kube::config::in_cluster_from_env(),
         }
         .map_err(crate::cli::bad_input)?;
-        let client = crate::kube::KubeClient::new(cfg).map_err(crate::cli::bad_input)?;
+        let client = qosd_node::kube::KubeClient::new(cfg).map_err(crate::cli::bad_input)?;
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .context("tokio runtime")?;
-        let view = rt.block_on(crate::kube::source::snapshot(
+        let view = rt.block_on(qosd_node::kube::source::snapshot(
             &client,
             node,
             Duration::from_secs(5),
@@ -88,7 +88,7 @@ impl KubeFlags {
         if let Some(why) = &view.unavailable {
             eprintln!("qosd: warning: Kubernetes API unavailable ({why}): values inferred from the runtime alone");
         }
-        let summary = crate::kube::merge::merge(&mut inv.pods, &view);
+        let summary = qosd_node::kube::merge::merge(&mut inv.pods, &view);
         Ok(Some((summary, view.unavailable)))
     }
 }

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use crate::cli::bad_input;
 use crate::cli::config_check::ConfigFlags;
 use crate::cli::output::Output;
-use crate::core::model::Pod;
+use qosd_model::core::model::Pod;
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
@@ -43,9 +43,9 @@ pub(crate) struct Args {
 /// pod (warned on stderr; the caller exits 2).
 pub(crate) fn load_pods(paths: &[PathBuf]) -> anyhow::Result<Option<(Vec<Pod>, bool)>> {
     if paths.is_empty() {
-        return Ok(Some((crate::manifest::example_pods(), true)));
+        return Ok(Some((qosd_node::manifest::example_pods(), true)));
     }
-    let pods = crate::manifest::load_paths(paths).map_err(bad_input)?;
+    let pods = qosd_node::manifest::load_paths(paths).map_err(bad_input)?;
     if pods.is_empty() {
         eprintln!(
             "qosd: warning: no pod in {} (expected Pod manifests or workloads with a pod template)",
@@ -76,7 +76,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<i32> {
     };
     crate::app::warn_version(&plan_cfg);
     for rc in &plan_cfg.reserved_cgroups {
-        for dir in crate::policy::enforce::plan::reserved_dirs(&plan_cfg, rc) {
+        for dir in qosd_model::policy::enforce::plan::reserved_dirs(&plan_cfg, rc) {
             if !dir.is_dir() {
                 eprintln!(
                     "qosd: warning: {} \"/{}\" does not exist at {} (qosd never creates it; `qosd run` refuses to start)",
@@ -87,7 +87,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<i32> {
             }
         }
     }
-    let plan = crate::policy::enforce::plan::build(&plan_cfg, &pods);
+    let plan = qosd_model::policy::enforce::plan::build(&plan_cfg, &pods);
     let cpu = cpu_plan(&args, &cfg, &pods)?;
     let out = match args.output {
         Output::Json | Output::Yaml => {
@@ -125,9 +125,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<i32> {
 /// config or `--cpu-manager-policy static`): pods arrive in the order given.
 fn cpu_plan(
     args: &Args,
-    cfg: &crate::config::Config,
+    cfg: &qosd_config::Config,
     pods: &[Pod],
-) -> anyhow::Result<Option<crate::policy::cpu::policy::CpuPlan>> {
+) -> anyhow::Result<Option<qosd_model::policy::cpu::policy::CpuPlan>> {
     let mut base =
         crate::cli::cpu::settings_from_config(cfg, &crate::cli::cpu::CpuStateFlags::default())?;
     base.state_file = None;
@@ -148,9 +148,9 @@ fn cpu_plan(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::model::{CgroupDriver, CgroupVersion};
-    use crate::policy::enforce::plan::{CpuWeightFormula, PlanConfig};
     use clap::Parser;
+    use qosd_model::core::model::{CgroupDriver, CgroupVersion};
+    use qosd_model::policy::enforce::plan::{CpuWeightFormula, PlanConfig};
     use std::path::Path;
 
     #[derive(Parser)]

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::core::model::ResourceList;
-use crate::cri::{
+use qosd_model::core::model::ResourceList;
+use qosd_node::cri::{
     self, ConnectOptions, Inventory, InventoryOptions, LiveContainer, LivePod, RetryPolicy,
 };
 
@@ -23,10 +23,10 @@ pub(crate) struct Args {
     pub(crate) output: Output,
     /// How long to keep retrying while the runtime is down or restarting
     /// (Go duration, e.g. 5s, 500ms; 0s: one attempt).
-    #[arg(long, default_value = "5s", value_parser = crate::config::parse_go_duration)]
+    #[arg(long, default_value = "5s", value_parser = qosd_config::parse_go_duration)]
     pub(crate) retry_for: Duration,
     /// Deadline of each CRI call (Go duration).
-    #[arg(long, default_value = "10s", value_parser = crate::config::parse_go_duration)]
+    #[arg(long, default_value = "10s", value_parser = qosd_config::parse_go_duration)]
     pub(crate) timeout: Duration,
     /// meminfo file giving the node memory capacity (to infer Burstable
     /// memory requests from oom_score_adj).
@@ -37,7 +37,7 @@ pub(crate) struct Args {
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<i32> {
-    let capacity = crate::sys::procfs::meminfo_total(&args.meminfo).ok();
+    let capacity = qosd_node::sys::procfs::meminfo_total(&args.meminfo).ok();
     let opts = ConnectOptions {
         connect_timeout: Duration::from_secs(2).min(args.timeout),
         call_timeout: args.timeout,
@@ -166,7 +166,7 @@ pub(crate) fn to_text(inv: &Inventory, wide: bool) -> String {
                 short(&p.sandbox_id).to_string(),
             ];
             if wide {
-                let by = |want: crate::core::model::ValueSource| {
+                let by = |want: qosd_model::core::model::ValueSource| {
                     or_none(
                         p.sources
                             .iter()
@@ -182,8 +182,8 @@ pub(crate) fn to_text(inv: &Inventory, wide: bool) -> String {
                     Some(c) => format!("{} ({c})", p.pod.priority),
                     None => p.pod.priority.to_string(),
                 });
-                r.push(by(crate::core::model::ValueSource::Exact));
-                r.push(by(crate::core::model::ValueSource::Inferred));
+                r.push(by(qosd_model::core::model::ValueSource::Exact));
+                r.push(by(qosd_model::core::model::ValueSource::Inferred));
             }
             r
         })
@@ -275,9 +275,9 @@ pub(crate) fn to_text(inv: &Inventory, wide: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::model::{Pod, QosClass};
-    use crate::cri::inventory::ResourcesOrigin;
-    use crate::cri::{QosSource, SandboxState, Skipped};
+    use qosd_model::core::model::{Pod, QosClass};
+    use qosd_node::cri::inventory::ResourcesOrigin;
+    use qosd_node::cri::{QosSource, SandboxState, Skipped};
 
     fn inv() -> Inventory {
         let c = LiveContainer {
@@ -296,7 +296,7 @@ mod tests {
             counted: true,
         };
         let mut pod = Pod::new("u-1", "ns", "web");
-        pod.containers.push(crate::core::model::Container {
+        pod.containers.push(qosd_model::core::model::Container {
             name: "app".into(),
             ..Default::default()
         });
@@ -312,8 +312,8 @@ mod tests {
                 containers: vec![c],
                 notes: vec!["n".into()],
                 warnings: vec![],
-                sources: crate::core::model::provenance_all(
-                    crate::core::model::ValueSource::Inferred,
+                sources: qosd_model::core::model::provenance_all(
+                    qosd_model::core::model::ValueSource::Inferred,
                 ),
             }],
             skipped: vec![Skipped {

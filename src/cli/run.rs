@@ -6,7 +6,6 @@ use std::time::Duration;
 use crate::app::DaemonExit;
 use crate::cli::config_check::ConfigFlags;
 use crate::cli::output::Output;
-use crate::config::{self};
 
 #[derive(Debug, clap::Args)]
 #[command(
@@ -31,7 +30,7 @@ pub(crate) struct Args {
     /// `0s` removes them on the first pass that finds them empty. Keep it above the runtime's
     /// slowest pod start: a sandbox being created is not listed until it runs, so its new,
     /// still empty pod cgroup looks orphaned meanwhile.
-    #[arg(long, value_name = "DURATION", default_value = "1m", value_parser = config::parse_go_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "1m", value_parser = qosd_config::parse_go_duration)]
     pub(crate) orphan_grace_period: Duration,
     /// Where /proc is (node capacity, signals).
     #[arg(long, value_name = "DIR", default_value = "/proc", hide = true)]
@@ -55,7 +54,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<i32> {
         crate::cli::cpu::reserved_millis(&[&cfg.system_reserved, &cfg.kube_reserved]),
         &args.sysfs,
     )?;
-    let cpu_manager = (cpu_settings.policy == crate::policy::cpu::policy::PolicyName::Static)
+    let cpu_manager = (cpu_settings.policy == qosd_model::policy::cpu::policy::PolicyName::Static)
         .then_some(cpu_settings);
     if let Some(s) = &cpu_manager {
         // Refuse to start on a bad reservation or topology, like the kubelet.

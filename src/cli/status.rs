@@ -21,11 +21,11 @@ use serde_json::Value;
 use crate::cli::bad_input;
 use crate::cli::config_check::load_or_bad_input;
 use crate::cli::output::Output;
-use crate::config::{self, Config, Overrides};
-use crate::core::model::CgroupVersion;
-use crate::policy::evict::threshold::{EvictionConfig, Signal};
-use crate::sys::signals::SignalSources;
 use crate::telemetry::status::{ConditionStatus, PodCounts, SignalStatus, StatusDoc};
+use qosd_config::{Config, Overrides};
+use qosd_model::core::model::CgroupVersion;
+use qosd_model::policy::evict::threshold::{EvictionConfig, Signal};
+use qosd_node::sys::signals::SignalSources;
 
 #[derive(Debug, clap::Args)]
 #[command(
@@ -58,7 +58,7 @@ pub(crate) struct Args {
     )]
     pub(crate) runtime_endpoint: Option<String>,
     /// How long to wait for the daemon and the runtime.
-    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = config::parse_go_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = qosd_config::parse_go_duration)]
     pub(crate) timeout: Duration,
 }
 
@@ -126,7 +126,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<i32> {
     args.kubelet.apply(&mut overrides);
     // A bad config is bad input even when a daemon answers: say so now.
     let path = args.config.clone().or_else(|| {
-        let p = std::path::Path::new(config::DEFAULT_CONFIG_PATH);
+        let p = std::path::Path::new(qosd_config::DEFAULT_CONFIG_PATH);
         p.is_file().then(|| p.to_path_buf())
     });
     let cfg = load_or_bad_input(path.as_deref(), &overrides)?;
@@ -183,18 +183,19 @@ pub(crate) fn live(cfg: &Config, address: SocketAddr, timeout: Duration) -> (Rep
     doc.not_ready_reason = Some("no qosd daemon running (live view)".into());
 
     // Pods by class, from the runtime.
-    let opts = crate::cri::ConnectOptions {
+    let opts = qosd_node::cri::ConnectOptions {
         connect_timeout: timeout,
         call_timeout: timeout.max(Duration::from_secs(5)),
-        retry: crate::cri::RetryPolicy {
+        retry: qosd_node::cri::RetryPolicy {
             max_elapsed: timeout,
             ..Default::default()
         },
     };
-    let inv_opts = crate::cri::InventoryOptions {
-        memory_capacity_bytes: crate::sys::procfs::detect_memory_bytes(Path::new("/proc")).ok(),
+    let inv_opts = qosd_node::cri::InventoryOptions {
+        memory_capacity_bytes: qosd_node::sys::procfs::detect_memory_bytes(Path::new("/proc")).ok(),
     };
-    let runtime_ok = match crate::cri::inventory_blocking(&cfg.runtime_endpoint, opts, inv_opts) {
+    let runtime_ok = match qosd_node::cri::inventory_blocking(&cfg.runtime_endpoint, opts, inv_opts)
+    {
         Ok(inv) => {
             doc.pods = PodCounts::of(&inv.ready_pods());
             if !inv.skipped.is_empty() {
@@ -217,7 +218,7 @@ pub(crate) fn live(cfg: &Config, address: SocketAddr, timeout: Duration) -> (Rep
     // Signals against thresholds.
     let version = match cfg.cgroup_version.forced() {
         Some(v) => Some(v),
-        None => match crate::sys::detect::detect_version(&cfg.cgroupfs) {
+        None => match qosd_node::sys::detect::detect_version(&cfg.cgroupfs) {
             Ok(v) => Some(v),
             Err(e) => {
                 notes.push(format!(
@@ -228,7 +229,11 @@ pub(crate) fn live(cfg: &Config, address: SocketAddr, timeout: Duration) -> (Rep
             }
         },
     };
-    doc.set_setup(cfg.mode == config::Mode::DryRun, version, cfg.cgroup_driver);
+    doc.set_setup(
+        cfg.mode == qosd_config::Mode::DryRun,
+        version,
+        cfg.cgroup_driver,
+    );
     match crate::runtime::eviction_service::eviction_config(cfg) {
         Err(e) => notes.push(format!("eviction thresholds invalid: {e}")),
         Ok(ev) => {
@@ -259,7 +264,7 @@ pub(crate) fn live(cfg: &Config, address: SocketAddr, timeout: Duration) -> (Rep
 
 /// Where the signals are read from for this config.
 fn signal_sources(cfg: &Config, version: CgroupVersion) -> SignalSources {
-    let layout = crate::policy::enforce::naming::CgroupLayout::new(version, cfg.cgroup_driver)
+    let layout = qosd_model::policy::enforce::naming::CgroupLayout::new(version, cfg.cgroup_driver)
         .with_cgroupfs(cfg.cgroupfs.clone())
         .with_cgroup_root(cfg.cgroup_root.clone());
     crate::runtime::eviction_service::signal_sources(
@@ -279,7 +284,7 @@ pub(crate) fn evaluate(
     ev: &EvictionConfig,
     sources: &SignalSources,
 ) -> (Vec<SignalStatus>, Vec<ConditionStatus>, Vec<String>) {
-    use crate::policy::evict::manager::ThresholdStatus as Evaluated;
+    use qosd_model::policy::evict::manager::ThresholdStatus as Evaluated;
     let mut notes = Vec::new();
     let now = Instant::now();
     let mut wanted: Vec<Signal> = ev.thresholds.iter().map(|t| t.signal).collect();
@@ -340,7 +345,7 @@ mod tests {
         s.meminfo = meminfo;
         s.loadavg = loadavg;
         s.pid_max = pid_max;
-        s.memory_source = crate::policy::evict::MemorySource::Meminfo;
+        s.memory_source = qosd_model::policy::evict::MemorySource::Meminfo;
         s.nodefs = Some(dir.to_path_buf());
         s.kubepods = None;
         s
@@ -471,7 +476,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let mut cfg = Config::from_yaml_str("{}").unwrap();
         cfg.runtime_endpoint = format!("unix://{}", d.path().join("none.sock").display());
-        cfg.cgroup_version = config::CgroupVersionSetting::V1;
+        cfg.cgroup_version = qosd_config::CgroupVersionSetting::V1;
         let (r, ok) = live(
             &cfg,
             "127.0.0.1:1".parse().unwrap(),

@@ -12,14 +12,14 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::core::model::Pod;
-use crate::cri::{proto, CriClient, LivePod, SandboxState};
-use crate::policy::cpu::policy::{
+use qosd_model::core::model::Pod;
+use qosd_model::policy::cpu::policy::{
     plan, reserved_cpu_count, CpuPlan, CpuPod, PolicyError, PolicyName, PolicyOptions, StaticPolicy,
 };
-use crate::policy::cpu::state::{CpuState, StateError};
-use crate::policy::cpu::CpuSet;
-use crate::sys::cpu_topology::{discover, SysfsError};
+use qosd_model::policy::cpu::state::{CpuState, StateError};
+use qosd_model::policy::cpu::CpuSet;
+use qosd_node::cri::{proto, CriClient, LivePod, SandboxState};
+use qosd_node::sys::cpu_topology::{discover, SysfsError};
 
 /// The state file's name (the kubelet's, under its root dir).
 pub(crate) const STATE_FILE_NAME: &str = "cpu_manager_state";
@@ -377,7 +377,7 @@ pub(crate) async fn live_cpuset(client: &CriClient, id: &str) -> Option<String> 
     {
         return Some(c);
     }
-    crate::cri::inventory::resources_from_info(&st.info)
+    qosd_node::cri::inventory::resources_from_info(&st.info)
         .map(|r| r.cpuset_cpus)
         .filter(|c| !c.is_empty())
 }

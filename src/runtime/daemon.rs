@@ -9,9 +9,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::policy::enforce::plan::PlanConfig;
-use crate::runtime::pod_source::{Listing, PodSourceSpec, Source, SourceError};
 use crate::runtime::reconcile::{ReconcileReport, Reconciler};
+use qosd_model::policy::enforce::plan::PlanConfig;
+use qosd_node::pods::{Listing, PodSourceSpec, Source, SourceError};
 
 /// Everything `qosd run` needs.
 #[derive(Debug, Clone)]
@@ -23,7 +23,7 @@ pub(crate) struct RunOptions {
     pub(crate) reconcile_interval: Duration,
     pub(crate) relist_interval: Duration,
     pub(crate) orphan_grace: Duration,
-    pub(crate) connect: crate::cri::ConnectOptions,
+    pub(crate) connect: qosd_node::cri::ConnectOptions,
     /// The machine's MemTotal: the kubelet derives Burstable containers'
     /// oom_score_adj from it, so qosd inverts that formula with it (not
     /// with an overridden node capacity).
@@ -31,7 +31,7 @@ pub(crate) struct RunOptions {
     /// The CPU manager (`cpuManagerPolicy: static`); `None`: policy none.
     pub(crate) cpu_manager: Option<crate::runtime::cpu_manager::CpuManagerSettings>,
     /// Pod specs from the Kubernetes API (CRI source only).
-    pub(crate) specs: Option<Arc<dyn crate::runtime::pod_source::SpecSource>>,
+    pub(crate) specs: Option<Arc<dyn qosd_node::pods::SpecSource>>,
     /// `cgroupEnforcement: audit`: compare and report, write nothing.
     pub(crate) audit: bool,
     /// Where the CRI status cache is kept across restarts (`None`: not kept;
@@ -78,12 +78,12 @@ pub(crate) struct Reloaded {
     pub(crate) relist_interval: Duration,
 }
 
-use crate::policy::enforce::parents::ParentMismatch;
+use qosd_model::policy::enforce::parents::ParentMismatch;
 
 /// The pods of a listing whose cgroup parent the plan's layout would not
-/// produce (see [`crate::policy::enforce::parents`]).
+/// produce (see [`qosd_model::policy::enforce::parents`]).
 pub(crate) fn check_parents(plan: &PlanConfig, listing: &Listing) -> Result<(), ParentMismatch> {
-    use crate::policy::enforce::parents::{check, Reported};
+    use qosd_model::policy::enforce::parents::{check, Reported};
     let reported: Vec<Reported<'_>> = listing
         .live
         .iter()
@@ -153,11 +153,11 @@ pub(crate) async fn run_loop(
     };
     let restored_containers = store.as_mut().map_or(0, |s| s.load());
     let mode = if opts.audit {
-        crate::sys::apply::Mode::Audit
+        qosd_node::sys::apply::Mode::Audit
     } else if opts.dry_run {
-        crate::sys::apply::Mode::DryRun
+        qosd_node::sys::apply::Mode::DryRun
     } else {
-        crate::sys::apply::Mode::Real
+        qosd_node::sys::apply::Mode::Real
     };
     let mut reconciler = Reconciler::with_mode(opts.plan.clone(), mode, opts.orphan_grace);
     let mut cpu = match &opts.cpu_manager {
@@ -203,7 +203,7 @@ pub(crate) async fn run_loop(
     let mut parents_checked: Option<u64> = None;
     // Free memory back to the kernel after passes over new listings (at
     // most every `TRIM_GAP`): glibc would keep each burst's peak.
-    let mut trim = crate::sys::malloc::TrimPacer::new(TRIM_GAP);
+    let mut trim = qosd_node::sys::malloc::TrimPacer::new(TRIM_GAP);
     let mut last_resync = Instant::now();
     // Pod cgroups appearing / going away (CRI source): a relist shortly
     // after each, instead of one every `relist_interval`. Started after the
@@ -220,7 +220,7 @@ pub(crate) async fn run_loop(
     // the API, stream ended): every reconcile lists, as without it.
     let (mut feed, prober) = match &opts.source {
         PodSourceSpec::Cri { endpoint } => {
-            match crate::cri::events::spawn(endpoint, opts.connect.connect_timeout) {
+            match qosd_node::cri::events::spawn(endpoint, opts.connect.connect_timeout) {
                 Ok((rx, p)) => (Some(rx), Some(p)),
                 Err(_) => (None, None),
             }
@@ -491,7 +491,7 @@ pub(crate) async fn run_loop(
             observer.reconciled_again(&report, listing);
         }
         if trim.due(Instant::now()) {
-            let released = crate::sys::malloc::release_free_memory();
+            let released = qosd_node::sys::malloc::release_free_memory();
             tracing::trace!(released, "free heap memory returned to the kernel");
         }
         if matches!(source, Source::Cri { .. }) {
@@ -546,7 +546,7 @@ async fn waiting<T>(
 }
 
 /// At most one release of free heap memory this often (a pass over a new
-/// listing asks for one; see `crate::sys::malloc::TrimPacer`).
+/// listing asks for one; see `qosd_node::sys::malloc::TrimPacer`).
 const TRIM_GAP: Duration = Duration::from_secs(2);
 
 /// Relist this long after a pod cgroup event (more usually follow: the
@@ -559,7 +559,7 @@ const EVENT_FOLLOWUP: Duration = Duration::from_millis(700);
 /// The inotify watch on the pod cgroups and the relists it schedules.
 #[derive(Default)]
 struct PodEventState {
-    fd: Option<tokio::io::unix::AsyncFd<crate::sys::pod_events::PodEvents>>,
+    fd: Option<tokio::io::unix::AsyncFd<qosd_node::sys::pod_events::PodEvents>>,
     /// Tried and failed: logged once, retried after each reconcile.
     failed: bool,
     debounce: Option<tokio::time::Instant>,
@@ -576,7 +576,7 @@ impl PodEventState {
             return;
         }
         let dirs = pod_event_dirs(plan);
-        let r = crate::sys::pod_events::PodEvents::new(&dirs)
+        let r = qosd_node::sys::pod_events::PodEvents::new(&dirs)
             .map_err(|e| e.to_string())
             .and_then(|w| {
                 // SAFETY: `PodEvents` owns its inotify fd and keeps it open
@@ -663,7 +663,7 @@ impl PodEventState {
 /// Wait until the runtime's event feed changes (`false`: its task ended;
 /// forever without one).
 async fn feed_changed(
-    rx: &mut Option<tokio::sync::watch::Receiver<crate::cri::events::Feed>>,
+    rx: &mut Option<tokio::sync::watch::Receiver<qosd_node::cri::events::Feed>>,
 ) -> bool {
     match rx {
         Some(rx) => rx.changed().await.is_ok(),
@@ -675,7 +675,7 @@ async fn feed_changed(
 /// asks for, forget the statuses of containers updated in place, report a
 /// change of state.
 fn take_feed(
-    f: &crate::cri::events::Feed,
+    f: &qosd_node::cri::events::Feed,
     gate: &mut crate::runtime::runtime_events::EventGate,
     pod_events: &mut PodEventState,
     source: &Source,
@@ -728,7 +728,7 @@ async fn sleep_until(at: Option<tokio::time::Instant>) {
 /// The directories whose sub-directories are pod cgroups: kubepods and its
 /// Burstable and BestEffort cgroups (v1: in the cpu hierarchy).
 pub(crate) fn pod_event_dirs(plan: &PlanConfig) -> Vec<std::path::PathBuf> {
-    use crate::core::model::QosClass;
+    use qosd_model::core::model::QosClass;
     let l = &plan.layout;
     [
         QosClass::Guaranteed,
@@ -842,7 +842,7 @@ pub(crate) struct ServiceObserver {
     notified_ready: bool,
     log_errors_reported: u64,
     watchdog: Option<(Duration, Instant)>,
-    layout: crate::policy::enforce::naming::CgroupLayout,
+    layout: qosd_model::policy::enforce::naming::CgroupLayout,
     /// Called on SIGHUP to rebuild the planner config (reloads the file).
     pub(crate) reloader: Option<Reloader>,
     /// The eviction loop, fed the pods of every listing.
@@ -852,7 +852,7 @@ pub(crate) struct ServiceObserver {
     /// The last refusal logged (logged again only when it changes).
     refused_logged: Option<String>,
     /// The Kubernetes API side, for status and readiness reasons.
-    pub(crate) specs: Option<Arc<dyn crate::runtime::pod_source::SpecSource>>,
+    pub(crate) specs: Option<Arc<dyn qosd_node::pods::SpecSource>>,
     /// `cgroupEnforcement: audit`: report drift in metrics and `/status`.
     pub(crate) audit: bool,
     audit_changes_total: u64,
@@ -869,7 +869,7 @@ struct LastPods {
 }
 
 impl LastPods {
-    fn same_sandboxes(&self, live: &[crate::cri::LivePod]) -> bool {
+    fn same_sandboxes(&self, live: &[qosd_node::cri::LivePod]) -> bool {
         self.sandboxes.len() == live.len()
             && self
                 .sandboxes
@@ -911,8 +911,8 @@ impl ServiceObserver {
 
 impl Observer for ServiceObserver {
     fn reconciled(&mut self, report: &ReconcileReport, listing: &Listing) {
-        use crate::core::model::QosClass;
         use crate::telemetry::metrics::ErrorKind;
+        use qosd_model::core::model::QosClass;
         self.metrics.reconcile_done(report.duration);
         self.metrics
             .cgroup_writes(report.writes.len() as u64, self.dry_run);

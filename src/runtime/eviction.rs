@@ -9,69 +9,17 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::policy::evict::manager::{
+use crate::runtime::reaction::{DetectedBy, Detection, PendingDetections};
+use qosd_model::policy::evict::manager::{
     watched_signals, Action, Cause, Decision, Manager, ManagerOptions,
 };
-use crate::policy::evict::rank::{Candidate, PodStats};
-use crate::policy::evict::threshold::{EvictionConfig, Signal, SignalResource};
-use crate::runtime::evictor::{EvictError, Evictor, Outcome};
-use crate::runtime::reaction::{DetectedBy, Detection, PendingDetections};
-use crate::sys::signals::{pod_local_storage, pod_stats, SignalError, SignalSources};
-use crate::sys::watch::{targets_from_config, WatchConfig, WatchError, WatchEvent, Watcher};
+use qosd_model::policy::evict::rank::{Candidate, PodStats};
+use qosd_model::policy::evict::threshold::{EvictionConfig, Signal, SignalResource};
+use qosd_node::evict::{EvictError, Evictor, Outcome};
+use qosd_node::sys::signals::{pod_local_storage, pod_stats, SignalError, SignalSources};
+use qosd_node::sys::watch::{targets_from_config, WatchConfig, WatchError, WatchEvent, Watcher};
 
-/// One container's writable layer as the runtime reports it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WritableLayer {
-    pub(crate) container: String,
-    pub(crate) bytes: Option<u64>,
-    pub(crate) inodes: Option<u64>,
-}
-
-/// What node-level reclaim (dead containers, unused images) did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ReclaimReport {
-    pub(crate) containers_removed: usize,
-    pub(crate) sandboxes_removed: usize,
-    pub(crate) images_removed: Vec<String>,
-    /// Sizes of the removed images, as the runtime listed them.
-    pub(crate) image_bytes_freed: u64,
-    pub(crate) errors: Vec<String>,
-}
-
-/// The runtime side of disk eviction: per-container writable layers (CRI
-/// ListContainerStats) and node-level reclaim through the ImageService and
-/// RuntimeService. The daemon implements it with its CRI client.
-pub trait NodeRuntime: Send + Sync {
-    /// Writable layers of every container, by pod uid.
-    fn writable_layers(&self) -> Result<BTreeMap<String, Vec<WritableLayer>>, String>;
-    /// Remove dead containers, then unused images (all of them, least
-    /// recently used first, older than the minimum GC age): the kubelet's
-    /// reclaim before a disk eviction.
-    fn reclaim(&self, now: Instant) -> ReclaimReport;
-    /// Image GC: free at least `bytes` by removing unused images, least
-    /// recently used first.
-    fn free_images(&self, bytes: u64, now: Instant) -> ReclaimReport;
-}
-
-/// The kubelet's image GC policy (KubeletConfiguration
-/// `imageGCHighThresholdPercent`, `imageGCLowThresholdPercent`,
-/// `imageMinimumGCAge`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct ImageGcPolicy {
-    pub(crate) high_percent: u32,
-    pub(crate) low_percent: u32,
-    pub(crate) minimum_age: Duration,
-}
-
-impl Default for ImageGcPolicy {
-    fn default() -> Self {
-        ImageGcPolicy {
-            high_percent: 85,
-            low_percent: 80,
-            minimum_age: Duration::from_secs(120),
-        }
-    }
-}
+pub use qosd_node::evict::runtime::{ImageGcPolicy, NodeRuntime, ReclaimReport, WritableLayer};
 
 /// What one pass saw and did.
 #[derive(Debug)]
@@ -112,7 +60,7 @@ pub(crate) struct PassPhases {
     /// Acting on the victim (the kill, or the runtime call).
     pub(crate) evict: Duration,
     pub(crate) total: Duration,
-    pub(crate) usage: Option<crate::sys::thread_usage::ThreadUsage>,
+    pub(crate) usage: Option<qosd_node::sys::thread_usage::ThreadUsage>,
     started: Option<Instant>,
     lap: Option<Instant>,
 }
@@ -120,7 +68,7 @@ pub(crate) struct PassPhases {
 impl PassPhases {
     fn start(at: Instant) -> PassPhases {
         let usage = tracing::enabled!(target: PASS_TIMING_TARGET, tracing::Level::DEBUG)
-            .then(crate::sys::thread_usage::ThreadUsage::now)
+            .then(qosd_node::sys::thread_usage::ThreadUsage::now)
             .flatten();
         PassPhases {
             usage,
@@ -144,7 +92,7 @@ impl PassPhases {
     fn finish(&mut self) {
         self.total = self.started.map(|s| s.elapsed()).unwrap_or_default();
         self.usage = self.usage.and_then(|before| {
-            crate::sys::thread_usage::ThreadUsage::now().map(|after| after.since(&before))
+            qosd_node::sys::thread_usage::ThreadUsage::now().map(|after| after.since(&before))
         });
     }
 }
@@ -255,6 +203,7 @@ impl Engine {
     /// One pass. `pods`: the current pods (stats `None` are measured: the
     /// pod cgroup, logs, local volumes, writable layers), or why the pod
     /// list is unavailable (then nothing is evicted).
+    #[cfg(test)]
     pub fn pass(&mut self, pods: Result<Vec<Candidate>, String>) -> PassReport {
         self.pass_shared(pods.map(Arc::new))
     }
@@ -432,7 +381,7 @@ impl Engine {
     fn periodic_image_gc(
         &mut self,
         now: Instant,
-        obs: &crate::policy::evict::manager::Observations,
+        obs: &qosd_model::policy::evict::manager::Observations,
     ) -> Option<ReclaimReport> {
         let rt = self.runtime.clone()?;
         if self
@@ -550,10 +499,13 @@ const MAX_REFUSED_PER_PASS: usize = 8;
 /// A pod's storage from its measured logs/volumes and writable layers:
 /// the per-container/per-volume detail (limits) and the parts (ranking).
 pub(crate) fn storage_of(
-    local: &crate::sys::signals::PodLocalStorage,
+    local: &qosd_node::sys::signals::PodLocalStorage,
     layers: Option<&Vec<WritableLayer>>,
-) -> (crate::policy::evict::local_storage::StorageDetail, PodStats) {
-    use crate::policy::evict::local_storage::{ContainerStorage, StorageDetail};
+) -> (
+    qosd_model::policy::evict::local_storage::StorageDetail,
+    PodStats,
+) {
+    use qosd_model::policy::evict::local_storage::{ContainerStorage, StorageDetail};
     let mut parts = PodStats::default();
     let mut containers: BTreeMap<String, ContainerStorage> = BTreeMap::new();
     if let Some(ls) = layers {
@@ -648,8 +600,8 @@ impl PodFeed {
             Ok(p) if age <= max_age => Ok(p.clone()),
             Ok(_) => Err(format!(
                 "the pod list is {} old (max {})",
-                crate::core::duration::format_go_duration(age),
-                crate::core::duration::format_go_duration(max_age)
+                qosd_model::core::duration::format_go_duration(age),
+                qosd_model::core::duration::format_go_duration(max_age)
             )),
             Err(e) => Err(e.clone()),
         }
@@ -678,7 +630,7 @@ pub(crate) fn next_pass_in(
     period: Duration,
     idle: Duration,
 ) -> Duration {
-    use crate::policy::evict::threshold::ThresholdKind;
+    use qosd_model::policy::evict::threshold::ThresholdKind;
     if in_flight
         || !decision.conditions.is_empty()
         || !matches!(decision.action, Action::None)
@@ -730,7 +682,7 @@ pub(crate) struct LoopOptions {
     /// behaviour, a benchmark baseline).
     pub(crate) watch: Option<WatchConfig>,
     /// Run the pass thread with SCHED_FIFO at this priority (where the
-    /// process may: [`crate::sys::watch::realtime_allowed`]), with or
+    /// process may: [`qosd_node::sys::watch::realtime_allowed`]), with or
     /// without the watcher; `None`: normal scheduling.
     pub(crate) rt_priority: Option<i32>,
 }
@@ -833,7 +785,7 @@ impl EvictionLoop {
                 // core when it is the only detector.
                 if let Some(p) = rt_priority {
                     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-                    if crate::sys::watch::realtime_allowed(&status) {
+                    if qosd_node::sys::watch::realtime_allowed(&status) {
                         let param = libc::sched_param { sched_priority: p };
                         // SAFETY: plain syscall on the current thread.
                         if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } != 0 {
@@ -949,10 +901,10 @@ impl Drop for EvictionLoop {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::model::{CgroupVersion, QosClass};
-    use crate::policy::evict::threshold::RawEvictionConfig;
-    use crate::policy::evict::Backend;
-    use crate::policy::evict::MemorySource;
+    use qosd_model::core::model::{CgroupVersion, QosClass};
+    use qosd_model::policy::evict::threshold::RawEvictionConfig;
+    use qosd_model::policy::evict::Backend;
+    use qosd_model::policy::evict::MemorySource;
     use std::path::PathBuf;
     use std::time::Duration;
 
@@ -1205,7 +1157,7 @@ mod tests {
         assert!(r.outcome.is_none());
         assert!(matches!(
             r.decision.action,
-            crate::policy::evict::manager::Action::Blocked(ref w) if w.contains("runtime down")
+            qosd_model::policy::evict::manager::Action::Blocked(ref w) if w.contains("runtime down")
         ));
     }
 

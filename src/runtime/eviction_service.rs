@@ -17,22 +17,22 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::core::model::{CgroupVersion, Pod};
-use crate::policy::enforce::naming::CgroupLayout;
-use crate::policy::evict::manager::ManagerOptions;
-use crate::policy::evict::rank::Candidate;
-use crate::policy::evict::threshold::{EvictionConfig, NodeCondition};
-use crate::policy::evict::Backend;
 use crate::runtime::eviction::{
     Engine, EvictionLoop, ImageGcPolicy, LoopOptions, NodeRuntime, PassReport, PodFeed,
 };
-use crate::runtime::evictor::{Evictor, PodStopper};
 use crate::runtime::reaction::{CrossingClock, DetectedBy, Detection, Reaction};
-use crate::sys::signals::SignalSources;
-use crate::sys::watch::{WatchConfig, WatchError};
 use crate::telemetry::health::Health;
 use crate::telemetry::metrics::{ErrorKind, Metrics};
 use crate::telemetry::status::EvictionRecord;
+use qosd_model::core::model::{CgroupVersion, Pod};
+use qosd_model::policy::enforce::naming::CgroupLayout;
+use qosd_model::policy::evict::manager::ManagerOptions;
+use qosd_model::policy::evict::rank::Candidate;
+use qosd_model::policy::evict::threshold::{EvictionConfig, NodeCondition};
+use qosd_model::policy::evict::Backend;
+use qosd_node::evict::{Evictor, PodStopper};
+use qosd_node::sys::signals::SignalSources;
+use qosd_node::sys::watch::{WatchConfig, WatchError};
 
 /// Settings of the eviction loop.
 #[derive(Debug, Clone)]
@@ -65,8 +65,8 @@ pub fn candidates(
 ) -> Vec<Candidate> {
     pods.iter()
         .map(|p| {
-            let class = crate::core::qos::classify(p).class;
-            let r = crate::core::resources::pod_resources(p);
+            let class = qosd_model::core::qos::classify(p).class;
+            let r = qosd_model::core::resources::pod_resources(p);
             let mut c = Candidate::new(
                 p,
                 class,
@@ -103,7 +103,7 @@ impl EvictionService {
         cfg: ServiceConfig,
         stopper: Option<Arc<dyn PodStopper>>,
         runtime: Option<Arc<dyn NodeRuntime>>,
-        api: Option<Arc<dyn crate::runtime::evictor::ApiEvictor>>,
+        api: Option<Arc<dyn qosd_node::evict::ApiEvictor>>,
         metrics: Arc<Metrics>,
         health: Arc<Health>,
     ) -> Result<EvictionService, WatchError> {
@@ -308,7 +308,7 @@ impl QuietLog {
                     let lasting = self
                         .since
                         .map(|s| {
-                            crate::core::duration::format_go_duration(
+                            qosd_model::core::duration::format_go_duration(
                                 now.saturating_duration_since(s),
                             )
                         })
@@ -324,8 +324,8 @@ impl QuietLog {
 
 /// The state worth logging quietly: blocked, or waiting for a victim for
 /// longer than a few seconds.
-fn quiet_state(d: &crate::policy::evict::manager::Decision) -> Option<String> {
-    use crate::policy::evict::manager::Action;
+fn quiet_state(d: &qosd_model::policy::evict::manager::Decision) -> Option<String> {
+    use qosd_model::policy::evict::manager::Action;
     match &d.action {
         Action::Blocked(why) => Some(format!("eviction needed but blocked: {why}")),
         Action::WaitingForRelease { uid, since }
@@ -430,7 +430,7 @@ fn report(
 fn publish(
     metrics: &Metrics,
     health: &Health,
-    decision: &crate::policy::evict::manager::Decision,
+    decision: &qosd_model::policy::evict::manager::Decision,
     prev: &mut BTreeMap<NodeCondition, bool>,
 ) {
     for t in &decision.thresholds {
@@ -472,8 +472,8 @@ fn publish(
 /// (the default), and `containerfs.*` from `nodefs.*` (or `imagefs.*` with
 /// a dedicated image filesystem).
 pub(crate) fn eviction_config(
-    cfg: &crate::config::Config,
-) -> Result<EvictionConfig, crate::policy::evict::threshold::ThresholdError> {
+    cfg: &qosd_config::Config,
+) -> Result<EvictionConfig, qosd_model::policy::evict::threshold::ThresholdError> {
     let mut e = EvictionConfig::from_parts(
         Some(&cfg.eviction_hard),
         &cfg.eviction_soft,
@@ -487,22 +487,24 @@ pub(crate) fn eviction_config(
     }
     let layout = disk_layout(cfg);
     Ok(e.with_containerfs_thresholds(
-        layout != crate::policy::evict::rank::DiskLayout::Shared,
-        layout == crate::policy::evict::rank::DiskLayout::Split,
+        layout != qosd_model::policy::evict::rank::DiskLayout::Shared,
+        layout == qosd_model::policy::evict::rank::DiskLayout::Split,
     ))
 }
 
 /// The filesystem layout: a dedicated imagefs when `imagefsPath` is on
 /// another device than `rootDir` (it holds the writable layers: containerd
 /// keeps snapshots beside its images).
-pub(crate) fn disk_layout(cfg: &crate::config::Config) -> crate::policy::evict::rank::DiskLayout {
+pub(crate) fn disk_layout(
+    cfg: &qosd_config::Config,
+) -> qosd_model::policy::evict::rank::DiskLayout {
     use std::os::unix::fs::MetadataExt;
     let dev = |p: &std::path::Path| std::fs::metadata(p).ok().map(|m| m.dev());
     match &cfg.imagefs_path {
         Some(img) if dev(img).is_some() && dev(img) != dev(&cfg.root_dir) => {
-            crate::policy::evict::rank::DiskLayout::DedicatedImageFs
+            qosd_model::policy::evict::rank::DiskLayout::DedicatedImageFs
         }
-        _ => crate::policy::evict::rank::DiskLayout::Shared,
+        _ => qosd_model::policy::evict::rank::DiskLayout::Shared,
     }
 }
 
@@ -512,7 +514,7 @@ pub(crate) fn disk_layout(cfg: &crate::config::Config) -> crate::policy::evict::
 /// `memoryAvailableSource`. `allocatable_memory_bytes` `None`: the kubepods
 /// memory limit.
 pub(crate) fn signal_sources(
-    cfg: &crate::config::Config,
+    cfg: &qosd_config::Config,
     layout: &CgroupLayout,
     proc_root: &std::path::Path,
     allocatable_memory_bytes: Option<i64>,
@@ -531,7 +533,7 @@ pub(crate) fn signal_sources(
     s.imagefs = cfg.imagefs_path.clone();
     s.pod_root_dir = Some(cfg.root_dir.clone());
     s.pod_logs_dir = cfg.pod_logs_dir.clone();
-    if disk_layout(cfg) == crate::policy::evict::rank::DiskLayout::DedicatedImageFs {
+    if disk_layout(cfg) == qosd_model::policy::evict::rank::DiskLayout::DedicatedImageFs {
         s.containerfs = cfg.imagefs_path.clone();
     }
     s.memory_source = cfg.memory_available_source;

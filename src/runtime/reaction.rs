@@ -3,7 +3,7 @@
 //! The reaction (`qosd_eviction_reaction_seconds`, `/status`
 //! `last_evictions[].reaction_ms`) runs from the earliest read that showed
 //! the victim's threshold crossed to the kill being issued. That read is
-//! made either by the fast watcher (its [`crate::sys::watch::WatchEvent`],
+//! made either by the fast watcher (its [`qosd_node::sys::watch::WatchEvent`],
 //! handed to the next pass as a [`Detection`]) or by a pass's own signal
 //! reads (the pass's observation time); the earlier of the two counts.
 //!
@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::policy::evict::threshold::{Signal, ThresholdKind};
+use qosd_model::policy::evict::threshold::{Signal, ThresholdKind};
 
 /// Which source made the read that first showed a crossing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::core::model::{CgroupVersion, CgroupWrite, Pod};
-use crate::policy::enforce::plan::{self, PlanConfig};
-use crate::sys::apply::{self, Applier, ApplyReport, Mode};
-use crate::sys::systemd::{Driver, SystemdProbe};
+use qosd_model::core::model::{CgroupVersion, CgroupWrite, Pod};
+use qosd_model::policy::enforce::plan::{self, PlanConfig};
+use qosd_node::sys::apply::{self, Applier, ApplyReport, Mode};
+use qosd_node::sys::systemd::{Driver, SystemdProbe};
 
 /// Cgroup directories qosd may touch: the kubepods cgroup in every
 /// hierarchy it writes to (v1: cpu, memory, pids; v2: the unified tree).
@@ -35,7 +35,7 @@ pub(crate) fn allowed_bases(cfg: &PlanConfig) -> Vec<PathBuf> {
     if cfg.layout.version == CgroupVersion::V1 && !cfg.hugepage_sizes.is_empty() {
         out.push(cfg.layout.dir(&cfg.layout.node_cgroup(), "hugetlb"));
     }
-    for w in crate::policy::enforce::plan::reserved_level_writes(cfg) {
+    for w in qosd_model::policy::enforce::plan::reserved_level_writes(cfg) {
         if !out.contains(&w.dir) {
             out.push(w.dir);
         }
@@ -167,7 +167,7 @@ pub(crate) const DRIFT_FULL_READ: Duration = Duration::from_secs(60);
 /// planned value since (not read again until written or the full read).
 #[derive(Debug)]
 struct Watched {
-    files: crate::sys::file_watch::FileWatch,
+    files: qosd_node::sys::file_watch::FileWatch,
     /// Read (or found) holding the value in `last_written` while watched,
     /// and no write seen since.
     unchanged: HashSet<PathBuf>,
@@ -222,6 +222,7 @@ pub struct Reconciler {
 }
 
 impl Reconciler {
+    #[cfg(test)]
     pub fn new(cfg: PlanConfig, dry_run: bool, orphan_grace: Duration) -> Reconciler {
         let mode = if dry_run { Mode::DryRun } else { Mode::Real };
         Reconciler::with_mode(cfg, mode, orphan_grace)
@@ -237,7 +238,7 @@ impl Reconciler {
             applier = applier.enable_v2_controllers_from(cfg.layout.cgroupfs.clone());
         }
         // systemd naming on the tree systemd manages: go through systemd.
-        let systemd_wanted = cfg.layout.driver == crate::core::model::CgroupDriver::Systemd
+        let systemd_wanted = cfg.layout.driver == qosd_model::core::model::CgroupDriver::Systemd
             && cfg.layout.cgroupfs == std::path::Path::new(SYSTEMD_CGROUPFS);
         let applier = Driver::choose(applier, systemd_wanted, &SystemdProbe::default());
         Reconciler {
@@ -273,7 +274,7 @@ impl Reconciler {
         if self.watched.is_some() {
             return;
         }
-        match crate::sys::file_watch::FileWatch::new() {
+        match qosd_node::sys::file_watch::FileWatch::new() {
             Ok(files) => {
                 self.watched = Some(Watched {
                     files,
@@ -562,7 +563,7 @@ impl Reconciler {
             failing.insert(key);
             if !matches!(
                 e.error,
-                crate::sys::cgroupfs::CgroupFsError::CgroupGone { .. }
+                qosd_node::sys::cgroupfs::CgroupFsError::CgroupGone { .. }
             ) {
                 out.failed_writes += 1;
             }
@@ -744,7 +745,7 @@ impl Reconciler {
             }
             if let Driver::Systemd(sd) = &self.applier {
                 // A pod slice is a unit: systemd removes its cgroup on stop.
-                if let Some(unit) = crate::sys::systemd::empty_slice_unit(&o.dir) {
+                if let Some(unit) = qosd_node::sys::systemd::empty_slice_unit(&o.dir) {
                     match sd.stop_slice(&unit) {
                         Ok(()) => {
                             tracing::info!(unit = %unit, uid = %o.uid, "stopped orphaned pod slice unit (its sandbox is gone)");
@@ -777,10 +778,10 @@ impl Reconciler {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::model::{CgroupDriver, Container, QosClass};
-    use crate::core::node::NodeResources;
-    use crate::core::quantity::Quantity;
-    use crate::policy::enforce::naming::CgroupLayout;
+    use qosd_model::core::model::{CgroupDriver, Container, QosClass};
+    use qosd_model::core::node::NodeResources;
+    use qosd_model::core::quantity::Quantity;
+    use qosd_model::policy::enforce::naming::CgroupLayout;
 
     fn fake_v2_tree() -> tempfile::TempDir {
         let d = tempfile::tempdir().unwrap();

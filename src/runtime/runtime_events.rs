@@ -1,9 +1,9 @@
 //! What the daemon loop makes of the runtime's event stream
-//! ([`crate::cri::events`]): whether the last listing still holds (the
+//! ([`qosd_node::cri::events`]): whether the last listing still holds (the
 //! stream is live, was live before that listing started, and no event came
 //! since), when to relist, and which state change to log. Pure: the loop
 //! feeds it the stream's [`Feed`] and tells it when listings start and end.
-use crate::cri::events::Feed;
+use qosd_node::cri::events::Feed;
 
 /// The stream's state as logged and shown in `/status`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -51,6 +51,7 @@ pub struct HttpResponse {
 }
 
 impl HttpResponse {
+    #[cfg(test)]
     pub fn header(&self, name: &str) -> Option<&str> {
         let name = name.to_ascii_lowercase();
         self.headers

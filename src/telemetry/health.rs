@@ -438,6 +438,7 @@ impl Health {
     }
 
     /// Replace the published status document.
+    #[cfg(test)]
     pub fn publish_status(&self, doc: StatusDoc) {
         *self.status.lock().unwrap_or_else(|e| e.into_inner()) = doc;
     }

@@ -1,6 +1,6 @@
 //! Metrics of the Kubernetes API side (src/kube), registered with the
 //! others by [`super::metrics::Metrics`]. The `path` labels are
-//! `crate::runtime::evictor::api_path`.
+//! `qosd_node::evict::api_path`.
 //! Cheap to clone: every clone shares the same series.
 
 use prometheus_client::encoding::EncodeLabelSet;

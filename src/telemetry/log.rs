@@ -5,12 +5,7 @@ use std::sync::OnceLock;
 
 use tracing_subscriber::EnvFilter;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum LogFormat {
-    Text,
-    Json,
-}
+pub use qosd_config::{log_filter_ok, LogFormat};
 
 type Reload = Box<dyn Fn(EnvFilter) -> Result<(), String> + Send + Sync>;
 
@@ -57,41 +52,62 @@ pub(crate) fn init_logging_at(format: LogFormat, level: &str) {
     };
 }
 
-/// A log filter (`logLevel`, `QOSD_LOG`) qosd accepts: comma-separated
-/// `level` or `target=level` items — letters, digits and `_ : = , . -`
-/// (and spaces), at most [`MAX_LOG_FILTER`] bytes — then tracing's own
-/// parser. Span and field filters (`[span{field=value}]`) are not
-/// accepted: the parser panics on some non-ASCII input (it slices inside
-/// a multi-byte character) and takes over 10 s on some field patterns
-/// (both found by the `config` fuzz target, kept as seeds).
-pub(crate) fn log_filter_ok(s: &str) -> Result<(), String> {
-    if s.len() > MAX_LOG_FILTER {
-        return Err(format!(
-            "{} bytes: a log filter is at most {MAX_LOG_FILTER}",
-            s.len()
-        ));
-    }
-    let allowed = |c: char| c.is_ascii_alphanumeric() || "_:=,.- ".contains(c);
-    if let Some(ch) = s.chars().find(|c| !allowed(*c)) {
-        return Err(format!(
-            "{ch:?} is not allowed: a log filter is `level` or `target=level` items \
-             separated by commas (letters, digits and `_ : = , . -`)"
-        ));
-    }
-    tracing_subscriber::EnvFilter::builder()
-        .parse(s)
-        .map(|_| ())
-        .map_err(|e| e.to_string())
-}
-
-/// The longest log filter accepted.
-pub(crate) const MAX_LOG_FILTER: usize = 1024;
-
 /// A filter from `QOSD_LOG` or `logLevel`, checked first the way the
 /// config checks it (tracing's parser panics on some non-ASCII input).
 fn filter(s: &str) -> Result<EnvFilter, String> {
     log_filter_ok(s)?;
-    EnvFilter::try_new(s).map_err(|e| e.to_string())
+    EnvFilter::try_new(crate_targets(s)).map_err(|e| e.to_string())
+}
+
+/// qosd's code lives in four crates; a filter names it as one: `qosd`
+/// (every crate) or `qosd::<module>` (the crate that holds the module).
+fn crate_targets(s: &str) -> String {
+    const MOVED: [(&str, &str); 10] = [
+        ("core", "qosd_model"),
+        ("policy", "qosd_model"),
+        ("sys", "qosd_node"),
+        ("cri", "qosd_node"),
+        ("kube", "qosd_node"),
+        ("manifest", "qosd_node"),
+        ("pods", "qosd_node"),
+        ("evict", "qosd_node"),
+        ("config", "qosd_config"),
+        ("", ""),
+    ];
+    let mut out: Vec<String> = Vec::new();
+    for item in s.split(',') {
+        let (target, level) = match item.split_once('=') {
+            Some((t, l)) => (t.trim(), Some(l)),
+            None => (item.trim(), None),
+        };
+        let with = |t: &str| match level {
+            Some(l) => format!("{t}={l}"),
+            None => t.to_string(),
+        };
+        if target == "qosd" && level.is_some() {
+            for c in ["qosd", "qosd_model", "qosd_node", "qosd_config"] {
+                out.push(with(c));
+            }
+            continue;
+        }
+        let moved = target.strip_prefix("qosd::").and_then(|rest| {
+            let head = rest.split("::").next().unwrap_or("");
+            MOVED
+                .iter()
+                .find(|(m, _)| !m.is_empty() && *m == head)
+                .map(|(_, krate)| format!("{krate}::{rest}"))
+        });
+        match moved {
+            // Named targets (`qosd::eviction`, `qosd::cri::timing`) keep
+            // their name; a module path moves with its crate.
+            Some(t) => {
+                out.push(with(target));
+                out.push(with(&t));
+            }
+            None => out.push(item.to_string()),
+        }
+    }
+    out.join(",")
 }
 
 /// Change the log level of the running process (SIGHUP `logLevel`).
@@ -176,7 +192,21 @@ mod tests {
         // ... and spends over 10 s on this span/field filter: refused too.
         let slow = "0< :[c{v9crdpp2222S44444444=44..........................44ppppppsreeppl}";
         assert!(log_filter_ok(slow).is_err());
-        assert!(log_filter_ok(&"a".repeat(MAX_LOG_FILTER + 1)).is_err());
+        assert!(log_filter_ok(&"a".repeat(qosd_config::MAX_LOG_FILTER + 1)).is_err());
+    }
+
+    #[test]
+    fn filters_name_qosd_as_one_crate() {
+        assert_eq!(
+            crate_targets("info,qosd=debug"),
+            "info,qosd=debug,qosd_model=debug,qosd_node=debug,qosd_config=debug"
+        );
+        assert_eq!(
+            crate_targets("warn,qosd::sys::watch=trace"),
+            "warn,qosd::sys::watch=trace,qosd_node::sys::watch=trace"
+        );
+        assert_eq!(crate_targets("qosd::runtime=debug"), "qosd::runtime=debug");
+        assert_eq!(crate_targets("debug"), "debug");
         assert!(log_filter_ok("info\nqosd=debug").is_err());
         assert!(log_filter_ok("qosd=loud").is_err());
         assert!(filter("debug").is_ok());

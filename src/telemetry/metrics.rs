@@ -26,8 +26,8 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::core::model::QosClass;
-use crate::policy::evict::threshold::{Signal, SignalResource};
+use qosd_model::core::model::QosClass;
+use qosd_model::policy::evict::threshold::{Signal, SignalResource};
 
 /// Content type of [`Metrics::encode`]'s output (OpenMetrics).
 pub(crate) const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -36,6 +36,7 @@ pub(crate) const CONTENT_TYPE_PROMETHEUS: &str = "text/plain; version=0.0.4; cha
 
 /// Every metric family qosd exposes (sample names of counters end in
 /// `_total`, histograms have `_bucket`, `_sum`, `_count`).
+#[cfg(test)]
 pub const FAMILIES: &[&str] = &[
     "qosd_evictions_total",
     "qosd_dry_run_evictions_total",
@@ -134,7 +135,7 @@ impl ErrorKind {
 }
 
 /// Hard or soft threshold (the `kind` label).
-use crate::policy::evict::threshold::ThresholdKind;
+use qosd_model::policy::evict::threshold::ThresholdKind;
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct EvictionLabels {
@@ -758,7 +759,7 @@ struct ProcessCollector {
 
 impl Collector for ProcessCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let Ok(p) = crate::sys::process::stats(&self.proc_self) else {
+        let Ok(p) = qosd_node::sys::process::stats(&self.proc_self) else {
             return Ok(());
         };
         let c = ConstCounter::new(p.cpu_seconds);

@@ -184,10 +184,10 @@ impl Default for ServerLimits {
 impl ServerLimits {
     /// Default limits with the connection cap fitted to the descriptors
     /// qosd may open (`nofile`: its soft RLIMIT_NOFILE), keeping
-    /// [`crate::sys::fdlimit::FD_RESERVE`] for cgroup I/O, signals, the
+    /// [`qosd_node::sys::fdlimit::FD_RESERVE`] for cgroup I/O, signals, the
     /// runtime and eviction.
     pub(crate) fn for_nofile(nofile: u64) -> ServerLimits {
-        let spare = nofile.saturating_sub(crate::sys::fdlimit::FD_RESERVE);
+        let spare = nofile.saturating_sub(qosd_node::sys::fdlimit::FD_RESERVE);
         ServerLimits {
             max_connections: (spare as usize).clamp(4, 256),
             ..ServerLimits::default()
@@ -319,6 +319,7 @@ impl Server {
 
 /// Bind `addr` (port 0: any free port) and serve on a tokio task.
 /// Must be called inside a tokio runtime.
+#[cfg(test)]
 pub async fn spawn(addr: SocketAddr, state: AppState) -> Result<Server, HttpError> {
     spawn_with(addr, state, ServerLimits::default()).await
 }

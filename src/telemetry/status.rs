@@ -59,22 +59,7 @@ pub struct StatusDoc {
     pub(crate) runtime_events: Option<String>,
 }
 
-/// The Kubernetes API pod source, in `/status`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct KubeStatus {
-    /// API server URL and where the config came from.
-    pub(crate) server: String,
-    pub(crate) node_name: String,
-    /// `synced` (exact specs in use) or `unavailable` (runtime data alone).
-    pub(crate) state: String,
-    pub(crate) reason: Option<String>,
-    /// Live pods whose values are exact (from the API) / inferred.
-    pub(crate) pods_exact: usize,
-    pub(crate) pods_inferred: usize,
-    pub(crate) relists: u64,
-    pub(crate) watch_restarts: u64,
-}
+pub use qosd_node::pods::KubeStatus;
 
 /// A planned cgroup value the cgroup does not hold (audit).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -176,13 +161,13 @@ pub struct PodCounts {
 
 impl PodCounts {
     /// Pods by QoS class (the classes the daemon counts).
-    pub(crate) fn of(pods: &[crate::core::model::Pod]) -> PodCounts {
+    pub(crate) fn of(pods: &[qosd_model::core::model::Pod]) -> PodCounts {
         let mut c = PodCounts::default();
         for p in pods {
-            match crate::core::qos::classify(p).class {
-                crate::core::model::QosClass::Guaranteed => c.guaranteed += 1,
-                crate::core::model::QosClass::Burstable => c.burstable += 1,
-                crate::core::model::QosClass::BestEffort => c.best_effort += 1,
+            match qosd_model::core::qos::classify(p).class {
+                qosd_model::core::model::QosClass::Guaranteed => c.guaranteed += 1,
+                qosd_model::core::model::QosClass::Burstable => c.burstable += 1,
+                qosd_model::core::model::QosClass::BestEffort => c.best_effort += 1,
             }
         }
         c
@@ -274,8 +259,8 @@ impl StatusDoc {
     pub(crate) fn set_setup(
         &mut self,
         dry_run: bool,
-        version: Option<crate::core::model::CgroupVersion>,
-        driver: crate::core::model::CgroupDriver,
+        version: Option<qosd_model::core::model::CgroupVersion>,
+        driver: qosd_model::core::model::CgroupDriver,
     ) {
         self.mode = mode_name(dry_run).to_string();
         if let Some(v) = version {
@@ -502,9 +487,9 @@ fn or_dash(s: &str) -> &str {
 }
 
 /// Bytes in binary units for byte signals; plain counts for inodes/PIDs
-/// ([`Signal::is_bytes`](crate::policy::evict::threshold::Signal::is_bytes)).
+/// ([`Signal::is_bytes`](qosd_model::policy::evict::threshold::Signal::is_bytes)).
 fn signal_value(signal: &str, v: i64) -> String {
-    if crate::policy::evict::threshold::Signal::parse(signal).is_some_and(|s| !s.is_bytes()) {
+    if qosd_model::policy::evict::threshold::Signal::parse(signal).is_some_and(|s| !s.is_bytes()) {
         return v.to_string();
     }
     const UNITS: [&str; 6] = ["", "Ki", "Mi", "Gi", "Ti", "Pi"];
@@ -550,12 +535,12 @@ pub(crate) fn now_ms() -> u64 {
 /// with the met thresholds as reasons. Used by the daemon (its last
 /// decision) and by `qosd status` when it reads the signals itself.
 pub(crate) fn eviction_status(
-    thresholds: &[crate::policy::evict::manager::ThresholdStatus],
-    memory_always: Option<crate::policy::evict::manager::Observation>,
-    active: Option<&[crate::policy::evict::threshold::NodeCondition]>,
+    thresholds: &[qosd_model::policy::evict::manager::ThresholdStatus],
+    memory_always: Option<qosd_model::policy::evict::manager::Observation>,
+    active: Option<&[qosd_model::policy::evict::threshold::NodeCondition]>,
 ) -> (Vec<SignalStatus>, Vec<ConditionStatus>) {
-    use crate::core::duration::format_go_duration;
-    use crate::policy::evict::threshold::{NodeCondition, Signal, ThresholdKind};
+    use qosd_model::core::duration::format_go_duration;
+    use qosd_model::policy::evict::threshold::{NodeCondition, Signal, ThresholdKind};
     use std::collections::BTreeMap;
     let mut by_signal: BTreeMap<Signal, SignalStatus> = BTreeMap::new();
     if let Some(o) = memory_always {

@@ -26,7 +26,15 @@ use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use qosd::telemetry::client::HttpResponse;
+use super::http::HttpResponse;
+
+/// The environment variable that makes `qosd run` panic at a named point
+/// (the supervision tests' fault injection; docs/testing.md).
+pub const INJECT_PANIC_ENV: &str = "QOSD_INJECT_PANIC";
+
+/// The exit code of a daemon whose supervised loop panicked or stalled
+/// (docs/operations.md, exit codes).
+pub const EXIT_UNHEALTHY: i32 = 70;
 
 /// A free loopback port (bound, then released for a daemon to take).
 pub fn free_port() -> u16 {
@@ -82,7 +90,7 @@ pub fn wait_for_every(what: &str, timeout: Duration, every: Duration, f: impl Fn
 
 /// `GET path` on loopback `addr` (2 s timeout); None when nothing answers.
 pub fn http_get(addr: SocketAddr, path: &str) -> Option<HttpResponse> {
-    qosd::telemetry::client::get(addr, path, Duration::from_secs(2)).ok()
+    super::http::get(addr, path, Duration::from_secs(2)).ok()
 }
 
 /// `GET path` on loopback `port`; None when nothing answers.
@@ -136,19 +144,19 @@ impl Daemon {
     /// [`Daemon::start`] with extra environment (set after the defaults, so
     /// `("QOSD_LOG", "warn")` or `("NOTIFY_SOCKET", path)` take effect).
     pub fn start_with(args: &[&str], envs: &[(&str, &OsStr)]) -> Daemon {
-        Daemon::start_bin(env!("CARGO_BIN_EXE_qosd"), args, envs)
+        Daemon::start_bin(super::qosd_bin(), args, envs)
     }
 
     /// [`Daemon::start_with`] of another `qosd` binary (a benchmark's
     /// baseline build).
-    pub fn start_bin(bin: &str, args: &[&str], envs: &[(&str, &OsStr)]) -> Daemon {
+    pub fn start_bin(bin: impl AsRef<OsStr>, args: &[&str], envs: &[(&str, &OsStr)]) -> Daemon {
         Daemon::start_adjusted(bin, args, envs, |_| {})
     }
 
     /// [`Daemon::start_bin`] with `adjust` applied to the command just
     /// before the spawn (a `pre_exec` rlimit, say).
     pub fn start_adjusted(
-        bin: &str,
+        bin: impl AsRef<OsStr>,
         args: &[&str],
         envs: &[(&str, &OsStr)],
         adjust: impl FnOnce(&mut Command),
@@ -157,7 +165,7 @@ impl Daemon {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("qosd.log");
         let out = std::fs::File::create(&log).unwrap();
-        let mut cmd = Command::new(bin);
+        let mut cmd = Command::new(bin.as_ref());
         cmd.args(args)
             .arg("--metrics-address")
             .arg(addr.to_string())
@@ -165,7 +173,7 @@ impl Daemon {
             .env_remove("NOTIFY_SOCKET")
             .env_remove("QOSD_CONFIG")
             .env_remove("NODE_NAME")
-            .env_remove(qosd::runtime::supervisor::INJECT_PANIC_ENV)
+            .env_remove(INJECT_PANIC_ENV)
             .env("QOSD_LOG", "info")
             .envs(envs.iter().copied())
             .stdin(Stdio::null())

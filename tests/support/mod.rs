@@ -64,13 +64,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use qosd::core::model::QosClass;
-use qosd::cri::proto;
-use qosd::cri::{ConnectOptions, CriClient};
+use qosd_model::core::model::QosClass;
+use qosd_node::cri::proto;
+use qosd_node::cri::{ConnectOptions, CriClient};
 
 pub mod daemon;
 pub mod guards;
 pub mod hog;
+pub mod http;
 pub mod process;
 pub mod require;
 #[allow(unused_imports)]
@@ -129,7 +130,7 @@ fn images_dir() -> PathBuf {
     for f in ["pause.c", "memhog.c", "mkimage.py"] {
         std::fs::read(src.join(f)).unwrap().hash(&mut h);
     }
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+    let dir = target_tmpdir()
         .join("qosd-images")
         .join(format!("{:016x}", h.finish()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -162,7 +163,7 @@ pub fn static_binary(name: &str) -> PathBuf {
 /// Build an image of `bytes` random bytes named `name` (never run: it only
 /// takes space), cached like the others.
 pub fn filler_image(name: &str, bytes: usize) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("qosd-images");
+    let dir = target_tmpdir().join("qosd-images");
     std::fs::create_dir_all(&dir).unwrap();
     let safe: String = name
         .chars()
@@ -296,7 +297,7 @@ pub mod kubelet {
 
     /// Node MemTotal in bytes.
     pub fn memory_capacity() -> i64 {
-        qosd::sys::procfs::detect_memory_bytes(Path::new("/proc")).unwrap()
+        qosd_node::sys::procfs::detect_memory_bytes(Path::new("/proc")).unwrap()
     }
 }
 
@@ -975,7 +976,7 @@ impl Drop for Containerd {
                 let endpoint = self.endpoint.clone();
                 block_on(async move {
                     let opts = ConnectOptions {
-                        retry: qosd::cri::RetryPolicy {
+                        retry: qosd_node::cri::RetryPolicy {
                             max_elapsed: Duration::from_secs(5),
                             ..Default::default()
                         },
@@ -1000,10 +1001,37 @@ impl Drop for Containerd {
 
 // ----------------------------------------------------------------- helpers
 
+/// Cargo's scratch directory for tests (`target/tmp`), also for the
+/// binary's unit tests, which Cargo gives no `CARGO_TARGET_TMPDIR`.
+pub fn target_tmpdir() -> PathBuf {
+    match option_env!("CARGO_TARGET_TMPDIR") {
+        Some(p) => PathBuf::from(p),
+        None => {
+            let exe = std::env::current_exe().expect("test executable path");
+            let target = exe.ancestors().nth(3).expect("target dir");
+            let dir = target.join("tmp");
+            std::fs::create_dir_all(&dir).expect("target/tmp");
+            dir
+        }
+    }
+}
+
+/// The `qosd` binary under test: Cargo's path for integration tests; for
+/// the binary's own unit tests, the `qosd` beside the test executable's
+/// `deps/` directory (built by the same `cargo test` run).
+pub fn qosd_bin() -> PathBuf {
+    if let Some(p) = option_env!("CARGO_BIN_EXE_qosd") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().expect("test executable path");
+    let dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
+    dir.join("qosd")
+}
+
 /// Run the qosd binary with `args` in the repository root, with no
 /// inherited config or endpoint; returns (exit code, stdout, stderr).
 pub fn qosd(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_qosd"))
+    let out = Command::new(qosd_bin())
         .current_dir(process::repo_root())
         .args(args)
         .env_remove("CONTAINER_RUNTIME_ENDPOINT")

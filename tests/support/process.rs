@@ -67,7 +67,7 @@ pub fn output_within(cmd: &mut Command, timeout: Duration, what: &str) -> (i32, 
 /// hang guard). (exit code, stdout, stderr)
 pub fn qosd_bounded(args: &[&str], stderr: Stdio) -> (i32, String, String) {
     output_within(
-        Command::new(env!("CARGO_BIN_EXE_qosd"))
+        Command::new(super::qosd_bin())
             .args(args)
             .current_dir(repo_root())
             .env_remove("QOSD_CONFIG")

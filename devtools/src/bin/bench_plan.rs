@@ -10,11 +10,11 @@
 
 use std::time::{Duration, Instant};
 
-use qosd::core::model::{CgroupDriver, CgroupVersion, Container, Pod, ResourceRequirements};
-use qosd::core::node::NodeResources;
-use qosd::core::quantity::Quantity;
-use qosd::policy::enforce::naming::CgroupLayout;
-use qosd::policy::enforce::plan::{build, PlanConfig};
+use qosd_model::core::model::{CgroupDriver, CgroupVersion, Container, Pod, ResourceRequirements};
+use qosd_model::core::node::NodeResources;
+use qosd_model::core::quantity::Quantity;
+use qosd_model::policy::enforce::naming::CgroupLayout;
+use qosd_model::policy::enforce::plan::{build, PlanConfig};
 
 fn res(req: &[(&str, &str)], lim: &[(&str, &str)]) -> ResourceRequirements {
     let list = |v: &[(&str, &str)]| {

@@ -13,8 +13,8 @@
 use std::collections::HashMap;
 use std::process::ExitCode;
 
-use qosd::cri::client::{ConnectOptions, CriClient};
-use qosd::cri::proto;
+use qosd_node::cri::client::{ConnectOptions, CriClient};
+use qosd_node::cri::proto;
 use serde::Deserialize;
 
 #[derive(Deserialize)]

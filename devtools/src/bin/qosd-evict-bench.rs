@@ -4,7 +4,7 @@
 //! started inside a fresh cgroup `<root>/qosd-test-<pid>-bench/pod-<n>` and
 //! touches memory at a fixed rate (MiB/s), recording after each 64 KiB
 //! chunk a (CLOCK_MONOTONIC, bytes touched) pair in shared memory. qosd's
-//! watcher ([`qosd::sys::watch`]) watches the cgroup as if it were
+//! watcher ([`qosd_node::sys::watch`]) watches the cgroup as if it were
 //! kubepods with `--capacity-mib` of allocatable memory and a hard
 //! threshold `allocatableMemory.available<--threshold-mib`; its callback
 //! kills the cgroup's processes with the evictor's kill function.
@@ -61,10 +61,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
-use qosd::core::model::CgroupVersion;
-use qosd::policy::evict::threshold::Signal;
-use qosd::sys::kill::kill_cgroup_tree;
-use qosd::sys::watch::{usage_probe, WakeSource, WatchConfig, WatchTarget, Watcher};
+use qosd_model::core::model::CgroupVersion;
+use qosd_model::policy::evict::threshold::Signal;
+use qosd_node::sys::kill::kill_cgroup_tree;
+use qosd_node::sys::watch::{usage_probe, WakeSource, WatchConfig, WatchTarget, Watcher};
 
 const MI: u64 = 1024 * 1024;
 const CHUNK: u64 = 64 * 1024;
@@ -1119,7 +1119,7 @@ fn main() {
         return;
     }
     let sys = Path::new("/sys/fs/cgroup");
-    let version = qosd::sys::detect::detect_version(sys).unwrap_or_else(|e| {
+    let version = qosd_node::sys::detect::detect_version(sys).unwrap_or_else(|e| {
         eprintln!("cannot detect the cgroup version: {e}");
         std::process::exit(1)
     });

@@ -15,9 +15,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode};
 use std::time::{Duration, Instant};
 
-use qosd::core::model::{CgroupLevel, CgroupWrite};
-use qosd::sys::apply::{self, Applier, ApplyReport, Mode};
-use qosd::sys::cgroupfs::{self as fs, CgroupFsError};
+use qosd_model::core::model::{CgroupLevel, CgroupWrite};
+use qosd_node::sys::apply::{self, Applier, ApplyReport, Mode};
+use qosd_node::sys::cgroupfs::{self as fs, CgroupFsError};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -112,7 +112,7 @@ fn cmd_kill(args: &[String]) -> R<()> {
         .map(|s| s.parse().map_err(|e| format!("--deadline-ms: {e}")))
         .transpose()?
         .unwrap_or(1000);
-    qosd::sys::kill::kill_cgroup_tree(Path::new(dir), Duration::from_millis(ms))
+    qosd_node::sys::kill::kill_cgroup_tree(Path::new(dir), Duration::from_millis(ms))
         .map(|_| ())
         .map_err(|e| e.to_string())
 }
@@ -387,7 +387,7 @@ fn scenario_v2(args: &[String]) -> R<()> {
         "orphan with a live process is not removed",
     );
     let t = Instant::now();
-    let k = qosd::sys::kill::kill_cgroup_tree(&pod1, Duration::from_secs(2)).map(|_| ());
+    let k = qosd_node::sys::kill::kill_cgroup_tree(&pod1, Duration::from_secs(2)).map(|_| ());
     let kill_time = t.elapsed();
     c.check(k.is_ok(), &format!("cgroup.kill: pod emptied ({k:?})"));
     println!(
@@ -402,7 +402,8 @@ fn scenario_v2(args: &[String]) -> R<()> {
     // v1-style SIGKILL loop works on a v2 tree too.
     let child = spawn_sleeper_in(&ctr)?;
     guard.children.push(child);
-    let kills = qosd::sys::kill::sigkill_tree(&pod1, Duration::from_secs(2)).map(|r| r.signalled);
+    let kills =
+        qosd_node::sys::kill::sigkill_tree(&pod1, Duration::from_secs(2)).map(|r| r.signalled);
     c.check(
         matches!(kills, Ok(n) if n >= 1),
         &format!("SIGKILL loop: {kills:?}"),

@@ -1,0 +1,636 @@
+//! The kubelet's own configuration file as the source of qosd's kubelet
+//! fields: `--kubelet-config FILE` (a `KubeletConfiguration`,
+//! `kubelet.config.k8s.io/v1beta1`, YAML or JSON) and
+//! `--kubelet-config-dir DIR` (drop-ins, like the kubelet's `--config-dir`).
+//!
+//! Loading follows the kubelet (cmd/kubelet/app/server.go):
+//!
+//! 1. the main file is decoded and defaulted (pkg/kubelet/apis/config/
+//!    v1beta1/defaults.go, plus the default `evictionHard` when the file has
+//!    none);
+//! 2. every `*.conf` below the drop-in directory, in lexical order, is
+//!    applied to it as a JSON merge patch (RFC 7386: maps merge key by key,
+//!    lists and scalars replace, `null` removes) — so a drop-in's partial
+//!    `evictionHard` keeps the other (defaulted) thresholds;
+//! 3. of the result, the fields qosd has a field for are taken (see
+//!    [`KUBELET_FIELDS`]); every other field is ignored and listed once at
+//!    debug level. An empty string means "unset" as in the kubelet
+//!    (`containerRuntimeEndpoint: ""` → the default socket).
+//!
+//! qosd's own file then holds only qosd's fields: a kubelet field there is an
+//! error naming both files. Command-line flags still override (the kubelet's
+//! flags override its file too).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value};
+
+use super::raw::RawConfig;
+use super::{ConfigError, DEFAULT_RUNTIME_ENDPOINT};
+use qosd_model::core::duration::format_go_duration;
+use qosd_model::policy::evict::threshold::{
+    DEFAULT_EVICTION_HARD, DEFAULT_PRESSURE_TRANSITION_PERIOD,
+};
+
+/// The only KubeletConfiguration version (the kubelet reads no other).
+pub(crate) const API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
+/// The `kind` of a kubelet config file.
+pub(crate) const KIND: &str = "KubeletConfiguration";
+
+/// KubeletConfiguration fields qosd uses, each with the name of qosd's field
+/// it sets. `featureGates` contributes its `MemoryQoS` gate only.
+pub(crate) const KUBELET_FIELDS: &[(&str, &str)] = &[
+    ("evictionHard", "evictionHard"),
+    ("evictionSoft", "evictionSoft"),
+    ("evictionSoftGracePeriod", "evictionSoftGracePeriod"),
+    ("evictionMinimumReclaim", "evictionMinimumReclaim"),
+    ("evictionMaxPodGracePeriod", "evictionMaxPodGracePeriod"),
+    (
+        "evictionPressureTransitionPeriod",
+        "evictionPressureTransitionPeriod",
+    ),
+    (
+        "mergeDefaultEvictionSettings",
+        "mergeDefaultEvictionSettings",
+    ),
+    ("cgroupDriver", "cgroupDriver"),
+    ("cgroupRoot", "cgroupRoot"),
+    ("systemReserved", "systemReserved"),
+    ("kubeReserved", "kubeReserved"),
+    ("qosReserved", "qosReserved"),
+    ("cpuCFSQuota", "cpuCFSQuota"),
+    ("cpuCFSQuotaPeriod", "cpuCFSQuotaPeriod"),
+    ("memoryThrottlingFactor", "memoryThrottlingFactor"),
+    ("cpuManagerPolicy", "cpuManagerPolicy"),
+    ("cpuManagerPolicyOptions", "cpuManagerPolicyOptions"),
+    ("reservedSystemCPUs", "reservedSystemCPUs"),
+    ("memoryReservationPolicy", "memoryReservationPolicy"),
+    ("enforceNodeAllocatable", "enforceNodeAllocatable"),
+    ("systemReservedCgroup", "systemReservedCgroup"),
+    ("kubeReservedCgroup", "kubeReservedCgroup"),
+    ("containerRuntimeEndpoint", "runtimeEndpoint"),
+    ("podPidsLimit", "podPidsLimit"),
+    ("imageGCHighThresholdPercent", "imageGCHighThresholdPercent"),
+    ("imageGCLowThresholdPercent", "imageGCLowThresholdPercent"),
+    ("featureGates", "memoryQoS"),
+];
+
+/// Names in qosd's own file that are kubelet fields (refused there when a
+/// kubelet config is given), with the kubelet field each stands for.
+pub(crate) fn qosd_name_to_kubelet(name: &str) -> Option<&'static str> {
+    if name == "containerRuntimeEndpoint" {
+        return Some("containerRuntimeEndpoint");
+    }
+    KUBELET_FIELDS
+        .iter()
+        .find(|(_, q)| *q == name)
+        .map(|(k, _)| *k)
+}
+
+/// A loaded kubelet configuration: the raw values of qosd's kubelet fields
+/// and where each came from.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct KubeletConfig {
+    /// The main file (`--kubelet-config`), if any.
+    pub(crate) file: Option<PathBuf>,
+    /// The drop-in files applied, in order.
+    pub(crate) drop_ins: Vec<PathBuf>,
+    /// qosd field name → the kubelet's value (JSON), defaulted and merged.
+    pub(crate) fields: BTreeMap<&'static str, Value>,
+    /// qosd field name → the file that set it last (`None`: the kubelet's
+    /// default).
+    pub(crate) origin: BTreeMap<&'static str, Option<PathBuf>>,
+    /// Fields of the files that qosd does not use (sorted, deduplicated).
+    pub(crate) ignored: Vec<String>,
+    /// `cgroupsPerQOS: false` (qosd plans the QoS cgroups anyway: warned).
+    pub(crate) cgroups_per_qos_off: bool,
+}
+
+fn err(path: &Path, message: impl Into<String>) -> ConfigError {
+    ConfigError::Kubelet {
+        path: path.to_path_buf(),
+        message: message.into(),
+    }
+}
+
+/// Parse a kubelet config file: JSON when it starts with `{`, YAML
+/// otherwise; `apiVersion` and `kind` must be the kubelet's.
+fn read_document(path: &Path) -> Result<Map<String, Value>, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    if text.trim().is_empty() {
+        return Err(err(path, "the file is empty (the kubelet refuses it too)"));
+    }
+    let doc: Value = if text.trim_start().starts_with('{') {
+        serde_json::from_str(&text).map_err(|e| err(path, format!("not valid JSON: {e}")))?
+    } else {
+        yaml_serde::from_str(&text).map_err(|e| err(path, format!("not valid YAML: {e}")))?
+    };
+    let Value::Object(map) = doc else {
+        return Err(err(path, "not a KubeletConfiguration object"));
+    };
+    match map.get("apiVersion").and_then(Value::as_str) {
+        Some(API_VERSION) => {}
+        Some(other) => {
+            return Err(err(
+                path,
+                format!("apiVersion {other:?} is not supported; allowed: {API_VERSION}"),
+            ))
+        }
+        None => {
+            return Err(err(
+                path,
+                format!("apiVersion is missing; a kubelet config file starts with apiVersion: {API_VERSION} and kind: {KIND}"),
+            ))
+        }
+    }
+    match map.get("kind").and_then(Value::as_str) {
+        Some(KIND) => {}
+        other => {
+            return Err(err(
+                path,
+                format!(
+                    "kind {:?} is not {KIND}",
+                    other.map(str::to_string).unwrap_or_default()
+                ),
+            ))
+        }
+    }
+    Ok(map)
+}
+
+/// The kubelet's defaulting of the fields qosd reads (applied to the main
+/// file before the drop-ins, as the kubelet does).
+fn apply_defaults(doc: &mut Map<String, Value>) {
+    let unset = |v: Option<&Value>| match v {
+        None | Some(Value::Null) => true,
+        Some(Value::String(s)) => s.is_empty(),
+        _ => false,
+    };
+    if unset(doc.get("evictionHard")) {
+        doc.insert(
+            "evictionHard".into(),
+            Value::Object(
+                DEFAULT_EVICTION_HARD
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), Value::String(v.to_string())))
+                    .collect(),
+            ),
+        );
+    }
+    let zero_duration = match doc.get("evictionPressureTransitionPeriod") {
+        None | Some(Value::Null) => true,
+        Some(Value::String(s)) => {
+            s.is_empty()
+                || qosd_model::core::duration::parse_go_duration(s).is_ok_and(|d| d.is_zero())
+        }
+        Some(Value::Number(n)) => n.as_f64() == Some(0.0),
+        _ => false,
+    };
+    if zero_duration {
+        doc.insert(
+            "evictionPressureTransitionPeriod".into(),
+            format_go_duration(DEFAULT_PRESSURE_TRANSITION_PERIOD).into(),
+        );
+    }
+    let defaults: [(&str, Value); 9] = [
+        ("containerRuntimeEndpoint", DEFAULT_RUNTIME_ENDPOINT.into()),
+        ("cgroupDriver", "cgroupfs".into()),
+        ("cpuManagerPolicy", "none".into()),
+        ("cpuCFSQuota", true.into()),
+        ("cpuCFSQuotaPeriod", "100ms".into()),
+        ("memoryThrottlingFactor", 0.9.into()),
+        ("imageGCHighThresholdPercent", 85.into()),
+        ("imageGCLowThresholdPercent", 80.into()),
+        ("mergeDefaultEvictionSettings", false.into()),
+    ];
+    for (k, v) in defaults {
+        if unset(doc.get(k)) {
+            doc.insert(k.into(), v);
+        }
+    }
+    // nil or negative → -1 (no pod pids limit beyond the node's).
+    let pids_ok = doc
+        .get("podPidsLimit")
+        .and_then(Value::as_i64)
+        .is_some_and(|n| n >= 0);
+    if !pids_ok && !matches!(doc.get("podPidsLimit"), Some(Value::String(_))) {
+        doc.insert("podPidsLimit".into(), (-1).into());
+    }
+    if matches!(doc.get("enforceNodeAllocatable"), None | Some(Value::Null)) {
+        doc.insert("enforceNodeAllocatable".into(), vec!["pods"].into());
+    }
+}
+
+/// RFC 7386 JSON merge patch (what the kubelet applies per drop-in).
+pub(crate) fn merge_patch(target: &mut Value, patch: &Value) {
+    let Value::Object(p) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = Value::Object(Map::new());
+    }
+    let t = target.as_object_mut().expect("an object");
+    for (k, v) in p {
+        if v.is_null() {
+            t.remove(k);
+        } else {
+            merge_patch(t.entry(k.clone()).or_insert(Value::Null), v);
+        }
+    }
+}
+
+/// Drop-in files below `dir`: every `*.conf`, walked in lexical order
+/// (subdirectories included, like Go's `filepath.WalkDir`).
+fn drop_in_files(dir: &Path) -> Result<Vec<PathBuf>, ConfigError> {
+    let read_err = |source| ConfigError::Read {
+        path: dir.to_path_buf(),
+        source,
+    };
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .map_err(read_err)?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(read_err)?;
+    entries.sort_by_key(|e| e.file_name());
+    let mut out = Vec::new();
+    for e in entries {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(drop_in_files(&p)?);
+        } else if p.extension().is_some_and(|x| x == "conf") {
+            out.push(p);
+        }
+    }
+    Ok(out)
+}
+
+impl KubeletConfig {
+    /// Load the main file (if any) and the drop-ins (if any); see the
+    /// module docs.
+    pub(crate) fn load(
+        file: Option<&Path>,
+        dir: Option<&Path>,
+    ) -> Result<KubeletConfig, ConfigError> {
+        let mut k = KubeletConfig {
+            file: file.map(Path::to_path_buf),
+            ..Default::default()
+        };
+        let mut set_by: BTreeMap<String, Option<PathBuf>> = BTreeMap::new();
+        let mut doc = match file {
+            Some(p) => {
+                let d = read_document(p)?;
+                for key in d.keys() {
+                    set_by.insert(key.clone(), Some(p.to_path_buf()));
+                }
+                d
+            }
+            None => Map::new(),
+        };
+        if let Some(Value::Object(fg)) = doc.get("featureGates") {
+            if fg.contains_key("MemoryQoS") {
+                set_by.insert("featureGates.MemoryQoS".into(), file.map(Path::to_path_buf));
+            }
+        }
+        apply_defaults(&mut doc);
+        let mut merged = Value::Object(doc);
+        if let Some(dir) = dir {
+            for p in drop_in_files(dir)? {
+                let patch = read_document(&p)?;
+                for key in patch.keys() {
+                    set_by.insert(key.clone(), Some(p.clone()));
+                }
+                if let Some(Value::Object(fg)) = patch.get("featureGates") {
+                    if fg.contains_key("MemoryQoS") {
+                        set_by.insert("featureGates.MemoryQoS".into(), Some(p.clone()));
+                    }
+                }
+                merge_patch(&mut merged, &Value::Object(patch));
+                k.drop_ins.push(p);
+            }
+        }
+        let Value::Object(doc) = merged else {
+            unreachable!("a merge patch of objects is an object")
+        };
+        for (key, value) in &doc {
+            if matches!(key.as_str(), "apiVersion" | "kind") {
+                continue;
+            }
+            if key == "cgroupsPerQOS" && value == &Value::Bool(false) {
+                k.cgroups_per_qos_off = true;
+            }
+            let Some(qosd) = KUBELET_FIELDS
+                .iter()
+                .find(|(kf, _)| *kf == key.as_str())
+                .map(|(_, q)| *q)
+            else {
+                k.ignored.push(key.clone());
+                continue;
+            };
+            let value = if qosd == "memoryQoS" {
+                match value.get("MemoryQoS") {
+                    Some(v) => v.clone(),
+                    None => continue,
+                }
+            } else {
+                value.clone()
+            };
+            // An empty string is "unset" in the kubelet: qosd's default
+            // (which is the kubelet's) applies.
+            if value.is_null() || value.as_str() == Some("") {
+                continue;
+            }
+            let origin_key = if qosd == "memoryQoS" {
+                "featureGates.MemoryQoS"
+            } else {
+                key.as_str()
+            };
+            k.origin
+                .insert(qosd, set_by.get(origin_key).cloned().unwrap_or(None));
+            k.fields.insert(qosd, value);
+        }
+        Ok(k)
+    }
+
+    /// The file to name for a field: where it was set, else the main file
+    /// (its defaults), else the drop-in directory.
+    pub(crate) fn source_of(&self, qosd_field: &str) -> String {
+        match self.origin.get(qosd_field) {
+            Some(Some(p)) => format!("kubelet config {}", p.display()),
+            _ => match &self.file {
+                Some(f) => format!("kubelet config {} (the kubelet's default)", f.display()),
+                None => "kubelet config (the kubelet's default)".to_string(),
+            },
+        }
+    }
+
+    /// A short name of where the kubelet config comes from (the main file,
+    /// else the first drop-in).
+    pub(crate) fn display_path(&self) -> PathBuf {
+        self.file
+            .clone()
+            .or_else(|| self.drop_ins.first().cloned())
+            .unwrap_or_default()
+    }
+
+    /// The kubelet fields as a raw qosd config (kubelet field names already
+    /// translated to qosd's). Wrong value types are errors naming the file.
+    pub(crate) fn to_raw(&self) -> Result<RawConfig, ConfigError> {
+        let obj: Map<String, Value> = self
+            .fields
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect();
+        serde_json::from_value::<RawConfig>(Value::Object(obj)).map_err(|e| {
+            // Name the file of the offending field when serde names one.
+            let msg = e.to_string();
+            let path = KUBELET_FIELDS
+                .iter()
+                .find(|(kf, q)| msg.contains(kf) || msg.contains(q))
+                .and_then(|(_, q)| self.origin.get(q).cloned().flatten())
+                .unwrap_or_else(|| self.display_path());
+            err(&path, msg)
+        })
+    }
+}
+
+/// Copy the kubelet's fields into `raw` (qosd's own file must not set any:
+/// checked by [`check_conflicts`] first).
+pub(crate) fn fill(raw: &mut RawConfig, kubelet: RawConfig) {
+    macro_rules! take {
+        ($($f:ident),* $(,)?) => {
+            $( if kubelet.$f.is_some() { raw.$f = kubelet.$f; } )*
+        };
+    }
+    take!(
+        eviction_hard,
+        eviction_soft,
+        eviction_soft_grace_period,
+        eviction_minimum_reclaim,
+        eviction_max_pod_grace_period,
+        eviction_pressure_transition_period,
+        merge_default_eviction_settings,
+        cgroup_driver,
+        cgroup_root,
+        system_reserved,
+        kube_reserved,
+        qos_reserved,
+        cpu_cfs_quota,
+        cpu_cfs_quota_period,
+        memory_throttling_factor,
+        cpu_manager_policy,
+        cpu_manager_policy_options,
+        reserved_system_cpus,
+        memory_reservation_policy,
+        enforce_node_allocatable,
+        system_reserved_cgroup,
+        kube_reserved_cgroup,
+        runtime_endpoint,
+        pod_pids_limit,
+        image_gc_high_threshold_percent,
+        image_gc_low_threshold_percent,
+        memory_qos,
+    );
+}
+
+/// Top-level field names of qosd's own YAML file (for conflict checks).
+pub(crate) fn top_level_keys(text: &str) -> Vec<String> {
+    match yaml_serde::from_str::<Value>(text) {
+        Ok(Value::Object(m)) => m.keys().cloned().collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// With a kubelet config, qosd's own file holds only qosd's fields: every
+/// kubelet field in it is an error naming both files.
+pub(crate) fn check_conflicts(
+    qosd_file: &Path,
+    qosd_keys: &[String],
+    kubelet: &KubeletConfig,
+) -> Result<(), ConfigError> {
+    let mut problems = Vec::new();
+    for key in qosd_keys {
+        let Some(kf) = qosd_name_to_kubelet(key) else {
+            continue;
+        };
+        let qosd_name = KUBELET_FIELDS
+            .iter()
+            .find(|(k, _)| *k == kf)
+            .map(|(_, q)| *q)
+            .unwrap_or(kf);
+        let kubelet_name = if kf == "featureGates" {
+            "featureGates.MemoryQoS"
+        } else {
+            kf
+        };
+        let set_in = match kubelet.origin.get(qosd_name) {
+            Some(Some(p)) => format!("is set in the kubelet config {}", p.display()),
+            _ => format!(
+                "comes from the kubelet config {} (the kubelet's default)",
+                kubelet.display_path().display()
+            ),
+        };
+        problems.push(format!(
+            "{key} is set in qosd's config file {} and {kubelet_name} {set_in}: with a kubelet config, qosd's file holds only qosd's fields (remove {key} from {}, or override it with a command-line flag)",
+            qosd_file.display(),
+            qosd_file.display()
+        ));
+    }
+    if problems.is_empty() {
+        return Ok(());
+    }
+    Err(ConfigError::Conflict {
+        qosd_file: qosd_file.to_path_buf(),
+        kubelet_file: kubelet.display_path(),
+        problems,
+    })
+}
+
+/// Append where each value came from to the invalid values' field names.
+pub(crate) fn annotate(errors: &mut [super::InvalidValue], kubelet: &KubeletConfig) {
+    for e in errors.iter_mut() {
+        if e.field.contains("(from command-line flag)") {
+            continue;
+        }
+        let name = e
+            .field
+            .split(['[', ' '])
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        if kubelet.fields.contains_key(name.as_str()) {
+            let kname = qosd_name_to_kubelet(&name).unwrap_or_default();
+            let shown = if kname == "featureGates" {
+                "featureGates.MemoryQoS"
+            } else {
+                kname
+            };
+            e.field = format!(
+                "{}{} (from {})",
+                shown,
+                &e.field[name.len()..],
+                kubelet.source_of(&name)
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+        let p = dir.join(name);
+        if let Some(parent) = p.parent() {
+            std::fs::create_dir_all(parent).unwrap();
+        }
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    const HEAD: &str = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+
+    #[test]
+    fn merge_patch_rfc7386() {
+        let mut t = serde_json::json!({"a": {"b": 1, "c": 2}, "l": [1, 2], "x": 1});
+        merge_patch(
+            &mut t,
+            &serde_json::json!({"a": {"b": 5, "d": 3}, "l": [9], "x": null}),
+        );
+        assert_eq!(
+            t,
+            serde_json::json!({"a": {"b": 5, "c": 2, "d": 3}, "l": [9]})
+        );
+    }
+
+    #[test]
+    fn defaulting_like_the_kubelet() {
+        let d = tempfile::tempdir().unwrap();
+        let f = write(
+            d.path(),
+            "k.yaml",
+            &format!("{HEAD}containerRuntimeEndpoint: \"\"\nevictionPressureTransitionPeriod: 0s\ncgroupDriver: systemd\naddress: 0.0.0.0\npodPidsLimit: -5\n"),
+        );
+        let k = KubeletConfig::load(Some(&f), None).unwrap();
+        assert_eq!(k.fields["runtimeEndpoint"], DEFAULT_RUNTIME_ENDPOINT);
+        assert_eq!(k.fields["evictionPressureTransitionPeriod"], "5m0s");
+        assert_eq!(k.fields["evictionHard"]["memory.available"], "100Mi");
+        assert_eq!(
+            k.fields["enforceNodeAllocatable"],
+            serde_json::json!(["pods"])
+        );
+        assert_eq!(k.fields["podPidsLimit"], -1);
+        assert_eq!(k.fields["imageGCHighThresholdPercent"], 85);
+        assert_eq!(k.fields["cgroupDriver"], "systemd");
+        assert_eq!(k.ignored, ["address"]);
+        assert_eq!(k.origin["cgroupDriver"], Some(f.clone()));
+        assert_eq!(k.origin["imageGCLowThresholdPercent"], None);
+    }
+
+    #[test]
+    fn drop_ins_merge_in_lexical_order() {
+        let d = tempfile::tempdir().unwrap();
+        let f = write(d.path(), "k.yaml", &format!("{HEAD}cgroupRoot: /a\n"));
+        let dir = d.path().join("conf.d");
+        write(
+            &dir,
+            "20-b.conf",
+            &format!("{HEAD}cgroupRoot: /b\nevictionHard:\n  memory.available: 300Mi\n"),
+        );
+        let c = write(&dir, "30-c.conf", &format!("{HEAD}cgroupRoot: /c\n"));
+        write(
+            &dir,
+            "10-a.conf",
+            &format!("{HEAD}cgroupRoot: /z\nkubeReserved:\n  cpu: 100m\n"),
+        );
+        write(&dir, "99-ignored.yaml", &format!("{HEAD}cgroupRoot: /no\n"));
+        let k = KubeletConfig::load(Some(&f), Some(&dir)).unwrap();
+        assert_eq!(k.fields["cgroupRoot"], "/c");
+        assert_eq!(k.origin["cgroupRoot"], Some(c));
+        assert_eq!(k.drop_ins.len(), 3);
+        // The main file's defaulted thresholds stay; the drop-in's wins.
+        assert_eq!(k.fields["evictionHard"]["memory.available"], "300Mi");
+        assert_eq!(k.fields["evictionHard"]["nodefs.available"], "10%");
+        assert_eq!(k.fields["kubeReserved"]["cpu"], "100m");
+    }
+
+    #[test]
+    fn api_version_and_kind_are_checked() {
+        let d = tempfile::tempdir().unwrap();
+        for (text, want) in [
+            ("kind: KubeletConfiguration\n", "apiVersion is missing"),
+            (
+                "apiVersion: kubelet.config.k8s.io/v1alpha1\nkind: KubeletConfiguration\n",
+                "not supported",
+            ),
+            (
+                "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: Pod\n",
+                "is not KubeletConfiguration",
+            ),
+            ("", "empty"),
+        ] {
+            let f = write(d.path(), "k.yaml", text);
+            let e = KubeletConfig::load(Some(&f), None).unwrap_err().to_string();
+            assert!(e.contains(want), "{e}");
+            assert!(e.contains("k.yaml"), "{e}");
+        }
+    }
+
+    #[test]
+    fn json_files_are_read() {
+        let d = tempfile::tempdir().unwrap();
+        let f = write(
+            d.path(),
+            "k.json",
+            "{\n\t\"kind\": \"KubeletConfiguration\",\n\t\"apiVersion\": \"kubelet.config.k8s.io/v1beta1\",\n\t\"featureGates\": {\"MemoryQoS\": true, \"RotateKubeletServerCertificate\": true},\n\t\"kubeReserved\": {\"cpu\": \"70m\", \"memory\": \"442Mi\"}\n}\n",
+        );
+        let k = KubeletConfig::load(Some(&f), None).unwrap();
+        assert_eq!(k.fields["memoryQoS"], true);
+        assert_eq!(k.fields["kubeReserved"]["memory"], "442Mi");
+        let raw = k.to_raw().unwrap();
+        assert!(raw.memory_qos.is_some());
+    }
+}

@@ -1,0 +1,404 @@
+//! The raw configuration: what the YAML file and the command-line flags say,
+//! before validation (every field optional, scalars kept as text).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use serde::de::{self, Deserializer, Visitor};
+use serde::Deserialize;
+
+use super::*;
+
+/// A scalar read as text: YAML `1`, `1.5`, `true` and `"1"` all become text,
+/// so `systemReserved: {cpu: 1}` works like `{cpu: "1"}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Scalar(pub(crate) String);
+
+impl<'de> Deserialize<'de> for Scalar {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Scalar, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Scalar;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string or number")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Scalar, E> {
+                Ok(Scalar(v.to_string()))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Scalar, E> {
+                Ok(Scalar(v.to_string()))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Scalar, E> {
+                Ok(Scalar(v.to_string()))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Scalar, E> {
+                Ok(Scalar(v.to_string()))
+            }
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<Scalar, E> {
+                Ok(Scalar(v.to_string()))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+pub(crate) type RawMap = BTreeMap<String, Scalar>;
+
+/// The config file as written: every field optional, values as text.
+/// Unknown fields are errors.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct RawConfig {
+    pub(crate) eviction_hard: Option<RawMap>,
+    pub(crate) eviction_soft: Option<RawMap>,
+    pub(crate) eviction_soft_grace_period: Option<RawMap>,
+    pub(crate) eviction_minimum_reclaim: Option<RawMap>,
+    pub(crate) eviction_max_pod_grace_period: Option<Scalar>,
+    pub(crate) eviction_pressure_transition_period: Option<Scalar>,
+    pub(crate) merge_default_eviction_settings: Option<Scalar>,
+    #[serde(rename = "imageGCHighThresholdPercent")]
+    pub(crate) image_gc_high_threshold_percent: Option<Scalar>,
+    #[serde(rename = "imageGCLowThresholdPercent")]
+    pub(crate) image_gc_low_threshold_percent: Option<Scalar>,
+    #[serde(rename = "imageMinimumGCAge")]
+    pub(crate) image_minimum_gc_age: Option<Scalar>,
+    pub(crate) pod_logs_dir: Option<Scalar>,
+    pub(crate) cgroup_driver: Option<Scalar>,
+    pub(crate) cgroup_root: Option<Scalar>,
+    pub(crate) system_reserved: Option<RawMap>,
+    pub(crate) kube_reserved: Option<RawMap>,
+    pub(crate) qos_reserved: Option<RawMap>,
+    #[serde(rename = "cpuCFSQuota")]
+    pub(crate) cpu_cfs_quota: Option<Scalar>,
+    #[serde(rename = "cpuCFSQuotaPeriod")]
+    pub(crate) cpu_cfs_quota_period: Option<Scalar>,
+    pub(crate) memory_throttling_factor: Option<Scalar>,
+    pub(crate) cpu_manager_policy: Option<Scalar>,
+    pub(crate) cpu_manager_policy_options: Option<RawMap>,
+    #[serde(rename = "reservedSystemCPUs")]
+    pub(crate) reserved_system_cpus: Option<Scalar>,
+    pub(crate) cpu_manager_state_dir: Option<Scalar>,
+    pub(crate) state_dir: Option<Scalar>,
+    #[serde(rename = "kubeletCPUManagerState")]
+    pub(crate) kubelet_cpu_manager_state: Option<Scalar>,
+    pub(crate) memory_reservation_policy: Option<Scalar>,
+    pub(crate) enforce_node_allocatable: Option<Vec<Scalar>>,
+    pub(crate) system_reserved_cgroup: Option<Scalar>,
+    pub(crate) kube_reserved_cgroup: Option<Scalar>,
+    pub(crate) kubelet_version: Option<Scalar>,
+    pub(crate) cgroupfs: Option<Scalar>,
+    pub(crate) cgroup_version: Option<Scalar>,
+    #[serde(alias = "containerRuntimeEndpoint")]
+    pub(crate) runtime_endpoint: Option<Scalar>,
+    pub(crate) mode: Option<Scalar>,
+    pub(crate) reconcile_interval: Option<Scalar>,
+    pub(crate) relist_interval: Option<Scalar>,
+    pub(crate) metrics_address: Option<Scalar>,
+    pub(crate) root_dir: Option<Scalar>,
+    pub(crate) imagefs_path: Option<Scalar>,
+    pub(crate) memory_available_source: Option<Scalar>,
+    pub(crate) cpu_weight_formula: Option<Scalar>,
+    #[serde(rename = "memoryQoS")]
+    pub(crate) memory_qos: Option<Scalar>,
+    #[serde(rename = "nodeCPU")]
+    pub(crate) node_cpu: Option<Scalar>,
+    pub(crate) node_memory: Option<Scalar>,
+    pub(crate) log_format: Option<Scalar>,
+    pub(crate) eviction_backend: Option<Scalar>,
+    pub(crate) hugepage_sizes: Option<Scalar>,
+    pub(crate) log_level: Option<Scalar>,
+    pub(crate) eviction_hook: Option<Scalar>,
+    pub(crate) eviction_hook_timeout: Option<Scalar>,
+    pub(crate) kubeconfig: Option<Scalar>,
+    pub(crate) node_name: Option<Scalar>,
+    pub(crate) api_eviction_timeout: Option<Scalar>,
+    pub(crate) runtime_unhealthy_after: Option<Scalar>,
+    /// Kubelet `podPidsLimit` (pids.max of every pod; -1: none).
+    pub(crate) pod_pids_limit: Option<Scalar>,
+    /// `enforce` | `audit` (see `cgroupEnforcement` in docs/operations.md).
+    pub(crate) cgroup_enforcement: Option<Scalar>,
+    /// The kubelet's config file (KubeletConfiguration): its fields replace
+    /// qosd's kubelet fields.
+    pub(crate) kubelet_config: Option<Scalar>,
+    /// The kubelet's drop-in directory (`--config-dir`).
+    pub(crate) kubelet_config_dir: Option<Scalar>,
+}
+
+impl RawConfig {
+    /// Parse YAML text. An empty document is an empty config.
+    pub(crate) fn from_yaml(text: &str) -> Result<RawConfig, ConfigError> {
+        if text.trim().is_empty()
+            || text
+                .lines()
+                .all(|l| l.trim().is_empty() || l.trim_start().starts_with('#'))
+        {
+            return Ok(RawConfig::default());
+        }
+        qosd_model::core::limits::check_nesting(text, qosd_model::core::limits::MAX_NESTING)
+            .map_err(|message| ConfigError::Parse {
+                file: None,
+                message,
+            })?;
+        yaml_serde::from_str::<Option<RawConfig>>(text)
+            .map(Option::unwrap_or_default)
+            .map_err(|e| ConfigError::Parse {
+                file: None,
+                message: with_suggestion(e.to_string()),
+            })
+    }
+}
+
+/// Append "did you mean `x`?" to an unknown-field message when a known
+/// field is a few edits away.
+fn with_suggestion(message: String) -> String {
+    let Some(rest) = message.split("unknown field `").nth(1) else {
+        return message;
+    };
+    let Some(unknown) = rest.split('`').next() else {
+        return message;
+    };
+    let Some(list) = message.split("expected one of ").nth(1) else {
+        return message;
+    };
+    // Only a field within 3 edits is suggested, and the edit distance is
+    // at least the difference in length: other fields are skipped, so a
+    // long unknown name costs one pass, not one distance per field.
+    let unknown_lower = unknown.to_ascii_lowercase();
+    let unknown_chars = unknown_lower.chars().count();
+    let best = list
+        .split(", ")
+        .map(|f| f.trim().trim_matches('`'))
+        .filter(|f| f.chars().count().abs_diff(unknown_chars) <= 3)
+        .map(|f| (edit_distance(&unknown_lower, &f.to_ascii_lowercase()), f))
+        .min();
+    match best {
+        Some((d, f)) if d <= 3 && d < unknown.len() => format!("{message}; did you mean `{f}`?"),
+        _ => message,
+    }
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let sub = prev[j] + usize::from(ca != *cb);
+            cur[j + 1] = sub.min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+// ---------------------------------------------------------------------------
+// Overrides (command-line flags)
+
+/// Values that replace the file's (from command-line flags). Text as the
+/// user typed it; validated together with the file. A set map replaces the
+/// file's map entirely, as kubelet flags do.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Overrides {
+    pub eviction_hard: Option<BTreeMap<String, String>>,
+    pub eviction_soft: Option<BTreeMap<String, String>>,
+    pub eviction_soft_grace_period: Option<BTreeMap<String, String>>,
+    pub eviction_minimum_reclaim: Option<BTreeMap<String, String>>,
+    pub eviction_max_pod_grace_period: Option<String>,
+    pub eviction_pressure_transition_period: Option<String>,
+    pub merge_default_eviction_settings: Option<bool>,
+    pub cgroup_driver: Option<String>,
+    pub cgroup_root: Option<String>,
+    pub system_reserved: Option<BTreeMap<String, String>>,
+    pub kube_reserved: Option<BTreeMap<String, String>>,
+    pub qos_reserved: Option<BTreeMap<String, String>>,
+    pub cpu_cfs_quota: Option<bool>,
+    pub cpu_cfs_quota_period: Option<String>,
+    pub memory_throttling_factor: Option<String>,
+    pub memory_reservation_policy: Option<String>,
+    /// Comma-separated, e.g. `pods,system-reserved`.
+    pub enforce_node_allocatable: Option<String>,
+    pub system_reserved_cgroup: Option<String>,
+    pub kube_reserved_cgroup: Option<String>,
+    pub kubelet_version: Option<String>,
+    pub cgroupfs: Option<String>,
+    pub cgroup_version: Option<String>,
+    pub runtime_endpoint: Option<String>,
+    pub mode: Option<String>,
+    pub reconcile_interval: Option<String>,
+    pub relist_interval: Option<String>,
+    pub metrics_address: Option<String>,
+    pub root_dir: Option<String>,
+    pub pod_logs_dir: Option<String>,
+    pub imagefs_path: Option<String>,
+    pub memory_available_source: Option<String>,
+    pub cpu_weight_formula: Option<String>,
+    pub memory_qos: Option<bool>,
+    pub node_cpu: Option<String>,
+    pub node_memory: Option<String>,
+    pub log_format: Option<String>,
+    pub eviction_backend: Option<String>,
+    pub pod_pids_limit: Option<String>,
+    pub hugepage_sizes: Option<String>,
+    pub log_level: Option<String>,
+    pub eviction_hook: Option<String>,
+    pub eviction_hook_timeout: Option<String>,
+    pub kubeconfig: Option<String>,
+    pub node_name: Option<String>,
+    pub api_eviction_timeout: Option<String>,
+    pub runtime_unhealthy_after: Option<String>,
+    pub cgroup_enforcement: Option<String>,
+    pub kubelet_config: Option<String>,
+    pub kubelet_config_dir: Option<String>,
+    pub state_dir: Option<String>,
+}
+
+fn to_raw_map(m: &BTreeMap<String, String>) -> RawMap {
+    m.iter()
+        .map(|(k, v)| (k.clone(), Scalar(v.clone())))
+        .collect()
+}
+
+impl Overrides {
+    /// Write the set overrides into `raw`; return the names of the fields set.
+    pub(crate) fn apply(&self, raw: &mut RawConfig) -> BTreeSet<&'static str> {
+        let mut set = BTreeSet::new();
+        macro_rules! map {
+            ($f:ident, $name:literal) => {
+                if let Some(m) = &self.$f {
+                    raw.$f = Some(to_raw_map(m));
+                    set.insert($name);
+                }
+            };
+        }
+        macro_rules! text {
+            ($f:ident, $name:literal) => {
+                if let Some(v) = &self.$f {
+                    raw.$f = Some(Scalar(v.to_string()));
+                    set.insert($name);
+                }
+            };
+        }
+        map!(eviction_hard, "evictionHard");
+        map!(eviction_soft, "evictionSoft");
+        map!(eviction_soft_grace_period, "evictionSoftGracePeriod");
+        map!(eviction_minimum_reclaim, "evictionMinimumReclaim");
+        text!(eviction_max_pod_grace_period, "evictionMaxPodGracePeriod");
+        text!(
+            eviction_pressure_transition_period,
+            "evictionPressureTransitionPeriod"
+        );
+        text!(
+            merge_default_eviction_settings,
+            "mergeDefaultEvictionSettings"
+        );
+        text!(cgroup_driver, "cgroupDriver");
+        text!(cgroup_root, "cgroupRoot");
+        map!(system_reserved, "systemReserved");
+        map!(kube_reserved, "kubeReserved");
+        map!(qos_reserved, "qosReserved");
+        text!(cpu_cfs_quota, "cpuCFSQuota");
+        text!(cpu_cfs_quota_period, "cpuCFSQuotaPeriod");
+        text!(memory_throttling_factor, "memoryThrottlingFactor");
+        text!(memory_reservation_policy, "memoryReservationPolicy");
+        if let Some(v) = &self.enforce_node_allocatable {
+            raw.enforce_node_allocatable = Some(
+                v.split(',')
+                    .map(str::trim)
+                    .filter(|k| !k.is_empty())
+                    .map(|k| Scalar(k.to_string()))
+                    .collect(),
+            );
+            set.insert("enforceNodeAllocatable");
+        }
+        text!(system_reserved_cgroup, "systemReservedCgroup");
+        text!(kube_reserved_cgroup, "kubeReservedCgroup");
+        text!(kubelet_version, "kubeletVersion");
+        text!(cgroupfs, "cgroupfs");
+        text!(cgroup_version, "cgroupVersion");
+        text!(runtime_endpoint, "runtimeEndpoint");
+        text!(mode, "mode");
+        text!(reconcile_interval, "reconcileInterval");
+        text!(relist_interval, "relistInterval");
+        text!(metrics_address, "metricsAddress");
+        text!(root_dir, "rootDir");
+        text!(pod_logs_dir, "podLogsDir");
+        text!(imagefs_path, "imagefsPath");
+        text!(memory_available_source, "memoryAvailableSource");
+        text!(cpu_weight_formula, "cpuWeightFormula");
+        text!(memory_qos, "memoryQoS");
+        text!(node_cpu, "nodeCPU");
+        text!(node_memory, "nodeMemory");
+        text!(log_format, "logFormat");
+        text!(eviction_backend, "evictionBackend");
+        text!(pod_pids_limit, "podPidsLimit");
+        text!(hugepage_sizes, "hugepageSizes");
+        text!(log_level, "logLevel");
+        text!(eviction_hook, "evictionHook");
+        text!(eviction_hook_timeout, "evictionHookTimeout");
+        text!(kubeconfig, "kubeconfig");
+        text!(node_name, "nodeName");
+        text!(api_eviction_timeout, "apiEvictionTimeout");
+        text!(runtime_unhealthy_after, "runtimeUnhealthyAfter");
+        text!(state_dir, "stateDir");
+        text!(cgroup_enforcement, "cgroupEnforcement");
+        text!(kubelet_config, "kubeletConfig");
+        text!(kubelet_config_dir, "kubeletConfigDir");
+        set
+    }
+}
+
+/// Parse a kubelet `--eviction-hard`-style flag value: `a<1Mi,b<10%`.
+pub fn parse_langle_map(s: &str) -> Result<BTreeMap<String, String>, String> {
+    parse_sep_map(s, '<')
+}
+
+/// Parse a kubelet `--system-reserved`-style flag value: `cpu=1,memory=1Gi`.
+pub fn parse_eq_map(s: &str) -> Result<BTreeMap<String, String>, String> {
+    parse_sep_map(s, '=')
+}
+
+fn parse_sep_map(s: &str, sep: char) -> Result<BTreeMap<String, String>, String> {
+    let mut m = BTreeMap::new();
+    for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let (k, v) = item
+            .split_once(sep)
+            .ok_or_else(|| format!("{item:?}: expected KEY{sep}VALUE (comma-separated)"))?;
+        let (k, v) = (k.trim(), v.trim());
+        if k.is_empty() {
+            return Err(format!("{item:?}: empty key"));
+        }
+        if m.insert(k.to_string(), v.to_string()).is_some() {
+            return Err(format!("{k:?} given twice"));
+        }
+    }
+    Ok(m)
+}
+
+#[cfg(test)]
+mod suggestion_tests {
+    use super::*;
+
+    fn hint(yaml: &str) -> Option<String> {
+        let ConfigError::Parse { message, .. } = RawConfig::from_yaml(yaml).unwrap_err() else {
+            panic!("not a parse error: {yaml:?}");
+        };
+        assert!(message.contains("unknown field"), "{message}");
+        let hint = message.split("did you mean `").nth(1)?;
+        Some(hint.split('`').next().unwrap().to_string())
+    }
+
+    #[test]
+    fn suggestions_table() {
+        let long = format!("{}: 1\n", "evictionHard".repeat(80)); // YAML keys: < 1024 chars
+        let cases: &[(&str, Option<&str>)] = &[
+            ("evictonHard: {}\n", Some("evictionHard")),
+            ("EVICTIONHARD: {}\n", Some("evictionHard")),
+            ("evictionHardd: {}\n", Some("evictionHard")),
+            ("zzzzzzzzzzzz: 1\n", None),
+            (&long, None),
+        ];
+        for (yaml, want) in cases {
+            assert_eq!(hint(yaml).as_deref(), *want, "{:.40}", yaml);
+        }
+    }
+}

@@ -1,0 +1,282 @@
+//! The pod model every part of qosd shares.
+//!
+//! Data flows one way: a *pod source* (manifests, CRI) produces [`Pod`]s; the
+//! classifier ([`crate::core::qos`]) and the planner ([`crate::policy::enforce::plan`]) read them and
+//! produce a list of [`CgroupWrite`]s; an applier (real or dry-run) performs
+//! them. Nothing in this module does I/O.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use crate::core::quantity::Quantity;
+
+/// Resource name → quantity, as in a Kubernetes `ResourceList`.
+pub type ResourceList = BTreeMap<String, Quantity>;
+
+/// `resources.requests` / `resources.limits` of a container or a pod.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ResourceRequirements {
+    pub requests: ResourceList,
+    pub limits: ResourceList,
+}
+
+/// One container (app or init) of a pod.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Container {
+    pub name: String,
+    pub resources: ResourceRequirements,
+    /// Init containers only: `restartPolicy: Always` makes it a restartable
+    /// sidecar, which keeps running beside the app containers.
+    pub restartable: bool,
+}
+
+/// Where a pod came from, for messages and output.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase", tag = "kind", content = "detail")]
+pub enum PodOrigin {
+    /// A manifest file (path as given).
+    Manifest(String),
+    /// A live pod sandbox from the container runtime (sandbox id).
+    Cri(String),
+    /// Built in code (tests, benchmarks).
+    Synthetic,
+}
+
+/// A pod, with just the fields qosd needs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pod {
+    pub uid: String,
+    /// True when the manifest had no uid and qosd derived one from
+    /// namespace/name (deterministically), so output can say so.
+    pub uid_derived: bool,
+    pub namespace: String,
+    pub name: String,
+    pub containers: Vec<Container>,
+    pub init_containers: Vec<Container>,
+    /// Pod-level `spec.resources` (KEP-2837); when set it decides QoS and sizing.
+    pub pod_resources: Option<ResourceRequirements>,
+    /// `spec.overhead` (RuntimeClass overhead), added to the pod's sums.
+    pub overhead: ResourceList,
+    /// `spec.priority` (0 when unset, like the API server's default).
+    pub priority: i32,
+    pub priority_class_name: Option<String>,
+    pub termination_grace_period_seconds: Option<i64>,
+    pub annotations: BTreeMap<String, String>,
+    pub origin: PodOrigin,
+    /// Set by sources that know the class better than the resources say
+    /// (CRI: the cgroup parent's QoS segment). `None`: classify from resources.
+    pub qos_override: Option<QosClass>,
+    /// `spec.volumes` as far as eviction needs them (emptyDir medium and
+    /// sizeLimit). Empty when the source does not carry them (the CRI).
+    pub volumes: Vec<Volume>,
+}
+
+/// One pod volume (the fields local-storage eviction needs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Volume {
+    pub name: String,
+    /// `emptyDir`, if the volume is one.
+    pub empty_dir: Option<EmptyDir>,
+}
+
+/// An `emptyDir` volume source.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EmptyDir {
+    /// `medium: Memory` (a tmpfs; not local ephemeral storage).
+    pub memory: bool,
+    pub size_limit: Option<Quantity>,
+}
+
+impl Pod {
+    /// A pod with the given identity and nothing else (builder start).
+    pub fn new(
+        uid: impl Into<String>,
+        namespace: impl Into<String>,
+        name: impl Into<String>,
+    ) -> Pod {
+        Pod {
+            uid: uid.into(),
+            uid_derived: false,
+            namespace: namespace.into(),
+            name: name.into(),
+            containers: Vec::new(),
+            init_containers: Vec::new(),
+            pod_resources: None,
+            overhead: ResourceList::new(),
+            priority: 0,
+            priority_class_name: None,
+            termination_grace_period_seconds: None,
+            annotations: BTreeMap::new(),
+            origin: PodOrigin::Synthetic,
+            qos_override: None,
+            volumes: Vec::new(),
+        }
+    }
+
+    /// `namespace/name`.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+
+    /// Static pods (from a file or URL source) and their mirror pods: the
+    /// kubelet never evicts them.
+    pub fn is_static_or_mirror(&self) -> bool {
+        if self.annotations.contains_key(ANNOTATION_MIRROR) {
+            return true;
+        }
+        matches!(self.annotations.get(ANNOTATION_SOURCE).map(String::as_str), Some(s) if s != "api")
+    }
+}
+
+/// `kubernetes.io/config.mirror`: present on mirror pods.
+pub const ANNOTATION_MIRROR: &str = "kubernetes.io/config.mirror";
+/// `kubernetes.io/config.source`: `api` for API pods, `file`/`http` for static pods.
+pub const ANNOTATION_SOURCE: &str = "kubernetes.io/config.source";
+/// scheduling.SystemCriticalPriority (2 × 10^9).
+pub(crate) const SYSTEM_CRITICAL_PRIORITY: i32 = 2_000_000_000;
+
+/// Kubernetes QoS class.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub enum QosClass {
+    Guaranteed,
+    Burstable,
+    BestEffort,
+}
+
+impl QosClass {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QosClass::Guaranteed => "Guaranteed",
+            QosClass::Burstable => "Burstable",
+            QosClass::BestEffort => "BestEffort",
+        }
+    }
+
+    /// The QoS-level cgroup segment (`burstable`, `besteffort`), none for Guaranteed.
+    pub fn cgroup_segment(self) -> Option<&'static str> {
+        match self {
+            QosClass::Guaranteed => None,
+            QosClass::Burstable => Some("burstable"),
+            QosClass::BestEffort => Some("besteffort"),
+        }
+    }
+}
+
+impl fmt::Display for QosClass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// cgroup hierarchy version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CgroupVersion {
+    V1,
+    V2,
+}
+
+impl CgroupVersion {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CgroupVersion::V1 => "v1",
+            CgroupVersion::V2 => "v2",
+        }
+    }
+}
+
+impl fmt::Display for CgroupVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// cgroup driver (naming scheme), as the kubelet's `cgroupDriver`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CgroupDriver {
+    Cgroupfs,
+    Systemd,
+}
+
+impl CgroupDriver {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            CgroupDriver::Cgroupfs => "cgroupfs",
+            CgroupDriver::Systemd => "systemd",
+        }
+    }
+}
+
+impl fmt::Display for CgroupDriver {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Level of a cgroup in the kubepods hierarchy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CgroupLevel {
+    /// A reserved cgroup (system-reserved / kube-reserved): written, never
+    /// created.
+    Reserved,
+    Node,
+    Qos,
+    Pod,
+}
+
+/// One write of a cgroup interface file. A plan is an ordered list of these
+/// (parents before children); appliers perform them (or print them).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CgroupWrite {
+    /// Absolute path of the interface file, e.g.
+    /// `/sys/fs/cgroup/cpu/kubepods/burstable/pod<uid>/cpu.shares`.
+    pub file: PathBuf,
+    /// Exactly the string written (no trailing newline).
+    pub value: String,
+    /// Absolute directory of the cgroup the file belongs to (created by the
+    /// applier when missing).
+    #[serde(skip)]
+    pub dir: PathBuf,
+    /// Logical cgroup name relative to the cgroup root, e.g.
+    /// `kubepods/burstable/pod<uid>` (or the systemd slice path).
+    #[serde(skip)]
+    pub cgroup: String,
+    #[serde(skip)]
+    pub level: CgroupLevel,
+}
+
+/// Which source decided a pod value: `exact` (the pod spec from the API
+/// server) or `inferred` (rebuilt from what the container runtime reports).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ValueSource {
+    Exact,
+    Inferred,
+}
+
+/// Per-value sources of a live pod (value name → source).
+pub type Provenance = BTreeMap<&'static str, ValueSource>;
+
+/// The pod values whose source is tracked, in the pod spec's field names.
+pub const TRACKED_VALUES: [&str; 10] = [
+    "requests",
+    "limits",
+    "initContainers",
+    "overhead",
+    "podResources",
+    "ephemeralStorage",
+    "priority",
+    "priorityClassName",
+    "terminationGracePeriodSeconds",
+    "staticMirror",
+];
+
+/// Every tracked value from one source.
+pub fn provenance_all(source: ValueSource) -> Provenance {
+    TRACKED_VALUES.iter().map(|v| (*v, source)).collect()
+}

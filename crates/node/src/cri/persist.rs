@@ -1,0 +1,516 @@
+//! The CRI status cache kept across restarts (`<stateDir>/cri-status-cache.json`).
+//!
+//! A restarted daemon would otherwise ask the runtime for every sandbox's
+//! verbose status and every container's status before its first reconcile
+//! (the bulk of its start-up). The file holds what [`StatusCache`] holds:
+//! per sandbox id its status and cgroup parent (which never change for an
+//! id), per container id its status's state and resources with the listed
+//! state they were read at. It is versioned and names the runtime endpoint
+//! it was taken from; a file that cannot be read, is of another version or
+//! another endpoint is ignored whole (the caller logs one line) and the
+//! first listing asks the runtime about everything, as without a file.
+//! Ids the first listing does not list are dropped then (the cache is
+//! pruned to the listed ids at every listing), so the file never holds
+//! more than the node's live sandboxes and containers.
+//!
+//! Container statuses can change without a listing showing it (an in-place
+//! resize while qosd was down): the daemon uses the restored ones for its
+//! first reconcile only and asks about every container again right after
+//! (see `crate::runtime::daemon`).
+
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use base64::Engine as _;
+use serde::{Deserialize, Serialize};
+
+use super::inventory::{lock, ContainerFacts, ResourcesOrigin, SandboxFacts, StatusCache};
+use super::proto;
+
+/// The file's name in the state directory.
+pub(crate) const FILE_NAME: &str = "cri-status-cache.json";
+/// The format written and the only one read.
+pub(crate) const VERSION: u64 = 1;
+/// A larger file is not read (110 pods take ~100 KiB).
+const MAX_BYTES: u64 = 64 << 20;
+
+/// Why a persisted cache was not used or not written.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum PersistError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path} is {size} bytes, more than the {MAX_BYTES} read")]
+    TooLarge { path: PathBuf, size: u64 },
+    #[error("{path} is not a status cache file: {source}")]
+    Parse {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+    #[error("{path} has format version {found}, this qosd reads version {VERSION}")]
+    Version { path: PathBuf, found: String },
+    #[error("{path} was written for runtime endpoint {found:?}, not {expected:?}")]
+    Endpoint {
+        path: PathBuf,
+        found: String,
+        expected: String,
+    },
+    #[error("{path}: entry {id:?}: {reason}")]
+    Entry {
+        path: PathBuf,
+        id: String,
+        reason: String,
+    },
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct File {
+    version: u64,
+    endpoint: String,
+    sandboxes: BTreeMap<String, SandboxRecord>,
+    containers: BTreeMap<String, ContainerRecord>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct SandboxRecord {
+    /// `PodSandboxStatus`, protobuf, base64.
+    status: String,
+    cgroup_parent: Option<String>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ContainerRecord {
+    listed_state: i32,
+    state: i32,
+    /// `LinuxContainerResources`, protobuf, base64 (`None`: none reported).
+    resources: Option<String>,
+    origin: ResourcesOrigin,
+}
+
+fn b64(m: &impl prost::Message) -> String {
+    base64::engine::general_purpose::STANDARD.encode(m.encode_to_vec())
+}
+
+fn unb64<M: prost::Message + Default>(path: &Path, id: &str, s: &str) -> Result<M, PersistError> {
+    let entry = |reason: String| PersistError::Entry {
+        path: path.to_path_buf(),
+        id: id.to_string(),
+        reason,
+    };
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(s)
+        .map_err(|e| entry(format!("bad base64: {e}")))?;
+    M::decode(bytes.as_slice()).map_err(|e| entry(format!("bad protobuf: {e}")))
+}
+
+impl StatusCache {
+    /// The file's bytes for the current entries, taken from `endpoint`.
+    pub fn to_file_bytes(&self, endpoint: &str) -> Vec<u8> {
+        let sandboxes = lock(&self.sandboxes)
+            .iter()
+            .map(|(id, f)| {
+                (
+                    id.clone(),
+                    SandboxRecord {
+                        status: b64(&f.status),
+                        cgroup_parent: f.cgroup_parent.clone(),
+                    },
+                )
+            })
+            .collect();
+        let containers = lock(&self.containers)
+            .iter()
+            .map(|(id, f)| {
+                (
+                    id.clone(),
+                    ContainerRecord {
+                        listed_state: f.listed_state,
+                        state: f.state,
+                        resources: f.res.as_ref().map(b64),
+                        origin: f.origin,
+                    },
+                )
+            })
+            .collect();
+        let file = File {
+            version: VERSION,
+            endpoint: endpoint.to_string(),
+            sandboxes,
+            containers,
+        };
+        serde_json::to_vec(&file).expect("the status cache serializes")
+    }
+
+    /// Replace the entries with those of a file's `bytes` (read from
+    /// `path`, for the errors) if it is of this version and `endpoint`;
+    /// nothing changes on an error. Returns (sandboxes, containers) restored.
+    pub(crate) fn restore(
+        &self,
+        path: &Path,
+        bytes: &[u8],
+        endpoint: &str,
+    ) -> Result<(usize, usize), PersistError> {
+        let parse = |source| PersistError::Parse {
+            path: path.to_path_buf(),
+            source,
+        };
+        let value: serde_json::Value = serde_json::from_slice(bytes).map_err(parse)?;
+        match value.get("version") {
+            Some(v) if v.as_u64() == Some(VERSION) => {}
+            found => {
+                return Err(PersistError::Version {
+                    path: path.to_path_buf(),
+                    found: found.map_or_else(|| "(none)".to_string(), |v| v.to_string()),
+                })
+            }
+        }
+        let file: File = serde_json::from_value(value).map_err(parse)?;
+        if file.endpoint != endpoint {
+            return Err(PersistError::Endpoint {
+                path: path.to_path_buf(),
+                found: file.endpoint,
+                expected: endpoint.to_string(),
+            });
+        }
+        let mut sandboxes = std::collections::HashMap::new();
+        for (id, r) in file.sandboxes {
+            let status: proto::PodSandboxStatus = unb64(path, &id, &r.status)?;
+            sandboxes.insert(
+                id,
+                SandboxFacts {
+                    status,
+                    cgroup_parent: r.cgroup_parent,
+                },
+            );
+        }
+        let mut containers = std::collections::HashMap::new();
+        for (id, r) in file.containers {
+            let res = match &r.resources {
+                Some(s) => Some(unb64::<proto::LinuxContainerResources>(path, &id, s)?),
+                None => None,
+            };
+            containers.insert(
+                id,
+                ContainerFacts {
+                    listed_state: r.listed_state,
+                    state: r.state,
+                    res,
+                    origin: r.origin,
+                    unverified: false,
+                },
+            );
+        }
+        let counts = (sandboxes.len(), containers.len());
+        *lock(&self.sandboxes) = sandboxes;
+        *lock(&self.containers) = containers;
+        self.changed();
+        Ok(counts)
+    }
+}
+
+/// Restore `cache` from the file at `path`: `Ok(None)` when there is none
+/// (a first start), `Err` when it exists but is not usable (the cache is
+/// left empty then).
+pub(crate) fn load(
+    path: &Path,
+    endpoint: &str,
+    cache: &StatusCache,
+) -> Result<Option<(usize, usize)>, PersistError> {
+    let read = |source| PersistError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    let f = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(read(e)),
+    };
+    let size = f.metadata().map_err(read)?.len();
+    if size > MAX_BYTES {
+        return Err(PersistError::TooLarge {
+            path: path.to_path_buf(),
+            size,
+        });
+    }
+    let mut bytes = Vec::with_capacity(size as usize);
+    std::io::Read::read_to_end(&mut std::io::Read::take(f, MAX_BYTES + 1), &mut bytes)
+        .map_err(read)?;
+    cache.restore(path, &bytes, endpoint).map(Some)
+}
+
+/// Write `bytes` to `path` atomically: a temporary file beside it (mode
+/// 0600), flushed to disk, then renamed over it. The directory is created
+/// (0700) when missing.
+pub(crate) fn save(path: &Path, bytes: &[u8]) -> Result<(), PersistError> {
+    use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
+    let write = |source| PersistError::Write {
+        path: path.to_path_buf(),
+        source,
+    };
+    if let Some(dir) = path.parent() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(write)?;
+    }
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(format!(".tmp.{}", std::process::id()));
+    let tmp = PathBuf::from(tmp);
+    let result = (|| {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result.map_err(write)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    const EP: &str = "unix:///run/containerd/containerd.sock";
+
+    fn sandbox(uid: &str) -> SandboxFacts {
+        SandboxFacts {
+            status: proto::PodSandboxStatus {
+                id: format!("sb-{uid}"),
+                metadata: Some(proto::PodSandboxMetadata {
+                    name: format!("pod-{uid}"),
+                    uid: uid.to_string(),
+                    namespace: "default".into(),
+                    attempt: 1,
+                }),
+                state: proto::PodSandboxState::SandboxReady as i32,
+                created_at: 1_700_000_000_000_000_000,
+                labels: HashMap::from([("io.kubernetes.pod.uid".into(), uid.to_string())]),
+                annotations: HashMap::from([("a".into(), "b".into())]),
+                ..Default::default()
+            },
+            cgroup_parent: Some(format!("/kubepods/burstable/pod{uid}")),
+        }
+    }
+
+    fn container(shares: i64) -> ContainerFacts {
+        ContainerFacts {
+            listed_state: proto::ContainerState::ContainerRunning as i32,
+            state: proto::ContainerState::ContainerRunning as i32,
+            res: Some(proto::LinuxContainerResources {
+                cpu_shares: shares,
+                cpu_quota: 50_000,
+                cpu_period: 100_000,
+                memory_limit_in_bytes: 64 << 20,
+                oom_score_adj: 999,
+                cpuset_cpus: "0-1".into(),
+                unified: HashMap::from([("memory.min".into(), "0".into())]),
+                ..Default::default()
+            }),
+            origin: ResourcesOrigin::Status,
+            unverified: false,
+        }
+    }
+
+    fn filled() -> StatusCache {
+        let c = StatusCache::default();
+        lock(&c.sandboxes).insert("sb-a".into(), sandbox("a"));
+        lock(&c.sandboxes).insert("sb-b".into(), sandbox("b"));
+        lock(&c.containers).insert("ct-1".into(), container(512));
+        let mut none = container(2);
+        none.res = None;
+        none.origin = ResourcesOrigin::None;
+        lock(&c.containers).insert("ct-2".into(), none);
+        c
+    }
+
+    fn same(a: &StatusCache, b: &StatusCache) -> bool {
+        *lock(&a.sandboxes) == *lock(&b.sandboxes) && *lock(&a.containers) == *lock(&b.containers)
+    }
+
+    #[test]
+    fn round_trip_through_a_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state").join(FILE_NAME);
+        let c = filled();
+        save(&path, &c.to_file_bytes(EP)).unwrap();
+        let back = StatusCache::default();
+        assert_eq!(load(&path, EP, &back).unwrap(), Some((2, 2)));
+        assert!(same(&c, &back));
+        // No temporary file left beside it, and only the owner reads it.
+        use std::os::unix::fs::PermissionsExt as _;
+        let names: Vec<_> = std::fs::read_dir(path.parent().unwrap())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from(FILE_NAME)]);
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        // Overwriting replaces the whole content.
+        let smaller = StatusCache::default();
+        lock(&smaller.sandboxes).insert("sb-c".into(), sandbox("c"));
+        save(&path, &smaller.to_file_bytes(EP)).unwrap();
+        let back = StatusCache::default();
+        assert_eq!(load(&path, EP, &back).unwrap(), Some((1, 0)));
+        assert!(same(&smaller, &back));
+    }
+
+    #[test]
+    fn no_file_is_a_first_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = StatusCache::default();
+        assert_eq!(load(&dir.path().join(FILE_NAME), EP, &c).unwrap(), None);
+        assert_eq!(c.len(), (0, 0));
+    }
+
+    #[test]
+    fn unusable_files_are_refused_whole_and_change_nothing() {
+        let p = Path::new("/x/cri-status-cache.json");
+        let good = filled().to_file_bytes(EP);
+        let text = String::from_utf8(good.clone()).unwrap();
+        let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+            ("empty", Vec::new(), "not a status cache file"),
+            (
+                "truncated",
+                good[..good.len() / 2].to_vec(),
+                "not a status cache file",
+            ),
+            (
+                "garbage",
+                b"\x00\xffnot json".to_vec(),
+                "not a status cache file",
+            ),
+            (
+                "other version",
+                text.replacen("\"version\":1", "\"version\":2", 1)
+                    .into_bytes(),
+                "format version 2",
+            ),
+            (
+                "no version",
+                text.replacen("\"version\":1,", "", 1).into_bytes(),
+                "format version (none)",
+            ),
+            (
+                "bad base64",
+                {
+                    let mut v: serde_json::Value = serde_json::from_slice(&good).unwrap();
+                    v["sandboxes"]["sb-a"]["status"] = "%%%".into();
+                    serde_json::to_vec(&v).unwrap()
+                },
+                "entry \"sb-a\": bad base64",
+            ),
+            (
+                "bad protobuf",
+                {
+                    let mut v: serde_json::Value = serde_json::from_slice(&good).unwrap();
+                    v["containers"]["ct-1"]["resources"] = "/////w==".into();
+                    serde_json::to_vec(&v).unwrap()
+                },
+                "entry \"ct-1\": bad protobuf",
+            ),
+            (
+                "unknown field",
+                text.replacen("\"version\":1,", "\"version\":1,\"x\":0,", 1)
+                    .into_bytes(),
+                "not a status cache file",
+            ),
+        ];
+        for (what, bytes, want) in cases {
+            let c = StatusCache::default();
+            lock(&c.sandboxes).insert("kept".into(), sandbox("k"));
+            let e = c.restore(p, &bytes, EP).expect_err(what).to_string();
+            assert!(e.contains(want), "{what}: {e}");
+            assert!(e.contains("/x/cri-status-cache.json"), "{what}: {e}");
+            assert_eq!(c.len(), (1, 0), "{what}: entries changed");
+        }
+    }
+
+    #[test]
+    fn another_endpoints_file_is_refused() {
+        let bytes = filled().to_file_bytes("unix:///run/crio/crio.sock");
+        let c = StatusCache::default();
+        let e = c
+            .restore(Path::new("/s/f"), &bytes, EP)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("unix:///run/crio/crio.sock") && e.contains(EP),
+            "{e}"
+        );
+        assert_eq!(c.len(), (0, 0));
+    }
+
+    #[test]
+    fn stale_ids_are_dropped_at_the_first_listing() {
+        let c = StatusCache::default();
+        c.restore(Path::new("/s/f"), &filled().to_file_bytes(EP), EP)
+            .unwrap();
+        let g = c.generation();
+        let listed_sb = vec![proto::PodSandbox {
+            id: "sb-b".into(),
+            ..Default::default()
+        }];
+        let listed_ct = vec![proto::Container {
+            id: "ct-1".into(),
+            pod_sandbox_id: "sb-b".into(),
+            ..Default::default()
+        }];
+        c.retain(&listed_sb, &listed_ct);
+        assert_eq!(c.len(), (1, 1));
+        assert!(lock(&c.sandboxes).contains_key("sb-b"));
+        assert!(lock(&c.containers).contains_key("ct-1"));
+        assert!(c.generation() > g, "a pruned cache is written again");
+        let g = c.generation();
+        c.retain(&listed_sb, &listed_ct);
+        assert_eq!(c.generation(), g, "nothing pruned, nothing to write");
+    }
+
+    #[test]
+    fn an_oversized_file_is_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE_NAME);
+        let f = std::fs::File::create(&path).unwrap();
+        f.set_len(MAX_BYTES + 1).unwrap();
+        let e = load(&path, EP, &StatusCache::default()).unwrap_err();
+        assert!(matches!(e, PersistError::TooLarge { .. }), "{e}");
+    }
+
+    #[test]
+    fn a_failed_write_leaves_the_old_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE_NAME);
+        save(&path, b"old").unwrap();
+        // The rename target is a non-empty directory: the rename fails.
+        let blocked = dir.path().join("blocked");
+        std::fs::create_dir_all(blocked.join("x")).unwrap();
+        let e = save(&blocked, b"new").unwrap_err();
+        assert!(e.to_string().contains("blocked"), "{e}");
+        assert_eq!(std::fs::read(&path).unwrap(), b"old");
+        let left: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.contains(".tmp."))
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
+    }
+}

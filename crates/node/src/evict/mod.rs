@@ -1,0 +1,778 @@
+//! Acting on a victim: kill, CRI stop/remove, or dry-run.
+//!
+//! * [`Backend::Kill`] (hard memory thresholds: speed matters): cgroup v2
+//!   `cgroup.kill`; otherwise SIGKILL to every pid in the pod cgroup and its
+//!   children, repeated until the tree is empty (new forks are caught by
+//!   the next round). Then the runtime cleans up — StopPodSandbox, then
+//!   RemovePodSandbox, once, in this order, NotFound counting as done — on
+//!   a background thread through the [`PodStopper`] the daemon provides.
+//!   Other evictions (soft thresholds, disk, pids, local-storage limits) go
+//!   through the runtime with the victim's grace (1 s for hard ones, as the
+//!   kubelet's immediateEvictionGracePeriodSeconds), or SIGTERM, grace,
+//!   SIGKILL without a runtime.
+//! * [`Backend::Cri`]: StopContainer with the grace, StopPodSandbox, then
+//!   RemovePodSandbox, on the caller's thread.
+//! * [`Backend::Api`]: the Kubernetes Eviction subresource through the
+//!   [`ApiEvictor`] the daemon provides (grace: hard 1 s, soft
+//!   min(eviction-max-pod-grace-period, terminationGracePeriodSeconds)),
+//!   with an `Evicted` Event. Hard threshold: a refusal, an error or no
+//!   answer within the deadline falls back to the local kill (as
+//!   [`Backend::Kill`]) followed by a pod delete through the API; soft
+//!   threshold: a refusal is an error ([`EvictError::ApiRefused`]) and the
+//!   engine moves to the next candidate.
+//! * [`Backend::DryRun`]: logs what would be done; touches nothing.
+//!
+//! Every eviction is logged (tracing, target `qosd::eviction`) with the
+//! signal, observed value, threshold, pod, QoS class, usage and rank.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::sys::kill::{kill_cgroup_tree, term_then_kill, KillError, KillReport};
+use qosd_model::policy::evict::manager::Victim;
+use qosd_model::policy::evict::rank::fmt_bytes;
+use qosd_model::policy::evict::threshold::ThresholdKind;
+use qosd_model::policy::evict::Backend;
+
+pub mod runtime;
+pub mod stopper;
+
+/// The runtime side of an eviction (the daemon wraps its CRI client).
+pub trait PodStopper: Send + Sync {
+    /// StopPodSandbox with a grace period (the runtime's stop timeout).
+    fn stop_pod(&self, sandbox_id: &str, grace: Duration) -> Result<(), String>;
+    /// RemovePodSandbox.
+    fn remove_pod(&self, sandbox_id: &str) -> Result<(), String>;
+}
+
+/// Why the Kubernetes API did not evict a pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApiRefusal {
+    /// 429: a PodDisruptionBudget (or rate limit) refused it.
+    Refused(String),
+    /// 404: the pod is not in the API (already deleted).
+    Gone(String),
+    /// Any other error, or no answer within the deadline.
+    Failed(String),
+}
+
+impl std::fmt::Display for ApiRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ApiRefusal::Refused(m) => write!(f, "refused: {m}"),
+            ApiRefusal::Gone(m) => write!(f, "not found: {m}"),
+            ApiRefusal::Failed(m) => write!(f, "failed: {m}"),
+        }
+    }
+}
+
+/// The Kubernetes API side of an eviction (the daemon wraps its client).
+pub trait ApiEvictor: Send + Sync {
+    /// Create an Eviction for the victim with this grace period (and an
+    /// `Evicted` Event when it is accepted). Bounded by the deadline.
+    fn evict(&self, v: &Victim, grace: Duration) -> Result<(), ApiRefusal>;
+    /// After a local kill: delete the pod through the API (grace 0, uid
+    /// precondition) and write the Event.
+    fn delete_after_kill(&self, v: &Victim) -> Result<(), String>;
+    /// Count a path taken (metrics).
+    fn count(&self, _path: &str) {}
+}
+
+/// The paths an `api` eviction can take (the `path` label of
+/// `qosd_api_evictions_total`).
+pub(crate) mod api_path {
+    /// The Eviction subresource answered 201.
+    pub(crate) const EVICTED: &str = "evicted";
+    /// Soft threshold: refused (429) — the next candidate is tried.
+    pub(crate) const REFUSED_NEXT: &str = "refused_next_candidate";
+    /// Soft threshold: an error or no answer — the next candidate is tried.
+    pub(crate) const FAILED_NEXT: &str = "failed_next_candidate";
+    /// Hard threshold: refused, failed or no answer in time — local kill.
+    pub(crate) const FALLBACK_KILL: &str = "fallback_local_kill";
+    /// After a local kill: the pod deleted through the API.
+    pub(crate) const FALLBACK_DELETED: &str = "fallback_pod_deleted";
+    /// After a local kill: the delete failed (logged; the kubelet may restart it).
+    pub(crate) const FALLBACK_DELETE_FAILED: &str = "fallback_delete_failed";
+    /// 404: the pod is already gone from the API.
+    pub(crate) const GONE: &str = "already_gone";
+}
+
+/// An eviction that could not be carried out.
+#[derive(Debug, thiserror::Error)]
+pub enum EvictError {
+    #[error("pod {uid}: no sandbox id: the CRI backend cannot stop it")]
+    NoSandbox { uid: String },
+    #[error("pod {uid}: no cgroup directory known: cannot kill its processes")]
+    NoCgroup { uid: String },
+    #[error("pod {uid}: no runtime client configured for the CRI backend")]
+    NoStopper { uid: String },
+    #[error("pod {uid}: {step} sandbox {sandbox}: {message}")]
+    Runtime {
+        uid: String,
+        sandbox: String,
+        step: &'static str,
+        message: String,
+    },
+    #[error("pod {uid}: no Kubernetes API client configured for the api backend")]
+    NoApi { uid: String },
+    #[error("pod {uid}: eviction through the API {refusal}")]
+    ApiRefused { uid: String, refusal: ApiRefusal },
+    #[error(transparent)]
+    Kill(#[from] KillError),
+}
+
+/// What happened to the runtime side.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum RuntimeCleanup {
+    NotApplicable,
+    /// Stop/remove running on a background thread.
+    Spawned,
+    Done,
+}
+
+/// The outcome of one eviction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    pub(crate) uid: String,
+    pub backend: Backend,
+    pub kill: Option<KillReport>,
+    pub(crate) runtime: RuntimeCleanup,
+}
+
+/// Carries out evictions.
+#[derive(Clone)]
+pub struct Evictor {
+    pub(crate) backend: Backend,
+    pub(crate) stopper: Option<Arc<dyn PodStopper>>,
+    /// Cap on the grace given to the runtime (`--eviction-max-pod-grace-period`).
+    pub(crate) max_pod_grace: Duration,
+    /// Give up SIGKILL rounds after this long.
+    pub(crate) kill_timeout: Duration,
+    /// The Kubernetes API side ([`Backend::Api`]).
+    pub api: Option<Arc<dyn ApiEvictor>>,
+    /// How the runtime's clean-up after a kill is retried.
+    pub(crate) cleanup_retry: CleanupRetry,
+}
+
+/// Retries of the runtime's clean-up after a local kill (StopPodSandbox,
+/// RemovePodSandbox; the victim is already dead, both are idempotent and
+/// NotFound counts as done): a runtime that is down or restarting during
+/// the eviction gets the clean-up when it is back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CleanupRetry {
+    /// Wait after the first failure (doubled after each further one).
+    pub(crate) first: Duration,
+    /// Longest wait between attempts.
+    pub(crate) max: Duration,
+    /// Give up (logged as an error) once this much time has passed.
+    pub(crate) give_up_after: Duration,
+}
+
+impl Default for CleanupRetry {
+    fn default() -> Self {
+        CleanupRetry {
+            first: Duration::from_secs(1),
+            max: Duration::from_secs(30),
+            give_up_after: Duration::from_secs(600),
+        }
+    }
+}
+
+/// Run `attempt` until it succeeds or `retry` gives up; the first failure
+/// is logged (a warning), not every attempt. Returns the attempts made.
+fn with_retries(
+    retry: CleanupRetry,
+    uid: &str,
+    mut attempt: impl FnMut() -> Result<(), EvictError>,
+) -> Result<u32, EvictError> {
+    let start = std::time::Instant::now();
+    let mut wait = retry.first;
+    let mut n = 0u32;
+    loop {
+        n += 1;
+        match attempt() {
+            Ok(()) => {
+                if n > 1 {
+                    tracing::info!(target: "qosd::eviction", pod = %uid, attempts = n, "runtime cleanup after eviction done");
+                }
+                return Ok(n);
+            }
+            Err(e) => {
+                if start.elapsed() + wait > retry.give_up_after {
+                    return Err(e);
+                }
+                if n == 1 {
+                    tracing::warn!(target: "qosd::eviction", pod = %uid, error = %e, "runtime cleanup after eviction failed; retrying until the runtime answers");
+                }
+                std::thread::sleep(wait);
+                wait = (wait * 2).min(retry.max);
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for Evictor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Evictor")
+            .field("backend", &self.backend)
+            .field("stopper", &self.stopper.is_some())
+            .field("max_pod_grace", &self.max_pod_grace)
+            .field("kill_timeout", &self.kill_timeout)
+            .field("api", &self.api.is_some())
+            .field("cleanup_retry", &self.cleanup_retry)
+            .finish()
+    }
+}
+
+impl Evictor {
+    pub fn new(
+        backend: Backend,
+        stopper: Option<Arc<dyn PodStopper>>,
+        max_pod_grace: Duration,
+    ) -> Evictor {
+        Evictor {
+            backend,
+            stopper,
+            max_pod_grace,
+            kill_timeout: Duration::from_secs(2),
+            api: None,
+            cleanup_retry: CleanupRetry::default(),
+        }
+    }
+
+    /// Evict a victim chosen by the manager. Logs the eviction first.
+    pub fn evict(&self, v: &Victim) -> Result<Outcome, EvictError> {
+        log_eviction(v, self.backend);
+        let uid = v.candidate.uid.clone();
+        // The manager gave the grace: 1 s for hard thresholds and local
+        // storage limits, min(max pod grace, pod's own) for soft ones.
+        let grace = v.grace;
+        // Only a hard memory eviction kills at once: the kernel OOM killer
+        // must not get there first.
+        let kill_now = v.kind == ThresholdKind::Hard
+            && v.cause == qosd_model::policy::evict::manager::Cause::Threshold
+            && v.signal.resource() == qosd_model::policy::evict::threshold::SignalResource::Memory;
+        match self.backend {
+            Backend::DryRun => Ok(Outcome {
+                uid,
+                backend: Backend::DryRun,
+                kill: None,
+                runtime: RuntimeCleanup::NotApplicable,
+            }),
+            Backend::Cri => {
+                let stopper = self
+                    .stopper
+                    .as_ref()
+                    .ok_or(EvictError::NoStopper { uid: uid.clone() })?;
+                let sandbox = v
+                    .candidate
+                    .sandbox_id
+                    .clone()
+                    .ok_or(EvictError::NoSandbox { uid: uid.clone() })?;
+                stop_and_remove(stopper.as_ref(), &uid, &sandbox, grace)?;
+                Ok(Outcome {
+                    uid,
+                    backend: Backend::Cri,
+                    kill: None,
+                    runtime: RuntimeCleanup::Done,
+                })
+            }
+            Backend::Api => {
+                let api = self
+                    .api
+                    .as_ref()
+                    .ok_or(EvictError::NoApi { uid: uid.clone() })?;
+                // The kubelet's grace: 1 s for hard thresholds
+                // (immediateEvictionGracePeriodSeconds), the pod's capped
+                // grace for soft ones.
+                let api_grace = if v.kind == ThresholdKind::Hard {
+                    Duration::from_secs(1)
+                } else {
+                    grace
+                };
+                let refusal = match api.evict(v, api_grace) {
+                    Ok(()) => {
+                        api.count(api_path::EVICTED);
+                        tracing::info!(target: "qosd::eviction", pod = %format!("{}/{}", v.candidate.namespace, v.candidate.name), uid = %uid, grace_s = api_grace.as_secs(), "evicted through the Kubernetes API");
+                        return Ok(Outcome {
+                            uid,
+                            backend: Backend::Api,
+                            kill: None,
+                            runtime: RuntimeCleanup::NotApplicable,
+                        });
+                    }
+                    Err(r) => r,
+                };
+                if v.kind == ThresholdKind::Soft {
+                    let path = match &refusal {
+                        ApiRefusal::Refused(_) => api_path::REFUSED_NEXT,
+                        ApiRefusal::Gone(_) => api_path::GONE,
+                        ApiRefusal::Failed(_) => api_path::FAILED_NEXT,
+                    };
+                    api.count(path);
+                    tracing::warn!(target: "qosd::eviction", pod = %format!("{}/{}", v.candidate.namespace, v.candidate.name), uid = %uid, %refusal, "soft eviction not done through the API: trying the next candidate");
+                    return Err(EvictError::ApiRefused { uid, refusal });
+                }
+                // Hard: node-pressure evictions do not wait for PDBs.
+                api.count(api_path::FALLBACK_KILL);
+                tracing::warn!(target: "qosd::eviction", pod = %format!("{}/{}", v.candidate.namespace, v.candidate.name), uid = %uid, %refusal, "hard eviction not done through the API: killing the pod locally, then deleting it through the API");
+                let mut out = self.kill_locally(v, &uid, Duration::ZERO, true)?;
+                out.backend = Backend::Api;
+                let (api, victim) = (api.clone(), v.clone());
+                spawn_cleanup(move || {
+                    match api.delete_after_kill(&victim) {
+                        Ok(()) => {
+                            api.count(api_path::FALLBACK_DELETED);
+                            tracing::info!(target: "qosd::eviction", uid = %victim.candidate.uid, "pod deleted through the Kubernetes API after the local kill");
+                        }
+                        Err(e) => {
+                            api.count(api_path::FALLBACK_DELETE_FAILED);
+                            tracing::error!(target: "qosd::eviction", uid = %victim.candidate.uid, error = %e, "pod delete through the Kubernetes API failed after the local kill (the kubelet may restart it)");
+                        }
+                    }
+                    Ok(())
+                });
+                Ok(out)
+            }
+            Backend::Kill => self.kill_locally(v, &uid, grace, kill_now),
+        }
+    }
+
+    /// The kill backend: the pod's processes killed from its cgroup (soft
+    /// with a grace: through the runtime), then the runtime cleans up.
+    fn kill_locally(
+        &self,
+        v: &Victim,
+        uid: &str,
+        grace: Duration,
+        kill_now: bool,
+    ) -> Result<Outcome, EvictError> {
+        let uid = uid.to_string();
+        {
+            {
+                let dir = v
+                    .candidate
+                    .cgroup_dirs
+                    .iter()
+                    .find(|d| d.is_dir())
+                    .cloned()
+                    .ok_or(EvictError::NoCgroup { uid: uid.clone() })?;
+                let report = if !kill_now && !grace.is_zero() {
+                    if let (Some(stopper), Some(sandbox)) = (&self.stopper, &v.candidate.sandbox_id)
+                    {
+                        // the runtime does TERM → grace → KILL itself
+                        let (s, sb, u) = (stopper.clone(), sandbox.clone(), uid.clone());
+                        spawn_cleanup(move || stop_and_remove(s.as_ref(), &u, &sb, grace));
+                        return Ok(Outcome {
+                            uid,
+                            backend: Backend::Kill,
+                            kill: None,
+                            runtime: RuntimeCleanup::Spawned,
+                        });
+                    }
+                    term_then_kill(&dir, grace, self.kill_timeout)?
+                } else {
+                    kill_cgroup_tree(&dir, self.kill_timeout)?
+                };
+                tracing::debug!(
+                    target: "qosd::eviction",
+                    pod = %uid,
+                    method = ?report.method,
+                    pids = report.signalled,
+                    rounds = report.rounds,
+                    "pod processes killed"
+                );
+                let runtime = match (&self.stopper, &v.candidate.sandbox_id) {
+                    (Some(stopper), Some(sandbox)) => {
+                        let (s, sb, u) = (stopper.clone(), sandbox.clone(), uid.clone());
+                        let retry = self.cleanup_retry;
+                        spawn_cleanup(move || {
+                            with_retries(retry, &u, || {
+                                stop_and_remove(s.as_ref(), &u, &sb, Duration::ZERO)
+                            })
+                            .map(|_| ())
+                        });
+                        RuntimeCleanup::Spawned
+                    }
+                    _ => RuntimeCleanup::NotApplicable,
+                };
+                Ok(Outcome {
+                    uid,
+                    backend: Backend::Kill,
+                    kill: Some(report),
+                    runtime,
+                })
+            }
+        }
+    }
+}
+
+fn spawn_cleanup(f: impl FnOnce() -> Result<(), EvictError> + Send + 'static) {
+    let r = std::thread::Builder::new()
+        .name("qosd-evict-cleanup".into())
+        .spawn(move || {
+            if let Err(e) = f() {
+                tracing::error!(target: "qosd::eviction", error = %e, "runtime cleanup after eviction failed");
+            }
+        });
+    if let Err(e) = r {
+        tracing::error!(target: "qosd::eviction", error = %e, "cannot start the runtime cleanup thread");
+    }
+}
+
+fn stop_and_remove(
+    s: &dyn PodStopper,
+    uid: &str,
+    sandbox: &str,
+    grace: Duration,
+) -> Result<(), EvictError> {
+    s.stop_pod(sandbox, grace)
+        .map_err(|message| EvictError::Runtime {
+            uid: uid.into(),
+            sandbox: sandbox.into(),
+            step: "StopPodSandbox",
+            message,
+        })?;
+    s.remove_pod(sandbox)
+        .map_err(|message| EvictError::Runtime {
+            uid: uid.into(),
+            sandbox: sandbox.into(),
+            step: "RemovePodSandbox",
+            message,
+        })
+}
+
+/// Log one eviction with everything needed to audit it.
+pub(crate) fn log_eviction(v: &Victim, backend: Backend) {
+    let c = &v.candidate;
+    let bytes = v.signal.is_bytes();
+    let show = |x: i64| {
+        if bytes {
+            fmt_bytes(x.into())
+        } else {
+            x.to_string()
+        }
+    };
+    tracing::warn!(
+        target: "qosd::eviction",
+        signal = v.metric_label(),
+        kind = %v.kind,
+        observed = %show(v.observed),
+        threshold = %show(v.threshold_value),
+        pod = %format!("{}/{}", c.namespace, c.name),
+        uid = %c.uid,
+        qos = %c.qos,
+        priority = c.priority,
+        usage = %v.usage.map(|u| show(u as i64)).unwrap_or_else(|| "unknown".into()),
+        request = %show(v.request),
+        rank = v.rank,
+        grace_s = v.grace.as_secs_f64(),
+        backend = backend.as_str(),
+        reason = %v.reason,
+        message = %v.message.trim_end(),
+        "{}evicting pod {}/{}: {}",
+        if backend == Backend::DryRun { "dry-run: would be " } else { "" },
+        c.namespace,
+        c.name,
+        match v.cause {
+            qosd_model::policy::evict::manager::Cause::Threshold => format!(
+                "{} {} observed {} < {}",
+                v.kind,
+                v.signal,
+                show(v.observed),
+                show(v.threshold_value)
+            ),
+            qosd_model::policy::evict::manager::Cause::LocalStorage(_) => format!(
+                "{} {} over its limit {}",
+                v.metric_label(),
+                show(v.observed),
+                show(v.threshold_value)
+            ),
+        },
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use qosd_model::core::model::QosClass;
+    use qosd_model::policy::evict::rank::{Candidate, PodStats};
+    use qosd_model::policy::evict::threshold::{Signal, Threshold, ThresholdValue};
+    use std::path::PathBuf;
+    use std::sync::Mutex;
+    use std::time::Instant;
+
+    #[derive(Default)]
+    struct FakeStopper {
+        calls: Mutex<Vec<String>>,
+        fail_stop: bool,
+        /// Fail this many StopPodSandbox calls first.
+        stop_failures: Mutex<u32>,
+    }
+
+    impl PodStopper for FakeStopper {
+        fn stop_pod(&self, sandbox_id: &str, grace: Duration) -> Result<(), String> {
+            self.calls
+                .lock()
+                .unwrap()
+                .push(format!("stop {sandbox_id} {}s", grace.as_secs()));
+            if self.fail_stop {
+                return Err("deadline exceeded".into());
+            }
+            let mut left = self.stop_failures.lock().unwrap();
+            if *left > 0 {
+                *left -= 1;
+                return Err("runtime not reachable".into());
+            }
+            Ok(())
+        }
+        fn remove_pod(&self, sandbox_id: &str) -> Result<(), String> {
+            self.calls
+                .lock()
+                .unwrap()
+                .push(format!("remove {sandbox_id}"));
+            Ok(())
+        }
+    }
+
+    fn victim(
+        kind: ThresholdKind,
+        grace_s: u64,
+        sandbox: Option<&str>,
+        dirs: Vec<PathBuf>,
+    ) -> Victim {
+        Victim {
+            candidate: Candidate {
+                uid: "u1".into(),
+                namespace: "ns".into(),
+                name: "p".into(),
+                qos: QosClass::BestEffort,
+                priority: 0,
+                static_or_mirror: false,
+                memory_request_bytes: 0,
+                ephemeral_storage_request_bytes: 0,
+                termination_grace_period_seconds: Some(60),
+                sandbox_id: sandbox.map(String::from),
+                cgroup_dirs: dirs,
+                storage_limits: Default::default(),
+                storage_detail: None,
+                stats: Some(PodStats::default()),
+            },
+            signal: Signal::MemoryAvailable,
+            threshold: Threshold {
+                signal: Signal::MemoryAvailable,
+                kind,
+                value: ThresholdValue::Quantity(100),
+                grace_period: Duration::ZERO,
+                min_reclaim: None,
+            },
+            kind,
+            observed: 50,
+            capacity: 1000,
+            threshold_value: 100,
+            grace: Duration::from_secs(grace_s),
+            rank: 1,
+            usage: Some(10),
+            request: 0,
+            reason: "test".into(),
+            cause: qosd_model::policy::evict::manager::Cause::Threshold,
+            message: String::new(),
+        }
+    }
+
+    #[test]
+    fn backend_parse() {
+        for (s, b) in [
+            ("kill", Backend::Kill),
+            ("cri", Backend::Cri),
+            ("dry-run", Backend::DryRun),
+        ] {
+            assert_eq!(s.parse::<Backend>().unwrap(), b);
+            assert_eq!(b.as_str(), s);
+        }
+        assert!("nuke".parse::<Backend>().is_err());
+    }
+
+    #[test]
+    fn dry_run_touches_nothing() {
+        let st = Arc::new(FakeStopper::default());
+        let e = Evictor::new(Backend::DryRun, Some(st.clone()), Duration::from_secs(30));
+        let o = e
+            .evict(&victim(ThresholdKind::Hard, 0, Some("sb"), vec![]))
+            .unwrap();
+        assert_eq!(o.runtime, RuntimeCleanup::NotApplicable);
+        assert!(o.kill.is_none());
+        assert!(st.calls.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn cri_grace_table() {
+        // (kind, victim grace, max grace, expected grace given to StopPodSandbox):
+        // the manager computed the grace (hard 1 s; soft already capped).
+        let table = [
+            (ThresholdKind::Hard, 1, 60, 1),
+            (ThresholdKind::Soft, 30, 60, 30),
+            (ThresholdKind::Soft, 0, 0, 0),
+        ];
+        for (kind, g, max, want) in table {
+            let st = Arc::new(FakeStopper::default());
+            let e = Evictor::new(Backend::Cri, Some(st.clone()), Duration::from_secs(max));
+            let o = e.evict(&victim(kind, g, Some("sb1"), vec![])).unwrap();
+            assert_eq!(o.runtime, RuntimeCleanup::Done);
+            assert_eq!(
+                *st.calls.lock().unwrap(),
+                vec![format!("stop sb1 {want}s"), "remove sb1".to_string()],
+                "{kind:?} {g} {max}"
+            );
+        }
+    }
+
+    #[test]
+    fn cri_errors() {
+        let st = Arc::new(FakeStopper {
+            fail_stop: true,
+            ..Default::default()
+        });
+        let e = Evictor::new(Backend::Cri, Some(st.clone()), Duration::from_secs(30));
+        let err = e
+            .evict(&victim(ThresholdKind::Hard, 0, Some("sb1"), vec![]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("StopPodSandbox sandbox sb1: deadline exceeded"),
+            "{err}"
+        );
+        assert_eq!(
+            st.calls.lock().unwrap().len(),
+            1,
+            "no remove after a failed stop"
+        );
+        let err = e
+            .evict(&victim(ThresholdKind::Hard, 0, None, vec![]))
+            .unwrap_err();
+        assert!(matches!(err, EvictError::NoSandbox { .. }));
+        let e = Evictor::new(Backend::Cri, None, Duration::from_secs(30));
+        assert!(matches!(
+            e.evict(&victim(ThresholdKind::Hard, 0, Some("x"), vec![]))
+                .unwrap_err(),
+            EvictError::NoStopper { .. }
+        ));
+        let e = Evictor::new(Backend::Kill, None, Duration::from_secs(30));
+        assert!(matches!(
+            e.evict(&victim(
+                ThresholdKind::Hard,
+                0,
+                None,
+                vec!["/nonexistent/qosd".into()]
+            ))
+            .unwrap_err(),
+            EvictError::NoCgroup { .. }
+        ));
+    }
+
+    #[test]
+    fn kill_backend_spawns_runtime_cleanup() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("cgroup.procs"), "").unwrap();
+        let st = Arc::new(FakeStopper::default());
+        let e = Evictor::new(Backend::Kill, Some(st.clone()), Duration::from_secs(30));
+        let o = e
+            .evict(&victim(
+                ThresholdKind::Hard,
+                0,
+                Some("sb9"),
+                vec![d.path().to_path_buf()],
+            ))
+            .unwrap();
+        assert_eq!(o.runtime, RuntimeCleanup::Spawned);
+        assert_eq!(
+            o.kill.unwrap().method,
+            crate::sys::kill::KillMethod::Sigkill
+        );
+        let t = Instant::now();
+        while st.calls.lock().unwrap().len() < 2 && t.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(*st.calls.lock().unwrap(), vec!["stop sb9 0s", "remove sb9"]);
+        // soft with grace goes through the runtime with the grace
+        let st = Arc::new(FakeStopper::default());
+        let e = Evictor::new(Backend::Kill, Some(st.clone()), Duration::from_secs(30));
+        let o = e
+            .evict(&victim(
+                ThresholdKind::Soft,
+                20,
+                Some("sb8"),
+                vec![d.path().to_path_buf()],
+            ))
+            .unwrap();
+        assert!(o.kill.is_none());
+        let t = Instant::now();
+        while st.calls.lock().unwrap().len() < 2 && t.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(
+            *st.calls.lock().unwrap(),
+            vec!["stop sb8 20s", "remove sb8"]
+        );
+    }
+
+    #[test]
+    fn cleanup_after_a_kill_is_retried_until_the_runtime_answers() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("cgroup.procs"), "").unwrap();
+        let wait = |st: &FakeStopper, n: usize| {
+            let t = Instant::now();
+            while st.calls.lock().unwrap().len() < n && t.elapsed() < Duration::from_secs(5) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        };
+        let fast = CleanupRetry {
+            first: Duration::from_millis(1),
+            max: Duration::from_millis(4),
+            give_up_after: Duration::from_secs(5),
+        };
+        // Down for three attempts, then back: stop retried, remove once.
+        let st = Arc::new(FakeStopper {
+            stop_failures: Mutex::new(3),
+            ..Default::default()
+        });
+        let mut e = Evictor::new(Backend::Kill, Some(st.clone()), Duration::from_secs(30));
+        e.cleanup_retry = fast;
+        let v = victim(ThresholdKind::Hard, 0, Some("sb7"), vec![d.path().into()]);
+        assert_eq!(e.evict(&v).unwrap().runtime, RuntimeCleanup::Spawned);
+        wait(&st, 5);
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(
+            *st.calls.lock().unwrap(),
+            vec![
+                "stop sb7 0s",
+                "stop sb7 0s",
+                "stop sb7 0s",
+                "stop sb7 0s",
+                "remove sb7"
+            ]
+        );
+        // Never back: bounded, then given up.
+        let st = Arc::new(FakeStopper {
+            fail_stop: true,
+            ..Default::default()
+        });
+        let r = with_retries(
+            CleanupRetry {
+                give_up_after: Duration::from_millis(30),
+                ..fast
+            },
+            "u1",
+            || stop_and_remove(st.as_ref(), "u1", "sb6", Duration::ZERO),
+        );
+        assert!(r.unwrap_err().to_string().contains("deadline exceeded"));
+        let n = st.calls.lock().unwrap().len();
+        assert!((2..=40).contains(&n), "{n} attempts");
+        assert!(!st
+            .calls
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|c| c.starts_with("remove")));
+    }
+}

@@ -1,0 +1,479 @@
+//! A small Kubernetes API client: HTTP/1.1 over rustls (ring), a bearer
+//! token or client certificate, JSON bodies, and watch streams read line by
+//! line. One connection per request: qosd makes few calls (a list, a
+//! long-lived watch, and an eviction now and then), so pooling buys little.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Bytes, Incoming};
+use hyper::{Method, Request, StatusCode};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use tokio::net::TcpStream;
+
+use super::config::{Auth, KubeConfig};
+use super::types::Status;
+
+/// A failed API call.
+#[derive(Debug, thiserror::Error)]
+pub enum KubeError {
+    #[error("API server {server}: bad TLS setup: {message}")]
+    Tls { server: String, message: String },
+    #[error("API server {server}: bad URL: {message}")]
+    Url { server: String, message: String },
+    #[error("API server {server}: cannot connect: {message}")]
+    Connect { server: String, message: String },
+    #[error("{method} {path}: no answer within {after:?}")]
+    Timeout {
+        method: String,
+        path: String,
+        after: Duration,
+    },
+    #[error("{method} {path}: {message}")]
+    Transport {
+        method: String,
+        path: String,
+        message: String,
+    },
+    #[error("{method} {path}: HTTP {code}{}: {message}", if reason.is_empty() { String::new() } else { format!(" {reason}") })]
+    Api {
+        method: String,
+        path: String,
+        code: u16,
+        reason: String,
+        message: String,
+    },
+    #[error("{what}: cannot decode the answer: {message}")]
+    Decode { what: String, message: String },
+    #[error("cannot read the token file {path}: {source}")]
+    Token {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+}
+
+impl KubeError {
+    /// The HTTP status of an API error.
+    pub fn code(&self) -> Option<u16> {
+        match self {
+            KubeError::Api { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+}
+
+/// A connected-on-demand API client.
+#[derive(Clone)]
+pub struct KubeClient {
+    cfg: Arc<KubeConfig>,
+    tls: tokio_rustls::TlsConnector,
+    host: String,
+    port: u16,
+    server_name: ServerName<'static>,
+    /// Path prefix of the server URL (usually empty).
+    prefix: String,
+    /// Deadline of a connection (TCP + TLS).
+    pub(crate) connect_timeout: Duration,
+}
+
+impl std::fmt::Debug for KubeClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeClient")
+            .field("server", &self.cfg.server)
+            .finish()
+    }
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+impl KubeClient {
+    pub fn new(cfg: KubeConfig) -> Result<KubeClient, KubeError> {
+        let server = cfg.server.clone();
+        let tls_err = |message: String| KubeError::Tls {
+            server: server.clone(),
+            message,
+        };
+        let url_err = |message: String| KubeError::Url {
+            server: server.clone(),
+            message,
+        };
+        let rest = server
+            .strip_prefix("https://")
+            .ok_or_else(|| url_err("not https://".into()))?;
+        let (authority, prefix) = match rest.find('/') {
+            Some(i) => (&rest[..i], rest[i..].trim_end_matches('/').to_string()),
+            None => (rest, String::new()),
+        };
+        let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
+            let (h, after) = v6
+                .split_once(']')
+                .ok_or_else(|| url_err("unclosed [".into()))?;
+            let port = after.strip_prefix(':').unwrap_or("443");
+            (h.to_string(), port)
+        } else {
+            match authority.rsplit_once(':') {
+                Some((h, p)) => (h.to_string(), p),
+                None => (authority.to_string(), "443"),
+            }
+        };
+        let port: u16 = port
+            .parse()
+            .map_err(|_| url_err(format!("bad port {port:?}")))?;
+        let server_name = ServerName::try_from(host.clone())
+            .map_err(|e| url_err(format!("bad host {host:?}: {e}")))?;
+
+        let mut roots = rustls::RootCertStore::empty();
+        let mut n = 0;
+        for c in CertificateDer::pem_slice_iter(&cfg.ca_pem) {
+            let c = c.map_err(|e| tls_err(format!("CA bundle: {e}")))?;
+            roots
+                .add(c)
+                .map_err(|e| tls_err(format!("CA certificate: {e}")))?;
+            n += 1;
+        }
+        if n == 0 {
+            return Err(tls_err("the CA bundle holds no certificate".into()));
+        }
+        let builder = rustls::ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| tls_err(e.to_string()))?
+            .with_root_certificates(roots);
+        let mut tls_cfg = match &cfg.auth {
+            Auth::ClientCert { cert_pem, key_pem } => {
+                let certs = CertificateDer::pem_slice_iter(cert_pem)
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| tls_err(format!("client certificate: {e}")))?;
+                let key = PrivateKeyDer::from_pem_slice(key_pem)
+                    .map_err(|e| tls_err(format!("client key: {e}")))?;
+                builder
+                    .with_client_auth_cert(certs, key)
+                    .map_err(|e| tls_err(format!("client certificate: {e}")))?
+            }
+            _ => builder.with_no_client_auth(),
+        };
+        tls_cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(KubeClient {
+            tls: tokio_rustls::TlsConnector::from(Arc::new(tls_cfg)),
+            host,
+            port,
+            server_name,
+            prefix,
+            cfg: Arc::new(cfg),
+            connect_timeout: Duration::from_secs(5),
+        })
+    }
+
+    pub fn server(&self) -> &str {
+        &self.cfg.server
+    }
+
+    pub fn origin(&self) -> &str {
+        &self.cfg.origin
+    }
+
+    fn token(&self) -> Result<Option<String>, KubeError> {
+        Ok(match &self.cfg.auth {
+            Auth::Token(t) => Some(t.clone()),
+            Auth::TokenFile(p) => Some(
+                std::fs::read_to_string(p)
+                    .map_err(|source| KubeError::Token {
+                        path: p.clone(),
+                        source,
+                    })?
+                    .trim()
+                    .to_string(),
+            ),
+            _ => None,
+        })
+    }
+
+    async fn connect(
+        &self,
+    ) -> Result<hyper::client::conn::http1::SendRequest<Full<Bytes>>, KubeError> {
+        let server = self.cfg.server.clone();
+        let connect = async {
+            let tcp = TcpStream::connect((self.host.as_str(), self.port))
+                .await
+                .map_err(|e| KubeError::Connect {
+                    server: server.clone(),
+                    message: e.to_string(),
+                })?;
+            let _ = tcp.set_nodelay(true);
+            let tls = self
+                .tls
+                .connect(self.server_name.clone(), tcp)
+                .await
+                .map_err(|e| KubeError::Connect {
+                    server: server.clone(),
+                    message: format!("TLS: {e}"),
+                })?;
+            let (send, conn) =
+                hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
+                    .await
+                    .map_err(|e| KubeError::Connect {
+                        server: server.clone(),
+                        message: e.to_string(),
+                    })?;
+            tokio::spawn(async move {
+                let _ = conn.await;
+            });
+            Ok(send)
+        };
+        tokio::time::timeout(self.connect_timeout, connect)
+            .await
+            .map_err(|_| KubeError::Connect {
+                server: self.cfg.server.clone(),
+                message: format!("no connection within {:?}", self.connect_timeout),
+            })?
+    }
+
+    /// Send a request; returns the response with its body still streaming.
+    async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+    ) -> Result<hyper::Response<Incoming>, KubeError> {
+        let mut send = self.connect().await?;
+        let mut req = Request::builder()
+            .method(method.clone())
+            .uri(format!("{}{}", self.prefix, path))
+            .header(hyper::header::HOST, self.authority())
+            .header(hyper::header::ACCEPT, "application/json")
+            .header(
+                hyper::header::USER_AGENT,
+                concat!("qosd/", env!("CARGO_PKG_VERSION")),
+            );
+        if let Some(t) = self.token()? {
+            req = req.header(hyper::header::AUTHORIZATION, format!("Bearer {t}"));
+        }
+        if body.is_some() {
+            req = req.header(hyper::header::CONTENT_TYPE, "application/json");
+        }
+        let req = req
+            .body(Full::new(Bytes::from(body.unwrap_or_default())))
+            .map_err(|e| KubeError::Transport {
+                method: method.to_string(),
+                path: path.to_string(),
+                message: e.to_string(),
+            })?;
+        send.send_request(req)
+            .await
+            .map_err(|e| KubeError::Transport {
+                method: method.to_string(),
+                path: path.to_string(),
+                message: e.to_string(),
+            })
+    }
+
+    fn authority(&self) -> String {
+        let host = if self.host.contains(':') {
+            format!("[{}]", self.host)
+        } else {
+            self.host.clone()
+        };
+        format!("{host}:{}", self.port)
+    }
+
+    /// One request with a deadline on the whole exchange; non-2xx answers
+    /// become [`KubeError::Api`] with the `Status` message.
+    pub(crate) async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+        timeout: Duration,
+    ) -> Result<(StatusCode, Bytes), KubeError> {
+        let m = method.to_string();
+        let exchange = async {
+            let resp = self.send(method, path, body).await?;
+            let status = resp.status();
+            let bytes = resp
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| KubeError::Transport {
+                    method: m.clone(),
+                    path: path.to_string(),
+                    message: e.to_string(),
+                })?
+                .to_bytes();
+            Ok::<_, KubeError>((status, bytes))
+        };
+        let (status, bytes) = tokio::time::timeout(timeout, exchange)
+            .await
+            .map_err(|_| KubeError::Timeout {
+                method: m.clone(),
+                path: path.to_string(),
+                after: timeout,
+            })??;
+        if !status.is_success() {
+            return Err(api_error(&m, path, status, &bytes));
+        }
+        Ok((status, bytes))
+    }
+
+    /// GET and decode JSON.
+    pub(crate) async fn get_json<T: serde::de::DeserializeOwned>(
+        &self,
+        path: &str,
+        timeout: Duration,
+    ) -> Result<T, KubeError> {
+        let (_, bytes) = self.call(Method::GET, path, None, timeout).await?;
+        serde_json::from_slice(&bytes).map_err(|e| KubeError::Decode {
+            what: format!("GET {path}"),
+            message: e.to_string(),
+        })
+    }
+
+    /// POST a JSON body.
+    pub async fn post_json<B: serde::Serialize>(
+        &self,
+        path: &str,
+        body: &B,
+        timeout: Duration,
+    ) -> Result<(StatusCode, Bytes), KubeError> {
+        let body = serde_json::to_vec(body).map_err(|e| KubeError::Decode {
+            what: format!("POST {path} body"),
+            message: e.to_string(),
+        })?;
+        self.call(Method::POST, path, Some(body), timeout).await
+    }
+
+    /// DELETE with a JSON body (DeleteOptions).
+    pub async fn delete_json<B: serde::Serialize>(
+        &self,
+        path: &str,
+        body: &B,
+        timeout: Duration,
+    ) -> Result<(StatusCode, Bytes), KubeError> {
+        let body = serde_json::to_vec(body).map_err(|e| KubeError::Decode {
+            what: format!("DELETE {path} body"),
+            message: e.to_string(),
+        })?;
+        self.call(Method::DELETE, path, Some(body), timeout).await
+    }
+
+    /// Open a watch (or any streaming GET): the response headers must
+    /// arrive within `timeout`; the body is read with [`LineReader`].
+    pub(crate) async fn stream(
+        &self,
+        path: &str,
+        timeout: Duration,
+    ) -> Result<LineReader, KubeError> {
+        let resp = tokio::time::timeout(timeout, self.send(Method::GET, path, None))
+            .await
+            .map_err(|_| KubeError::Timeout {
+                method: "GET".into(),
+                path: path.to_string(),
+                after: timeout,
+            })??;
+        let status = resp.status();
+        if !status.is_success() {
+            let bytes = resp
+                .into_body()
+                .collect()
+                .await
+                .map(|c| c.to_bytes())
+                .unwrap_or_default();
+            return Err(api_error("GET", path, status, &bytes));
+        }
+        Ok(LineReader {
+            body: resp.into_body(),
+            buf: Vec::new(),
+            path: path.to_string(),
+        })
+    }
+}
+
+fn api_error(method: &str, path: &str, status: StatusCode, bytes: &[u8]) -> KubeError {
+    let st: Status = serde_json::from_slice(bytes).unwrap_or_default();
+    let message = if st.message.is_empty() {
+        String::from_utf8_lossy(bytes).chars().take(200).collect()
+    } else {
+        st.message
+    };
+    KubeError::Api {
+        method: method.to_string(),
+        path: path.to_string(),
+        code: status.as_u16(),
+        reason: st.reason,
+        message,
+    }
+}
+
+/// Reads a streaming body one newline-terminated JSON document at a time
+/// (the watch protocol), whatever the chunking.
+pub(crate) struct LineReader {
+    body: Incoming,
+    buf: Vec<u8>,
+    path: String,
+}
+
+impl LineReader {
+    /// The next line (without the newline); `None` at the end of the stream.
+    pub(crate) async fn next_line(&mut self) -> Result<Option<Vec<u8>>, KubeError> {
+        loop {
+            if let Some(i) = self.buf.iter().position(|b| *b == b'\n') {
+                let mut line: Vec<u8> = self.buf.drain(..=i).collect();
+                line.pop();
+                if line.iter().all(u8::is_ascii_whitespace) {
+                    continue;
+                }
+                return Ok(Some(line));
+            }
+            match self.body.frame().await {
+                None => {
+                    if self.buf.iter().all(u8::is_ascii_whitespace) {
+                        return Ok(None);
+                    }
+                    return Ok(Some(std::mem::take(&mut self.buf)));
+                }
+                Some(Err(e)) => {
+                    return Err(KubeError::Transport {
+                        method: "GET".into(),
+                        path: self.path.clone(),
+                        message: format!("watch stream broke: {e}"),
+                    })
+                }
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        self.buf.extend_from_slice(&data);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Percent-encode a query value (field selectors hold `=` and `,`).
+pub(crate) fn encode_query(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    for b in v.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                out.push(b as char)
+            }
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_encoding() {
+        assert_eq!(
+            encode_query("spec.nodeName=node-1"),
+            "spec.nodeName%3Dnode-1"
+        );
+        assert_eq!(encode_query("a,b c"), "a%2Cb%20c");
+    }
+}

@@ -1,0 +1,239 @@
+//! The subset of the Kubernetes API objects qosd reads and writes, as serde
+//! types in the API's JSON field names. Unknown fields are ignored (a real
+//! pod carries managedFields, status, volumes, …), missing ones default.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// `metadata` of an object.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ObjectMeta {
+    pub name: String,
+    pub(crate) namespace: String,
+    pub uid: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub(crate) resource_version: String,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) deletion_timestamp: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) owner_references: Vec<OwnerReference>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub(crate) struct OwnerReference {
+    pub(crate) api_version: String,
+    pub(crate) kind: String,
+    pub(crate) name: String,
+    pub(crate) uid: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) controller: Option<bool>,
+}
+
+/// `metadata` of a list.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub(crate) struct ListMeta {
+    pub(crate) resource_version: String,
+    #[serde(rename = "continue", skip_serializing_if = "String::is_empty")]
+    pub(crate) continue_token: String,
+}
+
+/// `resources` of a container or a pod (quantities as strings).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(default)]
+pub struct ApiResources {
+    pub requests: BTreeMap<String, String>,
+    pub(crate) limits: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ApiContainer {
+    pub name: String,
+    pub resources: ApiResources,
+    /// Init containers: `Always` = a restartable sidecar.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) restart_policy: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct PodSpec {
+    pub(crate) node_name: String,
+    pub containers: Vec<ApiContainer>,
+    pub(crate) init_containers: Vec<ApiContainer>,
+    pub(crate) overhead: BTreeMap<String, String>,
+    /// Pod-level resources (KEP-2837).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) resources: Option<ApiResources>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) priority: Option<i32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) priority_class_name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) termination_grace_period_seconds: Option<i64>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub(crate) struct PodStatus {
+    pub(crate) phase: String,
+    pub(crate) qos_class: String,
+}
+
+/// A pod as the API serves it (the fields qosd uses).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(default)]
+pub struct ApiPod {
+    pub metadata: ObjectMeta,
+    pub spec: PodSpec,
+    pub(crate) status: PodStatus,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(default)]
+pub struct PodList {
+    pub(crate) metadata: ListMeta,
+    pub items: Vec<ApiPod>,
+}
+
+/// One event of a watch stream (`{"type": …, "object": …}`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub(crate) struct WatchEvent {
+    #[serde(rename = "type")]
+    pub(crate) kind: String,
+    pub(crate) object: serde_json::Value,
+}
+
+/// `meta/v1 Status`: the body of API errors (and of some successes).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(default)]
+pub(crate) struct Status {
+    pub(crate) status: String,
+    pub(crate) message: String,
+    pub(crate) reason: String,
+    pub(crate) code: u16,
+}
+
+/// `policy/v1 Eviction`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Eviction {
+    pub api_version: &'static str,
+    pub kind: &'static str,
+    pub metadata: RefMeta,
+    pub delete_options: DeleteOptions,
+}
+
+/// Name and namespace only.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RefMeta {
+    pub name: String,
+    pub namespace: String,
+}
+
+/// `meta/v1 DeleteOptions`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeleteOptions {
+    pub(crate) api_version: &'static str,
+    pub(crate) kind: &'static str,
+    pub(crate) grace_period_seconds: i64,
+    /// `uid` precondition: never delete a newer pod of the same name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) preconditions: Option<Preconditions>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct Preconditions {
+    pub(crate) uid: String,
+}
+
+impl DeleteOptions {
+    pub fn new(grace_period_seconds: i64, uid: &str) -> DeleteOptions {
+        DeleteOptions {
+            api_version: "v1",
+            kind: "DeleteOptions",
+            grace_period_seconds,
+            preconditions: Some(Preconditions {
+                uid: uid.to_string(),
+            }),
+        }
+    }
+}
+
+/// `core/v1 Event` (what the kubelet's recorder writes).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Event {
+    pub api_version: &'static str,
+    pub kind: &'static str,
+    pub metadata: RefMeta,
+    pub involved_object: ObjectReference,
+    pub reason: String,
+    pub message: String,
+    #[serde(rename = "type")]
+    pub event_type: String,
+    pub source: EventSource,
+    pub first_timestamp: String,
+    pub last_timestamp: String,
+    pub count: i32,
+    pub reporting_component: String,
+    pub reporting_instance: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectReference {
+    pub api_version: String,
+    pub kind: String,
+    pub name: String,
+    pub namespace: String,
+    pub uid: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EventSource {
+    pub component: String,
+    pub host: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn real_pod_json_parses() {
+        let text = include_str!("../../../../fixtures/kube/web-burstable.json");
+        let p: ApiPod = serde_json::from_str(text).unwrap();
+        assert_eq!(p.metadata.name, "web-7d9c6b5f4d-x8k2p");
+        assert_eq!(p.metadata.uid, "0b1c8e2a-6a3f-4d8e-9c1b-7f2e4a5d6c01");
+        assert_eq!(p.spec.node_name, "worker-1");
+        assert_eq!(p.spec.priority, Some(0));
+        assert_eq!(p.spec.containers[0].resources.requests["memory"], "256Mi");
+        assert_eq!(p.status.qos_class, "Burstable");
+        assert_eq!(p.metadata.owner_references[0].kind, "ReplicaSet");
+    }
+
+    #[test]
+    fn eviction_body_shape() {
+        let e = Eviction {
+            api_version: "policy/v1",
+            kind: "Eviction",
+            metadata: RefMeta {
+                name: "p".into(),
+                namespace: "ns".into(),
+            },
+            delete_options: DeleteOptions::new(1, "u-1"),
+        };
+        let v = serde_json::to_value(&e).unwrap();
+        assert_eq!(v["deleteOptions"]["gracePeriodSeconds"], 1);
+        assert_eq!(v["deleteOptions"]["preconditions"]["uid"], "u-1");
+        assert_eq!(v["apiVersion"], "policy/v1");
+    }
+}

@@ -1,0 +1,231 @@
+//! Reading untrusted input files (the config, pod manifests, kubelet
+//! configs) safely: regular files only, at most a size cap, and directory
+//! walks that survive symlink loops and count each file once.
+//!
+//! A FIFO given as `--config` would block the open forever, `/dev/zero`
+//! would be read until memory runs out, and `dir/loop -> ..` would list the
+//! same manifest dozens of times: all are refused or skipped here, before
+//! any parser runs.
+
+use std::collections::HashSet;
+use std::io::Read;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+pub(crate) use qosd_model::core::limits::MAX_INPUT_BYTES;
+
+#[derive(Debug, thiserror::Error)]
+pub enum InputError {
+    #[error("cannot read {}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: is a {kind}, not a regular file (only regular files are read)", path.display())]
+    NotRegular { path: PathBuf, kind: &'static str },
+    #[error("{}: larger than {max} bytes (refused)", path.display())]
+    TooLarge { path: PathBuf, max: u64 },
+    #[error("{}: not UTF-8 text", path.display())]
+    NotUtf8 { path: PathBuf },
+}
+
+impl InputError {
+    /// As an `io::Error` (for error types that carry one), message kept.
+    pub fn into_io(self) -> std::io::Error {
+        match self {
+            InputError::Io { source, .. } => source,
+            InputError::NotRegular { kind, .. } => std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("is a {kind}, not a regular file (only regular files are read)"),
+            ),
+            InputError::TooLarge { max, .. } => std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("larger than {max} bytes (refused)"),
+            ),
+            InputError::NotUtf8 { .. } => {
+                std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8 text")
+            }
+        }
+    }
+}
+
+fn kind_of(ft: std::fs::FileType) -> &'static str {
+    if ft.is_dir() {
+        "directory"
+    } else if ft.is_fifo() {
+        "FIFO"
+    } else if ft.is_char_device() {
+        "character device"
+    } else if ft.is_block_device() {
+        "block device"
+    } else if ft.is_socket() {
+        "socket"
+    } else {
+        "special file"
+    }
+}
+
+/// Whether `meta` is the null device (character device 1:3, whatever its
+/// path): it reads as empty, never blocks and never runs on.
+fn is_null_device(meta: &std::fs::Metadata) -> bool {
+    meta.file_type().is_char_device() && meta.rdev() == libc::makedev(1, 3)
+}
+
+/// Read a regular file of at most `max` bytes as UTF-8 text (or the null
+/// device, read as empty: `--config /dev/null` is the usual way to say "no
+/// configuration file"). The open never blocks (`O_NONBLOCK`: a FIFO is refused, not waited on), the type
+/// is checked on the opened descriptor, and at most `max + 1` bytes are read
+/// whatever the file claims its size is.
+pub(crate) fn read_text_limited(path: &Path, max: u64) -> Result<String, InputError> {
+    let io = |source| InputError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(io)?;
+    let meta = f.metadata().map_err(io)?;
+    if is_null_device(&meta) {
+        return Ok(String::new());
+    }
+    if !meta.file_type().is_file() {
+        return Err(InputError::NotRegular {
+            path: path.to_path_buf(),
+            kind: kind_of(meta.file_type()),
+        });
+    }
+    if meta.len() > max {
+        return Err(InputError::TooLarge {
+            path: path.to_path_buf(),
+            max,
+        });
+    }
+    let mut buf = Vec::with_capacity(meta.len() as usize);
+    f.take(max + 1).read_to_end(&mut buf).map_err(io)?;
+    if buf.len() as u64 > max {
+        return Err(InputError::TooLarge {
+            path: path.to_path_buf(),
+            max,
+        });
+    }
+    String::from_utf8(buf).map_err(|_| InputError::NotUtf8 {
+        path: path.to_path_buf(),
+    })
+}
+
+/// [`read_text_limited`] with the default cap ([`MAX_INPUT_BYTES`]).
+pub fn read_text(path: &Path) -> Result<String, InputError> {
+    read_text_limited(path, MAX_INPUT_BYTES)
+}
+
+/// Files below `dir` (recursively, in name order, hidden entries skipped)
+/// accepted by `want`. Each directory is entered once (a symlink back to an
+/// ancestor is a loop and is not followed again) and each file is listed
+/// once however many links lead to it (identity: device and inode).
+/// `seen` carries the identities across several walks.
+pub(crate) fn walk_files(
+    dir: &Path,
+    want: &dyn Fn(&Path) -> bool,
+    seen: &mut HashSet<(u64, u64)>,
+) -> Result<Vec<PathBuf>, InputError> {
+    let mut out = Vec::new();
+    walk(dir, want, seen, &mut out)?;
+    Ok(out)
+}
+
+fn walk(
+    dir: &Path,
+    want: &dyn Fn(&Path) -> bool,
+    seen: &mut HashSet<(u64, u64)>,
+    out: &mut Vec<PathBuf>,
+) -> Result<(), InputError> {
+    let io = |source| InputError::Io {
+        path: dir.to_path_buf(),
+        source,
+    };
+    let meta = std::fs::metadata(dir).map_err(io)?;
+    if !seen.insert((meta.dev(), meta.ino())) {
+        tracing::debug!(dir = %dir.display(), "directory already listed (symlink loop or second link); skipped");
+        return Ok(());
+    }
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(io)?
+        .map(|e| e.map(|e| e.path()))
+        .collect::<Result<_, _>>()
+        .map_err(io)?;
+    entries.sort();
+    for e in entries {
+        let name = e.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if name.starts_with('.') {
+            continue;
+        }
+        // A dangling symlink or a loop of symlinks: not a manifest.
+        let Ok(m) = std::fs::metadata(&e) else {
+            tracing::debug!(path = %e.display(), "unreadable directory entry skipped");
+            continue;
+        };
+        if m.is_dir() {
+            walk(&e, want, seen, out)?;
+        } else if want(&e) && seen.insert((m.dev(), m.ino())) {
+            out.push(e);
+        }
+    }
+    Ok(())
+}
+
+/// Whether `path` was already counted in `seen` (for files named directly);
+/// records it otherwise. Unreadable paths count as new (the read reports).
+pub(crate) fn first_visit(path: &Path, seen: &mut HashSet<(u64, u64)>) -> bool {
+    match std::fs::metadata(path) {
+        Ok(m) => seen.insert((m.dev(), m.ino())),
+        Err(_) => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn regular_files_only_and_capped() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("a.yaml");
+        std::fs::write(&f, "x: 1\n").unwrap();
+        assert_eq!(read_text(&f).unwrap(), "x: 1\n");
+        let e = read_text_limited(&f, 3).unwrap_err().to_string();
+        assert!(e.contains("larger than 3 bytes"), "{e}");
+        let e = read_text(d.path()).unwrap_err().to_string();
+        assert!(e.contains("directory"), "{e}");
+        let e = read_text(Path::new("/dev/zero")).unwrap_err().to_string();
+        assert!(e.contains("character device"), "{e}");
+        // The null device is the one special file read (as empty).
+        assert_eq!(read_text(Path::new("/dev/null")).unwrap(), "");
+        let e = read_text(Path::new("/dev/tty")).map(|_| ()).unwrap_err();
+        assert!(!e.to_string().is_empty());
+        let fifo = d.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        // Would block forever without O_NONBLOCK.
+        let e = read_text(&fifo).unwrap_err().to_string();
+        assert!(e.contains("FIFO"), "{e}");
+        std::fs::write(&f, [0xff, 0xfe]).unwrap();
+        assert!(read_text(&f).unwrap_err().to_string().contains("UTF-8"));
+    }
+
+    #[test]
+    fn walks_survive_loops_and_list_each_file_once() {
+        let d = tempfile::tempdir().unwrap();
+        let sub = d.path().join("sub");
+        std::fs::create_dir(&sub).unwrap();
+        std::fs::write(sub.join("p.yaml"), "").unwrap();
+        std::os::unix::fs::symlink(d.path(), sub.join("loop")).unwrap();
+        std::os::unix::fs::symlink(sub.join("p.yaml"), d.path().join("q.yaml")).unwrap();
+        std::os::unix::fs::symlink(d.path().join("nowhere"), d.path().join("dangling.yaml"))
+            .unwrap();
+        let mut seen = HashSet::new();
+        let files = walk_files(d.path(), &|p| p.extension().is_some(), &mut seen).unwrap();
+        assert_eq!(files.len(), 1, "{files:?}");
+        assert!(!first_visit(&sub.join("p.yaml"), &mut seen));
+    }
+}

@@ -1,0 +1,253 @@
+//! The one way qosd kills a cgroup's processes and walks its pids: v2
+//! `cgroup.kill` where the kernel has it, otherwise SIGKILL to every pid of
+//! the cgroup and its descendants, repeated until the tree is empty (forks
+//! in flight are caught by the next round). Never pid 0 or 1, whatever a
+//! corrupt `cgroup.procs` says.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal as UnixSignal};
+use nix::unistd::Pid;
+
+/// Why a kill failed.
+#[derive(Debug, thiserror::Error)]
+pub enum KillError {
+    #[error("cannot kill processes of {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: still {left} process(es) after {rounds} SIGKILL rounds in {elapsed:?}")]
+    NotEmpty {
+        path: PathBuf,
+        left: usize,
+        rounds: u32,
+        elapsed: Duration,
+    },
+}
+
+/// How the processes were killed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KillMethod {
+    /// v2 `cgroup.kill`.
+    CgroupKill,
+    /// SIGKILL per pid, repeated until empty.
+    Sigkill,
+    /// SIGTERM, then SIGKILL after the grace period (background).
+    TermThenKill,
+}
+
+/// Result of killing a cgroup tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KillReport {
+    pub method: KillMethod,
+    /// Distinct pids signalled.
+    pub signalled: usize,
+    pub rounds: u32,
+    /// When the first kill was issued.
+    pub issued_at: Instant,
+    /// When the tree was seen empty (not for `cgroup.kill`, which does not wait).
+    pub empty_at: Option<Instant>,
+}
+
+/// Every pid in a cgroup directory and its descendants.
+pub fn cgroup_tree_pids(dir: &Path) -> Result<Vec<i32>, KillError> {
+    let mut pids = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let procs = d.join("cgroup.procs");
+        match std::fs::read_to_string(&procs) {
+            Ok(s) => pids.extend(s.lines().filter_map(|l| l.trim().parse::<i32>().ok())),
+            // a child removed under us
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && d != dir => continue,
+            Err(source) => {
+                return Err(KillError::Io {
+                    path: procs,
+                    source,
+                })
+            }
+        }
+        let rd = match std::fs::read_dir(&d) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && d != dir => continue,
+            Err(source) => return Err(KillError::Io { path: d, source }),
+        };
+        for e in rd.flatten() {
+            if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                stack.push(e.path());
+            }
+        }
+    }
+    pids.sort_unstable();
+    pids.dedup();
+    Ok(pids)
+}
+
+/// Kill every process of a cgroup tree: v2 `cgroup.kill` when present,
+/// else SIGKILL rounds until the tree is empty or `timeout` passes.
+pub fn kill_cgroup_tree(dir: &Path, timeout: Duration) -> Result<KillReport, KillError> {
+    let ck = dir.join("cgroup.kill");
+    if ck.is_file() {
+        let issued_at = Instant::now();
+        let r = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&ck)
+            .and_then(|mut f| f.write_all(b"1"));
+        match r {
+            Ok(()) => {
+                return Ok(KillReport {
+                    method: KillMethod::CgroupKill,
+                    signalled: 0,
+                    rounds: 1,
+                    issued_at,
+                    empty_at: None,
+                })
+            }
+            Err(e) => {
+                tracing::debug!(path = %ck.display(), error = %e, "cgroup.kill failed; falling back to SIGKILL");
+            }
+        }
+    }
+    sigkill_tree(dir, timeout)
+}
+
+/// SIGKILL every pid of the tree, round after round, until it is empty or
+/// `timeout` passes (v1, or v2 without `cgroup.kill`).
+pub fn sigkill_tree(dir: &Path, timeout: Duration) -> Result<KillReport, KillError> {
+    sigkill_rounds(dir, timeout, KillMethod::Sigkill, None)
+}
+
+fn sigkill_rounds(
+    dir: &Path,
+    timeout: Duration,
+    method: KillMethod,
+    issued: Option<Instant>,
+) -> Result<KillReport, KillError> {
+    let start = Instant::now();
+    let mut issued_at = issued;
+    let mut seen = std::collections::BTreeSet::new();
+    let mut rounds = 0u32;
+    loop {
+        let pids = cgroup_tree_pids(dir)?;
+        if pids.is_empty() {
+            return Ok(KillReport {
+                method,
+                signalled: seen.len(),
+                rounds,
+                issued_at: issued_at.unwrap_or(start),
+                empty_at: Some(Instant::now()),
+            });
+        }
+        if start.elapsed() >= timeout {
+            return Err(KillError::NotEmpty {
+                path: dir.to_path_buf(),
+                left: pids.len(),
+                rounds,
+                elapsed: start.elapsed(),
+            });
+        }
+        rounds += 1;
+        if issued_at.is_none() {
+            issued_at = Some(Instant::now());
+        }
+        for p in pids {
+            if p <= 1 {
+                continue; // never pid 0/1, whatever a corrupt file says
+            }
+            let _ = kill(Pid::from_raw(p), UnixSignal::SIGKILL);
+            seen.insert(p);
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// SIGTERM every process now, SIGKILL rounds after `grace` (on a
+/// background thread). Returns once the SIGTERMs are sent.
+pub fn term_then_kill(
+    dir: &Path,
+    grace: Duration,
+    timeout: Duration,
+) -> Result<KillReport, KillError> {
+    let issued_at = Instant::now();
+    let pids = cgroup_tree_pids(dir)?;
+    for &p in pids.iter().filter(|&&p| p > 1) {
+        let _ = kill(Pid::from_raw(p), UnixSignal::SIGTERM);
+    }
+    let d = dir.to_path_buf();
+    std::thread::spawn(move || {
+        std::thread::sleep(grace);
+        if let Err(e) = sigkill_rounds(&d, timeout, KillMethod::Sigkill, None) {
+            tracing::error!(target: "qosd::eviction", error = %e, "SIGKILL after grace failed");
+        }
+    });
+    Ok(KillReport {
+        method: KillMethod::TermThenKill,
+        signalled: pids.len(),
+        rounds: 1,
+        issued_at,
+        empty_at: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tree_pids_from_fake_dirs() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(d.path().join("a/b")).unwrap();
+        std::fs::write(d.path().join("cgroup.procs"), "5\n3\n").unwrap();
+        std::fs::write(d.path().join("a/cgroup.procs"), "").unwrap();
+        std::fs::write(d.path().join("a/b/cgroup.procs"), "7\n3\n").unwrap();
+        assert_eq!(cgroup_tree_pids(d.path()).unwrap(), vec![3, 5, 7]);
+        let e = cgroup_tree_pids(&d.path().join("missing"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("missing/cgroup.procs"), "{e}");
+    }
+
+    /// Kill rounds against a fake cgroup dir listing children we spawned:
+    /// they die; the fake file never empties, so the rounds time out.
+    #[test]
+    fn sigkill_rounds_kill_own_children() {
+        let mut kids: Vec<std::process::Child> = (0..2)
+            .map(|_| {
+                std::process::Command::new("sleep")
+                    .arg("30")
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        let d = tempfile::tempdir().unwrap();
+        let list: String = kids.iter().map(|k| format!("{}\n", k.id())).collect();
+        std::fs::write(d.path().join("cgroup.procs"), list).unwrap();
+        let err = kill_cgroup_tree(d.path(), Duration::from_millis(30)).unwrap_err();
+        assert!(matches!(err, KillError::NotEmpty { left: 2, .. }), "{err}");
+        for k in &mut kids {
+            let st = k.wait().unwrap();
+            use std::os::unix::process::ExitStatusExt;
+            assert_eq!(st.signal(), Some(9));
+        }
+        // an empty tree is done at once
+        std::fs::write(d.path().join("cgroup.procs"), "").unwrap();
+        let r = kill_cgroup_tree(d.path(), Duration::from_millis(30)).unwrap();
+        assert_eq!((r.rounds, r.signalled), (0, 0));
+        assert!(r.empty_at.is_some());
+    }
+
+    #[test]
+    fn v2_uses_cgroup_kill() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("cgroup.kill"), "").unwrap();
+        std::fs::write(d.path().join("cgroup.procs"), "").unwrap();
+        let r = kill_cgroup_tree(d.path(), Duration::from_millis(30)).unwrap();
+        assert_eq!(r.method, KillMethod::CgroupKill);
+        assert_eq!(
+            std::fs::read_to_string(d.path().join("cgroup.kill")).unwrap(),
+            "1"
+        );
+    }
+}

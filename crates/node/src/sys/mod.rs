@@ -1,0 +1,26 @@
+//! Kernel I/O, every root injected: cgroupfs reads and writes ([`cgroupfs`]),
+//! version detection ([`detect`]), the plan applier ([`apply`]), /proc
+//! parsing ([`procfs`]), the one pid-tree killer ([`kill`]), eviction signal
+//! readers ([`signals`]), the fast memory-pressure watcher ([`watch`]),
+//! pod cgroups coming and going ([`pod_events`]), planned files written by
+//! others ([`file_watch`]), the
+//! node's hugepage sizes ([`hugepages`]) and CPU topology ([`cpu_topology`]),
+//! and the systemd cgroup driver over D-Bus ([`systemd`]).
+
+pub mod apply;
+pub mod cgroupfs;
+pub mod cpu_topology;
+pub mod detect;
+pub mod fdlimit;
+pub mod file_watch;
+pub mod hugepages;
+pub mod input;
+pub mod kill;
+pub mod malloc;
+pub mod pod_events;
+pub mod process;
+pub mod procfs;
+pub mod signals;
+pub mod systemd;
+pub mod thread_usage;
+pub mod watch;

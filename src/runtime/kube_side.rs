@@ -1,0 +1,485 @@
+//! The Kubernetes side of `qosd run`: the pod watcher feeding the merge,
+//! and the `api` evictor — an Eviction (policy/v1) with the kubelet's grace
+//! periods, an `Evicted` Event in the kubelet's wording, and the pod delete
+//! that follows a local kill.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::telemetry::kube_metrics::KubeMetrics;
+use qosd_model::core::model::CgroupVersion;
+use qosd_model::policy::evict::manager::Victim;
+use qosd_model::policy::evict::message::{
+    amount_text, low_on_resource_message, resource_name, threshold_text, OverRequest,
+};
+use qosd_node::cri::LivePod;
+use qosd_node::evict::{ApiEvictor, ApiRefusal};
+use qosd_node::kube::client::{KubeClient, KubeError};
+use qosd_node::kube::merge::{merge, MergeSummary};
+use qosd_node::kube::source::{run_watcher, PodCache, WatchOptions};
+use qosd_node::kube::types::{
+    DeleteOptions, Event, EventSource, Eviction, ObjectReference, RefMeta,
+};
+
+/// The kubelet's eviction message fragments (pkg/kubelet/eviction/helpers.go).
+pub(crate) const REASON_EVICTED: &str = "Evicted";
+
+/// One container's usage against its request, for the message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ContainerUsage {
+    pub(crate) name: String,
+    pub(crate) usage: i64,
+    /// The request as the spec writes it (`"0"` without one).
+    pub(crate) request: String,
+    pub(crate) request_value: i64,
+}
+
+/// The kubelet's eviction message: "The node was low on resource: R.
+/// Threshold quantity: Q, available: A. Container C was using U, request
+/// is Q, has larger consumption of R. " (containers over their request).
+pub(crate) fn eviction_message(v: &Victim, containers: &[ContainerUsage]) -> String {
+    let over: Vec<OverRequest<'_>> = containers
+        .iter()
+        .filter(|c| c.usage > c.request_value)
+        .map(|c| OverRequest {
+            kind: "Container",
+            name: &c.name,
+            usage: amount_text(v.signal, c.usage),
+            request: c.request.clone(),
+        })
+        .collect();
+    low_on_resource_message(
+        v.signal,
+        &threshold_text(v.signal, &v.threshold.value, v.threshold_value),
+        &amount_text(v.signal, v.observed),
+        &over,
+    )
+}
+
+/// RFC 3339 UTC, seconds (the Event timestamps' format).
+pub(crate) fn rfc3339(t: SystemTime) -> String {
+    let secs = t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs() as i64;
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // civil-from-days (Howard Hinnant's algorithm)
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = if m <= 2 { y + 1 } else { y };
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// Settings of the Kubernetes side.
+#[derive(Debug, Clone)]
+pub(crate) struct KubeSettings {
+    pub(crate) node_name: String,
+    /// A disconnected view stays usable this long.
+    pub(crate) max_stale: Duration,
+    pub(crate) eviction_timeout: Duration,
+    pub(crate) cgroup_version: CgroupVersion,
+}
+
+/// The API client, the pod cache and its watcher, and the `api` evictor.
+pub(crate) struct KubeSide {
+    pub(crate) client: KubeClient,
+    pub(crate) cache: Arc<PodCache>,
+    pub(crate) settings: KubeSettings,
+    pub(crate) metrics: KubeMetrics,
+    /// uid → (container name, container id) of the live pods.
+    containers: Mutex<HashMap<String, Vec<(String, String)>>>,
+    last: Mutex<(MergeSummary, Option<String>)>,
+    /// uid → the eviction message, composed before anything is killed
+    /// (the containers' usage is gone afterwards).
+    messages: Mutex<HashMap<String, String>>,
+}
+
+impl std::fmt::Debug for KubeSide {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeSide")
+            .field("server", &self.client.server())
+            .field("node", &self.settings.node_name)
+            .finish()
+    }
+}
+
+impl KubeSide {
+    /// The API side and the watch of this node's pods that feeds it: a
+    /// future that runs for as long as qosd does, for the caller to spawn
+    /// (under supervision).
+    pub(crate) fn new(
+        client: KubeClient,
+        settings: KubeSettings,
+        metrics: KubeMetrics,
+    ) -> (
+        Arc<KubeSide>,
+        impl std::future::Future<Output = ()> + Send + 'static,
+    ) {
+        let cache = Arc::new(PodCache::default());
+        let watcher = run_watcher(
+            client.clone(),
+            WatchOptions::new(settings.node_name.clone()),
+            cache.clone(),
+        );
+        metrics.set_api_up(false);
+        let side = Arc::new(KubeSide {
+            client,
+            cache,
+            settings,
+            metrics,
+            containers: Mutex::new(HashMap::new()),
+            last: Mutex::new((MergeSummary::default(), None)),
+            messages: Mutex::new(HashMap::new()),
+        });
+        (side, watcher)
+    }
+
+    /// Merge the runtime's pods with the current view; returns the summary
+    /// and, when the view is unusable, why (runtime data alone then).
+    pub(crate) fn merge_view(&self, live: &mut [LivePod]) -> (MergeSummary, Option<String>) {
+        let view = self.cache.view(self.settings.max_stale);
+        let summary = merge(live, &view);
+        self.metrics.set_api_up(view.fresh());
+        self.metrics.set_pods(summary.exact, summary.inferred);
+        *self.containers.lock().unwrap_or_else(|e| e.into_inner()) = live
+            .iter()
+            .map(|p| {
+                (
+                    p.pod.uid.clone(),
+                    p.containers
+                        .iter()
+                        .filter(|c| c.counted)
+                        .map(|c| (c.name.clone(), c.id.clone()))
+                        .collect(),
+                )
+            })
+            .collect();
+        let out = (summary, view.unavailable.clone());
+        *self.last.lock().unwrap_or_else(|e| e.into_inner()) = out.clone();
+        out
+    }
+
+    /// Changes whenever the API view does (see [`PodCache::change_key`]).
+    pub(crate) fn change_key(&self) -> String {
+        self.cache.change_key(self.settings.max_stale)
+    }
+
+    /// The last merge (for status).
+    pub(crate) fn last_merge(&self) -> (MergeSummary, Option<String>) {
+        self.last.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Per-container usage against the spec's requests, for the message
+    /// (memory: each container cgroup's working set).
+    fn container_usage(&self, v: &Victim) -> Vec<ContainerUsage> {
+        if resource_name(v.signal) != "memory" {
+            return Vec::new();
+        }
+        let Some(pod_dir) = v.candidate.cgroup_dirs.first() else {
+            return Vec::new();
+        };
+        let view = self.cache.view(Duration::MAX);
+        let spec = view.pods.get(&v.candidate.uid);
+        let ids = self
+            .containers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&v.candidate.uid)
+            .cloned()
+            .unwrap_or_default();
+        let mut out = Vec::new();
+        for (name, id) in ids {
+            let dir = [
+                id.clone(),
+                format!("cri-containerd-{id}.scope"),
+                format!("crio-{id}.scope"),
+            ]
+            .iter()
+            .map(|d| pod_dir.join(d))
+            .find(|d| d.is_dir());
+            let Some(dir) = dir else { continue };
+            let Some(usage) =
+                qosd_node::sys::signals::pod_stats(self.settings.cgroup_version, &dir)
+                    .memory_working_set_bytes
+            else {
+                continue;
+            };
+            let request = spec
+                .and_then(|p| p.spec.containers.iter().find(|c| c.name == name))
+                .and_then(|c| c.resources.requests.get("memory"))
+                .cloned()
+                .unwrap_or_else(|| "0".into());
+            let request_value = qosd_model::core::quantity::Quantity::parse(&request)
+                .map(|q| q.value_ceil())
+                .unwrap_or(0);
+            out.push(ContainerUsage {
+                name,
+                usage: usage as i64,
+                request,
+                request_value,
+            });
+        }
+        out
+    }
+
+    fn event(&self, v: &Victim) {
+        let c = &v.candidate;
+        let message = self
+            .messages
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&c.uid)
+            .unwrap_or_else(|| eviction_message(v, &self.container_usage(v)));
+        let now = SystemTime::now();
+        let nanos = now
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos();
+        let ev = Event {
+            api_version: "v1",
+            kind: "Event",
+            metadata: RefMeta {
+                name: format!("{}.{:x}", c.name, nanos),
+                namespace: c.namespace.clone(),
+            },
+            involved_object: ObjectReference {
+                api_version: "v1".into(),
+                kind: "Pod".into(),
+                name: c.name.clone(),
+                namespace: c.namespace.clone(),
+                uid: self.api_uid(&c.uid),
+            },
+            reason: REASON_EVICTED.into(),
+            message,
+            event_type: "Warning".into(),
+            source: EventSource {
+                component: "qosd".into(),
+                host: self.settings.node_name.clone(),
+            },
+            first_timestamp: rfc3339(now),
+            last_timestamp: rfc3339(now),
+            count: 1,
+            reporting_component: "qosd".into(),
+            reporting_instance: self.settings.node_name.clone(),
+        };
+        let path = format!("/api/v1/namespaces/{}/events", c.namespace);
+        let r = block_on(self.client.post_json(
+            &path,
+            &ev,
+            self.settings.eviction_timeout.max(Duration::from_secs(2)),
+        ));
+        self.metrics.event(r.is_ok());
+        match r {
+            Ok(_) => {
+                tracing::info!(target: "qosd::eviction", pod = %format!("{}/{}", c.namespace, c.name), message = %ev.message, "Evicted event written")
+            }
+            Err(e) => {
+                tracing::warn!(target: "qosd::eviction", pod = %format!("{}/{}", c.namespace, c.name), error = %e, "cannot write the Evicted event")
+            }
+        }
+    }
+
+    /// The uid of the API object for a runtime uid (a static pod's mirror
+    /// pod has its own).
+    fn api_uid(&self, runtime_uid: &str) -> String {
+        let view = self.cache.view(Duration::MAX);
+        if view.pods.contains_key(runtime_uid) {
+            return runtime_uid.to_string();
+        }
+        view.pods
+            .values()
+            .find(|p| {
+                p.metadata
+                    .annotations
+                    .get(qosd_model::core::model::ANNOTATION_MIRROR)
+                    .is_some_and(|h| h == runtime_uid)
+            })
+            .map(|p| p.metadata.uid.clone())
+            .unwrap_or_else(|| runtime_uid.to_string())
+    }
+}
+
+/// Run an API call from the (plain) eviction thread on a runtime of its
+/// own: the daemon's runtime may be shutting down while a delete is in
+/// flight, and an eviction must not depend on it.
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio current-thread runtime")
+        .block_on(f)
+}
+
+impl qosd_node::pods::SpecSource for KubeSide {
+    fn merge(&self, live: &mut [LivePod]) {
+        self.merge_view(live);
+    }
+
+    fn change_key(&self) -> String {
+        KubeSide::change_key(self)
+    }
+
+    fn status(&self) -> (crate::telemetry::status::KubeStatus, Option<String>) {
+        let (summary, unavailable) = self.last_merge();
+        let stats = self.cache.stats();
+        (
+            crate::telemetry::status::KubeStatus {
+                server: format!("{} ({})", self.client.server(), self.client.origin()),
+                node_name: self.settings.node_name.clone(),
+                state: if unavailable.is_none() {
+                    "synced"
+                } else {
+                    "unavailable"
+                }
+                .into(),
+                reason: unavailable.clone(),
+                pods_exact: summary.exact,
+                pods_inferred: summary.inferred,
+                relists: stats.relists,
+                watch_restarts: stats.watch_restarts,
+            },
+            unavailable,
+        )
+    }
+}
+
+fn refusal(e: KubeError) -> ApiRefusal {
+    match e.code() {
+        Some(429) => ApiRefusal::Refused(e.to_string()),
+        Some(404) => ApiRefusal::Gone(e.to_string()),
+        _ => ApiRefusal::Failed(e.to_string()),
+    }
+}
+
+impl ApiEvictor for KubeSide {
+    fn evict(&self, v: &Victim, grace: Duration) -> Result<(), ApiRefusal> {
+        let c = &v.candidate;
+        let message = eviction_message(v, &self.container_usage(v));
+        self.messages
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(c.uid.clone(), message);
+        let body = Eviction {
+            api_version: "policy/v1",
+            kind: "Eviction",
+            metadata: RefMeta {
+                name: c.name.clone(),
+                namespace: c.namespace.clone(),
+            },
+            delete_options: DeleteOptions::new(grace.as_secs() as i64, &self.api_uid(&c.uid)),
+        };
+        let path = format!(
+            "/api/v1/namespaces/{}/pods/{}/eviction",
+            c.namespace, c.name
+        );
+        block_on(
+            self.client
+                .post_json(&path, &body, self.settings.eviction_timeout),
+        )
+        .map_err(refusal)?;
+        self.event(v);
+        Ok(())
+    }
+
+    fn delete_after_kill(&self, v: &Victim) -> Result<(), String> {
+        let c = &v.candidate;
+        self.event(v);
+        let path = format!("/api/v1/namespaces/{}/pods/{}", c.namespace, c.name);
+        let r = block_on(self.client.delete_json(
+            &path,
+            &DeleteOptions::new(0, &self.api_uid(&c.uid)),
+            self.settings.eviction_timeout.max(Duration::from_secs(5)),
+        ));
+        match r {
+            Ok(_) => Ok(()),
+            Err(e) if e.code() == Some(404) => Ok(()),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    fn count(&self, path: &str) {
+        self.metrics.eviction_path(path);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_are_rfc3339() {
+        assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00Z");
+        let t = UNIX_EPOCH + Duration::from_secs(1_741_083_669);
+        assert_eq!(rfc3339(t), "2025-03-04T10:21:09Z");
+        let leap = UNIX_EPOCH + Duration::from_secs(951_782_400); // 2000-02-29
+        assert_eq!(rfc3339(leap), "2000-02-29T00:00:00Z");
+    }
+
+    #[test]
+    fn message_in_the_kubelet_wording() {
+        use qosd_model::policy::evict::rank::Candidate;
+        use qosd_model::policy::evict::threshold::{
+            Signal, Threshold, ThresholdKind, ThresholdValue,
+        };
+        let pod = qosd_model::core::model::Pod::new("u", "ns", "web");
+        let t = Threshold {
+            signal: Signal::MemoryAvailable,
+            kind: ThresholdKind::Hard,
+            value: ThresholdValue::Quantity(100 << 20),
+            grace_period: Duration::ZERO,
+            min_reclaim: None,
+        };
+        let v = Victim {
+            candidate: Candidate::new(
+                &pod,
+                qosd_model::core::model::QosClass::Burstable,
+                0,
+                0,
+                None,
+            ),
+            signal: Signal::MemoryAvailable,
+            threshold: t,
+            kind: ThresholdKind::Hard,
+            observed: 80 << 20,
+            capacity: 1 << 30,
+            threshold_value: 100 << 20,
+            grace: Duration::ZERO,
+            rank: 1,
+            usage: None,
+            request: 0,
+            reason: String::new(),
+            cause: qosd_model::policy::evict::manager::Cause::Threshold,
+            message: String::new(),
+        };
+        let c = vec![
+            ContainerUsage {
+                name: "web".into(),
+                usage: 300 << 20,
+                request: "256Mi".into(),
+                request_value: 256 << 20,
+            },
+            ContainerUsage {
+                name: "sidecar".into(),
+                usage: 10 << 20,
+                request: "64Mi".into(),
+                request_value: 64 << 20,
+            },
+        ];
+        assert_eq!(
+            eviction_message(&v, &c),
+            "The node was low on resource: memory. Threshold quantity: 100Mi, available: 80Mi. \
+Container web was using 300Mi, request is 256Mi, has larger consumption of memory. "
+        );
+    }
+}

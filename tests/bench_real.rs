@@ -263,121 +263,6 @@ impl Snapshot {
     }
 }
 
-/// CPU time of this whole process (the CRI client runs on tokio workers).
-fn process_cpu_ms() -> f64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: plain out-parameter.
-    unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as f64 * 1e3 + ts.tv_nsec as f64 / 1e6
-}
-
-/// The phases of one reconcile measured inside this process with qosd's
-/// library (the same calls `qosd run` makes): CRI listing (`Source::list`:
-/// ListPodSandbox, ListContainers, statuses) and `Reconciler::reconcile`
-/// (plan + read/compare + writes + orphan scan), first pass and steady,
-/// interleaved. Wall and process CPU time in ms.
-async fn in_process_phases(env: &Containerd, snap: &Snapshot, runs: usize) -> Value {
-    use qosd::runtime::reconcile::Reconciler;
-    use qosd_node::pods::{PodSourceSpec, Source};
-    let yaml = format!(
-        "cgroupRoot: {}\ncgroupVersion: v1\nruntimeEndpoint: {}\n",
-        env.cgroup_root, env.endpoint
-    );
-    let cfg = qosd_config::Config::from_yaml_str(&yaml).expect("config");
-    let plan = qosd::app::plan_config(
-        &cfg,
-        std::path::Path::new("/proc"),
-        std::path::Path::new("/sys"),
-    )
-    .expect("plan config");
-    let source = Source::connect(
-        &PodSourceSpec::Cri {
-            endpoint: env.endpoint.clone(),
-        },
-        qosd_node::cri::ConnectOptions::default(),
-        plan.node.capacity_memory_bytes,
-    )
-    .await
-    .expect("connect");
-    let mut rec = Reconciler::new(plan.clone(), false, Duration::from_secs(60));
-    // The daemon's reconciler: planned files watched for writes, so a
-    // steady reconcile reads only the files written since it last read them
-    // (and every file once a minute: `rec`'s figures).
-    let mut watched = Reconciler::new(plan, false, Duration::from_secs(60));
-    watched.watch_files();
-    let (mut watched_w, mut watched_c, mut watched_n) = (Vec::new(), Vec::new(), Vec::new());
-    let spec = PodSourceSpec::Cri {
-        endpoint: env.endpoint.clone(),
-    };
-    let (mut list_w, mut list_c) = (Vec::new(), Vec::new());
-    let (mut fresh_w, mut fresh_c) = (Vec::new(), Vec::new());
-    let (mut full_w, mut full_c) = (Vec::new(), Vec::new());
-    let (mut first_w, mut first_c, mut first_n) = (Vec::new(), Vec::new(), Vec::new());
-    let (mut steady_w, mut steady_c, mut steady_n) = (Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..runs + 1 {
-        // A listing with nothing cached (what every full listing cost
-        // before the status cache): a new connection's source.
-        let fresh = Source::connect(&spec, qosd_node::cri::ConnectOptions::default(), 0)
-            .await
-            .expect("connect");
-        let (t, c) = (Instant::now(), process_cpu_ms());
-        fresh.list().await.expect("list");
-        fresh_w.push(t.elapsed().as_secs_f64() * 1e3);
-        fresh_c.push(process_cpu_ms() - c);
-        drop(fresh);
-        // The daemon's steady listing: statuses cached from earlier rounds.
-        let (t, c) = (Instant::now(), process_cpu_ms());
-        let listing = source.list().await.expect("list");
-        list_w.push(t.elapsed().as_secs_f64() * 1e3);
-        list_c.push(process_cpu_ms() - c);
-        // A steady full reconcile as the daemon makes it: fingerprint (the
-        // two List calls), listing from them, plan + read/compare.
-        let (t, c) = (Instant::now(), process_cpu_ms());
-        source.fingerprint().await.expect("fingerprint");
-        let l2 = source.list().await.expect("list");
-        let r = rec.reconcile(&l2.pods, l2.all_uids.as_ref(), Instant::now());
-        full_w.push(t.elapsed().as_secs_f64() * 1e3);
-        full_c.push(process_cpu_ms() - c);
-        assert!(r.errors.is_empty(), "{:?}", r.errors);
-        snap.restore();
-        for (w, cpu, n) in [
-            (&mut first_w, &mut first_c, &mut first_n),
-            (&mut steady_w, &mut steady_c, &mut steady_n),
-        ] {
-            let (t, c) = (Instant::now(), process_cpu_ms());
-            let r = rec.reconcile(&listing.pods, listing.all_uids.as_ref(), Instant::now());
-            w.push(t.elapsed().as_secs_f64() * 1e3);
-            cpu.push(process_cpu_ms() - c);
-            n.push(r.writes.len());
-            assert!(r.errors.is_empty(), "{:?}", r.errors);
-        }
-        // The watched reconciler takes in this round's restore and writes
-        // (it reads back what changed), then a steady pass as the daemon's
-        // 10 s reconcile makes it between full reads.
-        let r = watched.reconcile(&listing.pods, listing.all_uids.as_ref(), Instant::now());
-        assert!(r.errors.is_empty(), "{:?}", r.errors);
-        let (t, c) = (Instant::now(), process_cpu_ms());
-        let r = watched.reconcile(&listing.pods, listing.all_uids.as_ref(), Instant::now());
-        watched_w.push(t.elapsed().as_secs_f64() * 1e3);
-        watched_c.push(process_cpu_ms() - c);
-        watched_n.push(r.writes.len());
-        assert!(r.errors.is_empty(), "{:?}", r.errors);
-    }
-    // The first round warmed caches: drop it.
-    let d = |v: &mut Vec<f64>| summary(&v.split_off(1));
-    json!({
-        "list": {"wall_ms": d(&mut list_w), "cpu_ms": d(&mut list_c)},
-        "list_uncached": {"wall_ms": d(&mut fresh_w), "cpu_ms": d(&mut fresh_c)},
-        "steady_full_reconcile": {"wall_ms": d(&mut full_w), "cpu_ms": d(&mut full_c)},
-        "reconcile_first_pass": {"wall_ms": d(&mut first_w), "cpu_ms": d(&mut first_c), "writes": first_n.split_off(1)},
-        "reconcile_steady": {"wall_ms": d(&mut steady_w), "cpu_ms": d(&mut steady_c), "writes": steady_n.split_off(1)},
-        "reconcile_steady_watched": {"wall_ms": d(&mut watched_w), "cpu_ms": d(&mut watched_c), "writes": watched_n.split_off(1)},
-    })
-}
-
 fn print_result(kind: &str, doc: Value) {
     let mut doc = doc;
     doc["benchmark"] = json!(kind);
@@ -449,10 +334,8 @@ async fn reconcile() {
                 "max_rss_kib": summary(&ms.iter().map(|m| m.max_rss_kib as f64).collect::<Vec<_>>()),
             })
         };
-        let phases = in_process_phases(&env, &snap, runs).await;
         let r = json!({
             "pods": n,
-            "in_process": phases,
             "runs": runs,
             "planned_writes": snap.0.len(),
             "files_restored_before_first_pass": restored,
@@ -1564,7 +1447,7 @@ async fn e2e() {
         let mut envs: Vec<(&str, &std::ffi::OsStr)> = vec![("QOSD_LOG", log_filter.as_ref())];
         match mode.as_str() {
             "watcher" => {}
-            "pass" => envs.push((qosd::app::EVICTION_WATCHER_ENV, "off".as_ref())),
+            "pass" => envs.push(("QOSD_EVICTION_WATCHER", "off".as_ref())),
             other => panic!("QOSD_BENCH_E2E_MODES: unknown mode {other}"),
         }
         let d = Daemon::start_bin(qosd_bin(), &args, &envs);

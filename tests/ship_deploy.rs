@@ -88,9 +88,7 @@ fn kustomize(dir: &str) -> String {
         .args(["kustomize", dir])
         .current_dir(root())
         .output()
-        .unwrap_or_else(|e| {
-            panic!("kubectl not runnable ({e}); scripts/test installs it as root")
-        });
+        .unwrap_or_else(|e| panic!("kubectl not runnable ({e}); scripts/test installs it as root"));
     assert!(
         out.status.success(),
         "kubectl kustomize {dir}: {}",
@@ -110,9 +108,8 @@ fn daemonset_yaml_is_the_rendered_default_overlay() {
     );
     // The other overlay renders too, from the same base.
     let standalone = docs(&kustomize("deploy/overlays/standalone"));
-    let kinds = |d: &[Value]| -> Vec<String> {
-        d.iter().map(|d| s(&d["kind"]).to_string()).collect()
-    };
+    let kinds =
+        |d: &[Value]| -> Vec<String> { d.iter().map(|d| s(&d["kind"]).to_string()).collect() };
     assert_eq!(kinds(&standalone), kinds(&rendered));
 }
 
@@ -328,7 +325,8 @@ fn effective_config(overlay_config: &str, kubelet: Option<&Path>) -> serde_json:
     let cfg = dir.path().join("config.yaml");
     std::fs::write(&cfg, overlay_config).unwrap();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_qosd"));
-    cmd.args(["config", "show", "-o", "json", "--config"]).arg(&cfg);
+    cmd.args(["config", "show", "-o", "json", "--config"])
+        .arg(&cfg);
     if let Some(k) = kubelet {
         cmd.arg("--kubelet-config").arg(k);
     }
@@ -376,14 +374,22 @@ fn default_overlay_takes_the_kubelets_config_audits_and_runs_dry() {
     // fallback to cgroupfs defaults).
     let dir2 = tempfile::tempdir().unwrap();
     let cfg = dir2.path().join("config.yaml");
-    std::fs::write(&cfg, text.replace("/var/lib/kubelet/config.yaml", "/nonexistent/kubelet.yaml")).unwrap();
+    std::fs::write(
+        &cfg,
+        text.replace("/var/lib/kubelet/config.yaml", "/nonexistent/kubelet.yaml"),
+    )
+    .unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_qosd"))
         .args(["config", "check", "--config"])
         .arg(&cfg)
         .output()
         .unwrap();
     assert!(!out.status.success());
-    assert_eq!(out.status.code(), Some(2), "bad config exits 2 (RestartPreventExitStatus)");
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "bad config exits 2 (RestartPreventExitStatus)"
+    );
 
     // The standalone overlay: no kubelet config, enforce.
     let text =

@@ -113,8 +113,9 @@ fn unit_has_required_directives() {
     assert_eq!(one("RestartPreventExitStatus"), "2");
     let burst: u32 = one("StartLimitBurst").parse().unwrap();
     assert!((1..=20).contains(&burst), "StartLimitBurst={burst}");
-    let interval = qosd::config::parse_go_duration(&one("StartLimitIntervalSec").replace("min", "m"))
-        .expect("StartLimitIntervalSec parses");
+    let interval =
+        qosd::config::parse_go_duration(&one("StartLimitIntervalSec").replace("min", "m"))
+            .expect("StartLimitIntervalSec parses");
     assert!(interval.as_secs() >= 60, "no start limit: {interval:?}");
     // After= a target needs Wants= it (or it orders against nothing); no
     // slice is pulled in (it would be created empty on cgroupfs nodes).
@@ -122,7 +123,10 @@ fn unit_has_required_directives() {
     let wants = value(&d, "Wants").join(" ");
     for a in after.split_whitespace() {
         if a.ends_with(".target") && a != "local-fs.target" {
-            assert!(wants.split_whitespace().any(|w| w == a), "After={a} without Wants={a}");
+            assert!(
+                wants.split_whitespace().any(|w| w == a),
+                "After={a} without Wants={a}"
+            );
         }
     }
     assert!(!wants.contains("kubepods.slice"), "Wants={wants}");

@@ -12,19 +12,23 @@ exec 3>"$VMTEST_RESULTS"
 res() { echo "$*" >&3; }
 say() { echo "== $* ($(cut -d' ' -f1 /proc/uptime)s)"; }
 CG=/sys/fs/cgroup
-# Wait until the command succeeds, at most $1 seconds (emulation speed
-# varies: wait for the effect, never a fixed time).
+# Wait until the command succeeds, at most $1 seconds of uptime (emulation
+# speed varies: wait for the effect, never a fixed time).
 wait_for() {
-  lim=$(($1 * 10)); shift; i=0
-  while ! "$@" && [ $i -lt $lim ]; do sleep 0.1; i=$((i + 1)); done
-  res "WAITED $1 $((i * 100))ms"
+  lim=$1; shift; t0=$(cut -d. -f1 /proc/uptime)
+  while ! "$@"; do
+    [ $(($(cut -d. -f1 /proc/uptime) - t0)) -ge "$lim" ] && break
+    sleep 0.2
+  done
+  res "WAITED $lim $(($(cut -d. -f1 /proc/uptime) - t0))s"
 }
 # The HTTP status of GET $1 on qosd's metrics address (bash's /dev/tcp: no
 # curl in a minimal Debian).
-http() {
-  bash -c 'exec 5<>/dev/tcp/127.0.0.1/9847 || exit 1
+http() { httpraw "$1" | head -n 1 | cut -d' ' -f2; }
+httpraw() {
+  timeout 10 bash -c 'exec 5<>/dev/tcp/127.0.0.1/9847 || exit 1
     printf "GET %s HTTP/1.0\r\nHost: localhost\r\n\r\n" "$1" >&5
-    head -n 1 <&5' _ "$1" 2>/dev/null | cut -d' ' -f2
+    cat <&5' _ "$1" 2>/dev/null | tr -d '\r'
 }
 state() { systemctl show -p ActiveState,SubState,Result,NRestarts,ExecMainStatus qosd.service | tr '\n' ' '; }
 active_ready() { [ "$(systemctl is-active qosd.service)" = active ] && [ "$(http /readyz)" = 200 ]; }
@@ -41,7 +45,7 @@ eroft() { journalctl -u qosd.service -o cat --no-pager | grep -c -i -E 'read-onl
 
 say "P: the package, the shipped config"
 # As the kubelet (cgroupfs driver) would have: kubepods in every hierarchy.
-for h in $HIER; do mkdir -p $CG/$h/kubepods; done
+for h in $HIER; do mkdir -p $CG/$h/kubepods/burstable $CG/$h/kubepods/besteffort; done
 dpkg -i /test/qosd.deb > /tmp/dpkg.log 2>&1
 res "DPKG_RC $?"
 cat /tmp/dpkg.log
@@ -59,6 +63,7 @@ cat /tmp/enable.log
 wait_for 60 active_ready
 res "P_STATE $(state)"
 res "P_READYZ $(http /readyz)"
+res "P_READYZ_BODY $(httpraw /readyz | tail -n 3 | tr '\n' ' ')"
 res "P_ENABLED $(systemctl is-enabled qosd.service)"
 res "P_EROFS $(eroft)"
 journalctl -u qosd.service -o cat --no-pager | tail -n 15
@@ -87,6 +92,7 @@ wait_for 60 orphans_gone
 wait_for 30 active_ready
 res "E_STATE $(state)"
 res "E_READYZ $(http /readyz)"
+res "E_READYZ_BODY $(httpraw /readyz | tail -n 3 | tr '\n' ' ')"
 for h in $HIER; do
   res "ORPHAN $h $(test -d $CG/$h/kubepods/besteffort/pod$OUID && echo left || echo removed)"
 done
@@ -129,7 +135,7 @@ res "K_START_RC $?"
 wait_for 30 active_ready
 res "K_STATE $(state)"
 res "K_READYZ $(http /readyz)"
-st=$(bash -c 'exec 5<>/dev/tcp/127.0.0.1/9847 && printf "GET /status HTTP/1.0\r\nHost: localhost\r\n\r\n" >&5 && cat <&5' 2>/dev/null | tr -d '\n')
+st=$(httpraw /status | tr -d '\n')
 res "K_STATUS_ENFORCEMENT $(echo "$st" | grep -o '"cgroup_enforcement": *"[a-z]*"' | head -n 1)"
 res "K_DRIVER $(journalctl -u qosd.service -o cat --no-pager | tail -n +$((mark + 1)) | grep -c 'managed as systemd units over D-Bus')"
 res "K_EROFS $(eroft)"

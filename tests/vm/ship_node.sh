@@ -46,6 +46,7 @@ eroft() { journalctl -u qosd.service -o cat --no-pager | grep -c -i -E 'read-onl
 say "P: the package, the shipped config"
 # As the kubelet (cgroupfs driver) would have: kubepods in every hierarchy.
 for h in $HIER; do mkdir -p $CG/$h/kubepods/burstable $CG/$h/kubepods/besteffort; done
+mkdir -p /var/lib/kubelet
 dpkg -i /test/qosd.deb > /tmp/dpkg.log 2>&1
 res "DPKG_RC $?"
 cat /tmp/dpkg.log
@@ -73,8 +74,11 @@ systemctl stop qosd.service
 # Orphaned pod cgroups as a runtime leaves them, in every hierarchy.
 OUID=0e0e0e0e-0000-4000-8000-00000000000e
 for h in $HIER; do mkdir -p $CG/$h/kubepods/besteffort/pod$OUID; done
-# The kube-reserved cgroup: made by the node's admin, written by qosd.
+# The kube-reserved cgroup: made by the node's admin, written by qosd (on
+# v2 directly below the root: the admin enables its controllers there, a
+# cgroup qosd's unit may not write).
 for h in $HIER; do mkdir -p $CG/$h/kube-reserved; done
+[ $V = v2 ] && echo +hugetlb > $CG/cgroup.subtree_control
 install -D -m 0644 /test/reserved.conf /etc/systemd/system/qosd.service.d/reserved.conf
 # The test's own drop-in: orphans removed on the first pass that finds them
 # (the shipped grace is a minute).
@@ -138,10 +142,11 @@ res "K_READYZ $(http /readyz)"
 st=$(httpraw /status | tr -d '\n')
 res "K_STATUS_ENFORCEMENT $(echo "$st" | grep -o '"cgroup_enforcement": *"[a-z]*"' | head -n 1)"
 res "K_DRIVER $(journalctl -u qosd.service -o cat --no-pager | tail -n +$((mark + 1)) | grep -c 'managed as systemd units over D-Bus')"
-res "K_EROFS $(eroft)"
+res "K_EROFS $(journalctl -u qosd.service -o cat --no-pager | tail -n +$((mark + 1)) | grep -c -i -E 'read-only file system|os error 30')"
 journalctl -u qosd.service -o cat --no-pager | tail -n +$((mark + 1)) | head -n 20
 
 say "U: purge"
+for h in $HIER; do res "KUBEPODS_BEFORE $h $(test -d $CG/$h/kubepods && echo present || echo gone)"; done
 PID=$(systemctl show -p MainPID --value qosd.service)
 dpkg --purge qosd > /tmp/purge.log 2>&1
 res "PURGE_RC $?"

@@ -13,7 +13,8 @@
 //!   systemd.
 //!
 //! * C, the unit: `systemd/qosd.service` (plus a test drop-in: WatchdogSec=6s
-//!   and a probe run as ExecStartPre=, i.e. in the very same sandbox)
+//!   and a probe run as ExecStartPre=, i.e. in the very same sandbox; and
+//!   the documented `Wants=kubepods.slice` drop-in of the systemd driver)
 //!   reaches active through READY=1; the probe can write kubepods.slice and
 //!   read /proc, the kubelet root and the CRI socket, and cannot write
 //!   elsewhere in /sys/fs/cgroup or /etc; `systemd-analyze security` ≤ 2.0;
@@ -267,7 +268,11 @@ evictionHard:
   memory.available: "500Mi"
 "#;
 
-const DROPIN: &str = "[Service]\nWatchdogSec=6s\nExecStartPre=/usr/local/bin/qosd-probe\n";
+/// The test's drop-in, plus the one systemd/qosd.service documents for
+/// `cgroupDriver: systemd` without a kubelet (kubepods.slice before the
+/// sandbox is set up).
+const DROPIN: &str = "[Unit]\nWants=kubepods.slice\nAfter=kubepods.slice\n\
+    [Service]\nWatchdogSec=6s\nExecStartPre=/usr/local/bin/qosd-probe\n";
 
 /// A test pod: one memhog container with the kubelet's CRI values, and the
 /// pod-level values the kubelet gives its slice (v2, kubelet formulas).

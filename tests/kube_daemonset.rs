@@ -2,7 +2,8 @@
 //! (`scripts/build-static-qosd`, the Dockerfile's recipe, packed by
 //! tests/images/mkimage.py at the Dockerfile's paths), run as a pod through
 //! the private containerd with deploy/daemonset.yaml's settings — hostPID,
-//! the host mounts (the runtime socket's *directory*), the container
+//! the host mounts (the runtime socket's *directory*, read-only; the kubelet
+//! root, whose config.yaml qosd reads), the container
 //! securityContext (root, not privileged, capabilities ALL dropped but
 //! KILL, no privilege escalation, read-only root, RuntimeDefault seccomp),
 //! the resources (Guaranteed), NODE_NAME and the service account token —
@@ -150,14 +151,33 @@ async fn daemonset_pod_survives_a_runtime_restart_and_keeps_enforcing_and_evicti
     let c = &pod["containers"][0];
     assert_eq!(pod["hostPID"].as_bool(), Some(true));
 
-    // The ConfigMap's config, pointed at this test's private node.
+    // The ConfigMap's config reads the kubelet's config from the mounted
+    // kubelet root: this test's private node, in the kubelet's format.
+    std::fs::write(
+        kubelet_dir.join("config.yaml"),
+        format!(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\n\
+             kind: KubeletConfiguration\n\
+             cgroupDriver: cgroupfs\n\
+             cgroupRoot: {}\n\
+             evictionHard:\n  allocatableMemory.available: 100Mi\n",
+            env.cgroup_root
+        ),
+    )
+    .unwrap();
     let port = free_port();
     let cm = kind(&all, "ConfigMap");
     let mut cfg: Yaml = yaml_serde::from_str(&s(&cm["data"]["config.yaml"])).unwrap();
+    assert_eq!(
+        cfg["kubeletConfig"].as_str(),
+        Some("/var/lib/kubelet/config.yaml")
+    );
     let m = cfg.as_mapping_mut().unwrap();
+    // The operator's opt-in (the shipped default audits and runs dry; the
+    // enforcing pod shows the mounts allow what enforcing needs).
     for (k, v) in [
         ("mode", "enforce".to_string()),
-        ("cgroupRoot", env.cgroup_root.clone()),
+        ("cgroupEnforcement", "enforce".to_string()),
         ("cgroupVersion", "v1".into()),
         ("metricsAddress", format!("127.0.0.1:{port}")),
         ("nodeMemory", "512Mi".into()),
@@ -165,10 +185,6 @@ async fn daemonset_pod_survives_a_runtime_restart_and_keeps_enforcing_and_evicti
     ] {
         m.insert(Yaml::from(k), Yaml::from(v));
     }
-    m.insert(
-        Yaml::from("evictionHard"),
-        yaml_serde::from_str("{allocatableMemory.available: 100Mi}").unwrap(),
-    );
     let config_dir = tmp.path().join("config");
     std::fs::create_dir_all(&config_dir).unwrap();
     std::fs::write(

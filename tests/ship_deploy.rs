@@ -1,11 +1,14 @@
-//! deploy/daemonset.yaml and Dockerfile: Kubernetes OpenAPI schema
-//! validation (offline, `kubernetes-validate` from PyPI) and the properties
-//! the issue asks for (Guaranteed, node-critical, probes, least privilege,
-//! every node, mounts matching the embedded qosd config).
+//! deploy/ (a kustomize base, the overlays `kubelet` (the default, rendered
+//! into deploy/daemonset.yaml) and `standalone`) and Dockerfile: Kubernetes
+//! OpenAPI schema validation (offline, `kubernetes-validate` from PyPI) and
+//! the properties the issue asks for (Guaranteed, node-critical, probes,
+//! least privilege, every Linux node, only the mounts qosd uses, the
+//! kubelet's config beside a kubelet).
 //!
-//! CI: `pip install kubernetes-validate` (bundles the schemas; no cluster and
-//! no network needed). The schema test is `#[ignore]`d: scripts/test installs
-//! the validator and runs it as root; without the validator it fails.
+//! CI: scripts/test installs `kubernetes-validate` in a venv under
+//! target/ (bundles the schemas; no cluster and no network needed) and
+//! `kubectl` (kustomize). Those tests are `#[ignore]`d: scripts/test runs
+//! them as root; without the tools they fail.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -19,9 +22,20 @@ fn root() -> &'static Path {
 
 /// The effective configuration `qosd config check -o json` prints for a
 /// config file's text (the binary's own validation; panics when invalid).
-fn effective_config(text: &str) -> serde_json::Value {
+/// A `kubeletConfig` the text names is replaced by a kubeadm-like one.
+fn checked_config(text: &str) -> serde_json::Value {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("config.yaml");
+    let kubelet = dir.path().join("kubelet.yaml");
+    std::fs::write(
+        &kubelet,
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncgroupDriver: systemd\n",
+    )
+    .unwrap();
+    let text = match kubelet_config_key(text) {
+        Some(k) => text.replace(&k, kubelet.to_str().unwrap()),
+        None => text.to_string(),
+    };
     std::fs::write(&path, text).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_qosd"))
         .args(["config", "check", "-o", "json"])
@@ -58,12 +72,16 @@ fn s(v: &Value) -> &str {
     v.as_str().unwrap_or_else(|| panic!("not a string: {v:?}"))
 }
 
-/// How to run kubernetes-validate, if installed.
+/// How to run kubernetes-validate, if installed: `QOSD_KUBERNETES_VALIDATE`,
+/// the venv scripts/test makes (target/venv), or one on PATH.
 fn validator() -> Option<Vec<String>> {
     if let Ok(cmd) = std::env::var("QOSD_KUBERNETES_VALIDATE") {
         return Some(cmd.split_whitespace().map(String::from).collect());
     }
-    let candidates: [&[&str]; 2] = [
+    let venv = root().join("target/venv/bin/kubernetes-validate");
+    let venv = venv.to_str().unwrap();
+    let candidates: [&[&str]; 3] = [
+        &[venv],
         &["kubernetes-validate"],
         &["python3", "-m", "kubernetes_validate"],
     ];
@@ -95,32 +113,67 @@ fn validate(cmd: &[String], file: &Path, k8s_version: &str) -> (bool, String) {
     (out.status.success() && !text.contains("ERROR"), text)
 }
 
+/// `kubectl kustomize DIR` (panics when kubectl is missing or fails).
+fn kustomize(dir: &str) -> String {
+    let out = Command::new("kubectl")
+        .args(["kustomize", dir])
+        .current_dir(root())
+        .output()
+        .unwrap_or_else(|e| panic!("kubectl not runnable ({e}); scripts/test installs it as root"));
+    assert!(
+        out.status.success(),
+        "kubectl kustomize {dir}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
 #[test]
-#[ignore = "needs root: kubernetes-validate (scripts/test installs it as root)"]
+#[ignore = "needs root: kubectl (scripts/test installs it as root)"]
+fn daemonset_yaml_is_the_rendered_default_overlay() {
+    let rendered = docs(&kustomize("deploy/overlays/kubelet"));
+    let shipped = docs(&manifest_text());
+    assert_eq!(
+        shipped, rendered,
+        "deploy/daemonset.yaml differs from `kubectl kustomize deploy/overlays/kubelet`: run scripts/render-deploy"
+    );
+    // The other overlay renders too, from the same base.
+    let standalone = docs(&kustomize("deploy/overlays/standalone"));
+    let kinds =
+        |d: &[Value]| -> Vec<String> { d.iter().map(|d| s(&d["kind"]).to_string()).collect() };
+    assert_eq!(kinds(&standalone), kinds(&rendered));
+}
+
+#[test]
+#[ignore = "needs root: kubernetes-validate and kubectl (scripts/test installs them as root)"]
 fn manifests_pass_kubernetes_openapi_schema() {
     let cmd = validator().expect(
         "kubernetes-validate not installed; scripts/test installs it as root \
-         (pip install kubernetes-validate)",
+         (a venv in target/venv)",
     );
-    let file = root().join("deploy/daemonset.yaml");
+    let dir = tempfile::tempdir().unwrap();
+    let standalone = dir.path().join("standalone.yaml");
+    std::fs::write(&standalone, kustomize("deploy/overlays/standalone")).unwrap();
+    let shipped = root().join("deploy/daemonset.yaml");
     // The oldest Kubernetes qosd targets and the newest the validator knows.
-    for version in ["1.30.0", "1.35.0"] {
-        let (ok, out) = validate(&cmd, &file, version);
-        assert!(ok, "schema {version}:\n{out}");
-        for k in [
-            "namespace/",
-            "serviceaccount/",
-            "configmap/",
-            "daemonset/",
-            "clusterrole/",
-            "clusterrolebinding/",
-            "service/",
-        ] {
-            assert!(out.contains(k), "{k} not validated:\n{out}");
+    for file in [&shipped, &standalone] {
+        for version in ["1.30.0", "1.35.0"] {
+            let (ok, out) = validate(&cmd, file, version);
+            assert!(ok, "{} schema {version}:\n{out}", file.display());
+            for k in [
+                "namespace/",
+                "serviceaccount/",
+                "configmap/",
+                "daemonset/",
+                "clusterrole/",
+                "clusterrolebinding/",
+                "service/",
+            ] {
+                assert!(out.contains(k), "{k} not validated:\n{out}");
+            }
         }
     }
     // The check can fail: a misspelt field is rejected in strict mode.
-    let dir = tempfile::tempdir().unwrap();
     let bad: PathBuf = dir.path().join("bad.yaml");
     std::fs::write(
         &bad,
@@ -148,7 +201,8 @@ fn daemonset_properties() {
     assert_eq!(s(&pod["priorityClassName"]), "system-node-critical");
     assert_eq!(pod["hostPID"].as_bool(), Some(true));
     assert_ne!(pod["hostNetwork"].as_bool(), Some(true));
-    // Tolerates every taint.
+    // Linux nodes only, whatever their taints.
+    assert_eq!(s(&pod["nodeSelector"]["kubernetes.io/os"]), "linux");
     let tol = pod["tolerations"].as_sequence().unwrap();
     assert!(
         tol.iter().any(|t| t["operator"].as_str() == Some("Exists")
@@ -201,7 +255,7 @@ fn daemonset_properties() {
     // The embedded config is valid and consistent with the mounts.
     let cm = kind(&all, "ConfigMap");
     let cfg_text = s(&cm["data"]["config.yaml"]);
-    let cfg = effective_config(cfg_text);
+    let cfg = checked_config(cfg_text);
     let metrics: std::net::SocketAddr = cfg["metricsAddress"].as_str().unwrap().parse().unwrap();
     assert_eq!(u64::from(metrics.port()), port);
     assert!(metrics.ip().is_unspecified(), "probes reach the pod IP");
@@ -238,8 +292,7 @@ fn daemonset_properties() {
     assert_eq!(s(&v["hostPath"]["type"]), "Directory");
     assert_eq!(Path::new(s(&m["mountPath"])), sock.parent().unwrap());
     assert_eq!(Path::new(s(&v["hostPath"]["path"])), sock.parent().unwrap());
-    assert_ne!(m["readOnly"].as_bool(), Some(true));
-    let runtime_dir = s(&m["mountPath"]).to_string();
+    assert_eq!(m["readOnly"].as_bool(), Some(true), "socket dir read-only");
     let (m, v) = mount(Path::new(cfg["rootDir"].as_str().unwrap()));
     assert_eq!(s(&v["hostPath"]["path"]), "/var/lib/kubelet");
     assert_eq!(m["readOnly"].as_bool(), Some(true));
@@ -255,10 +308,28 @@ fn daemonset_properties() {
         Path::new(cfg_path).file_name().unwrap().to_str().unwrap() == "config.yaml",
         "{cfg_path}"
     );
-    // Every other mount is read-only.
+    // The kubelet's config is read through the kubelet root's mount.
+    let kubelet_config = kubelet_config_key(cfg_text).expect("kubeletConfig set");
+    let (m, v) = mount(Path::new(&kubelet_config));
+    assert_eq!(s(&v["hostPath"]["path"]), "/var/lib/kubelet");
+    assert_eq!(m["readOnly"].as_bool(), Some(true));
+    // Every other mount is read-only, and every mount is one qosd uses:
+    // the config, cgroupfs, the socket's directory, the kubelet root, the
+    // state dir (no /host/proc: with hostPID the pod's /proc is the host's).
+    let used = [
+        Path::new(cfg_path),
+        Path::new(cfg["cgroupfs"].as_str().unwrap()),
+        &sock,
+        Path::new(cfg["rootDir"].as_str().unwrap()),
+        state,
+    ];
     for m in mounts {
         let p = s(&m["mountPath"]);
-        if p != "/host/sys/fs/cgroup" && p != runtime_dir && Path::new(p) != state {
+        assert!(
+            used.iter().any(|u| u.starts_with(p)),
+            "{p} is mounted but qosd uses nothing below it"
+        );
+        if p != "/host/sys/fs/cgroup" && Path::new(p) != state {
             assert_eq!(
                 m["readOnly"].as_bool(),
                 Some(true),
@@ -266,6 +337,96 @@ fn daemonset_properties() {
             );
         }
     }
+    assert_eq!(mounts.len(), used.len(), "{mounts:?}");
+    assert_eq!(volumes.len(), used.len(), "{volumes:?}");
+}
+
+/// The `kubeletConfig` key of a qosd config file.
+fn kubelet_config_key(cfg_text: &str) -> Option<String> {
+    let v: Value = yaml_serde::from_str(cfg_text).unwrap();
+    v["kubeletConfig"].as_str().map(String::from)
+}
+
+/// `qosd config show -o json` of an overlay's ConfigMap, with the kubelet
+/// config `kubelet` (if any) in place of the node's.
+fn effective_config(overlay_config: &str, kubelet: Option<&Path>) -> serde_json::Value {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("config.yaml");
+    std::fs::write(&cfg, overlay_config).unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_qosd"));
+    cmd.args(["config", "show", "-o", "json", "--config"])
+        .arg(&cfg);
+    if let Some(k) = kubelet {
+        cmd.arg("--kubelet-config").arg(k);
+    }
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "qosd config show: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn default_overlay_takes_the_kubelets_config_audits_and_runs_dry() {
+    let text = std::fs::read_to_string(root().join("deploy/overlays/kubelet/config.yaml")).unwrap();
+    assert_eq!(
+        kubelet_config_key(&text).as_deref(),
+        Some("/var/lib/kubelet/config.yaml")
+    );
+    // A kubeadm node's kubelet config: the systemd driver, its thresholds.
+    let dir = tempfile::tempdir().unwrap();
+    let kubelet = dir.path().join("config.yaml");
+    std::fs::write(
+        &kubelet,
+        "apiVersion: kubelet.config.k8s.io/v1beta1\n\
+         kind: KubeletConfiguration\n\
+         cgroupDriver: systemd\n\
+         containerRuntimeEndpoint: unix:///run/containerd/containerd.sock\n\
+         evictionHard:\n  memory.available: 321Mi\n\
+         systemReserved:\n  memory: 123Mi\n",
+    )
+    .unwrap();
+    let eff = effective_config(&text, Some(&kubelet));
+    assert_eq!(eff["cgroupDriver"], "systemd", "{eff}");
+    assert_eq!(eff["cgroupEnforcement"], "audit", "{eff}");
+    assert_eq!(eff["mode"], "dry-run", "{eff}");
+    assert!(
+        eff["evictionHard"].to_string().contains("321Mi"),
+        "kubelet thresholds not taken: {eff}"
+    );
+    assert!(eff["systemReserved"].to_string().contains("123Mi"), "{eff}");
+    assert_eq!(eff["kubeletConfig"], kubelet.to_str().unwrap());
+    // The same through the config file's own key: the overlay names the
+    // kubelet's file, so without it qosd refuses to start (no silent
+    // fallback to cgroupfs defaults).
+    let dir2 = tempfile::tempdir().unwrap();
+    let cfg = dir2.path().join("config.yaml");
+    std::fs::write(
+        &cfg,
+        text.replace("/var/lib/kubelet/config.yaml", "/nonexistent/kubelet.yaml"),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_qosd"))
+        .args(["config", "check", "--config"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "bad config exits 2 (RestartPreventExitStatus)"
+    );
+
+    // The standalone overlay: no kubelet config, enforce.
+    let text =
+        std::fs::read_to_string(root().join("deploy/overlays/standalone/config.yaml")).unwrap();
+    assert!(kubelet_config_key(&text).is_none());
+    let eff = effective_config(&text, None);
+    assert_eq!(eff["cgroupEnforcement"], "enforce", "{eff}");
+    assert_eq!(eff["mode"], "enforce", "{eff}");
 }
 
 #[test]
@@ -283,7 +444,7 @@ fn kubernetes_api_settings_rbac_and_service() {
         "spec.nodeName"
     );
     let cm = kind(&all, "ConfigMap");
-    let cfg = effective_config(s(&cm["data"]["config.yaml"]));
+    let cfg = checked_config(s(&cm["data"]["config.yaml"]));
     assert_eq!(cfg["evictionBackend"], "api");
     assert_eq!(cfg["runtimeUnhealthyAfter"], "2m0s");
     assert!(cfg["kubeconfig"].is_null(), "in-cluster config");
@@ -357,5 +518,5 @@ fn dockerfile_builds_a_small_static_image() {
     // The image's default config validates.
     let cfg = root().join("config/qosd.yaml");
     assert!(text.contains("config/qosd.yaml"));
-    effective_config(&std::fs::read_to_string(&cfg).unwrap());
+    checked_config(&std::fs::read_to_string(&cfg).unwrap());
 }

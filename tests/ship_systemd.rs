@@ -82,6 +82,58 @@ fn unit_has_required_directives() {
             .any(|w| w.trim_start_matches('-') == "/sys/fs/cgroup"),
         "the whole cgroup tree is writable: {rw}"
     );
+    // cgroup v1: every hierarchy qosd writes (cpu, memory, pids, hugetlb)
+    // or removes orphaned pod cgroups from (all of them), both namings.
+    for h in [
+        "cpu,cpuacct",
+        "memory",
+        "pids",
+        "hugetlb",
+        "blkio",
+        "cpuset",
+        "devices",
+        "freezer",
+        "misc",
+        "net_cls,net_prio",
+        "perf_event",
+        "rdma",
+        "systemd",
+        "unified",
+    ] {
+        for name in ["kubepods", "kubepods.slice"] {
+            let p = format!("-/sys/fs/cgroup/{h}/{name}");
+            assert!(
+                rw.split_whitespace().any(|w| w == p),
+                "{p} not in ReadWritePaths {rw}"
+            );
+        }
+    }
+    // A bad config (exit 2) stops the unit instead of looping; other
+    // failures restart, within a start limit.
+    assert_eq!(one("RestartPreventExitStatus"), "2");
+    let burst: u32 = one("StartLimitBurst").parse().unwrap();
+    assert!((1..=20).contains(&burst), "StartLimitBurst={burst}");
+    let interval =
+        qosd_config::parse_go_duration(&one("StartLimitIntervalSec").replace("min", "m"))
+            .expect("StartLimitIntervalSec parses");
+    assert!(interval.as_secs() >= 60, "no start limit: {interval:?}");
+    // After= a target needs Wants= it (or it orders against nothing); no
+    // slice is pulled in (it would be created empty on cgroupfs nodes).
+    let after = value(&d, "After").join(" ");
+    let wants = value(&d, "Wants").join(" ");
+    for a in after.split_whitespace() {
+        if a.ends_with(".target") && a != "local-fs.target" {
+            assert!(
+                wants.split_whitespace().any(|w| w == a),
+                "After={a} without Wants={a}"
+            );
+        }
+    }
+    assert!(!wants.contains("kubepods.slice"), "Wants={wants}");
+    assert!(
+        value(&d, "Documentation").contains(&"man:qosd(1)"),
+        "no man page in Documentation="
+    );
     // The CRI status cache's directory (qosd's default stateDir).
     assert_eq!(one("StateDirectory"), "qosd");
     assert_eq!(one("MemoryMin"), "32M");

@@ -13,7 +13,8 @@
 //!   systemd.
 //!
 //! * C, the unit: `systemd/qosd.service` (plus a test drop-in: WatchdogSec=6s
-//!   and a probe run as ExecStartPre=, i.e. in the very same sandbox)
+//!   and a probe run as ExecStartPre=, i.e. in the very same sandbox; and
+//!   the documented `Wants=kubepods.slice` drop-in of the systemd driver)
 //!   reaches active through READY=1; the probe can write kubepods.slice and
 //!   read /proc, the kubelet root and the CRI socket, and cannot write
 //!   elsewhere in /sys/fs/cgroup or /etc; `systemd-analyze security` ≤ 2.0;
@@ -267,7 +268,11 @@ evictionHard:
   memory.available: "500Mi"
 "#;
 
-const DROPIN: &str = "[Service]\nWatchdogSec=6s\nExecStartPre=/usr/local/bin/qosd-probe\n";
+/// The test's drop-in, plus the one systemd/qosd.service documents for
+/// `cgroupDriver: systemd` without a kubelet (kubepods.slice before the
+/// sandbox is set up).
+const DROPIN: &str = "[Unit]\nWants=kubepods.slice\nAfter=kubepods.slice\n\
+    [Service]\nWatchdogSec=6s\nExecStartPre=/usr/local/bin/qosd-probe\n";
 
 /// A test pod: one memhog container with the kubelet's CRI values, and the
 /// pod-level values the kubelet gives its slice (v2, kubelet formulas).
@@ -533,4 +538,271 @@ fn check_unit_and_pods(r: &Results, names: &[&str], ctx: &dyn Fn() -> String) {
         .unwrap();
     assert_ne!(old, new, "{wd}");
     assert!(r.num("WATCHDOG_LOG") >= 1, "{}", ctx());
+}
+
+// ------------------------------------------------------------------------
+// The Debian package and its unit on cgroup v2 and v1 (tests/vm/ship_node.sh):
+// `dpkg -i`, `systemctl enable --now` with the shipped config (active,
+// ready), enforce writing and removing every kind of cgroup qosd touches on
+// that hierarchy through the unit's sandbox (kubepods in cpu, memory, pids,
+// hugetlb; orphaned pod cgroups in every hierarchy; a kube-reserved cgroup
+// opened by the documented drop-in) with no EROFS and /readyz 200; the
+// rendered DaemonSet's config beside a kubeadm kubelet config (systemd
+// driver): ready, auditing; a bad config: failed, not restarted, its error
+// in the journal; `dpkg --purge`: gone, the kubepods cgroups left alone.
+
+const SHIP_SCRIPT: &str = include_str!("vm/ship_node.sh");
+
+/// The package, built once per test binary from the debug binary
+/// (`scripts/package --no-build --profile dev`: seconds, where the release
+/// build takes minutes).
+fn package() -> PathBuf {
+    static DEB: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DEB.get_or_init(|| {
+        let bin = PathBuf::from(env!("CARGO_BIN_EXE_qosd"));
+        let target = bin.parent().unwrap().parent().unwrap().to_path_buf();
+        let out = Command::new(vm::repo().join("scripts/package"))
+            .args(["--no-build", "--profile", "dev"])
+            .env("CARGO_TARGET_DIR", &target)
+            .current_dir(vm::repo())
+            .output()
+            .expect("run scripts/package");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "scripts/package failed:\n{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let deb = PathBuf::from(stdout.lines().last().unwrap_or_default().trim());
+        let deb = if deb.is_absolute() {
+            deb
+        } else {
+            vm::repo().join(deb)
+        };
+        assert!(deb.is_file(), "no package at {}", deb.display());
+        deb
+    })
+    .clone()
+}
+
+const ENFORCE_CONFIG: &str = r#"mode: enforce
+cgroupEnforcement: enforce
+cgroupDriver: cgroupfs
+cgroupRoot: "/"
+cgroupVersion: auto
+runtimeEndpoint: "unix:///run/containerd/containerd.sock"
+metricsAddress: "127.0.0.1:9847"
+reconcileInterval: "2s"
+mergeDefaultEvictionSettings: false
+evictionHard:
+  memory.available: "100Mi"
+kubeReserved:
+  memory: "64Mi"
+kubeReservedCgroup: /kube-reserved
+enforceNodeAllocatable: [pods, kube-reserved]
+"#;
+
+/// The drop-in systemd/qosd.service documents for reserved cgroups.
+const RESERVED_DROPIN: &str = "[Service]\nReadWritePaths=-/sys/fs/cgroup/kube-reserved \
+    -/sys/fs/cgroup/cpu,cpuacct/kube-reserved -/sys/fs/cgroup/memory/kube-reserved \
+    -/sys/fs/cgroup/pids/kube-reserved -/sys/fs/cgroup/hugetlb/kube-reserved\n";
+
+const ORPHANS_DROPIN: &str = "[Service]\nExecStart=\n\
+    ExecStart=/usr/bin/qosd run --config /etc/qosd/config.yaml --orphan-grace-period 0s\n";
+
+/// The rendered DaemonSet's (deploy/daemonset.yaml) config, as qosd reads
+/// it in the pod, for the unit on this node: the host's cgroupfs path, the
+/// unit's loopback-only address, no API server here (local kills).
+fn daemonset_config() -> String {
+    let text = std::fs::read_to_string(vm::repo().join("deploy/daemonset.yaml")).unwrap();
+    let cm = text
+        .split("\n---\n")
+        .find(|d| d.contains("kind: ConfigMap"))
+        .expect("ConfigMap in deploy/daemonset.yaml");
+    let doc: yaml_serde::Value = yaml_serde::from_str(cm).unwrap();
+    let cfg = doc["data"]["config.yaml"].as_str().unwrap().to_string();
+    assert!(cfg.contains("kubeletConfig: /var/lib/kubelet/config.yaml"));
+    let out = cfg
+        .replace("/host/sys/fs/cgroup", "/sys/fs/cgroup")
+        .replace("0.0.0.0:9847", "127.0.0.1:9847")
+        .replace("evictionBackend: api", "evictionBackend: kill");
+    assert_ne!(out, cfg);
+    out
+}
+
+fn ship_node(cgroup: &str) {
+    let deb = package();
+    let tmp = tempfile::tempdir().unwrap();
+    let put = |name: &str, text: &str| {
+        let p = tmp.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        (p, format!("test/{name}"))
+    };
+    let files = vec![
+        (deb, "test/qosd.deb".to_string()),
+        put("enforce.yaml", ENFORCE_CONFIG),
+        put("audit.yaml", &daemonset_config()),
+        (
+            vm::repo().join("fixtures/kubelet/kubeadm.yaml"),
+            "test/kubelet.yaml".to_string(),
+        ),
+        put("reserved.conf", RESERVED_DROPIN),
+        put("orphans.conf", ORPHANS_DROPIN),
+        put("bad.yaml", "mode: not-a-mode\n"),
+    ];
+    let run = vm::run_systemd_script(
+        SHIP_SCRIPT,
+        &[],
+        &files,
+        Duration::from_secs(900),
+        &["--cgroup", cgroup],
+    );
+    let ctx = || run.context();
+    run.assert_done(&format!("package and unit on cgroup {cgroup}"));
+    let r = Results { text: &run.results };
+    check_ship(&r, cgroup, &ctx);
+}
+
+fn check_ship(r: &Results, cgroup: &str, ctx: &dyn Fn() -> String) {
+    assert_eq!(r.value("PID1"), "systemd", "{}", ctx());
+    let hier: Vec<&str> = r.value("CGROUP").split_whitespace().collect();
+    assert_eq!(hier[0], cgroup, "booted the wrong hierarchy\n{}", ctx());
+    if cgroup == "v1" {
+        for h in [
+            "cpu,cpuacct",
+            "memory",
+            "pids",
+            "hugetlb",
+            "freezer",
+            "devices",
+        ] {
+            assert!(hier.contains(&h), "no {h} hierarchy: {hier:?}");
+        }
+    }
+    // P: the package and the shipped config.
+    assert_eq!(r.num("DPKG_RC"), 0, "{}", ctx());
+    for l in r.all("PKGFILE") {
+        assert!(l.ends_with(" present"), "{l}\n{}", ctx());
+    }
+    assert_eq!(r.all("PKGFILE").len(), 7);
+    assert_eq!(r.value("CONFFILES").trim(), "/etc/qosd/config.yaml");
+    assert!(r.num("MAN") >= 1, "no .TH in the man page");
+    assert!(
+        r.value("INSTALLED_STATE").starts_with("disabled inactive"),
+        "the package must not start qosd before the config is reviewed: {}",
+        r.value("INSTALLED_STATE")
+    );
+    assert_eq!(r.num("ENABLE_RC"), 0, "{}", ctx());
+    let st = r.value("P_STATE");
+    assert!(
+        st.contains("ActiveState=active") && st.contains("SubState=running"),
+        "{st}\n{}",
+        ctx()
+    );
+    assert!(st.contains("NRestarts=0"), "{st}");
+    assert_eq!(r.value("P_READYZ"), "200", "{}", ctx());
+    assert_eq!(r.value("P_ENABLED"), "enabled");
+    assert_eq!(r.num("P_EROFS"), 0, "{}", ctx());
+
+    // E: every write and removal through the sandbox.
+    assert_eq!(r.num("E_START_RC"), 0, "{}", ctx());
+    let st = r.value("E_STATE");
+    assert!(st.contains("ActiveState=active"), "{st}\n{}", ctx());
+    assert!(st.contains("NRestarts=0"), "{st}\n{}", ctx());
+    assert_eq!(
+        r.value("E_READYZ"),
+        "200",
+        "not ready in enforce on {cgroup}\n{}",
+        ctx()
+    );
+    assert_eq!(r.num("E_EROFS"), 0, "a write was refused\n{}", ctx());
+    let orphans = r.all("ORPHAN");
+    assert_eq!(orphans.len(), hier.len() - 2, "{orphans:?}");
+    for l in orphans {
+        assert!(l.ends_with(" removed"), "orphan left: {l}\n{}", ctx());
+    }
+    let written: BTreeMap<&str, &str> = r
+        .all("WRITTEN")
+        .into_iter()
+        .filter_map(|l| l.split_once(' '))
+        .collect();
+    let unlimited = |v: &str| v == "max" || v.parse::<u64>().is_ok_and(|n| n > 1 << 60);
+    let mem = written["memory"];
+    assert!(
+        !unlimited(mem) && mem.parse::<u64>().is_ok_and(|n| n > 0),
+        "kubepods memory limit not written: {mem}\n{}",
+        ctx()
+    );
+    assert_eq!(written["reserved"], (64 * MI).to_string(), "{}", ctx());
+    if cgroup == "v1" {
+        assert_eq!(written["besteffort"], "2", "{}", ctx());
+        let huge: Vec<&str> = written["hugetlb"].split_whitespace().collect();
+        assert_eq!(huge.len(), 2, "hugetlb/kubepods not readable: {huge:?}");
+    } else {
+        assert_eq!(written["besteffort"], "1", "{}", ctx());
+    }
+
+    // K: the rendered DaemonSet's config beside a kubeadm kubelet.
+    assert_eq!(r.num("K_START_RC"), 0, "{}", ctx());
+    let st = r.value("K_STATE");
+    assert!(st.contains("ActiveState=active"), "{st}\n{}", ctx());
+    assert_eq!(r.value("K_READYZ"), "200", "{}", ctx());
+    assert!(
+        r.value("K_STATUS_ENFORCEMENT").contains("\"audit\""),
+        "not auditing: {}\n{}",
+        r.value("K_STATUS_ENFORCEMENT"),
+        ctx()
+    );
+    assert_eq!(r.num("K_EROFS"), 0, "{}", ctx());
+
+    // B: a bad config stops, with its error in the journal.
+    let st = r.value("B_STATE");
+    for want in [
+        "ActiveState=failed",
+        "Result=exit-code",
+        "ExecMainStatus=2",
+        "NRestarts=0",
+    ] {
+        assert!(st.contains(want), "{want} not in {st}\n{}", ctx());
+    }
+    assert!(
+        r.num("B_JOURNAL") >= 1,
+        "error not in the journal\n{}",
+        ctx()
+    );
+
+    // U: purge.
+    assert_eq!(r.num("PURGE_RC"), 0, "{}", ctx());
+    for l in r.all("PURGED") {
+        assert!(l.ends_with(" gone"), "{l}\n{}", ctx());
+    }
+    assert!(
+        r.value("PURGED_PID").ends_with(" gone"),
+        "{}",
+        r.value("PURGED_PID")
+    );
+    // What the purge found is what it left.
+    assert_eq!(
+        r.all("KUBEPODS_LEFT"),
+        r.all("KUBEPODS_BEFORE"),
+        "purge touched the kubepods cgroups\n{}",
+        ctx()
+    );
+    assert!(r
+        .all("KUBEPODS_LEFT")
+        .iter()
+        .any(|l| l.starts_with(". ") || l.starts_with("memory ")));
+    assert_eq!(r.value("KUBEPODS_SLICE"), "active");
+}
+
+#[test]
+#[ignore = "needs root: boots the systemd VM on cgroup v2 (qemu; debootstrap on first run); needs cargo-deb"]
+fn package_and_unit_on_cgroup_v2() {
+    ship_node("v2");
+}
+
+#[test]
+#[ignore = "needs root: boots the systemd VM on cgroup v1 (qemu; debootstrap on first run); needs cargo-deb"]
+fn package_and_unit_on_cgroup_v1() {
+    ship_node("v1");
 }

@@ -608,8 +608,10 @@ def run_vm(args):
     accel = choose_accel(args.accel)
     append = "console=ttyS0 quiet loglevel=3 panic=-1 psi=1 mitigations=off"
     if args.systemd:
-        # systemd as PID 1 from the initramfs root, cgroup v2 only.
-        append += (" rdinit=/init systemd.unified_cgroup_hierarchy=1"
+        # systemd as PID 1 from the initramfs root: cgroup v2 only, or with
+        # --cgroup v1 the legacy hierarchies (systemd 252 still boots them).
+        unified = 0 if args.cgroup == "v1" else 1
+        append += (f" rdinit=/init systemd.unified_cgroup_hierarchy={unified}"
                    " systemd.show_status=error systemd.log_level=warning")
     if args.append:
         append += " " + args.append
@@ -714,6 +716,8 @@ def main():
     r.add_argument("--numa", action="append",
                    help="qemu -numa option (repeatable), e.g. node,nodeid=0,cpus=0-3,memdev=m0; "
                         "a memdev=mN gets its RAM backend (the VM's memory split evenly)")
+    r.add_argument("--cgroup", choices=["v1", "v2"], default="v2",
+                   help="with --systemd: the cgroup hierarchy systemd mounts (default v2)")
     r.add_argument("--append", default="")
     r.add_argument("--log")
     r.add_argument("--results", help="file receiving what the script writes to $VMTEST_RESULTS (/dev/ttyS1)")

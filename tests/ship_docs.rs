@@ -23,7 +23,10 @@ fn code_spans(text: &str) -> Vec<&str> {
 fn benchmarks_is_short_with_one_table_beside_its_peers() {
     let text = read("BENCHMARKS.md");
     let lines = text.lines().count();
-    assert!(lines <= 400, "BENCHMARKS.md has {lines} lines (at most 400)");
+    assert!(
+        lines <= 400,
+        "BENCHMARKS.md has {lines} lines (at most 400)"
+    );
     for heading in ["## Machine", "## Results", "## Method", "## Reproduce"] {
         assert!(
             text.lines().any(|l| l == heading),
@@ -48,7 +51,10 @@ fn benchmarks_is_short_with_one_table_beside_its_peers() {
         .lines()
         .filter(|l| l.starts_with("|---") || l.starts_with("| ---"))
         .count();
-    assert_eq!(tables, 2, "BENCHMARKS.md: the machine table and one results table");
+    assert_eq!(
+        tables, 2,
+        "BENCHMARKS.md: the machine table and one results table"
+    );
 }
 
 #[test]
@@ -73,10 +79,17 @@ fn benchmark_result_files_named_exist() {
                         let n = e.file_name().to_string_lossy().to_string();
                         n.starts_with(prefix) && n.ends_with(suffix)
                     });
-                assert!(found, "BENCHMARKS.md names {name}: no such file in bench/results");
+                assert!(
+                    found,
+                    "BENCHMARKS.md names {name}: no such file in bench/results"
+                );
             } else {
                 let p = root().join("bench/results").join(name);
-                assert!(p.exists(), "BENCHMARKS.md names {name}: {} does not exist", p.display());
+                assert!(
+                    p.exists(),
+                    "BENCHMARKS.md names {name}: {} does not exist",
+                    p.display()
+                );
             }
         }
     }
@@ -101,13 +114,23 @@ fn changelog_is_by_release() {
             ver.split('.').count() == 3 && ver.split('.').all(|n| n.parse::<u32>().is_ok()),
             "not a version: {v:?}"
         );
-        assert!(date.len() == 10 && date.as_bytes()[4] == b'-', "not a date: {v:?}");
+        assert!(
+            date.len() == 10 && date.as_bytes()[4] == b'-',
+            "not a date: {v:?}"
+        );
     }
     for l in text.lines().filter(|l| l.starts_with("### ")) {
         assert!(
-            ["Added", "Changed", "Deprecated", "Removed", "Fixed", "Security"]
-                .iter()
-                .any(|k| l == &format!("### {k}")),
+            [
+                "Added",
+                "Changed",
+                "Deprecated",
+                "Removed",
+                "Fixed",
+                "Security"
+            ]
+            .iter()
+            .any(|k| l == &format!("### {k}")),
             "not a Keep a Changelog section: {l:?}"
         );
     }
@@ -118,8 +141,20 @@ fn product_texts() -> Vec<String> {
     let mut files: Vec<String> = ["README.md", "CHANGELOG.md", "BENCHMARKS.md"]
         .map(String::from)
         .into();
-    for dir in ["docs", "bench", "bench/evict", "bench/results", "config", "deploy", "deploy/monitoring", "fuzz"] {
-        for e in std::fs::read_dir(root().join(dir)).unwrap().filter_map(|e| e.ok()) {
+    for dir in [
+        "docs",
+        "bench",
+        "bench/evict",
+        "bench/results",
+        "config",
+        "deploy",
+        "deploy/monitoring",
+        "fuzz",
+    ] {
+        for e in std::fs::read_dir(root().join(dir))
+            .unwrap()
+            .filter_map(|e| e.ok())
+        {
             let name = e.file_name().to_string_lossy().to_string();
             let text_file = [".md", ".sh", ".py", ".c", ".yaml", ".json"]
                 .iter()
@@ -134,7 +169,15 @@ fn product_texts() -> Vec<String> {
 
 #[test]
 fn no_talk_of_sessions_or_branches() {
-    let banned = ["session", "wave 1", "wave 2", "wave 3", "this branch", "branch `", "work period"];
+    let banned = [
+        "session",
+        "wave 1",
+        "wave 2",
+        "wave 3",
+        "this branch",
+        "branch `",
+        "work period",
+    ];
     let mut hits = Vec::new();
     let files = product_texts();
     assert!(files.len() > 20, "{files:?}");
@@ -146,7 +189,11 @@ fn no_talk_of_sessions_or_branches() {
             }
         }
     }
-    assert!(hits.is_empty(), "words about work sessions or branches:\n{}", hits.join("\n"));
+    assert!(
+        hits.is_empty(),
+        "words about work sessions or branches:\n{}",
+        hits.join("\n")
+    );
 }
 
 #[test]
@@ -157,7 +204,11 @@ fn readme_repeats_no_sentence_and_its_fixtures_exist() {
     for sentence in flat.split(". ").map(str::trim).filter(|s| s.len() >= 40) {
         *seen.entry(sentence).or_insert(0) += 1;
     }
-    let repeated: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).map(|(s, _)| s).collect();
+    let repeated: Vec<_> = seen
+        .iter()
+        .filter(|(_, n)| **n > 1)
+        .map(|(s, _)| s)
+        .collect();
     assert!(repeated.is_empty(), "README.md repeats: {repeated:#?}");
     let mut fixtures = 0;
     for word in text.split_whitespace() {
@@ -190,5 +241,8 @@ fn config_reference_has_one_entry_per_key() {
     }
     assert!(keys.len() > 30, "{keys:?}");
     let twice: Vec<_> = keys.iter().filter(|(_, n)| **n > 1).collect();
-    assert!(twice.is_empty(), "config keys listed more than once: {twice:?}");
+    assert!(
+        twice.is_empty(),
+        "config keys listed more than once: {twice:?}"
+    );
 }

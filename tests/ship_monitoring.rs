@@ -261,7 +261,11 @@ fn dashboard_is_json_and_queries_documented_metrics() {
     let dash = dashboard();
     assert_eq!(dash["uid"], "qosd-fleet");
     let exprs = dashboard_exprs(&dash);
-    assert!(exprs.len() > 20, "{DASHBOARD}: only {} queries", exprs.len());
+    assert!(
+        exprs.len() > 20,
+        "{DASHBOARD}: only {} queries",
+        exprs.len()
+    );
     assert_documented(DASHBOARD, &exprs);
     // Panel ids are unique (Grafana keys panel state by them).
     let mut ids = BTreeSet::new();

@@ -1,4 +1,4 @@
-// Diagnosis helper for the churn benchmark (BENCHMARKS.md section 7,
+// Diagnosis tool for the churn benchmark (bench/results/HISTORY.md section 7,
 // "Churn, 30 min, live set held at 110"): preloaded into the daemon only,
 // it appends glibc's mallinfo2() totals (every arena: bytes in use, free,
 // mmapped) to $MALLINFO_OUT every $MALLINFO_EVERY seconds (10), so that a

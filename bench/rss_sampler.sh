@@ -1,5 +1,5 @@
 #!/bin/bash
-# Sample a running qosd for the churn RSS investigation (BENCHMARKS.md
+# Sample a running qosd for the churn RSS investigation (bench/results/HISTORY.md
 # section 7, "RSS under churn"): every EVERY seconds one line with the
 # seconds since start, VmRSS, VmHWM, threads, the resident KiB of the main
 # malloc arena ([heap]) and of anonymous mappings (thread arenas, stacks),

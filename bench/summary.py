@@ -103,7 +103,7 @@ def churn(r):
           f"slope {r['vm_rss_kib_per_hour_slope_second_half'] / 1024:+.2f} MiB/h) [{verdict(r['vm_rss_kib_max'] / 1024 < GOALS['rss_mib'])}: < 16 MiB]; "
           f"fds {r['fds_start']} -> {r['fds_end']} (max {r['fds_max']})")
     if "vm_rss_kib_per_hour_slope_whole_run" in r:
-        # The held live set (bench/run.sh churn since session 5).
+        # The held live set (bench/run.sh churn since 2026-11-26).
         print(f"  churn RSS slope over the whole run {r['vm_rss_kib_per_hour_slope_whole_run'] / 1024:+.2f} MiB/h; "
               f"fds {r['fds_min']}-{r['fds_max']}; pods in the runtime {rng(r['pods_in_runtime'], '')}, "
               f"qosd_pods {rng(r['qosd_pods'], '')}, pod cgroups {rng(r['pod_cgroups'], '')}, "

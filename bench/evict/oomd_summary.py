@@ -2,7 +2,7 @@
 """Summarise bench/evict/systemd-oomd.sh: who acted first, how long after
 the sampled crossing of the line, and which process died, per config and
 ramp. Reads OUT/oomd-vm-<config>.jsonl, writes OUT/oomd-summary.json and
-prints a Markdown table (the one in BENCHMARKS.md).
+prints a Markdown table (the one in bench/results/HISTORY.md section 6).
 
 usage: oomd_summary.py [OUT]   (default bench/results)
 """

@@ -74,7 +74,7 @@ def fmt(x):
 
 
 def markdown(d):
-    """Tables for BENCHMARKS-eviction.md: median / p99 (min–max), ms."""
+    """Tables for BENCHMARKS.md and bench/results/HISTORY.md: median / p99 (min–max), ms."""
     import io
     import contextlib
     buf = io.StringIO()

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Side by side on the systemd node (issue 15, item 4): qosd's fast path vs
 # systemd-oomd (its default PSI config, and a tuned one) vs earlyoom vs the
-# kernel OOM killer, on the ramps of BENCHMARKS.md section 5, in one boot of
+# kernel OOM killer, on the ramps of bench/results/HISTORY.md section 5, in one boot of
 # the systemd VM (tests/vm/qosd_vm.py run --systemd: Debian bookworm,
 # systemd PID 1, cgroup v2, psi=1).
 #

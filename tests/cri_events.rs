@@ -206,7 +206,7 @@ fn cpu_shares(env: &Containerd, p: &RunningPod) -> Option<i64> {
 /// removed are seen through the runtime's events well before the 60 s
 /// safety relist — also a sandbox removed after its cgroups changed for
 /// the last time (no pod cgroup event announces that removal: the sequence
-/// that broke session 5's attempt).
+/// that an earlier event-only design missed).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root: starts containerd and creates cgroups"]
 async fn pods_come_and_go_through_the_runtime_events() {

@@ -1,5 +1,5 @@
 //! `qosd eviction-order` end to end (manifests + usage file).
-//! The ranking cases need the core branch (manifest loader, classifier);
+//! The ranking cases run the manifest loader and the classifier;
 //! the input-error cases run on their own.
 
 mod support;

@@ -140,7 +140,7 @@ struct LastPlan {
     /// The daemon's id of the listing `pods` came from, when it gave one:
     /// a later pass over the same listing reuses the plan without
     /// comparing the pods (comparing 110 pods was ~12 % of the idle
-    /// daemon's CPU, BENCHMARKS.md section 7).
+    /// daemon's CPU, bench/results/HISTORY.md section 7).
     listing: Option<u64>,
     writes: Arc<[CgroupWrite]>,
     /// Pods planned (those of `pods` that are planned at all).

@@ -4,7 +4,7 @@
 //! 8 x cores), and every arena keeps its own free memory: with qosd's six
 //! threads that was ~1 MiB of resident memory at idle for nothing (the
 //! daemon allocates little, and rarely from two threads at once). `qosd
-//! run` therefore asks for one arena at start (BENCHMARKS.md section 7,
+//! run` therefore asks for one arena at start (bench/results/HISTORY.md section 7,
 //! "RSS below 16 MiB"), unless the operator chose a number: the
 //! `MALLOC_ARENA_MAX` variable or a `glibc.malloc.arena_max` tunable in
 //! `GLIBC_TUNABLES` wins.
@@ -57,7 +57,7 @@ fn set_arena_max(_n: i32) -> Option<i32> {
 /// every arena's whole free pages, not only the top of the heap). glibc
 /// keeps what a pass freed for the next one, so after a burst of listings
 /// the daemon kept the burst's peak resident (under pod churn each trim
-/// hands back ~0.7 MB, BENCHMARKS.md section 7, "Session 7: churn").
+/// hands back ~0.7 MB, bench/results/HISTORY.md section 7, "churn").
 /// Returns whether any memory was released;
 /// `false` without glibc.
 pub fn release_free_memory() -> bool {

@@ -345,6 +345,10 @@ pub(crate) fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<Daemon
     }
 
     let metrics = Arc::new(Metrics::new());
+    // The eviction side's own runtime, shared by the CRI stopper and the
+    // API evictor (the one other runtime besides `rt`).
+    let evict_rt = qosd_node::evict::runtime::EvictRuntime::new()
+        .context("cannot start the eviction side's runtime")?;
     {
         // Every CRI call of this process, by method (the reconcile loop's
         // listings, the eviction stopper's StopPodSandbox, ...).
@@ -365,7 +369,9 @@ pub(crate) fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<Daemon
     );
     let mut opts = opts;
     let kube = match opts.source {
-        PodSourceSpec::Cri { .. } => start_kube(&cfg, &opts.plan, &rt, &metrics, &health)?,
+        PodSourceSpec::Cri { .. } => {
+            start_kube(&cfg, &opts.plan, &rt, &evict_rt, &metrics, &health)?
+        }
         PodSourceSpec::Manifests(_) => None,
     };
     opts.specs = kube
@@ -392,6 +398,7 @@ pub(crate) fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<Daemon
     // still retrying) then stop instead of starting another.
     let closing = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let closing_r = closing.clone();
+    let evict_rt_r = evict_rt.clone();
     observer.reloader = Some(Box::new(move || {
         let outcome = reload_config(&mut reload, &current, &proc_root, &sysfs);
         let (result, why) = match &outcome {
@@ -411,6 +418,7 @@ pub(crate) fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<Daemon
                         kube_side.clone(),
                         &proc_root,
                         &closing_r,
+                        &evict_rt_r,
                         &m,
                         &h,
                     ) {
@@ -490,6 +498,7 @@ pub(crate) fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<Daemon
         kube,
         &args.proc_root,
         &closing,
+        &evict_rt,
         &metrics,
         &health,
     )? {
@@ -647,6 +656,7 @@ fn start_kube(
     cfg: &Config,
     plan: &PlanConfig,
     rt: &tokio::runtime::Runtime,
+    evict_rt: &qosd_node::evict::runtime::EvictRuntime,
     metrics: &Arc<Metrics>,
     health: &Arc<Health>,
 ) -> anyhow::Result<Option<Arc<crate::runtime::kube_side::KubeSide>>> {
@@ -688,6 +698,7 @@ fn start_kube(
             max_stale: API_MAX_STALENESS,
             eviction_timeout: cfg.api_eviction_timeout,
             cgroup_version: plan.layout.version,
+            evict_rt: evict_rt.clone(),
         },
         metrics.kube.clone(),
     );
@@ -711,6 +722,7 @@ fn start_eviction(
     kube: Option<Arc<crate::runtime::kube_side::KubeSide>>,
     proc_root: &Path,
     closing: &Arc<std::sync::atomic::AtomicBool>,
+    evict_rt: &qosd_node::evict::runtime::EvictRuntime,
     metrics: &Arc<Metrics>,
     health: &Arc<Health>,
 ) -> anyhow::Result<Option<EvictionService>> {
@@ -750,7 +762,8 @@ fn start_eviction(
     // victims, writable layers, dead containers and image GC.
     let cri = match source {
         PodSourceSpec::Cri { endpoint } => {
-            let mut s = qosd_node::evict::stopper::CriStopper::new(endpoint.clone());
+            let mut s =
+                qosd_node::evict::stopper::CriStopper::new(endpoint.clone(), evict_rt.clone());
             s.closing = closing.clone();
             s.image_gc.minimum_age = cfg.image_minimum_gc_age;
             if cfg.eviction_max_pod_grace_period > 0 {

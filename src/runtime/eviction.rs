@@ -784,16 +784,13 @@ impl EvictionLoop {
                 // The pass itself must not lag the detector, nor wait for a
                 // core when it is the only detector.
                 if let Some(p) = rt_priority {
-                    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-                    if qosd_node::sys::watch::realtime_allowed(&status) {
-                        let param = libc::sched_param { sched_priority: p };
-                        // SAFETY: plain syscall on the current thread.
-                        if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } != 0 {
-                            tracing::warn!(priority = p, error = %std::io::Error::last_os_error(), "cannot run the eviction pass thread with SCHED_FIFO; using normal scheduling");
-                        }
-                    } else if watch_off {
+                    use qosd_node::sys::watch::{set_thread_realtime, Realtime};
+                    match set_thread_realtime(p) {
+                        Realtime::Set => {}
+                        Realtime::Failed(error) => tracing::warn!(priority = p, error = %error, "cannot run the eviction pass thread with SCHED_FIFO; using normal scheduling"),
                         // (with the watcher, its thread logs this once)
-                        tracing::info!(priority = p, "eviction passes at normal priority: real-time scheduling not permitted here (RLIMIT_RTPRIO 0, no CAP_SYS_NICE)");
+                        Realtime::NotPermitted if watch_off => tracing::info!(priority = p, "eviction passes at normal priority: real-time scheduling not permitted here (RLIMIT_RTPRIO 0, no CAP_SYS_NICE)"),
+                        Realtime::NotPermitted => {}
                     }
                 }
                 // The watcher lives (and stops) with this thread, which

@@ -89,6 +89,8 @@ pub(crate) struct KubeSettings {
     pub(crate) max_stale: Duration,
     pub(crate) eviction_timeout: Duration,
     pub(crate) cgroup_version: CgroupVersion,
+    /// The eviction side's runtime the API calls of an eviction run on.
+    pub(crate) evict_rt: qosd_node::evict::runtime::EvictRuntime,
 }
 
 /// The API client, the pod cache and its watcher, and the `api` evictor.
@@ -274,7 +276,7 @@ impl KubeSide {
             reporting_instance: self.settings.node_name.clone(),
         };
         let path = format!("/api/v1/namespaces/{}/events", c.namespace);
-        let r = block_on(self.client.post_json(
+        let r = self.settings.evict_rt.block_on(self.client.post_json(
             &path,
             &ev,
             self.settings.eviction_timeout.max(Duration::from_secs(2)),
@@ -308,17 +310,6 @@ impl KubeSide {
             .map(|p| p.metadata.uid.clone())
             .unwrap_or_else(|| runtime_uid.to_string())
     }
-}
-
-/// Run an API call from the (plain) eviction thread on a runtime of its
-/// own: the daemon's runtime may be shutting down while a delete is in
-/// flight, and an eviction must not depend on it.
-fn block_on<F: std::future::Future>(f: F) -> F::Output {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("tokio current-thread runtime")
-        .block_on(f)
 }
 
 impl qosd_node::pods::SpecSource for KubeSide {
@@ -383,11 +374,13 @@ impl ApiEvictor for KubeSide {
             "/api/v1/namespaces/{}/pods/{}/eviction",
             c.namespace, c.name
         );
-        block_on(
-            self.client
-                .post_json(&path, &body, self.settings.eviction_timeout),
-        )
-        .map_err(refusal)?;
+        self.settings
+            .evict_rt
+            .block_on(
+                self.client
+                    .post_json(&path, &body, self.settings.eviction_timeout),
+            )
+            .map_err(refusal)?;
         self.event(v);
         Ok(())
     }
@@ -396,7 +389,7 @@ impl ApiEvictor for KubeSide {
         let c = &v.candidate;
         self.event(v);
         let path = format!("/api/v1/namespaces/{}/pods/{}", c.namespace, c.name);
-        let r = block_on(self.client.delete_json(
+        let r = self.settings.evict_rt.block_on(self.client.delete_json(
             &path,
             &DeleteOptions::new(0, &self.api_uid(&c.uid)),
             self.settings.eviction_timeout.max(Duration::from_secs(5)),

@@ -713,6 +713,7 @@ fn local_storage_limit_evicts_without_node_pressure() {
     .unwrap();
     let cri = Arc::new(qosd_node::evict::stopper::CriStopper::new(
         env.endpoint.clone(),
+        qosd_node::evict::runtime::EvictRuntime::new().unwrap(),
     ));
     let stopper: Arc<dyn PodStopper> = cri.clone();
     let mut engine = Engine::new(

@@ -357,7 +357,7 @@ pub(crate) async fn spawn_with(
 #[cfg(test)]
 mod tests {
 
-    use crate::telemetry::client::parse_response;
+    use crate::support::http::parse_response;
     use crate::telemetry::health::Health;
     use crate::telemetry::status::*;
     use std::time::Duration;

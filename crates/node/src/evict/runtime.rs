@@ -2,7 +2,52 @@
 //! container runtime (writable layers, reclaim, image GC).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// The eviction side's own async runtime (one thread, driven by whoever
+/// blocks on it): the CRI stopper's and the API evictor's calls run on it
+/// from the plain eviction thread, so an eviction never depends on the
+/// daemon's runtime, which may be shutting down at SIGTERM. Built once by
+/// the daemon and shared (cloning shares it); the last holder shuts it
+/// down without waiting, even from inside another runtime.
+#[derive(Clone)]
+pub struct EvictRuntime(Arc<RuntimeHolder>);
+
+struct RuntimeHolder(Option<tokio::runtime::Runtime>);
+
+impl Drop for RuntimeHolder {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+impl std::fmt::Debug for EvictRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("EvictRuntime")
+    }
+}
+
+impl EvictRuntime {
+    /// A current-thread runtime with I/O and timers.
+    pub fn new() -> std::io::Result<EvictRuntime> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        Ok(EvictRuntime(Arc::new(RuntimeHolder(Some(rt)))))
+    }
+
+    /// Run `f` to completion on this runtime (from a thread that is not
+    /// itself inside a runtime).
+    pub fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
+        match &self.0 .0 {
+            Some(rt) => rt.block_on(f),
+            None => unreachable!("the runtime lives until its last holder drops"),
+        }
+    }
+}
 
 /// One container's writable layer as the runtime reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::cri::proto;
-use crate::evict::runtime::{ImageGcPolicy, ReclaimReport, WritableLayer};
+use crate::evict::runtime::{EvictRuntime, ImageGcPolicy, ReclaimReport, WritableLayer};
 use qosd_model::policy::evict::image_gc::{ImageTracker, ListedImage};
 
 /// Each pod's containers' writable layers (by pod uid) from the runtime's
@@ -51,7 +51,7 @@ pub fn writable_layers_by_pod(
 pub struct CriStopper {
     endpoint: String,
     /// `Err`: the runtime could not be built (every call reports it).
-    rt: Result<tokio::runtime::Runtime, String>,
+    rt: EvictRuntime,
     client: Mutex<Option<crate::cri::CriClient>>,
     /// A second client whose calls may last a whole grace period
     /// (StopContainer with the pod's grace).
@@ -76,11 +76,8 @@ fn done_if_not_found(r: Result<(), crate::cri::CriError>) -> Result<(), crate::c
 }
 
 impl CriStopper {
-    pub fn new(endpoint: String) -> CriStopper {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| format!("cannot build the eviction side's CRI runtime: {e}"));
+    /// A stopper for the runtime at `endpoint`, its calls on `rt`.
+    pub fn new(endpoint: String, rt: EvictRuntime) -> CriStopper {
         CriStopper {
             endpoint,
             rt,
@@ -93,8 +90,8 @@ impl CriStopper {
         }
     }
 
-    fn runtime(&self) -> Result<&tokio::runtime::Runtime, String> {
-        self.rt.as_ref().map_err(Clone::clone)
+    fn runtime(&self) -> Result<&EvictRuntime, String> {
+        Ok(&self.rt)
     }
 
     /// Record the images and which ones containers (any state) refer to.
@@ -298,16 +295,6 @@ impl CriStopper {
     }
 }
 
-impl Drop for CriStopper {
-    fn drop(&mut self) {
-        // The last holder may be an async task or a thread at exit: never
-        // wait for (or panic on) the stopper's own runtime there.
-        if let Ok(rt) = std::mem::replace(&mut self.rt, Err(String::new())) {
-            rt.shutdown_background();
-        }
-    }
-}
-
 impl crate::evict::PodStopper for CriStopper {
     fn stop_pod(&self, sandbox_id: &str, grace: Duration) -> Result<(), String> {
         let rt = self.runtime()?;
@@ -394,7 +381,10 @@ mod tests {
     fn no_runtime_call_once_the_daemon_is_closing() {
         // Once the daemon is stopping, a clean-up still retrying gives up
         // without a call (nor a connection).
-        let s = CriStopper::new("unix:///nonexistent/qosd-test.sock".into());
+        let s = CriStopper::new(
+            "unix:///nonexistent/qosd-test.sock".into(),
+            EvictRuntime::new().unwrap(),
+        );
         s.closing.store(true, Ordering::Release);
         for r in [s.stop_pod("sb", Duration::ZERO), s.remove_pod("sb")] {
             let e = r.unwrap_err();
@@ -408,7 +398,10 @@ mod tests {
     /// daemon's runtime shuts down), failing with the runtime's error.
     #[test]
     fn calls_need_no_daemon_runtime() {
-        let s = std::sync::Arc::new(CriStopper::new("unix:///nonexistent/qosd-test.sock".into()));
+        let s = std::sync::Arc::new(CriStopper::new(
+            "unix:///nonexistent/qosd-test.sock".into(),
+            EvictRuntime::new().unwrap(),
+        ));
         let s2 = s.clone();
         let r = std::thread::spawn(move || s2.remove_pod("sb")).join();
         let e = r.expect("no panic").unwrap_err();

@@ -204,17 +204,10 @@ impl Applier {
     }
 
     fn check_allowed(&self, w: &CgroupWrite) -> Result<(), CgroupFsError> {
-        let in_base = |p: &Path| fs::match_base(p, &self.bases).is_some();
-        if !in_base(&w.file) || !in_base(&w.dir) || w.file.parent() != Some(w.dir.as_path()) {
-            return Err(CgroupFsError::OutsideBase {
-                path: w.file.clone(),
-                base: self
-                    .bases
-                    .iter()
-                    .map(|b| b.display().to_string())
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            });
+        fs::check_within(&w.file, &self.bases)?;
+        fs::check_within(&w.dir, &self.bases).map_err(|_| fs::outside(&w.file, &self.bases))?;
+        if w.file.parent() != Some(w.dir.as_path()) {
+            return Err(fs::outside(&w.file, &self.bases));
         }
         Ok(())
     }

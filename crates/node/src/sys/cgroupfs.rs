@@ -263,7 +263,17 @@ pub(crate) fn match_base(path: &Path, bases: &[PathBuf]) -> Option<(PathBuf, Pat
     })
 }
 
-fn outside(path: &Path, bases: &[PathBuf]) -> CgroupFsError {
+/// The one guard of every cgroup writer, creator and remover: `path` must
+/// be at or below one of `bases` (lexically, or with symlinks resolved —
+/// see [`match_base`]); else [`CgroupFsError::OutsideBase`].
+pub fn check_within(path: &Path, bases: &[PathBuf]) -> Result<()> {
+    match match_base(path, bases) {
+        Some(_) => Ok(()),
+        None => Err(outside(path, bases)),
+    }
+}
+
+pub(crate) fn outside(path: &Path, bases: &[PathBuf]) -> CgroupFsError {
     CgroupFsError::OutsideBase {
         path: path.to_path_buf(),
         base: bases

@@ -408,20 +408,17 @@ impl SystemdApplier {
         let mut order: Vec<&str> = Vec::new();
         let mut groups: HashMap<&str, Vec<&CgroupWrite>> = HashMap::new();
         for w in writes {
-            let in_base = |p: &Path| cgroupfs::match_base(p, &self.bases).is_some();
-            if !in_base(&w.file) || units::unit_of(&w.cgroup).is_none() {
+            let guard = cgroupfs::check_within(&w.file, &self.bases).and_then(|()| {
+                match units::unit_of(&w.cgroup) {
+                    Some(_) => Ok(()),
+                    None => Err(cgroupfs::outside(&w.file, &self.bases)),
+                }
+            });
+            if let Err(error) = guard {
                 report.errors.push(ApplyError {
                     file: w.file.clone(),
                     value: w.value.clone(),
-                    error: CgroupFsError::OutsideBase {
-                        path: w.file.clone(),
-                        base: self
-                            .bases
-                            .iter()
-                            .map(|b| b.display().to_string())
-                            .collect::<Vec<_>>()
-                            .join(", "),
-                    },
+                    error,
                 });
                 continue;
             }

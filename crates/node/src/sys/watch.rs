@@ -732,27 +732,48 @@ pub(crate) fn cap_eff_has(status: &str, cap: u32) -> bool {
         .is_some_and(|bits| bits & (1u64 << cap) != 0)
 }
 
-/// SCHED_FIFO for the calling thread (not asked where it cannot be had).
-fn set_realtime(prio: i32) {
+/// What [`set_thread_realtime`] did.
+#[derive(Debug)]
+pub enum Realtime {
+    /// The calling thread now runs SCHED_FIFO.
+    Set,
+    /// Not asked: real-time scheduling is not permitted here (RLIMIT_RTPRIO
+    /// 0 and no CAP_SYS_NICE).
+    NotPermitted,
+    /// Asked and refused.
+    Failed(std::io::Error),
+}
+
+/// SCHED_FIFO at `prio` (1–99) for the calling thread, asked only where it
+/// can be had (the one place qosd changes its scheduling).
+pub fn set_thread_realtime(prio: i32) -> Realtime {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     if !realtime_allowed(&status) {
-        tracing::info!(
-            priority = prio,
-            "eviction watcher at normal priority: real-time scheduling not permitted here (RLIMIT_RTPRIO 0, no CAP_SYS_NICE; qosd.service has RestrictRealtime=yes)"
-        );
-        return;
+        return Realtime::NotPermitted;
     }
     let param = libc::sched_param {
         sched_priority: prio,
     };
     // SAFETY: plain syscall on the current thread with a valid sched_param.
-    let r = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
-    if r != 0 {
-        tracing::warn!(
+    match unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } {
+        0 => Realtime::Set,
+        _ => Realtime::Failed(std::io::Error::last_os_error()),
+    }
+}
+
+/// SCHED_FIFO for the watcher thread (not asked where it cannot be had).
+fn set_realtime(prio: i32) {
+    match set_thread_realtime(prio) {
+        Realtime::Set => {}
+        Realtime::NotPermitted => tracing::info!(
             priority = prio,
-            error = %std::io::Error::last_os_error(),
+            "eviction watcher at normal priority: real-time scheduling not permitted here (RLIMIT_RTPRIO 0, no CAP_SYS_NICE; qosd.service has RestrictRealtime=yes)"
+        ),
+        Realtime::Failed(error) => tracing::warn!(
+            priority = prio,
+            error = %error,
             "cannot run the eviction watcher with SCHED_FIFO; using normal scheduling"
-        );
+        ),
     }
 }
 

@@ -149,7 +149,11 @@ impl Hook {
             }
         };
         let deadline = Instant::now() + self.timeout;
-        let mut pause = Duration::from_millis(5);
+        let poll = qosd_model::core::backoff::Backoff::new(
+            Duration::from_millis(5),
+            Duration::from_millis(100),
+        );
+        let mut pause = poll.first;
         loop {
             match child.try_wait() {
                 Ok(Some(status)) if status.success() => return HookResult::Ok,
@@ -165,7 +169,7 @@ impl Hook {
                 }
                 Ok(None) => {
                     std::thread::sleep(pause);
-                    pause = (pause * 2).min(Duration::from_millis(100));
+                    pause = poll.next(pause);
                 }
                 Err(e) => {
                     tracing::warn!(program = %self.program.display(), error = %e, "eviction hook wait failed");

@@ -56,13 +56,7 @@ impl RetryPolicy {
     /// Delay before attempt number `attempt` (1-based: the delay after the
     /// first failure is `delay(1)`).
     pub(crate) fn delay(&self, attempt: u32) -> Duration {
-        let factor = 1u32
-            .checked_shl(attempt.saturating_sub(1))
-            .unwrap_or(u32::MAX);
-        self.initial_delay
-            .checked_mul(factor)
-            .unwrap_or(self.max_delay)
-            .min(self.max_delay)
+        qosd_model::core::backoff::Backoff::new(self.initial_delay, self.max_delay).delay(attempt)
     }
 }
 

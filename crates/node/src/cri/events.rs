@@ -194,13 +194,7 @@ pub const BACKOFF_MAX: Duration = Duration::from_secs(30);
 
 /// The delay before attempt `n + 1` after `n` consecutive failures (pure).
 pub fn backoff(failures: u32) -> Duration {
-    let f = 1u32
-        .checked_shl(failures.saturating_sub(1))
-        .unwrap_or(u32::MAX);
-    BACKOFF_FIRST
-        .checked_mul(f)
-        .unwrap_or(BACKOFF_MAX)
-        .min(BACKOFF_MAX)
+    qosd_model::core::backoff::Backoff::new(BACKOFF_FIRST, BACKOFF_MAX).delay(failures)
 }
 
 /// The subscriber task: subscribes, proves the stream live, counts the

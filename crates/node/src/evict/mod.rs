@@ -205,7 +205,7 @@ fn with_retries(
                     tracing::warn!(target: "qosd::eviction", pod = %uid, error = %e, "runtime cleanup after eviction failed; retrying until the runtime answers");
                 }
                 std::thread::sleep(wait);
-                wait = (wait * 2).min(retry.max);
+                wait = qosd_model::core::backoff::Backoff::new(retry.first, retry.max).next(wait);
             }
         }
     }

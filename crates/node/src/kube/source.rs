@@ -334,7 +334,9 @@ pub async fn run_watcher(client: KubeClient, opts: WatchOptions, cache: Arc<PodC
                     }
                     cache.disconnected(Some(e.to_string()));
                     tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(opts.max_backoff);
+                    backoff =
+                        qosd_model::core::backoff::Backoff::new(opts.min_backoff, opts.max_backoff)
+                            .next(backoff);
                     continue;
                 }
             }
@@ -355,7 +357,9 @@ pub async fn run_watcher(client: KubeClient, opts: WatchOptions, cache: Arc<PodC
                 cache.disconnected(Some(e));
                 cache.count_restart();
                 tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(opts.max_backoff);
+                backoff =
+                    qosd_model::core::backoff::Backoff::new(opts.min_backoff, opts.max_backoff)
+                        .next(backoff);
                 // A server that keeps failing watches may have lost our
                 // version: relist after a few failures in a row.
                 if backoff >= opts.max_backoff {

@@ -231,7 +231,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<i32> {
     let usage = match &args.usage {
         None => UsageFile::default(),
         Some(p) => {
-            let text = std::fs::read_to_string(p)
+            let text = qosd_node::sys::input::read_text(p)
                 .with_context(|| format!("cannot read usage file {}", p.display()))
                 .map_err(|e| bad_input(format!("{e:#}")))?;
             serde_json::from_str::<UsageFile>(&text)

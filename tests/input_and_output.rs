@@ -1,0 +1,98 @@
+//! Every input file is opened one way and every output write can fail
+//! without a panic: a FIFO, a character device, a directory or an oversize
+//! file as qosd's config or the kubelet's is refused at once with an error
+//! naming it; an error never echoes a line of the file; a full stdout ends
+//! any command with exit 1 and a message; control characters in names never
+//! reach text output raw. No root needed.
+
+mod support;
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use support::*;
+
+/// Files that are not regular text files of a sane size, each with the
+/// words the refusal uses.
+fn hostile_files(dir: &Path) -> Vec<(std::path::PathBuf, &'static str)> {
+    let fifo = dir.join("fifo.yaml");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let big = dir.join("big.yaml");
+    let f = std::fs::File::create(&big).unwrap();
+    f.set_len(qosd_model::core::limits::MAX_INPUT_BYTES + 1)
+        .unwrap();
+    let sub = dir.join("adir");
+    std::fs::create_dir(&sub).unwrap();
+    vec![
+        (fifo, "FIFO"),
+        ("/dev/zero".into(), "character device"),
+        (sub, "directory"),
+        (big, "larger than"),
+    ]
+}
+
+#[test]
+fn special_and_oversize_files_are_refused_as_config_and_kubelet_config() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (path, words) in hostile_files(tmp.path()) {
+        let p = path.to_str().unwrap();
+        for args in [
+            vec!["config", "check", p],
+            vec!["config", "check", "--kubelet-config", p],
+        ] {
+            let t = Instant::now();
+            let (code, _out, err) = qosd_bounded(&args, Stdio::piped());
+            assert_eq!(code, 2, "{args:?}: {err}");
+            assert!(err.contains(p), "{args:?}: the error names the file: {err}");
+            assert!(err.contains(words), "{args:?}: {err}");
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "{args:?} took {:?}",
+                t.elapsed()
+            );
+        }
+    }
+}
+
+#[test]
+fn special_files_in_the_kubelet_drop_in_dir_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("conf.d");
+    std::fs::create_dir(&dir).unwrap();
+    let fifo = dir.join("10-fifo.conf");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let (code, _out, err) = qosd_bounded(
+        &[
+            "config",
+            "check",
+            "--kubelet-config-dir",
+            dir.to_str().unwrap(),
+        ],
+        Stdio::piped(),
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("10-fifo.conf") && err.contains("FIFO"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_shadow_style_file_as_config_is_not_echoed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let f = write_file(
+        tmp.path(),
+        "shadow",
+        "root:$6$abcdefgh$c2VjcmV0aGFzaGVkcGFzc3dvcmQ:19000:0:99999:7:::\nbin:*:19000:0:99999:7:::\n",
+    );
+    let (code, out, err) = qosd_bounded(&["config", "check", f.to_str().unwrap()], Stdio::piped());
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains(f.to_str().unwrap()), "{err}");
+    for secret in ["$6$", "c2VjcmV0", "root:", "19000"] {
+        assert!(
+            !err.contains(secret) && !out.contains(secret),
+            "{secret} echoed: {err}"
+        );
+    }
+}

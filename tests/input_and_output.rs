@@ -96,3 +96,71 @@ fn a_shadow_style_file_as_config_is_not_echoed() {
         );
     }
 }
+
+/// `qosd <args>` with stdout on `/dev/full` (every write fails with
+/// ENOSPC), with a 20 s hang guard: (exit code, stderr).
+fn qosd_to_dev_full(args: &[&str]) -> (i32, String) {
+    use std::io::Read;
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let mut child = std::process::Command::new(qosd_bin())
+        .args(args)
+        .current_dir(repo_root())
+        .env_remove("QOSD_CONFIG")
+        .env_remove("NOTIFY_SOCKET")
+        .stdin(Stdio::null())
+        .stdout(full)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = String::new();
+    // The pipe closes when qosd exits (or the guard below kills it).
+    let mut stderr = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let _ = stderr.read_to_string(&mut err);
+        err
+    });
+    let t = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if t.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("qosd {args:?} still running after 20 s");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    (status.code().unwrap_or(-1), reader.join().unwrap())
+}
+
+#[test]
+fn a_full_stdout_ends_every_command_with_exit_1_and_no_panic() {
+    for args in [
+        &["config", "check", "config/qosd.yaml"][..],
+        &["config", "default"],
+        &["plan"],
+        &["plan", "-o", "json"],
+        &["classify", "--pods", "fixtures/pods"],
+        &[
+            "eviction-order",
+            "--pods",
+            "fixtures/eviction/pods.yaml",
+            "--usage",
+            "fixtures/eviction/usage.json",
+        ],
+        &["completion", "bash"],
+        &["man"],
+    ] {
+        let (code, err) = qosd_to_dev_full(args);
+        assert_eq!(code, 1, "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert!(
+            err.contains("cannot write to standard output") && err.contains("No space left"),
+            "{args:?}: {err}"
+        );
+    }
+}

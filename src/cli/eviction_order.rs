@@ -270,8 +270,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<i32> {
     let ranking = rank::rank(signal, &candidates);
     let doc = document(signal, &ranking);
     match args.output.structured(&doc)? {
-        Some(s) => print!("{s}"),
-        None => print!("{}", render_text(&doc)),
+        Some(s) => crate::cli::output::write_stdout(s)?,
+        None => crate::cli::output::write_stdout(render_text(&doc))?,
     }
     Ok(0)
 }

@@ -3,6 +3,23 @@
 
 use serde::Serialize;
 
+/// Standard output could not be written (a closed pipe, a full disk): the
+/// command ends with this on stderr and exit code 1, never a panic.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot write to standard output")]
+pub(crate) struct StdoutError(#[source] pub(crate) std::io::Error);
+
+/// Write a command's output to stdout: the one way every command prints.
+/// A write or flush error (EPIPE, ENOSPC, ...) is returned as
+/// [`StdoutError`].
+pub(crate) fn write_stdout(bytes: impl AsRef<[u8]>) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    out.write_all(bytes.as_ref())
+        .and_then(|()| out.flush())
+        .map_err(|e| StdoutError(e).into())
+}
+
 /// `-o/--output`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub(crate) enum Output {

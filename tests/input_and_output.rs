@@ -164,3 +164,43 @@ fn a_full_stdout_ends_every_command_with_exit_1_and_no_panic() {
         );
     }
 }
+
+#[test]
+fn control_characters_in_pod_names_never_reach_text_output_raw() {
+    let tmp = tempfile::tempdir().unwrap();
+    let m = write_file(
+        tmp.path(),
+        "evil.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: \"evil\\u001b[31mred\\nFAKE line\"\n  namespace: \"ns\\u0007\"\n  uid: 11111111-2222-3333-4444-555555555555\nspec:\n  containers:\n  - name: c\n    image: x\n",
+    );
+    let m = m.to_str().unwrap();
+    for args in [
+        vec!["classify", "--pods", m],
+        vec!["classify", "--pods", m, "-o", "wide"],
+        vec!["eviction-order", "--pods", m],
+    ] {
+        let (code, out, err) = qosd_bounded(&args, Stdio::piped());
+        assert_eq!(code, 0, "{args:?}: {err}");
+        assert!(
+            !out.contains('\u{1b}') && !out.contains('\u{7}'),
+            "{args:?}: {out:?}"
+        );
+        assert!(!err.contains('\u{1b}'), "{args:?}: {err:?}");
+        assert!(
+            out.contains("evil\\u{1b}[31mred\\nFAKE line"),
+            "{args:?}: {out:?}"
+        );
+        assert!(
+            !out.lines().any(|l| l.starts_with("FAKE line")),
+            "{args:?}: a forged line: {out:?}"
+        );
+    }
+    // JSON keeps the name exactly (escaped by JSON itself).
+    let (code, out, _) = qosd_bounded(&["classify", "--pods", m, "-o", "json"], Stdio::piped());
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(
+        v.to_string().contains("evil\\u001b[31mred\\nFAKE line"),
+        "{v}"
+    );
+}

@@ -164,7 +164,7 @@ pub(crate) fn render_text(doc: &OrderDoc) -> String {
         .map(|e| {
             [
                 e.rank.to_string(),
-                format!("{}/{}", e.namespace, e.name),
+                crate::cli::output::text_safe(&format!("{}/{}", e.namespace, e.name)).into_owned(),
                 e.qos_class.clone(),
                 e.priority.to_string(),
                 if e.usage_known {
@@ -176,7 +176,7 @@ pub(crate) fn render_text(doc: &OrderDoc) -> String {
                 opt_bytes(e.ephemeral_storage_bytes),
                 opt_n(e.inodes),
                 opt_n(e.processes),
-                e.reason.clone(),
+                crate::cli::output::text_safe(&e.reason).into_owned(),
             ]
         })
         .collect();

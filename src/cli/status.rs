@@ -112,7 +112,7 @@ impl Report {
         };
         o.push_str(&self.doc.to_table(now_ms));
         for n in &self.notes {
-            o.push_str(&format!("note: {n}\n"));
+            o.push_str(&format!("note: {}\n", crate::cli::output::text_safe(n)));
         }
         o
     }

@@ -291,6 +291,19 @@ pub(crate) fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<Daemon
         PodSourceSpec::Manifests(args.pods.clone())
     };
     let dry_run = cfg.mode == qosd_config::Mode::DryRun;
+    // One qosd per cgroup root, taken before the first write (dry-run
+    // writes nothing and takes none); held until this function returns.
+    let _instance_lock = if dry_run {
+        None
+    } else {
+        let lock = crate::runtime::instance_lock::acquire(
+            &crate::runtime::instance_lock::lock_dir(),
+            &cfg.cgroupfs,
+            &cfg.cgroup_root,
+        )?;
+        tracing::debug!(lock = %lock.path.display(), "instance lock held");
+        Some(lock)
+    };
     let audit = cfg.cgroup_enforcement == qosd_config::CgroupEnforcement::Audit;
     if audit {
         tracing::info!(

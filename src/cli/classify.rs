@@ -1,6 +1,5 @@
 //! `qosd classify`: each pod's QoS class and why ("why is my pod Burstable?").
 
-use std::io::Write;
 use std::path::PathBuf;
 
 use serde::Serialize;
@@ -101,8 +100,6 @@ pub(crate) fn run(args: Args) -> anyhow::Result<i32> {
             "qosd: {templates} pod(s) come from workload pod templates (classified as the pods they would create)"
         );
     }
-    let mut stdout = std::io::stdout().lock();
-    stdout.write_all(out.as_bytes())?;
-    stdout.flush()?;
+    crate::cli::output::write_stdout(out)?;
     Ok(0)
 }

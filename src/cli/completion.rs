@@ -2,8 +2,6 @@
 //! the man page, generated from the CLI definition itself (so they never
 //! disagree with the flags).
 
-use std::io::Write;
-
 use clap::CommandFactory;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -34,9 +32,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<i32> {
     };
     let mut out = Vec::new();
     clap_complete::generate(shell, &mut crate::cli::Cli::command(), "qosd", &mut out);
-    let mut stdout = std::io::stdout().lock();
-    stdout.write_all(&out)?;
-    stdout.flush()?;
+    crate::cli::output::write_stdout(out)?;
     Ok(0)
 }
 
@@ -62,9 +58,7 @@ pub(crate) fn man_page() -> anyhow::Result<Vec<u8>> {
 
 pub(crate) fn run_man(_: ManArgs) -> anyhow::Result<i32> {
     let page = man_page()?;
-    let mut stdout = std::io::stdout().lock();
-    stdout.write_all(&page)?;
-    stdout.flush()?;
+    crate::cli::output::write_stdout(page)?;
     Ok(0)
 }
 

@@ -73,17 +73,17 @@ pub(crate) fn run(cmd: ConfigCommand) -> anyhow::Result<i32> {
             kubelet.apply(&mut o);
             let c = load_or_bad_input(file.as_deref(), &o)?;
             if !quiet {
-                print!("{}", render(&c, output)?);
+                crate::cli::output::write_stdout(render(&c, output)?)?;
             }
             Ok(0)
         }
         ConfigCommand::Show { config, output } => {
             let c = config.load()?;
-            print!("{}", render_show(&c, output)?);
+            crate::cli::output::write_stdout(render_show(&c, output)?)?;
             Ok(0)
         }
         ConfigCommand::Default { output } => {
-            print!("{}", render(&Config::default(), output)?);
+            crate::cli::output::write_stdout(render(&Config::default(), output)?)?;
             Ok(0)
         }
     }

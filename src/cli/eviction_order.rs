@@ -164,7 +164,7 @@ pub(crate) fn render_text(doc: &OrderDoc) -> String {
         .map(|e| {
             [
                 e.rank.to_string(),
-                format!("{}/{}", e.namespace, e.name),
+                crate::cli::output::text_safe(&format!("{}/{}", e.namespace, e.name)).into_owned(),
                 e.qos_class.clone(),
                 e.priority.to_string(),
                 if e.usage_known {
@@ -176,7 +176,7 @@ pub(crate) fn render_text(doc: &OrderDoc) -> String {
                 opt_bytes(e.ephemeral_storage_bytes),
                 opt_n(e.inodes),
                 opt_n(e.processes),
-                e.reason.clone(),
+                crate::cli::output::text_safe(&e.reason).into_owned(),
             ]
         })
         .collect();
@@ -231,7 +231,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<i32> {
     let usage = match &args.usage {
         None => UsageFile::default(),
         Some(p) => {
-            let text = std::fs::read_to_string(p)
+            let text = qosd_node::sys::input::read_text(p)
                 .with_context(|| format!("cannot read usage file {}", p.display()))
                 .map_err(|e| bad_input(format!("{e:#}")))?;
             serde_json::from_str::<UsageFile>(&text)
@@ -270,8 +270,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<i32> {
     let ranking = rank::rank(signal, &candidates);
     let doc = document(signal, &ranking);
     match args.output.structured(&doc)? {
-        Some(s) => print!("{s}"),
-        None => print!("{}", render_text(&doc)),
+        Some(s) => crate::cli::output::write_stdout(s)?,
+        None => crate::cli::output::write_stdout(render_text(&doc))?,
     }
     Ok(0)
 }

@@ -3,6 +3,70 @@
 
 use serde::Serialize;
 
+/// Standard output could not be written (a closed pipe, a full disk): the
+/// command ends with this on stderr and exit code 1, never a panic.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot write to standard output")]
+pub(crate) struct StdoutError(#[source] pub(crate) std::io::Error);
+
+/// Whether `c` must not reach a terminal or a log line raw: a control
+/// character (newline, ESC, ...) or a bidirectional-text override.
+fn unsafe_char(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// `s` with control characters escaped the way Rust's `escape_debug` writes
+/// them (`\n`, `\u{1b}`): a name from a manifest or the runtime cannot
+/// forge a line or send a terminal escape sequence in text output. Every
+/// text rendering of a name, namespace, uid or message goes through this;
+/// JSON output escapes by itself.
+pub(crate) fn text_safe(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s.chars().any(unsafe_char) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if unsafe_char(c) => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// Text output as written: every control character but the newlines and
+/// tabs of the layout escaped (see [`text_safe`]), so no escape sequence
+/// reaches the terminal whatever a renderer forgot.
+pub(crate) fn text_output(s: &str) -> String {
+    s.split('\n')
+        .map(|line| {
+            line.split('\t')
+                .map(|p| text_safe(p).into_owned())
+                .collect::<Vec<_>>()
+                .join("\t")
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Write a command's output to stdout: the one way every command prints.
+/// A write or flush error (EPIPE, ENOSPC, ...) is returned as
+/// [`StdoutError`].
+pub(crate) fn write_stdout(bytes: impl AsRef<[u8]>) -> anyhow::Result<()> {
+    use std::io::Write;
+    let bytes = bytes.as_ref();
+    let safe = std::str::from_utf8(bytes).map(text_output);
+    let bytes = safe.as_ref().map_or(bytes, |s| s.as_bytes());
+    let mut out = std::io::stdout().lock();
+    out.write_all(bytes)
+        .and_then(|()| out.flush())
+        .map_err(|e| StdoutError(e).into())
+}
+
 /// `-o/--output`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub(crate) enum Output {
@@ -38,11 +102,19 @@ pub(crate) fn json<T: Serialize>(doc: &T) -> anyhow::Result<String> {
 /// Columns padded to their widest cell, two spaces apart; the last column
 /// is not padded (free text such as a reason).
 pub(crate) fn table<S: AsRef<str>>(head: &[&str], rows: &[Vec<S>]) -> String {
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            r.iter()
+                .map(|c| text_safe(c.as_ref()).into_owned())
+                .collect()
+        })
+        .collect();
     let n = head.len();
     let mut w: Vec<usize> = head.iter().map(|h| h.chars().count()).collect();
-    for r in rows {
+    for r in &rows {
         for (i, c) in r.iter().enumerate().take(n) {
-            w[i] = w[i].max(c.as_ref().chars().count());
+            w[i] = w[i].max(c.chars().count());
         }
     }
     let line = |cells: Vec<&str>| {
@@ -99,5 +171,19 @@ mod tests {
             "a: 1\n"
         );
         assert!(Output::Wide.structured(&D { a: 1 }).unwrap().is_none());
+    }
+
+    #[test]
+    fn control_characters_are_escaped_in_text() {
+        assert_eq!(text_safe("plain-name"), "plain-name");
+        assert_eq!(
+            text_safe("a\nb\u{1b}[31m\u{202e}"),
+            "a\\nb\\u{1b}[31m\\u{202e}"
+        );
+        let t = table(&["POD", "QOS"], &[vec!["ns/evil\nFAKE\u{7}", "Burstable"]]);
+        assert_eq!(t.lines().count(), 2, "{t:?}");
+        assert!(!t.contains('\u{7}'), "{t:?}");
+        // Layout newlines and tabs stay; other controls do not.
+        assert_eq!(text_output("a\tb\n\u{1b}[0m\n"), "a\tb\n\\u{1b}[0m\n");
     }
 }

@@ -5,7 +5,6 @@
 //! [`crate::app::plan_config`], the daemon's one builder, so the plan
 //! printed is the plan the daemon would apply.
 
-use std::io::Write;
 use std::path::PathBuf;
 
 use crate::cli::bad_input;
@@ -115,9 +114,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<i32> {
             t
         }
     };
-    let mut stdout = std::io::stdout().lock();
-    stdout.write_all(out.as_bytes())?;
-    stdout.flush()?;
+    crate::cli::output::write_stdout(out)?;
     Ok(0)
 }
 

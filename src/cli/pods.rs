@@ -64,8 +64,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<i32> {
     };
     args.kube.merge(&mut inv)?;
     match args.output.structured(&to_json(&inv))? {
-        Some(s) => print!("{s}"),
-        None => print!("{}", to_text(&inv, args.output == Output::Wide)),
+        Some(s) => crate::cli::output::write_stdout(s)?,
+        None => crate::cli::output::write_stdout(to_text(&inv, args.output == Output::Wide))?,
     }
     Ok(0)
 }

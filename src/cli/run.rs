@@ -88,37 +88,43 @@ fn print_once(
     dry_run: bool,
 ) -> anyhow::Result<()> {
     match output.structured(report)? {
-        Some(s) => print!("{s}"),
+        Some(s) => crate::cli::output::write_stdout(s)?,
         None => {
+            use std::fmt::Write as _;
+            let mut t = String::new();
             let verb = if dry_run { "would write" } else { "wrote" };
             for w in &report.writes {
-                println!("{verb} {} = {}", w.file.display(), w.value);
+                writeln!(t, "{verb} {} = {}", w.file.display(), w.value)?;
             }
             for d in &report.orphans_removed {
-                println!(
+                writeln!(
+                    t,
                     "{} orphan {}",
                     if dry_run { "would remove" } else { "removed" },
                     d.display()
-                );
+                )?;
             }
             for d in &report.audit_drift {
-                println!(
+                writeln!(
+                    t,
                     "audit: {} = {} (planned {}; not written)",
                     d.file,
                     d.found.as_deref().unwrap_or("(missing)"),
                     d.planned
-                );
+                )?;
             }
             for e in &report.errors {
-                println!("error: {e}");
+                writeln!(t, "error: {e}")?;
             }
-            println!(
+            writeln!(
+                t,
                 "{} pods, {} writes, {} unchanged, {} errors",
                 report.pods,
                 report.writes.len(),
                 report.unchanged,
                 report.errors.len()
-            );
+            )?;
+            crate::cli::output::write_stdout(t)?;
         }
     }
     Ok(())

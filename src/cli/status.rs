@@ -112,7 +112,7 @@ impl Report {
         };
         o.push_str(&self.doc.to_table(now_ms));
         for n in &self.notes {
-            o.push_str(&format!("note: {n}\n"));
+            o.push_str(&format!("note: {}\n", crate::cli::output::text_safe(n)));
         }
         o
     }
@@ -165,14 +165,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<i32> {
     Ok(code)
 }
 
-/// Write to stdout; a closed pipe (`| head`) is not an error.
+/// Write to stdout (see [`crate::cli::output::write_stdout`]).
 fn print_out(text: &str) -> anyhow::Result<()> {
-    use std::io::Write;
-    let mut out = std::io::stdout().lock();
-    match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
-        _ => Ok(()),
-    }
+    crate::cli::output::write_stdout(text)
 }
 
 /// Compute a status report now, without a daemon. Returns the report and

@@ -98,19 +98,21 @@ pub(crate) fn plan_pods(
     Ok(Some(plan(&mut policy, &mut state, &cpods)))
 }
 
-/// Read a state file; `Ok(None)` when it does not exist.
+/// Read a state file; `Ok(None)` when it does not exist. Regular files
+/// only, size-capped (a FIFO or `/dev/zero` is refused, not waited on).
 pub(crate) fn read_state(path: &Path) -> Result<Option<CpuState>, CpuManagerError> {
-    match std::fs::read(path) {
+    use qosd_node::sys::input::{read_bytes, Symlinks, MAX_INPUT_BYTES};
+    match read_bytes(path, MAX_INPUT_BYTES, Symlinks::Follow) {
         Ok(b) => CpuState::from_json(&b)
             .map(Some)
             .map_err(|source| CpuManagerError::State {
                 path: path.to_path_buf(),
                 source: Box::new(source),
             }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(source) => Err(CpuManagerError::Io {
+        Err(e) if e.is_not_found() => Ok(None),
+        Err(e) => Err(CpuManagerError::Io {
             path: path.to_path_buf(),
-            source,
+            source: e.into_io(),
         }),
     }
 }

@@ -9,6 +9,7 @@ pub(crate) mod daemon;
 pub mod eviction;
 pub mod eviction_service;
 pub(crate) mod hook;
+pub(crate) mod instance_lock;
 pub(crate) mod kube_side;
 pub(crate) mod reaction;
 pub mod reconcile;

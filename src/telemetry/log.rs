@@ -42,14 +42,35 @@ pub(crate) fn init_logging_at(format: LogFormat, level: &str) {
         // Under systemd: `<N>` priority prefixes, no timestamp or colour
         // (journald keeps both) — see telemetry::journald.
         LogFormat::Text if crate::telemetry::journald::stderr_is_journal() => install!(builder
+            .fmt_fields(escaped_fields())
             .with_ansi(false)
             .event_format(crate::telemetry::journald::PriorityPrefix(
                 tracing_subscriber::fmt::format()
                     .without_time()
                     .with_ansi(false),
             ))),
-        LogFormat::Text => install!(builder.with_ansi(std::io::stderr().is_terminal())),
+        LogFormat::Text => install!(builder
+            .fmt_fields(escaped_fields())
+            .with_ansi(std::io::stderr().is_terminal())),
     };
+}
+
+/// The text format's fields (`key=value`, the message bare) with control
+/// characters escaped: a pod name holding a newline or an escape sequence
+/// cannot forge a log line or drive the terminal. JSON logs escape by
+/// themselves.
+pub(crate) fn escaped_fields() -> impl for<'w> tracing_subscriber::fmt::FormatFields<'w> {
+    use tracing_subscriber::field::MakeExt as _;
+    tracing_subscriber::fmt::format::debug_fn(|w, field, value| {
+        let v = format!("{value:?}");
+        let v = crate::cli::output::text_safe(&v);
+        if field.name() == "message" {
+            write!(w, "{v}")
+        } else {
+            write!(w, "{}={v}", field.name())
+        }
+    })
+    .delimited(" ")
 }
 
 /// A filter from `QOSD_LOG` or `logLevel`, checked first the way the
@@ -210,5 +231,50 @@ mod tests {
         assert!(log_filter_ok("info\nqosd=debug").is_err());
         assert!(log_filter_ok("qosd=loud").is_err());
         assert!(filter("debug").is_ok());
+    }
+}
+
+#[cfg(test)]
+mod escape_tests {
+    use std::sync::{Arc, Mutex};
+
+    #[derive(Clone)]
+    struct Buf(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Buf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn text_log_lines_escape_control_characters() {
+        let buf = Buf(Arc::new(Mutex::new(Vec::new())));
+        let w = buf.clone();
+        let sub = tracing_subscriber::fmt()
+            .fmt_fields(super::escaped_fields())
+            .with_ansi(false)
+            .without_time()
+            .with_writer(move || w.clone())
+            .finish();
+        tracing::subscriber::with_default(sub, || {
+            let name = "evil\u{1b}[31m\nINFO forged line";
+            tracing::info!(pod = %name, uid = ?name, "evicting {name}");
+        });
+        let out = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+        assert_eq!(out.matches('\n').count(), 1, "one event, one line: {out:?}");
+        assert!(!out.contains('\u{1b}'), "{out:?}");
+        assert!(
+            out.contains("evicting evil\\u{1b}[31m\\nINFO forged line"),
+            "{out:?}"
+        );
+        assert!(
+            out.contains("pod=evil\\u{1b}[31m\\nINFO forged line"),
+            "{out:?}"
+        );
     }
 }

@@ -271,6 +271,7 @@ impl StatusDoc {
 
     /// A human-readable table (what `qosd status` prints without `--output json`).
     pub(crate) fn to_table(&self, now_ms: u64) -> String {
+        use crate::cli::output::text_safe;
         use std::fmt::Write as _;
         let mut o = String::new();
         let yes = |b: bool| if b { "yes" } else { "no" };
@@ -285,7 +286,7 @@ impl StatusDoc {
             yes(self.ready),
         );
         if let Some(why) = &self.not_ready_reason {
-            let _ = writeln!(o, "not ready: {why}");
+            let _ = writeln!(o, "not ready: {}", text_safe(why));
         }
         if self.config_generation > 0 {
             let _ = writeln!(
@@ -300,7 +301,7 @@ impl StatusDoc {
             );
         }
         for d in &self.degraded {
-            let _ = writeln!(o, "degraded: {d}");
+            let _ = writeln!(o, "degraded: {}", text_safe(d));
         }
         if let Some(e) = &self.runtime_events {
             let _ = writeln!(o, "runtime events: {e}");
@@ -442,7 +443,7 @@ impl StatusDoc {
                 let _ = writeln!(
                     o,
                     "  {:<40} {:<11} {:>12} {:>12} {:>10} {:>9}",
-                    format!("{}/{}", p.namespace, p.name),
+                    text_safe(&format!("{}/{}", p.namespace, p.name)),
                     p.qos_class,
                     b(p.memory_working_set_bytes),
                     b(p.ephemeral_storage_bytes),
@@ -465,7 +466,7 @@ impl StatusDoc {
                     o,
                     "  {:<10} {:<40} {:<11} {:<28} {:>12} {:>12}  {}",
                     ago(now_ms, e.at_ms),
-                    format!("{}/{}", e.namespace, e.name),
+                    text_safe(&format!("{}/{}", e.namespace, e.name)),
                     e.qos_class,
                     format!("{} ({})", e.signal, or_dash(&e.threshold_kind)),
                     signal_value(&e.signal, e.observed),

@@ -117,9 +117,10 @@ fn err(path: &Path, message: impl Into<String>) -> ConfigError {
 /// Parse a kubelet config file: JSON when it starts with `{`, YAML
 /// otherwise; `apiVersion` and `kind` must be the kubelet's.
 fn read_document(path: &Path) -> Result<Map<String, Value>, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+    // Regular files only, size-capped; symlinks followed (ConfigMap mounts).
+    let text = qosd_node::sys::input::read_text(path).map_err(|e| ConfigError::Read {
         path: path.to_path_buf(),
-        source,
+        source: e.into_io(),
     })?;
     if text.trim().is_empty() {
         return Err(err(path, "the file is empty (the kubelet refuses it too)"));

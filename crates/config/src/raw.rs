@@ -143,9 +143,41 @@ impl RawConfig {
             .map(Option::unwrap_or_default)
             .map_err(|e| ConfigError::Parse {
                 file: None,
-                message: with_suggestion(e.to_string()),
+                message: with_suggestion(redact_unknown_field(e.to_string())),
             })
     }
+}
+
+/// Whether `key` may be shown in an error: a short name of the shape of a
+/// config field. Anything else (a line of some other file passed as
+/// `--config`, such as a password hash) is never echoed.
+fn showable_key(key: &str) -> bool {
+    (1..=64).contains(&key.len())
+        && key.starts_with(|c: char| c.is_ascii_alphabetic())
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.')
+}
+
+/// Replace the key of an "unknown field `KEY`" message by a placeholder
+/// unless it looks like a field name: the message must not carry the
+/// content of a file that is not a config file.
+pub(crate) fn redact_unknown_field(message: String) -> String {
+    const MARK: &str = "unknown field `";
+    let Some(start) = message.find(MARK).map(|i| i + MARK.len()) else {
+        return message;
+    };
+    let Some(len) = message[start..].find('`') else {
+        return message;
+    };
+    if showable_key(&message[start..start + len]) {
+        return message;
+    }
+    format!(
+        "{}unknown field (a key that is not a field name; not shown){}",
+        &message[..start - MARK.len()],
+        &message[start + len + 1..]
+    )
 }
 
 /// Append "did you mean `x`?" to an unknown-field message when a known
@@ -377,6 +409,24 @@ fn parse_sep_map(s: &str, sep: char) -> Result<BTreeMap<String, String>, String>
 #[cfg(test)]
 mod suggestion_tests {
     use super::*;
+
+    #[test]
+    fn keys_that_are_not_field_names_are_not_echoed() {
+        // A line of a shadow-style file as the only key.
+        let e = RawConfig::from_yaml("root:$6$abcdefgh$c2VjcmV0aGFzaA:19000:0:99999:7:::\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("unknown field (a key that is not a field name"),
+            "{e}"
+        );
+        assert!(!e.contains("$6$") && !e.contains("root:"), "{e}");
+        // A misspelt field is still named.
+        let e = RawConfig::from_yaml("cgroupDrivr: systemd\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`cgroupDrivr`"), "{e}");
+    }
 
     fn hint(yaml: &str) -> Option<String> {
         let ConfigError::Parse { message, .. } = RawConfig::from_yaml(yaml).unwrap_err() else {

@@ -231,21 +231,20 @@ pub(crate) fn load(
         path: path.to_path_buf(),
         source,
     };
-    let f = match std::fs::File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(read(e)),
+    // Regular files only, never through a symlink (qosd owns this file: a
+    // link can only have been planted), never more than MAX_BYTES.
+    use crate::sys::input::{read_bytes, InputError, Symlinks};
+    let bytes = match read_bytes(path, MAX_BYTES, Symlinks::Refuse) {
+        Ok(b) => b,
+        Err(e) if e.is_not_found() => return Ok(None),
+        Err(InputError::TooLarge { .. }) => {
+            return Err(PersistError::TooLarge {
+                path: path.to_path_buf(),
+                size: std::fs::symlink_metadata(path).map_or(MAX_BYTES + 1, |m| m.len()),
+            })
+        }
+        Err(e) => return Err(read(e.into_io())),
     };
-    let size = f.metadata().map_err(read)?.len();
-    if size > MAX_BYTES {
-        return Err(PersistError::TooLarge {
-            path: path.to_path_buf(),
-            size,
-        });
-    }
-    let mut bytes = Vec::with_capacity(size as usize);
-    std::io::Read::read_to_end(&mut std::io::Read::take(f, MAX_BYTES + 1), &mut bytes)
-        .map_err(read)?;
     cache.restore(path, &bytes, endpoint).map(Some)
 }
 

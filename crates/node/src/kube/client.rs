@@ -179,10 +179,10 @@ impl KubeClient {
         Ok(match &self.cfg.auth {
             Auth::Token(t) => Some(t.clone()),
             Auth::TokenFile(p) => Some(
-                std::fs::read_to_string(p)
-                    .map_err(|source| KubeError::Token {
+                crate::sys::input::read_text(p)
+                    .map_err(|e| KubeError::Token {
                         path: p.clone(),
-                        source,
+                        source: e.into_io(),
                     })?
                     .trim()
                     .to_string(),

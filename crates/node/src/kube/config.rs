@@ -87,7 +87,7 @@ pub(crate) fn in_cluster(
         )));
     }
     let ca = sa_dir.join("ca.crt");
-    let ca_pem = std::fs::read(&ca).map_err(|source| ConfigError::Read { path: ca, source })?;
+    let ca_pem = read_input(&ca)?;
     // An IPv6 service address needs brackets.
     let host = if host.contains(':') && !host.starts_with('[') {
         format!("[{host}]")
@@ -159,11 +159,21 @@ struct RawUser {
 
 /// Read a kubeconfig file and resolve its current context.
 pub fn from_kubeconfig(path: &Path) -> Result<KubeConfig, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+    let text = crate::sys::input::read_text(path).map_err(|e| ConfigError::Read {
         path: path.to_path_buf(),
-        source,
+        source: e.into_io(),
     })?;
     kubeconfig_from_str(&text, path)
+}
+
+/// A credential or certificate file: regular files only, size-capped,
+/// symlinks followed (service-account volumes are symlinks).
+fn read_input(p: &Path) -> Result<Vec<u8>, ConfigError> {
+    use crate::sys::input::{read_bytes, Symlinks, MAX_INPUT_BYTES};
+    read_bytes(p, MAX_INPUT_BYTES, Symlinks::Follow).map_err(|e| ConfigError::Read {
+        path: p.to_path_buf(),
+        source: e.into_io(),
+    })
 }
 
 /// Resolve kubeconfig text; relative file paths are relative to `path`'s directory.
@@ -183,7 +193,7 @@ pub(crate) fn kubeconfig_from_str(text: &str, path: &Path) -> Result<KubeConfig,
     };
     let read = |p: &Path| {
         let p = resolve(p);
-        std::fs::read(&p).map_err(|source| ConfigError::Read { path: p, source })
+        read_input(&p)
     };
     let decode = |what: &str, d: &str| {
         base64::engine::general_purpose::STANDARD

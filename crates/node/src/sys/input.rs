@@ -12,7 +12,7 @@ use std::io::Read;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-pub(crate) use qosd_model::core::limits::MAX_INPUT_BYTES;
+pub use qosd_model::core::limits::MAX_INPUT_BYTES;
 
 #[derive(Debug, thiserror::Error)]
 pub enum InputError {
@@ -27,6 +27,20 @@ pub enum InputError {
     TooLarge { path: PathBuf, max: u64 },
     #[error("{}: not UTF-8 text", path.display())]
     NotUtf8 { path: PathBuf },
+    #[error("{}: is a symbolic link (refused here: a symlink is not expected)", path.display())]
+    Symlink { path: PathBuf },
+}
+
+/// Whether the last component of an input path may be a symbolic link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Symlinks {
+    /// Followed: files an operator points at and that are often links
+    /// (qosd's config, the kubelet config and drop-ins: ConfigMap mounts
+    /// are symlinks).
+    Follow,
+    /// Refused (`O_NOFOLLOW`): files qosd itself owns, such as its status
+    /// cache, where a link can only have been planted.
+    Refuse,
 }
 
 impl InputError {
@@ -45,7 +59,16 @@ impl InputError {
             InputError::NotUtf8 { .. } => {
                 std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8 text")
             }
+            InputError::Symlink { .. } => std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "is a symbolic link (refused here: a symlink is not expected)",
+            ),
         }
+    }
+
+    /// Whether the file does not exist (an optional file that is absent).
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, InputError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
     }
 }
 
@@ -71,24 +94,39 @@ fn is_null_device(meta: &std::fs::Metadata) -> bool {
     meta.file_type().is_char_device() && meta.rdev() == libc::makedev(1, 3)
 }
 
-/// Read a regular file of at most `max` bytes as UTF-8 text (or the null
-/// device, read as empty: `--config /dev/null` is the usual way to say "no
-/// configuration file"). The open never blocks (`O_NONBLOCK`: a FIFO is refused, not waited on), the type
-/// is checked on the opened descriptor, and at most `max + 1` bytes are read
-/// whatever the file claims its size is.
-pub(crate) fn read_text_limited(path: &Path, max: u64) -> Result<String, InputError> {
+/// The one way qosd opens an input file: at most `max` bytes of a regular
+/// file (or the null device, read as empty: `--config /dev/null` is the
+/// usual way to say "no configuration file"). The open never blocks
+/// (`O_NONBLOCK`: a FIFO is refused, not waited on), a final symlink is
+/// refused when `symlinks` says so (`O_NOFOLLOW`), the type is checked on
+/// the opened descriptor (`fstat`), and at most `max + 1` bytes are read
+/// whatever the file claims its size is. Errors name the file and never
+/// carry its content.
+pub fn read_bytes(path: &Path, max: u64, symlinks: Symlinks) -> Result<Vec<u8>, InputError> {
     let io = |source| InputError::Io {
         path: path.to_path_buf(),
         source,
     };
-    let f = std::fs::OpenOptions::new()
+    let mut flags = libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC;
+    if symlinks == Symlinks::Refuse {
+        flags |= libc::O_NOFOLLOW;
+    }
+    let f = match std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+        .custom_flags(flags)
         .open(path)
-        .map_err(io)?;
+    {
+        Ok(f) => f,
+        Err(e) if symlinks == Symlinks::Refuse && e.raw_os_error() == Some(libc::ELOOP) => {
+            return Err(InputError::Symlink {
+                path: path.to_path_buf(),
+            })
+        }
+        Err(e) => return Err(io(e)),
+    };
     let meta = f.metadata().map_err(io)?;
     if is_null_device(&meta) {
-        return Ok(String::new());
+        return Ok(Vec::new());
     }
     if !meta.file_type().is_file() {
         return Err(InputError::NotRegular {
@@ -110,9 +148,19 @@ pub(crate) fn read_text_limited(path: &Path, max: u64) -> Result<String, InputEr
             max,
         });
     }
-    String::from_utf8(buf).map_err(|_| InputError::NotUtf8 {
+    Ok(buf)
+}
+
+/// [`read_bytes`] as UTF-8 text.
+pub fn read_text_with(path: &Path, max: u64, symlinks: Symlinks) -> Result<String, InputError> {
+    String::from_utf8(read_bytes(path, max, symlinks)?).map_err(|_| InputError::NotUtf8 {
         path: path.to_path_buf(),
     })
+}
+
+/// [`read_text_with`], symlinks followed.
+pub(crate) fn read_text_limited(path: &Path, max: u64) -> Result<String, InputError> {
+    read_text_with(path, max, Symlinks::Follow)
 }
 
 /// [`read_text_limited`] with the default cap ([`MAX_INPUT_BYTES`]).
@@ -211,6 +259,23 @@ mod tests {
         assert!(e.contains("FIFO"), "{e}");
         std::fs::write(&f, [0xff, 0xfe]).unwrap();
         assert!(read_text(&f).unwrap_err().to_string().contains("UTF-8"));
+    }
+
+    #[test]
+    fn symlinks_refused_only_when_asked() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("a.json");
+        std::fs::write(&f, "{}").unwrap();
+        let l = d.path().join("link.json");
+        std::os::unix::fs::symlink(&f, &l).unwrap();
+        assert_eq!(read_bytes(&l, 10, Symlinks::Follow).unwrap(), b"{}");
+        let e = read_bytes(&l, 10, Symlinks::Refuse).unwrap_err();
+        assert!(matches!(e, InputError::Symlink { .. }), "{e}");
+        assert!(e.to_string().contains("link.json"), "{e}");
+        assert_eq!(read_bytes(&f, 10, Symlinks::Refuse).unwrap(), b"{}");
+        assert!(read_bytes(&d.path().join("none"), 10, Symlinks::Refuse)
+            .unwrap_err()
+            .is_not_found());
     }
 
     #[test]

@@ -125,6 +125,7 @@ pub(crate) async fn run_loop(
 
     // `--once` gives up when the runtime stays away; the daemon keeps
     // waiting for it (not ready meanwhile), as a node agent must.
+    let mut unreachable = crate::telemetry::log::Repeats::default();
     let mut source = loop {
         let connecting = Source::connect(&opts.source, opts.connect, opts.machine_memory_bytes);
         let Some(attempt) =
@@ -133,10 +134,18 @@ pub(crate) async fn run_loop(
             return Ok(Outcome::Stopped);
         };
         match attempt {
-            Ok(s) => break s,
+            Ok(s) => {
+                if let Some(n) = unreachable.recovered() {
+                    tracing::info!(failures = n, "pod source reachable");
+                }
+                break s;
+            }
             Err(e) if opts.once => return Err(e.into()),
             Err(e) => {
-                tracing::warn!(error = %e, "pod source not reachable at start; still trying");
+                // Logged on the first failure, then once a minute with a count.
+                if let Some(n) = unreachable.failed(Instant::now()) {
+                    tracing::warn!(error = %e, failures = n, "pod source not reachable at start; still trying");
+                }
                 observer.source_failed(&e);
                 observer.heartbeat();
             }

@@ -234,6 +234,10 @@ fn an_unreachable_runtime_is_logged_once_in_json_with_unique_keys() {
     let dir = tempfile::tempdir().unwrap();
     let mut d = start(dir.path(), "");
     let log = log_after_failures(&mut d, 3.0);
+    // Nothing reconciled yet: no generation time, pod counts unknown.
+    let st = d.status();
+    assert!(st.get("generated_at_ms").is_none(), "{st}");
+    assert_eq!(st["pods_unknown"], true, "{st}");
     d.stop();
     assert_json_lines_with_unique_keys(&log);
     let waiting = lines_with(&log, "pod source not reachable at start");

@@ -988,8 +988,9 @@ impl Observer for ServiceObserver {
             self.health.update_status(|d| d.kubernetes = Some(status));
         }
         self.health.update_status(|d| {
-            d.generated_at_ms = crate::telemetry::status::now_ms();
+            d.generated_at_ms = Some(crate::telemetry::status::now_ms());
             d.pods = counts.clone();
+            d.pods_unknown = false;
             d.last_reconcile = Some(crate::telemetry::status::ReconcileStatus {
                 at_ms: crate::telemetry::status::now_ms(),
                 duration_ms: report.duration.as_secs_f64() * 1e3,
@@ -1061,7 +1062,7 @@ impl Observer for ServiceObserver {
         self.metrics.set_ready(self.health.ready().is_ok());
         self.health.update_status(|d| {
             let now = crate::telemetry::status::now_ms();
-            d.generated_at_ms = now;
+            d.generated_at_ms = Some(now);
             d.last_reconcile = Some(crate::telemetry::status::ReconcileStatus {
                 at_ms: now,
                 duration_ms: report.duration.as_secs_f64() * 1e3,

@@ -228,15 +228,32 @@ pub(crate) fn live_candidates(
     c
 }
 
-/// Warn about settings the chosen kubelet version would refuse.
-pub(crate) fn warn_version(cfg: &PlanConfig) {
+/// Warn about settings the chosen kubelet version would refuse: cgroup v1,
+/// which the kubelet refuses unless its config sets `failCgroupV1: false`
+/// (then it runs on v1 with a warning). Logged through the logger (so in
+/// the configured format), once per process.
+pub(crate) fn warn_version(cfg: &PlanConfig, fail_cgroup_v1: Option<bool>) {
     use qosd_model::policy::enforce::versions::Rule;
-    if cfg.layout.version == CgroupVersion::V1 && cfg.kubelet_version.has(Rule::CgroupV1Refused) {
-        crate::telemetry::log::stderr_line(&format!(
-            "qosd: warning: kubelet {} refuses cgroup v1 unless failCgroupV1: false",
-            cfg.kubelet_version
-        ));
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    if cfg.layout.version != CgroupVersion::V1 || !cfg.kubelet_version.has(Rule::CgroupV1Refused) {
+        return;
     }
+    WARNED.call_once(|| {
+        let kubelet = cfg.kubelet_version.to_string();
+        if fail_cgroup_v1 == Some(false) {
+            tracing::warn!(
+                kubelet = %kubelet,
+                fail_cgroup_v1 = false,
+                "cgroup v1 is in maintenance mode: kubelet {kubelet} runs on it only because failCgroupV1: false"
+            );
+        } else {
+            tracing::warn!(
+                kubelet = %kubelet,
+                fail_cgroup_v1 = fail_cgroup_v1.unwrap_or(true),
+                "kubelet {kubelet} refuses cgroup v1 unless failCgroupV1: false"
+            );
+        }
+    });
 }
 
 /// The reserved cgroups must exist: like the kubelet, qosd limits them but
@@ -267,7 +284,7 @@ pub(crate) fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<Daemon
     // Eviction settings are validated before anything is touched.
     let eviction = crate::runtime::eviction_service::eviction_config(&cfg).map_err(bad_input)?;
     let plan = plan_config(&cfg, &args.proc_root, &args.sysfs)?;
-    warn_version(&plan);
+    warn_version(&plan, cfg.fail_cgroup_v1);
     check_reserved_cgroups(&plan)?;
     // Like the kubelet, the cgroup root must exist: qosd creates kubepods
     // under it but never the root itself.

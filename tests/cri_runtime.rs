@@ -27,6 +27,23 @@ fn runtime_down_socket_missing() {
 }
 
 #[test]
+fn a_missing_socket_fails_at_once_with_a_hint_despite_the_retry_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let ep = format!("unix://{}/containerd.sock", dir.path().display());
+    let t = Instant::now();
+    // The default --retry-for (5s) is for a runtime restarting, whose socket
+    // exists; a missing socket file is a wrong endpoint or a stopped runtime.
+    let (code, out, err) = qosd(&["pods", "--runtime-endpoint", &ep]);
+    let took = t.elapsed();
+    assert_eq!(code, 1, "stdout: {out}\nstderr: {err}");
+    assert!(err.contains("does not exist"), "{err}");
+    assert!(err.contains("is containerd running?"), "{err}");
+    assert!(err.contains("--runtime-endpoint"), "{err}");
+    assert!(err.contains("CONTAINER_RUNTIME_ENDPOINT"), "{err}");
+    assert!(took < Duration::from_secs(2), "took {took:?}");
+}
+
+#[test]
 fn runtime_down_connection_refused_retries_then_fails() {
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("stale.sock");

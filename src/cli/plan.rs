@@ -73,7 +73,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<i32> {
             None => return Ok(crate::cli::EXIT_BAD_INPUT),
         }
     };
-    crate::app::warn_version(&plan_cfg);
+    crate::app::warn_version(&plan_cfg, cfg.fail_cgroup_v1);
     for rc in &plan_cfg.reserved_cgroups {
         for dir in qosd_model::policy::enforce::plan::reserved_dirs(&plan_cfg, rc) {
             if !dir.is_dir() {

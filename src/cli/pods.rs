@@ -36,7 +36,21 @@ pub(crate) struct Args {
     pub(crate) kube: crate::cli::kube::KubeFlags,
 }
 
+/// A runtime whose socket file does not exist is not starting up: say so
+/// at once, with where to look, instead of retrying.
+pub(crate) fn check_socket_exists(endpoint: &str) -> anyhow::Result<()> {
+    let path = cri::client::parse_endpoint(endpoint).map_err(crate::cli::bad_input)?;
+    if !path.exists() {
+        anyhow::bail!(
+            "container runtime not reachable at {endpoint}: socket {} does not exist (is containerd running? set --runtime-endpoint or CONTAINER_RUNTIME_ENDPOINT)",
+            path.display()
+        );
+    }
+    Ok(())
+}
+
 pub(crate) fn run(args: Args) -> anyhow::Result<i32> {
+    check_socket_exists(&args.runtime_endpoint)?;
     let capacity = qosd_node::sys::procfs::meminfo_total(&args.meminfo).ok();
     let opts = ConnectOptions {
         connect_timeout: Duration::from_secs(2).min(args.timeout),

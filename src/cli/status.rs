@@ -176,6 +176,7 @@ pub(crate) fn live(cfg: &Config, address: SocketAddr, timeout: Duration) -> (Rep
     let mut notes = Vec::new();
     let mut doc = StatusDoc::new();
     doc.not_ready_reason = Some("no qosd daemon running (live view)".into());
+    doc.cgroup_enforcement = cfg.cgroup_enforcement.as_str().to_string();
 
     // Pods by class, from the runtime.
     let opts = qosd_node::cri::ConnectOptions {
@@ -206,6 +207,7 @@ pub(crate) fn live(cfg: &Config, address: SocketAddr, timeout: Duration) -> (Rep
                 "runtime at {} did not answer: {e}; pod counts unknown",
                 cfg.runtime_endpoint
             ));
+            doc.pods_unknown = true;
             false
         }
     };

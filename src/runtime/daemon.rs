@@ -125,6 +125,7 @@ pub(crate) async fn run_loop(
 
     // `--once` gives up when the runtime stays away; the daemon keeps
     // waiting for it (not ready meanwhile), as a node agent must.
+    let mut unreachable = crate::telemetry::log::Repeats::default();
     let mut source = loop {
         let connecting = Source::connect(&opts.source, opts.connect, opts.machine_memory_bytes);
         let Some(attempt) =
@@ -133,10 +134,18 @@ pub(crate) async fn run_loop(
             return Ok(Outcome::Stopped);
         };
         match attempt {
-            Ok(s) => break s,
+            Ok(s) => {
+                if let Some(n) = unreachable.recovered() {
+                    tracing::info!(failures = n, "pod source reachable");
+                }
+                break s;
+            }
             Err(e) if opts.once => return Err(e.into()),
             Err(e) => {
-                tracing::warn!(error = %e, "pod source not reachable at start; still trying");
+                // Logged on the first failure, then once a minute with a count.
+                if let Some(n) = unreachable.failed(Instant::now()) {
+                    tracing::warn!(error = %e, failures = n, "pod source not reachable at start; still trying");
+                }
                 observer.source_failed(&e);
                 observer.heartbeat();
             }
@@ -979,8 +988,9 @@ impl Observer for ServiceObserver {
             self.health.update_status(|d| d.kubernetes = Some(status));
         }
         self.health.update_status(|d| {
-            d.generated_at_ms = crate::telemetry::status::now_ms();
+            d.generated_at_ms = Some(crate::telemetry::status::now_ms());
             d.pods = counts.clone();
+            d.pods_unknown = false;
             d.last_reconcile = Some(crate::telemetry::status::ReconcileStatus {
                 at_ms: crate::telemetry::status::now_ms(),
                 duration_ms: report.duration.as_secs_f64() * 1e3,
@@ -1052,7 +1062,7 @@ impl Observer for ServiceObserver {
         self.metrics.set_ready(self.health.ready().is_ok());
         self.health.update_status(|d| {
             let now = crate::telemetry::status::now_ms();
-            d.generated_at_ms = now;
+            d.generated_at_ms = Some(now);
             d.last_reconcile = Some(crate::telemetry::status::ReconcileStatus {
                 at_ms: now,
                 duration_ms: report.duration.as_secs_f64() * 1e3,

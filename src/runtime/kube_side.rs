@@ -284,7 +284,7 @@ impl KubeSide {
         self.metrics.event(r.is_ok());
         match r {
             Ok(_) => {
-                tracing::info!(target: "qosd::eviction", pod = %format!("{}/{}", c.namespace, c.name), message = %ev.message, "Evicted event written")
+                tracing::info!(target: "qosd::eviction", pod = %format!("{}/{}", c.namespace, c.name), eviction_message = %ev.message, "Evicted event written")
             }
             Err(e) => {
                 tracing::warn!(target: "qosd::eviction", pod = %format!("{}/{}", c.namespace, c.name), error = %e, "cannot write the Evicted event")

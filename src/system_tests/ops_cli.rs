@@ -111,6 +111,25 @@ fn every_json_output_matches_its_contract() {
     ]);
     assert_eq!(code, 1, "{err}");
     check_schema("status", &json);
+    // What is not known is said so: no pod counts, the configured enforcement.
+    let doc: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(doc["pods_unknown"], true, "{json}");
+    assert_eq!(doc["cgroup_enforcement"], "enforce", "{json}");
+    assert!(doc.get("generated_at_ms").is_some(), "{json}");
+    let (code, text, err) = qosd(&[
+        "status",
+        "--config",
+        "/dev/null",
+        "--address",
+        &addr,
+        "--runtime-endpoint",
+        &sock,
+        "--timeout",
+        "300ms",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(text.contains("pods: unknown\n"), "{text}");
+    assert!(!text.contains("Guaranteed 0"), "{text}");
 }
 
 #[test]

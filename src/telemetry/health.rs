@@ -108,7 +108,10 @@ impl Health {
             reconciled: AtomicBool::new(false),
             shutting_down: AtomicBool::new(false),
             refused: Mutex::new(None),
-            status: Mutex::new(StatusDoc::default()),
+            status: Mutex::new(StatusDoc {
+                pods_unknown: true,
+                ..StatusDoc::default()
+            }),
             loops: Mutex::new(Vec::new()),
             failure: Mutex::new(None),
             cri_down_since: Mutex::new(None),

@@ -40,6 +40,25 @@ impl std::fmt::Debug for KubeMetrics {
 
 impl KubeMetrics {
     pub(crate) fn register(&self, r: &mut Registry) {
+        // Known label sets start at 0: every family is in the first scrape.
+        for path in [
+            "evicted",
+            "refused_next_candidate",
+            "failed_next_candidate",
+            "fallback_local_kill",
+            "fallback_pod_deleted",
+            "fallback_delete_failed",
+            "already_gone",
+        ] {
+            let _ = self
+                .evictions
+                .get_or_create(&PathLabels { path: path.into() });
+        }
+        for res in ["created", "failed"] {
+            let _ = self
+                .events
+                .get_or_create(&ResultLabels { result: res.into() });
+        }
         r.register(
             "kube_api_up",
             "1 while the Kubernetes API server's pod view is current (exact pod specs in use); 0: runtime data alone",

@@ -73,6 +73,42 @@ pub(crate) fn escaped_fields() -> impl for<'w> tracing_subscriber::fmt::FormatFi
     .delimited(" ")
 }
 
+/// How often a state that lasts is logged again (with a count).
+pub(crate) const REPEAT_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// A failing state logged on change and at most once per [`REPEAT_EVERY`]
+/// while it lasts, instead of on every attempt.
+#[derive(Debug, Default)]
+pub(crate) struct Repeats {
+    /// Failures since the state began (0: not failing).
+    pub(crate) count: u64,
+    last_logged: Option<std::time::Instant>,
+}
+
+impl Repeats {
+    /// One more failure at `now`: `Some(count)` when it is to be logged
+    /// (the first, then once per [`REPEAT_EVERY`]).
+    pub(crate) fn failed(&mut self, now: std::time::Instant) -> Option<u64> {
+        self.count += 1;
+        let due = self
+            .last_logged
+            .is_none_or(|t| now.saturating_duration_since(t) >= REPEAT_EVERY);
+        if due {
+            self.last_logged = Some(now);
+            Some(self.count)
+        } else {
+            None
+        }
+    }
+
+    /// The state ended: `Some(count)` of the failures it lasted, if any.
+    pub(crate) fn recovered(&mut self) -> Option<u64> {
+        let n = std::mem::take(&mut self.count);
+        self.last_logged = None;
+        (n > 0).then_some(n)
+    }
+}
+
 /// A filter from `QOSD_LOG` or `logLevel`, checked first the way the
 /// config checks it (tracing's parser panics on some non-ASCII input).
 fn filter(s: &str) -> Result<EnvFilter, String> {
@@ -184,6 +220,20 @@ pub(crate) fn stderr_line(line: &str) {
 mod tests {
     use super::*;
     use std::io::Write;
+
+    #[test]
+    fn a_lasting_failure_is_logged_first_then_once_a_minute_then_on_recovery() {
+        let t0 = std::time::Instant::now();
+        let at = |s: u64| t0 + std::time::Duration::from_millis(s * 2500);
+        let mut r = Repeats::default();
+        assert_eq!(r.recovered(), None, "nothing to report without failures");
+        assert_eq!(r.failed(at(0)), Some(1));
+        // 2.5 s apart: silent until a minute has passed since the last line.
+        let logged: Vec<u64> = (1..=50).filter_map(|i| r.failed(at(i))).collect();
+        assert_eq!(logged, vec![25, 49], "once a minute, with the count");
+        assert_eq!(r.recovered(), Some(51));
+        assert_eq!(r.failed(at(52)), Some(1), "a new state is logged at once");
+    }
 
     #[test]
     fn failed_writes_are_counted_not_fatal() {

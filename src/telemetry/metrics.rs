@@ -86,6 +86,22 @@ pub const FAMILIES: &[&str] = &[
     "process_max_fds",
 ];
 
+/// The CRI methods qosd calls (the `method` label of the `qosd_cri_*`
+/// families), initialised at 0.
+const CRI_METHODS: [&str; 11] = [
+    "Status",
+    "ListPodSandbox",
+    "PodSandboxStatus",
+    "ListContainers",
+    "ContainerStatus",
+    "ListContainerStats",
+    "UpdateContainerResources",
+    "StopContainer",
+    "RemoveContainer",
+    "StopPodSandbox",
+    "RemovePodSandbox",
+];
+
 /// The `kind` label of `qosd_errors_total`: every error qosd counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ErrorKind {
@@ -524,6 +540,35 @@ impl Metrics {
                 result: res.to_string(),
             });
         }
+        // Counters whose label sets are known start at 0, so every family
+        // is in the first scrape (and rate() sees the first increment).
+        for signal in Signal::ALL {
+            for class in [
+                QosClass::Guaranteed,
+                QosClass::Burstable,
+                QosClass::BestEffort,
+            ] {
+                let l = EvictionLabels {
+                    eviction_signal: signal.as_str().to_string(),
+                    qos_class: class.as_str().to_string(),
+                };
+                let _ = m.evictions.get_or_create(&l);
+                let _ = m.dry_run_evictions.get_or_create(&l);
+            }
+        }
+        for res in ["ok", "failed", "timeout", "skipped"] {
+            let _ = m.hook_runs.get_or_create(&ResultLabels {
+                result: res.to_string(),
+            });
+        }
+        for method in CRI_METHODS {
+            let l = MethodLabels {
+                method: method.to_string(),
+            };
+            let _ = m.cri_calls.get_or_create(&l);
+            let _ = m.cri_failures.get_or_create(&l);
+            let _ = m.cri_duration.get_or_create(&l);
+        }
         m.config_generation.set(1);
         Metrics { registry: r, ..m }
     }
@@ -939,7 +984,11 @@ mod tests {
             s("qosd_dry_run_evictions_total{eviction_signal=\"nodefs.available\",qos_class=\"Burstable\"}"),
             1.0
         );
-        assert!(!t.contains("qosd_evictions_total{eviction_signal=\"nodefs.available\""));
+        // Known label sets start at 0: dry-run counts only in its own family.
+        assert_eq!(
+            s("qosd_evictions_total{eviction_signal=\"nodefs.available\",qos_class=\"Burstable\"}"),
+            0.0
+        );
         assert_eq!(
             s("qosd_signal_available_bytes{eviction_signal=\"memory.available\"}"),
             123_456_789.0
@@ -968,7 +1017,10 @@ mod tests {
             s("qosd_cri_call_failures_total{method=\"StopPodSandbox\"}"),
             1.0
         );
-        assert!(!t.contains("qosd_cri_call_failures_total{method=\"ListPodSandbox\"}"));
+        assert_eq!(
+            s("qosd_cri_call_failures_total{method=\"ListPodSandbox\"}"),
+            0.0
+        );
         assert_eq!(s("qosd_pods{qos_class=\"Guaranteed\"}"), 3.0);
         assert_eq!(s("qosd_eviction_reaction_seconds_count"), 1.0);
         assert_eq!(

@@ -13,8 +13,10 @@ use serde::{Deserialize, Serialize};
 pub struct StatusDoc {
     /// qosd version.
     pub(crate) version: String,
-    /// Unix time (ms) the daemon produced this document.
-    pub(crate) generated_at_ms: u64,
+    /// Unix time (ms) the daemon produced this document; absent before the
+    /// first reconcile (nothing produced yet).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) generated_at_ms: Option<u64>,
     /// `enforce` or `dry-run`.
     pub mode: String,
     /// `v1` / `v2`.
@@ -29,6 +31,10 @@ pub struct StatusDoc {
     pub(crate) signals: Vec<SignalStatus>,
     pub(crate) conditions: Vec<ConditionStatus>,
     pub pods: PodCounts,
+    /// The pod counts are not known (no listing yet, or the runtime did not
+    /// answer): `pods` is zero then, not a count. Present only when true.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) pods_unknown: bool,
     /// Most recent first, at most [`StatusDoc::MAX_EVICTIONS`].
     pub last_evictions: Vec<EvictionRecord>,
     pub(crate) last_reconcile: Option<ReconcileStatus>,
@@ -232,7 +238,7 @@ impl StatusDoc {
     pub fn new() -> StatusDoc {
         StatusDoc {
             version: env!("CARGO_PKG_VERSION").to_string(),
-            generated_at_ms: now_ms(),
+            generated_at_ms: Some(now_ms()),
             ..StatusDoc::default()
         }
     }
@@ -396,14 +402,18 @@ impl StatusDoc {
                 conds.join("  ")
             }
         );
-        let _ = writeln!(
-            o,
-            "pods: Guaranteed {}  Burstable {}  BestEffort {}  (total {})",
-            self.pods.guaranteed,
-            self.pods.burstable,
-            self.pods.best_effort,
-            self.pods.total()
-        );
+        if self.pods_unknown {
+            let _ = writeln!(o, "pods: unknown");
+        } else {
+            let _ = writeln!(
+                o,
+                "pods: Guaranteed {}  Burstable {}  BestEffort {}  (total {})",
+                self.pods.guaranteed,
+                self.pods.burstable,
+                self.pods.best_effort,
+                self.pods.total()
+            );
+        }
         match &self.last_reconcile {
             Some(r) => {
                 let _ = writeln!(

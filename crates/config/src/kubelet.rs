@@ -105,6 +105,8 @@ pub(crate) struct KubeletConfig {
     pub(crate) ignored: Vec<String>,
     /// `cgroupsPerQOS: false` (qosd plans the QoS cgroups anyway: warned).
     pub(crate) cgroups_per_qos_off: bool,
+    /// `failCgroupV1` as the file sets it (`None`: the kubelet's default).
+    pub(crate) fail_cgroup_v1: Option<bool>,
 }
 
 fn err(path: &Path, message: impl Into<String>) -> ConfigError {
@@ -322,6 +324,9 @@ impl KubeletConfig {
             }
             if key == "cgroupsPerQOS" && value == &Value::Bool(false) {
                 k.cgroups_per_qos_off = true;
+            }
+            if key == "failCgroupV1" {
+                k.fail_cgroup_v1 = value.as_bool();
             }
             let Some(qosd) = KUBELET_FIELDS
                 .iter()

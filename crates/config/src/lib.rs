@@ -342,6 +342,10 @@ pub struct Config {
     pub kube_reserved_cgroup: Option<String>,
     /// Whose rules to follow where kubelets differ (1.33 … 1.36).
     pub kubelet_version: qosd_model::policy::enforce::versions::KubeletVersion,
+    /// Kubelet `failCgroupV1` as its config file sets it (`None`: unset, the
+    /// kubelet's default). Read from the kubelet config only; not printed.
+    #[serde(skip)]
+    pub fail_cgroup_v1: Option<bool>,
     /// Kubelet `podPidsLimit`: pids.max of every pod cgroup (-1: none).
     pub pod_pids_limit: i64,
 
@@ -501,7 +505,7 @@ impl Config {
         if let (Some(p), Some(k)) = (path, &kubelet) {
             kubelet::check_conflicts(p, &qosd_keys, k)?;
         }
-        Config::from_raw(raw, overrides).map_err(|mut e| {
+        let mut cfg = Config::from_raw(raw, overrides).map_err(|mut e| {
             if let (Some(k), ConfigError::Invalid { errors, .. }) = (&kubelet, &mut e) {
                 kubelet::annotate(errors, k);
             }
@@ -509,7 +513,9 @@ impl Config {
                 Some(p) => e.with_file(p),
                 None => e,
             }
-        })
+        })?;
+        cfg.fail_cgroup_v1 = kubelet.as_ref().and_then(|k| k.fail_cgroup_v1);
+        Ok(cfg)
     }
 
     /// Parse and validate YAML text (no overrides).

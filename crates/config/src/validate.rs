@@ -918,6 +918,7 @@ pub(crate) fn validate(
         system_reserved_cgroup,
         kube_reserved_cgroup,
         kubelet_version,
+        fail_cgroup_v1: None,
         cgroupfs,
         cgroup_version,
         runtime_endpoint,

@@ -174,7 +174,7 @@ fn retryable(status: &Status) -> bool {
 }
 
 /// Parse `unix:///path`, `unix:/path` or a bare absolute path into a socket path.
-pub(crate) fn parse_endpoint(endpoint: &str) -> Result<PathBuf, CriError> {
+pub fn parse_endpoint(endpoint: &str) -> Result<PathBuf, CriError> {
     let bad = |reason: &str| CriError::BadEndpoint {
         endpoint: endpoint.to_string(),
         reason: reason.to_string(),

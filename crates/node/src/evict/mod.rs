@@ -469,7 +469,7 @@ pub(crate) fn log_eviction(v: &Victim, backend: Backend) {
         grace_s = v.grace.as_secs_f64(),
         backend = backend.as_str(),
         reason = %v.reason,
-        message = %v.message.trim_end(),
+        eviction_message = %v.message.trim_end(),
         "{}evicting pod {}/{}: {}",
         if backend == Backend::DryRun { "dry-run: would be " } else { "" },
         c.namespace,

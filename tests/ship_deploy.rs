@@ -315,13 +315,18 @@ fn daemonset_properties() {
     assert_eq!(m["readOnly"].as_bool(), Some(true));
     // Every other mount is read-only, and every mount is one qosd uses:
     // the config, cgroupfs, the socket's directory, the kubelet root, the
-    // state dir (no /host/proc: with hostPID the pod's /proc is the host's).
+    // state dir, the instance lock's directory (shared with the host: a
+    // hostPath) (no /host/proc: with hostPID the pod's /proc is the host's).
+    let lock_dir = Path::new("/run/qosd");
+    let (_, v) = mount(lock_dir);
+    assert_eq!(s(&v["hostPath"]["path"]), "/run/qosd");
     let used = [
         Path::new(cfg_path),
         Path::new(cfg["cgroupfs"].as_str().unwrap()),
         &sock,
         Path::new(cfg["rootDir"].as_str().unwrap()),
         state,
+        lock_dir,
     ];
     for m in mounts {
         let p = s(&m["mountPath"]);
@@ -329,7 +334,7 @@ fn daemonset_properties() {
             used.iter().any(|u| u.starts_with(p)),
             "{p} is mounted but qosd uses nothing below it"
         );
-        if p != "/host/sys/fs/cgroup" && Path::new(p) != state {
+        if p != "/host/sys/fs/cgroup" && Path::new(p) != state && Path::new(p) != lock_dir {
             assert_eq!(
                 m["readOnly"].as_bool(),
                 Some(true),

@@ -452,3 +452,38 @@ fn fields_qosd_does_not_model_are_never_silent() {
     assert!(!err.contains("memorySwap is not modelled"), "{err}");
     assert!(err.contains("at the kubelet's default"), "{err}");
 }
+
+/// The kubelet parses threshold values as given (no trimming): a value
+/// with whitespace in its config is refused, naming the kubelet file.
+#[test]
+fn threshold_values_with_whitespace_are_refused_like_the_kubelet() {
+    let d = tempfile::tempdir().unwrap();
+    for value in [" 100Mi", "100Mi ", " 10%"] {
+        let k = write_file(
+            d.path(),
+            "kubelet.yaml",
+            &format!("{KUBELET_HEAD}evictionHard:\n  memory.available: \"{value}\"\n"),
+        );
+        let (code, out, err) = qosd(&[
+            "config",
+            "check",
+            "--kubelet-config",
+            &k.display().to_string(),
+        ]);
+        assert_eq!(code, 2, "{value:?}: {out}");
+        assert!(err.contains("evictionHard[\"memory.available\"]"), "{err}");
+        assert!(err.contains("kubelet.yaml"), "{err}");
+    }
+    let k = write_file(
+        d.path(),
+        "kubelet.yaml",
+        &format!("{KUBELET_HEAD}evictionHard:\n  memory.available: \"100Mi\"\n"),
+    );
+    let (code, _, err) = qosd(&[
+        "config",
+        "check",
+        "--kubelet-config",
+        &k.display().to_string(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+}

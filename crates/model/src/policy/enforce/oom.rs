@@ -203,6 +203,9 @@ mod tests {
         let mut critical = pod(vec![container("c", "", "")], vec![]);
         critical.priority = SYSTEM_CRITICAL_PRIORITY;
         critical.priority_class_name = Some(SYSTEM_NODE_CRITICAL.into());
+        let mut cluster_critical = pod(vec![container("c", "", "")], vec![]);
+        cluster_critical.priority = SYSTEM_CRITICAL_PRIORITY;
+        cluster_critical.priority_class_name = Some("system-cluster-critical".into());
         let rows: Vec<(&str, Pod, i64, i64, i64)> = vec![
             (
                 "cpuLimit",
@@ -259,7 +262,14 @@ mod tests {
                 3,
                 3,
             ),
-            ("critical", critical, 4_000_000_000, -997, -997),
+            ("node-critical", critical, 4_000_000_000, -997, -997),
+            (
+                "cluster-critical",
+                cluster_critical,
+                4_000_000_000,
+                1000,
+                1000,
+            ),
         ];
         for (name, p, cap, lo, hi) in rows {
             let got = adj(&p, 0, cap);
@@ -267,6 +277,241 @@ mod tests {
                 (lo..=hi).contains(&got),
                 "{name}: {got} not in [{lo}, {hi}]"
             );
+        }
+    }
+
+    /// Test name, pod, capacity, container → [low, high].
+    type Row<'a> = (&'a str, Pod, i64, Vec<(&'a str, i64, i64)>);
+
+    /// Kubernetes' 1.33–1.36 table (policy_test.go with the sidecar and
+    /// `PodLevelResources` rows): pod, capacity, container → [low, high].
+    #[test]
+    fn kubernetes_policy_test_sidecar_and_pod_level_rows() {
+        const STD: i64 = 8_000_000_000;
+        let req = STD / 8; // sampleDefaultMemRequest
+        let lim = 1000 + STD / 8; // sampleDefaultMemLimit
+        let pod_req = STD / 4; // sampleDefaultPodMemRequest
+        let pod_lim = 1000 + STD / 4; // sampleDefaultPodMemLimit
+        let mem = |r: i64, l: i64| (format!("memory={r}"), format!("memory={l}"));
+        let (r, l) = mem(req, lim);
+        let main = container("main-1", &r, &l);
+        let init = container("init-container", &r, &l);
+        let side = sidecar("sidecar-container", &r, &l);
+        let small = sidecar(
+            "sidecar-small-container",
+            &format!("memory={}", STD / 20),
+            &l,
+        );
+        let big = sidecar("sidecar-big-container", &format!("memory={}", STD / 2), &l);
+        let pod_level = |p: &mut Pod, limit: i64| {
+            p.pod_resources = Some(ResourceRequirements {
+                requests: [
+                    ("cpu".to_string(), Quantity::parse("5m").unwrap()),
+                    (
+                        "memory".to_string(),
+                        Quantity::parse(&pod_req.to_string()).unwrap(),
+                    ),
+                ]
+                .into(),
+                limits: [
+                    ("cpu".to_string(), Quantity::parse("5m").unwrap()),
+                    (
+                        "memory".to_string(),
+                        Quantity::parse(&limit.to_string()).unwrap(),
+                    ),
+                ]
+                .into(),
+            });
+        };
+        let with = |mut p: Pod, limit: i64| {
+            pod_level(&mut p, limit);
+            p
+        };
+        let g = |n: &str, m: i64| {
+            container(
+                n,
+                &format!("cpu=5m,memory={m}"),
+                &format!("cpu=5m,memory={m}"),
+            )
+        };
+        let b = |n: &str, m: &str, l: i64| {
+            container(
+                n,
+                &format!("cpu=3m,memory={m}"),
+                &format!("cpu=5m,memory={l}"),
+            )
+        };
+        let rows: Vec<Row> = vec![
+            (
+                "burstable-unique-container-pod",
+                pod(
+                    vec![container("burstable-unique-container", &r, &l)],
+                    vec![],
+                ),
+                STD,
+                vec![("burstable-unique-container", 875, 880)],
+            ),
+            (
+                "burstable-mixed-unique-main-container-pod",
+                pod(vec![main.clone()], vec![init.clone()]),
+                STD,
+                vec![("init-container", 875, 880), ("main-1", 875, 880)],
+            ),
+            (
+                "burstable-mixed-multi-container-small-sidecar-pod",
+                pod(vec![main.clone()], vec![init.clone(), small]),
+                STD,
+                vec![
+                    ("init-container", 875, 880),
+                    ("sidecar-small-container", 875, 875),
+                    ("main-1", 875, 875),
+                ],
+            ),
+            (
+                "burstable-mixed-multi-container-sample-request-pod",
+                pod(vec![main.clone()], vec![init.clone(), side]),
+                STD,
+                vec![
+                    ("init-container", 875, 880),
+                    ("sidecar-container", 875, 875),
+                    ("main-1", 875, 875),
+                ],
+            ),
+            (
+                "burstable-mixed-multi-container-big-sidecar-container-pod",
+                pod(vec![main.clone()], vec![init.clone(), big]),
+                STD,
+                vec![
+                    ("init-container", 875, 880),
+                    ("sidecar-big-container", 500, 500),
+                    ("main-1", 875, 875),
+                ],
+            ),
+            (
+                "guaranteed-pod-resources-no-container-resources",
+                with(
+                    pod(
+                        vec![container("n1", "", ""), container("n2", "", "")],
+                        vec![],
+                    ),
+                    pod_req,
+                ),
+                4_000_000_000,
+                vec![("n1", -997, -997), ("n2", -997, -997)],
+            ),
+            (
+                "guaranteed-pod-resources-equal-container-resources",
+                with(pod(vec![g("g1", req), g("g2", req)], vec![]), pod_req),
+                4_000_000_000,
+                vec![("g1", -997, -997), ("g2", -997, -997)],
+            ),
+            (
+                "guaranteed-pod-resources-unequal-container-requests",
+                with(
+                    pod(
+                        vec![b("b", &req.to_string(), lim), container("be", "", "")],
+                        vec![],
+                    ),
+                    pod_req,
+                ),
+                4_000_000_000,
+                vec![("b", -997, -997), ("be", -997, -997)],
+            ),
+            (
+                "burstable-pod-resources-no-container-resources",
+                with(
+                    pod(
+                        vec![container("n1", "", ""), container("n2", "", "")],
+                        vec![],
+                    ),
+                    pod_lim,
+                ),
+                4_000_000_000,
+                vec![("n1", 750, 750), ("n2", 750, 750)],
+            ),
+            (
+                "burstable-pod-resources-equal-container-requests",
+                with(pod(vec![g("g1", req), g("g2", req)], vec![]), pod_lim),
+                4_000_000_000,
+                vec![("g1", 750, 750), ("g2", 750, 750)],
+            ),
+            (
+                "burstable-pod-resources-unequal-container-requests",
+                with(
+                    pod(vec![g("b", req), container("be", "", "")], vec![]),
+                    pod_lim,
+                ),
+                4_000_000_000,
+                vec![("b", 625, 625), ("be", 875, 875)],
+            ),
+            (
+                "burstable-pod-resources-no-container-resources-with-sidecar",
+                with(
+                    pod(vec![container("n", "", "")], vec![sidecar("ns", "", "")]),
+                    pod_lim,
+                ),
+                4_000_000_000,
+                vec![("n", 750, 750), ("ns", 750, 750)],
+            ),
+            (
+                "burstable-pod-resources-equal-container-requests-with-sidecar",
+                with(
+                    pod(
+                        vec![container(
+                            "bc",
+                            &format!("cpu=5m,memory={req}"),
+                            &format!("cpu=5m,memory={lim}"),
+                        )],
+                        vec![sidecar(
+                            "bs",
+                            &format!("cpu=5m,memory={req}"),
+                            &format!("cpu=5m,memory={lim}"),
+                        )],
+                    ),
+                    pod_lim,
+                ),
+                4_000_000_000,
+                vec![("bc", 750, 750), ("bs", 750, 750)],
+            ),
+            (
+                "burstable-pod-resources-unequal-container-requests-with-sidecar",
+                with(
+                    pod(
+                        vec![
+                            container(
+                                "c1",
+                                "cpu=5m,memory=1000000000",
+                                &format!("cpu=5m,memory={pod_lim}"),
+                            ),
+                            container(
+                                "c2",
+                                "cpu=5m,memory=500000000",
+                                &format!("cpu=5m,memory={pod_lim}"),
+                            ),
+                        ],
+                        vec![sidecar(
+                            "s",
+                            "cpu=5m,memory=200000000",
+                            &format!("cpu=5m,memory={pod_lim}"),
+                        )],
+                    ),
+                    pod_lim,
+                ),
+                4_000_000_000,
+                vec![("c1", 725, 725), ("c2", 850, 850), ("s", 850, 850)],
+            ),
+        ];
+        for (name, p, cap, want) in rows {
+            let class = classify(&p).class;
+            let got = pod_oom_score_adjs(&p, class, cap);
+            assert_eq!(got.len(), want.len(), "{name}");
+            for (c, lo, hi) in want {
+                let a = got.iter().find(|x| x.name == c).unwrap().oom_score_adj;
+                assert!(
+                    (lo..=hi).contains(&a),
+                    "{name}/{c}: {a} not in [{lo}, {hi}]"
+                );
+            }
         }
     }
 

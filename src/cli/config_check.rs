@@ -100,8 +100,8 @@ fn print_warnings(c: &Config) {
 
 /// `qosd config show`: the effective configuration with the kubelet's
 /// field names (`containerRuntimeEndpoint`, not qosd's `runtimeEndpoint`),
-/// plus `notModelledByQosd` (field, file, kind, note) when the kubelet
-/// config sets fields qosd does not model.
+/// plus `notModelledByQosd` (field, file, kind, note) when a setting is
+/// not modelled by qosd (kubelet config fields, `imageMaximumGCAge`).
 pub(crate) fn show_document(c: &Config) -> serde_json::Value {
     let mut v = serde_json::to_value(c).expect("Config serialises");
     if let Some(m) = v.as_object_mut() {

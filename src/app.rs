@@ -652,6 +652,11 @@ fn reload_config(
     sysfs: &Path,
 ) -> Result<Option<Applied>, ReloadRefused> {
     let new = read().map_err(|e| ReloadRefused::Invalid(format!("{e:#}")))?;
+    if new.not_modelled != current.not_modelled {
+        for w in new.warnings() {
+            tracing::warn!("{w}");
+        }
+    }
     let changed = current.changed_fields(&new);
     if changed.is_empty() {
         return Ok(None);

@@ -32,6 +32,7 @@ use qosd_model::core::model::{CgroupDriver, CgroupVersion, ResourceList};
 use qosd_model::core::quantity::Quantity;
 
 pub mod kubelet;
+pub use kubelet::{NotModelled, NotModelledKind};
 mod raw;
 mod validate;
 pub use raw::Overrides;
@@ -303,6 +304,11 @@ pub struct Config {
     /// Kubelet `imageMinimumGCAge` (2m0s): younger unused images are kept.
     #[serde(rename = "imageMinimumGCAge", serialize_with = "ser_duration")]
     pub image_minimum_gc_age: Duration,
+    /// Kubelet `imageMaximumGCAge` (0s: off). Validated like the kubelet
+    /// (greater than `imageMinimumGCAge` when set); qosd does not delete
+    /// images by age, so a non-zero value is reported as not modelled.
+    #[serde(rename = "imageMaximumGCAge", serialize_with = "ser_duration")]
+    pub image_maximum_gc_age: Duration,
     /// Kubelet `podLogsDir` (/var/log/pods): the pods' container logs,
     /// counted as their local ephemeral storage.
     pub pod_logs_dir: PathBuf,
@@ -430,6 +436,10 @@ pub struct Config {
     /// The kubelet's drop-in directory.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) kubelet_config_dir: Option<PathBuf>,
+    /// Settings qosd does not model: the kubelet config's fields it does
+    /// not take, and a non-zero `imageMaximumGCAge` (see [`Config::warnings`]).
+    #[serde(skip)]
+    pub not_modelled: Vec<NotModelled>,
 }
 
 /// Read the kubelet config named by the flags (or qosd's file) into `raw`.
@@ -456,9 +466,6 @@ fn load_kubelet(
         return Ok(None);
     }
     let k = kubelet::KubeletConfig::load(file.as_deref(), dir.as_deref())?;
-    if !k.ignored.is_empty() {
-        tracing::debug!(file = %k.display_path().display(), ignored = ?k.ignored, "kubelet config: fields qosd does not use");
-    }
     if k.cgroups_per_qos_off {
         tracing::warn!(file = %k.display_path().display(), "kubelet config has cgroupsPerQOS: false; qosd plans the QoS cgroups (burstable, besteffort) anyway");
     }
@@ -505,7 +512,27 @@ impl Config {
         if let (Some(p), Some(k)) = (path, &kubelet) {
             kubelet::check_conflicts(p, &qosd_keys, k)?;
         }
-        let mut cfg = Config::from_raw(raw, overrides).map_err(|mut e| {
+        let mut not_modelled = kubelet
+            .as_ref()
+            .map(|k| k.not_modelled.clone())
+            .unwrap_or_default();
+        let mut cfg = Config::from_raw(raw, overrides)
+            .map(|mut c| {
+                // Set in qosd's own file (a kubelet config reports its own).
+                if !c.image_maximum_gc_age.is_zero()
+                    && !not_modelled.iter().any(|n| n.field == "imageMaximumGCAge")
+                {
+                    not_modelled.push(NotModelled {
+                        field: "imageMaximumGCAge".into(),
+                        file: path.map(Path::to_path_buf),
+                        kind: NotModelledKind::Effect,
+                        note: "the kubelet deletes images unused for longer than this; qosd deletes images only under disk pressure (validated, not applied)".into(),
+                    });
+                }
+                c.not_modelled = not_modelled;
+                c
+            })
+            .map_err(|mut e| {
             if let (Some(k), ConfigError::Invalid { errors, .. }) = (&kubelet, &mut e) {
                 kubelet::annotate(errors, k);
             }
@@ -516,6 +543,13 @@ impl Config {
         })?;
         cfg.fail_cgroup_v1 = kubelet.as_ref().and_then(|k| k.fail_cgroup_v1);
         Ok(cfg)
+    }
+
+    /// One warning line per setting qosd does not model (empty when it
+    /// models everything it was given): `qosd config check` / `config
+    /// show` print them on stderr, the daemon logs them.
+    pub fn warnings(&self) -> Vec<String> {
+        NotModelled::warnings(&self.not_modelled)
     }
 
     /// Parse and validate YAML text (no overrides).

@@ -389,6 +389,29 @@ pub(crate) fn validate(
         Duration::ZERO,
         None,
     );
+    // Accepted and validated like the kubelet (validation.go); qosd does
+    // not delete images by age (a non-zero value is reported as not
+    // modelled).
+    let image_maximum_gc_age = c.opt_duration(
+        "imageMaximumGCAge",
+        &raw.image_maximum_gc_age,
+        Duration::ZERO,
+        Duration::ZERO,
+        None,
+    );
+    if !image_maximum_gc_age.is_zero() && image_maximum_gc_age <= image_minimum_gc_age {
+        c.bad(
+            "imageMaximumGCAge",
+            None,
+            &format_go_duration(image_maximum_gc_age),
+            format!(
+                "invalid configuration: imageMaximumGCAge {} must be greater than imageMinimumGCAge {}",
+                format_go_duration(image_maximum_gc_age),
+                format_go_duration(image_minimum_gc_age)
+            ),
+            "0s (off) or a Go duration greater than imageMinimumGCAge",
+        );
+    }
     let pod_logs_dir = c.path("podLogsDir", &raw.pod_logs_dir, "/var/log/pods");
 
     // --- cgroups -----------------------------------------------------------
@@ -710,7 +733,18 @@ pub(crate) fn validate(
         .flatten()
         .map(|(k, Scalar(v))| (k.clone(), v.clone()))
         .collect();
-    if let Err(e) =
+    if let Some(reason) = qosd_model::policy::cpu::policy::none_policy_options_error(
+        cpu_manager_policy,
+        &cpu_manager_policy_options,
+    ) {
+        c.bad(
+            "cpuManagerPolicyOptions",
+            None,
+            &format!("{cpu_manager_policy_options:?}"),
+            reason,
+            "no options with cpuManagerPolicy none (options need cpuManagerPolicy static)",
+        );
+    } else if let Err(e) =
         qosd_model::policy::cpu::policy::PolicyOptions::parse(&cpu_manager_policy_options)
     {
         c.bad(
@@ -904,6 +938,8 @@ pub(crate) fn validate(
         image_gc_high_threshold_percent,
         image_gc_low_threshold_percent,
         image_minimum_gc_age,
+        image_maximum_gc_age,
+        not_modelled: Vec::new(),
         pod_logs_dir,
         cgroup_driver,
         cgroup_root,

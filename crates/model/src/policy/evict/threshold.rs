@@ -749,8 +749,11 @@ pub(crate) fn parse_min_reclaim(
 pub fn check_entry(setting: &str, signal: &str, value: &str) -> Result<(), ThresholdError> {
     let sig = parse_signal(signal)?;
     match setting {
-        "eviction-minimum-reclaim" => parse_min_reclaim(sig, value.trim()).map(|_| ()),
-        _ => parse_threshold_value(setting, sig, value.trim()).map(|_| ()),
+        // No trimming: the kubelet parses config values as given, so
+        // `" 100Mi"` is refused (the flag parser trims, see
+        // [`parse_threshold_flag`]).
+        "eviction-minimum-reclaim" => parse_min_reclaim(sig, value).map(|_| ()),
+        _ => parse_threshold_value(setting, sig, value).map(|_| ()),
     }
 }
 

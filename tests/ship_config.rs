@@ -11,6 +11,11 @@ use qosd_config::{
 };
 use qosd_model::core::model::{CgroupDriver, CgroupVersion};
 
+/// An eviction signal by name (the typed maps' key).
+fn sig(name: &str) -> qosd_config::Signal {
+    qosd_config::Signal::parse(name).unwrap()
+}
+
 fn example() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("config/qosd.yaml")
 }
@@ -81,15 +86,27 @@ fn every_field_is_read() {
         3,
         "no defaults mixed into a given map"
     );
-    assert_eq!(c.eviction_hard["memory.available"], "500Mi");
-    assert_eq!(c.eviction_hard["nodefs.available"], "12.5%");
-    assert_eq!(c.eviction_hard["pid.available"], "1000");
-    assert_eq!(c.eviction_soft["allocatableMemory.available"], "10%");
     assert_eq!(
-        c.eviction_soft_grace_period["memory.available"],
+        c.eviction_hard[&sig("memory.available")].as_written(),
+        "500Mi"
+    );
+    assert_eq!(
+        c.eviction_hard[&sig("nodefs.available")].as_written(),
+        "12.5%"
+    );
+    assert_eq!(c.eviction_hard[&sig("pid.available")].as_written(), "1000");
+    assert_eq!(
+        c.eviction_soft[&sig("allocatableMemory.available")].as_written(),
+        "10%"
+    );
+    assert_eq!(
+        c.eviction_soft_grace_period[&sig("memory.available")],
         Duration::from_secs(90)
     );
-    assert_eq!(c.eviction_minimum_reclaim["nodefs.inodesFree"], "1%");
+    assert_eq!(
+        c.eviction_minimum_reclaim[&sig("nodefs.inodesFree")].as_written(),
+        "1%"
+    );
     assert_eq!(c.eviction_max_pod_grace_period, 45);
     assert_eq!(
         c.eviction_pressure_transition_period,
@@ -153,8 +170,14 @@ fn kubelet_eviction_defaults_and_merge() {
     )
     .unwrap();
     assert_eq!(c.eviction_hard.len(), 5);
-    assert_eq!(c.eviction_hard["memory.available"], "1Gi");
-    assert_eq!(c.eviction_hard["imagefs.available"], "15%");
+    assert_eq!(
+        c.eviction_hard[&sig("memory.available")].as_written(),
+        "1Gi"
+    );
+    assert_eq!(
+        c.eviction_hard[&sig("imagefs.available")].as_written(),
+        "15%"
+    );
     // An explicitly empty map means no hard thresholds at all.
     let c = Config::from_yaml_str("evictionHard: {}\n").unwrap();
     assert!(c.eviction_hard.is_empty());
@@ -366,7 +389,7 @@ fn scalars_of_any_type_are_accepted_as_text() {
     assert_eq!(c.system_reserved["cpu"].milli_ceil(), 1500);
     assert_eq!(c.system_reserved["memory"].value_ceil(), 1 << 30);
     let c = Config::from_yaml_str("evictionHard: {pid.available: 500}\n").unwrap();
-    assert_eq!(c.eviction_hard["pid.available"], "500");
+    assert_eq!(c.eviction_hard[&sig("pid.available")].as_written(), "500");
 }
 
 #[test]
@@ -411,7 +434,10 @@ fn overrides_replace_file_values_and_are_validated() {
         "untouched field kept"
     );
     assert_eq!(c.eviction_hard.len(), 1);
-    assert_eq!(c.eviction_hard["nodefs.available"], "20%");
+    assert_eq!(
+        c.eviction_hard[&sig("nodefs.available")].as_written(),
+        "20%"
+    );
 
     let bad = Overrides {
         relist_interval: Some("soon".into()),

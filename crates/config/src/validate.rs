@@ -149,9 +149,9 @@ impl Checker<'_> {
         }
     }
 
-    fn signal(&mut self, field: &'static str, key: &str, value: &str) -> bool {
-        if Signal::parse(key).is_some() {
-            return true;
+    fn signal(&mut self, field: &'static str, key: &str, value: &str) -> Option<Signal> {
+        if let Some(sig) = Signal::parse(key) {
+            return Some(sig);
         }
         self.bad(
             field,
@@ -160,32 +160,26 @@ impl Checker<'_> {
             format!("unknown eviction signal {key:?}"),
             format!("signals {}", Signal::ALL.map(Signal::as_str).join(", ")),
         );
-        false
+        None
     }
 
     /// A threshold or minimum-reclaim map: signal → quantity or percentage,
-    /// each entry checked by the eviction threshold parser itself
-    /// ([`qosd_model::policy::evict::threshold::check_entry`]): one validation
-    /// path, so `config check` refuses exactly what `run` refuses.
-    fn threshold_map(
-        &mut self,
-        field: &'static str,
-        setting: &str,
-        m: &RawMap,
-    ) -> BTreeMap<String, String> {
-        let mut out = BTreeMap::new();
+    /// each entry parsed by the eviction threshold parser itself
+    /// ([`qosd_model::policy::evict::threshold::parse_entry`]), once.
+    fn threshold_map(&mut self, field: &'static str, setting: &str, m: &RawMap) -> ThresholdMap {
+        let mut out = ThresholdMap::new();
         for (k, Scalar(v)) in m {
-            if !self.signal(field, k, v) {
+            let Some(sig) = self.signal(field, k, v) else {
                 continue;
-            }
+            };
             let allowed = if setting == "eviction-minimum-reclaim" {
                 "a non-negative quantity (0, 500Mi, 1000 for inodes/pids) or a positive percentage of capacity"
             } else {
                 "a positive quantity (100Mi, 1Gi, 1000 for inodes/pids) or a percentage of capacity 0%..100% (0% and 100% disable the signal)"
             };
-            match qosd_model::policy::evict::threshold::check_entry(setting, k, v) {
-                Ok(()) => {
-                    out.insert(k.clone(), v.clone());
+            match ThresholdSetting::parse(setting, sig, v) {
+                Ok(t) => {
+                    out.insert(sig, t);
                 }
                 Err(e) => self.bad(field, Some(k), v, e.to_string(), allowed),
             }
@@ -250,9 +244,13 @@ pub(crate) fn validate(
         &raw.merge_default_eviction_settings,
         false,
     );
-    let defaults: BTreeMap<String, String> = DEFAULT_EVICTION_HARD
+    let defaults: ThresholdMap = DEFAULT_EVICTION_HARD
         .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .map(|(k, v)| {
+            let sig = Signal::parse(k).expect("a known signal");
+            let t = ThresholdSetting::parse("eviction-hard", sig, v).expect("a valid default");
+            (sig, t)
+        })
         .collect();
     let eviction_hard = match &raw.eviction_hard {
         None => defaults,
@@ -274,10 +272,10 @@ pub(crate) fn validate(
         .unwrap_or_default();
     let mut eviction_soft_grace_period = BTreeMap::new();
     for (k, Scalar(v)) in raw.eviction_soft_grace_period.iter().flatten() {
-        if c.signal("evictionSoftGracePeriod", k, v) {
+        if let Some(sig) = c.signal("evictionSoftGracePeriod", k, v) {
             if let Some(d) = c.duration("evictionSoftGracePeriod", Some(k), v, Duration::ZERO, None)
             {
-                eviction_soft_grace_period.insert(k.clone(), d);
+                eviction_soft_grace_period.insert(sig, d);
             }
         }
     }
@@ -310,35 +308,21 @@ pub(crate) fn validate(
         None,
     );
 
-    // Cross-field rules (a soft threshold needs a grace period unless it is
-    // disabled by 0%/100%) come from the threshold parser too.
-    if let Err(e) = qosd_model::policy::evict::threshold::EvictionConfig::from_parts(
-        Some(&eviction_hard),
-        &eviction_soft,
-        &eviction_soft_grace_period,
-        &eviction_minimum_reclaim,
-        eviction_max_pod_grace_period,
-        eviction_pressure_transition_period,
-    ) {
-        use qosd_model::policy::evict::threshold::ThresholdError;
-        match &e {
-            ThresholdError::SoftWithoutGrace { signal, .. } => {
-                let v = eviction_soft.get(signal).cloned().unwrap_or_default();
-                c.bad(
-                    "evictionSoft",
-                    Some(signal),
-                    &v,
-                    e.to_string(),
-                    format!("a soft threshold together with evictionSoftGracePeriod[{signal:?}]"),
-                );
-            }
-            _ => c.bad(
-                "evictionHard",
-                None,
-                "",
+    // A soft threshold needs a grace period unless it is disabled (0%/100%).
+    for (name, t) in by_name(&eviction_soft) {
+        let sig = Signal::parse(name).expect("a signal's name");
+        if t.value.is_some() && !eviction_soft_grace_period.contains_key(&sig) {
+            let e = qosd_model::policy::evict::threshold::ThresholdError::SoftWithoutGrace {
+                signal: sig.to_string(),
+                statement: format!("{sig}<{}", t.as_written()),
+            };
+            c.bad(
+                "evictionSoft",
+                Some(name),
+                t.as_written(),
                 e.to_string(),
-                "thresholds the kubelet accepts",
-            ),
+                format!("a soft threshold together with evictionSoftGracePeriod[{name:?}]"),
+            );
         }
     }
 

@@ -561,3 +561,44 @@ fn cli_default_prints_the_defaults() {
     let y = String::from_utf8(out.stdout).unwrap();
     assert_eq!(Config::from_yaml_str(&y).unwrap(), Config::default());
 }
+
+/// `qosd config check FILE` and `qosd run --config FILE` validate through
+/// the same function: on a file with three bad values both exit 2 and list
+/// the same three errors, each with its field and value.
+#[test]
+fn run_and_check_report_the_same_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("qosd.yaml");
+    std::fs::write(
+        &file,
+        "mode: sideways\nevictionHard: {memory.available: 10Zq}\nreconcileInterval: forever\n",
+    )
+    .unwrap();
+    let error_lines = |args: &[&str]| -> Vec<String> {
+        let out = qosd().args(args).arg(&file).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        let lines: Vec<String> = stderr
+            .lines()
+            .filter(|l| l.starts_with("  - "))
+            .map(str::to_string)
+            .collect();
+        assert!(stderr.contains("3 invalid values:"), "{args:?}: {stderr}");
+        lines
+    };
+    let check = error_lines(&["config", "check"]);
+    let run = error_lines(&["run", "--config"]);
+    assert_eq!(check.len(), 3, "{check:?}");
+    for (field, value) in [
+        ("evictionHard[\"memory.available\"]", "\"10Zq\""),
+        ("mode", "\"sideways\""),
+        ("reconcileInterval", "\"forever\""),
+    ] {
+        let prefix = format!("  - {field}: invalid value {value}");
+        assert!(
+            check.iter().any(|l| l.starts_with(&prefix)),
+            "{prefix} not in {check:?}"
+        );
+    }
+    assert_eq!(run, check);
+}

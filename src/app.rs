@@ -101,12 +101,6 @@ pub fn plan_config(cfg: &Config, proc_root: &Path, sysfs: &Path) -> anyhow::Resu
         cpu_millis: list.get("cpu").map(|q| q.milli_ceil()).unwrap_or(0),
         memory_bytes: list.get("memory").map(|q| q.value_ceil()).unwrap_or(0),
     };
-    let hard_memory = cfg
-        .eviction_hard
-        .get("memory.available")
-        .and_then(|v| qosd_model::core::quantity::Quantity::parse(v).ok())
-        .map(|q| q.value_ceil())
-        .unwrap_or(0);
     let node = NodeResources::new(
         cpu,
         mem,
@@ -117,7 +111,6 @@ pub fn plan_config(cfg: &Config, proc_root: &Path, sysfs: &Path) -> anyhow::Resu
                     "systemReserved + kubeReserved (--system-reserved + --kube-reserved): {e}"
                 ))
             })?,
-        hard_memory,
     );
     let mut plan = PlanConfig::new(layout, node);
     plan.cpu_cfs_period_us = cfg.cpu_cfs_quota_period.as_micros() as u64;
@@ -281,8 +274,7 @@ pub(crate) fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<Daemon
     if let Some(n) = qosd_node::sys::malloc::limit_arenas() {
         tracing::debug!(arenas = n, "malloc arenas limited");
     }
-    // Eviction settings are validated before anything is touched.
-    let eviction = crate::runtime::eviction_service::eviction_config(&cfg).map_err(bad_input)?;
+    let eviction = crate::runtime::eviction_service::eviction_config(&cfg);
     let plan = plan_config(&cfg, &args.proc_root, &args.sysfs)?;
     warn_version(&plan, cfg.fail_cgroup_v1);
     check_reserved_cgroups(&plan)?;
@@ -675,8 +667,7 @@ fn reload_config(
     let plan = plan_config(&new, proc_root, sysfs)
         .and_then(|p| check_reserved_cgroups(&p).map(|()| p))
         .map_err(|e| ReloadRefused::Invalid(format!("{e:#}")))?;
-    let eviction = crate::runtime::eviction_service::eviction_config(&new)
-        .map_err(|e| ReloadRefused::Invalid(e.to_string()))?;
+    let eviction = crate::runtime::eviction_service::eviction_config(&new);
     Ok(Some((new, plan, eviction, changed)))
 }
 

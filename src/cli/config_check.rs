@@ -456,7 +456,8 @@ mod tests {
         let c = t.flags.load().unwrap();
         assert_eq!(c.mode, qosd_config::Mode::DryRun);
         assert_eq!(c.eviction_hard.len(), 1);
-        assert_eq!(c.eviction_hard["memory.available"], "1Gi");
+        let mem = &c.eviction_hard[&qosd_config::Signal::MemoryAvailable];
+        assert_eq!(mem.as_written(), "1Gi");
         assert_eq!(c.system_reserved["memory"].value_ceil(), 2 << 30);
         assert_eq!(c.relist_interval, std::time::Duration::from_millis(250));
         assert!(!c.cpu_cfs_quota);

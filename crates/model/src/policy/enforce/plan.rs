@@ -1044,7 +1044,6 @@ mod tests {
                 cpu_millis: 1000,
                 memory_bytes: 2 << 30,
             },
-            100 << 20,
         );
         assert_eq!(
             values(&node_level_writes(&c)),

@@ -328,9 +328,14 @@ pub(crate) fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<Daemon
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
+    let mut controls = daemon::Controls::new(forward_signals(&rt)?);
     if args.once {
         let outcome = rt
-            .block_on(daemon::run_loop(opts, &mut daemon::NoObserver))
+            .block_on(daemon::run_loop(
+                opts,
+                &mut controls,
+                &mut daemon::NoObserver,
+            ))
             .map_err(|e| {
                 if e.is::<qosd_model::policy::enforce::parents::ParentMismatch>() {
                     bad_input(e)
@@ -525,7 +530,7 @@ pub(crate) fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<Daemon
         // The HTTP server is supervised too: if its task ends, liveness
         // fails (and the supervisor exits the process).
         let outcome = tokio::select! {
-            o = daemon::run_loop(opts, &mut observer) => o,
+            o = daemon::run_loop(opts, &mut controls, &mut observer) => o,
             _ = async {
                 server.stopped().await;
                 health.fail("HTTP server stopped serving".into());
@@ -543,6 +548,31 @@ pub(crate) fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<Daemon
     rt.shutdown_timeout(Duration::from_millis(200));
     result?;
     Ok(DaemonExit::Stopped)
+}
+
+/// SIGTERM and SIGINT (stop) and SIGHUP (reload), as the loop's controls.
+fn forward_signals(
+    rt: &tokio::runtime::Runtime,
+) -> anyhow::Result<tokio::sync::mpsc::UnboundedReceiver<daemon::Control>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let _in_rt = rt.enter();
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    let mut hup = signal(SignalKind::hangup())?;
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    rt.spawn(async move {
+        loop {
+            let c = tokio::select! {
+                _ = term.recv() => daemon::Control::Stop("SIGTERM"),
+                _ = int.recv() => daemon::Control::Stop("SIGINT"),
+                _ = hup.recv() => daemon::Control::Reload,
+            };
+            if tx.send(c).is_err() {
+                break;
+            }
+        }
+    });
+    Ok(rx)
 }
 
 /// Fields a running daemon cannot change: a reload changing one is refused

@@ -113,23 +113,76 @@ pub(crate) enum Outcome {
     Stopped,
 }
 
-/// Run the daemon loop until SIGTERM/SIGINT (or one pass with `once`).
+/// What the process asks of the loop: `app` turns OS signals into these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Control {
+    /// Stop (SIGTERM, SIGINT: the name is logged).
+    Stop(&'static str),
+    /// Re-read the configuration (SIGHUP).
+    Reload,
+}
+
+/// The loop's end of the control channel. A reload asked while a call is
+/// pending is kept until the loop can take it; a closed channel asks for
+/// nothing more.
+pub(crate) struct Controls {
+    rx: Option<tokio::sync::mpsc::UnboundedReceiver<Control>>,
+    reload_pending: bool,
+}
+
+impl Controls {
+    pub(crate) fn new(rx: tokio::sync::mpsc::UnboundedReceiver<Control>) -> Controls {
+        Controls {
+            rx: Some(rx),
+            reload_pending: false,
+        }
+    }
+
+    /// The next control (a reload kept for later first).
+    async fn next(&mut self) -> Control {
+        if std::mem::take(&mut self.reload_pending) {
+            return Control::Reload;
+        }
+        self.recv().await
+    }
+
+    /// Wait for a stop (its signal's name); reloads are kept for later.
+    async fn stopped(&mut self) -> &'static str {
+        loop {
+            match self.recv().await {
+                Control::Stop(why) => return why,
+                Control::Reload => self.reload_pending = true,
+            }
+        }
+    }
+
+    async fn recv(&mut self) -> Control {
+        if let Some(rx) = self.rx.as_mut() {
+            if let Some(c) = rx.recv().await {
+                return c;
+            }
+            self.rx = None;
+        }
+        std::future::pending().await
+    }
+}
+
+/// Log a stop.
+fn stopping(why: &str) {
+    tracing::info!("{why}: stopping");
+}
+
+/// Run the daemon loop until a stop (or one pass with `once`).
 pub(crate) async fn run_loop(
     opts: RunOptions,
+    controls: &mut Controls,
     observer: &mut dyn Observer,
 ) -> anyhow::Result<Outcome> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut sigterm = signal(SignalKind::terminate())?;
-    let mut sigint = signal(SignalKind::interrupt())?;
-    let mut sighup = signal(SignalKind::hangup())?;
-
     // `--once` gives up when the runtime stays away; the daemon keeps
     // waiting for it (not ready meanwhile), as a node agent must.
     let mut source = loop {
         let connecting = Source::connect(&opts.source, opts.connect, opts.machine_memory_bytes);
-        let Some(attempt) =
-            waiting(connecting, "connect", observer, &mut sigterm, &mut sigint).await
-        else {
+        let Some(attempt) = waiting(connecting, "connect", observer, controls).await else {
             return Ok(Outcome::Stopped);
         };
         match attempt {
@@ -246,9 +299,11 @@ pub(crate) async fn run_loop(
         // Something announces pod changes: the relist timer is not needed.
         let evented = pod_events.active() || gate.quiet();
         let tick = tokio::select! {
-            _ = sigterm.recv() => { tracing::info!("SIGTERM: stopping"); return Ok(Outcome::Stopped); }
-            _ = sigint.recv() => { tracing::info!("SIGINT: stopping"); return Ok(Outcome::Stopped); }
-            _ = sighup.recv() => {
+            c = controls.next() => {
+                if let Control::Stop(why) = c {
+                    stopping(why);
+                    return Ok(Outcome::Stopped);
+                }
                 if let Some(r) = observer.reload() {
                     reconciler.reconfigure(r.plan, r.dry_run);
                     if intervals.0 != r.reconcile_interval {
@@ -340,15 +395,7 @@ pub(crate) async fn run_loop(
                     None => false,
                 }
             };
-            let Some(ok) = waiting(
-                probe,
-                "runtime events marker",
-                observer,
-                &mut sigterm,
-                &mut sigint,
-            )
-            .await
-            else {
+            let Some(ok) = waiting(probe, "runtime events marker", observer, controls).await else {
                 return Ok(Outcome::Stopped);
             };
             if let Some(rx) = feed.as_mut() {
@@ -375,14 +422,8 @@ pub(crate) async fn run_loop(
             gate.listing_started();
             // Calls retry while the runtime is down: stay stoppable, and alive
             // (a hung runtime is reported as such, not as a dead loop).
-            let Some(fp) = waiting(
-                source.fingerprint(),
-                "ListPodSandbox",
-                observer,
-                &mut sigterm,
-                &mut sigint,
-            )
-            .await
+            let Some(fp) =
+                waiting(source.fingerprint(), "ListPodSandbox", observer, controls).await
             else {
                 return Ok(Outcome::Stopped);
             };
@@ -412,14 +453,7 @@ pub(crate) async fn run_loop(
                     source.resync();
                     last_resync = Instant::now();
                 }
-                let Some(listed) = waiting(
-                    source.list(),
-                    "pod listing",
-                    observer,
-                    &mut sigterm,
-                    &mut sigint,
-                )
-                .await
+                let Some(listed) = waiting(source.list(), "pod listing", observer, controls).await
                 else {
                     return Ok(Outcome::Stopped);
                 };
@@ -519,14 +553,13 @@ fn source_failed(e: &SourceError, what: &str, source_down: &mut bool, observer: 
     observer.source_failed(e);
 }
 
-/// Await a pod-source call, stoppable by SIGTERM/SIGINT (`None`), with a
-/// heartbeat every second meanwhile and the call reported as pending.
+/// Await a pod-source call, stoppable (`None`), with a heartbeat every
+/// second meanwhile and the call reported as pending.
 async fn waiting<T>(
     call: impl std::future::Future<Output = T>,
     what: &str,
     observer: &mut dyn Observer,
-    sigterm: &mut tokio::signal::unix::Signal,
-    sigint: &mut tokio::signal::unix::Signal,
+    controls: &mut Controls,
 ) -> Option<T> {
     tokio::pin!(call);
     observer.call_pending(Some(what));
@@ -536,8 +569,7 @@ async fn waiting<T>(
     let out = loop {
         tokio::select! {
             r = &mut call => break Some(r),
-            _ = sigterm.recv() => { tracing::info!("SIGTERM: stopping"); break None; }
-            _ = sigint.recv() => { tracing::info!("SIGINT: stopping"); break None; }
+            why = controls.stopped() => { stopping(why); break None; }
             _ = beat.tick() => observer.heartbeat(),
         }
     };

@@ -1228,6 +1228,48 @@ impl ServiceObserver {
     }
 }
 
+impl ServiceObserver {
+    /// `cgroupEnforcement: audit`: the pass's drift in metrics and `/status`.
+    fn publish_audit(&mut self, report: &ReconcileReport) {
+        self.metrics
+            .audit_drift(report.audit_drift.len(), report.audit_changes);
+        self.audit_changes_total += report.audit_changes as u64;
+        let audit = crate::telemetry::status::AuditStatus {
+            drifting: report.audit_drift.len(),
+            changes_total: self.audit_changes_total,
+            values: report
+                .audit_drift
+                .iter()
+                .take(crate::telemetry::status::AuditStatus::MAX_VALUES)
+                .cloned()
+                .collect(),
+        };
+        self.health.update_status(|d| d.audit = Some(audit));
+    }
+
+    /// Hand the listing's pods to the eviction loop.
+    fn feed_eviction(&self, same_pods: bool, listing: &Listing) {
+        // Unchanged pods: the eviction loop's candidates are marked fresh
+        // (their listing is current) instead of being built again; built
+        // anew after a change, or when the loop holds none (a failed
+        // listing, a refusal, a new loop after a reload).
+        if let Some(ev) = &self.eviction {
+            if !(same_pods && ev.pods_current()) {
+                let sandboxes = listing
+                    .live
+                    .iter()
+                    .map(|p| (p.pod.uid.clone(), p.sandbox_id.clone()))
+                    .collect();
+                ev.update_pods(crate::runtime::eviction_service::candidates(
+                    &listing.pods,
+                    &sandboxes,
+                    &self.layout,
+                ));
+            }
+        }
+    }
+}
+
 impl Observer for ServiceObserver {
     fn reconciled(&mut self, report: &ReconcileReport, listing: &Listing) {
         use crate::telemetry::metrics::ErrorKind;
@@ -1267,20 +1309,7 @@ impl Observer for ServiceObserver {
         self.metrics.pods(QosClass::Burstable, counts.burstable);
         self.metrics.pods(QosClass::BestEffort, counts.best_effort);
         if self.audit {
-            self.metrics
-                .audit_drift(report.audit_drift.len(), report.audit_changes);
-            self.audit_changes_total += report.audit_changes as u64;
-            let audit = crate::telemetry::status::AuditStatus {
-                drifting: report.audit_drift.len(),
-                changes_total: self.audit_changes_total,
-                values: report
-                    .audit_drift
-                    .iter()
-                    .take(crate::telemetry::status::AuditStatus::MAX_VALUES)
-                    .cloned()
-                    .collect(),
-            };
-            self.health.update_status(|d| d.audit = Some(audit));
+            self.publish_audit(report);
         }
         self.health.set_cri_reachable(true);
         self.health.set_reconciled();
@@ -1308,24 +1337,7 @@ impl Observer for ServiceObserver {
                 pods: report.pods,
             });
         });
-        // Unchanged pods: the eviction loop's candidates are marked fresh
-        // (their listing is current) instead of being built again; built
-        // anew after a change, or when the loop holds none (a failed
-        // listing, a refusal, a new loop after a reload).
-        if let Some(ev) = &self.eviction {
-            if !(same_pods && ev.pods_current()) {
-                let sandboxes = listing
-                    .live
-                    .iter()
-                    .map(|p| (p.pod.uid.clone(), p.sandbox_id.clone()))
-                    .collect();
-                ev.update_pods(crate::runtime::eviction_service::candidates(
-                    &listing.pods,
-                    &sandboxes,
-                    &self.layout,
-                ));
-            }
-        }
+        self.feed_eviction(same_pods, listing);
         if !same_pods {
             self.last_pods = Some(LastPods {
                 counts,

@@ -429,7 +429,9 @@ fn serve(
         health: health.clone(),
     };
     let mode = crate::telemetry::status::mode_name(dry_run);
-    let result = rt.block_on(async {
+    // The loop runs as a task on the runtime's workers, beside the calls
+    // it makes (no hand-off to a thread blocked on the runtime).
+    let serving = rt.spawn(async move {
         let server = crate::telemetry::server::spawn_with(addr, state, server_limits())
             .await
             .with_context(|| format!("cannot serve metrics on {addr}"))?;
@@ -448,9 +450,14 @@ fn serve(
         health.set_shutting_down();
         let _ = crate::telemetry::notify::stopping();
         let _ = tokio::time::timeout(Duration::from_millis(300), server.shutdown()).await;
+        drop(observer);
         outcome
     });
-    drop(observer);
+    let result = match rt.block_on(serving) {
+        Ok(r) => r,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(e) => Err(anyhow::anyhow!("the daemon task ended: {e}")),
+    };
     closing.store(true, std::sync::atomic::Ordering::Release);
     // Do not wait for blocking tasks (a hung CRI call) on the way out.
     rt.shutdown_timeout(Duration::from_millis(200));

@@ -130,7 +130,7 @@ fn changelog_is_by_release() {
                 "Security"
             ]
             .iter()
-            .any(|k| l == &format!("### {k}")),
+            .any(|k| *l == format!("### {k}")),
             "not a Keep a Changelog section: {l:?}"
         );
     }

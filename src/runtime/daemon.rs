@@ -6,6 +6,12 @@
 //! timer and promptly when the set of sandboxes changes (cheap relist).
 //! The eviction watcher runs beside it on its own thread
 //! ([`crate::runtime::eviction`]); see docs/design.md.
+//!
+//! [`Daemon`] holds the loop's state, with one method per event (timer,
+//! pod cgroup events, runtime events, drift, reload) saying what to do
+//! next ([`Step`]) and [`Daemon::tick`] running a reconcile; the clock
+//! ([`Clock`]) and the pod source ([`PodSource`]) are injected. `app`
+//! installs the signal handlers and hands the loop [`Controls`].
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -1777,6 +1783,65 @@ mod tests {
         assert_eq!(h.tick(Tick::Reconcile).await, Step::Stop);
         assert_eq!(logs.count("SIGTERM: stopping"), 1);
         assert_eq!(h.controls.next().await, Control::Reload);
+    }
+
+    /// Stops the loop once it reconciled the same listing twice.
+    struct StopAfterTwoAgain {
+        first: usize,
+        again: usize,
+        stop: tokio::sync::mpsc::UnboundedSender<Control>,
+    }
+    impl Observer for StopAfterTwoAgain {
+        fn reconciled(&mut self, _report: &ReconcileReport, _listing: &Listing) {
+            self.first += 1;
+        }
+        fn reconciled_again(&mut self, _report: &ReconcileReport, _listing: &Listing) {
+            self.again += 1;
+            if self.again == 2 {
+                self.stop.send(Control::Stop("SIGTERM")).unwrap();
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn the_driver_reconciles_on_its_timer_and_lists_only_on_changes() {
+        let mut h = Harness::new();
+        let mut observer = StopAfterTwoAgain {
+            first: 0,
+            again: 0,
+            stop: h.control.clone(),
+        };
+        let every = Duration::from_millis(10);
+        let out = h
+            .daemon
+            .run((every, every), &mut h.controls, &mut observer)
+            .await
+            .unwrap();
+        assert!(matches!(out, Outcome::Stopped));
+        // One listing, then timer reconciles with the same fingerprint
+        // (relist ticks with nothing changed reconcile nothing).
+        assert_eq!(h.source.get(|f| f.lists), 1);
+        assert_eq!(observer.first, 1);
+        assert!(observer.again >= 2);
+    }
+
+    #[tokio::test]
+    async fn the_driver_reloads_then_stops_on_its_controls() {
+        let logs = Logs::default();
+        let _guard = logs.capture();
+        let mut h = Harness::new();
+        h.control.send(Control::Reload).unwrap();
+        h.control.send(Control::Stop("SIGINT")).unwrap();
+        let every = Duration::from_secs(10);
+        let out = h
+            .daemon
+            .run((every, every), &mut h.controls, &mut h.observer)
+            .await
+            .unwrap();
+        assert!(matches!(out, Outcome::Stopped));
+        // (The reconcile after the reload may be cut short by the stop.)
+        assert_eq!(h.observer.reloads, 1);
+        assert_eq!(logs.count("SIGINT: stopping"), 1);
     }
 
     #[tokio::test]

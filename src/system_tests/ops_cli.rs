@@ -214,7 +214,7 @@ fn completions_and_man_page_come_from_the_cli() {
     let (code, out, err) = qosd(&["man"]);
     assert_eq!(code, 0, "{err}");
     assert!(out.starts_with(".ie") || out.contains(".TH qosd"), "{out}");
-    assert!(out.contains("qosd\\-plan") && out.contains("\\-\\-cgroup\\-root"));
+    assert!(out.contains(".SS \"qosd plan\"") && out.contains("\\-\\-cgroup\\-root"));
 }
 
 #[test]

@@ -252,21 +252,30 @@ pub(crate) fn warn_version(cfg: &PlanConfig, fail_cgroup_v1: Option<bool>) {
 /// The reserved cgroups must exist: like the kubelet, qosd limits them but
 /// never creates them.
 pub(crate) fn check_reserved_cgroups(plan: &PlanConfig) -> anyhow::Result<()> {
+    let mut missing = Vec::new();
     for rc in &plan.reserved_cgroups {
         for dir in qosd_model::policy::enforce::plan::reserved_dirs(plan, rc) {
             if !dir.is_dir() {
-                anyhow::bail!(
+                missing.push(format!(
                     "{} \"/{}\" does not exist at {} (qosd limits it for enforceNodeAllocatable {} but never creates it: create it, or drop {} from enforceNodeAllocatable)",
                     rc.setting,
                     rc.cgroup,
                     dir.display(),
                     rc.key,
                     rc.key
-                );
+                ));
             }
         }
     }
-    Ok(())
+    all_or_error(missing)
+}
+
+/// Every problem found, one per line (not only the first).
+fn all_or_error(problems: Vec<String>) -> anyhow::Result<()> {
+    match problems.is_empty() {
+        true => Ok(()),
+        false => Err(anyhow::anyhow!(problems.join("\n"))),
+    }
 }
 
 pub(crate) fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<DaemonExit> {
@@ -309,16 +318,18 @@ fn run_options(cfg: &Config, args: &DaemonArgs) -> anyhow::Result<RunOptions> {
     check_reserved_cgroups(&plan)?;
     // Like the kubelet, the cgroup root must exist: qosd creates kubepods
     // under it but never the root itself.
+    let mut missing = Vec::new();
     for base in crate::runtime::reconcile::kubepods_dirs(&plan) {
         let parent = base.parent().unwrap_or(&base);
         if !parent.is_dir() {
-            anyhow::bail!(
+            missing.push(format!(
                 "cgroup root {:?} does not exist at {} (create it, or set cgroupRoot / cgroupfs)",
                 plan.layout.cgroup_root,
                 parent.display()
-            );
+            ));
         }
     }
+    all_or_error(missing)?;
     let source = if args.pods.is_empty() {
         PodSourceSpec::Cri {
             endpoint: cfg.runtime_endpoint.clone(),

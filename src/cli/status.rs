@@ -351,6 +351,36 @@ mod tests {
             .collect()
     }
 
+    /// A percentage of a signal not observed (here the allocatable memory
+    /// without a kubepods cgroup) has no resolved value: null, never 0.
+    #[test]
+    fn an_unresolved_percentage_threshold_has_no_value() {
+        let d = tempfile::tempdir().unwrap();
+        let s = sources(d.path(), 500 * 1024);
+        let hard = map(&[
+            ("allocatableMemory.available", "10%"),
+            ("memory.available", "100Mi"),
+        ]);
+        let ev = EvictionConfig::from_parts(
+            Some(&hard),
+            &BTreeMap::new(),
+            &BTreeMap::new(),
+            &BTreeMap::new(),
+            0,
+            Duration::from_secs(300),
+        )
+        .unwrap();
+        let (signals, _, _) = evaluate(&ev, &s);
+        let alloc = signals
+            .iter()
+            .find(|s| s.signal == "allocatableMemory.available")
+            .expect("listed");
+        assert_eq!(alloc.observed, None);
+        assert_eq!(alloc.thresholds[0].value, None, "{alloc:?}");
+        let json = serde_json::to_value(&alloc.thresholds[0]).unwrap();
+        assert!(json["value"].is_null(), "{json}");
+    }
+
     #[test]
     fn evaluate_marks_met_thresholds_and_conditions() {
         let d = tempfile::tempdir().unwrap();
@@ -380,7 +410,7 @@ mod tests {
         assert_eq!(mem.thresholds.len(), 2);
         let h = &mem.thresholds[0];
         assert_eq!((h.kind.as_str(), h.threshold.as_str()), ("hard", "100Mi"));
-        assert_eq!(h.value, 100 << 20);
+        assert_eq!(h.value, Some(100 << 20));
         assert!(h.met);
         assert_eq!(h.min_reclaim.as_deref(), Some("50Mi"));
         let so = &mem.thresholds[1];
@@ -390,7 +420,7 @@ mod tests {
         // pid: 4096 - 500 = 3596 available, threshold 409: not met.
         let pid = &signals[1];
         assert_eq!(pid.observed, Some(3596));
-        assert_eq!(pid.thresholds[0].value, 409);
+        assert_eq!(pid.thresholds[0].value, Some(409));
         assert!(!pid.thresholds[0].met);
         let active: Vec<(&str, bool)> = conds
             .iter()

@@ -442,7 +442,7 @@ mod tests {
             thresholds: vec![ThresholdStatus {
                 kind: "hard".into(),
                 threshold: "100Mi".into(),
-                value: 100 << 20,
+                value: Some(100 << 20),
                 met: true,
                 ..Default::default()
             }],

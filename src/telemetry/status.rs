@@ -135,8 +135,9 @@ pub(crate) struct ThresholdStatus {
     pub(crate) kind: String,
     /// As configured (`100Mi`, `10%`).
     pub(crate) threshold: String,
-    /// Resolved to the signal's unit.
-    pub(crate) value: i64,
+    /// Resolved to the signal's unit; `None` (JSON null) for a percentage
+    /// before the signal's capacity is known.
+    pub(crate) value: Option<i64>,
     pub(crate) met: bool,
     /// Soft thresholds: the grace period (Go duration).
     pub(crate) grace_period: Option<String>,
@@ -353,11 +354,16 @@ impl StatusDoc {
                 .map(|t| {
                     // `threshold` may be the whole statement (`signal<value`).
                     let configured = t.threshold.rsplit('<').next().unwrap_or("");
-                    let resolved = signal_value(&sig.signal, t.value);
-                    let mut x = if configured == resolved || configured == t.value.to_string() {
-                        format!("{} <{resolved}", t.kind)
-                    } else {
-                        format!("{} <{configured} ({resolved})", t.kind)
+                    let mut x = match t.value {
+                        None => format!("{} <{configured}", t.kind),
+                        Some(v) => {
+                            let resolved = signal_value(&sig.signal, v);
+                            if configured == resolved || configured == v.to_string() {
+                                format!("{} <{resolved}", t.kind)
+                            } else {
+                                format!("{} <{configured} ({resolved})", t.kind)
+                            }
+                        }
                     };
                     if let Some(g) = &t.grace_period {
                         x.push_str(&format!(" grace {g}"));
@@ -551,7 +557,9 @@ pub(crate) fn eviction_status(
     active: Option<&[qosd_model::policy::evict::threshold::NodeCondition]>,
 ) -> (Vec<SignalStatus>, Vec<ConditionStatus>) {
     use qosd_model::core::duration::format_go_duration;
-    use qosd_model::policy::evict::threshold::{NodeCondition, Signal, ThresholdKind};
+    use qosd_model::policy::evict::threshold::{
+        NodeCondition, Signal, ThresholdKind, ThresholdValue,
+    };
     use std::collections::BTreeMap;
     let mut by_signal: BTreeMap<Signal, SignalStatus> = BTreeMap::new();
     if let Some(o) = memory_always {
@@ -588,10 +596,11 @@ pub(crate) fn eviction_status(
         entry.thresholds.push(ThresholdStatus {
             kind: t.threshold.kind.as_str().to_string(),
             threshold: t.threshold.value.to_string(),
-            value: t
-                .observed
-                .map(|o| t.threshold.threshold_for(o.capacity))
-                .unwrap_or(0),
+            value: match (t.observed, t.threshold.value) {
+                (Some(o), _) => Some(t.threshold.threshold_for(o.capacity)),
+                (None, ThresholdValue::Quantity(q)) => Some(q),
+                (None, ThresholdValue::Percentage(_)) => None,
+            },
             met: t.met,
             grace_period: (t.threshold.kind == ThresholdKind::Soft)
                 .then(|| format_go_duration(t.threshold.grace_period)),

@@ -420,6 +420,28 @@ pub(crate) fn validate(
     };
     let system_reserved = c.resource_list("systemReserved", &raw.system_reserved);
     let kube_reserved = c.resource_list("kubeReserved", &raw.kube_reserved);
+    // The sum the node arithmetic uses (`Config::reserved`): checked here so
+    // `config check` refuses what `run` would refuse.
+    if let Err(e) = crate::reserved_sum(&system_reserved, &kube_reserved) {
+        let show = |l: &qosd_model::core::model::ResourceList, k: &str| {
+            l.get(k)
+                .map(|q| q.to_string())
+                .unwrap_or_else(|| "0".into())
+        };
+        c.bad(
+            "systemReserved + kubeReserved",
+            None,
+            &format!(
+                "cpu {} + {}, memory {} + {}",
+                show(&system_reserved, "cpu"),
+                show(&kube_reserved, "cpu"),
+                show(&system_reserved, "memory"),
+                show(&kube_reserved, "memory")
+            ),
+            e.to_string(),
+            "reservations whose sum is at most 2^63-1 millicores (cpu) and bytes (memory)",
+        );
+    }
     let mut qos_reserved = BTreeMap::new();
     for (k, Scalar(v)) in raw.qos_reserved.iter().flatten() {
         if k != "memory" {

@@ -217,11 +217,19 @@ async fn probes_are_answered_while_400_keep_alive_clients_are_connected() {
     let (answered_tx, mut answered_rx) = tokio::sync::mpsc::channel::<bool>(400);
     let (hold_tx, hold_rx) = tokio::sync::watch::channel(false);
     let mut clients = Vec::new();
-    for _ in 0..400 {
+    for i in 0..400 {
         let answered = answered_tx.clone();
         let mut hold = hold_rx.clone();
         clients.push(tokio::spawn(async move {
-            let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+            // From 8 addresses (127.0.0.1-8), 50 each: within the
+            // per-address limit, so the server-wide cap is what is tested.
+            let sock = tokio::net::TcpSocket::new_v4().unwrap();
+            sock.bind(std::net::SocketAddr::from((
+                [127, 0, 0, 1 + (i % 8) as u8],
+                0,
+            )))
+            .unwrap();
+            let mut s = sock.connect(addr).await.unwrap();
             s.write_all(b"GET /metrics HTTP/1.1\r\nHost: qosd\r\n\r\n")
                 .await
                 .unwrap();
@@ -388,5 +396,55 @@ async fn idle_keep_alive_connections_are_closed() {
     let idle = t.elapsed();
     assert!(String::from_utf8_lossy(&raw).starts_with("HTTP/1.1 200"));
     assert!(idle >= Duration::from_millis(250), "closed after {idle:?}");
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_from_one_address_never_closes_another_clients_connection() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let server = spawn("127.0.0.1:0".parse().unwrap(), ready_state())
+        .await
+        .unwrap();
+    let addr = server.local_addr();
+    // A request on a keep-alive connection: the answer's status line.
+    async fn ask(s: &mut tokio::net::TcpStream) -> String {
+        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: qosd\r\n\r\n")
+            .await
+            .unwrap();
+        let mut buf = [0u8; 1024];
+        let n = tokio::time::timeout(T, s.read(&mut buf))
+            .await
+            .expect("an answer within 5 s")
+            .unwrap();
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    }
+    // The other client (127.0.0.2, also loopback): connected first, idle.
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+    let mut other = sock.connect(addr).await.unwrap();
+    assert!(ask(&mut other).await.starts_with("HTTP/1.1 200"));
+    // 300 connections from 127.0.0.1, each asking once and staying open.
+    let mut flood = Vec::new();
+    let mut answered = 0;
+    for _ in 0..300 {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: qosd\r\n\r\n")
+            .await
+            .unwrap();
+        let mut buf = [0u8; 1024];
+        if let Ok(Ok(n)) = tokio::time::timeout(T, s.read(&mut buf)).await {
+            answered += usize::from(n > 0);
+        }
+        flood.push(s);
+    }
+    eprintln!("{answered} of 300 flood connections answered");
+    assert!(answered > 0);
+    // The flood closed its own idle connections to stay within 64, never
+    // the other client's (the oldest idle connection of all).
+    assert!(
+        ask(&mut other).await.starts_with("HTTP/1.1 200"),
+        "the other client's connection was closed"
+    );
+    drop(flood);
     server.shutdown().await.unwrap();
 }

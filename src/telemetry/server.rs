@@ -158,9 +158,15 @@ async fn status(State(s): State<AppState>, req: axum::extract::Request) -> Respo
 /// (slowloris, thousands of idle connections, endless headers).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ServerLimits {
-    /// Connections served at once; further clients wait in the kernel's
-    /// accept backlog (holding no descriptor of qosd's) until one ends.
+    /// Connections served at once; at the cap a new client takes the slot
+    /// of the longest-idle connection, and waits in the kernel's accept
+    /// backlog only while every connection is answering a request.
     pub(crate) max_connections: usize,
+    /// Connections served at once from one client address; past it a new
+    /// connection from that address takes the slot of that address's
+    /// longest-idle connection (a flood from one address never closes
+    /// other clients' connections), or is closed when all are busy.
+    pub(crate) max_connections_per_ip: usize,
     /// A client must send its complete request headers within this time.
     pub(crate) header_read_timeout: std::time::Duration,
     /// A connection is closed after this long, whatever it is doing
@@ -177,6 +183,7 @@ impl Default for ServerLimits {
     fn default() -> ServerLimits {
         ServerLimits {
             max_connections: 256,
+            max_connections_per_ip: 64,
             header_read_timeout: std::time::Duration::from_secs(5),
             connection_lifetime: std::time::Duration::from_secs(30),
             max_request_bytes: 16 * 1024,
@@ -206,6 +213,8 @@ pub(crate) struct Peer(pub(crate) SocketAddr);
 
 /// One served connection, as the accept loop sees it.
 struct ConnState {
+    /// The client's address.
+    ip: std::net::IpAddr,
     /// Requests in flight (0 or 1: HTTP/1 answers one at a time).
     busy: std::sync::atomic::AtomicUsize,
     /// When the last request ended (or the connection was accepted).
@@ -224,10 +233,12 @@ struct ConnState {
 
 impl ConnState {
     fn new(
+        ip: std::net::IpAddr,
         any_idle: Arc<tokio::sync::Notify>,
         slot: tokio::sync::OwnedSemaphorePermit,
     ) -> ConnState {
         ConnState {
+            ip,
             any_idle,
             slot: std::sync::Mutex::new(Some(slot)),
             busy: std::sync::atomic::AtomicUsize::new(0),
@@ -295,10 +306,15 @@ type Registry = Arc<std::sync::Mutex<std::collections::HashMap<u64, Arc<ConnStat
 /// (an idle keep-alive or a client still sending headers; never one with a
 /// request in flight) and take its slot. `None` when every connection is
 /// answering a request.
-fn kick_longest_idle(conns: &Registry) -> Option<tokio::sync::OwnedSemaphorePermit> {
+/// With `ip`, only among that client address's connections.
+fn kick_longest_idle(
+    conns: &Registry,
+    ip: Option<std::net::IpAddr>,
+) -> Option<tokio::sync::OwnedSemaphorePermit> {
     let conns = conns.lock().unwrap_or_else(|e| e.into_inner());
     let mut idle: Vec<_> = conns
         .values()
+        .filter(|c| ip.is_none_or(|ip| c.ip == ip))
         .filter_map(|c| c.idle_since().map(|t| (t, c)))
         .collect();
     idle.sort_by_key(|(t, _)| *t);
@@ -367,26 +383,44 @@ pub(crate) async fn serve_with(
         // now; this connection takes its slot as soon as it is free, and
         // the loop goes on accepting); else, every connection answering a
         // request, the first to finish.
-        let permit = loop {
-            if let Ok(p) = slots.clone().try_acquire_owned() {
-                break p;
+        let ip = peer.ip().to_canonical();
+        let from_ip = registry
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .filter(|c| c.ip == ip)
+            .count();
+        let permit = if from_ip >= limits.max_connections_per_ip.max(1) {
+            match kick_longest_idle(&registry, Some(ip)) {
+                Some(p) => p,
+                None => {
+                    tracing::debug!(%peer, "HTTP connections per client address at the cap, all busy: closed");
+                    drop(stream);
+                    continue;
+                }
             }
-            if let Some(p) = kick_longest_idle(&registry) {
-                break p;
-            }
-            tracing::debug!(%peer, "HTTP connection cap reached, every connection busy");
-            tokio::select! {
-                p = slots.clone().acquire_owned() => break p.expect("semaphore never closed"),
-                // A request ended: that connection can be closed now.
-                _ = any_idle.notified() => {}
-                _ = &mut shutdown => break 'accept,
+        } else {
+            loop {
+                if let Ok(p) = slots.clone().try_acquire_owned() {
+                    break p;
+                }
+                if let Some(p) = kick_longest_idle(&registry, None) {
+                    break p;
+                }
+                tracing::debug!(%peer, "HTTP connection cap reached, every connection busy");
+                tokio::select! {
+                    p = slots.clone().acquire_owned() => break p.expect("semaphore never closed"),
+                    // A request ended: that connection can be closed now.
+                    _ = any_idle.notified() => {}
+                    _ = &mut shutdown => break 'accept,
+                }
             }
         };
         next_id += 1;
         let id = next_id;
         let app = app.clone();
         let mut stop = stop_rx.clone();
-        let conn_state = Arc::new(ConnState::new(any_idle.clone(), permit));
+        let conn_state = Arc::new(ConnState::new(ip, any_idle.clone(), permit));
         // A candidate for the next kick at once (before its task runs).
         registry
             .lock()

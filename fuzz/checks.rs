@@ -39,26 +39,95 @@ pub fn duration(data: &[u8]) {
     }
 }
 
-/// Eviction thresholds (`memory.available<100Mi,nodefs.available<10%`) and
-/// their values for every signal: never a panic.
+/// Eviction thresholds through the parser the daemon uses: each
+/// `signal<value` statement of the input (or, without `<`, the whole input
+/// for a few signals) as an `evictionHard`, `evictionSoft` and `evictionMinimumReclaim`
+/// entry, parsed by [`qosd_config::ThresholdSetting::parse`] and through a
+/// whole config file, then turned into the eviction policy
+/// ([`qosd_config::Config::eviction`]). Never a panic; a value taken is a
+/// positive quantity or a percentage in (0, 1), and the effective config
+/// loads again to the same thresholds.
 pub fn threshold(data: &[u8]) {
-    use qosd_model::policy::evict::threshold::{
-        parse_threshold_flag, parse_threshold_value, Signal,
-    };
+    use qosd_config::{Config, Signal, ThresholdSetting, ThresholdValue};
+    use std::collections::BTreeMap;
     let Ok(s) = std::str::from_utf8(data) else {
         return;
     };
-    if let Ok(map) = parse_threshold_flag("evictionHard", s) {
-        for (k, v) in &map {
-            if let Some(sig) = Signal::parse(k) {
-                let _ = parse_threshold_value("evictionHard", sig, v);
+    let mut entries: BTreeMap<String, String> = BTreeMap::new();
+    if s.contains('<') {
+        for (k, v) in s.split(',').filter_map(|stmt| stmt.split_once('<')) {
+            entries.insert(k.to_string(), v.to_string());
+        }
+    } else {
+        for sig in ["memory.available", "nodefs.inodesFree", "pid.available"] {
+            entries.insert(sig.to_string(), s.to_string());
+        }
+    }
+    entries.retain(|k, _| Signal::parse(k).is_some());
+    // Thresholds: a positive quantity or a fraction in (0, 1); a minimum
+    // reclaim: a positive quantity or a positive fraction.
+    let sane = |v: &ThresholdValue, reclaim: bool| match *v {
+        ThresholdValue::Quantity(q) => q > 0,
+        ThresholdValue::Percentage(p) => p.is_finite() && p > 0.0 && (reclaim || p < 1.0),
+    };
+    for (k, v) in &entries {
+        let sig = Signal::parse(k).expect("kept known signals only");
+        for setting in ["eviction-hard", "eviction-soft", "eviction-minimum-reclaim"] {
+            if let Ok(t) = ThresholdSetting::parse(setting, sig, v) {
+                let reclaim = setting == "eviction-minimum-reclaim";
+                assert!(
+                    t.value.as_ref().is_none_or(|x| sane(x, reclaim)),
+                    "{setting} {k}={v:?}: {:?}",
+                    t.value
+                );
+                assert_eq!(t.as_written(), v);
             }
         }
     }
-    for sig in ["memory.available", "nodefs.inodesFree", "pid.available"] {
-        let sig = Signal::parse(sig).unwrap();
-        let _ = parse_threshold_value("evictionSoft", sig, s);
+    // The same entries as a config file (JSON is YAML).
+    let map = |value: &dyn Fn(&str) -> String| {
+        let body: Vec<String> = entries
+            .iter()
+            .map(|(k, v)| format!("{}: {}", json_string(k), json_string(&value(v))))
+            .collect();
+        format!("{{{}}}", body.join(", "))
+    };
+    let yaml = format!(
+        "{{\"evictionHard\": {hard}, \"evictionSoft\": {hard}, \"evictionMinimumReclaim\": {hard}, \"evictionSoftGracePeriod\": {grace}}}",
+        hard = map(&|v| v.to_string()),
+        grace = map(&|_| "1m".to_string()),
+    );
+    let Ok(cfg) = Config::from_yaml_str(&yaml) else {
+        return;
+    };
+    let ev = cfg.eviction();
+    for t in &ev.thresholds {
+        assert!(sane(&t.value, false), "{t:?}");
+        assert!(
+            t.min_reclaim.as_ref().is_none_or(|r| sane(r, true)),
+            "{t:?}"
+        );
     }
+    let again = Config::from_yaml_str(&cfg.to_effective_yaml()).expect("effective config loads");
+    assert_eq!(again.eviction_hard, cfg.eviction_hard);
+    assert_eq!(again.eviction_minimum_reclaim, cfg.eviction_minimum_reclaim);
+}
+
+/// `s` as a JSON string literal.
+fn json_string(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 || c == '\u{7f}' => {
+                out.push_str(&format!("\\u{:04x}", c as u32))
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
 }
 
 /// The configuration file (KubeletConfiguration field names and formats,

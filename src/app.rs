@@ -97,12 +97,6 @@ pub fn plan_config(cfg: &Config, proc_root: &Path, sysfs: &Path) -> anyhow::Resu
         None => qosd_node::sys::procfs::detect_memory_bytes(proc_root)
             .context("cannot detect the node's memory (set nodeMemory)")?,
     };
-    let hard_memory = cfg
-        .eviction_hard
-        .get("memory.available")
-        .and_then(|v| qosd_model::core::quantity::Quantity::parse(v).ok())
-        .map(|q| q.value_ceil())
-        .unwrap_or(0);
     let node = NodeResources::new(
         cpu,
         mem,
@@ -111,7 +105,6 @@ pub fn plan_config(cfg: &Config, proc_root: &Path, sysfs: &Path) -> anyhow::Resu
                 "systemReserved + kubeReserved (--system-reserved + --kube-reserved): {e}"
             ))
         })?,
-        hard_memory,
     );
     let mut plan = PlanConfig::new(layout, node);
     plan.cpu_cfs_period_us = cfg.cpu_cfs_quota_period.as_micros() as u64;
@@ -253,21 +246,30 @@ pub(crate) fn warn_version(cfg: &PlanConfig, fail_cgroup_v1: Option<bool>) {
 /// The reserved cgroups must exist: like the kubelet, qosd limits them but
 /// never creates them.
 pub(crate) fn check_reserved_cgroups(plan: &PlanConfig) -> anyhow::Result<()> {
+    let mut missing = Vec::new();
     for rc in &plan.reserved_cgroups {
         for dir in qosd_model::policy::enforce::plan::reserved_dirs(plan, rc) {
             if !dir.is_dir() {
-                anyhow::bail!(
+                missing.push(format!(
                     "{} \"/{}\" does not exist at {} (qosd limits it for enforceNodeAllocatable {} but never creates it: create it, or drop {} from enforceNodeAllocatable)",
                     rc.setting,
                     rc.cgroup,
                     dir.display(),
                     rc.key,
                     rc.key
-                );
+                ));
             }
         }
     }
-    Ok(())
+    all_or_error(missing)
+}
+
+/// Every problem found, one per line (not only the first).
+fn all_or_error(problems: Vec<String>) -> anyhow::Result<()> {
+    match problems.is_empty() {
+        true => Ok(()),
+        false => Err(anyhow::anyhow!(problems.join("\n"))),
+    }
 }
 
 pub(crate) fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<DaemonExit> {
@@ -275,36 +277,11 @@ pub(crate) fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<Daemon
     if let Some(n) = qosd_node::sys::malloc::limit_arenas() {
         tracing::debug!(arenas = n, "malloc arenas limited");
     }
-    // Eviction settings are validated before anything is touched.
-    let eviction = crate::runtime::eviction_service::eviction_config(&cfg).map_err(bad_input)?;
-    let plan = plan_config(&cfg, &args.proc_root, &args.sysfs)?;
-    warn_version(&plan, cfg.fail_cgroup_v1);
-    check_reserved_cgroups(&plan)?;
-    // Like the kubelet, the cgroup root must exist: qosd creates kubepods
-    // under it but never the root itself.
-    for base in crate::runtime::reconcile::kubepods_dirs(&plan) {
-        let parent = base.parent().unwrap_or(&base);
-        if !parent.is_dir() {
-            anyhow::bail!(
-                "cgroup root {:?} does not exist at {} (create it, or set cgroupRoot / cgroupfs)",
-                plan.layout.cgroup_root,
-                parent.display()
-            );
-        }
-    }
-    let source = if args.pods.is_empty() {
-        PodSourceSpec::Cri {
-            endpoint: cfg.runtime_endpoint.clone(),
-        }
-    } else {
-        // Validate the manifests now: bad input must fail before any write.
-        qosd_node::manifest::load_paths(&args.pods).map_err(bad_input)?;
-        PodSourceSpec::Manifests(args.pods.clone())
-    };
-    let dry_run = cfg.mode == qosd_config::Mode::DryRun;
+    let eviction = crate::runtime::eviction_service::eviction_config(&cfg);
+    let opts = run_options(&cfg, &args)?;
     // One qosd per cgroup root, taken before the first write (dry-run
     // writes nothing and takes none); held until this function returns.
-    let _instance_lock = if dry_run {
+    let _instance_lock = if opts.dry_run {
         None
     } else {
         let lock = crate::runtime::instance_lock::acquire(
@@ -315,6 +292,48 @@ pub(crate) fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<Daemon
         tracing::debug!(lock = %lock.path.display(), "instance lock held");
         Some(lock)
     };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let controls = daemon::Controls::new(forward_signals(&rt)?);
+    if args.once {
+        return run_once(&rt, opts, controls);
+    }
+    serve(cfg, args, eviction, opts, rt, controls)
+}
+
+/// Check the node and the inputs (before anything is written) and gather
+/// what the reconcile loop needs.
+fn run_options(cfg: &Config, args: &DaemonArgs) -> anyhow::Result<RunOptions> {
+    let plan = plan_config(cfg, &args.proc_root, &args.sysfs)?;
+    warn_version(&plan, cfg.fail_cgroup_v1);
+    check_reserved_cgroups(&plan)?;
+    // Like the kubelet, the cgroup root must exist: qosd creates kubepods
+    // under it but never the root itself.
+    let mut missing = Vec::new();
+    for base in crate::runtime::reconcile::kubepods_dirs(&plan) {
+        let parent = base.parent().unwrap_or(&base);
+        if !parent.is_dir() {
+            missing.push(format!(
+                "cgroup root {:?} does not exist at {} (create it, or set cgroupRoot / cgroupfs)",
+                plan.layout.cgroup_root,
+                parent.display()
+            ));
+        }
+    }
+    all_or_error(missing)?;
+    let source = if args.pods.is_empty() {
+        PodSourceSpec::Cri {
+            endpoint: cfg.runtime_endpoint.clone(),
+        }
+    } else {
+        // Validate the manifests now: bad input must fail before any write.
+        qosd_node::manifest::load_paths(&args.pods).map_err(bad_input)?;
+        PodSourceSpec::Manifests(args.pods.clone())
+    };
+    let dry_run = cfg.mode == qosd_config::Mode::DryRun;
     let audit = cfg.cgroup_enforcement == qosd_config::CgroupEnforcement::Audit;
     if audit {
         tracing::info!(
@@ -323,7 +342,7 @@ pub(crate) fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<Daemon
         );
     }
     let plan_capacity = plan.node.capacity_memory_bytes;
-    let opts = RunOptions {
+    Ok(RunOptions {
         plan,
         source,
         dry_run,
@@ -342,37 +361,149 @@ pub(crate) fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<Daemon
         },
         machine_memory_bytes: qosd_node::sys::procfs::detect_memory_bytes(&args.proc_root)
             .unwrap_or(plan_capacity),
-        cpu_manager: args.cpu_manager,
+        cpu_manager: args.cpu_manager.clone(),
         specs: None,
         audit,
         state_dir: cfg.state_dir.clone().or_else(systemd_state_directory),
-    };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
-    if args.once {
-        let outcome = rt
-            .block_on(daemon::run_loop(opts, &mut daemon::NoObserver))
-            .map_err(|e| {
-                if e.is::<qosd_model::policy::enforce::parents::ParentMismatch>() {
-                    bad_input(e)
-                } else {
-                    e
-                }
-            })?;
-        return Ok(match outcome {
-            Outcome::Stopped => DaemonExit::Stopped,
-            Outcome::Once(report) => DaemonExit::Once { report, dry_run },
-        });
-    }
+    })
+}
 
-    let metrics = Arc::new(Metrics::new());
+/// `--once`: one reconcile, no metrics, health or eviction.
+fn run_once(
+    rt: &tokio::runtime::Runtime,
+    opts: RunOptions,
+    mut controls: daemon::Controls,
+) -> anyhow::Result<DaemonExit> {
+    let dry_run = opts.dry_run;
+    let outcome = rt
+        .block_on(daemon::run_loop(
+            opts,
+            &mut controls,
+            &mut daemon::NoObserver,
+        ))
+        .map_err(|e| {
+            if e.is::<qosd_model::policy::enforce::parents::ParentMismatch>() {
+                bad_input(e)
+            } else {
+                e
+            }
+        })?;
+    Ok(match outcome {
+        Outcome::Stopped => DaemonExit::Stopped,
+        Outcome::Once(report) => DaemonExit::Once { report, dry_run },
+    })
+}
+
+/// The daemon proper: metrics, health and the supervisor, the Kubernetes
+/// API side, eviction, the HTTP server and the reconcile loop, until a stop.
+fn serve(
+    cfg: Config,
+    args: DaemonArgs,
+    eviction: qosd_model::policy::evict::threshold::EvictionConfig,
+    mut opts: RunOptions,
+    rt: tokio::runtime::Runtime,
+    mut controls: daemon::Controls,
+) -> anyhow::Result<DaemonExit> {
+    let (metrics, health) = telemetry(&cfg)?;
     // The eviction side's own runtime, shared by the CRI stopper and the
     // API evictor (the one other runtime besides `rt`).
     let evict_rt = qosd_node::evict::runtime::EvictRuntime::new()
         .context("cannot start the eviction side's runtime")?;
+    let kube = match opts.source {
+        PodSourceSpec::Cri { .. } => {
+            start_kube(&cfg, &opts.plan, &rt, &evict_rt, &metrics, &health)?
+        }
+        PodSourceSpec::Manifests(_) => None,
+    };
+    opts.specs = kube
+        .clone()
+        .map(|k| k as Arc<dyn qosd_node::pods::SpecSource>);
+    let dry_run = opts.dry_run;
+    let mut observer = ServiceObserver::new(metrics.clone(), health.clone(), dry_run, &opts.plan);
+    health.update_status(|d| {
+        d.config_generation = 1;
+        d.config_loaded_at_ms = crate::telemetry::status::now_ms();
+    });
+    observer.specs = opts.specs.clone();
+    observer.audit = opts.audit;
+    health.update_status(|d| d.cgroup_enforcement = cfg.cgroup_enforcement.as_str().to_string());
+    // Set when the daemon stops: the eviction side's CRI calls (a clean-up
+    // still retrying) then stop instead of starting another.
+    let closing = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut reloader = ConfigReloader {
+        read: args.reload,
+        current: cfg.clone(),
+        generation: 1,
+        proc_root: args.proc_root.clone(),
+        sysfs: args.sysfs.clone(),
+        source: opts.source.clone(),
+        kube: kube.clone(),
+        closing: closing.clone(),
+        evict_rt: evict_rt.clone(),
+        metrics: metrics.clone(),
+        health: health.clone(),
+    };
+    observer.reloader = Some(Box::new(move || reloader.reload()));
+    if let Some(ev) = start_eviction(
+        &cfg,
+        eviction,
+        &opts.plan,
+        &opts.source,
+        kube,
+        &args.proc_root,
+        &closing,
+        &evict_rt,
+        &metrics,
+        &health,
+    )? {
+        observer.eviction = Some(Arc::new(ev));
+    }
+    let addr = cfg.metrics_address;
+    let state = AppState {
+        metrics: metrics.clone(),
+        health: health.clone(),
+    };
+    let mode = crate::telemetry::status::mode_name(dry_run);
+    // The loop runs as a task on the runtime's workers, beside the calls
+    // it makes (no hand-off to a thread blocked on the runtime).
+    let serving = rt.spawn(async move {
+        let server = crate::telemetry::server::spawn_with(addr, state, server_limits())
+            .await
+            .with_context(|| format!("cannot serve metrics on {addr}"))?;
+        tracing::info!(address = %server.local_addr(), mode, "qosd running");
+
+        // The HTTP server is supervised too: if its task ends, liveness
+        // fails (and the supervisor exits the process).
+        let outcome = tokio::select! {
+            o = daemon::run_loop(opts, &mut controls, &mut observer) => o,
+            _ = async {
+                server.stopped().await;
+                health.fail("HTTP server stopped serving".into());
+                std::future::pending::<()>().await
+            } => unreachable!("the server monitor never ends"),
+        };
+        health.set_shutting_down();
+        let _ = crate::telemetry::notify::stopping();
+        let _ = tokio::time::timeout(Duration::from_millis(300), server.shutdown()).await;
+        drop(observer);
+        outcome
+    });
+    let result = match rt.block_on(serving) {
+        Ok(r) => r,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(e) => Err(anyhow::anyhow!("the daemon task ended: {e}")),
+    };
+    closing.store(true, std::sync::atomic::Ordering::Release);
+    // Do not wait for blocking tasks (a hung CRI call) on the way out.
+    rt.shutdown_timeout(Duration::from_millis(200));
+    result?;
+    Ok(DaemonExit::Stopped)
+}
+
+/// Metrics (every CRI call counted), health and the supervisor that exits
+/// the process when the loop stalls.
+fn telemetry(cfg: &Config) -> anyhow::Result<(Arc<Metrics>, Arc<Health>)> {
+    let metrics = Arc::new(Metrics::new());
     {
         // Every CRI call of this process, by method (the reconcile loop's
         // listings, the eviction stopper's StopPodSandbox, ...).
@@ -391,146 +522,12 @@ pub(crate) fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<Daemon
     health.set_runtime_unhealthy_after(
         (!cfg.runtime_unhealthy_after.is_zero()).then_some(cfg.runtime_unhealthy_after),
     );
-    let mut opts = opts;
-    let kube = match opts.source {
-        PodSourceSpec::Cri { .. } => {
-            start_kube(&cfg, &opts.plan, &rt, &evict_rt, &metrics, &health)?
-        }
-        PodSourceSpec::Manifests(_) => None,
-    };
-    opts.specs = kube
-        .clone()
-        .map(|k| k as Arc<dyn qosd_node::pods::SpecSource>);
-    let mode = crate::telemetry::status::mode_name(dry_run);
-    let mut observer = ServiceObserver::new(metrics.clone(), health.clone(), dry_run, &opts.plan);
-    health.update_status(|d| {
-        d.config_generation = 1;
-        d.config_loaded_at_ms = crate::telemetry::status::now_ms();
-    });
-    observer.specs = opts.specs.clone();
-    observer.audit = audit;
-    health.update_status(|d| d.cgroup_enforcement = cfg.cgroup_enforcement.as_str().to_string());
-    let mut reload = args.reload;
-    let proc_root = args.proc_root.clone();
-    let sysfs = args.sysfs.clone();
-    let mut current = cfg.clone();
-    let mut generation = 1u64;
-    let (m, h) = (metrics.clone(), health.clone());
-    let source = opts.source.clone();
-    let kube_side = kube.clone();
-    // Set when the daemon stops: the eviction side's CRI calls (a clean-up
-    // still retrying) then stop instead of starting another.
-    let closing = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let closing_r = closing.clone();
-    let evict_rt_r = evict_rt.clone();
-    observer.reloader = Some(Box::new(move || {
-        let outcome = reload_config(&mut reload, &current, &proc_root, &sysfs);
-        let (result, why) = match &outcome {
-            Ok(None) => ("unchanged", None),
-            Ok(Some(_)) => ("applied", None),
-            Err(ReloadRefused::Invalid(e)) => ("invalid", Some(e.clone())),
-            Err(ReloadRefused::RestartRequired(e)) => ("restart_required", Some(e.clone())),
-        };
-        let applied = match outcome {
-            Ok(Some((new, plan, eviction, changed))) => {
-                let swap = if changed.iter().any(|f| f != "logLevel") {
-                    match start_eviction(
-                        &new,
-                        eviction,
-                        &plan,
-                        &source,
-                        kube_side.clone(),
-                        &proc_root,
-                        &closing_r,
-                        &evict_rt_r,
-                        &m,
-                        &h,
-                    ) {
-                        Ok(ev) => {
-                            m.clear_thresholds();
-                            if ev.is_none() {
-                                // No eviction loop any more: nothing needs
-                                // signals (a running loop sets this each pass).
-                                h.set_problem("signals", None);
-                            }
-                            EvictionSwap::Replace(ev.map(Arc::new))
-                        }
-                        Err(e) => {
-                            let why = format!("{e:#}");
-                            tracing::error!(error = %why, "SIGHUP: eviction loop not restarted; keeping the old configuration");
-                            m.error(ErrorKind::ConfigReload);
-                            m.config_reload("invalid", generation);
-                            h.update_status(|d| d.last_reload = Some(format!("invalid: {why}")));
-                            return None;
-                        }
-                    }
-                } else {
-                    EvictionSwap::Keep
-                };
-                if changed.iter().any(|f| f == "logLevel") {
-                    crate::telemetry::log::set_level(&new.log_level);
-                }
-                generation += 1;
-                tracing::info!(
-                    ?changed,
-                    generation,
-                    "SIGHUP: configuration reloaded and applied"
-                );
-                let r = Reloaded {
-                    plan,
-                    dry_run: new.mode == qosd_config::Mode::DryRun,
-                    reconcile_interval: new.reconcile_interval,
-                    relist_interval: new.relist_interval,
-                };
-                current = new;
-                Some((r, swap))
-            }
-            Ok(None) => {
-                tracing::info!("SIGHUP: configuration unchanged");
-                None
-            }
-            Err(ReloadRefused::Invalid(e)) => {
-                tracing::error!(error = %e, "SIGHUP: new configuration invalid; keeping the old one");
-                m.error(ErrorKind::ConfigReload);
-                None
-            }
-            Err(ReloadRefused::RestartRequired(e)) => {
-                tracing::error!("SIGHUP: {e}; keeping the old configuration");
-                m.error(ErrorKind::ConfigReload);
-                None
-            }
-        };
-        m.config_reload(result, generation);
-        let gen = generation;
-        h.update_status(|d| {
-            d.config_generation = gen;
-            if applied.is_some() {
-                d.config_loaded_at_ms = crate::telemetry::status::now_ms();
-            }
-            d.last_reload = Some(match &why {
-                Some(w) => format!("{result}: {w}"),
-                None => result.to_string(),
-            });
-        });
-        applied
-    }));
-    if let Some(ev) = start_eviction(
-        &cfg,
-        eviction,
-        &opts.plan,
-        &opts.source,
-        kube,
-        &args.proc_root,
-        &closing,
-        &evict_rt,
-        &metrics,
-        &health,
-    )? {
-        observer.eviction = Some(Arc::new(ev));
-    }
-    let addr = cfg.metrics_address;
-    // Descriptors: soft limit up to the hard one; the HTTP server gets what
-    // is left above the reserve for cgroup I/O and eviction.
+    Ok((metrics, health))
+}
+
+/// Descriptors: soft limit up to the hard one; the HTTP server gets what
+/// is left above the reserve for cgroup I/O and eviction.
+fn server_limits() -> crate::telemetry::server::ServerLimits {
     let nofile = match qosd_node::sys::fdlimit::raise_nofile() {
         Ok(l) => {
             tracing::debug!(soft = l.soft, was = l.was, "RLIMIT_NOFILE");
@@ -541,41 +538,159 @@ pub(crate) fn run_daemon(cfg: Config, args: DaemonArgs) -> anyhow::Result<Daemon
             1024
         }
     };
-    let limits = crate::telemetry::server::ServerLimits::for_nofile(nofile);
-    let result = rt.block_on(async {
-        let server = crate::telemetry::server::spawn_with(
-            addr,
-            AppState {
-                metrics: metrics.clone(),
-                health: health.clone(),
-            },
-            limits,
-        )
-        .await
-        .with_context(|| format!("cannot serve metrics on {addr}"))?;
-        tracing::info!(address = %server.local_addr(), mode, "qosd running");
+    crate::telemetry::server::ServerLimits::for_nofile(nofile)
+}
 
-        // The HTTP server is supervised too: if its task ends, liveness
-        // fails (and the supervisor exits the process).
-        let outcome = tokio::select! {
-            o = daemon::run_loop(opts, &mut observer) => o,
-            _ = async {
-                server.stopped().await;
-                health.fail("HTTP server stopped serving".into());
-                std::future::pending::<()>().await
-            } => unreachable!("the server monitor never ends"),
+/// Re-reads the configuration on SIGHUP: applies it (restarting the
+/// eviction loop when its settings changed) or keeps the old one, and
+/// reports which in the log, metrics and `/status`.
+struct ConfigReloader {
+    read: Box<dyn FnMut() -> anyhow::Result<Config> + Send>,
+    /// The configuration in force.
+    current: Config,
+    generation: u64,
+    proc_root: PathBuf,
+    sysfs: PathBuf,
+    source: PodSourceSpec,
+    kube: Option<Arc<crate::runtime::kube_side::KubeSide>>,
+    closing: Arc<std::sync::atomic::AtomicBool>,
+    evict_rt: qosd_node::evict::runtime::EvictRuntime,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+}
+
+impl ConfigReloader {
+    /// SIGHUP: what the loop and the eviction side change to (`None`: the
+    /// old configuration is kept).
+    fn reload(&mut self) -> Option<(Reloaded, EvictionSwap)> {
+        let outcome = reload_config(&mut self.read, &self.current, &self.proc_root, &self.sysfs);
+        let (result, why) = match &outcome {
+            Ok(None) => ("unchanged", None),
+            Ok(Some(_)) => ("applied", None),
+            Err(ReloadRefused::Invalid(e)) => ("invalid", Some(e.clone())),
+            Err(ReloadRefused::RestartRequired(e)) => ("restart_required", Some(e.clone())),
         };
-        health.set_shutting_down();
-        let _ = crate::telemetry::notify::stopping();
-        let _ = tokio::time::timeout(Duration::from_millis(300), server.shutdown()).await;
-        outcome
+        let applied = match outcome {
+            Ok(Some((new, plan, eviction, changed))) => {
+                Some(self.apply(new, plan, eviction, changed)?)
+            }
+            Ok(None) => {
+                tracing::info!("SIGHUP: configuration unchanged");
+                None
+            }
+            Err(ReloadRefused::Invalid(e)) => {
+                tracing::error!(error = %e, "SIGHUP: new configuration invalid; keeping the old one");
+                self.metrics.error(ErrorKind::ConfigReload);
+                None
+            }
+            Err(ReloadRefused::RestartRequired(e)) => {
+                tracing::error!("SIGHUP: {e}; keeping the old configuration");
+                self.metrics.error(ErrorKind::ConfigReload);
+                None
+            }
+        };
+        self.metrics.config_reload(result, self.generation);
+        let gen = self.generation;
+        self.health.update_status(|d| {
+            d.config_generation = gen;
+            if applied.is_some() {
+                d.config_loaded_at_ms = crate::telemetry::status::now_ms();
+            }
+            d.last_reload = Some(match &why {
+                Some(w) => format!("{result}: {w}"),
+                None => result.to_string(),
+            });
+        });
+        applied
+    }
+
+    /// Apply a changed configuration (`None`: the eviction loop could not
+    /// be restarted, the old configuration is kept and that is reported).
+    fn apply(
+        &mut self,
+        new: Config,
+        plan: PlanConfig,
+        eviction: qosd_model::policy::evict::threshold::EvictionConfig,
+        changed: Vec<String>,
+    ) -> Option<(Reloaded, EvictionSwap)> {
+        let (m, h) = (&self.metrics, &self.health);
+        let swap = if changed.iter().any(|f| f != "logLevel") {
+            match start_eviction(
+                &new,
+                eviction,
+                &plan,
+                &self.source,
+                self.kube.clone(),
+                &self.proc_root,
+                &self.closing,
+                &self.evict_rt,
+                m,
+                h,
+            ) {
+                Ok(ev) => {
+                    m.clear_thresholds();
+                    if ev.is_none() {
+                        // No eviction loop any more: nothing needs
+                        // signals (a running loop sets this each pass).
+                        h.set_problem("signals", None);
+                    }
+                    EvictionSwap::Replace(ev.map(Arc::new))
+                }
+                Err(e) => {
+                    let why = format!("{e:#}");
+                    tracing::error!(error = %why, "SIGHUP: eviction loop not restarted; keeping the old configuration");
+                    m.error(ErrorKind::ConfigReload);
+                    m.config_reload("invalid", self.generation);
+                    h.update_status(|d| d.last_reload = Some(format!("invalid: {why}")));
+                    return None;
+                }
+            }
+        } else {
+            EvictionSwap::Keep
+        };
+        if changed.iter().any(|f| f == "logLevel") {
+            crate::telemetry::log::set_level(&new.log_level);
+        }
+        self.generation += 1;
+        tracing::info!(
+            ?changed,
+            generation = self.generation,
+            "SIGHUP: configuration reloaded and applied"
+        );
+        let r = Reloaded {
+            plan,
+            dry_run: new.mode == qosd_config::Mode::DryRun,
+            reconcile_interval: new.reconcile_interval,
+            relist_interval: new.relist_interval,
+        };
+        self.current = new;
+        Some((r, swap))
+    }
+}
+
+/// SIGTERM and SIGINT (stop) and SIGHUP (reload), as the loop's controls.
+fn forward_signals(
+    rt: &tokio::runtime::Runtime,
+) -> anyhow::Result<tokio::sync::mpsc::UnboundedReceiver<daemon::Control>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let _in_rt = rt.enter();
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    let mut hup = signal(SignalKind::hangup())?;
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    rt.spawn(async move {
+        loop {
+            let c = tokio::select! {
+                _ = term.recv() => daemon::Control::Stop("SIGTERM"),
+                _ = int.recv() => daemon::Control::Stop("SIGINT"),
+                _ = hup.recv() => daemon::Control::Reload,
+            };
+            if tx.send(c).is_err() {
+                break;
+            }
+        }
     });
-    drop(observer);
-    closing.store(true, std::sync::atomic::Ordering::Release);
-    // Do not wait for blocking tasks (a hung CRI call) on the way out.
-    rt.shutdown_timeout(Duration::from_millis(200));
-    result?;
-    Ok(DaemonExit::Stopped)
+    Ok(rx)
 }
 
 /// Fields a running daemon cannot change: a reload changing one is refused
@@ -646,6 +761,11 @@ fn reload_config(
     sysfs: &Path,
 ) -> Result<Option<Applied>, ReloadRefused> {
     let new = read().map_err(|e| ReloadRefused::Invalid(format!("{e:#}")))?;
+    if new.not_modelled != current.not_modelled {
+        for w in new.warnings() {
+            tracing::warn!("{w}");
+        }
+    }
     let changed = current.changed_fields(&new);
     if changed.is_empty() {
         return Ok(None);
@@ -664,8 +784,7 @@ fn reload_config(
     let plan = plan_config(&new, proc_root, sysfs)
         .and_then(|p| check_reserved_cgroups(&p).map(|()| p))
         .map_err(|e| ReloadRefused::Invalid(format!("{e:#}")))?;
-    let eviction = crate::runtime::eviction_service::eviction_config(&new)
-        .map_err(|e| ReloadRefused::Invalid(e.to_string()))?;
+    let eviction = crate::runtime::eviction_service::eviction_config(&new);
     Ok(Some((new, plan, eviction, changed)))
 }
 

@@ -196,3 +196,38 @@ fn start_up_refusals_are_bad_input() {
         assert!(err.contains(want), "{extra:?}: {err}");
     }
 }
+
+/// The kubelet refuses any policy option with the `none` policy
+/// (policy_none.go `NewNonePolicy`); so does `qosd plan`.
+#[test]
+fn options_with_the_none_policy_are_refused_like_the_kubelet() {
+    for (opts, want) in [
+        (
+            "full-pcpus-only=true",
+            "None policy: received unsupported options=map[full-pcpus-only:true]",
+        ),
+        (
+            "full-pcpus-only=true,align-by-socket=false",
+            "None policy: received unsupported options=map[align-by-socket:false full-pcpus-only:true]",
+        ),
+    ] {
+        let (code, out, err) = qosd(&[
+            "plan",
+            "--pods",
+            "fixtures/cpu-pods",
+            "--cgroup-version",
+            "v2",
+            "--node-cpu",
+            "32",
+            "--node-memory",
+            "64Gi",
+            "--cpu-manager-policy",
+            "none",
+            "--cpu-manager-policy-options",
+            opts,
+        ]);
+        assert_eq!(code, 2, "{opts}: {out}");
+        assert!(out.is_empty(), "{opts}: {out}");
+        assert!(err.contains(want), "{opts}: {err}");
+    }
+}

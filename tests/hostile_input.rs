@@ -286,3 +286,52 @@ fn extreme_quantities_never_wrap_in_the_plan() {
         assert!(!out.contains("\"-"), "a negative value was planned:\n{out}");
     }
 }
+
+/// A cgroup root missing in every cgroup v1 hierarchy is reported for
+/// every hierarchy in one run (not one per attempt), and nothing is written.
+#[test]
+fn a_missing_cgroup_root_is_reported_for_every_hierarchy_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let cg = dir.path().join("cgroup");
+    for h in ["cpu,cpuacct", "memory", "pids"] {
+        std::fs::create_dir_all(cg.join(h)).unwrap();
+    }
+    let root = dir.path().join("kubelet");
+    std::fs::create_dir_all(&root).unwrap();
+    let pods = repo_root().join("fixtures/pods");
+    let (code, _out, err) = qosd_bounded(
+        &[
+            "run",
+            "--once",
+            "--mode",
+            "enforce",
+            "--pods",
+            pods.to_str().unwrap(),
+            "--cgroupfs",
+            cg.to_str().unwrap(),
+            "--cgroup-version",
+            "v1",
+            "--cgroup-root",
+            "/qosd-test-missing-root",
+            "--node-cpu",
+            "4",
+            "--node-memory",
+            "8Gi",
+            "--root-dir",
+            root.to_str().unwrap(),
+        ],
+        Stdio::piped(),
+    );
+    assert_ne!(code, 0, "{err}");
+    for h in ["cpu,cpuacct", "memory", "pids"] {
+        let dir = cg.join(h).join("qosd-test-missing-root");
+        assert!(
+            err.contains(&format!("does not exist at {}", dir.display())),
+            "{h} not reported: {err}"
+        );
+    }
+    assert!(
+        !cg.join("memory/qosd-test-missing-root").exists(),
+        "nothing created"
+    );
+}

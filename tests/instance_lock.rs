@@ -12,27 +12,8 @@ use std::time::Duration;
 
 use support::*;
 
-fn run_args(cg: &Path, root: &Path, extra: &[&str]) -> Vec<String> {
-    let pods = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/pods");
-    let mut a: Vec<String> = [
-        "run",
-        "--mode",
-        "enforce",
-        "--pods",
-        pods.to_str().unwrap(),
-        "--cgroupfs",
-        cg.to_str().unwrap(),
-        "--cgroup-version",
-        "v2",
-        "--node-cpu",
-        "4",
-        "--node-memory",
-        "8Gi",
-        "--root-dir",
-        root.to_str().unwrap(),
-    ]
-    .map(String::from)
-    .to_vec();
+fn run_args(dir: &Path, extra: &[&str]) -> Vec<String> {
+    let mut a = support::fake_node_run_args(dir, &["--mode", "enforce"]);
     a.extend(extra.iter().map(|s| s.to_string()));
     a
 }
@@ -40,12 +21,8 @@ fn run_args(cg: &Path, root: &Path, extra: &[&str]) -> Vec<String> {
 #[test]
 fn a_second_daemon_on_the_same_cgroup_root_exits_1_naming_the_first() {
     let tmp = tempfile::tempdir().unwrap();
-    let cg = tmp.path().join("cgroup");
-    let root = tmp.path().join("kubelet");
     let locks = tmp.path().join("run-qosd");
-    std::fs::create_dir_all(&cg).unwrap();
-    std::fs::create_dir_all(&root).unwrap();
-    let args = run_args(&cg, &root, &[]);
+    let args = run_args(tmp.path(), &[]);
     let argv: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut first = Daemon::start_with(&argv, &[("QOSD_LOCK_DIR", locks.as_os_str())]);
     let pid = first.pid();
@@ -59,7 +36,7 @@ fn a_second_daemon_on_the_same_cgroup_root_exits_1_naming_the_first() {
         })
     });
     for extra in [&[][..], &["--once"]] {
-        let args = run_args(&cg, &root, extra);
+        let args = run_args(tmp.path(), extra);
         let (code, _out, err) = output_within(
             Command::new(qosd_bin())
                 .args(&args)
@@ -77,7 +54,7 @@ fn a_second_daemon_on_the_same_cgroup_root_exits_1_naming_the_first() {
         assert!(err.contains("another qosd"), "{extra:?}: {err}");
     }
     // A dry run writes nothing and takes no lock: it runs beside the first.
-    let mut args = run_args(&cg, &root, &["--once"]);
+    let mut args = run_args(tmp.path(), &["--once"]);
     args[2] = "dry-run".into();
     let (_code, out, err) = output_within(
         Command::new(qosd_bin())
@@ -100,7 +77,7 @@ fn a_second_daemon_on_the_same_cgroup_root_exits_1_naming_the_first() {
     let (st, _) = first.terminate(Duration::from_secs(10)).expect("stops");
     assert!(st.success(), "{st}: {}", first.log());
     // Once the first has stopped, the lock is free again.
-    let args = run_args(&cg, &root, &["--once"]);
+    let args = run_args(tmp.path(), &["--once"]);
     let (_code, out, err) = output_within(
         Command::new(qosd_bin())
             .args(&args)

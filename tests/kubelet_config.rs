@@ -345,3 +345,145 @@ fn config_check_needs_a_file_or_a_kubelet_config() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--kubelet-config"), "{err}");
 }
+
+const KUBELET_HEAD: &str =
+    "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+
+/// `imageMinimumGCAge` from the kubelet's file is honoured (it was the
+/// 2m0s default whatever the file said); `imageMaximumGCAge` is accepted,
+/// validated like the kubelet and reported as not modelled.
+#[test]
+fn image_gc_ages_from_the_kubelet_config() {
+    let d = tempfile::tempdir().unwrap();
+    let k = write_file(
+        d.path(),
+        "kubelet.yaml",
+        &format!("{KUBELET_HEAD}imageMinimumGCAge: 10m\nimageMaximumGCAge: 1h\n"),
+    );
+    let k = k.display().to_string();
+    let v = show(&["--kubelet-config", &k]);
+    assert_eq!(v["imageMinimumGCAge"], "10m0s");
+    assert_eq!(v["imageMaximumGCAge"], "1h0m0s");
+    let (code, out, err) = qosd(&["config", "check", "--kubelet-config", &k]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("imageMinimumGCAge: 10m0s"), "{out}");
+    assert!(
+        err.contains("imageMaximumGCAge is not modelled by qosd"),
+        "{err}"
+    );
+    // The kubelet's own rule: a maximum age must exceed the minimum age.
+    let bad = write_file(
+        d.path(),
+        "bad.yaml",
+        &format!("{KUBELET_HEAD}imageMinimumGCAge: 10m\nimageMaximumGCAge: 5m\n"),
+    );
+    let (code, _, err) = qosd(&[
+        "config",
+        "check",
+        "--kubelet-config",
+        &bad.display().to_string(),
+    ]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("imageMaximumGCAge 5m0s must be greater than imageMinimumGCAge 10m0s"),
+        "{err}"
+    );
+    // In qosd's own file too (no kubelet config).
+    let q = write_file(d.path(), "qosd.yaml", "imageMaximumGCAge: 48h\n");
+    let (code, _, err) = qosd(&["config", "check", &q.display().to_string()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("imageMaximumGCAge is not modelled"), "{err}");
+}
+
+/// Swap, memory-manager and topology-manager settings (once dropped at
+/// debug level) are warnings in `config check` and `config show`, and
+/// listed in `config show`'s `notModelledByQosd`.
+#[test]
+fn fields_qosd_does_not_model_are_never_silent() {
+    let d = tempfile::tempdir().unwrap();
+    let k = write_file(
+        d.path(),
+        "kubelet.yaml",
+        &format!(
+            "{KUBELET_HEAD}memorySwap: {{swapBehavior: LimitedSwap}}\nfailSwapOn: false\nmemoryManagerPolicy: Static\nreservedMemory:\n- numaNode: 0\n  limits: {{memory: 1Gi}}\ntopologyManagerPolicy: single-numa-node\ntopologyManagerScope: pod\nclusterDomain: cluster.local\n"
+        ),
+    );
+    let k = k.display().to_string();
+    let (code, _, err) = qosd(&["config", "check", "--kubelet-config", &k]);
+    assert_eq!(code, 0, "{err}");
+    for f in [
+        "memorySwap",
+        "failSwapOn",
+        "memoryManagerPolicy",
+        "reservedMemory",
+        "topologyManagerPolicy",
+        "topologyManagerScope",
+    ] {
+        assert!(
+            err.lines()
+                .any(|l| l.starts_with("qosd: warning: kubelet config")
+                    && l.contains(&format!(" {f} is not modelled by qosd: "))),
+            "{f}: {err}"
+        );
+    }
+    assert!(err.contains("(outside its scope): clusterDomain"), "{err}");
+    let (code, out, err2) = qosd(&["config", "show", "-o", "json", "--kubelet-config", &k]);
+    assert_eq!(code, 0);
+    assert_eq!(err2, err);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let listed: Vec<&str> = v["notModelledByQosd"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["field"].as_str().unwrap())
+        .collect();
+    assert!(
+        listed.contains(&"memorySwap") && listed.contains(&"clusterDomain"),
+        "{listed:?}"
+    );
+    // The real-shaped fixtures: kubeadm's zero values are at the default.
+    let (code, _, err) = qosd(&[
+        "config",
+        "check",
+        "--kubelet-config",
+        &fixture("kubeadm.yaml"),
+    ]);
+    assert_eq!(code, 0);
+    assert!(!err.contains("memorySwap is not modelled"), "{err}");
+    assert!(err.contains("at the kubelet's default"), "{err}");
+}
+
+/// The kubelet parses threshold values as given (no trimming): a value
+/// with whitespace in its config is refused, naming the kubelet file.
+#[test]
+fn threshold_values_with_whitespace_are_refused_like_the_kubelet() {
+    let d = tempfile::tempdir().unwrap();
+    for value in [" 100Mi", "100Mi ", " 10%"] {
+        let k = write_file(
+            d.path(),
+            "kubelet.yaml",
+            &format!("{KUBELET_HEAD}evictionHard:\n  memory.available: \"{value}\"\n"),
+        );
+        let (code, out, err) = qosd(&[
+            "config",
+            "check",
+            "--kubelet-config",
+            &k.display().to_string(),
+        ]);
+        assert_eq!(code, 2, "{value:?}: {out}");
+        assert!(err.contains("evictionHard[\"memory.available\"]"), "{err}");
+        assert!(err.contains("kubelet.yaml"), "{err}");
+    }
+    let k = write_file(
+        d.path(),
+        "kubelet.yaml",
+        &format!("{KUBELET_HEAD}evictionHard:\n  memory.available: \"100Mi\"\n"),
+    );
+    let (code, _, err) = qosd(&[
+        "config",
+        "check",
+        "--kubelet-config",
+        &k.display().to_string(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+}

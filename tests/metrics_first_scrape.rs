@@ -64,27 +64,8 @@ fn l_type<'a>(text: &'a str, family: &str) -> Option<&'a str> {
 #[test]
 fn every_documented_family_is_in_the_first_scrape() {
     let dir = tempfile::tempdir().unwrap();
-    let cg = dir.path().join("cgroup");
-    let root = dir.path().join("kubelet");
-    std::fs::create_dir_all(&cg).unwrap();
-    std::fs::create_dir_all(&root).unwrap();
-    let pods = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/pods");
-    let args = [
-        "run",
-        "--dry-run",
-        "--pods",
-        pods.to_str().unwrap(),
-        "--cgroupfs",
-        cg.to_str().unwrap(),
-        "--cgroup-version",
-        "v2",
-        "--node-cpu",
-        "4",
-        "--node-memory",
-        "8Gi",
-        "--root-dir",
-        root.to_str().unwrap(),
-    ];
+    let args = support::fake_node_run_args(dir.path(), &["--dry-run"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut d = Daemon::start(&args);
     let mut first = None;
     wait_for("the first scrape", Duration::from_secs(30), || {

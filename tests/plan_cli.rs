@@ -291,3 +291,123 @@ fn reservations_summing_past_i64_exit_2_in_check_and_plan() {
         assert!(!err.contains("overflow"), "{args:?}: {err}");
     }
 }
+
+fn plan_json(pods: &[&str]) -> serde_json::Value {
+    let mut args = vec!["plan", "--output", "json", "--pods"];
+    args.extend_from_slice(pods);
+    args.extend_from_slice(NODE);
+    let (code, out, err) = qosd(&args);
+    assert_eq!(code, 0, "{err}");
+    check_contract("plan", &out);
+    serde_json::from_str(&out).unwrap()
+}
+
+/// The kubelet's oom_score_adj per container (8Gi node): a sidecar is
+/// capped at the smallest app container's value, a small init container
+/// clamps to 999, Guaranteed and BestEffort take their fixed values.
+#[test]
+fn plan_json_has_each_containers_oom_score_adj() {
+    let v = plan_json(&[
+        "fixtures/pods/07-sidecar.yaml",
+        "fixtures/pods/01-qos-demo.yaml",
+    ]);
+    let adjs = |i: usize| -> Vec<(String, bool, i64)> {
+        v["pods"][i]["containers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                (
+                    c["name"].as_str().unwrap().to_string(),
+                    c["init"].as_bool().unwrap(),
+                    c["oom_score_adj"].as_i64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    // app 256Mi: 1000 - 31 = 969; proxy 64Mi would be 993, capped at 969;
+    // wait-for-db 16Mi: 1000 - 1 = 999.
+    assert_eq!(
+        adjs(0),
+        [
+            ("app".to_string(), false, 969),
+            ("proxy".to_string(), true, 969),
+            ("wait-for-db".to_string(), true, 999),
+        ]
+    );
+    let class = v["pods"][1]["qos_class"].as_str().unwrap();
+    let want = match class {
+        "Guaranteed" => -997,
+        "BestEffort" => 1000,
+        other => panic!("01-qos-demo is {other}"),
+    };
+    assert!(adjs(1).iter().all(|(_, _, a)| *a == want), "{:?}", adjs(1));
+}
+
+#[test]
+fn plan_wide_shows_oom_score_adj_and_text_does_not() {
+    let mut args = vec![
+        "plan",
+        "--pods",
+        "fixtures/pods/07-sidecar.yaml",
+        "-o",
+        "wide",
+    ];
+    args.extend_from_slice(NODE);
+    let (code, wide, err) = qosd(&args);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        wide.contains("  oom_score_adj: app=969 init:proxy=969 init:wait-for-db=999\n"),
+        "{wide}"
+    );
+    args[4] = "text";
+    let (code, text, err) = qosd(&args);
+    assert_eq!(code, 0, "{err}");
+    assert!(!text.contains("oom_score_adj"), "{text}");
+    assert_eq!(
+        wide.replace(
+            "  oom_score_adj: app=969 init:proxy=969 init:wait-for-db=999\n",
+            ""
+        ),
+        text
+    );
+}
+
+/// An empty pod set (a directory or a file without a pod) is an empty
+/// node: the node- and QoS-level writes, exit 0, a note on stderr.
+#[test]
+fn plan_of_an_empty_node_prints_node_and_qos_writes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let empty_file = tmp.path().join("none.yaml");
+    std::fs::write(&empty_file, "# no pods here\n").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    for path in [dir.path(), empty_file.as_path()] {
+        let p = path.to_str().unwrap();
+        let v = plan_json(&[p]);
+        assert_eq!(v["pods"].as_array().unwrap().len(), 0);
+        let files: Vec<&str> = v["writes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| w["file"].as_str().unwrap())
+            .collect();
+        assert!(
+            files.iter().any(|f| f.contains("/kubepods/burstable/")),
+            "{p}: {files:?}"
+        );
+        assert!(
+            files.iter().any(|f| f.contains("/kubepods/besteffort/")),
+            "{p}: {files:?}"
+        );
+        assert!(
+            files.iter().any(|f| f.ends_with("/kubepods/memory.max")),
+            "{p}: {files:?}"
+        );
+        let mut args = vec!["plan", "--pods", p];
+        args.extend_from_slice(NODE);
+        let (code, text, err) = qosd(&args);
+        assert_eq!(code, 0, "{err}");
+        assert!(err.contains("planning an empty node"), "{err}");
+        assert!(text.contains("node and QoS level:"), "{text}");
+    }
+}

@@ -11,6 +11,11 @@ use qosd_config::{
 };
 use qosd_model::core::model::{CgroupDriver, CgroupVersion};
 
+/// An eviction signal by name (the typed maps' key).
+fn sig(name: &str) -> qosd_config::Signal {
+    qosd_config::Signal::parse(name).unwrap()
+}
+
 fn example() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("config/qosd.yaml")
 }
@@ -81,15 +86,27 @@ fn every_field_is_read() {
         3,
         "no defaults mixed into a given map"
     );
-    assert_eq!(c.eviction_hard["memory.available"], "500Mi");
-    assert_eq!(c.eviction_hard["nodefs.available"], "12.5%");
-    assert_eq!(c.eviction_hard["pid.available"], "1000");
-    assert_eq!(c.eviction_soft["allocatableMemory.available"], "10%");
     assert_eq!(
-        c.eviction_soft_grace_period["memory.available"],
+        c.eviction_hard[&sig("memory.available")].as_written(),
+        "500Mi"
+    );
+    assert_eq!(
+        c.eviction_hard[&sig("nodefs.available")].as_written(),
+        "12.5%"
+    );
+    assert_eq!(c.eviction_hard[&sig("pid.available")].as_written(), "1000");
+    assert_eq!(
+        c.eviction_soft[&sig("allocatableMemory.available")].as_written(),
+        "10%"
+    );
+    assert_eq!(
+        c.eviction_soft_grace_period[&sig("memory.available")],
         Duration::from_secs(90)
     );
-    assert_eq!(c.eviction_minimum_reclaim["nodefs.inodesFree"], "1%");
+    assert_eq!(
+        c.eviction_minimum_reclaim[&sig("nodefs.inodesFree")].as_written(),
+        "1%"
+    );
     assert_eq!(c.eviction_max_pod_grace_period, 45);
     assert_eq!(
         c.eviction_pressure_transition_period,
@@ -153,8 +170,14 @@ fn kubelet_eviction_defaults_and_merge() {
     )
     .unwrap();
     assert_eq!(c.eviction_hard.len(), 5);
-    assert_eq!(c.eviction_hard["memory.available"], "1Gi");
-    assert_eq!(c.eviction_hard["imagefs.available"], "15%");
+    assert_eq!(
+        c.eviction_hard[&sig("memory.available")].as_written(),
+        "1Gi"
+    );
+    assert_eq!(
+        c.eviction_hard[&sig("imagefs.available")].as_written(),
+        "15%"
+    );
     // An explicitly empty map means no hard thresholds at all.
     let c = Config::from_yaml_str("evictionHard: {}\n").unwrap();
     assert!(c.eviction_hard.is_empty());
@@ -200,6 +223,8 @@ const BAD: &[(&str, &str, &str, &str)] = &[
     ("imageGCLowThresholdPercent: 90", "imageGCLowThresholdPercent", "90", "below imageGCHighThresholdPercent"),
     ("imageMinimumGCAge: 2 minutes", "imageMinimumGCAge", "2 minutes", "Go duration"),
     ("podLogsDir: var/log/pods", "podLogsDir", "var/log/pods", "absolute path"),
+    ("imageMaximumGCAge: 1m", "imageMaximumGCAge", "1m0s", "greater than imageMinimumGCAge"),
+    ("imageMaximumGCAge: -1h", "imageMaximumGCAge", "-1h", "Go duration"),
     ("evictionHard: {nodefs.available: 101%}", "evictionHard[\"nodefs.available\"]", "101%", "0%..100%"),
     ("evictionHard: {nodefs.available: -5%}", "evictionHard[\"nodefs.available\"]", "-5%", "0%..100%"),
     ("evictionHard: {nodefs.available: x%}", "evictionHard[\"nodefs.available\"]", "x%", "percentage"),
@@ -239,7 +264,12 @@ const BAD: &[(&str, &str, &str, &str)] = &[
     ("kubeReservedCgroup: /a/../kube.slice", "kubeReservedCgroup", "/a/../kube.slice", "no . or .."),
     ("kubeletVersion: 1.99", "kubeletVersion", "1.99", "1.33 | 1.34 | 1.35 | 1.36"),
     ("cpuManagerPolicy: dynamic", "cpuManagerPolicy", "dynamic", "none | static"),
-    ("cpuManagerPolicyOptions: {bogus: \"true\"}", "cpuManagerPolicyOptions", "{\"bogus\": \"true\"}", "full-pcpus-only"),
+    ("cpuManagerPolicy: static\ncpuManagerPolicyOptions: {bogus: \"true\"}", "cpuManagerPolicyOptions", "{\"bogus\": \"true\"}", "full-pcpus-only"),
+    ("cpuManagerPolicyOptions: {full-pcpus-only: \"true\"}", "cpuManagerPolicyOptions", "{\"full-pcpus-only\": \"true\"}", "need cpuManagerPolicy static"),
+    ("evictionHard: {memory.available: \" 100Mi\"}", "evictionHard[\"memory.available\"]", " 100Mi", "a positive quantity"),
+    ("evictionSoft: {memory.available: \"200Mi \"}\nevictionSoftGracePeriod: {memory.available: 1m}", "evictionSoft[\"memory.available\"]", "200Mi ", "a positive quantity"),
+    ("evictionHard: {nodefs.available: \" 10%\"}", "evictionHard[\"nodefs.available\"]", " 10%", "a positive quantity"),
+    ("evictionMinimumReclaim: {memory.available: \" 1Gi\"}", "evictionMinimumReclaim[\"memory.available\"]", " 1Gi", "non-negative quantity"),
     ("reservedSystemCPUs: x-y", "reservedSystemCPUs", "x-y", "a CPU list"),
     ("cpuManagerStateDir: relative/dir", "cpuManagerStateDir", "relative/dir", "absolute path"),
     ("stateDir: relative/dir", "stateDir", "relative/dir", "absolute path"),
@@ -368,7 +398,7 @@ fn scalars_of_any_type_are_accepted_as_text() {
     assert_eq!(c.system_reserved["cpu"].milli_ceil(), 1500);
     assert_eq!(c.system_reserved["memory"].value_ceil(), 1 << 30);
     let c = Config::from_yaml_str("evictionHard: {pid.available: 500}\n").unwrap();
-    assert_eq!(c.eviction_hard["pid.available"], "500");
+    assert_eq!(c.eviction_hard[&sig("pid.available")].as_written(), "500");
 }
 
 #[test]
@@ -413,7 +443,10 @@ fn overrides_replace_file_values_and_are_validated() {
         "untouched field kept"
     );
     assert_eq!(c.eviction_hard.len(), 1);
-    assert_eq!(c.eviction_hard["nodefs.available"], "20%");
+    assert_eq!(
+        c.eviction_hard[&sig("nodefs.available")].as_written(),
+        "20%"
+    );
 
     let bad = Overrides {
         relist_interval: Some("soon".into()),
@@ -536,4 +569,45 @@ fn cli_default_prints_the_defaults() {
     assert_eq!(out.status.code(), Some(0));
     let y = String::from_utf8(out.stdout).unwrap();
     assert_eq!(Config::from_yaml_str(&y).unwrap(), Config::default());
+}
+
+/// `qosd config check FILE` and `qosd run --config FILE` validate through
+/// the same function: on a file with three bad values both exit 2 and list
+/// the same three errors, each with its field and value.
+#[test]
+fn run_and_check_report_the_same_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("qosd.yaml");
+    std::fs::write(
+        &file,
+        "mode: sideways\nevictionHard: {memory.available: 10Zq}\nreconcileInterval: forever\n",
+    )
+    .unwrap();
+    let error_lines = |args: &[&str]| -> Vec<String> {
+        let out = qosd().args(args).arg(&file).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        let lines: Vec<String> = stderr
+            .lines()
+            .filter(|l| l.starts_with("  - "))
+            .map(str::to_string)
+            .collect();
+        assert!(stderr.contains("3 invalid values:"), "{args:?}: {stderr}");
+        lines
+    };
+    let check = error_lines(&["config", "check"]);
+    let run = error_lines(&["run", "--config"]);
+    assert_eq!(check.len(), 3, "{check:?}");
+    for (field, value) in [
+        ("evictionHard[\"memory.available\"]", "\"10Zq\""),
+        ("mode", "\"sideways\""),
+        ("reconcileInterval", "\"forever\""),
+    ] {
+        let prefix = format!("  - {field}: invalid value {value}");
+        assert!(
+            check.iter().any(|l| l.starts_with(&prefix)),
+            "{prefix} not in {check:?}"
+        );
+    }
+    assert_eq!(run, check);
 }

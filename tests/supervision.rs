@@ -16,27 +16,8 @@ use std::time::{Duration, Instant};
 use support::Daemon;
 
 fn start(dir: &Path, inject: Option<&str>) -> Daemon {
-    let cg = dir.join("cgroup");
-    let root = dir.join("kubelet");
-    std::fs::create_dir_all(&cg).unwrap();
-    std::fs::create_dir_all(&root).unwrap();
-    let pods = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/pods");
-    let args = [
-        "run",
-        "--dry-run",
-        "--pods",
-        pods.to_str().unwrap(),
-        "--cgroupfs",
-        cg.to_str().unwrap(),
-        "--cgroup-version",
-        "v2",
-        "--node-cpu",
-        "4",
-        "--node-memory",
-        "8Gi",
-        "--root-dir",
-        root.to_str().unwrap(),
-    ];
+    let args = support::fake_node_run_args(dir, &["--dry-run"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let envs: Vec<(&str, &OsStr)> = inject
         .map(|point| (support::INJECT_PANIC_ENV, point.as_ref()))
         .into_iter()

@@ -72,6 +72,7 @@ pub(crate) fn run(cmd: ConfigCommand) -> anyhow::Result<i32> {
             let mut o = Overrides::default();
             kubelet.apply(&mut o);
             let c = load_or_bad_input(file.as_deref(), &o)?;
+            print_warnings(&c);
             if !quiet {
                 crate::cli::output::write_stdout(render(&c, output)?)?;
             }
@@ -79,6 +80,7 @@ pub(crate) fn run(cmd: ConfigCommand) -> anyhow::Result<i32> {
         }
         ConfigCommand::Show { config, output } => {
             let c = config.load()?;
+            print_warnings(&c);
             crate::cli::output::write_stdout(render_show(&c, output)?)?;
             Ok(0)
         }
@@ -89,13 +91,28 @@ pub(crate) fn run(cmd: ConfigCommand) -> anyhow::Result<i32> {
     }
 }
 
+/// Settings qosd does not model, one `qosd: warning:` line each on stderr.
+fn print_warnings(c: &Config) {
+    for w in c.warnings() {
+        eprintln!("qosd: warning: {w}");
+    }
+}
+
 /// `qosd config show`: the effective configuration with the kubelet's
-/// field names (`containerRuntimeEndpoint`, not qosd's `runtimeEndpoint`).
+/// field names (`containerRuntimeEndpoint`, not qosd's `runtimeEndpoint`),
+/// plus `notModelledByQosd` (field, file, kind, note) when a setting is
+/// not modelled by qosd (kubelet config fields, `imageMaximumGCAge`).
 pub(crate) fn show_document(c: &Config) -> serde_json::Value {
     let mut v = serde_json::to_value(c).expect("Config serialises");
     if let Some(m) = v.as_object_mut() {
         if let Some(ep) = m.remove("runtimeEndpoint") {
             m.insert("containerRuntimeEndpoint".into(), ep);
+        }
+        if !c.not_modelled.is_empty() {
+            m.insert(
+                "notModelledByQosd".into(),
+                serde_json::to_value(&c.not_modelled).expect("serialises"),
+            );
         }
     }
     v
@@ -439,7 +456,8 @@ mod tests {
         let c = t.flags.load().unwrap();
         assert_eq!(c.mode, qosd_config::Mode::DryRun);
         assert_eq!(c.eviction_hard.len(), 1);
-        assert_eq!(c.eviction_hard["memory.available"], "1Gi");
+        let mem = &c.eviction_hard[&qosd_config::Signal::MemoryAvailable];
+        assert_eq!(mem.as_written(), "1Gi");
         assert_eq!(c.system_reserved["memory"].value_ceil(), 2 << 30);
         assert_eq!(c.relist_interval, std::time::Duration::from_millis(250));
         assert!(!c.cpu_cfs_quota);

@@ -56,6 +56,11 @@ impl CpuManagerFlags {
         if let Some(o) = &self.cpu_manager_policy_options {
             base.options = PolicyOptions::parse_flag(o).map_err(bad_input)?;
         }
+        if let Some(reason) =
+            qosd_model::policy::cpu::policy::none_policy_options_error(base.policy, &base.options)
+        {
+            return Err(bad_input(format!("--cpu-manager-policy-options: {reason}")));
+        }
         PolicyOptions::parse(&base.options).map_err(bad_input)?;
         base.reserved_millis = reserved_millis;
         base.sysfs = sysfs.to_path_buf();

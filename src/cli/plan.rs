@@ -48,15 +48,36 @@ pub(crate) fn load_pods(paths: &[PathBuf]) -> anyhow::Result<Option<(Vec<Pod>, b
     if pods.is_empty() {
         eprintln!(
             "qosd: warning: no pod in {} (expected Pod manifests or workloads with a pod template)",
-            paths
-                .iter()
-                .map(|p| p.display().to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
+            joined(paths)
         );
         return Ok(None);
     }
     Ok(Some((pods, false)))
+}
+
+fn joined(paths: &[PathBuf]) -> String {
+    paths
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// `plan`'s pods: like [`load_pods`], but paths holding no pod are an
+/// empty node (the node- and QoS-level writes the kubelet makes with no
+/// pod, resets included), noted on stderr.
+fn load_plan_pods(paths: &[PathBuf]) -> anyhow::Result<(Vec<Pod>, bool)> {
+    if paths.is_empty() {
+        return Ok((qosd_node::manifest::example_pods(), true));
+    }
+    let pods = qosd_node::manifest::load_paths(paths).map_err(bad_input)?;
+    if pods.is_empty() {
+        eprintln!(
+            "qosd: no pod in {}: planning an empty node (node and QoS levels only)",
+            joined(paths)
+        );
+    }
+    Ok((pods, false))
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<i32> {
@@ -68,10 +89,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<i32> {
         crate::app::check_parents(&plan_cfg, &listing).map_err(bad_input)?;
         (listing.pods, false)
     } else {
-        match load_pods(&args.pods)? {
-            Some(p) => p,
-            None => return Ok(crate::cli::EXIT_BAD_INPUT),
-        }
+        load_plan_pods(&args.pods)?
     };
     crate::app::warn_version(&plan_cfg, cfg.fail_cgroup_v1);
     for rc in &plan_cfg.reserved_cgroups {
@@ -107,7 +125,11 @@ pub(crate) fn run(args: Args) -> anyhow::Result<i32> {
                     "qosd: no --pods given: planning the embedded example pods (fixtures/pods)"
                 );
             }
-            let mut t = plan.to_text();
+            let mut t = if args.output == Output::Wide {
+                plan.to_wide()
+            } else {
+                plan.to_text()
+            };
             if let Some(c) = &cpu {
                 t.push_str(&crate::cli::cpu::to_text(c));
             }

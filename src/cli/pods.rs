@@ -22,9 +22,11 @@ pub(crate) struct Args {
     #[arg(long, short, value_enum, default_value_t = Output::Text)]
     pub(crate) output: Output,
     /// How long to keep retrying while the runtime is down or restarting
-    /// (Go duration, e.g. 5s, 500ms; 0s: one attempt).
-    #[arg(long, default_value = "5s", value_parser = qosd_config::parse_go_duration)]
-    pub(crate) retry_for: Duration,
+    /// (Go duration, e.g. 30s, 500ms; 0s: one attempt). Default 5s, and
+    /// none when the socket file does not exist; given, qosd waits for the
+    /// socket too (a runtime being started).
+    #[arg(long, value_parser = qosd_config::parse_go_duration)]
+    pub(crate) retry_for: Option<Duration>,
     /// Deadline of each CRI call (Go duration).
     #[arg(long, default_value = "10s", value_parser = qosd_config::parse_go_duration)]
     pub(crate) timeout: Duration,
@@ -50,13 +52,17 @@ pub(crate) fn check_socket_exists(endpoint: &str) -> anyhow::Result<()> {
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<i32> {
-    check_socket_exists(&args.runtime_endpoint)?;
+    // Asked to wait (`--retry-for`): a missing socket may be a runtime
+    // starting up; by default it is a runtime that is not there.
+    if args.retry_for.is_none() {
+        check_socket_exists(&args.runtime_endpoint)?;
+    }
     let capacity = qosd_node::sys::procfs::meminfo_total(&args.meminfo).ok();
     let opts = ConnectOptions {
         connect_timeout: Duration::from_secs(2).min(args.timeout),
         call_timeout: args.timeout,
         retry: RetryPolicy {
-            max_elapsed: args.retry_for,
+            max_elapsed: args.retry_for.unwrap_or(Duration::from_secs(5)),
             ..RetryPolicy::default()
         },
     };

@@ -49,6 +49,10 @@ pub(crate) struct Args {
 pub(crate) fn run(args: Args) -> anyhow::Result<i32> {
     let cfg = args.config.load()?;
     crate::telemetry::log::init_logging_at(cfg.log_format, &cfg.log_level);
+    // Settings the kubelet honours and qosd does not model (never silent).
+    for w in cfg.warnings() {
+        tracing::warn!("{w}");
+    }
     let cpu_settings = args.cpu.settings(
         crate::cli::cpu::settings_from_config(&cfg, &args.cpu_state)?,
         crate::cli::cpu::reserved_millis(&cfg)?,

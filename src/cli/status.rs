@@ -231,17 +231,13 @@ pub(crate) fn live(cfg: &Config, address: SocketAddr, timeout: Duration) -> (Rep
         version,
         cfg.cgroup_driver,
     );
-    match crate::runtime::eviction_service::eviction_config(cfg) {
-        Err(e) => notes.push(format!("eviction thresholds invalid: {e}")),
-        Ok(ev) => {
-            if let Some(v) = version {
-                let sources = signal_sources(cfg, v);
-                let (signals, conditions, mut n) = evaluate(&ev, &sources);
-                doc.signals = signals;
-                doc.conditions = conditions;
-                notes.append(&mut n);
-            }
-        }
+    if let Some(v) = version {
+        let ev = crate::runtime::eviction_service::eviction_config(cfg);
+        let sources = signal_sources(cfg, v);
+        let (signals, conditions, mut n) = evaluate(&ev, &sources);
+        doc.signals = signals;
+        doc.conditions = conditions;
+        notes.append(&mut n);
     }
     notes.push(
         "conditions are the thresholds met right now (no pressure transition period); \

@@ -6,6 +6,12 @@
 //! timer and promptly when the set of sandboxes changes (cheap relist).
 //! The eviction watcher runs beside it on its own thread
 //! ([`crate::runtime::eviction`]); see docs/design.md.
+//!
+//! [`Daemon`] holds the loop's state, with one method per event (timer,
+//! pod cgroup events, runtime events, drift, reload) saying what to do
+//! next ([`Step`]) and [`Daemon::tick`] running a reconcile; the clock
+//! ([`Clock`]) and the pod source ([`PodSource`]) are injected. `app`
+//! installs the signal handlers and hands the loop [`Controls`].
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -113,24 +119,139 @@ pub(crate) enum Outcome {
     Stopped,
 }
 
-/// Run the daemon loop until SIGTERM/SIGINT (or one pass with `once`).
+/// What the process asks of the loop: `app` turns OS signals into these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Control {
+    /// Stop (SIGTERM, SIGINT: the name is logged).
+    Stop(&'static str),
+    /// Re-read the configuration (SIGHUP).
+    Reload,
+}
+
+/// The loop's end of the control channel. A reload asked while a call is
+/// pending is kept until the loop can take it; a closed channel asks for
+/// nothing more.
+pub(crate) struct Controls {
+    rx: Option<tokio::sync::mpsc::UnboundedReceiver<Control>>,
+    reload_pending: bool,
+}
+
+impl Controls {
+    pub(crate) fn new(rx: tokio::sync::mpsc::UnboundedReceiver<Control>) -> Controls {
+        Controls {
+            rx: Some(rx),
+            reload_pending: false,
+        }
+    }
+
+    /// The next control (a reload kept for later first).
+    async fn next(&mut self) -> Control {
+        if std::mem::take(&mut self.reload_pending) {
+            return Control::Reload;
+        }
+        self.recv().await
+    }
+
+    /// Wait for a stop (its signal's name); reloads are kept for later.
+    async fn stopped(&mut self) -> &'static str {
+        loop {
+            match self.recv().await {
+                Control::Stop(why) => return why,
+                Control::Reload => self.reload_pending = true,
+            }
+        }
+    }
+
+    async fn recv(&mut self) -> Control {
+        if let Some(rx) = self.rx.as_mut() {
+            if let Some(c) = rx.recv().await {
+                return c;
+            }
+            self.rx = None;
+        }
+        std::future::pending().await
+    }
+}
+
+/// Log a stop.
+fn stopping(why: &str) {
+    tracing::info!("{why}: stopping");
+}
+
+/// The clock the loop reads (tests use a fake one).
+pub(crate) trait Clock: Send + Sync {
+    fn now(&self) -> Instant;
+}
+
+/// The system's monotonic clock.
+pub(crate) struct SystemClock;
+impl Clock for SystemClock {
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+}
+
+/// The pod source as the loop uses it: implemented for [`Source`].
+pub(crate) trait PodSource: Send + Sync {
+    /// What changes when sandboxes or containers come, go or change state.
+    fn fingerprint(
+        &self,
+    ) -> impl std::future::Future<Output = Result<Vec<String>, SourceError>> + Send;
+    /// A full listing.
+    fn list(&self) -> impl std::future::Future<Output = Result<Listing, SourceError>> + Send;
+    /// The API server's change key (`None`: no API server source).
+    fn spec_key(&self) -> Option<String>;
+    /// Ask every container's status again at the next listing.
+    fn resync(&self);
+    /// Forget these containers' statuses.
+    fn forget_containers(&self, ids: &[String]);
+    /// Ask every container about again (restored statuses).
+    fn recheck_containers(&self);
+    /// The runtime's client (`None`: manifests).
+    fn cri(&self) -> Option<&qosd_node::cri::CriClient>;
+}
+
+impl PodSource for Source {
+    fn fingerprint(
+        &self,
+    ) -> impl std::future::Future<Output = Result<Vec<String>, SourceError>> + Send {
+        Source::fingerprint(self)
+    }
+    fn list(&self) -> impl std::future::Future<Output = Result<Listing, SourceError>> + Send {
+        Source::list(self)
+    }
+    fn spec_key(&self) -> Option<String> {
+        Source::spec_key(self)
+    }
+    fn resync(&self) {
+        Source::resync(self)
+    }
+    fn forget_containers(&self, ids: &[String]) {
+        Source::forget_containers(self, ids)
+    }
+    fn recheck_containers(&self) {
+        Source::recheck_containers(self)
+    }
+    fn cri(&self) -> Option<&qosd_node::cri::CriClient> {
+        match self {
+            Source::Cri { client, .. } => Some(client),
+            Source::Manifests(_) => None,
+        }
+    }
+}
+
+/// Run the daemon loop until a stop (or one pass with `once`).
 pub(crate) async fn run_loop(
     opts: RunOptions,
+    controls: &mut Controls,
     observer: &mut dyn Observer,
 ) -> anyhow::Result<Outcome> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut sigterm = signal(SignalKind::terminate())?;
-    let mut sigint = signal(SignalKind::interrupt())?;
-    let mut sighup = signal(SignalKind::hangup())?;
-
     // `--once` gives up when the runtime stays away; the daemon keeps
     // waiting for it (not ready meanwhile), as a node agent must.
     let mut unreachable = crate::telemetry::log::Repeats::default();
     let mut source = loop {
         let connecting = Source::connect(&opts.source, opts.connect, opts.machine_memory_bytes);
-        let Some(attempt) =
-            waiting(connecting, "connect", observer, &mut sigterm, &mut sigint).await
-        else {
+        let Some(attempt) = waiting(connecting, "connect", observer, controls).await else {
             return Ok(Outcome::Stopped);
         };
         match attempt {
@@ -156,11 +277,10 @@ pub(crate) async fn run_loop(
     }
     // A restart asks the runtime only about what is new since the last
     // run; the restored container statuses serve the first reconcile only.
-    let mut store = match &opts.state_dir {
+    let store = match &opts.state_dir {
         Some(dir) if !opts.once => source.status_store(&opts.source, dir),
         _ => None,
     };
-    let restored_containers = store.as_mut().map_or(0, |s| s.load());
     let mode = if opts.audit {
         qosd_node::sys::apply::Mode::Audit
     } else if opts.dry_run {
@@ -168,66 +288,29 @@ pub(crate) async fn run_loop(
     } else {
         qosd_node::sys::apply::Mode::Real
     };
-    let mut reconciler = Reconciler::with_mode(opts.plan.clone(), mode, opts.orphan_grace);
-    let mut cpu = match &opts.cpu_manager {
+    let reconciler = Reconciler::with_mode(opts.plan.clone(), mode, opts.orphan_grace);
+    let cpu = match &opts.cpu_manager {
         Some(s) => crate::runtime::cpu_manager::CpuManager::start(s, opts.dry_run || opts.audit)?,
         None => None,
     };
     if cpu.is_some() && !matches!(source, Source::Cri { .. }) {
         tracing::warn!("CPU manager: cpusets are applied through the CRI only; with manifests nothing is applied");
     }
-
-    if opts.once {
-        let listing = source.list().await?;
-        // Never build a parallel tree: refuse before any write.
-        check_parents(reconciler.config(), &listing)?;
-        let report = reconciler.reconcile(&listing.pods, listing.all_uids.as_ref(), Instant::now());
-        if let (Some(cpu), Source::Cri { client, .. }) = (cpu.as_mut(), &source) {
-            cpu.reconcile(client, &listing.live).await;
-        }
-        observer.reconciled(&report, &listing);
-        return Ok(Outcome::Once(Box::new(report)));
-    }
-
-    let ticker = |every: Duration| {
-        let mut t = tokio::time::interval(every);
-        t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        t
+    let parts = Parts {
+        source,
+        reconciler,
+        cpu,
+        store,
+        clock: Arc::new(SystemClock),
     };
-    let mut reconcile_tick = ticker(opts.reconcile_interval);
-    let mut relist_tick = ticker(opts.relist_interval);
-    let mut intervals = (opts.reconcile_interval, opts.relist_interval);
-    let mut refused = false;
-    let mut source_down = false;
-    // The last full listing and the fingerprint it was taken at: a full
-    // inventory (a status call per sandbox and container) is only needed
-    // when the fingerprint changes, or every `RESYNC` to catch in-place
-    // resource updates; timer reconciles in between reuse it and only
-    // re-read the cgroups (drift). A reconcile borrows it (no copy).
-    let mut cached: Option<(Vec<String>, Listing, Instant)> = None;
-    // Each listing taken gets the next number: a pass over the same
-    // listing reuses the plan without comparing the pods, and its parents
-    // were checked (the settings change only on a reload, which lists).
-    let mut listing_id: u64 = 0;
-    let mut parents_checked: Option<u64> = None;
-    // Free memory back to the kernel after passes over new listings (at
-    // most every `TRIM_GAP`): glibc would keep each burst's peak.
-    let mut trim = qosd_node::sys::malloc::TrimPacer::new(TRIM_GAP);
-    let mut last_resync = Instant::now();
-    // Pod cgroups appearing / going away (CRI source): a relist shortly
-    // after each, instead of one every `relist_interval`. Started after the
-    // first reconcile (which creates kubepods and the QoS cgroups).
-    let mut pod_events = PodEventState::default();
-    // Planned files written by anyone: reconcile (with the last listing)
-    // soon after, instead of at the next timer reconcile.
-    reconciler.watch_files();
-    let mut drift = DriftState::new(reconciler.drift_fd());
-    let mut spec_key = source.spec_key();
+    if opts.once {
+        return Daemon::once(parts, observer).await;
+    }
     // The runtime's event stream (containerd): while it is live, a timer
     // tick with no event since the last listing lists nothing; an event
     // relists like a pod cgroup event. Not live (not yet, runtime without
     // the API, stream ended): every reconcile lists, as without it.
-    let (mut feed, prober) = match &opts.source {
+    let (feed, prober) = match &opts.source {
         PodSourceSpec::Cri { endpoint } => {
             match qosd_node::cri::events::spawn(endpoint, opts.connect.connect_timeout) {
                 Ok((rx, p)) => (Some(rx), Some(p)),
@@ -236,143 +319,469 @@ pub(crate) async fn run_loop(
         }
         PodSourceSpec::Manifests(_) => (None, None),
     };
-    let mut gate = crate::runtime::runtime_events::EventGate::default();
-    // An in-place update was announced: list even if the ids and states
-    // did not change (the updated containers' statuses were forgotten).
-    let mut force_list = false;
-    // Restored container statuses: every container is asked about again
-    // right after the first reconcile (an in-place resize while qosd was
-    // down shows in no listing).
-    let mut recheck_restored = restored_containers > 0;
-    let mut recheck_at: Option<tokio::time::Instant> = None;
-    // The loop may sleep a whole reconcile interval when the watchdog
-    // (pinged from the heartbeat) allows it.
-    let watchdog = crate::telemetry::notify::watchdog_interval();
-    loop {
-        let quiet_ok = watchdog.is_none_or(|w| w > intervals.0);
-        observer.heartbeat();
-        let relist_due = pod_events.due();
-        // Something announces pod changes: the relist timer is not needed.
-        let evented = pod_events.active() || gate.quiet();
-        let tick = tokio::select! {
-            _ = sigterm.recv() => { tracing::info!("SIGTERM: stopping"); return Ok(Outcome::Stopped); }
-            _ = sigint.recv() => { tracing::info!("SIGINT: stopping"); return Ok(Outcome::Stopped); }
-            _ = sighup.recv() => {
-                if let Some(r) = observer.reload() {
-                    reconciler.reconfigure(r.plan, r.dry_run);
-                    if intervals.0 != r.reconcile_interval {
-                        reconcile_tick = ticker(r.reconcile_interval);
-                    }
-                    if intervals.1 != r.relist_interval {
-                        relist_tick = ticker(r.relist_interval);
-                    }
-                    intervals = (r.reconcile_interval, r.relist_interval);
-                }
-                cached = None;
-                parents_checked = None;
-                Tick::Reconcile
-            }
-            _ = reconcile_tick.tick() => Tick::Reconcile,
-            // With pod events the relist timer is not needed: the reconcile
-            // timer (which relists too) is the safety net.
-            // The API server's view (when configured) is checked on the
-            // relist timer still: its change key costs no runtime call.
-            // Without an API server source, nothing is left for it to check
-            // (the loop still turns often enough for the systemd watchdog).
-            _ = relist_tick.tick(), if !(evented && spec_key.is_none() && quiet_ok) => {
-                if evented {
-                    let k = source.spec_key();
-                    if k == spec_key {
-                        continue;
-                    }
-                    spec_key = k;
-                }
-                Tick::Relist
-            }
-            r = pod_events.readable() => {
-                if pod_events.on_readable(r) {
-                    reconciler.files_may_have_moved();
-                }
-                continue;
-            }
-            changed = feed_changed(&mut feed) => {
-                match (changed, feed.as_mut()) {
-                    (true, Some(rx)) => {
-                        let f = rx.borrow_and_update().clone();
-                        take_feed(&f, &mut gate, &mut pod_events, &source, &mut force_list, observer);
-                    }
-                    _ => feed = None,
-                }
-                continue;
-            }
-            r = drift.readable() => {
-                drift.on_readable(r);
-                continue;
-            }
-            _ = sleep_until(drift.due) => {
-                drift.fired();
-                Tick::Drift
-            }
-            _ = sleep_until(relist_due) => {
-                pod_events.relisting();
-                Tick::Relist
-            }
-            _ = sleep_until(recheck_at) => {
-                recheck_at = None;
-                cached = None;
-                Tick::Reconcile
-            }
+    let intervals = (opts.reconcile_interval, opts.relist_interval);
+    let mut daemon = Daemon::new(parts, opts.plan, feed, prober);
+    daemon.run(intervals, controls, observer).await
+}
+
+/// What a daemon is made of: the pod source, the cgroup writer, the CPU
+/// manager, the status store and the clock.
+pub(crate) struct Parts<S> {
+    pub(crate) source: S,
+    pub(crate) reconciler: Reconciler,
+    pub(crate) cpu: Option<crate::runtime::cpu_manager::CpuManager>,
+    pub(crate) store: Option<qosd_node::pods::status_store::StatusStore>,
+    pub(crate) clock: Arc<dyn Clock>,
+}
+
+/// What an event asks the loop to do next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// Wait for the next event.
+    Wait,
+    /// Reconcile (see [`Tick`]).
+    Run(Tick),
+    /// Stop: a stop was asked for while a call was pending.
+    Stop,
+}
+
+/// What woke the loop.
+enum Event {
+    Stop(&'static str),
+    Reload,
+    ReconcileTimer,
+    RelistTimer,
+    PodEvents(std::io::Result<()>),
+    Feed(bool),
+    DriftReadable(std::io::Result<()>),
+    DriftDue,
+    RelistDue,
+    RecheckDue,
+}
+
+/// The reconcile loop's state. Each event is one method returning what to
+/// do next; [`Daemon::run`] waits for the events and calls them.
+pub(crate) struct Daemon<S> {
+    /// Registered with the runtime; the reconciler owns the fd (and
+    /// outlives this: declared before it, so dropped first).
+    drift: DriftState,
+    reconciler: Reconciler,
+    source: S,
+    clock: Arc<dyn Clock>,
+    cpu: Option<crate::runtime::cpu_manager::CpuManager>,
+    store: Option<qosd_node::pods::status_store::StatusStore>,
+    /// The settings' plan at start: where the pod cgroups are watched.
+    events_plan: PlanConfig,
+    refused: bool,
+    source_down: bool,
+    /// The last full listing and the fingerprint it was taken at: a full
+    /// inventory (a status call per sandbox and container) is only needed
+    /// when the fingerprint changes, or every `RESYNC` to catch in-place
+    /// resource updates; timer reconciles in between reuse it and only
+    /// re-read the cgroups (drift). A reconcile borrows it (no copy).
+    cached: Option<(Vec<String>, Listing, Instant)>,
+    /// Each listing taken gets the next number: a pass over the same
+    /// listing reuses the plan without comparing the pods, and its parents
+    /// were checked (the settings change only on a reload, which lists).
+    listing_id: u64,
+    parents_checked: Option<u64>,
+    /// Free memory back to the kernel after passes over new listings (at
+    /// most every `TRIM_GAP`): glibc would keep each burst's peak.
+    trim: qosd_node::sys::malloc::TrimPacer,
+    last_resync: Instant,
+    /// Pod cgroups appearing / going away (CRI source): a relist shortly
+    /// after each, instead of one every `relist_interval`. Started after
+    /// the first reconcile (which creates kubepods and the QoS cgroups).
+    pod_events: PodEventState,
+    spec_key: Option<String>,
+    feed: Option<tokio::sync::watch::Receiver<qosd_node::cri::events::Feed>>,
+    prober: Option<qosd_node::cri::events::Prober>,
+    gate: crate::runtime::runtime_events::EventGate,
+    /// An in-place update was announced: list even if the ids and states
+    /// did not change (the updated containers' statuses were forgotten).
+    force_list: bool,
+    /// Restored container statuses: every container is asked about again
+    /// right after the first reconcile (an in-place resize while qosd was
+    /// down shows in no listing).
+    recheck_restored: bool,
+    recheck_at: Option<tokio::time::Instant>,
+}
+
+impl<S: PodSource> Daemon<S> {
+    /// One pass (`--once`).
+    async fn once(mut parts: Parts<S>, observer: &mut dyn Observer) -> anyhow::Result<Outcome> {
+        let listing = parts.source.list().await?;
+        // Never build a parallel tree: refuse before any write.
+        check_parents(parts.reconciler.config(), &listing)?;
+        let report =
+            parts
+                .reconciler
+                .reconcile(&listing.pods, listing.all_uids.as_ref(), parts.clock.now());
+        if let (Some(cpu), Some(client)) = (parts.cpu.as_mut(), parts.source.cri()) {
+            cpu.reconcile(client, &listing.live).await;
+        }
+        observer.reconciled(&report, &listing);
+        Ok(Outcome::Once(Box::new(report)))
+    }
+
+    pub(crate) fn new(
+        parts: Parts<S>,
+        events_plan: PlanConfig,
+        feed: Option<tokio::sync::watch::Receiver<qosd_node::cri::events::Feed>>,
+        prober: Option<qosd_node::cri::events::Prober>,
+    ) -> Daemon<S> {
+        let Parts {
+            source,
+            mut reconciler,
+            cpu,
+            mut store,
+            clock,
+        } = parts;
+        let restored_containers = store.as_mut().map_or(0, |s| s.load());
+        // Planned files written by anyone: reconcile (with the last
+        // listing) soon after, instead of at the next timer reconcile.
+        reconciler.watch_files();
+        let drift = DriftState::new(reconciler.drift_fd());
+        let spec_key = source.spec_key();
+        let now = clock.now();
+        Daemon {
+            drift,
+            reconciler,
+            source,
+            clock,
+            cpu,
+            store,
+            events_plan,
+            refused: false,
+            source_down: false,
+            cached: None,
+            listing_id: 0,
+            parents_checked: None,
+            trim: qosd_node::sys::malloc::TrimPacer::new(TRIM_GAP),
+            last_resync: now,
+            pod_events: PodEventState::default(),
+            spec_key,
+            feed,
+            prober,
+            gate: crate::runtime::runtime_events::EventGate::default(),
+            force_list: false,
+            recheck_restored: restored_containers > 0,
+            recheck_at: None,
+        }
+    }
+
+    /// Wait for events and handle them until a stop.
+    async fn run(
+        &mut self,
+        intervals: (Duration, Duration),
+        controls: &mut Controls,
+        observer: &mut dyn Observer,
+    ) -> anyhow::Result<Outcome> {
+        let ticker = |every: Duration| {
+            let mut t = tokio::time::interval(every);
+            t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            t
         };
-        // What this tick reconciles with: the last listing when a planned
-        // file was written (re-read the written files, no runtime call), or
-        // on a timer tick while the runtime's event stream says that
-        // nothing changed since it was taken (and the safety relist is not
-        // due); otherwise a change check and, when it moved, a listing.
-        let mut reuse = !source_down
-            && match (tick, &cached) {
+        let mut intervals = intervals;
+        let mut reconcile_tick = ticker(intervals.0);
+        let mut relist_tick = ticker(intervals.1);
+        // The loop may sleep a whole reconcile interval when the watchdog
+        // (pinged from the heartbeat) allows it.
+        let watchdog = crate::telemetry::notify::watchdog_interval();
+        loop {
+            let quiet_ok = watchdog.is_none_or(|w| w > intervals.0);
+            observer.heartbeat();
+            let relist_due = self.pod_events.due();
+            // Something announces pod changes: the relist timer is not needed.
+            let evented = self.pod_events.active() || self.gate.quiet();
+            let event = tokio::select! {
+                c = controls.next() => match c {
+                    Control::Stop(why) => Event::Stop(why),
+                    Control::Reload => Event::Reload,
+                },
+                _ = reconcile_tick.tick() => Event::ReconcileTimer,
+                // With pod events the relist timer is not needed: the
+                // reconcile timer (which relists too) is the safety net.
+                // The API server's view (when configured) is checked on the
+                // relist timer still: its change key costs no runtime call.
+                // Without an API server source, nothing is left for it to
+                // check (the loop still turns often enough for the systemd
+                // watchdog).
+                _ = relist_tick.tick(), if !(evented && self.spec_key.is_none() && quiet_ok) => Event::RelistTimer,
+                r = self.pod_events.readable() => Event::PodEvents(r),
+                changed = feed_changed(&mut self.feed) => Event::Feed(changed),
+                r = self.drift.readable() => Event::DriftReadable(r),
+                _ = sleep_until(self.drift.due) => Event::DriftDue,
+                _ = sleep_until(relist_due) => Event::RelistDue,
+                _ = sleep_until(self.recheck_at) => Event::RecheckDue,
+            };
+            let step = match event {
+                Event::Stop(why) => {
+                    stopping(why);
+                    return Ok(Outcome::Stopped);
+                }
+                Event::Reload => {
+                    if let Some(r) = self.reload(observer) {
+                        let new = (r.reconcile_interval, r.relist_interval);
+                        if intervals.0 != new.0 {
+                            reconcile_tick = ticker(new.0);
+                        }
+                        if intervals.1 != new.1 {
+                            relist_tick = ticker(new.1);
+                        }
+                        intervals = new;
+                    }
+                    Step::Run(Tick::Reconcile)
+                }
+                Event::ReconcileTimer => Step::Run(Tick::Reconcile),
+                Event::RelistTimer => self.relist_timer(evented),
+                Event::PodEvents(r) => self.pod_events_readable(r),
+                Event::Feed(changed) => self.feed_changed(changed, observer),
+                Event::DriftReadable(r) => self.drift_readable(r),
+                Event::DriftDue => self.drift_due(),
+                Event::RelistDue => self.relist_due(),
+                Event::RecheckDue => self.recheck_due(),
+            };
+            if let Step::Run(tick) = step {
+                if self.tick(tick, controls, observer).await == Step::Stop {
+                    return Ok(Outcome::Stopped);
+                }
+            }
+        }
+    }
+
+    /// SIGHUP: the new settings (`None`: kept); the next listing is full.
+    /// The caller reconciles next.
+    fn reload(&mut self, observer: &mut dyn Observer) -> Option<Reloaded> {
+        let r = observer.reload();
+        if let Some(r) = &r {
+            self.reconciler.reconfigure(r.plan.clone(), r.dry_run);
+        }
+        self.cached = None;
+        self.parents_checked = None;
+        r
+    }
+
+    /// The relist timer: with events on, only a change of the API
+    /// server's view relists.
+    fn relist_timer(&mut self, evented: bool) -> Step {
+        if evented {
+            let k = self.source.spec_key();
+            if k == self.spec_key {
+                return Step::Wait;
+            }
+            self.spec_key = k;
+        }
+        Step::Run(Tick::Relist)
+    }
+
+    /// Pod cgroups came or went.
+    fn pod_events_readable(&mut self, r: std::io::Result<()>) -> Step {
+        if self.pod_events.on_readable(r) {
+            self.reconciler.files_may_have_moved();
+        }
+        Step::Wait
+    }
+
+    /// The runtime's event feed changed (`false`: it ended).
+    fn feed_changed(&mut self, changed: bool, observer: &mut dyn Observer) -> Step {
+        match (changed, self.feed.as_mut()) {
+            (true, Some(rx)) => {
+                let f = rx.borrow_and_update().clone();
+                self.take_feed(&f, observer);
+            }
+            _ => self.feed = None,
+        }
+        Step::Wait
+    }
+
+    /// A planned file was written.
+    fn drift_readable(&mut self, r: std::io::Result<()>) -> Step {
+        self.drift.on_readable(r);
+        Step::Wait
+    }
+
+    /// The drift reconcile is due.
+    fn drift_due(&mut self) -> Step {
+        self.drift.fired();
+        Step::Run(Tick::Drift)
+    }
+
+    /// A relist scheduled after pod events is due.
+    fn relist_due(&mut self) -> Step {
+        self.pod_events.relisting();
+        Step::Run(Tick::Relist)
+    }
+
+    /// The restored statuses are to be asked about again.
+    fn recheck_due(&mut self) -> Step {
+        self.recheck_at = None;
+        self.cached = None;
+        Step::Run(Tick::Reconcile)
+    }
+
+    /// Take in a new value of the runtime's event feed: schedule the relist
+    /// it asks for, forget the statuses of containers updated in place,
+    /// report a change of state.
+    fn take_feed(&mut self, f: &qosd_node::cri::events::Feed, observer: &mut dyn Observer) {
+        let u = self.gate.observe(f);
+        if u.relist {
+            self.pod_events.schedule();
+        }
+        if u.forget_all {
+            self.source.resync();
+            self.force_list = true;
+        } else if !u.updated.is_empty() {
+            self.source.forget_containers(&u.updated);
+            self.force_list = true;
+        }
+        if let Some(state) = u.became {
+            log_events_state(state, f.down.as_deref());
+            observer.runtime_events(state, f.down.as_deref());
+        }
+    }
+
+    /// Whether the last listing is fresh (no older than `RESYNC`).
+    fn cached_fresh(&self, at: Instant) -> bool {
+        self.clock.now().saturating_duration_since(at) < RESYNC
+    }
+
+    /// What this tick reconciles with: the last listing when a planned
+    /// file was written (re-read the written files, no runtime call), or on
+    /// a timer tick while the runtime's event stream says that nothing
+    /// changed since it was taken (and the safety relist is not due);
+    /// otherwise a change check and, when it moved, a listing. `None`: stop.
+    async fn reuses(
+        &mut self,
+        tick: Tick,
+        controls: &mut Controls,
+        observer: &mut dyn Observer,
+    ) -> Option<bool> {
+        let reuse = !self.source_down
+            && match (tick, &self.cached) {
                 // (Not when a container was updated in place since: its
                 // new values must be listed before anything is rewritten.)
-                (Tick::Drift, Some(_)) => !force_list,
+                (Tick::Drift, Some(_)) => !self.force_list,
                 (Tick::Reconcile, Some((_, _, at))) => {
-                    gate.quiet() && !force_list && at.elapsed() < RESYNC
+                    self.gate.quiet() && !self.force_list && self.cached_fresh(*at)
                 }
                 _ => false,
             };
-        if reuse && tick == Tick::Reconcile {
-            // The stream still delivers: a marker published now comes back
-            // on it, after every change made before it. A runtime that
-            // does not answer fails the probe: listed (and reported) as
-            // without events.
-            let probe = async {
-                match &prober {
-                    Some(p) => p.probe().await,
-                    None => false,
-                }
-            };
-            let Some(ok) = waiting(
-                probe,
-                "runtime events marker",
-                observer,
-                &mut sigterm,
-                &mut sigint,
-            )
-            .await
-            else {
-                return Ok(Outcome::Stopped);
-            };
-            if let Some(rx) = feed.as_mut() {
-                let f = rx.borrow_and_update().clone();
-                take_feed(
-                    &f,
-                    &mut gate,
-                    &mut pod_events,
-                    &source,
-                    &mut force_list,
-                    observer,
-                );
-            }
-            reuse = ok && gate.quiet() && !force_list;
+        if !(reuse && tick == Tick::Reconcile) {
+            return Some(reuse);
         }
+        // The stream still delivers: a marker published now comes back on
+        // it, after every change made before it. A runtime that does not
+        // answer fails the probe: listed (and reported) as without events.
+        let prober = self.prober.as_ref();
+        let probe = async {
+            match prober {
+                Some(p) => p.probe().await,
+                None => false,
+            }
+        };
+        let ok = waiting(probe, "runtime events marker", observer, controls).await?;
+        if let Some(rx) = self.feed.as_mut() {
+            let f = rx.borrow_and_update().clone();
+            self.take_feed(&f, observer);
+        }
+        Some(ok && self.gate.quiet() && !self.force_list)
+    }
+
+    /// A change check and, when the pods changed (or the last listing is
+    /// older than `RESYNC`), a listing.
+    async fn relist(
+        &mut self,
+        tick: Tick,
+        controls: &mut Controls,
+        observer: &mut dyn Observer,
+    ) -> Listed {
+        self.gate.listing_started();
+        // Calls retry while the runtime is down: stay stoppable, and alive
+        // (a hung runtime is reported as such, not as a dead loop).
+        let Some(fp) = waiting(
+            self.source.fingerprint(),
+            "ListPodSandbox",
+            observer,
+            controls,
+        )
+        .await
+        else {
+            return Listed::Stop;
+        };
+        let fp = match fp {
+            Ok(fp) => fp,
+            Err(e) => {
+                self.source_failed(&e, "pod source unavailable", observer);
+                return Listed::Failed;
+            }
+        };
+        let fresh = !self.force_list
+            && self
+                .cached
+                .as_ref()
+                .is_some_and(|(cfp, _, at)| *cfp == fp && self.cached_fresh(*at));
+        if fresh {
+            self.gate.listing_done();
+            return if tick == Tick::Relist {
+                Listed::Unchanged
+            } else {
+                Listed::Same
+            };
+        }
+        let now = self.clock.now();
+        if now.saturating_duration_since(self.last_resync) >= RESYNC {
+            // Container statuses are asked again (in-place resource
+            // updates); sandbox statuses never change.
+            self.source.resync();
+            self.last_resync = now;
+        }
+        let Some(listed) = waiting(self.source.list(), "pod listing", observer, controls).await
+        else {
+            return Listed::Stop;
+        };
+        match listed {
+            Ok(listing) => {
+                if self.source_down {
+                    tracing::info!("pod source is back");
+                    self.source_down = false;
+                }
+                self.cached = Some((fp, listing, self.clock.now()));
+                self.listing_id += 1;
+                self.gate.listing_done();
+                self.force_list = false;
+                Listed::New
+            }
+            Err(e) => {
+                self.source_failed(&e, "pod listing failed", observer);
+                Listed::Failed
+            }
+        }
+    }
+
+    /// A pod-source call failed: warn when the source goes down (once, not
+    /// per retry), mark it down and report it; relist in full once it
+    /// answers again.
+    fn source_failed(&mut self, e: &SourceError, what: &str, observer: &mut dyn Observer) {
+        if !self.source_down {
+            tracing::warn!(error = %e, "{what}; keeping the last state, retrying");
+        }
+        self.source_down = true;
+        observer.source_failed(e);
+        self.cached = None;
+        self.gate.listing_failed();
+    }
+
+    /// A reconcile: list when needed, then plan and write.
+    pub(crate) async fn tick(
+        &mut self,
+        tick: Tick,
+        controls: &mut Controls,
+        observer: &mut dyn Observer,
+    ) -> Step {
+        let Some(reuse) = self.reuses(tick, controls, observer).await else {
+            return Step::Stop;
+        };
         let tick = if tick == Tick::Drift {
             Tick::Reconcile
         } else {
@@ -381,105 +790,46 @@ pub(crate) async fn run_loop(
         // Whether this turn took a new listing (else: the last one again).
         let mut new_listing = false;
         if !reuse {
-            gate.listing_started();
-            // Calls retry while the runtime is down: stay stoppable, and alive
-            // (a hung runtime is reported as such, not as a dead loop).
-            let Some(fp) = waiting(
-                source.fingerprint(),
-                "ListPodSandbox",
-                observer,
-                &mut sigterm,
-                &mut sigint,
-            )
-            .await
-            else {
-                return Ok(Outcome::Stopped);
-            };
-            let fp = match fp {
-                Ok(fp) => fp,
-                Err(e) => {
-                    source_failed(&e, "pod source unavailable", &mut source_down, observer);
-                    // Relist in full once it answers again.
-                    cached = None;
-                    gate.listing_failed();
-                    continue;
-                }
-            };
-            let fresh = !force_list
-                && cached
-                    .as_ref()
-                    .is_some_and(|(cfp, _, at)| *cfp == fp && at.elapsed() < RESYNC);
-            if fresh {
-                gate.listing_done();
-                if tick == Tick::Relist {
-                    continue;
-                }
-            } else {
-                if last_resync.elapsed() >= RESYNC {
-                    // Container statuses are asked again (in-place resource
-                    // updates); sandbox statuses never change.
-                    source.resync();
-                    last_resync = Instant::now();
-                }
-                let Some(listed) = waiting(
-                    source.list(),
-                    "pod listing",
-                    observer,
-                    &mut sigterm,
-                    &mut sigint,
-                )
-                .await
-                else {
-                    return Ok(Outcome::Stopped);
-                };
-                match listed {
-                    Ok(listing) => {
-                        if source_down {
-                            tracing::info!("pod source is back");
-                            source_down = false;
-                        }
-                        cached = Some((fp, listing, Instant::now()));
-                        listing_id += 1;
-                        new_listing = true;
-                        gate.listing_done();
-                        force_list = false;
-                    }
-                    Err(e) => {
-                        source_failed(&e, "pod listing failed", &mut source_down, observer);
-                        cached = None;
-                        gate.listing_failed();
-                        continue;
-                    }
-                }
+            match self.relist(tick, controls, observer).await {
+                Listed::Stop => return Step::Stop,
+                Listed::Failed | Listed::Unchanged => return Step::Wait,
+                Listed::Same => {}
+                Listed::New => new_listing = true,
             }
         }
-        let Some((_, listing, _)) = cached.as_ref() else {
-            continue;
+        self.reconcile(new_listing, observer).await;
+        Step::Wait
+    }
+
+    /// Reconcile with the last listing (`new_listing`: taken this turn).
+    async fn reconcile(&mut self, mut new_listing: bool, observer: &mut dyn Observer) {
+        let Some((_, listing, _)) = self.cached.as_ref() else {
+            return;
         };
-        if parents_checked != Some(listing_id) {
-            match check_parents(reconciler.config(), listing) {
+        if self.parents_checked != Some(self.listing_id) {
+            match check_parents(self.reconciler.config(), listing) {
                 Err(e) => {
                     // Not ready, nothing written, until the config matches.
                     observer.refused(Some(&e));
-                    refused = true;
-                    continue;
+                    self.refused = true;
+                    return;
                 }
-                Ok(()) if refused => {
+                Ok(()) if self.refused => {
                     observer.refused(None);
-                    refused = false;
+                    self.refused = false;
                     new_listing = true;
                 }
                 Ok(()) => {}
             }
-            parents_checked = Some(listing_id);
+            self.parents_checked = Some(self.listing_id);
         }
-        let report = reconciler.reconcile_listing(
-            listing_id,
+        let report = self.reconciler.reconcile_listing(
+            self.listing_id,
             &listing.pods,
             listing.all_uids.as_ref(),
-            Instant::now(),
+            self.clock.now(),
         );
-        if let (Some(cpu), Source::Cri { client, .. }) = (cpu.as_mut(), &source) {
+        if let (Some(cpu), Some(client)) = (self.cpu.as_mut(), self.source.cri()) {
             cpu.reconcile(client, &listing.live).await;
         }
         tracing::debug!(
@@ -488,54 +838,58 @@ pub(crate) async fn run_loop(
             unchanged = report.unchanged,
             unread = report.unread,
             errors = report.errors.len(),
-            plans = reconciler.plans_built(),
-            walks = reconciler.plan_walks(),
+            plans = self.reconciler.plans_built(),
+            walks = self.reconciler.plan_walks(),
             ms = report.duration.as_secs_f64() * 1e3,
             "reconciled"
         );
         if new_listing {
             observer.reconciled(&report, listing);
-            trim.busy();
+            self.trim.busy();
         } else {
             observer.reconciled_again(&report, listing);
         }
-        if trim.due(Instant::now()) {
+        if self.trim.due(self.clock.now()) {
             let released = qosd_node::sys::malloc::release_free_memory();
             tracing::trace!(released, "free heap memory returned to the kernel");
         }
-        if matches!(source, Source::Cri { .. }) {
-            pod_events.start(&opts.plan);
+        if self.source.cri().is_some() {
+            self.pod_events.start(&self.events_plan);
         }
-        if recheck_restored {
-            recheck_restored = false;
-            source.recheck_containers();
-            recheck_at = Some(tokio::time::Instant::now());
-        } else if let Some(s) = store.as_mut() {
-            if recheck_at.is_none() {
+        if self.recheck_restored {
+            self.recheck_restored = false;
+            self.source.recheck_containers();
+            self.recheck_at = Some(tokio::time::Instant::now());
+        } else if let Some(s) = self.store.as_mut() {
+            if self.recheck_at.is_none() {
                 s.maybe_save();
             }
         }
     }
 }
 
-/// A pod-source call failed: warn when the source goes down (once, not
-/// per retry), mark it down and report it.
-fn source_failed(e: &SourceError, what: &str, source_down: &mut bool, observer: &mut dyn Observer) {
-    if !*source_down {
-        tracing::warn!(error = %e, "{what}; keeping the last state, retrying");
-    }
-    *source_down = true;
-    observer.source_failed(e);
+/// What a change check and listing gave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Listed {
+    /// A new listing: reconcile with it.
+    New,
+    /// The pods did not change: reconcile with the last listing.
+    Same,
+    /// The pods did not change and nothing asked for a reconcile.
+    Unchanged,
+    /// The source failed (reported): nothing is reconciled.
+    Failed,
+    /// A stop was asked for meanwhile.
+    Stop,
 }
 
-/// Await a pod-source call, stoppable by SIGTERM/SIGINT (`None`), with a
-/// heartbeat every second meanwhile and the call reported as pending.
+/// Await a pod-source call, stoppable (`None`), with a heartbeat every
+/// second meanwhile and the call reported as pending.
 async fn waiting<T>(
     call: impl std::future::Future<Output = T>,
     what: &str,
     observer: &mut dyn Observer,
-    sigterm: &mut tokio::signal::unix::Signal,
-    sigint: &mut tokio::signal::unix::Signal,
+    controls: &mut Controls,
 ) -> Option<T> {
     tokio::pin!(call);
     observer.call_pending(Some(what));
@@ -545,8 +899,7 @@ async fn waiting<T>(
     let out = loop {
         tokio::select! {
             r = &mut call => break Some(r),
-            _ = sigterm.recv() => { tracing::info!("SIGTERM: stopping"); break None; }
-            _ = sigint.recv() => { tracing::info!("SIGINT: stopping"); break None; }
+            why = controls.stopped() => { stopping(why); break None; }
             _ = beat.tick() => observer.heartbeat(),
         }
     };
@@ -680,34 +1033,6 @@ async fn feed_changed(
     }
 }
 
-/// Take in a new value of the runtime's event feed: schedule the relist it
-/// asks for, forget the statuses of containers updated in place, report a
-/// change of state.
-fn take_feed(
-    f: &qosd_node::cri::events::Feed,
-    gate: &mut crate::runtime::runtime_events::EventGate,
-    pod_events: &mut PodEventState,
-    source: &Source,
-    force_list: &mut bool,
-    observer: &mut dyn Observer,
-) {
-    let u = gate.observe(f);
-    if u.relist {
-        pod_events.schedule();
-    }
-    if u.forget_all {
-        source.resync();
-        *force_list = true;
-    } else if !u.updated.is_empty() {
-        source.forget_containers(&u.updated);
-        *force_list = true;
-    }
-    if let Some(state) = u.became {
-        log_events_state(state, f.down.as_deref());
-        observer.runtime_events(state, f.down.as_deref());
-    }
-}
-
 /// Log a change of the runtime event stream's state (once per change).
 fn log_events_state(state: EventsState, why: Option<&str>) {
     match state {
@@ -749,9 +1074,9 @@ pub(crate) fn pod_event_dirs(plan: &PlanConfig) -> Vec<std::path::PathBuf> {
     .collect()
 }
 
-/// What woke the loop.
+/// What a reconcile was asked by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Tick {
+pub(crate) enum Tick {
     /// The reconcile timer (or SIGHUP): reconcile even if nothing changed.
     Reconcile,
     /// The relist timer: reconcile only if the pods changed.
@@ -770,7 +1095,7 @@ const DRIFT_SPACING: Duration = Duration::from_secs(1);
 /// ([`Reconciler::watch_files`]) and the drift reconcile it schedules.
 struct DriftState {
     /// Registered with the runtime; the reconciler owns the fd (and
-    /// outlives this: declared after it in `run_loop`).
+    /// outlives this: declared after it in `Daemon`).
     fd: Option<tokio::io::unix::AsyncFd<std::os::fd::RawFd>>,
     due: Option<tokio::time::Instant>,
     last: Option<tokio::time::Instant>,
@@ -779,8 +1104,8 @@ struct DriftState {
 impl DriftState {
     fn new(fd: Option<std::os::fd::RawFd>) -> DriftState {
         // SAFETY: the reconciler owns the fd and keeps it open for as long
-        // as it lives (a reload moves it to the new settings); `run_loop`
-        // declares it before this state, which is therefore dropped first.
+        // as it lives (a reload moves it to the new settings); `Daemon`
+        // declares this state before it, so this is dropped first.
         let fd = fd.and_then(|fd| match unsafe { tokio::io::unix::AsyncFd::register(fd) } {
             Ok(a) => Some(a),
             Err(e) => {
@@ -918,6 +1243,48 @@ impl ServiceObserver {
     }
 }
 
+impl ServiceObserver {
+    /// `cgroupEnforcement: audit`: the pass's drift in metrics and `/status`.
+    fn publish_audit(&mut self, report: &ReconcileReport) {
+        self.metrics
+            .audit_drift(report.audit_drift.len(), report.audit_changes);
+        self.audit_changes_total += report.audit_changes as u64;
+        let audit = crate::telemetry::status::AuditStatus {
+            drifting: report.audit_drift.len(),
+            changes_total: self.audit_changes_total,
+            values: report
+                .audit_drift
+                .iter()
+                .take(crate::telemetry::status::AuditStatus::MAX_VALUES)
+                .cloned()
+                .collect(),
+        };
+        self.health.update_status(|d| d.audit = Some(audit));
+    }
+
+    /// Hand the listing's pods to the eviction loop.
+    fn feed_eviction(&self, same_pods: bool, listing: &Listing) {
+        // Unchanged pods: the eviction loop's candidates are marked fresh
+        // (their listing is current) instead of being built again; built
+        // anew after a change, or when the loop holds none (a failed
+        // listing, a refusal, a new loop after a reload).
+        if let Some(ev) = &self.eviction {
+            if !(same_pods && ev.pods_current()) {
+                let sandboxes = listing
+                    .live
+                    .iter()
+                    .map(|p| (p.pod.uid.clone(), p.sandbox_id.clone()))
+                    .collect();
+                ev.update_pods(crate::runtime::eviction_service::candidates(
+                    &listing.pods,
+                    &sandboxes,
+                    &self.layout,
+                ));
+            }
+        }
+    }
+}
+
 impl Observer for ServiceObserver {
     fn reconciled(&mut self, report: &ReconcileReport, listing: &Listing) {
         use crate::telemetry::metrics::ErrorKind;
@@ -957,20 +1324,7 @@ impl Observer for ServiceObserver {
         self.metrics.pods(QosClass::Burstable, counts.burstable);
         self.metrics.pods(QosClass::BestEffort, counts.best_effort);
         if self.audit {
-            self.metrics
-                .audit_drift(report.audit_drift.len(), report.audit_changes);
-            self.audit_changes_total += report.audit_changes as u64;
-            let audit = crate::telemetry::status::AuditStatus {
-                drifting: report.audit_drift.len(),
-                changes_total: self.audit_changes_total,
-                values: report
-                    .audit_drift
-                    .iter()
-                    .take(crate::telemetry::status::AuditStatus::MAX_VALUES)
-                    .cloned()
-                    .collect(),
-            };
-            self.health.update_status(|d| d.audit = Some(audit));
+            self.publish_audit(report);
         }
         self.health.set_cri_reachable(true);
         self.health.set_reconciled();
@@ -999,24 +1353,7 @@ impl Observer for ServiceObserver {
                 pods: report.pods,
             });
         });
-        // Unchanged pods: the eviction loop's candidates are marked fresh
-        // (their listing is current) instead of being built again; built
-        // anew after a change, or when the loop holds none (a failed
-        // listing, a refusal, a new loop after a reload).
-        if let Some(ev) = &self.eviction {
-            if !(same_pods && ev.pods_current()) {
-                let sandboxes = listing
-                    .live
-                    .iter()
-                    .map(|p| (p.pod.uid.clone(), p.sandbox_id.clone()))
-                    .collect();
-                ev.update_pods(crate::runtime::eviction_service::candidates(
-                    &listing.pods,
-                    &sandboxes,
-                    &self.layout,
-                ));
-            }
-        }
+        self.feed_eviction(same_pods, listing);
         if !same_pods {
             self.last_pods = Some(LastPods {
                 counts,
@@ -1160,5 +1497,376 @@ impl Observer for ServiceObserver {
             d.set_setup(r.dry_run, Some(r.plan.layout.version), r.plan.layout.driver);
         });
         Some(r)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use qosd_model::core::model::{CgroupDriver, CgroupVersion};
+    use qosd_model::core::node::NodeResources;
+    use qosd_model::policy::enforce::naming::CgroupLayout;
+    use std::sync::Mutex;
+
+    /// A clock that moves only when told to.
+    struct FakeClock(Mutex<Instant>);
+    impl FakeClock {
+        fn advance(&self, by: Duration) {
+            *self.0.lock().unwrap() += by;
+        }
+    }
+    impl Clock for FakeClock {
+        fn now(&self) -> Instant {
+            *self.0.lock().unwrap()
+        }
+    }
+
+    /// What the fake source answers and how often it was asked.
+    #[derive(Default)]
+    struct Fake {
+        fingerprint: Vec<String>,
+        failing: bool,
+        hanging: bool,
+        fingerprints: usize,
+        lists: usize,
+        resyncs: usize,
+    }
+
+    #[derive(Clone, Default)]
+    struct FakeSource(Arc<Mutex<Fake>>);
+
+    fn source_error() -> SourceError {
+        let missing = std::path::PathBuf::from("/nonexistent/qosd-test-manifest.yaml");
+        qosd_node::manifest::load_paths(&[missing])
+            .expect_err("a missing manifest fails")
+            .into()
+    }
+
+    impl FakeSource {
+        fn set(&self, f: impl FnOnce(&mut Fake)) {
+            f(&mut self.0.lock().unwrap())
+        }
+        fn get<T>(&self, f: impl FnOnce(&Fake) -> T) -> T {
+            f(&self.0.lock().unwrap())
+        }
+    }
+
+    impl PodSource for FakeSource {
+        fn fingerprint(
+            &self,
+        ) -> impl std::future::Future<Output = Result<Vec<String>, SourceError>> + Send {
+            let (r, hang) = {
+                let mut f = self.0.lock().unwrap();
+                f.fingerprints += 1;
+                let r = if f.failing {
+                    Err(source_error())
+                } else {
+                    Ok(f.fingerprint.clone())
+                };
+                (r, f.hanging)
+            };
+            async move {
+                if hang {
+                    std::future::pending::<()>().await;
+                }
+                r
+            }
+        }
+        fn list(&self) -> impl std::future::Future<Output = Result<Listing, SourceError>> + Send {
+            let r = {
+                let mut f = self.0.lock().unwrap();
+                f.lists += 1;
+                if f.failing {
+                    Err(source_error())
+                } else {
+                    Ok(Listing {
+                        all_uids: Some(Default::default()),
+                        ..Default::default()
+                    })
+                }
+            };
+            async move { r }
+        }
+        fn spec_key(&self) -> Option<String> {
+            None
+        }
+        fn resync(&self) {
+            self.0.lock().unwrap().resyncs += 1;
+        }
+        fn forget_containers(&self, _ids: &[String]) {}
+        fn recheck_containers(&self) {}
+        fn cri(&self) -> Option<&qosd_node::cri::CriClient> {
+            None
+        }
+    }
+
+    /// Counts what the daemon reported.
+    #[derive(Default)]
+    struct Recorder {
+        reconciled: usize,
+        reconciled_again: usize,
+        failures: usize,
+        reloads: usize,
+    }
+    impl Observer for Recorder {
+        fn reconciled(&mut self, _report: &ReconcileReport, _listing: &Listing) {
+            self.reconciled += 1;
+        }
+        fn reconciled_again(&mut self, _report: &ReconcileReport, _listing: &Listing) {
+            self.reconciled_again += 1;
+        }
+        fn source_failed(&mut self, _error: &SourceError) {
+            self.failures += 1;
+        }
+        fn reload(&mut self) -> Option<Reloaded> {
+            self.reloads += 1;
+            None
+        }
+    }
+
+    /// The log lines written while `f` runs (this thread).
+    #[derive(Clone, Default)]
+    struct Logs(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Logs {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    impl Logs {
+        fn capture(&self) -> tracing::subscriber::DefaultGuard {
+            let logs = self.clone();
+            let sub = tracing_subscriber::fmt()
+                .with_writer(move || logs.clone())
+                .with_ansi(false)
+                .finish();
+            tracing::subscriber::set_default(sub)
+        }
+        fn count(&self, text: &str) -> usize {
+            String::from_utf8_lossy(&self.0.lock().unwrap())
+                .matches(text)
+                .count()
+        }
+    }
+
+    struct Harness {
+        daemon: Daemon<FakeSource>,
+        source: FakeSource,
+        clock: Arc<FakeClock>,
+        controls: Controls,
+        control: tokio::sync::mpsc::UnboundedSender<Control>,
+        observer: Recorder,
+        _tree: tempfile::TempDir,
+    }
+
+    impl Harness {
+        fn new() -> Harness {
+            let tree = tempfile::tempdir().unwrap();
+            for f in ["cgroup.controllers", "cgroup.subtree_control"] {
+                std::fs::write(tree.path().join(f), "cpu memory pids\n").unwrap();
+            }
+            let layout = CgroupLayout::new(CgroupVersion::V2, CgroupDriver::Cgroupfs)
+                .with_cgroupfs(tree.path());
+            let plan = PlanConfig::new(layout, NodeResources::from_capacity(4000, 8 << 30));
+            let reconciler = Reconciler::with_mode(
+                plan.clone(),
+                qosd_node::sys::apply::Mode::DryRun,
+                Duration::from_secs(60),
+            );
+            let source = FakeSource::default();
+            source.set(|f| f.fingerprint = vec!["a".into()]);
+            let clock = Arc::new(FakeClock(Mutex::new(Instant::now())));
+            let parts = Parts {
+                source: source.clone(),
+                reconciler,
+                cpu: None,
+                store: None,
+                clock: clock.clone(),
+            };
+            let (control, rx) = tokio::sync::mpsc::unbounded_channel();
+            Harness {
+                daemon: Daemon::new(parts, plan, None, None),
+                source,
+                clock,
+                controls: Controls::new(rx),
+                control,
+                observer: Recorder::default(),
+                _tree: tree,
+            }
+        }
+
+        async fn tick(&mut self, tick: Tick) -> Step {
+            self.daemon
+                .tick(tick, &mut self.controls, &mut self.observer)
+                .await
+        }
+    }
+
+    #[tokio::test]
+    async fn a_timer_tick_within_resync_with_the_same_fingerprint_reuses_the_listing() {
+        let mut h = Harness::new();
+        assert_eq!(h.tick(Tick::Reconcile).await, Step::Wait);
+        assert_eq!(h.source.get(|f| (f.fingerprints, f.lists)), (1, 1));
+        assert_eq!(h.observer.reconciled, 1);
+
+        h.clock.advance(RESYNC - Duration::from_secs(1));
+        assert_eq!(h.tick(Tick::Reconcile).await, Step::Wait);
+        assert_eq!(h.source.get(|f| (f.fingerprints, f.lists)), (2, 1));
+        assert_eq!(h.observer.reconciled_again, 1);
+
+        // A relist tick with nothing changed reconciles nothing.
+        assert_eq!(h.tick(Tick::Relist).await, Step::Wait);
+        assert_eq!(h.source.get(|f| (f.fingerprints, f.lists)), (3, 1));
+        assert_eq!((h.observer.reconciled, h.observer.reconciled_again), (1, 1));
+    }
+
+    #[tokio::test]
+    async fn a_listing_older_than_resync_is_taken_again_with_statuses_asked_again() {
+        let mut h = Harness::new();
+        h.tick(Tick::Reconcile).await;
+        h.clock.advance(RESYNC);
+        h.tick(Tick::Reconcile).await;
+        assert_eq!(h.source.get(|f| (f.lists, f.resyncs)), (2, 1));
+        assert_eq!(h.observer.reconciled, 2);
+    }
+
+    #[tokio::test]
+    async fn a_changed_fingerprint_lists_again() {
+        let mut h = Harness::new();
+        h.tick(Tick::Relist).await;
+        h.source.set(|f| f.fingerprint = vec!["b".into()]);
+        h.tick(Tick::Relist).await;
+        assert_eq!(h.source.get(|f| f.lists), 2);
+        assert_eq!(h.observer.reconciled, 2);
+    }
+
+    #[tokio::test]
+    async fn a_listing_failure_marks_the_source_down_and_warns_once() {
+        let logs = Logs::default();
+        let _guard = logs.capture();
+        let mut h = Harness::new();
+        h.tick(Tick::Reconcile).await;
+        h.source.set(|f| f.failing = true);
+        for _ in 0..3 {
+            assert_eq!(h.tick(Tick::Reconcile).await, Step::Wait);
+        }
+        assert!(h.daemon.source_down);
+        assert!(h.daemon.cached.is_none());
+        assert_eq!(h.observer.failures, 3);
+        assert_eq!(
+            logs.count("pod source unavailable; keeping the last state"),
+            1
+        );
+        assert_eq!(h.observer.reconciled, 1);
+
+        h.source.set(|f| f.failing = false);
+        h.tick(Tick::Reconcile).await;
+        assert!(!h.daemon.source_down);
+        assert_eq!(logs.count("pod source is back"), 1);
+        assert_eq!(h.observer.reconciled, 2);
+    }
+
+    #[tokio::test]
+    async fn a_reload_clears_the_cached_listing() {
+        let mut h = Harness::new();
+        h.tick(Tick::Reconcile).await;
+        assert!(h.daemon.cached.is_some());
+        assert!(h.daemon.reload(&mut h.observer).is_none());
+        assert_eq!(h.observer.reloads, 1);
+        assert!(h.daemon.cached.is_none());
+        h.tick(Tick::Reconcile).await;
+        assert_eq!(h.source.get(|f| f.lists), 2);
+        assert_eq!(h.observer.reconciled, 2);
+    }
+
+    #[tokio::test]
+    async fn a_stop_ends_a_pending_call_and_a_reload_meanwhile_is_kept() {
+        let logs = Logs::default();
+        let _guard = logs.capture();
+        let mut h = Harness::new();
+        h.source.set(|f| f.hanging = true);
+        h.control.send(Control::Reload).unwrap();
+        h.control.send(Control::Stop("SIGTERM")).unwrap();
+        assert_eq!(h.tick(Tick::Reconcile).await, Step::Stop);
+        assert_eq!(logs.count("SIGTERM: stopping"), 1);
+        assert_eq!(h.controls.next().await, Control::Reload);
+    }
+
+    /// Stops the loop once it reconciled the same listing twice.
+    struct StopAfterTwoAgain {
+        first: usize,
+        again: usize,
+        stop: tokio::sync::mpsc::UnboundedSender<Control>,
+    }
+    impl Observer for StopAfterTwoAgain {
+        fn reconciled(&mut self, _report: &ReconcileReport, _listing: &Listing) {
+            self.first += 1;
+        }
+        fn reconciled_again(&mut self, _report: &ReconcileReport, _listing: &Listing) {
+            self.again += 1;
+            if self.again == 2 {
+                self.stop.send(Control::Stop("SIGTERM")).unwrap();
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn the_driver_reconciles_on_its_timer_and_lists_only_on_changes() {
+        let mut h = Harness::new();
+        let mut observer = StopAfterTwoAgain {
+            first: 0,
+            again: 0,
+            stop: h.control.clone(),
+        };
+        let every = Duration::from_millis(10);
+        let out = h
+            .daemon
+            .run((every, every), &mut h.controls, &mut observer)
+            .await
+            .unwrap();
+        assert!(matches!(out, Outcome::Stopped));
+        // One listing, then timer reconciles with the same fingerprint
+        // (relist ticks with nothing changed reconcile nothing).
+        assert_eq!(h.source.get(|f| f.lists), 1);
+        assert_eq!(observer.first, 1);
+        assert!(observer.again >= 2);
+    }
+
+    #[tokio::test]
+    async fn the_driver_reloads_then_stops_on_its_controls() {
+        let logs = Logs::default();
+        let _guard = logs.capture();
+        let mut h = Harness::new();
+        h.control.send(Control::Reload).unwrap();
+        h.control.send(Control::Stop("SIGINT")).unwrap();
+        let every = Duration::from_secs(10);
+        let out = h
+            .daemon
+            .run((every, every), &mut h.controls, &mut h.observer)
+            .await
+            .unwrap();
+        assert!(matches!(out, Outcome::Stopped));
+        // (The reconcile after the reload may be cut short by the stop.)
+        assert_eq!(h.observer.reloads, 1);
+        assert_eq!(logs.count("SIGINT: stopping"), 1);
+    }
+
+    #[tokio::test]
+    async fn the_events_of_the_loop_say_what_to_do() {
+        let mut h = Harness::new();
+        assert_eq!(h.daemon.relist_timer(false), Step::Run(Tick::Relist));
+        // With events on and the API server's view unchanged: nothing.
+        assert_eq!(h.daemon.relist_timer(true), Step::Wait);
+        assert_eq!(h.daemon.drift_due(), Step::Run(Tick::Drift));
+        assert_eq!(h.daemon.relist_due(), Step::Run(Tick::Relist));
+        h.tick(Tick::Reconcile).await;
+        assert_eq!(h.daemon.recheck_due(), Step::Run(Tick::Reconcile));
+        assert!(h.daemon.cached.is_none());
+        // The feed ended: forgotten.
+        assert_eq!(h.daemon.feed_changed(false, &mut h.observer), Step::Wait);
+        assert!(h.daemon.feed.is_none());
     }
 }

@@ -471,25 +471,16 @@ fn publish(
 /// `memory.available` ones when `enforceNodeAllocatable` contains `pods`
 /// (the default), and `containerfs.*` from `nodefs.*` (or `imagefs.*` with
 /// a dedicated image filesystem).
-pub(crate) fn eviction_config(
-    cfg: &qosd_config::Config,
-) -> Result<EvictionConfig, qosd_model::policy::evict::threshold::ThresholdError> {
-    let mut e = EvictionConfig::from_parts(
-        Some(&cfg.eviction_hard),
-        &cfg.eviction_soft,
-        &cfg.eviction_soft_grace_period,
-        &cfg.eviction_minimum_reclaim,
-        cfg.eviction_max_pod_grace_period,
-        cfg.eviction_pressure_transition_period,
-    )?;
+pub(crate) fn eviction_config(cfg: &qosd_config::Config) -> EvictionConfig {
+    let mut e = cfg.eviction();
     if cfg.enforce_node_allocatable.pods {
         e = e.with_allocatable_thresholds();
     }
     let layout = disk_layout(cfg);
-    Ok(e.with_containerfs_thresholds(
+    e.with_containerfs_thresholds(
         layout != qosd_model::policy::evict::rank::DiskLayout::Shared,
         layout == qosd_model::policy::evict::rank::DiskLayout::Split,
-    ))
+    )
 }
 
 /// The filesystem layout: a dedicated imagefs when `imagefsPath` is on

@@ -63,7 +63,7 @@ pub(crate) fn escaped_fields() -> impl for<'w> tracing_subscriber::fmt::FormatFi
     use tracing_subscriber::field::MakeExt as _;
     tracing_subscriber::fmt::format::debug_fn(|w, field, value| {
         let v = format!("{value:?}");
-        let v = crate::cli::output::text_safe(&v);
+        let v = crate::telemetry::text::text_safe(&v);
         if field.name() == "message" {
             write!(w, "{v}")
         } else {

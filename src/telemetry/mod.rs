@@ -1,7 +1,8 @@
 //! What qosd reports: metrics ([`metrics`]), liveness and readiness
 //! ([`health`]), the status document ([`status`]), the HTTP server
-//! ([`server`]) and its small client ([`client`]), logging ([`log`]) and
-//! systemd notification ([`notify`]).
+//! ([`server`]) and `qosd status`'s request to it ([`client`]), logging
+//! ([`log`]), escaping for text output ([`text`]) and systemd notification
+//! ([`notify`]).
 
 pub mod client;
 pub mod health;
@@ -12,3 +13,4 @@ pub mod metrics;
 pub mod notify;
 pub mod server;
 pub mod status;
+pub(crate) mod text;

@@ -277,7 +277,7 @@ impl StatusDoc {
 
     /// A human-readable table (what `qosd status` prints without `--output json`).
     pub(crate) fn to_table(&self, now_ms: u64) -> String {
-        use crate::cli::output::text_safe;
+        use crate::telemetry::text::text_safe;
         use std::fmt::Write as _;
         let mut o = String::new();
         let yes = |b: bool| if b { "yes" } else { "no" };

@@ -124,6 +124,37 @@ pub fn status_json(port: u16) -> serde_json::Value {
         .unwrap_or_default()
 }
 
+/// The arguments of a `qosd run` on a fake node below `dir` (a cgroup v2
+/// tree `dir/cgroup`, a kubelet root `dir/kubelet`, both created), the
+/// example pods as manifests, 4 CPUs and 8Gi: `mode` comes right after
+/// `run` (e.g. `["--dry-run"]` or `["--mode", "enforce"]`).
+pub fn fake_node_run_args(dir: &std::path::Path, mode: &[&str]) -> Vec<String> {
+    let cg = dir.join("cgroup");
+    let root = dir.join("kubelet");
+    std::fs::create_dir_all(&cg).unwrap();
+    std::fs::create_dir_all(&root).unwrap();
+    let pods = super::repo_root().join("fixtures/pods");
+    let mut a = vec!["run".to_string()];
+    a.extend(mode.iter().map(|s| s.to_string()));
+    for s in [
+        "--pods",
+        pods.to_str().unwrap(),
+        "--cgroupfs",
+        cg.to_str().unwrap(),
+        "--cgroup-version",
+        "v2",
+        "--node-cpu",
+        "4",
+        "--node-memory",
+        "8Gi",
+        "--root-dir",
+        root.to_str().unwrap(),
+    ] {
+        a.push(s.to_string());
+    }
+    a
+}
+
 /// `qosd run` as a child process; stopped by its PID on drop.
 pub struct Daemon {
     /// Never taken: std caches the exit status once reaped, so a PID is

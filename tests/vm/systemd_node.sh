@@ -22,6 +22,15 @@ unit_props() {
 all_units() { while read -r u; do res "$1 $(unit_props "$u")"; done < /test/units.txt; }
 all_files() { while read -r f; do res "$1 $f $(cat "$f" 2>/dev/null || echo MISSING)"; done < /test/files.txt; }
 count() { grep -c "$1" "$2" 2>/dev/null || true; }
+# qosd_reconciles_total of the test daemon on 127.0.0.1:9101 (0 when it
+# does not answer; bash's /dev/tcp: no curl in a minimal Debian).
+passes() {
+  n=$(timeout 10 bash -c 'exec 5<>/dev/tcp/127.0.0.1/9101 || exit 1
+    printf "GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n" >&5
+    cat <&5' 2>/dev/null | tr -d '\r' | awk '$1 == "qosd_reconciles_total" {print int($2); exit}')
+  echo "${n:-0}"
+}
+passes_at_least() { [ "$(passes)" -ge "$1" ]; }
 # Wait until the command succeeds, at most $1 seconds (TCG emulation is slow
 # and its speed varies with the host's load: wait for the effect, never a
 # fixed time). The check after it reports what was found either way.
@@ -57,10 +66,12 @@ all_units UNIT_RELOAD
 # The daemon: daemon-reload, a restart and a set-property while it runs.
 $Q --reconcile-interval 1s --relist-interval 1s --metrics-address 127.0.0.1:9101 > /tmp/d1.log 2>&1 &
 D=$!
-sleep 4
+wait_for 120 passes_at_least 2
 mark=$(wc -l < /tmp/d1.log)
+before=$(passes)
 systemctl daemon-reload
-sleep 4
+# Three passes after the reload: any correction it needed is made by then.
+wait_for 120 passes_at_least $((before + 3))
 res "RELOAD_CORRECTIONS $(tail -n +$((mark + 1)) /tmp/d1.log | grep -c -E 'corrected drift|wrote cgroup value|set unit properties|started transient')"
 systemctl set-property --runtime kubepods-burstable.slice CPUWeight=500
 res "SETPROP_FILE $(cat /sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice/cpu.weight)"
@@ -77,7 +88,7 @@ res "DRIFT_AFTER_FILE $(cat /sys/fs/cgroup/kubepods.slice/kubepods-burstable.sli
 kill $D; wait $D
 $Q --reconcile-interval 1s --relist-interval 1s --metrics-address 127.0.0.1:9101 > /tmp/d2.log 2>&1 &
 D=$!
-sleep 4
+wait_for 120 passes_at_least 2
 kill $D; wait $D
 res "RESTART_CORRECTIONS $(grep -c -E 'corrected drift|wrote cgroup value|set unit properties|started transient' /tmp/d2.log)"
 res "RESTART_DRIVER $(grep -c 'managed as systemd units over D-Bus' /tmp/d2.log)"

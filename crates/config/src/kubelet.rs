@@ -13,8 +13,9 @@
 //!    lists and scalars replace, `null` removes) — so a drop-in's partial
 //!    `evictionHard` keeps the other (defaulted) thresholds;
 //! 3. of the result, the fields qosd has a field for are taken (see
-//!    [`KUBELET_FIELDS`]); every other field is ignored and listed once at
-//!    debug level. An empty string means "unset" as in the kubelet
+//!    [`KUBELET_FIELDS`]); every other field is reported as not modelled
+//!    by qosd ([`NOT_MODELLED`], [`OUTSIDE_SCOPE`], or unknown): a warning
+//!    in `qosd config check` / `config show` and the daemon's log. An empty string means "unset" as in the kubelet
 //!    (`containerRuntimeEndpoint: ""` → the default socket).
 //!
 //! qosd's own file then holds only qosd's fields: a kubelet field there is an
@@ -73,8 +74,232 @@ pub(crate) const KUBELET_FIELDS: &[(&str, &str)] = &[
     ("podPidsLimit", "podPidsLimit"),
     ("imageGCHighThresholdPercent", "imageGCHighThresholdPercent"),
     ("imageGCLowThresholdPercent", "imageGCLowThresholdPercent"),
+    ("imageMinimumGCAge", "imageMinimumGCAge"),
+    ("imageMaximumGCAge", "imageMaximumGCAge"),
+    ("podLogsDir", "podLogsDir"),
     ("featureGates", "memoryQoS"),
 ];
+
+/// KubeletConfiguration fields that change what the kubelet enforces but
+/// qosd does not model, each with what the kubelet does with it. Set in a
+/// kubelet config, each is a warning naming the file (`qosd config check`,
+/// `config show`, the daemon's log) — never dropped silently.
+pub(crate) const NOT_MODELLED: &[(&str, &str)] = &[
+    ("memorySwap", "swap per container (LimitedSwap: memory.swap.max for Burstable containers; NoSwap: 0); qosd plans no swap limit"),
+    ("failSwapOn", "whether the kubelet starts on a node with swap on; qosd neither checks swap nor plans swap limits"),
+    ("memoryManagerPolicy", "Static pins Guaranteed pods' memory to NUMA nodes (cpuset.mems); qosd writes no cpuset.mems"),
+    ("reservedMemory", "per-NUMA-node reservations of the Static memory manager"),
+    ("topologyManagerPolicy", "NUMA alignment of CPU, memory and device assignments at admission; qosd's CPU manager uses no topology hints"),
+    ("topologyManagerScope", "whether topology alignment is per container or per pod"),
+    ("topologyManagerPolicyOptions", "options of the topology manager"),
+    ("cpuManagerReconcilePeriod", "how often the kubelet re-applies CPU sets; qosd reconciles every reconcileInterval"),
+    ("singleProcessOOMKill", "memory.oom.group of containers (cgroup v2); qosd writes no container cgroup"),
+    ("localStorageCapacityIsolation", "false turns off local ephemeral-storage limits and their evictions; qosd always enforces them"),
+    ("kernelMemcgNotification", "memcg threshold notifications for memory.available; qosd has its own memory watcher"),
+    ("maxPods", "pod admission limit; qosd admits no pods"),
+    ("podsPerCore", "pod admission limit per core; qosd admits no pods"),
+    ("kubeletCgroups", "the cgroup the kubelet and the runtime run in"),
+    ("systemCgroups", "the cgroup for non-kernel processes outside the pods"),
+    ("oomScoreAdj", "the kubelet process's own oom_score_adj (pods' values: qosd plan -o json)"),
+    ("failCgroupV1", "whether the kubelet refuses cgroup v1; qosd follows kubeletVersion's default and only warns"),
+    ("shutdownGracePeriod", "graceful node shutdown"),
+    ("shutdownGracePeriodCriticalPods", "graceful node shutdown of critical pods"),
+    ("shutdownGracePeriodByPodPriority", "graceful node shutdown by pod priority"),
+    ("containerLogMaxSize", "container log rotation (bounds the logs counted as ephemeral storage)"),
+    ("containerLogMaxFiles", "container log rotation (bounds the logs counted as ephemeral storage)"),
+    ("containerLogMaxWorkers", "container log rotation workers"),
+    ("containerLogMonitorInterval", "container log rotation interval"),
+    ("volumeStatsAggPeriod", "how often volume usage is measured for local-storage eviction; qosd measures each eviction pass"),
+    ("protectKernelDefaults", "refuse to start when kernel tunables differ from the kubelet's defaults"),
+    ("cgroupsPerQOS", "qosd always plans the QoS-level cgroups (burstable, besteffort)"),
+];
+
+/// KubeletConfiguration fields outside what qosd does (server, auth, node
+/// registration and status, networking, image pulls, logging, static pod
+/// sources, probes): listed in one warning line per file.
+pub(crate) const OUTSIDE_SCOPE: &[&str] = &[
+    "enableServer",
+    "staticPodPath",
+    "syncFrequency",
+    "fileCheckFrequency",
+    "httpCheckFrequency",
+    "staticPodURL",
+    "staticPodURLHeader",
+    "address",
+    "port",
+    "readOnlyPort",
+    "tlsCertFile",
+    "tlsPrivateKeyFile",
+    "tlsCipherSuites",
+    "tlsMinVersion",
+    "rotateCertificates",
+    "serverTLSBootstrap",
+    "authentication",
+    "authorization",
+    "registryPullQPS",
+    "registryBurst",
+    "imagePullCredentialsVerificationPolicy",
+    "preloadedImagesVerificationAllowlist",
+    "eventRecordQPS",
+    "eventBurst",
+    "enableDebuggingHandlers",
+    "enableContentionProfiling",
+    "healthzPort",
+    "healthzBindAddress",
+    "clusterDomain",
+    "clusterDNS",
+    "streamingConnectionIdleTimeout",
+    "nodeStatusUpdateFrequency",
+    "nodeStatusReportFrequency",
+    "nodeLeaseDurationSeconds",
+    "runtimeRequestTimeout",
+    "hairpinMode",
+    "podCIDR",
+    "resolvConf",
+    "runOnce",
+    "nodeStatusMaxImages",
+    "maxOpenFiles",
+    "contentType",
+    "kubeAPIQPS",
+    "kubeAPIBurst",
+    "serializeImagePulls",
+    "maxParallelImagePulls",
+    "enableControllerAttachDetach",
+    "makeIPTablesUtilChains",
+    "iptablesMasqueradeBit",
+    "iptablesDropBit",
+    "configMapAndSecretChangeDetectionStrategy",
+    "showHiddenMetricsForVersion",
+    "allowedUnsafeSysctls",
+    "volumePluginDir",
+    "providerID",
+    "logging",
+    "enableSystemLogHandler",
+    "enableSystemLogQuery",
+    "crashLoopBackOff",
+    "enableProfilingHandler",
+    "enableDebugFlagsHandler",
+    "seccompDefault",
+    "registerWithTaints",
+    "registerNode",
+    "tracing",
+    "imageServiceEndpoint",
+    "userNamespaces",
+];
+
+/// How a field of a kubelet config that qosd does not take is reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NotModelledKind {
+    /// Changes what the kubelet enforces; qosd does not model it.
+    Effect,
+    /// Outside qosd's scope (server, auth, registration, logging …).
+    OutsideScope,
+    /// A [`NOT_MODELLED`] field at the kubelet's default (or the zero
+    /// value the kubelet defaults): nothing differs from what qosd does.
+    AtDefault,
+    /// Not a KubeletConfiguration field qosd knows (the kubelet itself
+    /// warns about unknown fields and goes on).
+    Unknown,
+}
+
+/// True when a [`NOT_MODELLED`] field's value is the kubelet's default, or
+/// the zero value the kubelet's defaulting replaces by it
+/// (pkg/kubelet/apis/config/v1beta1/defaults.go).
+fn at_default(field: &str, v: &Value) -> bool {
+    let zeroish = match v {
+        Value::Null => true,
+        Value::Bool(b) => !b,
+        Value::Number(n) => n.as_f64() == Some(0.0),
+        Value::String(s) => {
+            s.is_empty()
+                || qosd_model::core::duration::parse_go_duration(s).is_ok_and(|d| d.is_zero())
+        }
+        Value::Array(a) => a.is_empty(),
+        Value::Object(o) => o.is_empty(),
+    };
+    let is = |want: &[Value]| v.is_null() || want.contains(v);
+    let dur = |want: &str| {
+        zeroish
+            || v.as_str().is_some_and(|s| {
+                qosd_model::core::duration::parse_go_duration(s).ok()
+                    == qosd_model::core::duration::parse_go_duration(want).ok()
+            })
+    };
+    match field {
+        // *bool defaulting to true: false is a choice.
+        "failSwapOn" | "localStorageCapacityIsolation" | "cgroupsPerQOS" => is(&[true.into()]),
+        "topologyManagerPolicy" => is(&["".into(), "none".into()]),
+        "topologyManagerScope" => is(&["".into(), "container".into()]),
+        "memoryManagerPolicy" => is(&["".into(), "None".into()]),
+        "oomScoreAdj" => is(&[(-999).into()]),
+        "maxPods" => is(&[0.into(), 110.into()]),
+        "containerLogMaxSize" => is(&["".into(), "10Mi".into()]),
+        "containerLogMaxFiles" => is(&[0.into(), 5.into()]),
+        "containerLogMaxWorkers" => is(&[0.into(), 1.into()]),
+        "containerLogMonitorInterval" => dur("10s"),
+        "cpuManagerReconcilePeriod" => dur("10s"),
+        "volumeStatsAggPeriod" => dur("1m"),
+        _ => zeroish,
+    }
+}
+
+/// A kubelet config field qosd does not honour, where it was set and why.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct NotModelled {
+    /// The KubeletConfiguration field (`featureGates.X` for a gate).
+    pub field: String,
+    /// The file that set it last.
+    pub file: Option<PathBuf>,
+    pub kind: NotModelledKind,
+    /// What the kubelet does with it.
+    pub note: String,
+}
+
+impl NotModelled {
+    /// One warning line per [`NotModelledKind::Effect`] field, one per file
+    /// listing the others.
+    pub fn warnings(list: &[NotModelled]) -> Vec<String> {
+        let file = |f: &Option<PathBuf>| {
+            f.as_ref().map_or_else(
+                || "kubelet config".to_string(),
+                |p| format!("kubelet config {}", p.display()),
+            )
+        };
+        let mut out = Vec::new();
+        for n in list.iter().filter(|n| n.kind == NotModelledKind::Effect) {
+            out.push(format!(
+                "{}: {} is not modelled by qosd: {}",
+                file(&n.file),
+                n.field,
+                n.note
+            ));
+        }
+        for (kind, what) in [
+            (
+                NotModelledKind::AtDefault,
+                "not modelled by qosd, at the kubelet's default (no difference)",
+            ),
+            (
+                NotModelledKind::OutsideScope,
+                "not modelled by qosd (outside its scope)",
+            ),
+            (
+                NotModelledKind::Unknown,
+                "unknown KubeletConfiguration fields, not used by qosd",
+            ),
+        ] {
+            let mut by_file: BTreeMap<String, Vec<&str>> = BTreeMap::new();
+            for n in list.iter().filter(|n| n.kind == kind) {
+                by_file.entry(file(&n.file)).or_default().push(&n.field);
+            }
+            for (f, fields) in by_file {
+                out.push(format!("{f}: {what}: {}", fields.join(", ")));
+            }
+        }
+        out
+    }
+}
 
 /// Names in qosd's own file that are kubelet fields (refused there when a
 /// kubelet config is given), with the kubelet field each stands for.
@@ -103,6 +328,10 @@ pub(crate) struct KubeletConfig {
     pub(crate) origin: BTreeMap<&'static str, Option<PathBuf>>,
     /// Fields of the files that qosd does not use (sorted, deduplicated).
     pub(crate) ignored: Vec<String>,
+    /// The same fields, each with where it was set and why it is not used
+    /// (plus a non-zero `imageMaximumGCAge` and feature gates other than
+    /// `MemoryQoS`).
+    pub(crate) not_modelled: Vec<NotModelled>,
     /// `cgroupsPerQOS: false` (qosd plans the QoS cgroups anyway: warned).
     pub(crate) cgroups_per_qos_off: bool,
     /// `failCgroupV1` as the file sets it (`None`: the kubelet's default).
@@ -199,7 +428,20 @@ fn apply_defaults(doc: &mut Map<String, Value>) {
             format_go_duration(DEFAULT_PRESSURE_TRANSITION_PERIOD).into(),
         );
     }
-    let defaults: [(&str, Value); 9] = [
+    // A zero imageMinimumGCAge is unset (defaults.go: `== zeroDuration`),
+    // as kubeadm writes it.
+    if doc
+        .get("imageMinimumGCAge")
+        .and_then(Value::as_str)
+        .is_some_and(|s| {
+            qosd_model::core::duration::parse_go_duration(s).is_ok_and(|d| d.is_zero())
+        })
+    {
+        doc.insert("imageMinimumGCAge".into(), "2m0s".into());
+    }
+    let defaults: [(&str, Value); 11] = [
+        ("imageMinimumGCAge", "2m0s".into()),
+        ("imageMaximumGCAge", "0s".into()),
         ("containerRuntimeEndpoint", DEFAULT_RUNTIME_ENDPOINT.into()),
         ("cgroupDriver", "cgroupfs".into()),
         ("cpuManagerPolicy", "none".into()),
@@ -328,14 +570,62 @@ impl KubeletConfig {
             if key == "failCgroupV1" {
                 k.fail_cgroup_v1 = value.as_bool();
             }
+            let file_of = |key: &str| set_by.get(key).cloned().flatten();
             let Some(qosd) = KUBELET_FIELDS
                 .iter()
                 .find(|(kf, _)| *kf == key.as_str())
                 .map(|(_, q)| *q)
             else {
                 k.ignored.push(key.clone());
+                let (kind, note) = match NOT_MODELLED.iter().find(|(f, _)| *f == key.as_str()) {
+                    Some((_, note)) if at_default(key, value) => {
+                        (NotModelledKind::AtDefault, note.to_string())
+                    }
+                    Some((_, note)) => (NotModelledKind::Effect, note.to_string()),
+                    None if OUTSIDE_SCOPE.contains(&key.as_str()) => {
+                        (NotModelledKind::OutsideScope, String::new())
+                    }
+                    None => (NotModelledKind::Unknown, String::new()),
+                };
+                // cgroupsPerQOS: true is what qosd does; false is warned
+                // on its own (in `load_kubelet`).
+                if key != "cgroupsPerQOS" {
+                    k.not_modelled.push(NotModelled {
+                        field: key.clone(),
+                        file: file_of(key),
+                        kind,
+                        note,
+                    });
+                }
                 continue;
             };
+            if key == "featureGates" {
+                if let Value::Object(gates) = value {
+                    for (gate, v) in gates {
+                        if gate == "MemoryQoS" {
+                            continue;
+                        }
+                        k.not_modelled.push(NotModelled {
+                            field: format!("featureGates.{gate}"),
+                            file: file_of(key),
+                            kind: NotModelledKind::Effect,
+                            note: format!("feature gate set to {v}; qosd follows kubeletVersion's defaults for gates other than MemoryQoS"),
+                        });
+                    }
+                }
+            }
+            if key == "imageMaximumGCAge"
+                && value.as_str().is_some_and(|s| {
+                    qosd_model::core::duration::parse_go_duration(s).is_ok_and(|d| !d.is_zero())
+                })
+            {
+                k.not_modelled.push(NotModelled {
+                    field: key.clone(),
+                    file: file_of(key),
+                    kind: NotModelledKind::Effect,
+                    note: "the kubelet deletes images unused for longer than this; qosd deletes images only under disk pressure (validated, not applied)".to_string(),
+                });
+            }
             let value = if qosd == "memoryQoS" {
                 match value.get("MemoryQoS") {
                     Some(v) => v.clone(),
@@ -438,6 +728,9 @@ pub(crate) fn fill(raw: &mut RawConfig, kubelet: RawConfig) {
         pod_pids_limit,
         image_gc_high_threshold_percent,
         image_gc_low_threshold_percent,
+        image_minimum_gc_age,
+        image_maximum_gc_age,
+        pod_logs_dir,
         memory_qos,
     );
 }
@@ -572,8 +865,113 @@ mod tests {
         assert_eq!(k.fields["imageGCHighThresholdPercent"], 85);
         assert_eq!(k.fields["cgroupDriver"], "systemd");
         assert_eq!(k.ignored, ["address"]);
+        assert_eq!(k.not_modelled.len(), 1);
+        assert_eq!(k.not_modelled[0].kind, NotModelledKind::OutsideScope);
         assert_eq!(k.origin["cgroupDriver"], Some(f.clone()));
         assert_eq!(k.origin["imageGCLowThresholdPercent"], None);
+    }
+
+    #[test]
+    fn image_gc_ages_and_pod_logs_dir_are_taken() {
+        let d = tempfile::tempdir().unwrap();
+        let f = write(
+            d.path(),
+            "k.yaml",
+            &format!(
+                "{HEAD}imageMinimumGCAge: 10m\nimageMaximumGCAge: 1h\npodLogsDir: /data/pods\n"
+            ),
+        );
+        let k = KubeletConfig::load(Some(&f), None).unwrap();
+        assert_eq!(k.fields["imageMinimumGCAge"], "10m");
+        assert_eq!(k.fields["imageMaximumGCAge"], "1h");
+        assert_eq!(k.fields["podLogsDir"], "/data/pods");
+        let raw = k.to_raw().unwrap();
+        assert!(raw.image_minimum_gc_age.is_some() && raw.pod_logs_dir.is_some());
+        // A non-zero imageMaximumGCAge is validated but not applied: reported.
+        assert!(k
+            .not_modelled
+            .iter()
+            .any(|n| n.field == "imageMaximumGCAge" && n.kind == NotModelledKind::Effect));
+        // kubeadm's zero values are unset: the kubelet's 2m0s.
+        let f = write(
+            d.path(),
+            "z.yaml",
+            &format!("{HEAD}imageMinimumGCAge: 0s\nimageMaximumGCAge: 0s\n"),
+        );
+        let k = KubeletConfig::load(Some(&f), None).unwrap();
+        assert_eq!(k.fields["imageMinimumGCAge"], "2m0s");
+        assert!(k.not_modelled.is_empty(), "{:?}", k.not_modelled);
+    }
+
+    #[test]
+    fn every_field_qosd_does_not_take_is_classified() {
+        let d = tempfile::tempdir().unwrap();
+        let f = write(
+            d.path(),
+            "k.yaml",
+            &format!(
+                "{HEAD}memorySwap: {{swapBehavior: LimitedSwap}}\nfailSwapOn: false\nmemoryManagerPolicy: Static\nreservedMemory: [{{numaNode: 0, limits: {{memory: 1Gi}}}}]\ntopologyManagerPolicy: single-numa-node\ntopologyManagerScope: pod\nmaxPods: 110\nlocalStorageCapacityIsolation: true\naddress: 0.0.0.0\nbogusField: 1\nfeatureGates: {{MemoryQoS: true, NodeSwap: true}}\ncgroupsPerQOS: true\n"
+            ),
+        );
+        let k = KubeletConfig::load(Some(&f), None).unwrap();
+        let kind = |field: &str| {
+            k.not_modelled
+                .iter()
+                .find(|n| n.field == field)
+                .map(|n| n.kind)
+        };
+        for (field, want) in [
+            ("memorySwap", Some(NotModelledKind::Effect)),
+            ("failSwapOn", Some(NotModelledKind::Effect)),
+            ("memoryManagerPolicy", Some(NotModelledKind::Effect)),
+            ("reservedMemory", Some(NotModelledKind::Effect)),
+            ("topologyManagerPolicy", Some(NotModelledKind::Effect)),
+            ("topologyManagerScope", Some(NotModelledKind::Effect)),
+            ("featureGates.NodeSwap", Some(NotModelledKind::Effect)),
+            ("maxPods", Some(NotModelledKind::AtDefault)),
+            (
+                "localStorageCapacityIsolation",
+                Some(NotModelledKind::AtDefault),
+            ),
+            ("address", Some(NotModelledKind::OutsideScope)),
+            ("bogusField", Some(NotModelledKind::Unknown)),
+            ("featureGates.MemoryQoS", None),
+            ("cgroupsPerQOS", None),
+        ] {
+            assert_eq!(kind(field), want, "{field}");
+        }
+        assert!(k
+            .not_modelled
+            .iter()
+            .all(|n| n.file.as_deref() == Some(f.as_path())));
+        let w = NotModelled::warnings(&k.not_modelled);
+        assert!(
+            w.iter()
+                .any(|l| l.contains("memorySwap is not modelled by qosd: swap per container")),
+            "{w:?}"
+        );
+        assert!(
+            w.iter()
+                .any(|l| l.ends_with("not modelled by qosd (outside its scope): address")),
+            "{w:?}"
+        );
+        assert!(
+            w.iter()
+                .any(|l| l.ends_with("not used by qosd: bogusField")),
+            "{w:?}"
+        );
+    }
+
+    /// No KubeletConfiguration field is both taken and listed as not
+    /// modelled, and none is listed twice.
+    #[test]
+    fn field_lists_are_disjoint() {
+        let mut seen = std::collections::BTreeSet::new();
+        let taken = KUBELET_FIELDS.iter().map(|(k, _)| *k);
+        let listed = NOT_MODELLED.iter().map(|(k, _)| *k);
+        for f in taken.chain(listed).chain(OUTSIDE_SCOPE.iter().copied()) {
+            assert!(seen.insert(f), "{f} listed twice");
+        }
     }
 
     #[test]

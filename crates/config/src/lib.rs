@@ -13,9 +13,10 @@
 //!    the raw text into a typed [`Config`], collecting *every* bad value as an
 //!    [`InvalidValue`] naming the field, the value and what is allowed.
 //!
-//! Eviction thresholds are validated here only syntactically (known signal,
-//! quantity or percentage); their semantics (met / min-reclaim / grace) are
-//! the eviction module's, which receives the raw maps from [`Config`].
+//! Eviction thresholds are parsed here, once, into typed values (signal →
+//! quantity or percentage, grace periods as durations);
+//! [`Config::eviction`] turns them into the eviction policy's
+//! [`EvictionConfig`] without parsing again.
 //!
 //! Nothing here touches the system besides reading the config file.
 
@@ -30,8 +31,10 @@ use serde::{Serialize, Serializer};
 pub use qosd_model::core::duration::{format_go_duration, parse_go_duration};
 use qosd_model::core::model::{CgroupDriver, CgroupVersion, ResourceList};
 use qosd_model::core::quantity::Quantity;
+pub use qosd_model::policy::evict::threshold::{EvictionConfig, Signal, ThresholdValue};
 
 pub mod kubelet;
+pub use kubelet::{NotModelled, NotModelledKind};
 mod raw;
 mod validate;
 pub use raw::Overrides;
@@ -156,6 +159,48 @@ impl ConfigError {
 // ---------------------------------------------------------------------------
 // Typed configuration
 
+/// One entry of `evictionHard`, `evictionSoft` or `evictionMinimumReclaim`:
+/// the parsed value, and the text it was written as (what `qosd config
+/// check` prints back, so the effective config reads like its input).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ThresholdSetting {
+    /// `None`: a threshold of `0%` or `100%` (disabled, like the kubelet),
+    /// or a minimum reclaim of `0`.
+    pub value: Option<ThresholdValue>,
+    text: String,
+}
+
+impl ThresholdSetting {
+    /// Parse one entry with the eviction policy's parser
+    /// ([`qosd_model::policy::evict::threshold::parse_entry`]); `setting`:
+    /// `eviction-hard`, `eviction-soft` or `eviction-minimum-reclaim`.
+    pub fn parse(
+        setting: &str,
+        signal: Signal,
+        text: &str,
+    ) -> Result<ThresholdSetting, qosd_model::policy::evict::threshold::ThresholdError> {
+        let value = qosd_model::policy::evict::threshold::parse_entry(setting, signal, text)?;
+        Ok(ThresholdSetting {
+            value,
+            text: text.to_string(),
+        })
+    }
+
+    /// The value as written in the config (`100Mi`, `10%`).
+    pub fn as_written(&self) -> &str {
+        &self.text
+    }
+}
+
+impl Serialize for ThresholdSetting {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.text)
+    }
+}
+
+/// Signal → threshold (or minimum reclaim).
+pub type ThresholdMap = BTreeMap<Signal, ThresholdSetting>;
+
 /// Value of `mode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -275,16 +320,19 @@ impl Serialize for Percent {
 #[serde(rename_all = "camelCase")]
 pub struct Config {
     // --- KubeletConfiguration fields -------------------------------------
-    /// Hard thresholds, signal → quantity or percentage (raw, validated
-    /// syntactically), with the kubelet defaults already applied.
-    pub eviction_hard: BTreeMap<String, String>,
-    /// Soft thresholds, signal → quantity or percentage (raw).
-    pub eviction_soft: BTreeMap<String, String>,
+    /// Hard thresholds, signal → quantity or percentage, with the kubelet
+    /// defaults already applied.
+    #[serde(serialize_with = "ser_threshold_map")]
+    pub eviction_hard: ThresholdMap,
+    /// Soft thresholds, signal → quantity or percentage.
+    #[serde(serialize_with = "ser_threshold_map")]
+    pub eviction_soft: ThresholdMap,
     /// Grace period of each soft threshold.
     #[serde(serialize_with = "ser_duration_map")]
-    pub eviction_soft_grace_period: BTreeMap<String, Duration>,
-    /// Minimum reclaim per signal, quantity or percentage (raw).
-    pub eviction_minimum_reclaim: BTreeMap<String, String>,
+    pub eviction_soft_grace_period: BTreeMap<Signal, Duration>,
+    /// Minimum reclaim per signal, quantity or percentage.
+    #[serde(serialize_with = "ser_threshold_map")]
+    pub eviction_minimum_reclaim: ThresholdMap,
     /// Cap (seconds) on a pod's grace period for soft evictions.
     pub eviction_max_pod_grace_period: i64,
     /// How long a node condition stays after its threshold stops being met.
@@ -303,6 +351,11 @@ pub struct Config {
     /// Kubelet `imageMinimumGCAge` (2m0s): younger unused images are kept.
     #[serde(rename = "imageMinimumGCAge", serialize_with = "ser_duration")]
     pub image_minimum_gc_age: Duration,
+    /// Kubelet `imageMaximumGCAge` (0s: off). Validated like the kubelet
+    /// (greater than `imageMinimumGCAge` when set); qosd does not delete
+    /// images by age, so a non-zero value is reported as not modelled.
+    #[serde(rename = "imageMaximumGCAge", serialize_with = "ser_duration")]
+    pub image_maximum_gc_age: Duration,
     /// Kubelet `podLogsDir` (/var/log/pods): the pods' container logs,
     /// counted as their local ephemeral storage.
     pub pod_logs_dir: PathBuf,
@@ -430,6 +483,10 @@ pub struct Config {
     /// The kubelet's drop-in directory.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) kubelet_config_dir: Option<PathBuf>,
+    /// Settings qosd does not model: the kubelet config's fields it does
+    /// not take, and a non-zero `imageMaximumGCAge` (see [`Config::warnings`]).
+    #[serde(skip)]
+    pub not_modelled: Vec<NotModelled>,
 }
 
 /// Read the kubelet config named by the flags (or qosd's file) into `raw`.
@@ -456,9 +513,6 @@ fn load_kubelet(
         return Ok(None);
     }
     let k = kubelet::KubeletConfig::load(file.as_deref(), dir.as_deref())?;
-    if !k.ignored.is_empty() {
-        tracing::debug!(file = %k.display_path().display(), ignored = ?k.ignored, "kubelet config: fields qosd does not use");
-    }
     if k.cgroups_per_qos_off {
         tracing::warn!(file = %k.display_path().display(), "kubelet config has cgroupsPerQOS: false; qosd plans the QoS cgroups (burstable, besteffort) anyway");
     }
@@ -527,7 +581,27 @@ impl Config {
         if let (Some(p), Some(k)) = (path, &kubelet) {
             kubelet::check_conflicts(p, &qosd_keys, k)?;
         }
-        let mut cfg = Config::from_raw(raw, overrides).map_err(|mut e| {
+        let mut not_modelled = kubelet
+            .as_ref()
+            .map(|k| k.not_modelled.clone())
+            .unwrap_or_default();
+        let mut cfg = Config::from_raw(raw, overrides)
+            .map(|mut c| {
+                // Set in qosd's own file (a kubelet config reports its own).
+                if !c.image_maximum_gc_age.is_zero()
+                    && !not_modelled.iter().any(|n| n.field == "imageMaximumGCAge")
+                {
+                    not_modelled.push(NotModelled {
+                        field: "imageMaximumGCAge".into(),
+                        file: path.map(Path::to_path_buf),
+                        kind: NotModelledKind::Effect,
+                        note: "the kubelet deletes images unused for longer than this; qosd deletes images only under disk pressure (validated, not applied)".into(),
+                    });
+                }
+                c.not_modelled = not_modelled;
+                c
+            })
+            .map_err(|mut e| {
             if let (Some(k), ConfigError::Invalid { errors, .. }) = (&kubelet, &mut e) {
                 kubelet::annotate(errors, k);
             }
@@ -538,6 +612,13 @@ impl Config {
         })?;
         cfg.fail_cgroup_v1 = kubelet.as_ref().and_then(|k| k.fail_cgroup_v1);
         Ok(cfg)
+    }
+
+    /// One warning line per setting qosd does not model (empty when it
+    /// models everything it was given): `qosd config check` / `config
+    /// show` print them on stderr, the daemon logs them.
+    pub fn warnings(&self) -> Vec<String> {
+        NotModelled::warnings(&self.not_modelled)
     }
 
     /// Parse and validate YAML text (no overrides).
@@ -591,6 +672,28 @@ impl Config {
             .collect()
     }
 
+    /// The eviction policy's settings: the typed thresholds, grace periods
+    /// and minimum reclaims of this config, nothing parsed again (the
+    /// kubelet-derived `allocatableMemory.*` / `containerfs.*` thresholds are
+    /// the caller's, which knows the node).
+    pub fn eviction(&self) -> EvictionConfig {
+        let values = |m: &ThresholdMap| -> BTreeMap<Signal, ThresholdValue> {
+            m.iter()
+                .filter_map(|(sig, t)| Some((*sig, t.value?)))
+                .collect()
+        };
+        EvictionConfig::from_typed(
+            &values(&self.eviction_hard),
+            &values(&self.eviction_soft),
+            &self.eviction_soft_grace_period,
+            &values(&self.eviction_minimum_reclaim),
+            Duration::from_secs(self.eviction_max_pod_grace_period.max(0) as u64),
+            self.eviction_pressure_transition_period,
+        )
+        // `validate` refuses a soft threshold without a grace period.
+        .expect("a validated config has a grace period for every soft threshold")
+    }
+
     /// `qosReserved.memory` as a percentage, if set.
     pub fn qos_reserved_memory(&self) -> Option<u32> {
         self.qos_reserved.get("memory").map(|p| p.0)
@@ -621,11 +724,27 @@ fn ser_duration<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&format_go_duration(*d))
 }
 
+/// Signal-keyed maps print in the order of the signals' names (as the
+/// text-keyed maps they were read from).
+fn by_name<V>(m: &BTreeMap<Signal, V>) -> Vec<(&'static str, &V)> {
+    let mut v: Vec<_> = m.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    v.sort_by_key(|(k, _)| *k);
+    v
+}
+
+fn ser_threshold_map<S: Serializer>(m: &ThresholdMap, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_map(by_name(m))
+}
+
 fn ser_duration_map<S: Serializer>(
-    m: &BTreeMap<String, Duration>,
+    m: &BTreeMap<Signal, Duration>,
     s: S,
 ) -> Result<S::Ok, S::Error> {
-    s.collect_map(m.iter().map(|(k, d)| (k, format_go_duration(*d))))
+    s.collect_map(
+        by_name(m)
+            .into_iter()
+            .map(|(k, d)| (k, format_go_duration(*d))),
+    )
 }
 
 fn ser_resource_list<S: Serializer>(m: &ResourceList, s: S) -> Result<S::Ok, S::Error> {
@@ -663,8 +782,12 @@ mod tests {
     fn defaults_are_kubelets() {
         let c = Config::default();
         assert_eq!(c.eviction_hard.len(), 5);
-        assert_eq!(c.eviction_hard["memory.available"], "100Mi");
-        assert_eq!(c.eviction_hard["imagefs.available"], "15%");
+        let mem = &c.eviction_hard[&Signal::MemoryAvailable];
+        assert_eq!(mem.as_written(), "100Mi");
+        assert_eq!(mem.value, Some(ThresholdValue::Quantity(100 << 20)));
+        let img = &c.eviction_hard[&Signal::ImageFsAvailable];
+        assert_eq!(img.as_written(), "15%");
+        assert_eq!(img.value, Some(ThresholdValue::Percentage(0.15)));
         assert_eq!(
             c.eviction_pressure_transition_period,
             Duration::from_secs(300)
@@ -691,7 +814,7 @@ mod tests {
         let mut b = a.clone();
         assert!(a.changed_fields(&b).is_empty());
         b.mode = Mode::DryRun;
-        b.eviction_hard.remove("memory.available");
+        b.eviction_hard.remove(&Signal::MemoryAvailable);
         assert_eq!(a.changed_fields(&b), ["evictionHard", "mode"]);
     }
 

@@ -62,6 +62,8 @@ pub(crate) struct RawConfig {
     pub(crate) image_gc_low_threshold_percent: Option<Scalar>,
     #[serde(rename = "imageMinimumGCAge")]
     pub(crate) image_minimum_gc_age: Option<Scalar>,
+    #[serde(rename = "imageMaximumGCAge")]
+    pub(crate) image_maximum_gc_age: Option<Scalar>,
     pub(crate) pod_logs_dir: Option<Scalar>,
     pub(crate) cgroup_driver: Option<Scalar>,
     pub(crate) cgroup_root: Option<Scalar>,

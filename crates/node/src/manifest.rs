@@ -547,7 +547,8 @@ fn volumes(spec: &Obj, sat: &At) -> Result<Vec<qosd_model::core::model::Volume>,
                     None | Some(Value::Null) => None,
                     Some(q) => {
                         let text = match q {
-                            Value::String(s) => s.clone(),
+                            // Trimmed like `Quantity.UnmarshalJSON`.
+                            Value::String(s) => s.trim().to_string(),
                             Value::Number(n) => n.to_string(),
                             other => {
                                 return Err(eat
@@ -677,7 +678,10 @@ fn resource_list(v: &Value, at: &At) -> Result<ResourceList, String> {
     for (name, q) in o {
         let qat = at.field(name);
         let text = match q {
-            Value::String(s) => s.clone(),
+            // Kubernetes' decoding (`Quantity.UnmarshalJSON`, also behind
+            // YAML, which the API server turns into JSON) trims surrounding
+            // whitespace before parsing: `" 100Mi "` is 100Mi.
+            Value::String(s) => s.trim().to_string(),
             Value::Number(n) => n.to_string(),
             other => {
                 return Err(qat.err(format!(
@@ -748,6 +752,40 @@ spec:
         assert_eq!(p.containers[0].resources.requests["cpu"].milli_ceil(), 700);
         assert_eq!(classify(&p).class, QosClass::Guaranteed);
         assert_eq!(p.origin, PodOrigin::Manifest("t.yaml".into()));
+    }
+
+    /// apimachinery `Quantity.UnmarshalJSON` trims surrounding whitespace
+    /// (`ParseQuantity(strings.TrimSpace(..))`); inner whitespace and
+    /// other junk stay errors.
+    #[test]
+    fn quantity_whitespace_like_kubernetes_json_decoding() {
+        for (q, ok_bytes) in [
+            ("\" 100Mi\"", Some(100 << 20)),
+            ("\"100Mi \"", Some(100 << 20)),
+            ("\"\\t1Gi\\n\"", Some(1 << 30)),
+            ("\"  2  \"", Some(2)),
+            ("\"1 Gi\"", None),
+            ("\" \"", None),
+            ("\"\"", None),
+        ] {
+            let json = format!(
+                "{{\"kind\":\"Pod\",\"metadata\":{{\"name\":\"a\"}},\"spec\":{{\"containers\":[{{\"name\":\"c\",\"resources\":{{\"requests\":{{\"memory\":{q}}}}}}}],\"volumes\":[{{\"name\":\"v\",\"emptyDir\":{{\"sizeLimit\":{q}}}}}]}}}}"
+            );
+            match (parse_str(&json, "p.json"), ok_bytes) {
+                (Ok(pods), Some(b)) => {
+                    let p = &pods[0];
+                    assert_eq!(
+                        p.containers[0].resources.requests["memory"].value_ceil(),
+                        b,
+                        "{q}"
+                    );
+                    let size = p.volumes[0].empty_dir.as_ref().unwrap().size_limit.as_ref();
+                    assert_eq!(size.unwrap().value_ceil(), b, "{q}");
+                }
+                (Err(e), None) => assert!(e.to_string().contains("memory"), "{q}: {e}"),
+                (got, want) => panic!("{q}: got {got:?}, want {want:?}"),
+            }
+        }
     }
 
     #[test]

@@ -1,14 +1,12 @@
 //! Node capacity and allocatable (kubelet `--system-reserved`,
-//! `--kube-reserved`, hard eviction threshold).
+//! `--kube-reserved`).
 //!
-//! Two "allocatable" figures exist in the kubelet and both are kept here:
-//! * `allocatable_*` = capacity − system-reserved − kube-reserved − hard
-//!   eviction threshold (memory): what the node reports to the scheduler;
-//! * `enforced_*` = capacity − system-reserved − kube-reserved
-//!   (`GetNodeAllocatableAbsolute`): what the kubelet writes on the
-//!   `kubepods` cgroup and uses for qos-reserved and MemoryQoS. The eviction
-//!   threshold is left out on purpose so eviction fires before the cgroup
-//!   limit is hit.
+//! `enforced_*` = capacity − system-reserved − kube-reserved
+//! (`GetNodeAllocatableAbsolute`): what the kubelet writes on the `kubepods`
+//! cgroup and uses for qos-reserved and MemoryQoS. The hard eviction
+//! threshold is left out on purpose so eviction fires before the cgroup
+//! limit is hit. (The scheduler's allocatable, which subtracts it too, is
+//! not qosd's to compute.)
 //!
 //! Detection reads an injectable proc root (`<proc>/meminfo`,
 //! `<proc>/cpuinfo`), so tests use fixture files.
@@ -27,9 +25,6 @@ pub enum NodeError {
 pub struct NodeResources {
     pub(crate) capacity_cpu_millis: i64,
     pub capacity_memory_bytes: i64,
-    /// capacity − reserved (− hard eviction threshold for memory).
-    pub(crate) allocatable_cpu_millis: i64,
-    pub(crate) allocatable_memory_bytes: i64,
     /// capacity − reserved: the kubepods cgroup's values.
     pub enforced_cpu_millis: i64,
     pub enforced_memory_bytes: i64,
@@ -98,7 +93,6 @@ impl NodeResources {
         capacity_cpu_millis: i64,
         capacity_memory_bytes: i64,
         reserved: Reserved,
-        eviction_hard_memory_bytes: i64,
     ) -> NodeResources {
         let enforced_cpu = capacity_cpu_millis
             .saturating_sub(reserved.cpu_millis)
@@ -109,10 +103,6 @@ impl NodeResources {
         NodeResources {
             capacity_cpu_millis,
             capacity_memory_bytes,
-            allocatable_cpu_millis: enforced_cpu,
-            allocatable_memory_bytes: enforced_mem
-                .saturating_sub(eviction_hard_memory_bytes)
-                .max(0),
             enforced_cpu_millis: enforced_cpu,
             enforced_memory_bytes: enforced_mem,
         }
@@ -120,7 +110,7 @@ impl NodeResources {
 
     /// No reservations: everything allocatable.
     pub fn from_capacity(cpu_millis: i64, memory_bytes: i64) -> NodeResources {
-        NodeResources::new(cpu_millis, memory_bytes, Reserved::default(), 0)
+        NodeResources::new(cpu_millis, memory_bytes, Reserved::default())
     }
 }
 
@@ -158,13 +148,8 @@ mod tests {
         };
         assert!(r.plus(Reserved::default()).is_ok());
         // A single huge reservation leaves nothing allocatable, never a wrap.
-        let n = NodeResources::new(2000, 8 << 30, r, i64::MAX);
-        assert_eq!(
-            (n.enforced_memory_bytes, n.allocatable_memory_bytes),
-            (0, 0)
-        );
-        let n = NodeResources::new(2000, 8 << 30, Reserved::default(), i64::MAX);
-        assert_eq!(n.allocatable_memory_bytes, 0);
+        let n = NodeResources::new(2000, 8 << 30, r);
+        assert_eq!(n.enforced_memory_bytes, 0);
     }
 
     #[test]
@@ -173,14 +158,9 @@ mod tests {
             .unwrap()
             .plus(Reserved::parse("cpu=100m,memory=512Mi").unwrap())
             .unwrap();
-        let n = NodeResources::new(8000, 32 << 30, r, 100 << 20);
+        let n = NodeResources::new(8000, 32 << 30, r);
         assert_eq!(n.enforced_cpu_millis, 7400);
-        assert_eq!(n.allocatable_cpu_millis, 7400);
         assert_eq!(n.enforced_memory_bytes, (32 << 30) - (1536 << 20));
-        assert_eq!(
-            n.allocatable_memory_bytes,
-            (32 << 30) - (1536 << 20) - (100 << 20)
-        );
         let tiny = NodeResources::new(
             100,
             100,
@@ -188,7 +168,6 @@ mod tests {
                 cpu_millis: 200,
                 memory_bytes: 200,
             },
-            0,
         );
         assert_eq!(
             (tiny.enforced_cpu_millis, tiny.enforced_memory_bytes),

@@ -54,6 +54,23 @@ impl PolicyName {
     }
 }
 
+/// The kubelet refuses any `cpuManagerPolicyOptions` with the `none`
+/// policy at start (cpumanager policy_none.go `NewNonePolicy`): its message,
+/// the options printed as a Go map (`map[k:v]`, keys sorted).
+pub fn none_policy_options_error(
+    policy: PolicyName,
+    options: &std::collections::BTreeMap<String, String>,
+) -> Option<String> {
+    if policy != PolicyName::None || options.is_empty() {
+        return None;
+    }
+    let pairs: Vec<String> = options.iter().map(|(k, v)| format!("{k}:{v}")).collect();
+    Some(format!(
+        "None policy: received unsupported options=map[{}]",
+        pairs.join(" ")
+    ))
+}
+
 impl fmt::Display for PolicyName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
@@ -580,6 +597,31 @@ pub fn plan(policy: &mut StaticPolicy, state: &mut CpuState, pods: &[CpuPod]) ->
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn none_policy_refuses_every_option_like_the_kubelet() {
+        let opts = |kv: &[(&str, &str)]| -> std::collections::BTreeMap<String, String> {
+            kv.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        for (policy, o, want) in [
+            (PolicyName::None, opts(&[]), None),
+            (
+                PolicyName::None,
+                opts(&[("full-pcpus-only", "true")]),
+                Some("None policy: received unsupported options=map[full-pcpus-only:true]"),
+            ),
+            (
+                PolicyName::None,
+                opts(&[("full-pcpus-only", "false"), ("align-by-socket", "true")]),
+                Some("None policy: received unsupported options=map[align-by-socket:true full-pcpus-only:false]"),
+            ),
+            (PolicyName::Static, opts(&[("full-pcpus-only", "true")]), None),
+        ] {
+            assert_eq!(none_policy_options_error(policy, &o).as_deref(), want, "{o:?}");
+        }
+    }
+
     use super::*;
     use crate::policy::cpu::topology::RawCpu;
     use proptest::prelude::*;

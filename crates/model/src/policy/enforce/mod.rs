@@ -7,6 +7,7 @@
 pub mod hugepages;
 pub mod memory_qos;
 pub mod naming;
+pub mod oom;
 pub mod parents;
 pub mod plan;
 pub mod reserved;

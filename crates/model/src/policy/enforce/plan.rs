@@ -16,6 +16,7 @@ use crate::core::resources::{pod_resources_with, PodResources};
 use crate::policy::enforce::hugepages;
 use crate::policy::enforce::memory_qos::{self, MemoryReservationPolicy};
 use crate::policy::enforce::naming::CgroupLayout;
+use crate::policy::enforce::oom;
 use crate::policy::enforce::reserved::ReservedCgroup;
 use crate::policy::enforce::versions::{KubeletVersion, Rule};
 
@@ -168,6 +169,9 @@ pub struct PlannedPod {
     pub(crate) reason: String,
     /// Cgroup path relative to the hierarchy root, e.g. `kubepods/burstable/pod<uid>`.
     pub(crate) cgroup: String,
+    /// Each container's `oom_score_adj` as the kubelet sets it
+    /// (docs/semantics.md, "oom_score_adj").
+    pub(crate) containers: Vec<oom::ContainerOomScoreAdj>,
     #[serde(skip)]
     pub(crate) resources: PodResources,
 }
@@ -601,8 +605,11 @@ pub fn build(cfg: &PlanConfig, pods: &[Pod]) -> Plan {
         } else {
             hugepages::pod_hugepage_requests(p)
         });
-        let c = classify(&cfg.effective_pod(p));
+        let effective = cfg.effective_pod(p);
+        let c = classify(&effective);
         let r = cfg.pod_resources(p);
+        let containers =
+            oom::pod_oom_score_adjs(&effective, c.class, cfg.node.capacity_memory_bytes);
         classified.push((c.class, r.clone()));
         planned.push(PlannedPod {
             uid: p.uid.clone(),
@@ -612,6 +619,7 @@ pub fn build(cfg: &PlanConfig, pods: &[Pod]) -> Plan {
             qos_class: c.class,
             reason: c.reason,
             cgroup: namer.pod_cgroup(c.class, &p.uid),
+            containers,
             resources: r,
         });
     }
@@ -649,6 +657,16 @@ pub fn build(cfg: &PlanConfig, pods: &[Pod]) -> Plan {
 impl Plan {
     /// Human-readable rendering (what `qosd plan --output text` prints).
     pub fn to_text(&self) -> String {
+        self.render(false)
+    }
+
+    /// `--output wide`: the text plus each container's `oom_score_adj`
+    /// (one `oom_score_adj:` line under each pod's `why:`).
+    pub fn to_wide(&self) -> String {
+        self.render(true)
+    }
+
+    fn render(&self, wide: bool) -> String {
         use std::fmt::Write;
         let mut s = String::new();
         let n = &self.node;
@@ -692,6 +710,17 @@ impl Plan {
                 "\n{}/{}  {}  {}{}\n  why: {}",
                 p.namespace, p.name, p.qos_class, p.cgroup, derived, p.reason
             );
+            if wide {
+                let adjs: Vec<String> = p
+                    .containers
+                    .iter()
+                    .map(|c| {
+                        let kind = if c.init { "init:" } else { "" };
+                        format!("{kind}{}={}", c.name, c.oom_score_adj)
+                    })
+                    .collect();
+                let _ = writeln!(s, "  oom_score_adj: {}", adjs.join(" "));
+            }
             for w in ws {
                 let _ = writeln!(s, "  {} = {}", w.file.display(), w.value);
             }
@@ -1052,7 +1081,6 @@ mod tests {
                 cpu_millis: 1000,
                 memory_bytes: 2 << 30,
             },
-            100 << 20,
         );
         assert_eq!(
             values(&node_level_writes(&c)),

@@ -451,9 +451,9 @@ impl EvictionConfig {
         )
     }
 
-    /// Build from already-typed pieces (e.g. the daemon's validated config:
-    /// maps of raw threshold strings, grace periods as durations). `hard`:
-    /// `None` = the kubelet defaults.
+    /// Build from maps of threshold strings (signal → `100Mi` / `10%`) and
+    /// grace periods as durations: each value is parsed, then
+    /// [`EvictionConfig::from_typed`]. `hard`: `None` = the kubelet defaults.
     pub fn from_parts(
         hard: Option<&BTreeMap<String, String>>,
         soft: &BTreeMap<String, String>,
@@ -480,9 +480,11 @@ impl EvictionConfig {
             }
         }
 
-        let mut thresholds = Vec::new();
-        for (kind, map) in [(ThresholdKind::Hard, hard_map), (ThresholdKind::Soft, soft)] {
-            let mut list = Vec::new();
+        let mut typed: [BTreeMap<Signal, ThresholdValue>; 2] = Default::default();
+        for (i, kind, map) in [
+            (0, ThresholdKind::Hard, hard_map),
+            (1, ThresholdKind::Soft, soft),
+        ] {
             for (k, v) in map {
                 let sig = parse_signal(k)?;
                 let setting = match kind {
@@ -492,16 +494,53 @@ impl EvictionConfig {
                 let Some(value) = parse_threshold_value(setting, sig, v.trim())? else {
                     continue; // 0% / 100%: ignored like the kubelet
                 };
+                if kind == ThresholdKind::Soft && !grace.contains_key(&sig) {
+                    return Err(ThresholdError::SoftWithoutGrace {
+                        signal: sig.to_string(),
+                        statement: format!("{k}<{v}"),
+                    });
+                }
+                typed[i].insert(sig, value);
+            }
+        }
+        if max_pod_grace_period_seconds < 0 {
+            return Err(ThresholdError::NegativeMaxPodGrace {
+                value: max_pod_grace_period_seconds,
+            });
+        }
+        EvictionConfig::from_typed(
+            &typed[0],
+            &typed[1],
+            &grace,
+            &reclaim,
+            Duration::from_secs(max_pod_grace_period_seconds as u64),
+            pressure_transition_period,
+        )
+    }
+
+    /// Build from typed settings (what the daemon's validated config holds):
+    /// the hard and soft thresholds per signal (`0%` / `100%` already left
+    /// out), the soft grace periods and the minimum reclaims. A soft
+    /// threshold without a grace period is an error.
+    pub fn from_typed(
+        hard: &BTreeMap<Signal, ThresholdValue>,
+        soft: &BTreeMap<Signal, ThresholdValue>,
+        soft_grace_period: &BTreeMap<Signal, Duration>,
+        minimum_reclaim: &BTreeMap<Signal, ThresholdValue>,
+        max_pod_grace_period: Duration,
+        pressure_transition_period: Duration,
+    ) -> Result<EvictionConfig, ThresholdError> {
+        let mut thresholds = Vec::new();
+        for (kind, map) in [(ThresholdKind::Hard, hard), (ThresholdKind::Soft, soft)] {
+            for (&sig, &value) in map {
                 let grace_period = match kind {
                     ThresholdKind::Hard => Duration::ZERO,
-                    ThresholdKind::Soft => {
-                        *grace
-                            .get(&sig)
-                            .ok_or_else(|| ThresholdError::SoftWithoutGrace {
-                                signal: sig.to_string(),
-                                statement: format!("{k}<{v}"),
-                            })?
-                    }
+                    ThresholdKind::Soft => *soft_grace_period.get(&sig).ok_or_else(|| {
+                        ThresholdError::SoftWithoutGrace {
+                            signal: sig.to_string(),
+                            statement: format!("{sig}<{value}"),
+                        }
+                    })?,
                 };
                 // The kubelet treats every threshold with a zero grace
                 // period as hard (isHardEvictionThreshold): a soft one with
@@ -511,25 +550,17 @@ impl EvictionConfig {
                 } else {
                     kind
                 };
-                list.push(Threshold {
+                thresholds.push(Threshold {
                     signal: sig,
                     kind,
                     value,
                     grace_period,
-                    min_reclaim: reclaim.get(&sig).copied(),
+                    min_reclaim: minimum_reclaim.get(&sig).copied(),
                 });
             }
-            thresholds.extend(list);
         }
         // hard first, then soft; each in signal order (stable)
         thresholds.sort_by_key(|t| (t.kind, t.signal));
-
-        if max_pod_grace_period_seconds < 0 {
-            return Err(ThresholdError::NegativeMaxPodGrace {
-                value: max_pod_grace_period_seconds,
-            });
-        }
-        let max_pod_grace_period = Duration::from_secs(max_pod_grace_period_seconds as u64);
         Ok(EvictionConfig {
             thresholds,
             max_pod_grace_period,
@@ -741,16 +772,23 @@ pub(crate) fn parse_min_reclaim(
     Ok((q > 0).then_some(ThresholdValue::Quantity(q)))
 }
 
-/// Check one entry of an eviction map exactly as [`EvictionConfig::from_parts`]
-/// will (the signal, then the value for its setting): the config file
-/// validation calls this, so `qosd config check` refuses what `qosd run`
-/// refuses. `setting`: `eviction-hard`, `eviction-soft` or
-/// `eviction-minimum-reclaim`.
-pub fn check_entry(setting: &str, signal: &str, value: &str) -> Result<(), ThresholdError> {
-    let sig = parse_signal(signal)?;
+/// Parse one entry of an eviction map (its signal already known) as the
+/// kubelet does: this is the parser the config file validation calls, and
+/// [`EvictionConfig::from_parts`] applies the same rules. `setting`:
+/// `eviction-hard`, `eviction-soft` or `eviction-minimum-reclaim`; the value
+/// is taken as given, like the kubelet's config parsing. `Ok(None)`: a disabled threshold (`0%`, `100%`) or no extra
+/// reclaim (`0`).
+pub fn parse_entry(
+    setting: &str,
+    signal: Signal,
+    value: &str,
+) -> Result<Option<ThresholdValue>, ThresholdError> {
     match setting {
-        "eviction-minimum-reclaim" => parse_min_reclaim(sig, value.trim()).map(|_| ()),
-        _ => parse_threshold_value(setting, sig, value.trim()).map(|_| ()),
+        // No trimming: the kubelet parses config values as given, so
+        // `" 100Mi"` is refused (the flag parser trims, see
+        // [`parse_threshold_flag`]).
+        "eviction-minimum-reclaim" => parse_min_reclaim(signal, value),
+        _ => parse_threshold_value(setting, signal, value),
     }
 }
 

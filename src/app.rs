@@ -18,7 +18,7 @@ use crate::telemetry::metrics::{ErrorKind, Metrics};
 use crate::telemetry::server::AppState;
 use qosd_config::Config;
 use qosd_model::core::model::CgroupVersion;
-use qosd_model::core::node::{NodeResources, Reserved};
+use qosd_model::core::node::NodeResources;
 use qosd_model::policy::enforce::naming::CgroupLayout;
 use qosd_model::policy::enforce::plan::PlanConfig;
 use qosd_model::policy::enforce::reserved::ReservedResources;
@@ -97,20 +97,14 @@ pub fn plan_config(cfg: &Config, proc_root: &Path, sysfs: &Path) -> anyhow::Resu
         None => qosd_node::sys::procfs::detect_memory_bytes(proc_root)
             .context("cannot detect the node's memory (set nodeMemory)")?,
     };
-    let reserved = |list: &qosd_model::core::model::ResourceList| Reserved {
-        cpu_millis: list.get("cpu").map(|q| q.milli_ceil()).unwrap_or(0),
-        memory_bytes: list.get("memory").map(|q| q.value_ceil()).unwrap_or(0),
-    };
     let node = NodeResources::new(
         cpu,
         mem,
-        reserved(&cfg.system_reserved)
-            .plus(reserved(&cfg.kube_reserved))
-            .map_err(|e| {
-                bad_input(format!(
-                    "systemReserved + kubeReserved (--system-reserved + --kube-reserved): {e}"
-                ))
-            })?,
+        cfg.reserved().map_err(|e| {
+            bad_input(format!(
+                "systemReserved + kubeReserved (--system-reserved + --kube-reserved): {e}"
+            ))
+        })?,
     );
     let mut plan = PlanConfig::new(layout, node);
     plan.cpu_cfs_period_us = cfg.cpu_cfs_quota_period.as_micros() as u64;

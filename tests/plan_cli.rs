@@ -187,6 +187,111 @@ fn classify_says_why() {
         .stdout(predicate::str::contains("\"uid_derived\": true"));
 }
 
+#[test]
+fn huge_cpu_limits_plan_the_kernels_largest_quota() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (i, limit) in ["9Ei", "1e21"].into_iter().enumerate() {
+        let file = tmp.path().join(format!("huge-{i}.yaml"));
+        std::fs::write(
+            &file,
+            format!(
+                "apiVersion: v1\nkind: Pod\nmetadata: {{name: huge, namespace: default, uid: 00000000-0000-0000-0000-00000000000{i}}}\nspec:\n  containers:\n  - name: c\n    resources:\n      limits: {{cpu: \"{limit}\", memory: 1Gi}}\n"
+            ),
+        )
+        .unwrap();
+        let file = file.to_str().unwrap();
+        let v1 = qosd_cmd()
+            .args([
+                "plan",
+                "--pods",
+                file,
+                "--node-cpu",
+                "4",
+                "--node-memory",
+                "8Gi",
+            ])
+            .args(["--cgroup-version", "v1"])
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&v1.stdout);
+        assert!(
+            v1.status.success(),
+            "{limit}: {out}{}",
+            String::from_utf8_lossy(&v1.stderr)
+        );
+        assert!(
+            out.contains("cpu.cfs_quota_us = 17592186044415"),
+            "{limit}: {out}"
+        );
+        assert!(out.contains("cpu.shares = 262144"), "{limit}: {out}");
+        assert!(!out.contains("9223372036854775807"), "{limit}: {out}");
+        let v2 = qosd_cmd()
+            .args([
+                "plan",
+                "--pods",
+                file,
+                "--node-cpu",
+                "4",
+                "--node-memory",
+                "8Gi",
+            ])
+            .args(["--cgroup-version", "v2"])
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&v2.stdout);
+        assert!(v2.status.success(), "{limit}: {out}");
+        assert!(
+            out.contains("cpu.max = 17592186044415 100000"),
+            "{limit}: {out}"
+        );
+        assert!(out.contains("cpu.weight = 10000"), "{limit}: {out}");
+    }
+}
+
+#[test]
+fn reservations_summing_past_i64_exit_2_in_check_and_plan() {
+    // 5e15 CPUs = 5e18 millicores each: the sum is past 2^63-1.
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = tmp.path().join("qosd.yaml");
+    std::fs::write(
+        &cfg,
+        "systemReserved: {cpu: \"5e15\"}\nkubeReserved: {cpu: \"5e15\"}\n",
+    )
+    .unwrap();
+    let cfg = cfg.to_str().unwrap();
+    for args in [
+        vec!["config", "check", cfg],
+        vec![
+            "plan",
+            "--config",
+            cfg,
+            "--node-cpu",
+            "4",
+            "--node-memory",
+            "8Gi",
+        ],
+        vec![
+            "run",
+            "--once",
+            "--config",
+            cfg,
+            "--node-cpu",
+            "4",
+            "--node-memory",
+            "8Gi",
+        ],
+    ] {
+        let out = qosd_cmd().args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains("systemReserved + kubeReserved"),
+            "{args:?}: {err}"
+        );
+        assert!(!err.contains("overflow"), "{args:?}: {err}");
+    }
+}
+
 fn plan_json(pods: &[&str]) -> serde_json::Value {
     let mut args = vec!["plan", "--output", "json", "--pods"];
     args.extend_from_slice(pods);

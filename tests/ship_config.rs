@@ -246,6 +246,8 @@ const BAD: &[(&str, &str, &str, &str)] = &[
     ("systemReserved: {gpu: 1}", "systemReserved[\"gpu\"]", "1", "ephemeral-storage"),
     ("systemReserved: {memory: -1Gi}", "systemReserved[\"memory\"]", "-1Gi", "non-negative"),
     ("kubeReserved: {memory: 1GB}", "kubeReserved[\"memory\"]", "1GB", "quantity"),
+    ("{systemReserved: {cpu: \"5e15\"}, kubeReserved: {cpu: \"5e15\"}}", "systemReserved + kubeReserved", "cpu 5e15 + 5e15, memory 0 + 0", "at most 2^63-1"),
+    ("{systemReserved: {memory: 5Ei}, kubeReserved: {memory: 4Ei}}", "systemReserved + kubeReserved", "cpu 0 + 0, memory 5Ei + 4Ei", "at most 2^63-1"),
     ("kubeReserved: {hugepages-huge: 1}", "kubeReserved[\"hugepages-huge\"]", "1", "hugepages-<size>"),
     ("qosReserved: {memory: 150%}", "qosReserved[\"memory\"]", "150%", "50%"),
     ("qosReserved: {memory: 50}", "qosReserved[\"memory\"]", "50", "50%"),

@@ -96,12 +96,15 @@ pub(crate) fn settings_from_config(
 }
 
 /// kube + system reserved cpu in millicores, `None` when neither sets cpu.
-pub(crate) fn reserved_millis(lists: &[&qosd_model::core::model::ResourceList]) -> Option<i64> {
-    let found: Vec<i64> = lists
-        .iter()
-        .filter_map(|l| l.get("cpu").map(|q| q.milli_ceil()))
-        .collect();
-    (!found.is_empty()).then(|| found.iter().sum())
+/// The sum is the node arithmetic's checked sum ([`qosd_config::Config::reserved`]).
+pub(crate) fn reserved_millis(cfg: &qosd_config::Config) -> anyhow::Result<Option<i64>> {
+    let set = cfg.system_reserved.contains_key("cpu") || cfg.kube_reserved.contains_key("cpu");
+    let sum = cfg.reserved().map_err(|e| {
+        crate::app::bad_input(format!(
+            "systemReserved + kubeReserved (--system-reserved + --kube-reserved): {e}"
+        ))
+    })?;
+    Ok(set.then_some(sum.cpu_millis))
 }
 
 /// The text section of `qosd plan` for a CPU plan.

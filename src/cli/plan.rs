@@ -151,11 +151,9 @@ fn cpu_plan(
         crate::cli::cpu::settings_from_config(cfg, &crate::cli::cpu::CpuStateFlags::default())?;
     base.state_file = None;
     base.audit_file = None;
-    let settings = args.cpu.settings(
-        base,
-        crate::cli::cpu::reserved_millis(&[&cfg.system_reserved, &cfg.kube_reserved]),
-        &args.sysfs,
-    )?;
+    let settings = args
+        .cpu
+        .settings(base, crate::cli::cpu::reserved_millis(cfg)?, &args.sysfs)?;
     let with_arrival: Vec<(Pod, i64)> = pods
         .iter()
         .enumerate()

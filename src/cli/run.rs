@@ -55,7 +55,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<i32> {
     }
     let cpu_settings = args.cpu.settings(
         crate::cli::cpu::settings_from_config(&cfg, &args.cpu_state)?,
-        crate::cli::cpu::reserved_millis(&[&cfg.system_reserved, &cfg.kube_reserved]),
+        crate::cli::cpu::reserved_millis(&cfg)?,
         &args.sysfs,
     )?;
     let cpu_manager = (cpu_settings.policy == qosd_model::policy::cpu::policy::PolicyName::Static)

@@ -158,9 +158,15 @@ async fn status(State(s): State<AppState>, req: axum::extract::Request) -> Respo
 /// (slowloris, thousands of idle connections, endless headers).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ServerLimits {
-    /// Connections served at once; further clients wait in the kernel's
-    /// accept backlog (holding no descriptor of qosd's) until one ends.
+    /// Connections served at once; at the cap a new client takes the slot
+    /// of the longest-idle connection, and waits in the kernel's accept
+    /// backlog only while every connection is answering a request.
     pub(crate) max_connections: usize,
+    /// Connections served at once from one client address; past it a new
+    /// connection from that address takes the slot of that address's
+    /// longest-idle connection (a flood from one address never closes
+    /// other clients' connections), or is closed when all are busy.
+    pub(crate) max_connections_per_ip: usize,
     /// A client must send its complete request headers within this time.
     pub(crate) header_read_timeout: std::time::Duration,
     /// A connection is closed after this long, whatever it is doing
@@ -168,15 +174,20 @@ pub(crate) struct ServerLimits {
     pub(crate) connection_lifetime: std::time::Duration,
     /// Read buffer per connection: the largest request head accepted.
     pub(crate) max_request_bytes: usize,
+    /// A connection with no request in flight (an idle keep-alive, or a
+    /// client still sending its headers) is closed after this long.
+    pub(crate) idle_timeout: std::time::Duration,
 }
 
 impl Default for ServerLimits {
     fn default() -> ServerLimits {
         ServerLimits {
             max_connections: 256,
+            max_connections_per_ip: 64,
             header_read_timeout: std::time::Duration::from_secs(5),
             connection_lifetime: std::time::Duration::from_secs(30),
             max_request_bytes: 16 * 1024,
+            idle_timeout: std::time::Duration::from_secs(5),
         }
     }
 }
@@ -200,8 +211,133 @@ impl ServerLimits {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Peer(pub(crate) SocketAddr);
 
+/// One served connection, as the accept loop sees it.
+struct ConnState {
+    /// The client's address.
+    ip: std::net::IpAddr,
+    /// Requests in flight (0 or 1: HTTP/1 answers one at a time).
+    busy: std::sync::atomic::AtomicUsize,
+    /// When the last request ended (or the connection was accepted).
+    idle_since: std::sync::Mutex<tokio::time::Instant>,
+    /// A request started or ended (the idle timer looks again).
+    changed: tokio::sync::Notify,
+    /// Close now: the slot is needed for a new connection.
+    kick: tokio::sync::Notify,
+    /// The server's "a connection became idle" signal (the accept loop
+    /// waits on it when every connection is answering a request).
+    any_idle: Arc<tokio::sync::Notify>,
+    /// The connection's slot; taken over by a new connection when this one
+    /// is kicked (so the new one never waits for this one to close).
+    slot: std::sync::Mutex<Option<tokio::sync::OwnedSemaphorePermit>>,
+}
+
+impl ConnState {
+    fn new(
+        ip: std::net::IpAddr,
+        any_idle: Arc<tokio::sync::Notify>,
+        slot: tokio::sync::OwnedSemaphorePermit,
+    ) -> ConnState {
+        ConnState {
+            ip,
+            any_idle,
+            slot: std::sync::Mutex::new(Some(slot)),
+            busy: std::sync::atomic::AtomicUsize::new(0),
+            idle_since: std::sync::Mutex::new(tokio::time::Instant::now()),
+            changed: tokio::sync::Notify::new(),
+            kick: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// `Some(since)` when no request is in flight.
+    fn idle_since(&self) -> Option<tokio::time::Instant> {
+        (self.busy.load(std::sync::atomic::Ordering::SeqCst) == 0)
+            .then(|| *self.idle_since.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Resolves once the connection has had no request in flight for
+    /// `timeout`.
+    async fn idle_for(&self, timeout: std::time::Duration) {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            match self.idle_since() {
+                Some(since) => {
+                    if since.elapsed() >= timeout {
+                        return;
+                    }
+                    tokio::select! {
+                        _ = tokio::time::sleep_until(since + timeout) => {}
+                        _ = changed => {}
+                    }
+                }
+                None => changed.await,
+            }
+        }
+    }
+}
+
+/// Marks a request in flight on its connection until dropped.
+struct InFlight(Arc<ConnState>);
+
+impl InFlight {
+    fn start(c: &Arc<ConnState>) -> InFlight {
+        c.busy.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        c.changed.notify_waiters();
+        InFlight(c.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        *self.0.idle_since.lock().unwrap_or_else(|e| e.into_inner()) = tokio::time::Instant::now();
+        self.0
+            .busy
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        self.0.changed.notify_waiters();
+        self.0.any_idle.notify_one();
+    }
+}
+
+/// The connections being served, by id.
+type Registry = Arc<std::sync::Mutex<std::collections::HashMap<u64, Arc<ConnState>>>>;
+
+/// At the connection cap: close the connection that has been idle longest
+/// (an idle keep-alive or a client still sending headers; never one with a
+/// request in flight) and take its slot. `None` when every connection is
+/// answering a request.
+/// With `ip`, only among that client address's connections.
+fn kick_longest_idle(
+    conns: &Registry,
+    ip: Option<std::net::IpAddr>,
+) -> Option<tokio::sync::OwnedSemaphorePermit> {
+    let conns = conns.lock().unwrap_or_else(|e| e.into_inner());
+    let mut idle: Vec<_> = conns
+        .values()
+        .filter(|c| ip.is_none_or(|ip| c.ip == ip))
+        .filter_map(|c| c.idle_since().map(|t| (t, c)))
+        .collect();
+    idle.sort_by_key(|(t, _)| *t);
+    for (_, c) in idle {
+        let slot = c.slot.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(slot) = slot {
+            c.kick.notify_one();
+            return Some(slot);
+        }
+    }
+    None
+}
+
 /// Serve on an already bound listener until `shutdown` resolves (graceful:
 /// in-flight requests finish).
+///
+/// The accept loop never waits behind slow or idle clients: at the
+/// connection cap a new client takes the slot of the connection idle the
+/// longest (HTTP/1.1 lets a server close an idle keep-alive connection at
+/// any time), so a probe (`/healthz`, `/readyz`) is answered at once
+/// whatever holds the other connections. Connections idle for
+/// [`ServerLimits::idle_timeout`] are closed; a client that half-closes
+/// after its request is still answered.
 pub(crate) async fn serve_with(
     listener: tokio::net::TcpListener,
     state: AppState,
@@ -212,16 +348,14 @@ pub(crate) async fn serve_with(
     use tower::ServiceExt;
     let app = router(state);
     let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections.max(1)));
+    let registry: Registry = Arc::default();
+    let mut next_id: u64 = 0;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut conns = tokio::task::JoinSet::new();
     tokio::pin!(shutdown);
     let mut accept_failing = false;
-    loop {
-        // A slot first: at the cap, clients queue in the kernel backlog.
-        let permit = tokio::select! {
-            p = slots.clone().acquire_owned() => p.expect("semaphore never closed"),
-            _ = &mut shutdown => break,
-        };
+    let any_idle = Arc::new(tokio::sync::Notify::new());
+    'accept: loop {
         let (stream, peer) = tokio::select! {
             r = listener.accept() => match r {
                 Ok(c) => {
@@ -245,20 +379,86 @@ pub(crate) async fn serve_with(
             _ = &mut shutdown => break,
         };
         while conns.try_join_next().is_some() {}
+        // A slot: a free one; else the longest-idle connection's (closed
+        // now; this connection takes its slot as soon as it is free, and
+        // the loop goes on accepting); else, every connection answering a
+        // request, the first to finish.
+        let ip = peer.ip().to_canonical();
+        let from_ip = registry
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .filter(|c| c.ip == ip)
+            .count();
+        let permit = if from_ip >= limits.max_connections_per_ip.max(1) {
+            match kick_longest_idle(&registry, Some(ip)) {
+                Some(p) => p,
+                None => {
+                    tracing::debug!(%peer, "HTTP connections per client address at the cap, all busy: closed");
+                    drop(stream);
+                    continue;
+                }
+            }
+        } else {
+            loop {
+                if let Ok(p) = slots.clone().try_acquire_owned() {
+                    break p;
+                }
+                if let Some(p) = kick_longest_idle(&registry, None) {
+                    break p;
+                }
+                tracing::debug!(%peer, "HTTP connection cap reached, every connection busy");
+                tokio::select! {
+                    p = slots.clone().acquire_owned() => break p.expect("semaphore never closed"),
+                    // A request ended: that connection can be closed now.
+                    _ = any_idle.notified() => {}
+                    _ = &mut shutdown => break 'accept,
+                }
+            }
+        };
+        next_id += 1;
+        let id = next_id;
         let app = app.clone();
         let mut stop = stop_rx.clone();
+        let conn_state = Arc::new(ConnState::new(ip, any_idle.clone(), permit));
+        // A candidate for the next kick at once (before its task runs).
+        registry
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, conn_state.clone());
+        let registry = registry.clone();
         conns.spawn(async move {
-            let _permit = permit;
+            /// Leaves the registry and frees the slot (unless a new
+            /// connection took it over) when the connection ends.
+            struct Unregister(Registry, u64, Arc<ConnState>);
+            impl Drop for Unregister {
+                fn drop(&mut self) {
+                    self.0
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .remove(&self.1);
+                    drop(self.2.slot.lock().unwrap_or_else(|e| e.into_inner()).take());
+                }
+            }
+            let _unregister = Unregister(registry, id, conn_state.clone());
+            let svc_state = conn_state.clone();
             let svc = hyper::service::service_fn(
                 move |mut req: hyper::Request<hyper::body::Incoming>| {
+                    let in_flight = InFlight::start(&svc_state);
                     req.extensions_mut().insert(Peer(peer));
-                    app.clone().oneshot(req)
+                    let answer = app.clone().oneshot(req);
+                    async move {
+                        let r = answer.await;
+                        drop(in_flight);
+                        r
+                    }
                 },
             );
             let mut builder = hyper::server::conn::http1::Builder::new();
             builder
                 .timer(TokioTimer::new())
                 .header_read_timeout(limits.header_read_timeout)
+                .half_close(true)
                 .max_buf_size(limits.max_request_bytes.max(8192))
                 .max_headers(64);
             let conn = builder.serve_connection(TokioIo::new(stream), svc);
@@ -268,6 +468,14 @@ pub(crate) async fn serve_with(
             tokio::select! {
                 _ = conn.as_mut() => return,
                 _ = &mut deadline => return,
+                _ = conn_state.idle_for(limits.idle_timeout) => return,
+                _ = conn_state.kick.notified() => {
+                    if conn_state.idle_since().is_some() {
+                        return;
+                    }
+                    // A request arrived meanwhile: answer it, then close.
+                    conn.as_mut().graceful_shutdown();
+                }
                 _ = stop.wait_for(|s| *s) => conn.as_mut().graceful_shutdown(),
             }
             // Shutting down: let the request in flight finish, briefly.

@@ -532,7 +532,29 @@ impl Default for Config {
     }
 }
 
+/// `systemReserved` + `kubeReserved` as the node arithmetic sums them
+/// (cpu in millicores, memory in bytes, each rounded up), checked: a sum
+/// beyond 2^63-1 is an error, never a wrap or a panic.
+pub fn reserved_sum(
+    system: &ResourceList,
+    kube: &ResourceList,
+) -> Result<qosd_model::core::node::Reserved, qosd_model::core::node::NodeError> {
+    let one = |list: &ResourceList| qosd_model::core::node::Reserved {
+        cpu_millis: list.get("cpu").map(|q| q.milli_ceil()).unwrap_or(0),
+        memory_bytes: list.get("memory").map(|q| q.value_ceil()).unwrap_or(0),
+    };
+    one(system).plus(one(kube))
+}
+
 impl Config {
+    /// `systemReserved` + `kubeReserved`, summed (see [`reserved_sum`]); a
+    /// validated config's sum is in range.
+    pub fn reserved(
+        &self,
+    ) -> Result<qosd_model::core::node::Reserved, qosd_model::core::node::NodeError> {
+        reserved_sum(&self.system_reserved, &self.kube_reserved)
+    }
+
     /// Read and validate a YAML config file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         Config::load_with(Some(path), &Overrides::default())

@@ -556,6 +556,7 @@ fn cgroups(c: &mut Checker, raw: &RawConfig) -> Cgroups {
     let root = cgroup_root(c, &raw.cgroup_root);
     let system_reserved = c.resource_list("systemReserved", &raw.system_reserved);
     let kube_reserved = c.resource_list("kubeReserved", &raw.kube_reserved);
+    reserved_sum(c, &system_reserved, &kube_reserved);
     let qos_reserved = qos_reserved(c, &raw.qos_reserved);
     let cpu_cfs_quota = c.boolean("cpuCFSQuota", &raw.cpu_cfs_quota, true);
     let cpu_cfs_quota_period = c.opt_duration(
@@ -595,6 +596,31 @@ fn cgroup_root(c: &mut Checker, v: &Option<Scalar>) -> String {
             }
             s.clone()
         }
+    }
+}
+
+/// The sum the node arithmetic uses ([`crate::Config::reserved`]), checked
+/// here so `config check` refuses what `run` would refuse.
+fn reserved_sum(c: &mut Checker, system: &ResourceList, kube: &ResourceList) {
+    if let Err(e) = crate::reserved_sum(system, kube) {
+        let show = |l: &ResourceList, k: &str| {
+            l.get(k)
+                .map(|q| q.to_string())
+                .unwrap_or_else(|| "0".into())
+        };
+        c.bad(
+            "systemReserved + kubeReserved",
+            None,
+            &format!(
+                "cpu {} + {}, memory {} + {}",
+                show(system, "cpu"),
+                show(kube, "cpu"),
+                show(system, "memory"),
+                show(kube, "memory")
+            ),
+            e.to_string(),
+            "reservations whose sum is at most 2^63-1 millicores (cpu) and bytes (memory)",
+        );
     }
 }
 

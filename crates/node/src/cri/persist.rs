@@ -69,6 +69,17 @@ pub(crate) enum PersistError {
         path: PathBuf,
         source: std::io::Error,
     },
+    /// The state directory is not one only qosd's user can write to: a
+    /// file there could have been planted or could be replaced.
+    #[error("state directory {dir} is unsafe: {reason}")]
+    UnsafeDir { dir: PathBuf, reason: String },
+}
+
+impl PersistError {
+    /// The state directory cannot be trusted (the cache is then off).
+    pub(crate) fn is_unsafe_dir(&self) -> bool {
+        matches!(self, PersistError::UnsafeDir { .. })
+    }
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -248,38 +259,120 @@ pub(crate) fn load(
     cache.restore(path, &bytes, endpoint).map(Some)
 }
 
-/// Write `bytes` to `path` atomically: a temporary file beside it (mode
-/// 0600), flushed to disk, then renamed over it. The directory is created
-/// (0700) when missing.
+/// Open the state directory `dir` and check that only this process's user
+/// can write to it: owned by the effective user, not writable by group or
+/// others. Returns the directory's descriptor, used for every later step so
+/// a directory swapped after the check is never written.
+pub(crate) fn open_state_dir(dir: &Path) -> Result<std::os::fd::OwnedFd, PersistError> {
+    use nix::fcntl::{open, OFlag};
+    use nix::sys::stat::{fstat, Mode};
+    let unsafe_dir = |reason: String| PersistError::UnsafeDir {
+        dir: dir.to_path_buf(),
+        reason,
+    };
+    let fd = open(
+        dir,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| PersistError::Write {
+        path: dir.to_path_buf(),
+        source: e.into(),
+    })?;
+    let st = fstat(&fd).map_err(|e| PersistError::Write {
+        path: dir.to_path_buf(),
+        source: e.into(),
+    })?;
+    // SAFETY: geteuid(2) cannot fail and touches no memory.
+    let euid = unsafe { libc::geteuid() };
+    if st.st_uid != euid {
+        return Err(unsafe_dir(format!(
+            "owned by uid {}, not by qosd's uid {euid}",
+            st.st_uid
+        )));
+    }
+    let mode = st.st_mode as u32 & 0o7777;
+    if mode & 0o022 != 0 {
+        return Err(unsafe_dir(format!(
+            "mode {mode:04o} lets group or others write to it (chmod go-w, e.g. 0700)"
+        )));
+    }
+    Ok(fd)
+}
+
+/// A random suffix for a temporary file's name (getrandom(2); the clock
+/// and PID mixed in if it fails).
+fn random_suffix() -> String {
+    let mut buf = [0u8; 12];
+    // SAFETY: getrandom(2) writes at most `buf.len()` bytes into `buf`.
+    let n = unsafe { libc::getrandom(buf.as_mut_ptr().cast(), buf.len(), 0) };
+    if n != buf.len() as isize {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()) as u64;
+        buf[..8]
+            .copy_from_slice(&(t ^ u64::from(std::process::id()).rotate_left(32)).to_le_bytes());
+    }
+    buf.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Write `bytes` to `path` atomically: a randomly named temporary file in
+/// the same directory, created with `O_CREAT|O_EXCL|O_NOFOLLOW` (mode
+/// 0600, so never an existing file or a planted symlink), flushed to disk,
+/// then renamed over `path`. The directory is created (0700) when missing,
+/// and refused unless only qosd's user can write to it
+/// ([`open_state_dir`]).
 pub(crate) fn save(path: &Path, bytes: &[u8]) -> Result<(), PersistError> {
-    use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
+    use nix::fcntl::{openat, renameat, OFlag};
+    use nix::sys::stat::Mode;
+    use nix::unistd::{unlinkat, UnlinkatFlags};
+    use std::os::unix::fs::DirBuilderExt as _;
     let write = |source| PersistError::Write {
         path: path.to_path_buf(),
         source,
     };
-    if let Some(dir) = path.parent() {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-            .map_err(write)?;
-    }
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(format!(".tmp.{}", std::process::id()));
-    let tmp = PathBuf::from(tmp);
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let Some(name) = path.file_name() else {
+        return Err(write(std::io::Error::other("not a file name")));
+    };
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(write)?;
+    let dir_fd = open_state_dir(dir)?;
+    let (tmp, file) = {
+        let mut tries = 0;
+        loop {
+            let mut tmp = name.to_owned();
+            tmp.push(format!(".tmp.{}", random_suffix()));
+            match openat(
+                &dir_fd,
+                tmp.as_os_str(),
+                OFlag::O_WRONLY
+                    | OFlag::O_CREAT
+                    | OFlag::O_EXCL
+                    | OFlag::O_NOFOLLOW
+                    | OFlag::O_CLOEXEC,
+                Mode::from_bits_truncate(0o600),
+            ) {
+                Ok(fd) => break (tmp, std::fs::File::from(fd)),
+                Err(nix::errno::Errno::EEXIST) if tries < 8 => tries += 1,
+                Err(e) => return Err(write(e.into())),
+            }
+        }
+    };
     let result = (|| {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)?;
+        let mut f = file;
         f.write_all(bytes)?;
         f.sync_all()?;
-        std::fs::rename(&tmp, path)
+        renameat(&dir_fd, tmp.as_os_str(), &dir_fd, name).map_err(std::io::Error::from)
     })();
     if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
+        let _ = unlinkat(&dir_fd, tmp.as_os_str(), UnlinkatFlags::NoRemoveDir);
     }
     result.map_err(write)
 }
@@ -511,5 +604,91 @@ mod tests {
             .filter(|n| n.contains(".tmp."))
             .collect();
         assert!(left.is_empty(), "{left:?}");
+    }
+
+    #[test]
+    fn a_symlink_at_the_old_temporary_name_is_never_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state");
+        std::fs::create_dir(&state).unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, b"precious").unwrap();
+        let path = state.join(FILE_NAME);
+        // The predictable names: `<file>.tmp.<pid>` and a few neighbours.
+        let pid = std::process::id();
+        for p in [pid, pid + 1, pid.saturating_sub(1)] {
+            std::os::unix::fs::symlink(&victim, state.join(format!("{FILE_NAME}.tmp.{p}")))
+                .unwrap();
+        }
+        save(&path, b"cache").unwrap();
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+        assert_eq!(std::fs::read(&path).unwrap(), b"cache");
+        assert!(!std::fs::symlink_metadata(&path)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        // Two saves use two different temporary names (random, not the PID):
+        // nothing is left behind but the planted links.
+        save(&path, b"cache 2").unwrap();
+        let left: Vec<_> = std::fs::read_dir(&state)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.contains(".tmp.") && !n.ends_with(&format!(".tmp.{pid}")))
+            .filter(|n| {
+                !n.ends_with(&format!(".tmp.{}", pid + 1))
+                    && !n.ends_with(&format!(".tmp.{}", pid.saturating_sub(1)))
+            })
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
+        // A symlink at the file itself is replaced, never written through.
+        std::fs::remove_file(&path).unwrap();
+        std::os::unix::fs::symlink(&victim, &path).unwrap();
+        save(&path, b"cache 3").unwrap();
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+        assert_eq!(std::fs::read(&path).unwrap(), b"cache 3");
+    }
+
+    #[test]
+    fn a_state_dir_others_can_write_is_refused() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        for mode in [0o770, 0o757, 0o777, 0o1777] {
+            let state = dir.path().join(format!("state-{mode:o}"));
+            std::fs::create_dir(&state).unwrap();
+            std::fs::set_permissions(&state, std::fs::Permissions::from_mode(mode)).unwrap();
+            let e = save(&state.join(FILE_NAME), b"cache").unwrap_err();
+            assert!(e.is_unsafe_dir(), "{mode:o}: {e}");
+            assert!(e.to_string().contains("group or others"), "{e}");
+            assert_eq!(std::fs::read_dir(&state).unwrap().count(), 0, "{mode:o}");
+        }
+        // 0700 and 0755 are fine.
+        for mode in [0o700, 0o755] {
+            let state = dir.path().join(format!("ok-{mode:o}"));
+            std::fs::create_dir(&state).unwrap();
+            std::fs::set_permissions(&state, std::fs::Permissions::from_mode(mode)).unwrap();
+            save(&state.join(FILE_NAME), b"cache").unwrap();
+        }
+    }
+
+    #[test]
+    fn a_state_dir_of_another_user_is_refused() {
+        if unsafe { libc::geteuid() } != 0 {
+            // Only root can hand a directory to another user; the ownership
+            // check is the same code path as the mode check above.
+            let dir = tempfile::tempdir().unwrap();
+            assert!(open_state_dir(dir.path()).is_ok());
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state");
+        std::fs::create_dir(&state).unwrap();
+        std::os::unix::fs::chown(&state, Some(65534), None).unwrap();
+        let e = save(&state.join(FILE_NAME), b"cache").unwrap_err();
+        assert!(e.is_unsafe_dir(), "{e}");
+        assert!(e.to_string().contains("owned by uid 65534"), "{e}");
+        assert_eq!(std::fs::read_dir(&state).unwrap().count(), 0);
     }
 }

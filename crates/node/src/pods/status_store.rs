@@ -22,12 +22,18 @@ struct Shared {
     written: Mutex<Option<u64>>,
     /// The last write failed (logged once until one succeeds).
     failing: AtomicBool,
+    /// The state directory is unsafe (writable by others, another owner):
+    /// the cache is neither read nor written (logged once).
+    disabled: AtomicBool,
 }
 
 impl Shared {
     /// Write the cache unless the file holds this generation already.
     /// Serialized by `written`: a later write always takes a later snapshot.
     fn write(&self) {
+        if self.disabled.load(Ordering::Relaxed) {
+            return;
+        }
         let mut written = self.written.lock().unwrap_or_else(|e| e.into_inner());
         let generation = self.cache.generation();
         if *written == Some(generation) {
@@ -41,11 +47,21 @@ impl Shared {
                     tracing::info!(path = %self.path.display(), "CRI status cache written again");
                 }
             }
+            Err(e) if e.is_unsafe_dir() => self.disable(&e),
             Err(e) => {
                 if !self.failing.swap(true, Ordering::Relaxed) {
                     tracing::warn!(error = %e, "cannot write the CRI status cache; the next start asks the runtime about every pod");
                 }
             }
+        }
+    }
+}
+
+impl Shared {
+    /// Turn the cache off for good (one warning).
+    fn disable(&self, e: &persist::PersistError) {
+        if !self.disabled.swap(true, Ordering::Relaxed) {
+            tracing::warn!(error = %e, "CRI status cache disabled; every start asks the runtime about every pod");
         }
     }
 }
@@ -67,6 +83,7 @@ impl StatusStore {
                 cache,
                 written: Mutex::new(None),
                 failing: AtomicBool::new(false),
+                disabled: AtomicBool::new(false),
             }),
             last_save: None,
             writing: None,
@@ -78,6 +95,15 @@ impl StatusStore {
     /// asks about again right after its first reconcile).
     pub fn load(&mut self) -> usize {
         let s = &self.shared;
+        // A file in a directory others can write to may have been planted.
+        if let Some(dir) = s.path.parent().filter(|d| d.exists()) {
+            if let Err(e) = persist::open_state_dir(dir) {
+                if e.is_unsafe_dir() {
+                    s.disable(&e);
+                    return 0;
+                }
+            }
+        }
         match persist::load(&s.path, &s.endpoint, &s.cache) {
             Ok(Some((sandboxes, containers))) => {
                 *s.written.lock().unwrap_or_else(|e| e.into_inner()) = Some(s.cache.generation());
@@ -103,6 +129,11 @@ impl StatusStore {
     /// Write the cache now (if it changed), on this thread.
     pub fn save_now(&self) {
         self.shared.write();
+    }
+
+    /// False once the state directory was found unsafe.
+    pub fn enabled(&self) -> bool {
+        !self.shared.disabled.load(Ordering::Relaxed)
     }
 
     /// The file's path.
@@ -173,5 +204,49 @@ mod tests {
         let mut store = StatusStore::new(&state, "unix:///b.sock", other.clone());
         assert_eq!(store.load(), 0);
         assert_eq!(other.len(), (0, 0));
+    }
+
+    #[test]
+    fn an_unsafe_state_dir_disables_the_cache_without_failing() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state");
+        std::fs::create_dir(&state).unwrap();
+        let file = state.join(persist::FILE_NAME);
+        // A planted cache in a group-writable directory is not read.
+        {
+            let cache = Arc::new(StatusCache::default());
+            let store = StatusStore::new(&state, "unix:///a.sock", cache.clone());
+            store.save_now();
+            assert!(file.exists());
+        }
+        std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o775)).unwrap();
+        let before = std::fs::read(&file).unwrap();
+        let cache = Arc::new(StatusCache::default());
+        let mut store = StatusStore::new(&state, "unix:///a.sock", cache.clone());
+        assert_eq!(store.load(), 0);
+        assert!(!store.enabled());
+        // Nothing is written, now or at drop.
+        cache.forget_containers();
+        store.save_now();
+        drop(store);
+        assert_eq!(std::fs::read(&file).unwrap(), before);
+        let names: Vec<_> = std::fs::read_dir(&state)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names.len(), 1, "{names:?}");
+        // A directory that becomes unsafe after start: the write is refused
+        // and the cache turned off.
+        let ok = dir.path().join("ok");
+        let cache = Arc::new(StatusCache::default());
+        let mut store = StatusStore::new(&ok, "unix:///a.sock", cache.clone());
+        assert_eq!(store.load(), 0);
+        assert!(store.enabled());
+        std::fs::create_dir(&ok).unwrap();
+        std::fs::set_permissions(&ok, std::fs::Permissions::from_mode(0o777)).unwrap();
+        store.save_now();
+        assert!(!store.enabled());
+        assert!(!ok.join(persist::FILE_NAME).exists());
     }
 }

@@ -642,6 +642,42 @@ mod tests {
     }
 
     #[test]
+    fn a_symlinked_pod_cgroup_is_refused_and_nothing_outside_is_written() {
+        let t = tempfile::tempdir().unwrap();
+        let (kp, _qos, _pod) = fake_v1(t.path());
+        let outside = t.path().join("outside");
+        sfs::create_dir(&outside).unwrap();
+        sfs::write(outside.join("cpu.shares"), "1024").unwrap();
+        let link = kp.join("burstable/podx");
+        std::os::unix::fs::symlink(&outside, &link).unwrap();
+        let plan = vec![
+            wr(&link, "cpu.shares", "256", CgroupLevel::Pod),
+            wr(&link, "cpu.cfs_quota_us", "50000", CgroupLevel::Pod),
+            wr(&link.join("child"), "cpu.shares", "2", CgroupLevel::Pod),
+        ];
+        let mut a = Applier::new(Mode::Real, kp.clone());
+        let r = a.apply(&plan);
+        assert_eq!(r.write_count(), 0, "{:?}", r.written);
+        assert_eq!(r.errors.len(), plan.len(), "{:?}", r.errors);
+        for e in &r.errors {
+            assert!(
+                matches!(e.error, CgroupFsError::Symlink { .. }),
+                "{}",
+                e.error
+            );
+        }
+        assert_eq!(
+            sfs::read_to_string(outside.join("cpu.shares")).unwrap(),
+            "1024"
+        );
+        let names: Vec<_> = sfs::read_dir(&outside)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names.len(), 1, "nothing created outside: {names:?}");
+    }
+
+    #[test]
     fn dry_run_writes_nothing() {
         let t = tempfile::tempdir().unwrap();
         let (kp, _qos, pod) = fake_v1(t.path());

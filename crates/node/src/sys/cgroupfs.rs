@@ -51,6 +51,8 @@ pub enum CgroupFsError {
     Busy { path: PathBuf, value: String },
     #[error("refusing to touch {path}: outside the allowed cgroup base {base}")]
     OutsideBase { path: PathBuf, base: String },
+    #[error("refusing to touch {path}: {link} is a symlink inside the cgroup tree")]
+    Symlink { path: PathBuf, link: PathBuf },
     #[error("cannot create cgroup {path}: {source}")]
     Mkdir {
         path: PathBuf,
@@ -143,10 +145,14 @@ pub fn is_v2_dir(dir: &Path) -> bool {
 /// cgroup → [`CgroupFsError::NoSuchFile`]; a missing directory →
 /// [`CgroupFsError::CgroupGone`]; `EBUSY` → [`CgroupFsError::Busy`].
 pub fn write(path: &Path, value: &str) -> Result<()> {
-    // O_TRUNC as runc does (harmless on cgroupfs; keeps fake trees exact).
+    // O_TRUNC as runc does (harmless on cgroupfs; keeps fake trees exact);
+    // O_NOFOLLOW: an interface file is never a symlink (one swapped in
+    // after the base check is refused, ELOOP).
+    use std::os::unix::fs::OpenOptionsExt as _;
     let res = OpenOptions::new()
         .write(true)
         .truncate(true)
+        .custom_flags(libc::O_NOFOLLOW)
         .open(path)
         .and_then(|mut f| f.write_all(value.as_bytes()));
     match res {
@@ -252,7 +258,15 @@ pub(crate) fn resolve_existing(p: &Path) -> Option<PathBuf> {
 /// (a plan using `/sys/fs/cgroup/cpu/...` against a base under the real mount
 /// `/sys/fs/cgroup/cpu,cpuacct/...`, or the other way round). The resolved
 /// check is also the stricter one: a symlink out of the base is refused.
+///
+/// Below the base no component may be a symlink (cgroupfs has none; one in
+/// the tree can only have been planted): such a path matches no base.
 pub(crate) fn match_base(path: &Path, bases: &[PathBuf]) -> Option<(PathBuf, PathBuf)> {
+    let (p, b) = match_base_lexical_or_resolved(path, bases)?;
+    symlink_below(&p, &b).is_none().then_some((p, b))
+}
+
+fn match_base_lexical_or_resolved(path: &Path, bases: &[PathBuf]) -> Option<(PathBuf, PathBuf)> {
     if let Some(b) = base_of(path, bases) {
         return Some((normalise(path)?, normalise(b)?));
     }
@@ -263,9 +277,28 @@ pub(crate) fn match_base(path: &Path, bases: &[PathBuf]) -> Option<(PathBuf, Pat
     })
 }
 
+/// The first component of `path` below `base` that is a symlink (walked
+/// from the base with `lstat`, stopping at the first component that does
+/// not exist). The base itself may be reached through symlinks above it
+/// (`cpu` → `cpu,cpuacct`).
+fn symlink_below(path: &Path, base: &Path) -> Option<PathBuf> {
+    let rest = path.strip_prefix(base).ok()?;
+    let mut cur = base.to_path_buf();
+    for c in rest.components() {
+        cur.push(c);
+        match std::fs::symlink_metadata(&cur) {
+            Ok(m) if m.file_type().is_symlink() => return Some(cur),
+            Ok(_) => {}
+            Err(_) => return None,
+        }
+    }
+    None
+}
+
 /// The one guard of every cgroup writer, creator and remover: `path` must
 /// be at or below one of `bases` (lexically, or with symlinks resolved —
-/// see [`match_base`]); else [`CgroupFsError::OutsideBase`].
+/// see [`match_base`]) with no symlink below the base; else
+/// [`CgroupFsError::Symlink`] or [`CgroupFsError::OutsideBase`].
 pub fn check_within(path: &Path, bases: &[PathBuf]) -> Result<()> {
     match match_base(path, bases) {
         Some(_) => Ok(()),
@@ -274,6 +307,14 @@ pub fn check_within(path: &Path, bases: &[PathBuf]) -> Result<()> {
 }
 
 pub(crate) fn outside(path: &Path, bases: &[PathBuf]) -> CgroupFsError {
+    if let Some((p, b)) = match_base_lexical_or_resolved(path, bases) {
+        if let Some(link) = symlink_below(&p, &b) {
+            return CgroupFsError::Symlink {
+                path: path.to_path_buf(),
+                link,
+            };
+        }
+    }
     CgroupFsError::OutsideBase {
         path: path.to_path_buf(),
         base: bases
@@ -729,10 +770,54 @@ mod tests {
         fs::create_dir(t.path().join("elsewhere")).unwrap();
         std::os::unix::fs::symlink(t.path().join("elsewhere"), real.join("kubepods/esc")).unwrap();
         assert!(
-            match_base(&real.join("kubepods/esc/x"), &bases).is_some(),
-            "lexical match"
+            match_base(&real.join("kubepods/esc/x"), &bases).is_none(),
+            "a symlink below the base is refused even where the path matches lexically"
         );
         assert!(match_base(&t.path().join("cpu/kubepods/esc/x"), &bases).is_none());
+    }
+
+    #[test]
+    fn a_symlink_planted_in_the_tree_is_never_followed() {
+        let t = tempfile::tempdir().unwrap();
+        let base = t.path().join("cpu/kubepods");
+        fs::create_dir_all(base.join("burstable")).unwrap();
+        let outside_dir = t.path().join("outside");
+        fs::create_dir(&outside_dir).unwrap();
+        touch(&outside_dir.join("cpu.shares"), "1024");
+        let bases = vec![base.clone()];
+        // kubepods/podX → a directory outside the tree.
+        std::os::unix::fs::symlink(&outside_dir, base.join("podx")).unwrap();
+        // kubepods/burstable/cpu.shares → a file outside.
+        std::os::unix::fs::symlink(
+            outside_dir.join("cpu.shares"),
+            base.join("burstable/cpu.shares"),
+        )
+        .unwrap();
+        for p in [
+            base.join("podx/cpu.shares"),
+            base.join("podx"),
+            base.join("podx/child"),
+            base.join("burstable/cpu.shares"),
+        ] {
+            let e = check_within(&p, &bases).unwrap_err();
+            assert!(
+                matches!(e, CgroupFsError::Symlink { .. }),
+                "{}: {e}",
+                p.display()
+            );
+            assert!(e.to_string().contains("symlink"), "{e}");
+        }
+        assert!(mkdir_cgroup(&base.join("podx/child"), &bases).is_err());
+        assert!(remove_cgroup(&base.join("podx"), &bases).is_err());
+        assert!(!outside_dir.join("child").exists());
+        assert!(outside_dir.is_dir());
+        assert_eq!(
+            fs::read_to_string(outside_dir.join("cpu.shares")).unwrap(),
+            "1024"
+        );
+        // The real directories are still fine.
+        assert!(check_within(&base.join("burstable/cpu.weight"), &bases).is_ok());
+        assert!(check_within(&base.join("podnew/cpu.shares"), &bases).is_ok());
     }
 
     #[test]

@@ -19,6 +19,8 @@ pub enum KillError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("refusing to kill processes of {path}: {link} is a symlink inside the cgroup tree")]
+    Symlink { path: PathBuf, link: PathBuf },
     #[error("{path}: still {left} process(es) after {rounds} SIGKILL rounds in {elapsed:?}")]
     NotEmpty {
         path: PathBuf,
@@ -53,7 +55,36 @@ pub struct KillReport {
 }
 
 /// Every pid in a cgroup directory and its descendants.
+/// A pod cgroup is never reached through a symlink: `dir` and its
+/// ancestors up to the `kubepods*` cgroup (or `dir` alone when it is not
+/// below one) must be real directories, or a planted link would make qosd
+/// kill processes of another cgroup. The walk below never follows links.
+fn refuse_symlink(dir: &Path) -> Result<(), KillError> {
+    for a in dir.ancestors() {
+        if std::fs::symlink_metadata(a).is_ok_and(|m| m.file_type().is_symlink()) {
+            return Err(KillError::Symlink {
+                path: dir.to_path_buf(),
+                link: a.to_path_buf(),
+            });
+        }
+        let top = a
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("kubepods"));
+        let below_kubepods = dir.components().any(|c| {
+            c.as_os_str()
+                .to_str()
+                .is_some_and(|n| n.starts_with("kubepods"))
+        });
+        if top || !below_kubepods {
+            break;
+        }
+    }
+    Ok(())
+}
+
 pub fn cgroup_tree_pids(dir: &Path) -> Result<Vec<i32>, KillError> {
+    refuse_symlink(dir)?;
     let mut pids = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
@@ -88,6 +119,7 @@ pub fn cgroup_tree_pids(dir: &Path) -> Result<Vec<i32>, KillError> {
 /// Kill every process of a cgroup tree: v2 `cgroup.kill` when present,
 /// else SIGKILL rounds until the tree is empty or `timeout` passes.
 pub fn kill_cgroup_tree(dir: &Path, timeout: Duration) -> Result<KillReport, KillError> {
+    refuse_symlink(dir)?;
     let ck = dir.join("cgroup.kill");
     if ck.is_file() {
         let issued_at = Instant::now();
@@ -194,6 +226,42 @@ pub fn term_then_kill(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_symlinked_pod_cgroup_is_never_killed() {
+        let t = tempfile::tempdir().unwrap();
+        let kp = t.path().join("kubepods");
+        std::fs::create_dir_all(kp.join("burstable")).unwrap();
+        // Another cgroup, with a process of this test in it.
+        let other = t.path().join("system.slice");
+        std::fs::create_dir(&other).unwrap();
+        let mut victim = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap();
+        std::fs::write(other.join("cgroup.procs"), victim.id().to_string()).unwrap();
+        std::os::unix::fs::symlink(&other, kp.join("burstable/podx")).unwrap();
+        std::os::unix::fs::symlink(&other, kp.join("besteffort")).unwrap();
+        for dir in [kp.join("burstable/podx"), kp.join("besteffort/pody")] {
+            let e = cgroup_tree_pids(&dir).unwrap_err();
+            assert!(matches!(e, KillError::Symlink { .. }), "{e}");
+            let e = kill_cgroup_tree(&dir, Duration::from_millis(10)).unwrap_err();
+            assert!(e.to_string().contains("symlink"), "{e}");
+            let e = term_then_kill(&dir, Duration::ZERO, Duration::from_millis(10)).unwrap_err();
+            assert!(matches!(e, KillError::Symlink { .. }), "{e}");
+        }
+        // A real pod cgroup below is read as before.
+        let real = kp.join("burstable/podr");
+        std::fs::create_dir(&real).unwrap();
+        std::fs::write(real.join("cgroup.procs"), "").unwrap();
+        assert_eq!(cgroup_tree_pids(&real).unwrap(), Vec::<i32>::new());
+        assert!(
+            victim.try_wait().unwrap().is_none(),
+            "the other cgroup's process lives"
+        );
+        victim.kill().unwrap();
+        victim.wait().unwrap();
+    }
 
     #[test]
     fn tree_pids_from_fake_dirs() {

@@ -28,6 +28,10 @@ pub(crate) const MAX_SHARES: u64 = 262_144;
 pub(crate) const DEFAULT_CFS_PERIOD_US: u64 = 100_000;
 /// kubelet `MinQuotaPeriod` (µs): the smallest quota written.
 pub(crate) const MIN_QUOTA_US: i64 = 1000;
+/// The kernel's largest CFS quota (µs): `max_cfs_runtime` = 2^44 − 1 µs
+/// (kernel/sched/core.c `tg_set_cfs_bandwidth`; the same bound for v1
+/// `cpu.cfs_quota_us` and v2 `cpu.max`). Anything above is EINVAL.
+pub(crate) const MAX_QUOTA_US: i64 = (1 << 44) - 1;
 /// KEP-2570 default memory throttling factor.
 pub(crate) const DEFAULT_MEMORY_THROTTLING_FACTOR: f64 = 0.9;
 /// Page size used to round memory.high.
@@ -198,12 +202,18 @@ pub(crate) fn milli_cpu_to_shares(milli: i64) -> u64 {
 }
 
 /// kubelet `MilliCPUToQuota`: `m * period / 1000`, at least 1000 µs; 0 → 0 (unset).
+///
+/// Computed without overflow and clamped to the kernel's maximum
+/// ([`MAX_QUOTA_US`]): for a limit that large (≈ 1.76e8 CPUs at the
+/// default period) the kubelet's int64 arithmetic wraps or writes a value
+/// the kernel refuses; qosd writes the largest quota the kernel accepts
+/// (docs/semantics.md §4).
 pub(crate) fn milli_cpu_to_quota(milli: i64, period_us: u64) -> i64 {
     if milli <= 0 {
         return 0;
     }
-    let q = (milli as i128 * period_us as i128 / 1000).min(i64::MAX as i128) as i64;
-    q.max(MIN_QUOTA_US)
+    let q = milli as i128 * period_us as i128 / 1000;
+    q.clamp(MIN_QUOTA_US as i128, MAX_QUOTA_US as i128) as i64
 }
 
 /// kubelet `CpuSharesToCpuWeight`: `1 + ((shares - 2) * 9999) / 262142`
@@ -789,8 +799,35 @@ mod tests {
             (2500, 100_000, 250_000),
             (500, 50_000, 25_000),
             (15, 50_000, 1000),
+            // The kernel's maximum (2^44 - 1 µs) and past it.
+            (175_921_860_444, 100_000, 17_592_186_044_400),
+            (175_921_860_445, 100_000, MAX_QUOTA_US),
+            (92_233_720_368_548, 100_000, MAX_QUOTA_US),
+            (i64::MAX, 100_000, MAX_QUOTA_US),
+            (i64::MAX, 1_000_000, MAX_QUOTA_US),
+            (i64::MAX, 1000, MAX_QUOTA_US),
         ] {
             assert_eq!(milli_cpu_to_quota(m, p), q, "quota of {m}m/{p}");
+        }
+        assert_eq!(MAX_QUOTA_US, 17_592_186_044_415);
+    }
+
+    #[test]
+    fn huge_cpu_limits_plan_values_the_kernel_accepts() {
+        use crate::core::quantity::Quantity;
+        // (limit text, quota, shares, kubelet weight)
+        for text in ["9Ei", "1e21", "8Ei", "100E", "9223372036854775807", "176e6"] {
+            let m = Quantity::parse(text).unwrap().milli_ceil();
+            let q = milli_cpu_to_quota(m, DEFAULT_CFS_PERIOD_US);
+            assert!(
+                (MIN_QUOTA_US..=MAX_QUOTA_US).contains(&q),
+                "{text}: quota {q} outside the kernel's range"
+            );
+            assert_eq!(q, MAX_QUOTA_US, "{text}");
+            let s = milli_cpu_to_shares(m);
+            assert_eq!(s, MAX_SHARES, "{text}");
+            assert_eq!(shares_to_weight_kubelet(s), 10_000, "{text}");
+            assert_eq!(shares_to_weight_runc(s), 10_000, "{text}");
         }
     }
 

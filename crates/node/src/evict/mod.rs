@@ -40,9 +40,24 @@ pub mod stopper;
 /// The runtime side of an eviction (the daemon wraps its CRI client).
 pub trait PodStopper: Send + Sync {
     /// StopPodSandbox with a grace period (the runtime's stop timeout).
-    fn stop_pod(&self, sandbox_id: &str, grace: Duration) -> Result<(), String>;
+    fn stop_pod(&self, sandbox_id: &str, grace: Duration) -> Result<(), RuntimeCallError>;
     /// RemovePodSandbox.
-    fn remove_pod(&self, sandbox_id: &str) -> Result<(), String>;
+    fn remove_pod(&self, sandbox_id: &str) -> Result<(), RuntimeCallError>;
+}
+
+/// Why a runtime call of the eviction side ([`PodStopper`],
+/// [`runtime::NodeRuntime`]) failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeCallError {
+    /// The daemon is stopping: no new runtime call is started.
+    #[error("qosd is stopping: no runtime call made")]
+    Stopping,
+    /// The runtime could not be reached or refused the call.
+    #[error(transparent)]
+    Cri(#[from] crate::cri::CriError),
+    /// Anything else, described.
+    #[error("{0}")]
+    Other(String),
 }
 
 /// Why the Kubernetes API did not evict a pod.
@@ -427,19 +442,18 @@ fn stop_and_remove(
     grace: Duration,
 ) -> Result<(), EvictError> {
     s.stop_pod(sandbox, grace)
-        .map_err(|message| EvictError::Runtime {
+        .map_err(|e| EvictError::Runtime {
             uid: uid.into(),
             sandbox: sandbox.into(),
             step: "StopPodSandbox",
-            message,
+            message: e.to_string(),
         })?;
-    s.remove_pod(sandbox)
-        .map_err(|message| EvictError::Runtime {
-            uid: uid.into(),
-            sandbox: sandbox.into(),
-            step: "RemovePodSandbox",
-            message,
-        })
+    s.remove_pod(sandbox).map_err(|e| EvictError::Runtime {
+        uid: uid.into(),
+        sandbox: sandbox.into(),
+        step: "RemovePodSandbox",
+        message: e.to_string(),
+    })
 }
 
 /// Log one eviction with everything needed to audit it.
@@ -511,22 +525,22 @@ mod tests {
     }
 
     impl PodStopper for FakeStopper {
-        fn stop_pod(&self, sandbox_id: &str, grace: Duration) -> Result<(), String> {
+        fn stop_pod(&self, sandbox_id: &str, grace: Duration) -> Result<(), RuntimeCallError> {
             self.calls
                 .lock()
                 .unwrap()
                 .push(format!("stop {sandbox_id} {}s", grace.as_secs()));
             if self.fail_stop {
-                return Err("deadline exceeded".into());
+                return Err(RuntimeCallError::Other("deadline exceeded".into()));
             }
             let mut left = self.stop_failures.lock().unwrap();
             if *left > 0 {
                 *left -= 1;
-                return Err("runtime not reachable".into());
+                return Err(RuntimeCallError::Other("runtime not reachable".into()));
             }
             Ok(())
         }
-        fn remove_pod(&self, sandbox_id: &str) -> Result<(), String> {
+        fn remove_pod(&self, sandbox_id: &str) -> Result<(), RuntimeCallError> {
             self.calls
                 .lock()
                 .unwrap()

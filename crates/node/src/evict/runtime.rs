@@ -73,7 +73,9 @@ pub struct ReclaimReport {
 /// RuntimeService. The daemon implements it with its CRI client.
 pub trait NodeRuntime: Send + Sync {
     /// Writable layers of every container, by pod uid.
-    fn writable_layers(&self) -> Result<BTreeMap<String, Vec<WritableLayer>>, String>;
+    fn writable_layers(
+        &self,
+    ) -> Result<BTreeMap<String, Vec<WritableLayer>>, crate::evict::RuntimeCallError>;
     /// Remove dead containers, then unused images (all of them, least
     /// recently used first, older than the minimum GC age): the kubelet's
     /// reclaim before a disk eviction.

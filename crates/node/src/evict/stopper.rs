@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::cri::proto;
 use crate::evict::runtime::{EvictRuntime, ImageGcPolicy, ReclaimReport, WritableLayer};
+use crate::evict::RuntimeCallError;
 use qosd_model::policy::evict::image_gc::{ImageTracker, ListedImage};
 
 /// Each pod's containers' writable layers (by pod uid) from the runtime's
@@ -90,8 +91,8 @@ impl CriStopper {
         }
     }
 
-    fn runtime(&self) -> Result<&EvictRuntime, String> {
-        Ok(&self.rt)
+    fn runtime(&self) -> &EvictRuntime {
+        &self.rt
     }
 
     /// Record the images and which ones containers (any state) refer to.
@@ -248,7 +249,7 @@ impl CriStopper {
     fn with_client<T>(
         &self,
         f: impl FnOnce(crate::cri::CriClient) -> Result<T, crate::cri::CriError>,
-    ) -> Result<T, String> {
+    ) -> Result<T, RuntimeCallError> {
         self.with(&self.client, Duration::from_secs(10), f)
     }
 
@@ -256,7 +257,7 @@ impl CriStopper {
     fn with_stop_client<T>(
         &self,
         f: impl FnOnce(crate::cri::CriClient) -> Result<T, crate::cri::CriError>,
-    ) -> Result<T, String> {
+    ) -> Result<T, RuntimeCallError> {
         let deadline = self.max_grace.max(Duration::from_secs(1)) + Duration::from_secs(15);
         self.with(&self.stop_client, deadline, f)
     }
@@ -266,11 +267,13 @@ impl CriStopper {
         slot: &Mutex<Option<crate::cri::CriClient>>,
         call_timeout: Duration,
         f: impl FnOnce(crate::cri::CriClient) -> Result<T, crate::cri::CriError>,
-    ) -> Result<T, String> {
+    ) -> Result<T, RuntimeCallError> {
         if self.closing.load(Ordering::Acquire) {
-            return Err("qosd is stopping: no runtime call made".into());
+            return Err(RuntimeCallError::Stopping);
         }
-        let mut guard = slot.lock().map_err(|e| e.to_string())?;
+        let mut guard = slot
+            .lock()
+            .map_err(|e| RuntimeCallError::Other(e.to_string()))?;
         let client = match guard.as_ref() {
             Some(c) => c.clone(),
             None => {
@@ -283,21 +286,20 @@ impl CriStopper {
                     ..Default::default()
                 };
                 let c = self
-                    .runtime()?
-                    .block_on(crate::cri::CriClient::connect(&self.endpoint, opts))
-                    .map_err(|e| e.to_string())?;
+                    .runtime()
+                    .block_on(crate::cri::CriClient::connect(&self.endpoint, opts))?;
                 *guard = Some(c.clone());
                 c
             }
         };
         drop(guard);
-        f(client).map_err(|e| e.to_string())
+        Ok(f(client)?)
     }
 }
 
 impl crate::evict::PodStopper for CriStopper {
-    fn stop_pod(&self, sandbox_id: &str, grace: Duration) -> Result<(), String> {
-        let rt = self.runtime()?;
+    fn stop_pod(&self, sandbox_id: &str, grace: Duration) -> Result<(), RuntimeCallError> {
+        let rt = self.runtime();
         self.with_stop_client(|c| {
             rt.block_on(async {
                 if !grace.is_zero() {
@@ -320,8 +322,8 @@ impl crate::evict::PodStopper for CriStopper {
         })
     }
 
-    fn remove_pod(&self, sandbox_id: &str) -> Result<(), String> {
-        let rt = self.runtime()?;
+    fn remove_pod(&self, sandbox_id: &str) -> Result<(), RuntimeCallError> {
+        let rt = self.runtime();
         self.with_client(|c| {
             rt.block_on(async { done_if_not_found(c.remove_pod_sandbox(sandbox_id).await) })
         })
@@ -329,25 +331,24 @@ impl crate::evict::PodStopper for CriStopper {
 }
 
 impl crate::evict::runtime::NodeRuntime for CriStopper {
-    fn writable_layers(&self) -> Result<BTreeMap<String, Vec<WritableLayer>>, String> {
-        let rt = self.runtime()?;
+    fn writable_layers(&self) -> Result<BTreeMap<String, Vec<WritableLayer>>, RuntimeCallError> {
+        let rt = self.runtime();
         let stats = self.with_client(|c| rt.block_on(c.list_container_stats()))?;
         Ok(writable_layers_by_pod(&stats))
     }
 
     fn reclaim(&self, now: Instant) -> ReclaimReport {
         let mut rep = ReclaimReport::default();
-        let r = self.runtime().and_then(|rt| {
-            self.with_client(|c| {
-                rt.block_on(async {
-                    self.remove_dead_containers(&c, &mut rep).await;
-                    self.free_images_async(&c, u64::MAX, now, &mut rep).await;
-                    Ok(())
-                })
+        let rt = self.runtime();
+        let r = self.with_client(|c| {
+            rt.block_on(async {
+                self.remove_dead_containers(&c, &mut rep).await;
+                self.free_images_async(&c, u64::MAX, now, &mut rep).await;
+                Ok(())
             })
         });
         if let Err(e) = r {
-            rep.errors.push(e);
+            rep.errors.push(e.to_string());
         }
         for e in &rep.errors {
             tracing::warn!(target: "qosd::eviction", error = %e, "node-level reclaim");
@@ -357,16 +358,15 @@ impl crate::evict::runtime::NodeRuntime for CriStopper {
 
     fn free_images(&self, bytes: u64, now: Instant) -> ReclaimReport {
         let mut rep = ReclaimReport::default();
-        let r = self.runtime().and_then(|rt| {
-            self.with_client(|c| {
-                rt.block_on(async {
-                    self.free_images_async(&c, bytes, now, &mut rep).await;
-                    Ok(())
-                })
+        let rt = self.runtime();
+        let r = self.with_client(|c| {
+            rt.block_on(async {
+                self.free_images_async(&c, bytes, now, &mut rep).await;
+                Ok(())
             })
         });
         if let Err(e) = r {
-            rep.errors.push(e);
+            rep.errors.push(e.to_string());
         }
         rep
     }
@@ -388,7 +388,8 @@ mod tests {
         s.closing.store(true, Ordering::Release);
         for r in [s.stop_pod("sb", Duration::ZERO), s.remove_pod("sb")] {
             let e = r.unwrap_err();
-            assert!(e.contains("qosd is stopping"), "{e}");
+            assert!(matches!(e, RuntimeCallError::Stopping), "{e}");
+            assert!(e.to_string().contains("qosd is stopping"), "{e}");
         }
         assert!(s.client.lock().unwrap().is_none(), "no client was made");
     }
@@ -405,7 +406,7 @@ mod tests {
         let s2 = s.clone();
         let r = std::thread::spawn(move || s2.remove_pod("sb")).join();
         let e = r.expect("no panic").unwrap_err();
-        assert!(!e.contains("qosd is stopping"), "{e}");
+        assert!(matches!(e, RuntimeCallError::Cri(_)), "{e}");
         // dropped from an async task: no panic either
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()

@@ -178,10 +178,7 @@ pub(crate) fn live_listing(cfg: &Config, proc_root: &Path) -> anyhow::Result<Lis
         },
         ..Default::default()
     };
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
+    let rt = command_runtime()?;
     rt.block_on(async {
         let source = Source::connect(&spec, connect, machine).await?;
         source.list().await
@@ -213,6 +210,18 @@ pub(crate) fn live_candidates(
         }
     }
     c
+}
+
+/// The runtime of a one-shot command (`qosd pods`, `qosd status`, `qosd
+/// plan --cri`, ...): one thread, I/O and timers. The daemon's two
+/// runtimes are built in `run_daemon` (the async one) and by its eviction
+/// side ([`qosd_node::evict::runtime::EvictRuntime`]); nothing else builds
+/// one.
+pub(crate) fn command_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
 }
 
 /// Warn about settings the chosen kubelet version would refuse: cgroup v1,

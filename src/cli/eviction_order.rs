@@ -290,10 +290,7 @@ fn warn_unknown(usage: &UsageFile, c: &[Candidate]) {
 /// layers (CRI `ListContainerStats`), logs and local volumes under the
 /// kubelet's directories (`rootDir`, `podLogsDir`), added to their stats.
 fn add_disk_usage(cfg: &qosd_config::Config, candidates: &mut [Candidate]) {
-    let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    else {
+    let Ok(rt) = crate::app::command_runtime() else {
         return;
     };
     let layers = rt

@@ -5,8 +5,6 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::Context;
-
 use qosd_node::cri::Inventory;
 use qosd_node::kube::merge::MergeSummary;
 
@@ -76,10 +74,7 @@ impl KubeFlags {
         }
         .map_err(crate::cli::bad_input)?;
         let client = qosd_node::kube::KubeClient::new(cfg).map_err(crate::cli::bad_input)?;
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .context("tokio runtime")?;
+        let rt = crate::app::command_runtime()?;
         let view = rt.block_on(qosd_node::kube::source::snapshot(
             &client,
             node,

@@ -66,7 +66,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<i32> {
             ..RetryPolicy::default()
         },
     };
+    let rt = crate::app::command_runtime()?;
     let mut inv = match cri::inventory_blocking(
+        &rt,
         &args.runtime_endpoint,
         opts,
         InventoryOptions {

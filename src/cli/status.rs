@@ -131,7 +131,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<i32> {
     });
     let cfg = load_or_bad_input(path.as_deref(), &overrides)?;
     let address = args.address.unwrap_or(cfg.metrics_address);
-    let (report, code) = match crate::telemetry::client::fetch_status(address, args.timeout) {
+    let rt = crate::app::command_runtime()?;
+    let (report, code) = match crate::telemetry::client::fetch_status(&rt, address, args.timeout) {
         Ok(doc) => (
             Report {
                 source: Source::Daemon,
@@ -143,7 +144,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<i32> {
         ),
         Err(e) => {
             tracing::debug!(error = %e, "no daemon answered");
-            let (mut report, runtime_ok) = live(&cfg, address, args.timeout);
+            let (mut report, runtime_ok) = live(&rt, &cfg, address, args.timeout);
             report.notes.insert(0, format!("no daemon: {e}"));
             (report, if runtime_ok { 0 } else { 1 })
         }
@@ -172,7 +173,12 @@ fn print_out(text: &str) -> anyhow::Result<()> {
 
 /// Compute a status report now, without a daemon. Returns the report and
 /// whether the container runtime answered.
-pub(crate) fn live(cfg: &Config, address: SocketAddr, timeout: Duration) -> (Report, bool) {
+pub(crate) fn live(
+    rt: &tokio::runtime::Runtime,
+    cfg: &Config,
+    address: SocketAddr,
+    timeout: Duration,
+) -> (Report, bool) {
     let mut notes = Vec::new();
     let mut doc = StatusDoc::new();
     doc.not_ready_reason = Some("no qosd daemon running (live view)".into());
@@ -190,27 +196,27 @@ pub(crate) fn live(cfg: &Config, address: SocketAddr, timeout: Duration) -> (Rep
     let inv_opts = qosd_node::cri::InventoryOptions {
         memory_capacity_bytes: qosd_node::sys::procfs::detect_memory_bytes(Path::new("/proc")).ok(),
     };
-    let runtime_ok = match qosd_node::cri::inventory_blocking(&cfg.runtime_endpoint, opts, inv_opts)
-    {
-        Ok(inv) => {
-            doc.pods = PodCounts::of(&inv.ready_pods());
-            if !inv.skipped.is_empty() {
-                notes.push(format!(
-                    "{} sandboxes skipped (qosd pods lists them)",
-                    inv.skipped.len()
-                ));
+    let runtime_ok =
+        match qosd_node::cri::inventory_blocking(rt, &cfg.runtime_endpoint, opts, inv_opts) {
+            Ok(inv) => {
+                doc.pods = PodCounts::of(&inv.ready_pods());
+                if !inv.skipped.is_empty() {
+                    notes.push(format!(
+                        "{} sandboxes skipped (qosd pods lists them)",
+                        inv.skipped.len()
+                    ));
+                }
+                true
             }
-            true
-        }
-        Err(e) => {
-            notes.push(format!(
-                "runtime at {} did not answer: {e}; pod counts unknown",
-                cfg.runtime_endpoint
-            ));
-            doc.pods_unknown = true;
-            false
-        }
-    };
+            Err(e) => {
+                notes.push(format!(
+                    "runtime at {} did not answer: {e}; pod counts unknown",
+                    cfg.runtime_endpoint
+                ));
+                doc.pods_unknown = true;
+                false
+            }
+        };
 
     // Signals against thresholds.
     let version = match cfg.cgroup_version.forced() {
@@ -500,7 +506,9 @@ mod tests {
         let mut cfg = Config::from_yaml_str("{}").unwrap();
         cfg.runtime_endpoint = format!("unix://{}", d.path().join("none.sock").display());
         cfg.cgroup_version = qosd_config::CgroupVersionSetting::V1;
+        let rt = crate::app::command_runtime().unwrap();
         let (r, ok) = live(
+            &rt,
             &cfg,
             "127.0.0.1:1".parse().unwrap(),
             Duration::from_millis(200),

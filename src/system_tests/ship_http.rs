@@ -94,10 +94,12 @@ async fn endpoints_follow_daemon_state() {
         ..Default::default()
     });
     st.health.publish_status(doc.clone());
-    let got = tokio::task::spawn_blocking(move || crate::telemetry::client::fetch_status(addr, T))
-        .await
-        .unwrap()
-        .unwrap();
+    let got = tokio::task::spawn_blocking(move || {
+        crate::telemetry::client::fetch_status(&crate::app::command_runtime().unwrap(), addr, T)
+    })
+    .await
+    .unwrap()
+    .unwrap();
     assert_eq!(got.mode, "enforce");
     assert_eq!(got.pods.total(), 2);
     assert_eq!(got.last_evictions[0].name, "hog");

@@ -49,17 +49,18 @@ const MAX_RESPONSE_BYTES: usize = 4 << 20;
 /// `GET path` on `addr`: the status code and the body. The whole exchange
 /// (connect, send, read) ends within `timeout`, so a server that trickles
 /// its answer cannot hold the command longer.
-fn get(addr: SocketAddr, path: &str, timeout: Duration) -> Result<(u16, String), HttpError> {
+fn get(
+    rt: &tokio::runtime::Runtime,
+    addr: SocketAddr,
+    path: &str,
+    timeout: Duration,
+) -> Result<(u16, String), HttpError> {
     let err = |source| HttpError::Request {
         addr,
         path: path.to_string(),
         source,
     };
     let other = |e: &dyn std::fmt::Display| std::io::Error::other(e.to_string());
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(err)?;
     let exchange = async {
         let stream = tokio::net::TcpStream::connect(addr).await?;
         let (mut send, conn) =
@@ -101,9 +102,13 @@ fn get(addr: SocketAddr, path: &str, timeout: Duration) -> Result<(u16, String),
 }
 
 /// Fetch a running daemon's `/status`.
-pub fn fetch_status(addr: SocketAddr, timeout: Duration) -> Result<StatusDoc, HttpError> {
+pub fn fetch_status(
+    rt: &tokio::runtime::Runtime,
+    addr: SocketAddr,
+    timeout: Duration,
+) -> Result<StatusDoc, HttpError> {
     let path = "/status";
-    let (status, body) = get(addr, path, timeout)?;
+    let (status, body) = get(rt, addr, path, timeout)?;
     if status != 200 {
         return Err(HttpError::Status {
             addr,

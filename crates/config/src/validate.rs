@@ -618,7 +618,7 @@ fn reserved_sum(c: &mut Checker, system: &ResourceList, kube: &ResourceList) {
                 show(system, "memory"),
                 show(kube, "memory")
             ),
-            e.to_string(),
+            format!("{e} (--system-reserved + --kube-reserved)"),
             "reservations whose sum is at most 2^63-1 millicores (cpu) and bytes (memory)",
         );
     }

@@ -32,16 +32,13 @@ pub use inventory::{Inventory, LiveContainer, LivePod, Skipped};
 pub use reconstruct::QosSource;
 
 /// Connect (with the default options and `retry`), take the inventory and
-/// close, on a private current-thread tokio runtime. For CLI commands.
+/// close, blocking on `rt` (a one-shot command's runtime).
 pub fn inventory_blocking(
+    rt: &tokio::runtime::Runtime,
     endpoint: &str,
     opts: ConnectOptions,
     inv: InventoryOptions,
 ) -> Result<Inventory, CriError> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("tokio current-thread runtime");
     rt.block_on(async {
         let client = CriClient::connect(endpoint, opts).await?;
         inventory(&client, &inv).await

@@ -408,32 +408,49 @@ fn traced_syscalls_pass_the_units_filter() {
     ] {
         assert!(!allowed.contains(denied), "{denied} should be filtered");
     }
-    // Representative workloads: config loading, and the tokio/axum HTTP
-    // server answering real requests (the ship_http test binary).
+    // Representative workloads: config loading, and the tokio/hyper HTTP
+    // server answering real requests (its test in the qosd binary).
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut used = traced_syscalls(
         Command::new(env!("CARGO_BIN_EXE_qosd"))
             .args(["config", "check", "-q"])
             .arg(manifest.join("config/qosd.yaml")),
     );
-    let http_test = std::env::current_exe()
+    // The HTTP server's own test (a unit test of the qosd binary): the test
+    // harness among the `qosd-*` executables beside this one (the binary
+    // itself is there too; it lists no tests), the newest if several.
+    const HTTP_TEST: &str = "system_tests::ship_http::endpoints_follow_daemon_state";
+    let deps = std::env::current_exe()
         .unwrap()
         .parent()
         .unwrap()
+        .to_path_buf();
+    let mut harnesses: Vec<(std::time::SystemTime, std::path::PathBuf)> = deps
         .read_dir()
         .unwrap()
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .find(|p| {
+        .filter(|p| {
             let n = p.file_name().unwrap().to_string_lossy();
-            n.starts_with("ship_http-") && p.extension().is_none()
-        });
-    match http_test {
-        Some(bin) => used.extend(traced_syscalls(Command::new(bin).args([
-            "endpoints_follow_daemon_state",
+            n.starts_with("qosd-") && p.extension().is_none()
+        })
+        .filter(|p| {
+            Command::new(p)
+                .args(["--list", "--format", "terse", HTTP_TEST, "--exact"])
+                .output()
+                .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains(HTTP_TEST))
+        })
+        .filter_map(|p| Some((p.metadata().ok()?.modified().ok()?, p)))
+        .collect();
+    harnesses.sort();
+    match harnesses.pop() {
+        Some((_, bin)) => used.extend(traced_syscalls(Command::new(bin).args([
+            HTTP_TEST,
             "--exact",
             "--test-threads=1",
         ]))),
-        None => eprintln!("note: ship_http test binary not built; tracing config check only"),
+        None => {
+            eprintln!("note: the qosd unit-test binary is not built; tracing config check only")
+        }
     }
     // Extra syscalls of a `qosd run --once` trace, when the caller supplies one
     // (QOSD_TRACE_RUN="run --once --dry-run ...").

@@ -8,6 +8,12 @@ use serde_json::Value;
 use support::qosd;
 
 fn plan(extra: &[&str]) -> (i32, String, String) {
+    plan_with_policy("static", extra)
+}
+
+/// `qosd plan` of fixtures/cpu-pods on a 32-CPU v2 node with CPU manager
+/// policy `policy`.
+fn plan_with_policy(policy: &str, extra: &[&str]) -> (i32, String, String) {
     let mut args = vec![
         "plan",
         "--pods",
@@ -19,7 +25,7 @@ fn plan(extra: &[&str]) -> (i32, String, String) {
         "--node-memory",
         "64Gi",
         "--cpu-manager-policy",
-        "static",
+        policy,
     ];
     args.extend_from_slice(extra);
     qosd(&args)
@@ -211,21 +217,8 @@ fn options_with_the_none_policy_are_refused_like_the_kubelet() {
             "None policy: received unsupported options=map[align-by-socket:false full-pcpus-only:true]",
         ),
     ] {
-        let (code, out, err) = qosd(&[
-            "plan",
-            "--pods",
-            "fixtures/cpu-pods",
-            "--cgroup-version",
-            "v2",
-            "--node-cpu",
-            "32",
-            "--node-memory",
-            "64Gi",
-            "--cpu-manager-policy",
-            "none",
-            "--cpu-manager-policy-options",
-            opts,
-        ]);
+        let (code, out, err) =
+            plan_with_policy("none", &["--cpu-manager-policy-options", opts]);
         assert_eq!(code, 2, "{opts}: {out}");
         assert!(out.is_empty(), "{opts}: {out}");
         assert!(err.contains(want), "{opts}: {err}");

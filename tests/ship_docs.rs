@@ -175,7 +175,7 @@ fn no_talk_of_sessions_or_branches() {
         "wave 2",
         "wave 3",
         "this branch",
-        "branch `",
+        concat!("branch", " `"),
         "work period",
     ];
     let mut hits = Vec::new();

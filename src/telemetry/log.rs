@@ -119,7 +119,7 @@ fn filter(s: &str) -> Result<EnvFilter, String> {
 /// qosd's code lives in four crates; a filter names it as one: `qosd`
 /// (every crate) or `qosd::<module>` (the crate that holds the module).
 fn crate_targets(s: &str) -> String {
-    const MOVED: [(&str, &str); 10] = [
+    const MOVED: [(&str, &str); 9] = [
         ("core", "qosd_model"),
         ("policy", "qosd_model"),
         ("sys", "qosd_node"),
@@ -129,7 +129,6 @@ fn crate_targets(s: &str) -> String {
         ("pods", "qosd_node"),
         ("evict", "qosd_node"),
         ("config", "qosd_config"),
-        ("", ""),
     ];
     let mut out: Vec<String> = Vec::new();
     for item in s.split(',') {
@@ -151,7 +150,7 @@ fn crate_targets(s: &str) -> String {
             let head = rest.split("::").next().unwrap_or("");
             MOVED
                 .iter()
-                .find(|(m, _)| !m.is_empty() && *m == head)
+                .find(|(m, _)| *m == head)
                 .map(|(_, krate)| format!("{krate}::{rest}"))
         });
         match moved {

@@ -888,6 +888,7 @@ fn start_eviction(
         proc_root,
         Some(plan.node.enforced_memory_bytes),
     );
+    let eviction_cfg = eviction.clone();
     let mut backend = cfg.effective_eviction_backend();
     if backend == qosd_model::policy::evict::Backend::Api && kube.is_none() {
         tracing::warn!(
@@ -957,6 +958,7 @@ fn start_eviction(
                 minimum_age: cfg.image_minimum_gc_age,
             },
             hook,
+            pressure: pressure_options(&eviction_cfg, proc_root),
         },
         stopper,
         node_runtime,
@@ -968,6 +970,39 @@ fn start_eviction(
     tracing::info!(backend = backend.as_str(), "eviction loop running");
     Ok(Some(service))
 }
+
+/// The pressure watcher of the pressure thresholds in `eviction` (on the
+/// node's files under `proc_root`), at the watcher's real-time priority;
+/// `None` without pressure thresholds (the default: off unless configured).
+/// `QOSD_PRESSURE_TRIGGERS=off` (benchmarks and tests) polls instead of
+/// arming the kernel's triggers.
+fn pressure_options(
+    eviction: &qosd_model::policy::evict::threshold::EvictionConfig,
+    proc_root: &Path,
+) -> Option<crate::runtime::eviction::PressureOptions> {
+    let targets = qosd_node::sys::pressure::targets_from_config(eviction, proc_root);
+    if targets.is_empty() {
+        return None;
+    }
+    let triggers = !std::env::var(PRESSURE_TRIGGERS_ENV).is_ok_and(|v| v == "off");
+    if !triggers {
+        tracing::warn!(
+            "{PRESSURE_TRIGGERS_ENV}=off: pressure signals polled, no kernel trigger armed"
+        );
+    }
+    Some(crate::runtime::eviction::PressureOptions {
+        targets,
+        config: qosd_node::sys::pressure::PressureConfig {
+            rt_priority: Some(50),
+            use_triggers: triggers,
+            privileged: None,
+        },
+    })
+}
+
+/// Environment variable that makes the pressure watcher poll instead of
+/// arming the kernel's triggers (`QOSD_PRESSURE_TRIGGERS=off`).
+pub const PRESSURE_TRIGGERS_ENV: &str = "QOSD_PRESSURE_TRIGGERS";
 
 /// Environment variable that turns the fast memory watcher off
 /// (`QOSD_EVICTION_WATCHER=off`): a benchmark baseline where only the

@@ -38,6 +38,9 @@ pub(crate) enum ConfigCommand {
         /// Output format (`text`/`wide`: YAML).
         #[arg(short = 'o', long, value_enum, default_value = "yaml")]
         output: Output,
+        /// Where /proc is (the node's pressure files, `pressureSignals`).
+        #[arg(long, value_name = "DIR", default_value = "/proc", hide = true)]
+        proc_root: PathBuf,
     },
     /// Print the built-in defaults (the kubelet's plus qosd's) as YAML.
     Default {
@@ -78,10 +81,14 @@ pub(crate) fn run(cmd: ConfigCommand) -> anyhow::Result<i32> {
             }
             Ok(0)
         }
-        ConfigCommand::Show { config, output } => {
+        ConfigCommand::Show {
+            config,
+            output,
+            proc_root,
+        } => {
             let c = config.load()?;
             print_warnings(&c);
-            crate::cli::output::write_stdout(render_show(&c, output)?)?;
+            crate::cli::output::write_stdout(render_show(&c, output, &proc_root)?)?;
             Ok(0)
         }
         ConfigCommand::Default { output } => {
@@ -101,10 +108,25 @@ fn print_warnings(c: &Config) {
 /// `qosd config show`: the effective configuration with the kubelet's
 /// field names (`containerRuntimeEndpoint`, not qosd's `runtimeEndpoint`),
 /// plus `notModelledByQosd` (field, file, kind, note) when a setting is
-/// not modelled by qosd (kubelet config fields, `imageMaximumGCAge`).
-pub(crate) fn show_document(c: &Config) -> serde_json::Value {
+/// not modelled by qosd (kubelet config fields, `imageMaximumGCAge`), and
+/// `pressureSignals`: whether this node's pressure stall information (the
+/// pressure thresholds' input) can be read, per resource — `available`, or
+/// `unavailable: <why>` (never left out).
+pub(crate) fn show_document(c: &Config, proc_root: &Path) -> serde_json::Value {
     let mut v = serde_json::to_value(c).expect("Config serialises");
     if let Some(m) = v.as_object_mut() {
+        let psi: serde_json::Map<String, serde_json::Value> =
+            qosd_node::sys::pressure::Resource::ALL
+                .into_iter()
+                .map(|r| {
+                    let state = match qosd_node::sys::pressure::node_availability(proc_root, r) {
+                        Ok(_) => "available".to_string(),
+                        Err(e) => format!("unavailable: {e}"),
+                    };
+                    (r.as_str().to_string(), serde_json::Value::String(state))
+                })
+                .collect();
+        m.insert("pressureSignals".into(), serde_json::Value::Object(psi));
         if let Some(ep) = m.remove("runtimeEndpoint") {
             m.insert("containerRuntimeEndpoint".into(), ep);
         }
@@ -118,8 +140,8 @@ pub(crate) fn show_document(c: &Config) -> serde_json::Value {
     v
 }
 
-fn render_show(c: &Config, f: Output) -> anyhow::Result<String> {
-    let v = show_document(c);
+fn render_show(c: &Config, f: Output, proc_root: &Path) -> anyhow::Result<String> {
+    let v = show_document(c, proc_root);
     Ok(match f {
         Output::Yaml | Output::Text | Output::Wide => yaml_serde::to_string(&v)?,
         Output::Json => serde_json::to_string_pretty(&v)? + "\n",
@@ -210,6 +232,17 @@ pub(crate) struct ConfigFlags {
     /// How long a node condition is held after its threshold clears (e.g. 5m0s).
     #[arg(long, value_name = "DURATION")]
     pub(crate) eviction_pressure_transition_period: Option<String>,
+    /// Hard pressure thresholds (qosd's own, not the kubelet's), e.g.
+    /// memory.full=10%/2s,memory.some=50%/2s: evict when the share of the
+    /// window stalled on memory reaches the value.
+    #[arg(long, value_name = "SIGNAL=PCT[/WINDOW],...", value_parser = qosd_config::parse_eq_map)]
+    pub(crate) eviction_pressure_hard: Option<BTreeMap<String, String>>,
+    /// Soft pressure thresholds, e.g. memory.some=25%/2s.
+    #[arg(long, value_name = "SIGNAL=PCT[/WINDOW],...", value_parser = qosd_config::parse_eq_map)]
+    pub(crate) eviction_pressure_soft: Option<BTreeMap<String, String>>,
+    /// Grace periods of the soft pressure thresholds, e.g. memory.some=30s.
+    #[arg(long, value_name = "SIGNAL=DURATION,...", value_parser = qosd_config::parse_eq_map)]
+    pub(crate) eviction_pressure_soft_grace_period: Option<BTreeMap<String, String>>,
     /// cgroup driver: cgroupfs | systemd.
     #[arg(long, value_name = "DRIVER")]
     pub(crate) cgroup_driver: Option<String>,
@@ -346,6 +379,9 @@ impl ConfigFlags {
             eviction_minimum_reclaim: self.eviction_minimum_reclaim.clone(),
             eviction_max_pod_grace_period: self.eviction_max_pod_grace_period.clone(),
             eviction_pressure_transition_period: self.eviction_pressure_transition_period.clone(),
+            eviction_pressure_hard: self.eviction_pressure_hard.clone(),
+            eviction_pressure_soft: self.eviction_pressure_soft.clone(),
+            eviction_pressure_soft_grace_period: self.eviction_pressure_soft_grace_period.clone(),
             cgroup_driver: self.cgroup_driver.clone(),
             cgroup_root: self.cgroup_root.clone(),
             system_reserved: self.system_reserved.clone(),

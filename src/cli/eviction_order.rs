@@ -24,9 +24,16 @@ Pods without stats rank first, like the kubelet's."
 )]
 pub(crate) struct Args {
     /// Eviction signal to rank for (memory.available, allocatableMemory.available,
-    /// nodefs.available, nodefs.inodesFree, imagefs.*, containerfs.*, pid.available).
+    /// nodefs.available, nodefs.inodesFree, imagefs.*, containerfs.*, pid.available,
+    /// or qosd's pressure signals memory.some, memory.full: the pods that stall
+    /// first, then the memory order; with --cri on cgroup v2 each pod's stall
+    /// is measured over --stall-sample).
     #[arg(long, default_value = "memory.available")]
     pub(crate) signal: String,
+    /// With --cri and a pressure signal: how long each pod's memory stall
+    /// (its cgroup's memory.pressure) is measured.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_sample)]
+    pub(crate) stall_sample: std::time::Duration,
     /// Pod manifests (files or directories) instead of the live runtime.
     #[arg(long, num_args = 1.., value_name = "PATH", conflicts_with = "cri")]
     pub(crate) pods: Vec<PathBuf>,
@@ -47,6 +54,14 @@ pub(crate) struct Args {
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value = "text")]
     pub(crate) output: Output,
+}
+
+fn parse_sample(s: &str) -> Result<std::time::Duration, String> {
+    let d = qosd_model::core::duration::parse_go_duration(s)?;
+    if d < std::time::Duration::from_millis(100) || d > std::time::Duration::from_secs(60) {
+        return Err(format!("{s}: between 100ms and 1m"));
+    }
+    Ok(d)
 }
 
 /// The usage file.
@@ -76,6 +91,9 @@ pub(crate) struct OrderEntry {
     pub(crate) ephemeral_storage_bytes: Option<u64>,
     pub(crate) inodes: Option<u64>,
     pub(crate) processes: Option<u64>,
+    /// The share of the sample the pod stalled on memory, ppm (pressure
+    /// signals; null: not measured).
+    pub(crate) memory_stall_ppm: Option<u32>,
 }
 
 #[derive(Debug, Serialize, PartialEq)]
@@ -99,7 +117,7 @@ pub(crate) fn document(signal: Signal, r: &Ranking) -> OrderDoc {
     OrderDoc {
         signal: signal.to_string(),
         usage_unit: match signal.resource() {
-            SignalResource::Memory | SignalResource::Disk => "bytes",
+            SignalResource::Memory | SignalResource::MemoryStall | SignalResource::Disk => "bytes",
             SignalResource::Inodes => "inodes",
             SignalResource::Pids => "processes",
         },
@@ -124,6 +142,7 @@ pub(crate) fn document(signal: Signal, r: &Ranking) -> OrderDoc {
                 ephemeral_storage_bytes: x.candidate.stats.and_then(|s| s.ephemeral_storage_bytes),
                 inodes: x.candidate.stats.and_then(|s| s.inodes),
                 processes: x.candidate.stats.and_then(|s| s.processes),
+                memory_stall_ppm: x.candidate.stats.and_then(|s| s.memory_stall_ppm),
             })
             .collect(),
         never_evicted: r
@@ -222,7 +241,16 @@ pub(crate) fn render_text(doc: &OrderDoc) -> String {
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<i32> {
-    let signal: Signal = args.signal.parse().map_err(bad_input)?;
+    let signal = Signal::parse(&args.signal)
+        .or_else(|| Signal::parse_pressure(&args.signal))
+        .ok_or_else(|| {
+            bad_input(format!(
+                "unknown eviction signal {:?} (known: {}, and qosd's {})",
+                args.signal,
+                Signal::ALL.map(Signal::as_str).join(", "),
+                Signal::PRESSURE.map(Signal::as_str).join(", ")
+            ))
+        })?;
     if args.pods.is_empty() && !args.cri {
         return Err(bad_input(
             "give --pods PATH... (manifests) or --cri (live pods)",
@@ -247,6 +275,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<i32> {
         crate::app::check_parents(&plan, &listing).map_err(bad_input)?;
         let mut c = crate::app::live_candidates(&plan, &listing);
         add_disk_usage(&cfg, &mut c);
+        if signal.is_pressure() {
+            add_stall(&mut c, args.stall_sample);
+        }
         for x in &mut c {
             if let Some(st) = usage.pods.get(&x.uid) {
                 x.stats = Some(*st);
@@ -281,6 +312,37 @@ fn warn_unknown(usage: &UsageFile, c: &[Candidate]) {
         if !c.iter().any(|p| &p.uid == uid) {
             eprintln!("qosd: warning: usage file names pod uid {uid}, which is not among the pods");
         }
+    }
+}
+
+/// Each live pod's memory stall over `sample` (its cgroup's
+/// `memory.pressure` `some` total, read twice), as the daemon measures it
+/// between passes; unknown where the file cannot be read (cgroup v1).
+fn add_stall(candidates: &mut [Candidate], sample: std::time::Duration) {
+    use qosd_node::sys::pressure::cgroup_memory_stall_us;
+    let first: Vec<Option<(std::time::Instant, u64)>> = candidates
+        .iter()
+        .map(|c| {
+            let dir = c.cgroup_dirs.first()?;
+            Some((std::time::Instant::now(), cgroup_memory_stall_us(dir).ok()?))
+        })
+        .collect();
+    if first.iter().all(Option::is_none) {
+        return;
+    }
+    std::thread::sleep(sample);
+    for (c, before) in candidates.iter_mut().zip(first) {
+        let (Some((at, before)), Some(dir)) = (before, c.cgroup_dirs.first()) else {
+            continue;
+        };
+        let Ok(now) = cgroup_memory_stall_us(dir) else {
+            continue;
+        };
+        let us = at.elapsed().as_micros().max(1) as f64;
+        let ppm = (now.saturating_sub(before) as f64 / us * 1e6).clamp(0.0, 1e6) as u32;
+        let mut st = c.stats.unwrap_or_default();
+        st.memory_stall_ppm = Some(ppm);
+        c.stats = Some(st);
     }
 }
 

@@ -11,11 +11,12 @@ use std::time::{Duration, Instant};
 
 use crate::runtime::reaction::{DetectedBy, Detection, PendingDetections};
 use qosd_model::policy::evict::manager::{
-    watched_signals, Action, Cause, Decision, Manager, ManagerOptions,
+    watched_signals, Action, Cause, Decision, Manager, ManagerOptions, Observations,
 };
 use qosd_model::policy::evict::rank::{Candidate, PodStats};
 use qosd_model::policy::evict::threshold::{EvictionConfig, Signal, SignalResource};
 use qosd_node::evict::{EvictError, Evictor, Outcome};
+use qosd_node::sys::pressure::{PressureStatus, PressureWatcher};
 use qosd_node::sys::signals::{pod_local_storage, pod_stats, SignalError, SignalSources};
 use qosd_node::sys::watch::{targets_from_config, WatchConfig, WatchError, WatchEvent, Watcher};
 
@@ -40,6 +41,11 @@ pub struct PassReport {
     pub(crate) detected: BTreeMap<Signal, Detection>,
     /// Where the pass's time went (logged at debug by the loop).
     pub(crate) phases: PassPhases,
+    /// The next pass should come this soon (per-pod stall needs a second
+    /// sample).
+    pub(crate) again_in: Option<Duration>,
+    /// The pressure signals watched: mode and last reading.
+    pub(crate) pressure: Vec<PressureStatus>,
 }
 
 /// Wall time of each phase of one pass, and the pass thread's usage over
@@ -174,7 +180,34 @@ pub struct Engine {
     /// Since when storage stats wanted only for readers or local-storage
     /// limits have been put off because memory was near a threshold.
     storage_deferred_since: Option<Instant>,
+    /// The pressure watcher (pressure thresholds configured; started by the
+    /// loop, which owns its callback).
+    pub(crate) pressure: Option<PressureWatcher>,
+    /// Each pod's last `memory.pressure` reading (cgroup v2), for its stall
+    /// between two passes.
+    stall_history: std::collections::HashMap<String, (Instant, u64)>,
 }
+
+/// What a pass measures per pod.
+#[derive(Debug, Clone, Copy, Default)]
+struct Wanted {
+    /// Memory working set and processes.
+    mem: bool,
+    /// Local storage.
+    disk: bool,
+    /// Each pod's memory stall (a pressure threshold is near; cgroup v2).
+    stall: bool,
+    /// The periodic storage measurement for local-storage limits is due.
+    due: bool,
+}
+
+/// When per-pod stall is measured but no pod has two samples yet, the next
+/// pass comes this soon (the stalling pods are known then).
+const STALL_RESAMPLE: Duration = Duration::from_millis(200);
+
+/// A pod's previous `memory.pressure` reading older than this is not used
+/// (its stall would average over a calm period).
+const STALL_HISTORY_MAX_AGE: Duration = Duration::from_secs(10);
 
 impl Engine {
     pub fn new(
@@ -197,6 +230,8 @@ impl Engine {
             last_stats: None,
             last_image_gc: None,
             storage_deferred_since: None,
+            pressure: None,
+            stall_history: Default::default(),
         }
     }
 
@@ -214,75 +249,26 @@ impl Engine {
         let now = Instant::now();
         let mut phases = PassPhases::start(now);
         // Errors go back in the report; the caller logs them (once).
-        let (obs, mut signal_errors) = self.sources.observe(self.signals.iter().copied(), now);
+        let (obs, mut signal_errors) = self.observe(now);
         phases.signals = phases.lap();
-        // Per-pod usage matters to choose a victim, to see one's resources
-        // released, for local-storage limits and to readers (`/status`): it
-        // is measured when a threshold is near or a victim in flight, when
-        // a reader asks (`force_stats`), and storage every `stats_interval`
-        // while a pod has a local-storage limit. Far from every threshold
-        // nothing else needs it.
-        let near = |res: &[SignalResource]| {
-            self.manager.config().thresholds.iter().any(|t| {
-                res.contains(&t.signal.resource())
-                    && obs.get(&t.signal).is_some_and(|o| {
-                        o.available < t.threshold_for(o.capacity) + t.min_reclaim_for(o.capacity)
-                    })
-            })
-        };
-        let near_any = near(&[
-            SignalResource::Memory,
-            SignalResource::Disk,
-            SignalResource::Inodes,
-            SignalResource::Pids,
-        ]);
-        let near_disk = near(&[SignalResource::Disk, SignalResource::Inodes]);
-        let limits = pods
-            .as_ref()
-            .is_ok_and(|ps| ps.iter().any(|c| !c.storage_limits.is_empty()));
-        let due = limits
-            && self
-                .last_stats
-                .is_none_or(|t| now.saturating_duration_since(t) >= self.stats_interval);
-        let forced = std::mem::take(&mut self.force_stats);
-        let in_flight = self.manager.in_flight().next().is_some();
-        let want_mem = near_any || in_flight || forced;
-        let mut want_disk = near_disk || due || forced;
-        // Storage wanted only by a reader or for local-storage limits asks
-        // the runtime (ListContainerStats: 25-150 ms at load 10) and walks
-        // logs and volumes; while memory is near a threshold that would
-        // hold up a memory eviction in this pass, so it waits for a pass
-        // with memory calm — at most `stats_interval`.
-        let near_mem = near(&[SignalResource::Memory]);
-        if want_disk && !near_disk && near_mem {
-            let since = *self.storage_deferred_since.get_or_insert(now);
-            if now.saturating_duration_since(since) < self.stats_interval {
-                want_disk = false;
-                self.force_stats |= forced;
-            }
-        }
-        if want_disk {
-            self.storage_deferred_since = None;
-        }
-        let due = due && want_disk;
+        let want = self.wanted_stats(now, &obs, &pods);
         let mut measured = None;
+        let mut again_in = None;
         let pods = pods.map(|ps| {
-            if !(want_mem || want_disk) {
+            if !(want.mem || want.disk) {
                 return ps;
             }
-            if due {
+            if want.due {
                 self.last_stats = Some(now);
             }
             phases.measured_pods = ps.iter().filter(|c| c.stats.is_none()).count();
-            let out = self.measure(
-                Arc::unwrap_or_clone(ps),
-                want_mem,
-                want_disk,
-                &mut signal_errors,
-            );
+            let out = self.measure(Arc::unwrap_or_clone(ps), &want, &mut signal_errors);
+            if want.stall {
+                again_in = self.note_stall(&out);
+            }
             // Readers get complete measurements only (a pass near one
             // resource measures only what it ranks by).
-            if want_mem && want_disk {
+            if want.mem && want.disk {
                 measured = Some(out.clone());
             }
             Arc::new(out)
@@ -291,78 +277,9 @@ impl Engine {
         let pod_list = || pods.as_deref().map(Vec::as_slice).map_err(Clone::clone);
         let mut decision = self.manager.synchronize(now, &obs, pod_list());
         phases.decide = phases.lap();
-        let mut reclaim = self.periodic_image_gc(now, &obs);
-        // Node-level reclaim before evicting for disk (kubelet
-        // reclaimNodeLevelResources): dead containers, unused images; then
-        // evict only if a threshold is still met.
-        if let (Some(v), Some(rt)) = (decision.victim().cloned(), self.runtime.clone()) {
-            if v.cause == Cause::Threshold
-                && matches!(
-                    v.signal.resource(),
-                    SignalResource::Disk | SignalResource::Inodes
-                )
-            {
-                let rep = rt.reclaim(now);
-                let (after, _) = self
-                    .sources
-                    .observe(self.signals.iter().copied(), Instant::now());
-                let still: Vec<String> = self
-                    .manager
-                    .config()
-                    .thresholds
-                    .iter()
-                    .filter(|t| {
-                        after
-                            .get(&t.signal)
-                            .is_some_and(|o| t.is_met(o.available, o.capacity, true))
-                    })
-                    .map(|t| t.statement())
-                    .collect();
-                if still.is_empty() {
-                    decision.events.push(format!(
-                        "node-level reclaim freed enough ({} dead containers, {} images removed): no pod evicted for {}",
-                        rep.containers_removed,
-                        rep.images_removed.len(),
-                        v.threshold.statement()
-                    ));
-                    self.manager.cancel(&v.candidate.uid);
-                    decision.action = Action::None;
-                } else if rep.containers_removed + rep.images_removed.len() > 0 {
-                    decision.events.push(format!(
-                        "node-level reclaim removed {} dead containers and {} images; still met: {}: evicting",
-                        rep.containers_removed,
-                        rep.images_removed.len(),
-                        still.join(", ")
-                    ));
-                }
-                reclaim = Some(rep);
-            }
-        }
+        let reclaim = self.reclaim_before_disk(now, &obs, &mut decision);
         phases.reclaim = phases.lap();
-        let mut outcome = decision.victim().map(|v| {
-            let r = self.evictor.evict(v);
-            if let Err(e) = &r {
-                tracing::error!(pod = %v.candidate.uid, error = %e, "eviction failed");
-                self.manager.eviction_failed(&v.candidate.uid, now);
-            }
-            r
-        });
-        // A soft eviction the API refused moves on to the next candidate
-        // at once (the refused pod is in back-off), a few at most per pass.
-        for _ in 0..MAX_REFUSED_PER_PASS {
-            if !matches!(outcome, Some(Err(EvictError::ApiRefused { .. }))) {
-                break;
-            }
-            decision = self.manager.synchronize(now, &obs, pod_list());
-            outcome = decision.victim().map(|v| {
-                let r = self.evictor.evict(v);
-                if let Err(e) = &r {
-                    tracing::error!(pod = %v.candidate.uid, error = %e, "eviction failed");
-                    self.manager.eviction_failed(&v.candidate.uid, now);
-                }
-                r
-            });
-        }
+        let outcome = self.evict(now, &obs, pod_list, &mut decision);
         phases.evict = phases.lap();
         phases.finish();
         PassReport {
@@ -373,7 +290,233 @@ impl Engine {
             pods: measured,
             reclaim,
             detected: BTreeMap::new(),
+            again_in,
+            pressure: self
+                .pressure
+                .as_ref()
+                .map(|p| p.status())
+                .unwrap_or_default(),
         }
+    }
+
+    /// The node's signals now: the kubelet's from their files, the
+    /// pressure signals from the pressure watcher (unavailable when it does
+    /// not run: an error each, never silently absent).
+    fn observe(&mut self, now: Instant) -> (Observations, Vec<SignalError>) {
+        let (mut obs, mut errors) = self.sources.observe(
+            self.signals.iter().copied().filter(|s| !s.is_pressure()),
+            now,
+        );
+        let wanted: Vec<Signal> = self
+            .signals
+            .iter()
+            .copied()
+            .filter(|s| s.is_pressure())
+            .collect();
+        if wanted.is_empty() {
+            return (obs, errors);
+        }
+        let Some(p) = &self.pressure else {
+            errors.extend(wanted.into_iter().map(|signal| SignalError::NotConfigured {
+                signal,
+                message: "the pressure watcher is not running".into(),
+            }));
+            return (obs, errors);
+        };
+        for (signal, r) in p.observe(now) {
+            match r {
+                Ok(o) => {
+                    obs.insert(signal, o);
+                }
+                Err(message) => errors.push(SignalError::NotConfigured { signal, message }),
+            }
+        }
+        (obs, errors)
+    }
+
+    /// Which per-pod stats this pass measures. Per-pod usage matters to
+    /// choose a victim, to see one's resources released, for local-storage
+    /// limits and to readers (`/status`): it is measured when a threshold is
+    /// near or a victim in flight, when a reader asks (`force_stats`), and
+    /// storage every `stats_interval` while a pod has a local-storage
+    /// limit. Far from every threshold nothing else needs it.
+    fn wanted_stats(&mut self, now: Instant, obs: &Observations, pods: &SharedPods) -> Wanted {
+        let near = |res: &[SignalResource]| {
+            self.manager.config().thresholds.iter().any(|t| {
+                res.contains(&t.signal.resource())
+                    && obs
+                        .get(&t.signal)
+                        .is_some_and(|o| t.is_near(o.available, o.capacity))
+            })
+        };
+        let near_any = near(&[
+            SignalResource::Memory,
+            SignalResource::MemoryStall,
+            SignalResource::Disk,
+            SignalResource::Inodes,
+            SignalResource::Pids,
+        ]);
+        let near_disk = near(&[SignalResource::Disk, SignalResource::Inodes]);
+        let stall = near(&[SignalResource::MemoryStall]);
+        let limits = pods
+            .as_ref()
+            .is_ok_and(|ps| ps.iter().any(|c| !c.storage_limits.is_empty()));
+        let due = limits
+            && self
+                .last_stats
+                .is_none_or(|t| now.saturating_duration_since(t) >= self.stats_interval);
+        let forced = std::mem::take(&mut self.force_stats);
+        let in_flight = self.manager.in_flight().next().is_some();
+        let mem = near_any || in_flight || forced;
+        let mut disk = near_disk || due || forced;
+        // Storage wanted only by a reader or for local-storage limits asks
+        // the runtime (ListContainerStats: 25-150 ms at load 10) and walks
+        // logs and volumes; while memory is near a threshold that would
+        // hold up a memory eviction in this pass, so it waits for a pass
+        // with memory calm — at most `stats_interval`.
+        let near_mem = near(&[SignalResource::Memory, SignalResource::MemoryStall]);
+        if disk && !near_disk && near_mem {
+            let since = *self.storage_deferred_since.get_or_insert(now);
+            if now.saturating_duration_since(since) < self.stats_interval {
+                disk = false;
+                self.force_stats |= forced;
+            }
+        }
+        if disk {
+            self.storage_deferred_since = None;
+        }
+        Wanted {
+            mem,
+            disk,
+            stall: stall && self.sources.version == qosd_model::core::model::CgroupVersion::V2,
+            due: due && disk,
+        }
+    }
+
+    /// Node-level reclaim before evicting for disk (kubelet
+    /// reclaimNodeLevelResources): dead containers, unused images; then
+    /// evict only if a threshold is still met. With the periodic image GC.
+    fn reclaim_before_disk(
+        &mut self,
+        now: Instant,
+        obs: &Observations,
+        decision: &mut Decision,
+    ) -> Option<ReclaimReport> {
+        let mut reclaim = self.periodic_image_gc(now, obs);
+        let (Some(v), Some(rt)) = (decision.victim().cloned(), self.runtime.clone()) else {
+            return reclaim;
+        };
+        if v.cause != Cause::Threshold
+            || !matches!(
+                v.signal.resource(),
+                SignalResource::Disk | SignalResource::Inodes
+            )
+        {
+            return reclaim;
+        }
+        let rep = rt.reclaim(now);
+        let (after, _) = self.sources.observe(
+            self.signals.iter().copied().filter(|s| !s.is_pressure()),
+            Instant::now(),
+        );
+        let still: Vec<String> = self
+            .manager
+            .config()
+            .thresholds
+            .iter()
+            .filter(|t| {
+                after
+                    .get(&t.signal)
+                    .is_some_and(|o| t.is_met(o.available, o.capacity, true))
+            })
+            .map(|t| t.statement())
+            .collect();
+        if still.is_empty() {
+            decision.events.push(format!(
+                "node-level reclaim freed enough ({} dead containers, {} images removed): no pod evicted for {}",
+                rep.containers_removed,
+                rep.images_removed.len(),
+                v.threshold.statement()
+            ));
+            self.manager.cancel(&v.candidate.uid);
+            decision.action = Action::None;
+        } else if rep.containers_removed + rep.images_removed.len() > 0 {
+            decision.events.push(format!(
+                "node-level reclaim removed {} dead containers and {} images; still met: {}: evicting",
+                rep.containers_removed,
+                rep.images_removed.len(),
+                still.join(", ")
+            ));
+        }
+        reclaim = Some(rep);
+        reclaim
+    }
+
+    /// Act on the decision's victim; a soft eviction the API refused moves
+    /// on to the next candidate at once (the refused pod is in back-off), a
+    /// few at most per pass.
+    fn evict<'p>(
+        &mut self,
+        now: Instant,
+        obs: &Observations,
+        pod_list: impl Fn() -> Result<&'p [Candidate], String>,
+        decision: &mut Decision,
+    ) -> Option<Result<Outcome, EvictError>> {
+        let mut outcome = self.evict_victim(now, decision);
+        for _ in 0..MAX_REFUSED_PER_PASS {
+            if !matches!(outcome, Some(Err(EvictError::ApiRefused { .. }))) {
+                break;
+            }
+            *decision = self.manager.synchronize(now, obs, pod_list());
+            outcome = self.evict_victim(now, decision);
+        }
+        outcome
+    }
+
+    fn evict_victim(
+        &mut self,
+        now: Instant,
+        decision: &Decision,
+    ) -> Option<Result<Outcome, EvictError>> {
+        decision.victim().map(|v| {
+            let r = self.evictor.evict(v);
+            if let Err(e) = &r {
+                tracing::error!(pod = %v.candidate.uid, error = %e, "eviction failed");
+                self.manager.eviction_failed(&v.candidate.uid, now);
+            }
+            r
+        })
+    }
+
+    /// Per-pod stall was sampled in this pass: tell the manager whether it
+    /// is measured on this node, forget gone pods, and ask for another pass
+    /// soon when it is measured but no pod has two samples yet (the
+    /// ranking waits for the pods that stall).
+    fn note_stall(&mut self, pods: &[Candidate]) -> Option<Duration> {
+        let listed: std::collections::BTreeSet<&str> =
+            pods.iter().map(|c| c.uid.as_str()).collect();
+        self.stall_history
+            .retain(|uid, _| listed.contains(uid.as_str()));
+        let readable = !self.stall_history.is_empty();
+        self.manager.set_per_pod_pressure(readable);
+        let known = pods
+            .iter()
+            .any(|c| c.stats.is_some_and(|s| s.memory_stall_ppm.is_some()));
+        (readable && !known).then_some(STALL_RESAMPLE)
+    }
+
+    /// A pod's stall since its previous sample (ppm of the interval), its
+    /// counter read now; `None` on a first sample or one too old.
+    fn pod_stall(&mut self, uid: &str, dir: &std::path::Path, now: Instant) -> Option<u32> {
+        let total = qosd_node::sys::pressure::cgroup_memory_stall_us(dir).ok()?;
+        let prev = self.stall_history.insert(uid.to_string(), (now, total));
+        let (at, before) = prev?;
+        let dt = now.saturating_duration_since(at);
+        if dt.is_zero() || dt > STALL_HISTORY_MAX_AGE || total < before {
+            return None;
+        }
+        let ppm = (total - before) as f64 / dt.as_micros() as f64 * 1e6;
+        Some(ppm.clamp(0.0, 1e6) as u32)
     }
 
     /// Image GC between the kubelet's high and low thresholds, every
@@ -418,13 +561,13 @@ impl Engine {
     /// Fill missing stats: memory and processes from the pod cgroup; local
     /// storage from the writable layers (runtime), logs and local volumes.
     fn measure(
-        &self,
+        &mut self,
         pods: Vec<Candidate>,
-        mem: bool,
-        disk: bool,
+        want: &Wanted,
         errors: &mut Vec<SignalError>,
     ) -> Vec<Candidate> {
         let version = self.sources.version;
+        let (mem, disk) = (want.mem, want.disk);
         let layers = match (&self.runtime, disk) {
             (Some(rt), true) => match rt.writable_layers() {
                 Ok(l) => Some(l),
@@ -438,6 +581,7 @@ impl Engine {
             },
             _ => None,
         };
+        let now = Instant::now();
         pods.into_iter()
             .map(|mut c| {
                 if c.stats.is_some() {
@@ -451,6 +595,11 @@ impl Engine {
                         any |= m.memory_working_set_bytes.is_some() || m.processes.is_some();
                         st.memory_working_set_bytes = m.memory_working_set_bytes;
                         st.processes = m.processes;
+                    }
+                }
+                if want.stall {
+                    if let Some(dir) = c.cgroup_dirs.first().cloned() {
+                        st.memory_stall_ppm = self.pod_stall(&c.uid, &dir, now);
                     }
                 }
                 if disk {
@@ -650,6 +799,9 @@ pub(crate) fn next_pass_in(
             SignalResource::Memory | SignalResource::Disk => WORST_RAMP_BYTES_PER_SEC,
             SignalResource::Inodes => WORST_RAMP_INODES_PER_SEC,
             SignalResource::Pids => WORST_RAMP_PIDS_PER_SEC,
+            // The pressure watcher wakes the loop (a kernel trigger, or its
+            // own reading of the counter): nothing to plan for here.
+            SignalResource::MemoryStall => continue,
         };
         let distance = o.available.saturating_sub(line).max(0);
         let secs = distance as f64 / rate as f64;
@@ -685,6 +837,16 @@ pub(crate) struct LoopOptions {
     /// process may: [`qosd_node::sys::watch::realtime_allowed`]), with or
     /// without the watcher; `None`: normal scheduling.
     pub(crate) rt_priority: Option<i32>,
+    /// The pressure watcher (pressure thresholds configured): its targets
+    /// and tunables; `None`: not started.
+    pub(crate) pressure: Option<PressureOptions>,
+}
+
+/// What the pressure watcher watches and how.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct PressureOptions {
+    pub(crate) targets: Vec<qosd_node::sys::pressure::PressureTarget>,
+    pub(crate) config: qosd_node::sys::pressure::PressureConfig,
 }
 
 impl Default for LoopOptions {
@@ -695,7 +857,185 @@ impl Default for LoopOptions {
             max_pod_list_age: std::time::Duration::from_secs(60),
             watch: Some(WatchConfig::default()),
             rt_priority: None,
+            pressure: None,
         }
+    }
+}
+
+/// The memory watcher's callback: note the detection, wake the loop.
+fn on_watch(
+    tx: std::sync::mpsc::Sender<()>,
+    pending: std::sync::Arc<PendingDetections>,
+) -> impl FnMut(WatchEvent) + Send + 'static {
+    move |e: WatchEvent| {
+        pending.note(
+            e.signal,
+            Detection {
+                at: e.at,
+                gap: e.gap,
+                by: DetectedBy::Watcher,
+            },
+        );
+        let _ = tx.send(());
+    }
+}
+
+/// Start the pressure watcher into the engine; its events are noted as
+/// detections and wake the loop, like the memory watcher's. A signal the
+/// kernel cannot watch (no PSI) is reported unavailable by the pass; only
+/// a thread that cannot start is an error.
+fn start_pressure(
+    engine: &mut Engine,
+    opts: &PressureOptions,
+    tx: &std::sync::mpsc::Sender<()>,
+    pending: &std::sync::Arc<PendingDetections>,
+) -> Result<(), WatchError> {
+    let (tx, pending) = (tx.clone(), pending.clone());
+    let w = PressureWatcher::spawn(opts.targets.clone(), opts.config.clone(), move |e| {
+        pending.note(
+            e.signal,
+            Detection {
+                at: e.at,
+                gap: e.gap,
+                by: DetectedBy::Pressure,
+            },
+        );
+        let _ = tx.send(());
+    })
+    .map_err(|e| WatchError::Spawn(std::io::Error::other(e.to_string())))?;
+    for st in w.status() {
+        tracing::info!(
+            target: "qosd::eviction",
+            signal = %st.signal,
+            window = %qosd_model::core::duration::format_go_duration(st.window),
+            mode = %st.mode.describe(),
+            "pressure signal watched"
+        );
+    }
+    engine.pressure = Some(w);
+    Ok(())
+}
+
+/// The eviction loop's thread: everything it owns.
+struct LoopRunner {
+    engine: Engine,
+    feed: std::sync::Arc<PodFeed>,
+    rx: std::sync::mpsc::Receiver<()>,
+    tx_late: std::sync::mpsc::Sender<()>,
+    pending: std::sync::Arc<PendingDetections>,
+    /// The watcher lives (and stops) with this thread, which checks that
+    /// it is still running.
+    watcher: Option<Watcher>,
+    retry_watch: Option<WatchConfig>,
+    heartbeat: Option<std::sync::Arc<crate::telemetry::health::Heartbeat>>,
+    health: Option<std::sync::Arc<crate::telemetry::health::Health>>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    opts: LoopOptions,
+}
+
+impl LoopRunner {
+    /// Run passes until stopped: at once on every watcher event, at least
+    /// every period ([`next_pass_in`]).
+    fn run(mut self, mut on_pass: impl FnMut(&PassReport)) {
+        use std::sync::atomic::Ordering;
+        // The pass itself must not lag the detector, nor wait for a core
+        // when it is the only detector.
+        if let Some(p) = self.opts.rt_priority {
+            use qosd_node::sys::watch::{set_thread_realtime, Realtime};
+            match set_thread_realtime(p) {
+                Realtime::Set => {}
+                Realtime::Failed(error) => tracing::warn!(priority = p, error = %error, "cannot run the eviction pass thread with SCHED_FIFO; using normal scheduling"),
+                // (with the watcher, its thread logs this once)
+                Realtime::NotPermitted if self.opts.watch.is_none() => tracing::info!(priority = p, "eviction passes at normal priority: real-time scheduling not permitted here (RLIMIT_RTPRIO 0, no CAP_SYS_NICE)"),
+                Realtime::NotPermitted => {}
+            }
+        }
+        let mut wait = self.opts.period;
+        while !self.stop.load(Ordering::Relaxed) {
+            let _ = self.rx.recv_timeout(wait);
+            let woke = Instant::now();
+            while self.rx.try_recv().is_ok() {} // coalesce wake-ups
+            if self.stop.load(Ordering::Relaxed) {
+                break;
+            }
+            self.check_detectors();
+            crate::runtime::supervisor::inject_panic("eviction-pass");
+            // A reader (`/status`) waits for fresh per-pod usage.
+            let asked = self.health.as_ref().and_then(|h| h.usage_wanted());
+            self.engine.force_stats |= asked.is_some();
+            let detected = self.pending.take();
+            let fed = Instant::now();
+            let pods = self.feed.get(self.opts.max_pod_list_age);
+            let fed = fed.elapsed();
+            let mut report = self.engine.pass_shared(pods);
+            report.detected = detected;
+            log_pass_timing(&report, woke, fed);
+            on_pass(&report);
+            if let (Some(h), Some(g)) = (&self.health, asked) {
+                h.usage_measured(g);
+            }
+            wait = self.next_wait(&report);
+        }
+    }
+
+    /// Start the memory watcher if it could not start before, beat the
+    /// heartbeat, and fail liveness when a watcher thread died.
+    fn check_detectors(&mut self) {
+        if let Some(wc) = &self.retry_watch {
+            match self.engine.spawn_watcher(
+                wc.clone(),
+                on_watch(self.tx_late.clone(), self.pending.clone()),
+            ) {
+                Ok(w) => {
+                    tracing::info!("fast memory watcher started");
+                    self.watcher = Some(w);
+                    self.retry_watch = None;
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "fast memory watcher still unavailable")
+                }
+            }
+        }
+        if let Some(hb) = &self.heartbeat {
+            hb.beat();
+        }
+        if let Some(h) = &self.health {
+            if self.watcher.as_ref().is_some_and(|w| !w.is_running()) {
+                h.fail("fast memory watcher thread died".into());
+            }
+            if self
+                .engine
+                .pressure
+                .as_ref()
+                .is_some_and(|w| !w.is_running())
+            {
+                h.fail("pressure watcher thread died".into());
+            }
+        }
+    }
+
+    /// When the next pass is due after `report`.
+    fn next_wait(&self, report: &PassReport) -> Duration {
+        let in_flight = self.engine.manager.in_flight().next().is_some();
+        let wait = match &self.watcher {
+            // Until the watcher runs, memory is only seen by passes.
+            _ if self.retry_watch.is_some() => self.opts.period,
+            Some(w) if w.is_running() => next_pass_in(
+                &report.decision,
+                in_flight,
+                &w.signals,
+                self.opts.period,
+                self.opts.idle_period,
+            ),
+            _ => next_pass_in(
+                &report.decision,
+                in_flight,
+                &[],
+                self.opts.period,
+                self.opts.idle_period,
+            ),
+        };
+        report.again_in.map_or(wait, |a| a.min(wait))
     }
 }
 
@@ -723,26 +1063,12 @@ impl EvictionLoop {
         feed: std::sync::Arc<PodFeed>,
         opts: LoopOptions,
         health: Option<std::sync::Arc<crate::telemetry::health::Health>>,
-        mut on_pass: impl FnMut(&PassReport) + Send + 'static,
+        on_pass: impl FnMut(&PassReport) + Send + 'static,
     ) -> Result<EvictionLoop, WatchError> {
-        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::atomic::AtomicBool;
         let (tx, rx) = std::sync::mpsc::channel::<()>();
-        // The watcher's reads that saw a crossing, until a pass takes them.
+        // The watchers' reads that saw a crossing, until a pass takes them.
         let pending = std::sync::Arc::new(PendingDetections::default());
-        let on_watch = |tx: std::sync::mpsc::Sender<()>,
-                        pending: std::sync::Arc<PendingDetections>| {
-            move |e: WatchEvent| {
-                pending.note(
-                    e.signal,
-                    Detection {
-                        at: e.at,
-                        gap: e.gap,
-                        by: DetectedBy::Watcher,
-                    },
-                );
-                let _ = tx.send(());
-            }
-        };
         let watcher = match &opts.watch {
             None => None,
             Some(wc) => {
@@ -758,111 +1084,41 @@ impl EvictionLoop {
                 }
             }
         };
-        let mut retry_watch = match (&watcher, &opts.watch) {
+        if let Some(pc) = &opts.pressure {
+            start_pressure(&mut engine, pc, &tx, &pending)?;
+        }
+        let retry_watch = match (&watcher, &opts.watch) {
             (None, Some(wc)) => Some(wc.clone()),
             _ => None,
         };
-        let tx_late = tx.clone();
         if let Some(h) = &health {
             h.set_usage_measurer(tx.clone());
         }
-        let rt_priority = opts.rt_priority;
-        let watch_off = opts.watch.is_none();
         let stop = std::sync::Arc::new(AtomicBool::new(false));
-        let stop2 = stop.clone();
         let heartbeat = health.as_ref().map(|h| {
             h.register_loop(
                 "eviction loop",
                 (opts.period * 10).max(std::time::Duration::from_secs(30)),
             )
         });
-        let health2 = health.clone();
-        let thread = crate::runtime::supervisor::spawn_supervised(
-            "qosd-evict-loop",
-            health.clone(),
-            move || {
-                // The pass itself must not lag the detector, nor wait for a
-                // core when it is the only detector.
-                if let Some(p) = rt_priority {
-                    use qosd_node::sys::watch::{set_thread_realtime, Realtime};
-                    match set_thread_realtime(p) {
-                        Realtime::Set => {}
-                        Realtime::Failed(error) => tracing::warn!(priority = p, error = %error, "cannot run the eviction pass thread with SCHED_FIFO; using normal scheduling"),
-                        // (with the watcher, its thread logs this once)
-                        Realtime::NotPermitted if watch_off => tracing::info!(priority = p, "eviction passes at normal priority: real-time scheduling not permitted here (RLIMIT_RTPRIO 0, no CAP_SYS_NICE)"),
-                        Realtime::NotPermitted => {}
-                    }
-                }
-                // The watcher lives (and stops) with this thread, which
-                // checks that it is still running.
-                let mut _late_watcher: Option<Watcher> = watcher;
-                let mut wait = opts.period;
-                while !stop2.load(Ordering::Relaxed) {
-                    let _ = rx.recv_timeout(wait);
-                    let woke = Instant::now();
-                    while rx.try_recv().is_ok() {} // coalesce wake-ups
-                    if stop2.load(Ordering::Relaxed) {
-                        break;
-                    }
-                    if let Some(wc) = &retry_watch {
-                        match engine
-                            .spawn_watcher(wc.clone(), on_watch(tx_late.clone(), pending.clone()))
-                        {
-                            Ok(w) => {
-                                tracing::info!("fast memory watcher started");
-                                _late_watcher = Some(w);
-                                retry_watch = None;
-                            }
-                            Err(e) => {
-                                tracing::debug!(error = %e, "fast memory watcher still unavailable")
-                            }
-                        }
-                    }
-                    if let Some(hb) = &heartbeat {
-                        hb.beat();
-                    }
-                    if let (Some(h), Some(w)) = (&health2, &_late_watcher) {
-                        if !w.is_running() {
-                            h.fail("fast memory watcher thread died".into());
-                        }
-                    }
-                    crate::runtime::supervisor::inject_panic("eviction-pass");
-                    // A reader (`/status`) waits for fresh per-pod usage.
-                    let asked = health2.as_ref().and_then(|h| h.usage_wanted());
-                    engine.force_stats |= asked.is_some();
-                    let detected = pending.take();
-                    let fed = Instant::now();
-                    let pods = feed.get(opts.max_pod_list_age);
-                    let fed = fed.elapsed();
-                    let mut report = engine.pass_shared(pods);
-                    report.detected = detected;
-                    log_pass_timing(&report, woke, fed);
-                    on_pass(&report);
-                    if let (Some(h), Some(g)) = (&health2, asked) {
-                        h.usage_measured(g);
-                    }
-                    wait = match &_late_watcher {
-                        // Until the watcher runs, memory is only seen by passes.
-                        _ if retry_watch.is_some() => opts.period,
-                        Some(w) if w.is_running() => next_pass_in(
-                            &report.decision,
-                            engine.manager.in_flight().next().is_some(),
-                            &w.signals,
-                            opts.period,
-                            opts.idle_period,
-                        ),
-                        _ => next_pass_in(
-                            &report.decision,
-                            engine.manager.in_flight().next().is_some(),
-                            &[],
-                            opts.period,
-                            opts.idle_period,
-                        ),
-                    };
-                }
-            },
-        )
-        .map_err(WatchError::Spawn)?;
+        let runner = LoopRunner {
+            engine,
+            feed,
+            rx,
+            tx_late: tx.clone(),
+            pending,
+            watcher,
+            retry_watch,
+            heartbeat,
+            health: health.clone(),
+            stop: stop.clone(),
+            opts,
+        };
+        let thread =
+            crate::runtime::supervisor::spawn_supervised("qosd-evict-loop", health, move || {
+                runner.run(on_pass)
+            })
+            .map_err(WatchError::Spawn)?;
         Ok(EvictionLoop {
             stop,
             wake: tx,

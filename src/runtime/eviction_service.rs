@@ -28,9 +28,11 @@ use qosd_model::core::model::{CgroupVersion, Pod};
 use qosd_model::policy::enforce::naming::CgroupLayout;
 use qosd_model::policy::evict::manager::ManagerOptions;
 use qosd_model::policy::evict::rank::Candidate;
+use qosd_model::policy::evict::threshold::ThresholdValue;
 use qosd_model::policy::evict::threshold::{EvictionConfig, NodeCondition};
 use qosd_model::policy::evict::Backend;
 use qosd_node::evict::{Evictor, PodStopper};
+use qosd_node::sys::pressure::PressureStatus;
 use qosd_node::sys::signals::SignalSources;
 use qosd_node::sys::watch::{WatchConfig, WatchError};
 
@@ -54,6 +56,9 @@ pub(crate) struct ServiceConfig {
     /// `evictionHook`: run after each eviction (never blocks the loop).
     pub(crate) hook: Option<crate::runtime::hook::Hook>,
     pub(crate) image_gc: ImageGcPolicy,
+    /// The pressure watcher's targets and tunables (pressure thresholds
+    /// configured); `None`: none.
+    pub(crate) pressure: Option<crate::runtime::eviction::PressureOptions>,
 }
 
 /// The eviction candidates of a set of pods: class, requests, priority, and
@@ -128,6 +133,7 @@ impl EvictionService {
                 max_pod_list_age: cfg.max_listing_age,
                 watch: cfg.watch,
                 rt_priority: cfg.rt_priority,
+                pressure: cfg.pressure,
                 ..LoopOptions::default()
             },
             Some(health.clone()),
@@ -352,7 +358,7 @@ fn report(
     for _ in &r.signal_errors {
         metrics.error(ErrorKind::SignalRead);
     }
-    publish(metrics, health, &r.decision, conditions);
+    publish(metrics, health, &r.decision, &r.pressure, conditions);
     blocked_logged.update(quiet_state(&r.decision), r.decision.at);
     for e in &r.decision.events {
         tracing::info!(target: "qosd::eviction", "{e}");
@@ -431,9 +437,18 @@ fn publish(
     metrics: &Metrics,
     health: &Health,
     decision: &qosd_model::policy::evict::manager::Decision,
+    pressure: &[PressureStatus],
     prev: &mut BTreeMap<NodeCondition, bool>,
 ) {
     for t in &decision.thresholds {
+        if let ThresholdValue::Stall { share, .. } = t.threshold.value {
+            let sig = t.threshold.signal;
+            if let Some(o) = t.observed {
+                metrics.pressure_observed(sig, o.available as f64 / o.capacity.max(1) as f64);
+            }
+            metrics.pressure_threshold(sig, t.threshold.kind, share, t.met);
+            continue;
+        }
         if let Some(o) = t.observed {
             metrics.signal(t.threshold.signal, o.available, o.capacity);
         }
@@ -455,11 +470,15 @@ fn publish(
             tracing::warn!(target: "qosd::eviction", condition = c.as_str(), active, "node condition changed");
         }
     }
-    let (signals, conditions) = crate::telemetry::status::eviction_status(
+    for p in pressure {
+        metrics.pressure_detector(p.signal, p.mode.as_str());
+    }
+    let (mut signals, conditions) = crate::telemetry::status::eviction_status(
         &decision.thresholds,
         None,
         Some(&decision.conditions),
     );
+    crate::telemetry::status::add_pressure(&mut signals, pressure);
     health.update_status(|d| {
         d.signals = signals;
         d.conditions = conditions;

@@ -24,6 +24,9 @@ pub(crate) enum DetectedBy {
     Watcher,
     /// An eviction pass's own signal reads.
     Pass,
+    /// The pressure watcher (a kernel trigger, or its own reading of the
+    /// stall counter).
+    Pressure,
 }
 
 impl DetectedBy {
@@ -31,6 +34,7 @@ impl DetectedBy {
         match self {
             DetectedBy::Watcher => "watcher",
             DetectedBy::Pass => "pass",
+            DetectedBy::Pressure => "pressure",
         }
     }
 }

@@ -55,6 +55,11 @@ pub const FAMILIES: &[&str] = &[
     "qosd_eviction_threshold_inodes",
     "qosd_eviction_threshold_processes",
     "qosd_eviction_threshold_met",
+    "qosd_signal_pressure_available",
+    "qosd_signal_pressure_stall_seconds_total",
+    "qosd_signal_pressure_observed_ratio",
+    "qosd_signal_pressure_threshold_ratio",
+    "qosd_signal_pressure_detector",
     "qosd_node_condition",
     "qosd_reconcile_duration_seconds",
     "qosd_reconciles_total",
@@ -171,6 +176,23 @@ struct ThresholdLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DetectorLabels {
+    eviction_signal: String,
+    mode: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResourceLabels {
+    resource: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResourceLineLabels {
+    resource: String,
+    line: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ConditionLabels {
     condition: String,
 }
@@ -218,7 +240,10 @@ struct PerUnit {
 impl PerUnit {
     fn of(&self, s: Signal) -> &Family<SignalLabels, Gauge> {
         match s.resource() {
-            SignalResource::Memory | SignalResource::Disk => &self.bytes,
+            // (pressure signals never get here: [`Metrics::signal`])
+            SignalResource::Memory | SignalResource::MemoryStall | SignalResource::Disk => {
+                &self.bytes
+            }
             SignalResource::Inodes => &self.inodes,
             SignalResource::Pids => &self.processes,
         }
@@ -262,6 +287,9 @@ pub struct Metrics {
     capacity: PerUnit,
     threshold_value: ThresholdPerUnit,
     threshold_met: Family<ThresholdLabels, Gauge>,
+    pressure_observed: Family<SignalLabels, Gauge<f64, AtomicU64>>,
+    pressure_threshold: Family<ThresholdLabels, Gauge<f64, AtomicU64>>,
+    pressure_detector: Family<DetectorLabels, Gauge>,
     node_condition: Family<ConditionLabels, Gauge>,
     reconcile_duration: Histogram,
     reconciles: Counter,
@@ -322,6 +350,9 @@ impl Metrics {
             capacity: PerUnit::default(),
             threshold_value: ThresholdPerUnit::default(),
             threshold_met: Family::default(),
+            pressure_observed: Family::default(),
+            pressure_threshold: Family::default(),
+            pressure_detector: Family::default(),
             node_condition: Family::default(),
             // 1 ms … ~16 s
             reconcile_duration: Histogram::new(exponential_buckets(0.001, 2.0, 15)),
@@ -417,6 +448,29 @@ impl Metrics {
             "qosd_eviction_threshold_met",
             "1 while an eviction threshold is met (observed below threshold, min-reclaim not yet reached)",
             m.threshold_met.clone(),
+        );
+        r.register_collector(Box::new(PressureCollector {
+            proc_root: proc_self
+                .parent()
+                .map(std::path::Path::to_path_buf)
+                .unwrap_or_else(|| PathBuf::from("/proc")),
+        }));
+        r.register_with_unit(
+            "qosd_signal_pressure_observed",
+            "Stall of each pressure signal (memory.some, memory.full) in its window at the last eviction pass, as a share of the window",
+            Unit::Other("ratio".into()),
+            m.pressure_observed.clone(),
+        );
+        r.register_with_unit(
+            "qosd_signal_pressure_threshold",
+            "Pressure threshold: the share of the window stalled at which it is met",
+            Unit::Other("ratio".into()),
+            m.pressure_threshold.clone(),
+        );
+        r.register(
+            "qosd_signal_pressure_detector",
+            "1 for how each pressure signal is watched: trigger (the kernel's), poll (the stall counter read every tenth of the window) or unavailable (no PSI: not evaluated)",
+            m.pressure_detector.clone(),
         );
         r.register(
             "qosd_node_condition",
@@ -542,7 +596,7 @@ impl Metrics {
         }
         // Counters whose label sets are known start at 0, so every family
         // is in the first scrape (and rate() sees the first increment).
-        for signal in Signal::ALL {
+        for signal in Signal::ALL.into_iter().chain(Signal::PRESSURE) {
             for class in [
                 QosClass::Guaranteed,
                 QosClass::Burstable,
@@ -619,6 +673,11 @@ impl Metrics {
     /// Latest observation of a signal: available amount and capacity, in
     /// the signal's unit (bytes, inodes or processes).
     pub(crate) fn signal(&self, signal: Signal, available: i64, capacity: i64) {
+        if signal.is_pressure() {
+            // stalled µs of a window of `capacity` µs: a share
+            self.pressure_observed(signal, available as f64 / capacity.max(1) as f64);
+            return;
+        }
         let l = SignalLabels {
             eviction_signal: signal.as_str().to_string(),
         };
@@ -637,9 +696,52 @@ impl Metrics {
             SignalResource::Memory | SignalResource::Disk => &t.bytes,
             SignalResource::Inodes => &t.inodes,
             SignalResource::Pids => &t.processes,
+            // in its own family ([`Metrics::pressure_threshold`])
+            SignalResource::MemoryStall => {
+                self.threshold_met.get_or_create(&l).set(i64::from(met));
+                return;
+            }
         };
         f.get_or_create(&l).set(value);
         self.threshold_met.get_or_create(&l).set(i64::from(met));
+    }
+
+    /// A pressure signal's stall in its window, as a share of the window.
+    pub(crate) fn pressure_observed(&self, signal: Signal, share: f64) {
+        self.pressure_observed
+            .get_or_create(&SignalLabels {
+                eviction_signal: signal.as_str().to_string(),
+            })
+            .set(share);
+    }
+
+    /// A pressure threshold: its share of the window and whether it is met.
+    pub(crate) fn pressure_threshold(
+        &self,
+        signal: Signal,
+        kind: ThresholdKind,
+        share: f64,
+        met: bool,
+    ) {
+        let l = ThresholdLabels {
+            eviction_signal: signal.as_str().to_string(),
+            kind: kind.as_str().to_string(),
+        };
+        self.pressure_threshold.get_or_create(&l).set(share);
+        self.threshold_met.get_or_create(&l).set(i64::from(met));
+    }
+
+    /// How a pressure signal is watched (`trigger`, `poll`, `unavailable`):
+    /// 1 for its mode, 0 for the others.
+    pub(crate) fn pressure_detector(&self, signal: Signal, mode: &str) {
+        for m in ["trigger", "poll", "unavailable"] {
+            self.pressure_detector
+                .get_or_create(&DetectorLabels {
+                    eviction_signal: signal.as_str().to_string(),
+                    mode: m.to_string(),
+                })
+                .set(i64::from(m == mode));
+        }
     }
 
     /// Forget every threshold series (a reload changed the thresholds).
@@ -649,6 +751,9 @@ impl Metrics {
         t.inodes.clear();
         t.processes.clear();
         self.threshold_met.clear();
+        self.pressure_observed.clear();
+        self.pressure_threshold.clear();
+        self.pressure_detector.clear();
     }
 
     /// A node condition (`MemoryPressure`, `DiskPressure`, `PIDPressure`).
@@ -796,6 +901,60 @@ pub(crate) fn openmetrics_to_prometheus(om: &str) -> String {
     out
 }
 
+/// The node's pressure stall information, read at scrape time from
+/// `<proc>/pressure/{memory,io,cpu}`: whether each file is there
+/// (`qosd_signal_pressure_available`, 0 without PSI) and, where it is, the
+/// kernel's cumulative stall (`qosd_signal_pressure_stall_seconds_total`;
+/// no sample where it is not: unknown is not 0).
+#[derive(Debug)]
+struct PressureCollector {
+    proc_root: PathBuf,
+}
+
+impl Collector for PressureCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        use qosd_node::sys::pressure::{node_availability, Line, Resource};
+        let readings: Vec<(Resource, Option<qosd_node::sys::pressure::Reading>)> = Resource::ALL
+            .into_iter()
+            .map(|r| (r, node_availability(&self.proc_root, r).ok()))
+            .collect();
+        {
+            let mut m = encoder.encode_descriptor(
+                "qosd_signal_pressure_available",
+                "1 when the node's pressure stall information of the resource (memory, io, cpu) can be read, 0 when not (a kernel without PSI or booted psi=0): pressure thresholds on it are not evaluated",
+                None,
+                MetricType::Gauge,
+            )?;
+            for (r, reading) in &readings {
+                let l = ResourceLabels {
+                    resource: r.as_str().to_string(),
+                };
+                ConstGauge::new(i64::from(reading.is_some())).encode(m.encode_family(&l)?)?;
+            }
+        }
+        let mut m = encoder.encode_descriptor(
+            "qosd_signal_pressure_stall",
+            "The node's cumulative time stalled on the resource (the pressure file's total), by line: some (at least one task) or full (every non-idle task)",
+            Some(&Unit::Seconds),
+            MetricType::Counter,
+        )?;
+        for (r, reading) in &readings {
+            let Some(reading) = reading else { continue };
+            for line in [Line::Some, Line::Full] {
+                let Some(v) = reading.line(line) else {
+                    continue;
+                };
+                let l = ResourceLineLabels {
+                    resource: r.as_str().to_string(),
+                    line: line.as_str().to_string(),
+                };
+                ConstCounter::new(v.total_us as f64 / 1e6).encode(m.encode_family(&l)?)?;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The standard `process_*` metrics of this process, read at scrape time.
 #[derive(Debug)]
 struct ProcessCollector {
@@ -896,6 +1055,9 @@ mod tests {
         m.threshold(Signal::MemoryAvailable, ThresholdKind::Hard, 1, false);
         m.threshold(Signal::NodeFsInodesFree, ThresholdKind::Hard, 1, false);
         m.threshold(Signal::PidAvailable, ThresholdKind::Hard, 1, true);
+        m.pressure_observed(Signal::MemoryFull, 0.25);
+        m.pressure_threshold(Signal::MemoryFull, ThresholdKind::Hard, 0.1, true);
+        m.pressure_detector(Signal::MemoryFull, "trigger");
         m.cri_call("Version", Duration::from_millis(1), false);
         m.kube.set_pods(1, 1);
         m.kube.eviction_path("evicted");
@@ -932,6 +1094,75 @@ mod tests {
         );
         assert!(sample(&t, "process_resident_memory_bytes").unwrap() > 0.0);
         assert!(sample(&t, "process_open_fds").unwrap() > 0.0);
+    }
+
+    /// The node's pressure files at scrape time: there or not (0, never a
+    /// silent absence), and the kernel's totals only where there.
+    #[test]
+    fn pressure_files_at_scrape_time() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir(d.path().join("pressure")).unwrap();
+        std::fs::write(
+            d.path().join("pressure/memory"),
+            "some avg10=0.00 avg60=0.00 avg300=0.00 total=2500000\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=1000000\n",
+        )
+        .unwrap();
+        let t = Metrics::with_proc(d.path().join("self")).encode();
+        let s = |p: &str| sample(&t, p);
+        assert_eq!(
+            s("qosd_signal_pressure_available{resource=\"memory\"}"),
+            Some(1.0),
+            "{t}"
+        );
+        assert_eq!(
+            s("qosd_signal_pressure_available{resource=\"io\"}"),
+            Some(0.0)
+        );
+        assert_eq!(
+            s("qosd_signal_pressure_available{resource=\"cpu\"}"),
+            Some(0.0)
+        );
+        assert_eq!(
+            s("qosd_signal_pressure_stall_seconds_total{resource=\"memory\",line=\"some\"}"),
+            Some(2.5)
+        );
+        assert_eq!(
+            s("qosd_signal_pressure_stall_seconds_total{resource=\"memory\",line=\"full\"}"),
+            Some(1.0)
+        );
+        assert!(
+            !t.contains("qosd_signal_pressure_stall_seconds_total{resource=\"io\""),
+            "{t}"
+        );
+        assert!(
+            t.contains("# TYPE qosd_signal_pressure_stall_seconds counter\n"),
+            "{t}"
+        );
+        let m = Metrics::new();
+        m.pressure_detector(Signal::MemorySome, "poll");
+        m.pressure_observed(Signal::MemorySome, 0.125);
+        let t = m.encode();
+        assert_eq!(
+            sample(
+                &t,
+                "qosd_signal_pressure_detector{eviction_signal=\"memory.some\",mode=\"poll\"}"
+            ),
+            Some(1.0)
+        );
+        assert_eq!(
+            sample(
+                &t,
+                "qosd_signal_pressure_detector{eviction_signal=\"memory.some\",mode=\"trigger\"}"
+            ),
+            Some(0.0)
+        );
+        assert_eq!(
+            sample(
+                &t,
+                "qosd_signal_pressure_observed_ratio{eviction_signal=\"memory.some\"}"
+            ),
+            Some(0.125)
+        );
     }
 
     #[test]

@@ -654,6 +654,7 @@ mod tests {
                 met: true,
                 ..Default::default()
             }],
+            pressure: None,
         });
         d.signals.push(SignalStatus {
             signal: "nodefs.inodesFree".into(),

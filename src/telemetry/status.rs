@@ -125,6 +125,30 @@ pub(crate) struct SignalStatus {
     /// Capacity the signal is measured against.
     pub(crate) capacity: Option<i64>,
     pub(crate) thresholds: Vec<ThresholdStatus>,
+    /// Pressure signals (`memory.some`, `memory.full`): how they are
+    /// watched and the kernel's averages. `observed` and `capacity` are
+    /// then the stalled µs and the window in µs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) pressure: Option<PressureDetail>,
+}
+
+/// How a pressure signal is watched, and what the kernel reports.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct PressureDetail {
+    /// `trigger`, `poll` or `unavailable`.
+    pub(crate) mode: String,
+    /// The mode with its reason (`unavailable: <why>`).
+    pub(crate) detail: String,
+    /// The thresholds' window (Go duration).
+    pub(crate) window: String,
+    /// The observed stall as a percentage of the window (`None`: unknown).
+    pub(crate) stall_percent: Option<f64>,
+    /// The kernel's 10 s, 60 s and 300 s averages of the line, percent
+    /// (`None`: not read).
+    pub(crate) avg10: Option<f64>,
+    pub(crate) avg60: Option<f64>,
+    pub(crate) avg300: Option<f64>,
 }
 
 /// One threshold of a signal.
@@ -355,6 +379,8 @@ impl StatusDoc {
                     // `threshold` may be the whole statement (`signal<value`).
                     let configured = t.threshold.rsplit('<').next().unwrap_or("");
                     let mut x = match t.value {
+                        // stalled time over a window: met at or above it
+                        _ if sig.pressure.is_some() => format!("{} >={configured}", t.kind),
                         None => format!("{} <{configured}", t.kind),
                         Some(v) => {
                             let resolved = signal_value(&sig.signal, v);
@@ -386,6 +412,20 @@ impl StatusDoc {
                     th.join(", ")
                 }
             );
+            if let Some(p) = &sig.pressure {
+                let pct = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}%"));
+                let _ = writeln!(
+                    o,
+                    "  {} stalled {} of {}; kernel averages 10s {} 60s {} 300s {}; {}",
+                    sig.signal,
+                    pct(p.stall_percent),
+                    or_dash(&p.window),
+                    pct(p.avg10),
+                    pct(p.avg60),
+                    pct(p.avg300),
+                    p.detail
+                );
+            }
         }
         let _ = writeln!(o);
         let conds: Vec<String> = self
@@ -509,6 +549,12 @@ fn signal_value(signal: &str, v: i64) -> String {
     if qosd_model::policy::evict::threshold::Signal::parse(signal).is_some_and(|s| !s.is_bytes()) {
         return v.to_string();
     }
+    if qosd_model::policy::evict::threshold::Signal::parse_pressure(signal).is_some() {
+        // µs of stall, or of the window
+        return qosd_model::core::duration::format_go_duration(std::time::Duration::from_micros(
+            v.max(0) as u64,
+        ));
+    }
     const UNITS: [&str; 6] = ["", "Ki", "Mi", "Gi", "Ti", "Pi"];
     let mut x = v as f64;
     let mut u = 0;
@@ -533,6 +579,51 @@ fn ago(now_ms: u64, at_ms: u64) -> String {
         1000..=119_999 => format!("{}s", d / 1000),
         120_000..=7_199_999 => format!("{}m", d / 60_000),
         _ => format!("{}h", d / 3_600_000),
+    }
+}
+
+/// Add what the pressure watcher reports (mode, window, the kernel's
+/// averages) to the pressure signals' entries; a watched signal without a
+/// threshold status gets an entry of its own, so an unavailable one is
+/// never silently absent.
+pub(crate) fn add_pressure(
+    signals: &mut Vec<SignalStatus>,
+    pressure: &[qosd_node::sys::pressure::PressureStatus],
+) {
+    for p in pressure {
+        let name = p.signal.as_str();
+        let i = match signals.iter().position(|s| s.signal == name) {
+            Some(i) => i,
+            None => {
+                signals.push(SignalStatus {
+                    signal: name.to_string(),
+                    ..Default::default()
+                });
+                signals.len() - 1
+            }
+        };
+        let s = &mut signals[i];
+        let line = qosd_node::sys::pressure::Line::of(p.signal);
+        let values = p
+            .reading
+            .as_ref()
+            .zip(line)
+            .and_then(|(r, l)| r.line(l).copied());
+        s.pressure = Some(PressureDetail {
+            mode: p.mode.as_str().to_string(),
+            detail: match &p.error {
+                Some(e) => format!("{}; last read failed: {e}", p.mode.describe()),
+                None => p.mode.describe(),
+            },
+            window: qosd_model::core::duration::format_go_duration(p.window),
+            stall_percent: match (s.observed, s.capacity) {
+                (Some(o), Some(c)) if c > 0 => Some(o as f64 * 100.0 / c as f64),
+                _ => None,
+            },
+            avg10: values.map(|v| v.avg10),
+            avg60: values.map(|v| v.avg60),
+            avg300: values.map(|v| v.avg300),
+        });
     }
 }
 
@@ -570,6 +661,7 @@ pub(crate) fn eviction_status(
                 observed: Some(o.available),
                 capacity: Some(o.capacity),
                 thresholds: Vec::new(),
+                pressure: None,
             },
         );
     }
@@ -581,6 +673,7 @@ pub(crate) fn eviction_status(
             observed: None,
             capacity: None,
             thresholds: Vec::new(),
+            pressure: None,
         });
         if let Some(o) = t.observed {
             entry.observed = Some(o.available);
@@ -600,6 +693,9 @@ pub(crate) fn eviction_status(
                 (Some(o), _) => Some(t.threshold.threshold_for(o.capacity)),
                 (None, ThresholdValue::Quantity(q)) => Some(q),
                 (None, ThresholdValue::Percentage(_)) => None,
+                (None, ThresholdValue::Stall { share, window }) => {
+                    Some(qosd_model::policy::evict::pressure::stall_us(share, window) as i64)
+                }
             },
             met: t.met,
             grace_period: (t.threshold.kind == ThresholdKind::Soft)

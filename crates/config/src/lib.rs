@@ -186,6 +186,21 @@ impl ThresholdSetting {
         })
     }
 
+    /// Parse one entry of `evictionPressureHard` / `evictionPressureSoft`
+    /// with the pressure grammar
+    /// ([`qosd_model::policy::evict::pressure::parse_stall`]).
+    pub fn parse_pressure(
+        setting: &str,
+        signal: Signal,
+        text: &str,
+    ) -> Result<ThresholdSetting, qosd_model::policy::evict::threshold::ThresholdError> {
+        let value = qosd_model::policy::evict::pressure::parse_stall(setting, signal, text)?;
+        Ok(ThresholdSetting {
+            value: Some(value),
+            text: text.to_string(),
+        })
+    }
+
     /// The value as written in the config (`100Mi`, `10%`).
     pub fn as_written(&self) -> &str {
         &self.text
@@ -403,6 +418,16 @@ pub struct Config {
     pub pod_pids_limit: i64,
 
     // --- qosd's own --------------------------------------------------------
+    /// Hard pressure thresholds (qosd's own signals `memory.some`,
+    /// `memory.full` → `<share>%/<window>`); empty: none (the default).
+    #[serde(serialize_with = "ser_threshold_map")]
+    pub eviction_pressure_hard: ThresholdMap,
+    /// Soft pressure thresholds.
+    #[serde(serialize_with = "ser_threshold_map")]
+    pub eviction_pressure_soft: ThresholdMap,
+    /// Grace period of each soft pressure threshold.
+    #[serde(serialize_with = "ser_duration_map")]
+    pub eviction_pressure_soft_grace_period: BTreeMap<Signal, Duration>,
     /// Where the cgroup filesystem is mounted.
     pub cgroupfs: PathBuf,
     pub cgroup_version: CgroupVersionSetting,
@@ -692,6 +717,18 @@ impl Config {
         )
         // `validate` refuses a soft threshold without a grace period.
         .expect("a validated config has a grace period for every soft threshold")
+        .with_pressure(
+            &values(&self.eviction_pressure_hard),
+            &values(&self.eviction_pressure_soft),
+            &self.eviction_pressure_soft_grace_period,
+        )
+        .expect("a validated config has valid pressure thresholds")
+    }
+
+    /// Whether any pressure threshold is configured (the pressure watcher
+    /// runs only then).
+    pub fn has_pressure_thresholds(&self) -> bool {
+        !self.eviction_pressure_hard.is_empty() || !self.eviction_pressure_soft.is_empty()
     }
 
     /// `qosReserved.memory` as a percentage, if set.

@@ -56,6 +56,13 @@ pub(crate) struct RawConfig {
     pub(crate) eviction_max_pod_grace_period: Option<Scalar>,
     pub(crate) eviction_pressure_transition_period: Option<Scalar>,
     pub(crate) merge_default_eviction_settings: Option<Scalar>,
+    /// qosd's own (not a kubelet field): hard pressure thresholds,
+    /// `memory.some` / `memory.full` → `<share>%[/<window>]`.
+    pub(crate) eviction_pressure_hard: Option<RawMap>,
+    /// qosd's own: soft pressure thresholds.
+    pub(crate) eviction_pressure_soft: Option<RawMap>,
+    /// qosd's own: grace periods of the soft pressure thresholds.
+    pub(crate) eviction_pressure_soft_grace_period: Option<RawMap>,
     #[serde(rename = "imageGCHighThresholdPercent")]
     pub(crate) image_gc_high_threshold_percent: Option<Scalar>,
     #[serde(rename = "imageGCLowThresholdPercent")]
@@ -240,6 +247,9 @@ pub struct Overrides {
     pub eviction_max_pod_grace_period: Option<String>,
     pub eviction_pressure_transition_period: Option<String>,
     pub merge_default_eviction_settings: Option<bool>,
+    pub eviction_pressure_hard: Option<BTreeMap<String, String>>,
+    pub eviction_pressure_soft: Option<BTreeMap<String, String>>,
+    pub eviction_pressure_soft_grace_period: Option<BTreeMap<String, String>>,
     pub cgroup_driver: Option<String>,
     pub cgroup_root: Option<String>,
     pub system_reserved: Option<BTreeMap<String, String>>,
@@ -324,6 +334,12 @@ impl Overrides {
         text!(
             merge_default_eviction_settings,
             "mergeDefaultEvictionSettings"
+        );
+        map!(eviction_pressure_hard, "evictionPressureHard");
+        map!(eviction_pressure_soft, "evictionPressureSoft");
+        map!(
+            eviction_pressure_soft_grace_period,
+            "evictionPressureSoftGracePeriod"
         );
         text!(cgroup_driver, "cgroupDriver");
         text!(cgroup_root, "cgroupRoot");

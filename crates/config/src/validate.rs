@@ -167,6 +167,32 @@ impl Checker<'_> {
         None
     }
 
+    /// A pressure signal's name (`memory.some`, `memory.full`), or an error
+    /// naming the field, the key and the signals allowed.
+    fn pressure_signal(&mut self, field: &'static str, key: &str, value: &str) -> Option<Signal> {
+        if let Some(sig) = Signal::parse_pressure(key) {
+            return Some(sig);
+        }
+        let hint = if Signal::parse(key).is_some() {
+            format!(
+                " ({key} is a kubelet signal: its thresholds go in evictionHard / evictionSoft)"
+            )
+        } else {
+            String::new()
+        };
+        self.bad(
+            field,
+            Some(key),
+            value,
+            format!("unknown pressure signal {key:?}{hint}"),
+            format!(
+                "signals {}",
+                Signal::PRESSURE.map(Signal::as_str).join(", ")
+            ),
+        );
+        None
+    }
+
     /// A threshold or minimum-reclaim map: signal → quantity or percentage,
     /// each entry parsed by the eviction threshold parser itself
     /// ([`qosd_model::policy::evict::threshold::parse_entry`]), once.
@@ -294,6 +320,9 @@ pub(crate) fn validate(
         eviction_max_pod_grace_period: ev.max_pod_grace_period,
         eviction_pressure_transition_period: ev.pressure_transition_period,
         merge_default_eviction_settings: ev.merge_defaults,
+        eviction_pressure_hard: ev.pressure_hard,
+        eviction_pressure_soft: ev.pressure_soft,
+        eviction_pressure_soft_grace_period: ev.pressure_soft_grace_period,
         image_gc_high_threshold_percent: gc.high,
         image_gc_low_threshold_percent: gc.low,
         image_minimum_gc_age: gc.minimum_age,
@@ -349,6 +378,9 @@ struct Eviction {
     max_pod_grace_period: i64,
     pressure_transition_period: Duration,
     merge_defaults: bool,
+    pressure_hard: ThresholdMap,
+    pressure_soft: ThresholdMap,
+    pressure_soft_grace_period: BTreeMap<Signal, Duration>,
 }
 
 /// The kubelet's default hard thresholds, typed.
@@ -410,6 +442,7 @@ fn eviction(c: &mut Checker, raw: &RawConfig) -> Eviction {
         None,
     );
     soft_needs_grace(c, &soft, &soft_grace_period);
+    let (pressure_hard, pressure_soft, pressure_soft_grace_period) = pressure(c, raw);
     Eviction {
         hard,
         soft,
@@ -418,7 +451,92 @@ fn eviction(c: &mut Checker, raw: &RawConfig) -> Eviction {
         max_pod_grace_period,
         pressure_transition_period,
         merge_defaults,
+        pressure_hard,
+        pressure_soft,
+        pressure_soft_grace_period,
     }
+}
+
+/// qosd's pressure thresholds (`evictionPressureHard`, `evictionPressureSoft`,
+/// `evictionPressureSoftGracePeriod`): pressure signals only, each value
+/// parsed by the pressure grammar, one window per signal, a grace period
+/// for each soft threshold.
+fn pressure(
+    c: &mut Checker,
+    raw: &RawConfig,
+) -> (ThresholdMap, ThresholdMap, BTreeMap<Signal, Duration>) {
+    use qosd_model::policy::evict::pressure::ALLOWED;
+    let mut maps: [ThresholdMap; 2] = Default::default();
+    for (i, (field, m)) in [
+        ("evictionPressureHard", &raw.eviction_pressure_hard),
+        ("evictionPressureSoft", &raw.eviction_pressure_soft),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        for (k, Scalar(v)) in m.iter().flatten() {
+            let Some(sig) = c.pressure_signal(field, k, v) else {
+                continue;
+            };
+            match ThresholdSetting::parse_pressure(field, sig, v) {
+                Ok(t) => {
+                    maps[i].insert(sig, t);
+                }
+                Err(e) => c.bad(field, Some(k), v, e.to_string(), ALLOWED),
+            }
+        }
+    }
+    let [hard, soft] = maps;
+    let mut grace = BTreeMap::new();
+    const GRACE: &str = "evictionPressureSoftGracePeriod";
+    for (k, Scalar(v)) in raw.eviction_pressure_soft_grace_period.iter().flatten() {
+        if let Some(sig) = c.pressure_signal(GRACE, k, v) {
+            if let Some(d) = c.duration(GRACE, Some(k), v, Duration::ZERO, None) {
+                grace.insert(sig, d);
+            }
+        }
+    }
+    // One window per signal: hard and soft are levels on one measurement.
+    for (sig, t) in &soft {
+        let window = |t: &ThresholdSetting| {
+            t.value
+                .as_ref()
+                .and_then(qosd_model::policy::evict::pressure::window_of)
+        };
+        let (Some(h), Some(w)) = (hard.get(sig).and_then(window), window(t)) else {
+            continue;
+        };
+        if h != w {
+            c.bad(
+                "evictionPressureSoft",
+                Some(sig.as_str()),
+                t.as_written(),
+                format!(
+                    "window {} differs from evictionPressureHard[{:?}]'s {}: the thresholds of one signal are levels on one window (use memory.some and memory.full for two windows)",
+                    format_go_duration(w),
+                    sig.as_str(),
+                    format_go_duration(h)
+                ),
+                format!("the window {} of evictionPressureHard[{:?}]", format_go_duration(h), sig.as_str()),
+            );
+        }
+    }
+    for (sig, t) in &soft {
+        if !grace.contains_key(sig) {
+            let name = sig.as_str();
+            c.bad(
+                "evictionPressureSoft",
+                Some(name),
+                t.as_written(),
+                format!(
+                    "soft pressure threshold {name}>={} has no grace period",
+                    t.as_written()
+                ),
+                format!("a soft threshold together with {GRACE}[{name:?}]"),
+            );
+        }
+    }
+    (hard, soft, grace)
 }
 
 fn max_pod_grace_period(c: &mut Checker, v: &Option<Scalar>) -> i64 {
@@ -1249,6 +1367,95 @@ mod tests {
             assert_eq!((f.as_str(), v.as_str()), (*field, *value), "{yaml}");
             assert!(p.contains(problem), "{yaml}: {p:?} lacks {problem:?}");
         }
+    }
+
+    #[test]
+    fn pressure_errors() {
+        table(
+            eviction,
+            &[
+                (
+                    "evictionPressureHard: {memory.full: \"0%/2s\"}",
+                    "evictionPressureHard[\"memory.full\"]",
+                    "0%/2s",
+                    "out of range",
+                ),
+                (
+                    "evictionPressureHard: {memory.full: \"10%/100ms\"}",
+                    "evictionPressureHard[\"memory.full\"]",
+                    "10%/100ms",
+                    "500ms..10s",
+                ),
+                (
+                    "evictionPressureHard: {memory.full: 10Mi}",
+                    "evictionPressureHard[\"memory.full\"]",
+                    "10Mi",
+                    "not a percentage",
+                ),
+                (
+                    "evictionPressureHard: {memory.available: \"10%\"}",
+                    "evictionPressureHard[\"memory.available\"]",
+                    "10%",
+                    "memory.available is a kubelet signal",
+                ),
+                (
+                    "evictionPressureHard: {io.full: \"10%\"}",
+                    "evictionPressureHard[\"io.full\"]",
+                    "10%",
+                    "unknown pressure signal",
+                ),
+                (
+                    "evictionPressureSoft: {memory.some: \"40%/10s\"}",
+                    "evictionPressureSoft[\"memory.some\"]",
+                    "40%/10s",
+                    "has no grace period",
+                ),
+                (
+                    "evictionPressureHard: {memory.full: \"20%/2s\"}\nevictionPressureSoft: {memory.full: \"5%/10s\"}\nevictionPressureSoftGracePeriod: {memory.full: 30s}",
+                    "evictionPressureSoft[\"memory.full\"]",
+                    "5%/10s",
+                    "differs from evictionPressureHard",
+                ),
+                (
+                    "evictionPressureSoftGracePeriod: {memory.some: soon}",
+                    "evictionPressureSoftGracePeriod[\"memory.some\"]",
+                    "soon",
+                    "",
+                ),
+                (
+                    "evictionHard: {memory.full: \"10%\"}",
+                    "evictionHard[\"memory.full\"]",
+                    "10%",
+                    "unknown eviction signal \"memory.full\"",
+                ),
+            ],
+        );
+        // valid: typed, shown as written, off unless configured
+        let c = Config::from_yaml_str(
+            "evictionPressureHard: {memory.full: \"10%/2s\"}\nevictionPressureSoft: {memory.some: \"25%\"}\nevictionPressureSoftGracePeriod: {memory.some: 1m}\n",
+        )
+        .unwrap();
+        assert_eq!(
+            c.eviction_pressure_hard[&Signal::MemoryFull].as_written(),
+            "10%/2s"
+        );
+        let e = c.eviction();
+        let p: Vec<String> = e.pressure().map(|t| t.to_string()).collect();
+        assert_eq!(
+            p,
+            [
+                "hard memory.full>=10%/2s",
+                "soft memory.some>=25%/2s grace 1m0s"
+            ]
+        );
+        let y = c.to_effective_yaml();
+        assert!(
+            y.contains("evictionPressureHard:") && y.contains("memory.full: 10%/2s"),
+            "{y}"
+        );
+        assert_eq!(Config::from_yaml_str(&y).unwrap(), c);
+        assert!(Config::default().eviction().pressure().next().is_none());
+        assert!(!Config::default().has_pressure_thresholds());
     }
 
     #[test]

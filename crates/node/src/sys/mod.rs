@@ -2,7 +2,8 @@
 //! version detection ([`detect`]), the plan applier ([`apply`]), /proc
 //! parsing ([`procfs`]), the one pid-tree killer ([`kill`]), eviction signal
 //! readers ([`signals`]), the fast memory-pressure watcher ([`watch`]),
-//! pod cgroups coming and going ([`pod_events`]), planned files written by
+//! pressure stall information and its triggers ([`pressure`]), pod
+//! cgroups coming and going ([`pod_events`]), planned files written by
 //! others ([`file_watch`]), the
 //! node's hugepage sizes ([`hugepages`]) and CPU topology ([`cpu_topology`]),
 //! and the systemd cgroup driver over D-Bus ([`systemd`]).
@@ -18,6 +19,7 @@ pub mod input;
 pub mod kill;
 pub mod malloc;
 pub mod pod_events;
+pub mod pressure;
 pub mod process;
 pub mod procfs;
 pub mod signals;

@@ -122,6 +122,14 @@ impl SignalSources {
             Signal::ContainerFsAvailable => fs_bytes(self.fs_path(signal, &self.containerfs)?),
             Signal::ContainerFsInodesFree => fs_inodes(self.fs_path(signal, &self.containerfs)?),
             Signal::PidAvailable => self.pid_available(),
+            // A stall over a window: the pressure watcher measures it
+            // (sys::pressure), a single read cannot.
+            Signal::MemorySome | Signal::MemoryFull => Err(SignalError::NotConfigured {
+                signal,
+                message:
+                    "a pressure signal is measured over its window by the daemon's pressure watcher"
+                        .into(),
+            }),
         }
     }
 
@@ -158,6 +166,7 @@ impl SignalSources {
                             available,
                             capacity,
                             at: now,
+                            window_start: None,
                         },
                     );
                 }

@@ -763,16 +763,22 @@ pub fn set_thread_realtime(prio: i32) -> Realtime {
 
 /// SCHED_FIFO for the watcher thread (not asked where it cannot be had).
 fn set_realtime(prio: i32) {
+    set_thread_realtime_logged(prio, "eviction watcher");
+}
+
+/// SCHED_FIFO at `prio` for the calling thread (`what` names it in the
+/// log line when it cannot be had).
+pub(crate) fn set_thread_realtime_logged(prio: i32, what: &str) {
     match set_thread_realtime(prio) {
         Realtime::Set => {}
         Realtime::NotPermitted => tracing::info!(
             priority = prio,
-            "eviction watcher at normal priority: real-time scheduling not permitted here (RLIMIT_RTPRIO 0, no CAP_SYS_NICE; qosd.service has RestrictRealtime=yes)"
+            "{what} at normal priority: real-time scheduling not permitted here (RLIMIT_RTPRIO 0, no CAP_SYS_NICE; qosd.service has RestrictRealtime=yes)"
         ),
         Realtime::Failed(error) => tracing::warn!(
             priority = prio,
             error = %error,
-            "cannot run the eviction watcher with SCHED_FIFO; using normal scheduling"
+            "cannot run the {what} with SCHED_FIFO; using normal scheduling"
         ),
     }
 }

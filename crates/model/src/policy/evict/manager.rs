@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use crate::core::duration::format_go_duration;
 use crate::policy::evict::local_storage;
 use crate::policy::evict::message::{
-    amount_text, low_on_resource_message, threshold_text, OverRequest,
+    amount_text, low_on_resource_message, stall_message, threshold_text, OverRequest,
 };
 use crate::policy::evict::rank::{self, Candidate, DiskLayout, Ranked};
 use crate::policy::evict::threshold::{
@@ -29,6 +29,9 @@ use crate::policy::evict::threshold::{
 };
 
 /// One observation of a signal.
+///
+/// For a pressure signal ([`Signal::is_pressure`]) `available` holds the
+/// stalled time in µs within the window and `capacity` the window in µs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Observation {
     /// Available amount (may be negative for over-committed signals; the
@@ -37,6 +40,28 @@ pub struct Observation {
     pub capacity: i64,
     /// When it was measured.
     pub at: Instant,
+    /// Where the value depends on a past period (a pressure signal: the
+    /// stall of a window), when that period started; `None`: an
+    /// instantaneous reading. A victim's successor is chosen only on an
+    /// observation whose period started after the release.
+    pub window_start: Option<Instant>,
+}
+
+impl Observation {
+    /// An instantaneous reading (bytes, inodes, processes).
+    pub fn now(available: i64, capacity: i64, at: Instant) -> Observation {
+        Observation {
+            available,
+            capacity,
+            at,
+            window_start: None,
+        }
+    }
+
+    /// Whether this observation reflects only what happened after `t`.
+    pub fn after(&self, t: Instant) -> bool {
+        self.window_start.unwrap_or(self.at) > t
+    }
 }
 
 /// The latest observation of each signal.
@@ -222,6 +247,9 @@ pub struct Manager {
     /// may predate the release).
     released_at: Option<Instant>,
     failed: BTreeMap<String, Instant>,
+    /// Per-pod stall (`memory.pressure`) is measured on this node (cgroup
+    /// v2): a pressure victim waits for it ([`Manager::set_per_pod_pressure`]).
+    per_pod_pressure: bool,
 }
 
 impl Manager {
@@ -236,7 +264,17 @@ impl Manager {
             in_flight: BTreeMap::new(),
             released_at: None,
             failed: BTreeMap::new(),
+            per_pod_pressure: false,
         }
+    }
+
+    /// Whether the pods' own stall is measured (cgroup v2 `memory.pressure`
+    /// readable). When it is, a pressure threshold chooses its victim only
+    /// once some pod's stall is known: the pods that stall go first
+    /// ([`rank::rank_in`]). When it is not (cgroup v1, per-cgroup PSI off),
+    /// the kubelet's memory order applies to every pod (node-wide).
+    pub fn set_per_pod_pressure(&mut self, on: bool) {
+        self.per_pod_pressure = on;
     }
 
     pub fn config(&self) -> &EvictionConfig {
@@ -387,7 +425,35 @@ impl Manager {
         notes: &mut Vec<String>,
         events: &mut Vec<String>,
     ) -> Action {
-        // Thresholds that call for an eviction now: hard before soft, memory first.
+        let chosen = match self.eligible(now, statuses, notes) {
+            Ok(c) => c,
+            Err(action) => return action,
+        };
+        let pods = match pods {
+            Ok(p) => p,
+            Err(why) => {
+                return Action::Blocked(format!(
+                    "{} is met but the pod list is unavailable ({why}): not evicting",
+                    chosen.threshold.statement()
+                ))
+            }
+        };
+        if let Some(wait) = self.wait_or_escalate(chosen, events) {
+            return wait;
+        }
+        self.pick(now, chosen, statuses, pods, notes)
+    }
+
+    /// The threshold that calls for an eviction now (hard before soft,
+    /// memory first), or what to do instead: nothing (no pressure: victims
+    /// in flight no longer hold back), or blocked on stale data. Notes the
+    /// soft thresholds still in their grace period.
+    fn eligible<'s>(
+        &mut self,
+        now: Instant,
+        statuses: &'s [ThresholdStatus],
+        notes: &mut Vec<String>,
+    ) -> Result<&'s ThresholdStatus, Action> {
         let mut eligible: Vec<&ThresholdStatus> = statuses
             .iter()
             .filter(|s| s.met && s.grace_satisfied && !s.stale)
@@ -407,72 +473,83 @@ impl Manager {
                 format_go_duration(s.threshold.grace_period)
             ));
         }
+        eligible.sort_by_key(|s| (s.threshold.kind, s.threshold.signal.resource()));
+        if let Some(first) = eligible.first() {
+            return Ok(first);
+        }
         let stale_met: Vec<String> = statuses
             .iter()
             .filter(|s| s.met && s.stale)
             .map(|s| s.threshold.statement())
             .collect();
-        eligible.sort_by_key(|s| (s.threshold.kind, s.threshold.signal.resource()));
-        let Some(chosen) = eligible.first().copied() else {
-            if !stale_met.is_empty() {
-                return Action::Blocked(format!(
-                    "threshold(s) {} were met but their data is stale or missing: not evicting",
-                    stale_met.join(", ")
-                ));
-            }
-            // pressure gone: nothing to wait for (victims in flight stay
-            // excluded while they are listed)
-            for f in self.in_flight.values_mut() {
-                f.done = true;
-            }
-            return Action::None;
-        };
-        let pods = match pods {
-            Ok(p) => p,
-            Err(why) => {
-                return Action::Blocked(format!(
-                    "{} is met but the pod list is unavailable ({why}): not evicting",
-                    chosen.threshold.statement()
-                ))
-            }
-        };
+        if !stale_met.is_empty() {
+            return Err(Action::Blocked(format!(
+                "threshold(s) {} were met but their data is stale or missing: not evicting",
+                stale_met.join(", ")
+            )));
+        }
+        // pressure gone: nothing to wait for (victims in flight stay
+        // excluded while they are listed)
+        for f in self.in_flight.values_mut() {
+            f.done = true;
+        }
+        Err(Action::None)
+    }
 
-        // Victims still releasing block the next choice, except that a hard
-        // threshold does not wait for soft victims (escalation: the kubelet
-        // acts on the next pass).
+    /// Victims still releasing block the next choice, except that a hard
+    /// threshold does not wait for soft victims (escalation: the kubelet
+    /// acts on the next pass). `Some`: wait.
+    fn wait_or_escalate(
+        &mut self,
+        chosen: &ThresholdStatus,
+        events: &mut Vec<String>,
+    ) -> Option<Action> {
         let blocking: Vec<(&String, &InFlight)> =
             self.in_flight.iter().filter(|(_, f)| !f.done).collect();
-        if let Some((uid, f)) = blocking.first() {
-            let escalate = chosen.threshold.kind == ThresholdKind::Hard
-                && blocking.iter().all(|(_, f)| f.kind == ThresholdKind::Soft);
-            if !escalate {
-                return Action::WaitingForRelease {
-                    uid: (*uid).clone(),
-                    since: f.since,
-                };
-            }
-            let soft: Vec<String> = blocking.iter().map(|(u, _)| (*u).clone()).collect();
-            events.push(format!(
-                "{} met while soft victim {} is still terminating: evicting for the hard threshold now",
-                chosen.threshold,
-                soft.join(", ")
-            ));
-            // they go on terminating, excluded, but no longer hold back
-            for u in soft {
-                if let Some(f) = self.in_flight.get_mut(&u) {
-                    f.done = true;
-                }
+        let (uid, f) = blocking.first()?;
+        let escalate = chosen.threshold.kind == ThresholdKind::Hard
+            && blocking.iter().all(|(_, f)| f.kind == ThresholdKind::Soft);
+        if !escalate {
+            return Some(Action::WaitingForRelease {
+                uid: (*uid).clone(),
+                since: f.since,
+            });
+        }
+        let soft: Vec<String> = blocking.iter().map(|(u, _)| (*u).clone()).collect();
+        events.push(format!(
+            "{} met while soft victim {} is still terminating: evicting for the hard threshold now",
+            chosen.threshold,
+            soft.join(", ")
+        ));
+        // they go on terminating, excluded, but no longer hold back
+        for u in soft {
+            if let Some(f) = self.in_flight.get_mut(&u) {
+                f.done = true;
             }
         }
+        None
+    }
+
+    /// Rank the pods for the chosen threshold and take the first, once.
+    fn pick(
+        &mut self,
+        now: Instant,
+        chosen: &ThresholdStatus,
+        statuses: &[ThresholdStatus],
+        pods: &[Candidate],
+        notes: &mut Vec<String>,
+    ) -> Action {
         let signal = chosen.threshold.signal;
         let obs = chosen
             .observed
             .expect("eligible thresholds have observations");
         if let Some(r) = self.released_at {
-            if obs.at <= r {
-                notes.push(format!(
-                    "observation of {signal} predates the release of the previous victim: waiting for a fresh one"
-                ));
+            if !obs.after(r) {
+                notes.push(if obs.window_start.is_some() {
+                    format!("{signal}'s window started before the previous victim was released: waiting for a window after it")
+                } else {
+                    format!("observation of {signal} predates the release of the previous victim: waiting for a fresh one")
+                });
                 return Action::None;
             }
         }
@@ -481,6 +558,18 @@ impl Manager {
             .filter(|c| !self.failed.contains_key(&c.uid) && !self.in_flight.contains_key(&c.uid))
             .cloned()
             .collect();
+        if signal.is_pressure()
+            && self.per_pod_pressure
+            && !live
+                .iter()
+                .any(|c| c.stats.is_some_and(|s| s.memory_stall_ppm.is_some()))
+        {
+            notes.push(format!(
+                "{} is met: measuring which pods stall (their memory.pressure) before choosing",
+                chosen.threshold.statement()
+            ));
+            return Action::None;
+        }
         let ranking = rank::rank_in(signal, &live, self.opts.disk_layout);
         let measured = ranking.order.iter().filter(|r| r.usage.is_some()).count();
         if !ranking.order.is_empty() && measured == 0 {
@@ -723,10 +812,17 @@ pub(crate) fn eviction_message(
         .filter(|s| s.met && s.threshold.signal.resource() == t.signal.resource())
         .find_map(|s| s.observed.map(|o| (s.threshold.clone(), o)))
         .unwrap_or((t.clone(), obs));
-    let q = |v: i64| amount_text(t.signal, v);
+    let q = |v: i64| {
+        if t.signal.is_pressure() {
+            amount_text(Signal::MemoryAvailable, v)
+        } else {
+            amount_text(t.signal, v)
+        }
+    };
     let mut over = Vec::new();
     if let Some(u) = r.usage {
-        if i128::from(u) > i128::from(r.request) && t.signal.is_bytes() {
+        if i128::from(u) > i128::from(r.request) && (t.signal.is_bytes() || t.signal.is_pressure())
+        {
             over.push(OverRequest {
                 kind: "Pod",
                 name: &r.candidate.name,
@@ -734,6 +830,9 @@ pub(crate) fn eviction_message(
                 request: q(r.request),
             });
         }
+    }
+    if t.is_stall() {
+        return stall_message(t.signal, obs.available, obs.capacity, &t.value, &over);
     }
     low_on_resource_message(
         t.signal,
@@ -829,6 +928,7 @@ mod tests {
                 available: avail_mi * MI,
                 capacity: CAP,
                 at,
+                window_start: None,
             },
         )]
         .into()
@@ -1162,6 +1262,7 @@ mod tests {
                 available: 1,
                 capacity: 1000,
                 at: t0,
+                window_start: None,
             },
         );
         let d = m.synchronize(t0, &obs, Ok(&pods()));
@@ -1403,6 +1504,7 @@ mod tests {
                     available: 500,
                     capacity: 32768,
                     at: t0,
+                    window_start: None,
                 },
             ),
             (
@@ -1411,6 +1513,7 @@ mod tests {
                     available: 10_000,
                     capacity: 100_000,
                     at: t0,
+                    window_start: None,
                 },
             ),
         ]
@@ -1442,6 +1545,7 @@ mod tests {
                 available,
                 capacity: 100_000,
                 at,
+                window_start: None,
             },
         )]
         .into()
@@ -1570,5 +1674,231 @@ mod tests {
         );
         let d = m.synchronize(t0 + ms(20), &mem(50, t0 + ms(20)), Ok(&p2));
         assert!(d.victim().is_some(), "{:?}", d.action);
+    }
+
+    fn pressure_config(hard: &[(Signal, &str)], soft: &[(Signal, &str, u64)]) -> EvictionConfig {
+        use crate::policy::evict::pressure::parse_stall;
+        let h = hard
+            .iter()
+            .map(|(s, v)| (*s, parse_stall("h", *s, v).unwrap()))
+            .collect();
+        let so = soft
+            .iter()
+            .map(|(s, v, _)| (*s, parse_stall("s", *s, v).unwrap()))
+            .collect();
+        let g = soft
+            .iter()
+            .map(|(s, _, g)| (*s, Duration::from_secs(*g)))
+            .collect();
+        config("", "", "", "", "30s")
+            .with_pressure(&h, &so, &g)
+            .unwrap()
+    }
+
+    /// `stall_ms` of memory.full stall in the 2 s window ending at `at`,
+    /// measured over a window starting at `start`.
+    fn full(stall_ms: i64, at: Instant, start: Instant) -> Observations {
+        [(
+            Signal::MemoryFull,
+            Observation {
+                available: stall_ms * 1000,
+                capacity: 2_000_000,
+                at,
+                window_start: Some(start),
+            },
+        )]
+        .into()
+    }
+
+    fn stall_pods(ppm: [Option<u32>; 3]) -> Vec<Candidate> {
+        let mut p = pods();
+        for (c, ppm) in p.iter_mut().zip(ppm) {
+            if let Some(st) = c.stats.as_mut() {
+                st.memory_stall_ppm = ppm;
+            }
+        }
+        p
+    }
+
+    /// A hard pressure threshold: met when the stall reaches the line (the
+    /// kernel's ≥), the stalling pod evicted once, MemoryPressure set; the
+    /// next victim only on a window that started after the release.
+    #[test]
+    fn pressure_hard_threshold_evicts_the_stalling_pod_once() {
+        let t0 = Instant::now();
+        let mut m = Manager::new(
+            pressure_config(&[(Signal::MemoryFull, "10%/2s")], &[]),
+            ManagerOptions::default(),
+        );
+        m.set_per_pod_pressure(true);
+        // g stalls (it is the thrashing one), be and bu do not
+        let p = stall_pods([Some(700_000), Some(0), Some(1_000)]);
+        // (stall ms in the window, met?)
+        for (stall, met) in [(0, false), (199, false), (200, true)] {
+            let d = m.synchronize(t0, &full(stall, t0, t0 - s(2)), Ok(&p));
+            assert_eq!(d.met().count() == 1, met, "{stall} ms");
+            if !met {
+                assert_eq!(d.action, Action::None);
+                assert!(d.conditions.is_empty());
+            }
+        }
+        // the last pass (200 ms) chose
+        let now = t0 + ms(1);
+        let mut m2 = m.clone();
+        let d = m2.synchronize(now, &full(300, now, now - s(2)), Ok(&p));
+        assert!(
+            matches!(d.action, Action::WaitingForRelease { ref uid, .. } if uid == "g"),
+            "{:?}",
+            d.action
+        );
+        let mut m = Manager::new(
+            pressure_config(&[(Signal::MemoryFull, "10%/2s")], &[]),
+            ManagerOptions::default(),
+        );
+        m.set_per_pod_pressure(true);
+        let d = m.synchronize(t0, &full(300, t0, t0 - s(2)), Ok(&p));
+        let v = d.victim().expect("a victim");
+        assert_eq!(
+            v.candidate.uid, "g",
+            "the stalling pod, not the kubelet's first"
+        );
+        assert_eq!(v.signal, Signal::MemoryFull);
+        assert_eq!(
+            (v.observed, v.threshold_value, v.capacity),
+            (300_000, 200_000, 2_000_000)
+        );
+        assert_eq!(v.grace, s(1));
+        assert!(
+            v.message
+                .starts_with("The node had memory pressure: full stall 15% of 2s, threshold 10%."),
+            "{}",
+            v.message
+        );
+        assert_eq!(d.conditions, vec![NodeCondition::MemoryPressure]);
+        // gone; the stall of the window before the release does not pick another
+        let p2: Vec<Candidate> = p.iter().filter(|c| c.uid != "g").cloned().collect();
+        let t1 = t0 + ms(500);
+        let d = m.synchronize(t1, &full(300, t1, t1 - s(2)), Ok(&p2));
+        assert!(
+            d.events.iter().any(|e| e.contains("released: pod gone")),
+            "{:?}",
+            d.events
+        );
+        for off in [600, 2_000, 2_500] {
+            let t = t0 + ms(off);
+            let d = m.synchronize(t, &full(300, t, t - s(2)), Ok(&p2));
+            assert_eq!(d.action, Action::None, "{off} ms");
+            assert!(
+                d.notes.iter().any(|n| n.contains("window started before")),
+                "{:?}",
+                d.notes
+            );
+        }
+        // a window wholly after the release that still stalls: the next one
+        let t = t0 + ms(2_600);
+        let d = m.synchronize(t, &full(300, t, t1 + ms(1)), Ok(&p2));
+        assert!(d.victim().is_some(), "{:?}", d.action);
+    }
+
+    /// Per-pod stall measured (v2) but not known yet: wait for it rather
+    /// than evict by the kubelet's order alone; not measured (v1): the
+    /// kubelet's memory order, node-wide.
+    #[test]
+    fn pressure_waits_for_per_pod_stall_where_it_is_measured() {
+        let t0 = Instant::now();
+        let cfg = pressure_config(&[(Signal::MemorySome, "20%/2s")], &[]);
+        let some = |at: Instant| -> Observations {
+            [(
+                Signal::MemorySome,
+                Observation {
+                    available: 1_000_000,
+                    capacity: 2_000_000,
+                    at,
+                    window_start: Some(at - s(2)),
+                },
+            )]
+            .into()
+        };
+        let mut m = Manager::new(cfg.clone(), ManagerOptions::default());
+        m.set_per_pod_pressure(true);
+        let d = m.synchronize(t0, &some(t0), Ok(&pods()));
+        assert_eq!(d.action, Action::None);
+        assert!(
+            d.notes
+                .iter()
+                .any(|n| n.contains("measuring which pods stall")),
+            "{:?}",
+            d.notes
+        );
+        let p = stall_pods([None, Some(400_000), None]);
+        let d = m.synchronize(t0 + ms(250), &some(t0 + ms(250)), Ok(&p));
+        assert_eq!(d.victim().unwrap().candidate.uid, "bu");
+        // v1: no per-pod stall; the kubelet's memory order
+        let mut m = Manager::new(cfg, ManagerOptions::default());
+        let d = m.synchronize(t0, &some(t0), Ok(&pods()));
+        assert_eq!(d.victim().unwrap().candidate.uid, "be");
+    }
+
+    /// A soft pressure threshold waits its grace period; a hard one on the
+    /// other signal escalates; stale pressure data blocks.
+    #[test]
+    fn pressure_soft_grace_and_stale_data() {
+        let t0 = Instant::now();
+        let mut m = Manager::new(
+            pressure_config(
+                &[(Signal::MemoryFull, "50%/2s")],
+                &[(Signal::MemorySome, "10%/2s", 10)],
+            ),
+            ManagerOptions::default(),
+        );
+        let obs = |some_ms: i64, full_ms: i64, at: Instant| -> Observations {
+            [
+                (
+                    Signal::MemorySome,
+                    Observation {
+                        available: some_ms * 1000,
+                        capacity: 2_000_000,
+                        at,
+                        window_start: Some(at - s(2)),
+                    },
+                ),
+                (
+                    Signal::MemoryFull,
+                    Observation {
+                        available: full_ms * 1000,
+                        capacity: 2_000_000,
+                        at,
+                        window_start: Some(at - s(2)),
+                    },
+                ),
+            ]
+            .into()
+        };
+        let p = pods();
+        for (off, want) in [(0, false), (9, false), (10, true)] {
+            let t = t0 + s(off);
+            let d = m.synchronize(t, &obs(400, 100, t), Ok(&p));
+            assert_eq!(d.victim().is_some(), want, "t={off}");
+            if let Some(v) = d.victim() {
+                assert_eq!((v.kind, v.grace), (ThresholdKind::Soft, s(20)));
+            }
+        }
+        // the hard one met while the soft victim terminates: escalation
+        let t = t0 + s(11);
+        let d = m.synchronize(t, &obs(900, 1_200, t), Ok(&p));
+        assert_eq!(
+            d.victim().map(|v| v.kind),
+            Some(ThresholdKind::Hard),
+            "{:?}",
+            d.action
+        );
+        // stale: carried, not acted on
+        let old = t0 + s(11);
+        let d = m.synchronize(t0 + s(30), &obs(900, 1_200, old), Ok(&p));
+        assert!(
+            matches!(d.action, Action::Blocked(ref w) if w.contains("stale")),
+            "{:?}",
+            d.action
+        );
     }
 }

@@ -8,7 +8,7 @@ use super::threshold::{Signal, SignalResource, ThresholdValue};
 /// The resource a signal starves, as the kubelet names it in its messages.
 pub fn resource_name(s: Signal) -> &'static str {
     match s.resource() {
-        SignalResource::Memory => "memory",
+        SignalResource::Memory | SignalResource::MemoryStall => "memory",
         SignalResource::Disk => "ephemeral-storage",
         SignalResource::Inodes => "inodes",
         SignalResource::Pids => "pids",
@@ -82,6 +82,44 @@ pub fn low_on_resource_message(
     for o in over {
         m.push_str(&format!(
             "{} {} was using {}, request is {}, has larger consumption of {resource}. ",
+            o.kind, o.name, o.usage, o.request
+        ));
+    }
+    m
+}
+
+/// The message of a pressure eviction (qosd's own signals): the stall
+/// observed against the threshold, then the pod's memory over its request,
+/// in the kubelet's words: "The node had memory pressure: full stall 23.5%
+/// of 2s, threshold 10%. Pod x was using 300Mi, request is 100Mi, has
+/// larger consumption of memory. "
+pub fn stall_message(
+    signal: Signal,
+    observed_us: i64,
+    window_us: i64,
+    threshold: &ThresholdValue,
+    over: &[OverRequest<'_>],
+) -> String {
+    let line = signal.as_str().rsplit('.').next().unwrap_or("some");
+    let share = if window_us > 0 {
+        observed_us.max(0) as f64 * 100.0 / window_us as f64
+    } else {
+        0.0
+    };
+    let (pct, window) = match *threshold {
+        ThresholdValue::Stall { share, window } => (
+            format!("{}%", (share * 1000.0).round() / 10.0),
+            crate::core::duration::format_go_duration(window),
+        ),
+        _ => (threshold.to_string(), String::new()),
+    };
+    let mut m = format!(
+        "The node had memory pressure: {line} stall {}% of {window}, threshold {pct}. ",
+        (share * 10.0).round() / 10.0
+    );
+    for o in over {
+        m.push_str(&format!(
+            "{} {} was using {}, request is {}, has larger consumption of memory. ",
             o.kind, o.name, o.usage, o.request
         ));
     }

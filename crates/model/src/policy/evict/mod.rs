@@ -1,11 +1,13 @@
-//! Eviction policy: kubelet signals and thresholds ([`threshold`]), the
-//! kubelet's ranking ([`rank`]) and the pure, time-injected state machine
+//! Eviction policy: kubelet signals and thresholds ([`threshold`]), qosd's
+//! memory pressure (stall) thresholds ([`pressure`]), the kubelet's ranking
+//! ([`rank`]) and the pure, time-injected state machine
 //! that decides conditions and victims ([`manager`]).
 
 pub mod image_gc;
 pub mod local_storage;
 pub mod manager;
 pub mod message;
+pub mod pressure;
 pub mod rank;
 pub mod threshold;
 

@@ -42,6 +42,13 @@ pub struct PodStats {
     pub inodes: Option<u64>,
     #[serde(default)]
     pub processes: Option<u64>,
+    /// The share of the last sample interval during which at least one of
+    /// the pod's tasks stalled on memory (its cgroup's `memory.pressure`
+    /// `some` total, grown over the interval), in parts per million;
+    /// `None`: not measured (cgroup v1, or a first sample). Ranks pods for
+    /// the pressure signals ([`crate::policy::evict::pressure`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_stall_ppm: Option<u32>,
     /// Containers' writable layers (CRI `writable_layer`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rootfs_bytes: Option<u64>,
@@ -240,7 +247,7 @@ impl Candidate {
     pub(crate) fn usage_and_request(&self, resource: SignalResource) -> (Option<u64>, i64) {
         let st = self.stats.unwrap_or_default();
         match resource {
-            SignalResource::Memory => (
+            SignalResource::Memory | SignalResource::MemoryStall => (
                 self.stats.and(st.memory_working_set_bytes),
                 self.memory_request_bytes,
             ),
@@ -257,7 +264,9 @@ impl Candidate {
     /// request it is compared with.
     pub(crate) fn usage_for(&self, signal: Signal, layout: DiskLayout) -> (Option<u64>, i64) {
         match signal.resource() {
-            r @ (SignalResource::Memory | SignalResource::Pids) => self.usage_and_request(r),
+            r @ (SignalResource::Memory | SignalResource::MemoryStall | SignalResource::Pids) => {
+                self.usage_and_request(r)
+            }
             SignalResource::Disk => (
                 self.stats.and_then(|s| s.disk_usage(signal, layout)),
                 self.ephemeral_storage_request_bytes,
@@ -289,14 +298,21 @@ pub struct Ranking {
 /// Sort key of a candidate for a resource; lexicographic order = eviction order.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 enum Key {
-    /// (missing stats first, exceeds request first, priority asc, usage above request desc, uid)
-    Request(bool, bool, i32, std::cmp::Reverse<i128>, String),
+    /// (not stalling last — pressure signals only, else all false —,
+    /// missing stats first, exceeds request first, priority asc, usage
+    /// above request desc, uid)
+    Request(bool, bool, bool, i32, std::cmp::Reverse<i128>, String),
     /// (priority asc, missing stats first, processes desc, uid)
     Pids(i32, bool, std::cmp::Reverse<u64>, String),
 }
 
-fn key(c: &Candidate, signal: Signal, layout: DiskLayout) -> Key {
+fn key(c: &Candidate, signal: Signal, layout: DiskLayout, max_stall_ppm: Option<u32>) -> Key {
     let resource = signal.resource();
+    // Pressure signals: the pods that stall first (when some pod's stall
+    // is measured), then the kubelet's memory order.
+    let not_stalling = max_stall_ppm.is_some_and(|max| {
+        !crate::policy::evict::pressure::is_stalling(c.stats.and_then(|s| s.memory_stall_ppm), max)
+    });
     let (usage, request) = c.usage_for(signal, layout);
     match resource {
         SignalResource::Pids => Key::Pids(
@@ -322,6 +338,7 @@ fn key(c: &Candidate, signal: Signal, layout: DiskLayout) -> Key {
             };
             // false sorts first: "missing" = !has first, "exceeds" first = !exceeds
             Key::Request(
+                not_stalling,
                 has,
                 !exceeds,
                 c.priority,
@@ -336,7 +353,21 @@ fn key(c: &Candidate, signal: Signal, layout: DiskLayout) -> Key {
 /// Compare two candidates for a signal: `Less` = `a` is evicted before `b`.
 /// A total order (ties broken by uid).
 pub(crate) fn compare(signal: Signal, a: &Candidate, b: &Candidate) -> Ordering {
-    key(a, signal, DiskLayout::Shared).cmp(&key(b, signal, DiskLayout::Shared))
+    key(a, signal, DiskLayout::Shared, None).cmp(&key(b, signal, DiskLayout::Shared, None))
+}
+
+/// The largest measured stall among `candidates` for a pressure signal
+/// (`None`: another signal, or no pod's stall is measured: the kubelet's
+/// memory order applies to all, node-wide).
+fn max_stall(signal: Signal, candidates: &[Candidate]) -> Option<u32> {
+    if !signal.is_pressure() {
+        return None;
+    }
+    candidates
+        .iter()
+        .filter(|c| c.protection().is_none())
+        .filter_map(|c| c.stats.and_then(|s| s.memory_stall_ppm))
+        .max()
 }
 
 /// Rank candidates for a signal (one shared filesystem).
@@ -348,10 +379,11 @@ pub fn rank(signal: Signal, candidates: &[Candidate]) -> Ranking {
 pub(crate) fn rank_in(signal: Signal, candidates: &[Candidate], layout: DiskLayout) -> Ranking {
     let mut never = Vec::new();
     let mut evictable: Vec<(Key, &Candidate)> = Vec::new();
+    let max = max_stall(signal, candidates);
     for c in candidates {
         match c.protection() {
             Some(why) => never.push((c.clone(), why)),
-            None => evictable.push((key(c, signal, layout), c)),
+            None => evictable.push((key(c, signal, layout, max), c)),
         }
     }
     evictable.sort_by(|a, b| a.0.cmp(&b.0));
@@ -366,7 +398,7 @@ pub(crate) fn rank_in(signal: Signal, candidates: &[Candidate], layout: DiskLayo
                 candidate: c.clone(),
                 usage,
                 request,
-                reason: reason(signal, c, usage, request),
+                reason: stall_reason(max, c) + &reason(signal, c, usage, request),
             }
         })
         .collect();
@@ -399,6 +431,26 @@ pub fn fmt_bytes(b: i128) -> String {
     }
 }
 
+/// The stall part of a pressure ranking's reason (empty for other signals
+/// or when no pod's stall is measured).
+fn stall_reason(max: Option<u32>, c: &Candidate) -> String {
+    use crate::policy::evict::pressure::{is_stalling, ppm_text};
+    let Some(max) = max else {
+        return String::new();
+    };
+    match c.stats.and_then(|s| s.memory_stall_ppm) {
+        Some(p) if is_stalling(Some(p), max) => {
+            format!("stalling on memory {} of the last sample; ", ppm_text(p))
+        }
+        Some(p) => format!(
+            "not stalling (memory stall {}, below a quarter of the worst pod's {}); ",
+            ppm_text(p),
+            ppm_text(max)
+        ),
+        None => "memory stall not measured yet; ".to_string(),
+    }
+}
+
 fn reason(signal: Signal, c: &Candidate, usage: Option<u64>, request: i64) -> String {
     let resource = signal.resource();
     let prio = format!("priority {}", c.priority);
@@ -411,7 +463,7 @@ fn reason(signal: Signal, c: &Candidate, usage: Option<u64>, request: i64) -> St
         },
         _ => {
             let what = match resource {
-                SignalResource::Memory => "memory",
+                SignalResource::Memory | SignalResource::MemoryStall => "memory",
                 SignalResource::Disk => "ephemeral-storage",
                 _ => "inode",
             };
@@ -494,6 +546,108 @@ mod tests {
     }
 
     use QosClass::*;
+
+    fn stalled(mut c: Candidate, ppm: Option<u32>) -> Candidate {
+        let mut st = c.stats.unwrap_or_default();
+        st.memory_stall_ppm = ppm;
+        c.stats = Some(st);
+        c
+    }
+
+    /// Pressure signals: the pods that stall (at least a quarter of the
+    /// worst pod's stall) first, in the kubelet's memory order among
+    /// themselves; the others after them in the same order; without any
+    /// measured stall (cgroup v1), the kubelet's memory order for all.
+    #[test]
+    fn pressure_ranking_table() {
+        let table: Vec<(&str, Vec<Candidate>, Vec<&str>)> = vec![
+            (
+                "the stalling Guaranteed pod before a BestEffort pod that does not stall",
+                vec![
+                    stalled(cand("be", BestEffort, 0, 0, Some(400)), Some(0)),
+                    stalled(cand("g", Guaranteed, 0, 256, Some(250)), Some(800_000)),
+                ],
+                vec!["g", "be"],
+            ),
+            (
+                "among stalling pods the kubelet's order",
+                vec![
+                    stalled(cand("g", Guaranteed, 0, 256, Some(250)), Some(900_000)),
+                    stalled(cand("bu", Burstable, 0, 64, Some(200)), Some(300_000)),
+                    stalled(cand("be", BestEffort, 0, 0, Some(50)), Some(20_000)),
+                ],
+                // be's 2% is below a quarter of 90%: not stalling
+                vec!["bu", "g", "be"],
+            ),
+            (
+                "unmeasured stall counts as not stalling",
+                vec![
+                    stalled(cand("new", BestEffort, 0, 0, Some(900)), None),
+                    stalled(cand("g", Guaranteed, 0, 256, Some(250)), Some(500_000)),
+                ],
+                vec!["g", "new"],
+            ),
+            (
+                "no stall measured anywhere: the kubelet's memory order",
+                vec![
+                    stalled(cand("g", Guaranteed, 0, 256, Some(250)), None),
+                    stalled(cand("be", BestEffort, 0, 0, Some(50)), None),
+                ],
+                vec!["be", "g"],
+            ),
+            (
+                "noise below 0.1% is not stalling, even as the worst",
+                vec![
+                    stalled(cand("g", Guaranteed, 0, 256, Some(250)), Some(500)),
+                    stalled(cand("be", BestEffort, 0, 0, Some(50)), Some(0)),
+                ],
+                vec!["be", "g"],
+            ),
+            (
+                "a protected pod's stall does not set the scale",
+                vec![
+                    {
+                        let mut c = stalled(
+                            cand("crit", Guaranteed, 2_000_000_000, 64, Some(60)),
+                            Some(990_000),
+                        );
+                        c.priority = 2_000_000_000;
+                        c
+                    },
+                    stalled(cand("g", Guaranteed, 0, 256, Some(250)), Some(100_000)),
+                    stalled(cand("be", BestEffort, 0, 0, Some(50)), Some(0)),
+                ],
+                vec!["g", "be"],
+            ),
+        ];
+        for signal in Signal::PRESSURE {
+            for (name, cands, want) in &table {
+                let r = rank(signal, cands);
+                assert_eq!(uids(&r), *want, "{signal}: {name}");
+                assert!(
+                    r.never_evicted.iter().all(|(c, _)| c.uid == "crit"),
+                    "{name}"
+                );
+            }
+        }
+        // the reason says why
+        let r = rank(Signal::MemoryFull, &table[1].1);
+        assert!(
+            r.order[0].reason.starts_with("stalling on memory 30%"),
+            "{}",
+            r.order[0].reason
+        );
+        assert!(
+            r.order[2].reason.starts_with("not stalling"),
+            "{}",
+            r.order[2].reason
+        );
+        // the kubelet's signals ignore stall
+        assert_eq!(
+            uids(&rank(Signal::MemoryAvailable, &table[0].1)),
+            ["be", "g"]
+        );
+    }
 
     #[test]
     fn memory_ranking_table() {

@@ -37,12 +37,23 @@ pub enum Signal {
     ContainerFsAvailable,
     ContainerFsInodesFree,
     PidAvailable,
+    /// qosd's own: the share of time at least one task stalled on memory
+    /// over a window (the `some` line of `/proc/pressure/memory`). Not a
+    /// kubelet signal: configured with `evictionPressureHard` /
+    /// `evictionPressureSoft` only ([`crate::policy::evict::pressure`]).
+    MemorySome,
+    /// qosd's own: the share of time every non-idle task stalled on memory
+    /// at once over a window (the `full` line).
+    MemoryFull,
 }
 
 /// The resource a signal measures, which decides the ranking used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum SignalResource {
     Memory,
+    /// Time stalled on memory (pressure stall information): ranked like
+    /// memory, restricted to the pods that stall where that is measured.
+    MemoryStall,
     /// Bytes of a filesystem.
     Disk,
     /// Inodes of a filesystem.
@@ -76,6 +87,10 @@ impl fmt::Display for NodeCondition {
 }
 
 impl Signal {
+    /// qosd's pressure signals (not the kubelet's: never parsed by
+    /// [`Signal::parse`], so a kubelet config cannot name them).
+    pub const PRESSURE: [Signal; 2] = [Signal::MemorySome, Signal::MemoryFull];
+
     /// Every signal, in the kubelet's documentation order.
     pub const ALL: [Signal; 9] = [
         Signal::MemoryAvailable,
@@ -100,7 +115,20 @@ impl Signal {
             Signal::ContainerFsAvailable => "containerfs.available",
             Signal::ContainerFsInodesFree => "containerfs.inodesFree",
             Signal::PidAvailable => "pid.available",
+            Signal::MemorySome => "memory.some",
+            Signal::MemoryFull => "memory.full",
         }
+    }
+
+    /// Parse a pressure signal's name (`memory.some`, `memory.full`).
+    pub fn parse_pressure(s: &str) -> Option<Signal> {
+        Signal::PRESSURE.into_iter().find(|sig| sig.as_str() == s)
+    }
+
+    /// Whether this is one of qosd's pressure signals (a stall share over
+    /// a window, met when it reaches the threshold: the larger the worse).
+    pub fn is_pressure(self) -> bool {
+        self.resource() == SignalResource::MemoryStall
     }
 
     /// Parse a signal name (exact, case-sensitive, like the kubelet).
@@ -118,12 +146,13 @@ impl Signal {
             | Signal::ImageFsInodesFree
             | Signal::ContainerFsInodesFree => SignalResource::Inodes,
             Signal::PidAvailable => SignalResource::Pids,
+            Signal::MemorySome | Signal::MemoryFull => SignalResource::MemoryStall,
         }
     }
 
     pub fn node_condition(self) -> NodeCondition {
         match self.resource() {
-            SignalResource::Memory => NodeCondition::MemoryPressure,
+            SignalResource::Memory | SignalResource::MemoryStall => NodeCondition::MemoryPressure,
             SignalResource::Disk | SignalResource::Inodes => NodeCondition::DiskPressure,
             SignalResource::Pids => NodeCondition::PIDPressure,
         }
@@ -160,6 +189,11 @@ pub enum ThresholdValue {
     Quantity(i64),
     /// Fraction of capacity, in (0, 1).
     Percentage(f64),
+    /// A pressure signal's level ([`Signal::is_pressure`]): the share of
+    /// `window` stalled, in (0, 1], met when reached. The observation's
+    /// capacity is the window in microseconds, its value the stalled
+    /// microseconds ([`crate::policy::evict::pressure`]).
+    Stall { share: f64, window: Duration },
 }
 
 impl ThresholdValue {
@@ -169,6 +203,11 @@ impl ThresholdValue {
         match *self {
             ThresholdValue::Quantity(q) => q,
             ThresholdValue::Percentage(p) => (capacity.max(0) as f64 * p) as i64,
+            // The kernel's comparison: stalled time ≥ share · window, in
+            // whole microseconds rounded up (at least 1 µs).
+            ThresholdValue::Stall { share, .. } => {
+                ((capacity.max(0) as f64 * share).ceil() as i64).max(1)
+            }
         }
     }
 }
@@ -195,6 +234,12 @@ impl fmt::Display for ThresholdValue {
         match *self {
             ThresholdValue::Quantity(q) => f.write_str(&binary_quantity(q)),
             ThresholdValue::Percentage(p) => write!(f, "{}%", round_pct(p * 100.0)),
+            ThresholdValue::Stall { share, window } => write!(
+                f,
+                "{}%/{}",
+                round_pct(share * 100.0),
+                format_go_duration(window)
+            ),
         }
     }
 }
@@ -253,7 +298,15 @@ impl Threshold {
     /// met on the previous pass, so it stays met until `available` reaches
     /// threshold + minimum reclaim (kubelet: thresholdsMet with
     /// enforceMinReclaim for the previously met set).
+    ///
+    /// A pressure threshold ([`ThresholdValue::Stall`]) is met when the
+    /// observed stall (`available` holds it, in µs of a window of
+    /// `capacity` µs) reaches the line, as the kernel's trigger compares;
+    /// it has no minimum reclaim.
     pub fn is_met(&self, available: i64, capacity: i64, was_met: bool) -> bool {
+        if self.is_stall() {
+            return available >= self.threshold_for(capacity);
+        }
         let mut line = self.threshold_for(capacity);
         if was_met {
             line = line.saturating_add(self.min_reclaim_for(capacity));
@@ -261,8 +314,27 @@ impl Threshold {
         available < line
     }
 
-    /// `memory.available<100Mi` (the flag form).
+    /// Whether this is a pressure threshold (a stall share over a window).
+    pub fn is_stall(&self) -> bool {
+        matches!(self.value, ThresholdValue::Stall { .. })
+    }
+
+    /// Whether an observation is close enough that per-pod stats should be
+    /// measured: within the minimum reclaim of the line (bytes, inodes,
+    /// pids), or at least half the line (pressure: the stall is growing).
+    pub fn is_near(&self, available: i64, capacity: i64) -> bool {
+        if self.is_stall() {
+            return available.saturating_mul(2) >= self.threshold_for(capacity);
+        }
+        available < self.threshold_for(capacity) + self.min_reclaim_for(capacity)
+    }
+
+    /// `memory.available<100Mi` (the flag form); a pressure threshold
+    /// `memory.full>=10%/2s`.
     pub fn statement(&self) -> String {
+        if self.is_stall() {
+            return format!("{}>={}", self.signal, self.value);
+        }
         format!("{}<{}", self.signal, self.value)
     }
 }
@@ -566,6 +638,56 @@ impl EvictionConfig {
             max_pod_grace_period,
             pressure_transition_period,
         })
+    }
+
+    /// Add qosd's pressure thresholds ([`crate::policy::evict::pressure`]):
+    /// `hard` and `soft` map a pressure signal to a
+    /// [`ThresholdValue::Stall`], a soft one needs its grace period (`0s`
+    /// makes it hard, as for the kubelet's signals), and the thresholds of
+    /// one signal share one window.
+    pub fn with_pressure(
+        mut self,
+        hard: &BTreeMap<Signal, ThresholdValue>,
+        soft: &BTreeMap<Signal, ThresholdValue>,
+        soft_grace_period: &BTreeMap<Signal, Duration>,
+    ) -> Result<EvictionConfig, ThresholdError> {
+        crate::policy::evict::pressure::windows(hard, soft)?;
+        for (kind, map) in [(ThresholdKind::Hard, hard), (ThresholdKind::Soft, soft)] {
+            for (&signal, &value) in map {
+                if !signal.is_pressure() || !matches!(value, ThresholdValue::Stall { .. }) {
+                    return Err(ThresholdError::UnknownSignal {
+                        signal: signal.to_string(),
+                    });
+                }
+                let grace_period = match kind {
+                    ThresholdKind::Hard => Duration::ZERO,
+                    ThresholdKind::Soft => *soft_grace_period.get(&signal).ok_or_else(|| {
+                        ThresholdError::SoftWithoutGrace {
+                            signal: signal.to_string(),
+                            statement: format!("{signal}>={value}"),
+                        }
+                    })?,
+                };
+                self.thresholds.push(Threshold {
+                    signal,
+                    kind: if grace_period.is_zero() {
+                        ThresholdKind::Hard
+                    } else {
+                        kind
+                    },
+                    value,
+                    grace_period,
+                    min_reclaim: None,
+                });
+            }
+        }
+        self.thresholds.sort_by_key(|t| (t.kind, t.signal));
+        Ok(self)
+    }
+
+    /// The pressure thresholds (qosd's own signals), in order.
+    pub fn pressure(&self) -> impl Iterator<Item = &Threshold> {
+        self.thresholds.iter().filter(|t| t.is_stall())
     }
 
     /// The kubelet adds an `allocatableMemory.available` hard threshold

@@ -127,7 +127,7 @@ fn images_dir() -> PathBuf {
     use std::hash::{Hash, Hasher};
     let src = repo_dir().join("tests/images");
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    for f in ["pause.c", "memhog.c", "mkimage.py"] {
+    for f in ["pause.c", "memhog.c", "thrash.c", "mkimage.py"] {
         std::fs::read(src.join(f)).unwrap().hash(&mut h);
     }
     let dir = target_tmpdir()
@@ -138,7 +138,8 @@ fn images_dir() -> PathBuf {
 }
 
 /// tests/images/`name`.c built with `gcc -static` (once; cached on disk):
-/// "pause" or "memhog" (see [`Memhog`] for memhog on the host).
+/// "pause", "memhog" (see [`Memhog`] for memhog on the host) or "thrash"
+/// (a working set larger than its memory: a steady memory stall).
 pub fn static_binary(name: &str) -> PathBuf {
     let dir = images_dir();
     let bin = dir.join(name);

@@ -262,11 +262,16 @@ impl Evictor {
         // The manager gave the grace: 1 s for hard thresholds and local
         // storage limits, min(max pod grace, pod's own) for soft ones.
         let grace = v.grace;
-        // Only a hard memory eviction kills at once: the kernel OOM killer
-        // must not get there first.
+        // Only a hard memory or memory-pressure eviction kills at once: the
+        // kernel OOM killer must not get there first, and a stalling node
+        // stalls on for every second of grace.
         let kill_now = v.kind == ThresholdKind::Hard
             && v.cause == qosd_model::policy::evict::manager::Cause::Threshold
-            && v.signal.resource() == qosd_model::policy::evict::threshold::SignalResource::Memory;
+            && matches!(
+                v.signal.resource(),
+                qosd_model::policy::evict::threshold::SignalResource::Memory
+                    | qosd_model::policy::evict::threshold::SignalResource::MemoryStall
+            );
         match self.backend {
             Backend::DryRun => Ok(Outcome {
                 uid,
@@ -489,6 +494,15 @@ pub(crate) fn log_eviction(v: &Victim, backend: Backend) {
         c.namespace,
         c.name,
         match v.cause {
+            qosd_model::policy::evict::manager::Cause::Threshold if v.signal.is_pressure() => {
+                format!(
+                    "{} {} stalled {:.1}% of its window, at or above {}",
+                    v.kind,
+                    v.signal,
+                    v.observed as f64 * 100.0 / v.capacity.max(1) as f64,
+                    v.threshold.value
+                )
+            }
             qosd_model::policy::evict::manager::Cause::Threshold => format!(
                 "{} {} observed {} < {}",
                 v.kind,

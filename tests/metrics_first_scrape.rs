@@ -2,7 +2,8 @@
 //! daemon's first `/metrics`: counters and histograms whose label sets are
 //! known start at 0. Gauges of a measured value appear once it is measured
 //! (a 0 there would be a false reading): the signal and threshold gauges
-//! after the first eviction pass, `qosd_kube_pods` with an API server.
+//! after the first eviction pass, the pressure threshold gauges with
+//! pressure thresholds, `qosd_kube_pods` with an API server.
 //!
 //! The daemon runs in dry-run on manifests over a private, empty cgroupfs
 //! directory: no root, no runtime.
@@ -20,6 +21,10 @@ const MEASURED: &[&str] = &[
     "qosd_signal_available_",
     "qosd_signal_capacity_",
     "qosd_eviction_threshold_",
+    // per pressure threshold, once measured (none configured here)
+    "qosd_signal_pressure_observed_",
+    "qosd_signal_pressure_threshold_",
+    "qosd_signal_pressure_detector",
     "qosd_kube_pods",
 ];
 

@@ -413,7 +413,7 @@ fn serve(
     rt: tokio::runtime::Runtime,
     mut controls: daemon::Controls,
 ) -> anyhow::Result<DaemonExit> {
-    let (metrics, health) = telemetry(&cfg)?;
+    let (metrics, health) = telemetry(&cfg, &args.proc_root)?;
     // The eviction side's own runtime, shared by the CRI stopper and the
     // API evictor (the one other runtime besides `rt`).
     let evict_rt = qosd_node::evict::runtime::EvictRuntime::new()
@@ -511,8 +511,8 @@ fn serve(
 
 /// Metrics (every CRI call counted), health and the supervisor that exits
 /// the process when the loop stalls.
-fn telemetry(cfg: &Config) -> anyhow::Result<(Arc<Metrics>, Arc<Health>)> {
-    let metrics = Arc::new(Metrics::new());
+fn telemetry(cfg: &Config, proc_root: &Path) -> anyhow::Result<(Arc<Metrics>, Arc<Health>)> {
+    let metrics = Arc::new(Metrics::for_node(proc_root));
     {
         // Every CRI call of this process, by method (the reconcile loop's
         // listings, the eviction stopper's StopPodSandbox, ...).

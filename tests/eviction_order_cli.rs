@@ -100,3 +100,57 @@ fn json_matches_the_contract() {
     assert!(out.status.success());
     support::check_contract("eviction-order", &String::from_utf8(out.stdout).unwrap());
 }
+
+/// qosd's pressure signals: the pods that stall first (their own memory
+/// stall at least a quarter of the worst evictable pod's), then the memory
+/// order; a protected pod's stall does not count. With the kubelet's
+/// signal the same usage ranks by memory alone.
+#[test]
+fn pressure_order_puts_the_stalling_pod_first() {
+    let run = |signal: &str| -> serde_json::Value {
+        let out = qosd()
+            .args(["eviction-order", "--signal", signal, "-o", "json", "--pods"])
+            .arg(fixture("pods.yaml"))
+            .arg("--usage")
+            .arg(fixture("usage-stall.json"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    for signal in ["memory.full", "memory.some"] {
+        let v = run(signal);
+        assert_eq!(v["signal"], signal);
+        assert_eq!(v["usage_unit"], "bytes");
+        assert_eq!(
+            names(&v),
+            ["guaranteed", "besteffort", "burstable-over"],
+            "{v}"
+        );
+        assert_eq!(v["order"][0]["memory_stall_ppm"], 620_000);
+        let why = v["order"][0]["reason"].as_str().unwrap();
+        assert!(why.starts_with("stalling on memory 62%"), "{why}");
+        assert!(v["order"][2]["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("not stalling"));
+    }
+    let v = run("memory.available");
+    assert_eq!(names(&v), ["besteffort", "burstable-over", "guaranteed"]);
+    // an unknown signal names both kinds
+    let out = qosd()
+        .args(["eviction-order", "--signal", "memory.stall", "--pods"])
+        .arg(fixture("pods.yaml"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("memory.stall") && err.contains("memory.full"),
+        "{err}"
+    );
+}

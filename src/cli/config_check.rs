@@ -459,6 +459,40 @@ mod tests {
     use super::*;
     use clap::Parser;
 
+    /// `config show` says whether the node's pressure files can be read,
+    /// per resource, with the reason when not: never left out.
+    #[test]
+    fn show_reports_pressure_availability() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir(d.path().join("pressure")).unwrap();
+        std::fs::write(
+            d.path().join("pressure/memory"),
+            "some avg10=0.00 avg60=0.00 avg300=0.00 total=1\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n",
+        )
+        .unwrap();
+        let c = Config::from_yaml_str("evictionPressureHard: {memory.full: \"10%\"}\n").unwrap();
+        let v = show_document(&c, d.path());
+        assert_eq!(v["pressureSignals"]["memory"], "available", "{v}");
+        let io = v["pressureSignals"]["io"].as_str().unwrap();
+        assert!(
+            io.starts_with("unavailable: ") && io.contains("psi=0"),
+            "{io}"
+        );
+        assert_eq!(v["evictionPressureHard"]["memory.full"], "10%");
+        let none = tempfile::tempdir().unwrap();
+        let v = show_document(&Config::default(), none.path());
+        for r in ["memory", "io", "cpu"] {
+            assert!(
+                v["pressureSignals"][r]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("unavailable"),
+                "{v}"
+            );
+        }
+        assert_eq!(v["evictionPressureHard"], serde_json::json!({}));
+    }
+
     #[derive(Debug, Parser)]
     struct T {
         #[command(flatten)]

@@ -330,11 +330,28 @@ impl Metrics {
     /// and alerts see them before the first event), with the process
     /// metrics of this process (`/proc/self`).
     pub fn new() -> Metrics {
-        Metrics::with_proc(PathBuf::from("/proc/self"))
+        Metrics::for_node(std::path::Path::new("/proc"))
     }
 
-    /// Like [`Metrics::new`], with the process metrics read from `proc_self`.
+    /// Like [`Metrics::new`], with the node's pressure files read under
+    /// `proc_root` (`<proc_root>/pressure/*`, as the eviction side reads
+    /// them); the process metrics stay this process's own.
+    pub(crate) fn for_node(proc_root: &std::path::Path) -> Metrics {
+        Metrics::with_roots(PathBuf::from("/proc/self"), proc_root.to_path_buf())
+    }
+
+    /// Like [`Metrics::new`], with the process metrics read from `proc_self`
+    /// (and the pressure files from its parent).
+    #[cfg(test)]
     pub(crate) fn with_proc(proc_self: PathBuf) -> Metrics {
+        let root = proc_self
+            .parent()
+            .map(std::path::Path::to_path_buf)
+            .unwrap_or_else(|| PathBuf::from("/proc"));
+        Metrics::with_roots(proc_self, root)
+    }
+
+    fn with_roots(proc_self: PathBuf, proc_root: PathBuf) -> Metrics {
         let mut r = Registry::default();
         let m = Metrics {
             evictions: Family::default(),
@@ -449,12 +466,7 @@ impl Metrics {
             "1 while an eviction threshold is met (observed below threshold, min-reclaim not yet reached)",
             m.threshold_met.clone(),
         );
-        r.register_collector(Box::new(PressureCollector {
-            proc_root: proc_self
-                .parent()
-                .map(std::path::Path::to_path_buf)
-                .unwrap_or_else(|| PathBuf::from("/proc")),
-        }));
+        r.register_collector(Box::new(PressureCollector { proc_root }));
         r.register_with_unit(
             "qosd_signal_pressure_observed",
             "Stall of each pressure signal (memory.some, memory.full) in its window at the last eviction pass, as a share of the window",

@@ -69,7 +69,25 @@ pub fn threshold(data: &[u8]) {
     let sane = |v: &ThresholdValue, reclaim: bool| match *v {
         ThresholdValue::Quantity(q) => q > 0,
         ThresholdValue::Percentage(p) => p.is_finite() && p > 0.0 && (reclaim || p < 1.0),
+        // never from a kubelet setting
+        ThresholdValue::Stall { .. } => false,
     };
+    // The pressure grammar on the same input: a share in (0, 1] of a
+    // window the kernel's triggers accept, printed back as it parses.
+    for sig in [Signal::MemorySome, Signal::MemoryFull] {
+        if let Ok(t) = ThresholdSetting::parse_pressure("evictionPressureHard", sig, s) {
+            let Some(ThresholdValue::Stall { share, window }) = t.value else {
+                panic!("pressure value {s:?}: {:?}", t.value);
+            };
+            assert!(share > 0.0 && share <= 1.0, "{s:?}: {share}");
+            assert!(
+                (std::time::Duration::from_millis(500)..=std::time::Duration::from_secs(10))
+                    .contains(&window),
+                "{s:?}: {window:?}"
+            );
+            assert_eq!(t.as_written(), s);
+        }
+    }
     for (k, v) in &entries {
         let sig = Signal::parse(k).expect("kept known signals only");
         for setting in ["eviction-hard", "eviction-soft", "eviction-minimum-reclaim"] {

@@ -494,7 +494,8 @@ mod tests {
             line_us: 200_000,
         };
         // (measured, breach, now ms) -> (stall, window start ms relative, may be negative)
-        let table: Vec<(Option<WindowStall>, Option<Breach>, u64, Option<(u64, i64)>)> = vec![
+        type Row = (Option<WindowStall>, Option<Breach>, u64, Option<(u64, i64)>);
+        let table: Vec<Row> = vec![
             (None, None, 0, None),
             (Some(m(50_000, 100)), None, 500, Some((50_000, 100))),
             (None, Some(b(1_000)), 1_500, Some((200_000, -1_000))),

@@ -1403,6 +1403,102 @@ mod tests {
         assert_eq!(f.get(Duration::from_secs(1)).unwrap_err(), "runtime down");
     }
 
+    /// A pressure threshold through the engine (cgroup v2 fixtures): the
+    /// node's stall meets it, the pass waits for each pod's own stall
+    /// (asking for the next pass soon), then evicts the pod that stalls,
+    /// not the one the kubelet's memory order ranks first.
+    #[test]
+    fn pressure_pass_measures_who_stalls_then_evicts_it() {
+        use qosd_node::sys::pressure::{targets_from_config, PressureConfig, PressureWatcher};
+        let d = tempfile::tempdir().unwrap();
+        let proc_root = d.path().join("proc");
+        std::fs::create_dir_all(proc_root.join("pressure")).unwrap();
+        let psi = |total: u64| {
+            format!("some avg10=0.00 avg60=0.00 avg300=0.00 total={total}\nfull avg10=0.00 avg60=0.00 avg300=0.00 total={total}\n")
+        };
+        let node = proc_root.join("pressure/memory");
+        // (name, working set MiB, request MiB): the kubelet's order takes "idle"
+        let pods: Vec<Candidate> = [("idle", 300u64, 0i64), ("stalls", 50, 40)]
+            .iter()
+            .map(|(name, ws, req)| {
+                let dir = d.path().join(name);
+                std::fs::create_dir(&dir).unwrap();
+                std::fs::write(dir.join("memory.current"), format!("{}\n", ws << 20)).unwrap();
+                std::fs::write(dir.join("memory.stat"), "inactive_file 0\n").unwrap();
+                std::fs::write(dir.join("cgroup.procs"), "4242\n").unwrap();
+                std::fs::write(dir.join("memory.pressure"), psi(0)).unwrap();
+                let mut c = pod(name, QosClass::Burstable, Some(dir));
+                c.memory_request_bytes = req << 20;
+                c
+            })
+            .collect();
+        let cfg = EvictionConfig::from_raw(&RawEvictionConfig {
+            eviction_hard: Some(Default::default()),
+            ..Default::default()
+        })
+        .unwrap()
+        .with_pressure(
+            &[(
+                Signal::MemorySome,
+                qosd_model::policy::evict::pressure::parse_stall("x", Signal::MemorySome, "10%/2s")
+                    .unwrap(),
+            )]
+            .into(),
+            &Default::default(),
+            &Default::default(),
+        )
+        .unwrap();
+        let mut e = engine("100Mi");
+        e.manager = Manager::new(cfg.clone(), ManagerOptions::default());
+        e.signals = watched_signals(&cfg);
+        e.sources.version = CgroupVersion::V2;
+        std::fs::write(&node, psi(1_000)).unwrap();
+        e.pressure = Some(
+            PressureWatcher::spawn(
+                targets_from_config(&cfg, &proc_root),
+                PressureConfig::default(),
+                |_| {},
+            )
+            .unwrap(),
+        );
+        // quiet: not met, nothing measured per pod
+        let r = e.pass(Ok(pods.clone()));
+        assert!(
+            r.decision.thresholds.iter().all(|t| !t.met),
+            "{:?}",
+            r.decision
+        );
+        assert_eq!(r.again_in, None);
+        assert_eq!(r.pressure.len(), 1);
+        // 500 ms of node stall: met; each pod's stall read once: wait
+        std::fs::write(&node, psi(501_000)).unwrap();
+        let r = e.pass(Ok(pods.clone()));
+        assert!(
+            r.decision.thresholds.iter().any(|t| t.met),
+            "{:?}",
+            r.decision
+        );
+        assert!(r.decision.victim().is_none());
+        assert!(
+            r.decision
+                .notes
+                .iter()
+                .any(|n| n.contains("measuring which pods stall")),
+            "{:?}",
+            r.decision.notes
+        );
+        assert_eq!(r.again_in, Some(STALL_RESAMPLE));
+        // the second pod stalls, the first does not
+        std::fs::write(d.path().join("stalls/memory.pressure"), psi(150_000)).unwrap();
+        std::fs::write(&node, psi(700_000)).unwrap();
+        let r = e.pass(Ok(pods));
+        let v = r.decision.victim().expect("a victim");
+        assert_eq!(v.candidate.uid, "stalls");
+        assert_eq!(v.signal, Signal::MemorySome);
+        assert!(v.reason.starts_with("stalling on memory"), "{}", v.reason);
+        assert!(matches!(r.outcome, Some(Ok(_))));
+    }
+
     #[test]
     fn pass_without_pods_blocks() {
         let mut e = engine("500Mi");

@@ -701,6 +701,61 @@ mod tests {
         }
     }
 
+    /// A pressure signal in `qosd status`: stalled time of its window, the
+    /// threshold as a share, how it is watched (unavailable: the reason).
+    #[test]
+    fn status_table_shows_pressure_signals() {
+        use qosd_node::sys::pressure::{Mode, PressureStatus};
+        let mut d = StatusDoc::new();
+        d.signals.push(SignalStatus {
+            signal: "memory.full".into(),
+            observed: Some(300_000),
+            capacity: Some(2_000_000),
+            thresholds: vec![ThresholdStatus {
+                kind: "hard".into(),
+                threshold: "10%/2s".into(),
+                value: Some(200_000),
+                met: true,
+                ..Default::default()
+            }],
+            pressure: None,
+        });
+        crate::telemetry::status::add_pressure(
+            &mut d.signals,
+            &[
+                PressureStatus {
+                    signal: qosd_model::policy::evict::threshold::Signal::MemoryFull,
+                    mode: Mode::Trigger { privileged: true },
+                    window: std::time::Duration::from_secs(2),
+                    reading: None,
+                    error: None,
+                },
+                PressureStatus {
+                    signal: qosd_model::policy::evict::threshold::Signal::MemorySome,
+                    mode: Mode::Unavailable("no /proc/pressure".into()),
+                    window: std::time::Duration::from_secs(2),
+                    reading: None,
+                    error: None,
+                },
+            ],
+        );
+        let p = d.signals[0].pressure.as_ref().unwrap();
+        assert_eq!((p.mode.as_str(), p.stall_percent), ("trigger", Some(15.0)));
+        assert_eq!(d.signals[1].signal, "memory.some", "never silently absent");
+        let t = d.to_table(6_000);
+        for piece in [
+            "memory.full",
+            "300ms",
+            "hard >=10%/2s MET",
+            "memory.full stalled 15.0% of 2s",
+            "trigger (kernel checks every tenth of the window)",
+            "memory.some stalled - of 2s",
+            "unavailable: no /proc/pressure",
+        ] {
+            assert!(t.contains(piece), "{piece:?} missing from\n{t}");
+        }
+    }
+
     #[test]
     fn parses_chunked_and_plain_responses() {
         let plain = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 3\r\n\r\nno\n";

@@ -110,7 +110,7 @@ impl Report {
                 self.address
             ),
         };
-        o.push_str(&self.doc.to_table(now_ms));
+        o.push_str(&crate::cli::status_table::render(&self.doc, now_ms));
         for n in &self.notes {
             o.push_str(&format!("note: {}\n", crate::cli::output::text_safe(n)));
         }

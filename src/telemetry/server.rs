@@ -640,67 +640,6 @@ mod tests {
     }
 
     #[test]
-    fn status_table_shows_signals_pods_and_evictions() {
-        let mut d = StatusDoc::new();
-        d.mode = "enforce".into();
-        d.signals.push(SignalStatus {
-            signal: "memory.available".into(),
-            observed: Some(50 << 20),
-            capacity: Some(8 << 30),
-            thresholds: vec![ThresholdStatus {
-                kind: "hard".into(),
-                threshold: "100Mi".into(),
-                value: Some(100 << 20),
-                met: true,
-                ..Default::default()
-            }],
-        });
-        d.signals.push(SignalStatus {
-            signal: "nodefs.inodesFree".into(),
-            observed: Some(12345),
-            ..Default::default()
-        });
-        d.conditions.push(ConditionStatus {
-            condition: "MemoryPressure".into(),
-            active: true,
-            ..Default::default()
-        });
-        d.pods = PodCounts {
-            guaranteed: 1,
-            burstable: 2,
-            best_effort: 3,
-        };
-        d.push_eviction(EvictionRecord {
-            at_ms: 1_000,
-            namespace: "default".into(),
-            name: "hog".into(),
-            qos_class: "BestEffort".into(),
-            signal: "memory.available".into(),
-            threshold_kind: "hard".into(),
-            observed: 50 << 20,
-            threshold: 100 << 20,
-            backend: "kill".into(),
-            ..Default::default()
-        });
-        let t = d.to_table(6_000);
-        for piece in [
-            "mode enforce",
-            "memory.available",
-            "50.0Mi",
-            "8.0Gi",
-            "hard <100Mi (100.0Mi) MET",
-            "12345",
-            "MemoryPressure=True",
-            "(total 6)",
-            "default/hog",
-            "5s",
-            "last reconcile: none yet",
-        ] {
-            assert!(t.contains(piece), "{piece:?} missing from\n{t}");
-        }
-    }
-
-    #[test]
     fn parses_chunked_and_plain_responses() {
         let plain = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 3\r\n\r\nno\n";
         let r = parse_response(plain).unwrap();

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use qosd_model::core::model::ResourceList;
+use qosd_model::core::model::{ResourceList, ValueSource};
 use qosd_node::cri::{
     self, ConnectOptions, Inventory, InventoryOptions, LiveContainer, LivePod, RetryPolicy,
 };
@@ -168,6 +168,25 @@ fn short(id: &str) -> &str {
     &id[..id.len().min(13)]
 }
 
+/// The pod table's columns; `wide` adds [`POD_COLUMNS_WIDE`].
+const POD_COLUMNS: [&str; 6] = ["POD", "STATE", "QOS", "QOS SOURCE", "CONTAINERS", "SANDBOX"];
+const POD_COLUMNS_WIDE: [&str; 5] = ["UID", "CGROUP PARENT", "PRIORITY", "EXACT", "INFERRED"];
+
+/// The container table's columns (wide only).
+const CONTAINER_COLUMNS: [&str; 11] = [
+    "POD",
+    "CONTAINER",
+    "ID",
+    "STATE",
+    "CPU SHARES",
+    "CPU QUOTA",
+    "CPU PERIOD",
+    "MEMORY LIMIT",
+    "MEMORY MIN",
+    "OOM SCORE ADJ",
+    "CPUSET",
+];
+
 /// Human-readable listing: a table of pods (wide: with uids, cgroup
 /// parents, then a table of every container's settings), notes, skips.
 pub(crate) fn to_text(inv: &Inventory, wide: bool) -> String {
@@ -175,105 +194,23 @@ pub(crate) fn to_text(inv: &Inventory, wide: bool) -> String {
         return "no pod sandboxes\n".to_string();
     }
     let mut s = String::new();
-    let rows: Vec<Vec<String>> = inv
-        .pods
-        .iter()
-        .map(|p| {
-            let mut r = vec![
-                p.pod.key(),
-                p.state.as_str().to_string(),
-                p.qos_class.to_string(),
-                p.qos_source.to_string(),
-                p.containers.len().to_string(),
-                short(&p.sandbox_id).to_string(),
-            ];
-            if wide {
-                let by = |want: qosd_model::core::model::ValueSource| {
-                    or_none(
-                        p.sources
-                            .iter()
-                            .filter(|(_, s)| **s == want)
-                            .map(|(k, _)| *k)
-                            .collect::<Vec<_>>()
-                            .join(","),
-                    )
-                };
-                r.push(p.pod.uid.clone());
-                r.push(p.cgroup_parent.as_deref().unwrap_or("-").to_string());
-                r.push(match &p.pod.priority_class_name {
-                    Some(c) => format!("{} ({c})", p.pod.priority),
-                    None => p.pod.priority.to_string(),
-                });
-                r.push(by(qosd_model::core::model::ValueSource::Exact));
-                r.push(by(qosd_model::core::model::ValueSource::Inferred));
-            }
-            r
-        })
-        .collect();
-    let head: &[&str] = if wide {
-        &[
-            "POD",
-            "STATE",
-            "QOS",
-            "QOS SOURCE",
-            "CONTAINERS",
-            "SANDBOX",
-            "UID",
-            "CGROUP PARENT",
-            "PRIORITY",
-            "EXACT",
-            "INFERRED",
-        ]
-    } else {
-        &["POD", "STATE", "QOS", "QOS SOURCE", "CONTAINERS", "SANDBOX"]
-    };
-    if !rows.is_empty() {
-        s.push_str(&table(head, &rows));
+    if !inv.pods.is_empty() {
+        let rows: Vec<Vec<String>> = inv.pods.iter().map(|p| pod_row(p, wide)).collect();
+        let mut head = POD_COLUMNS.to_vec();
+        if wide {
+            head.extend(POD_COLUMNS_WIDE);
+        }
+        s.push_str(&table(&head, &rows));
     }
     if wide {
         let rows: Vec<Vec<String>> = inv
             .pods
             .iter()
-            .flat_map(|p| {
-                p.containers.iter().map(move |c| {
-                    vec![
-                        p.pod.key(),
-                        format!(
-                            "{}{}",
-                            c.name,
-                            if c.counted { "" } else { " (not counted)" }
-                        ),
-                        short(&c.id).to_string(),
-                        c.state.clone(),
-                        opt(c.cpu_shares),
-                        opt(c.cpu_quota),
-                        opt(c.cpu_period),
-                        opt(c.memory_limit_bytes),
-                        opt(c.memory_min_bytes),
-                        opt(c.oom_score_adj),
-                        c.cpuset_cpus.clone().unwrap_or_else(|| "-".into()),
-                    ]
-                })
-            })
+            .flat_map(|p| p.containers.iter().map(move |c| container_row(p, c)))
             .collect();
         if !rows.is_empty() {
             s.push('\n');
-            s.push_str(&table(
-                &[
-                    "POD",
-                    "CONTAINER",
-                    "ID",
-                    "STATE",
-                    "CPU SHARES",
-                    "CPU QUOTA",
-                    "CPU PERIOD",
-                    "MEMORY LIMIT",
-                    "MEMORY MIN",
-                    "OOM SCORE ADJ",
-                    "CPUSET",
-                ],
-                &rows,
-            ));
+            s.push_str(&table(&CONTAINER_COLUMNS, &rows));
         }
     }
     for p in &inv.pods {
@@ -292,6 +229,60 @@ pub(crate) fn to_text(inv: &Inventory, wide: bool) -> String {
         ));
     }
     s
+}
+
+/// One row of the pod table.
+fn pod_row(p: &LivePod, wide: bool) -> Vec<String> {
+    let mut r = vec![
+        p.pod.key(),
+        p.state.as_str().to_string(),
+        p.qos_class.to_string(),
+        p.qos_source.to_string(),
+        p.containers.len().to_string(),
+        short(&p.sandbox_id).to_string(),
+    ];
+    if wide {
+        let by = |want: ValueSource| {
+            or_none(
+                p.sources
+                    .iter()
+                    .filter(|(_, s)| **s == want)
+                    .map(|(k, _)| *k)
+                    .collect::<Vec<_>>()
+                    .join(","),
+            )
+        };
+        r.push(p.pod.uid.clone());
+        r.push(p.cgroup_parent.as_deref().unwrap_or("-").to_string());
+        r.push(match &p.pod.priority_class_name {
+            Some(c) => format!("{} ({c})", p.pod.priority),
+            None => p.pod.priority.to_string(),
+        });
+        r.push(by(ValueSource::Exact));
+        r.push(by(ValueSource::Inferred));
+    }
+    r
+}
+
+/// One row of the container table.
+fn container_row(p: &LivePod, c: &LiveContainer) -> Vec<String> {
+    vec![
+        p.pod.key(),
+        format!(
+            "{}{}",
+            c.name,
+            if c.counted { "" } else { " (not counted)" }
+        ),
+        short(&c.id).to_string(),
+        c.state.clone(),
+        opt(c.cpu_shares),
+        opt(c.cpu_quota),
+        opt(c.cpu_period),
+        opt(c.memory_limit_bytes),
+        opt(c.memory_min_bytes),
+        opt(c.oom_score_adj),
+        c.cpuset_cpus.clone().unwrap_or_else(|| "-".into()),
+    ]
 }
 
 #[cfg(test)]

@@ -1786,7 +1786,11 @@ mod tests {
         assert!(resync_due(min, Some(3), Some(4)));
         // The same subscription live throughout: the safety net only.
         assert!(!resync_due(min, Some(3), Some(3)));
-        assert!(!resync_due(STATUS_RESYNC_LIVE - Duration::from_secs(1), Some(3), Some(3)));
+        assert!(!resync_due(
+            STATUS_RESYNC_LIVE - Duration::from_secs(1),
+            Some(3),
+            Some(3)
+        ));
         assert!(resync_due(STATUS_RESYNC_LIVE, Some(3), Some(3)));
     }
 

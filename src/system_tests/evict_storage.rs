@@ -656,7 +656,9 @@ fn local_storage_limit_evicts_without_node_pressure() {
     support::require_containerd();
     // The production eviction pass (Engine) with a real containerd for the
     // writable layers and the clean-up, the pod specs from manifests (the
-    // CRI does not carry ephemeral-storage limits), no node pressure.
+    // CRI does not carry ephemeral-storage limits), no node pressure. Two
+    // pods over their limits (a writable layer, an emptyDir) are both
+    // evicted in the same pass, as the kubelet's localStorageEviction does.
     use crate::runtime::eviction::{Engine, NodeRuntime};
     use qosd_model::policy::evict::manager::ManagerOptions;
     use qosd_model::policy::evict::threshold::{
@@ -680,17 +682,41 @@ fn local_storage_limit_evicts_without_node_pressure() {
     let under = rt.block_on(
         env.run_pod(&PodSpec::new("under").container(ContainerSpec::memhog("app", &["2"]))),
     );
+    let dir = rt.block_on(
+        env.run_pod(&PodSpec::new("dir").container(ContainerSpec::memhog("app", &["2"]))),
+    );
     fill_writable_layer(&rt, &env, &over, "fill", 12);
     fill_writable_layer(&rt, &env, &under, "fill", 2);
-    let manifest = |p: &RunningPod, limit: &str| {
+    // The kubelet's emptyDir directory of "dir", 3 MiB in a 1Mi sizeLimit.
+    let scratch = root_dir.join(format!(
+        "pods/{}/volumes/kubernetes.io~empty-dir/scratch",
+        dir.spec.uid
+    ));
+    std::fs::create_dir_all(&scratch).unwrap();
+    std::fs::write(scratch.join("data"), vec![0x5au8; 3 * MI as usize]).unwrap();
+    let manifest = |p: &RunningPod, limit: &str, volumes: &str| {
         format!(
-            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {}, namespace: {}, uid: {}}}\nspec:\n  containers:\n  - name: app\n    resources: {{limits: {{ephemeral-storage: {limit}}}}}\n",
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {}, namespace: {}, uid: {}}}\nspec:\n  containers:\n  - name: app\n    resources: {{limits: {{ephemeral-storage: {limit}}}}}\n{volumes}",
             p.spec.name, p.spec.namespace, p.spec.uid
         )
     };
-    let mut pods = qosd_node::manifest::parse_str(&manifest(&over, "8Mi"), "over.yaml").unwrap();
-    pods.extend(qosd_node::manifest::parse_str(&manifest(&under, "8Mi"), "under.yaml").unwrap());
-    let sandboxes = [&over, &under]
+    let mut pods =
+        qosd_node::manifest::parse_str(&manifest(&over, "8Mi", ""), "over.yaml").unwrap();
+    pods.extend(
+        qosd_node::manifest::parse_str(&manifest(&under, "8Mi", ""), "under.yaml").unwrap(),
+    );
+    pods.extend(
+        qosd_node::manifest::parse_str(
+            &manifest(
+                &dir,
+                "64Mi",
+                "  volumes:\n  - name: scratch\n    emptyDir: {sizeLimit: 1Mi}\n",
+            ),
+            "dir.yaml",
+        )
+        .unwrap(),
+    );
+    let sandboxes = [&over, &under, &dir]
         .iter()
         .map(|p| (p.spec.uid.clone(), p.sandbox_id.clone()))
         .collect();
@@ -724,32 +750,55 @@ fn local_storage_limit_evicts_without_node_pressure() {
     );
     engine.runtime = Some(cri as Arc<dyn NodeRuntime>);
 
-    let mut evicted = Vec::new();
+    // Every pass with victims is recorded: (pod, label, message, grace).
+    let mut passes: Vec<Vec<(String, &str, String, Duration)>> = Vec::new();
     let t = Instant::now();
-    while t.elapsed() < Duration::from_secs(20) && sandbox_exists(&rt, &env, &over) {
+    while t.elapsed() < Duration::from_secs(20)
+        && (sandbox_exists(&rt, &env, &over) || sandbox_exists(&rt, &env, &dir))
+    {
         let r = engine.pass(Ok(candidates.clone()));
         assert!(r.decision.conditions.is_empty(), "no node pressure");
-        if let Some(v) = r.decision.victim() {
-            assert!(matches!(r.outcome, Some(Ok(_))), "{:?}", r.outcome);
-            evicted.push((
-                v.candidate.name.clone(),
-                v.metric_label(),
-                v.message.clone(),
-                v.grace,
-            ));
+        let victims = r.decision.victims();
+        if !victims.is_empty() {
+            assert_eq!(r.outcomes.len(), victims.len());
+            assert!(r.outcomes.iter().all(|o| o.is_ok()), "{:?}", r.outcomes);
+            passes.push(
+                victims
+                    .iter()
+                    .map(|v| {
+                        (
+                            v.candidate.name.clone(),
+                            v.metric_label(),
+                            v.message.clone(),
+                            v.grace,
+                        )
+                    })
+                    .collect(),
+            );
         }
         std::thread::sleep(Duration::from_millis(500));
     }
     assert!(
-        !sandbox_exists(&rt, &env, &over),
-        "the pod over its limit was not evicted"
+        !sandbox_exists(&rt, &env, &over) && !sandbox_exists(&rt, &env, &dir),
+        "a pod over its limit was not evicted"
     );
     assert!(
         sandbox_exists(&rt, &env, &under),
         "the pod under its limit must stay"
     );
-    assert_eq!(evicted.len(), 1, "{evicted:?}");
+    assert_eq!(passes.len(), 1, "both in one pass: {passes:?}");
+    let mut evicted = passes.remove(0);
+    evicted.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(evicted.len(), 2, "{evicted:?}");
     let (name, label, message, grace) = &evicted[0];
+    assert_eq!(name, "dir");
+    assert_eq!(*label, "emptydirfs.limit");
+    assert_eq!(
+        message,
+        "Usage of EmptyDir volume \"scratch\" exceeds the limit \"1Mi\". "
+    );
+    assert_eq!(*grace, Duration::from_secs(1));
+    let (name, label, message, grace) = &evicted[1];
     assert_eq!(name, "over");
     // one container: the pod total (layer) is checked before the container
     assert_eq!(*label, "ephemeralpodfs.limit");
@@ -764,4 +813,5 @@ fn local_storage_limit_evicts_without_node_pressure() {
         assert!(r.decision.victim().is_none());
     }
     assert_eq!(stop_calls(&env, &over), 1);
+    assert_eq!(stop_calls(&env, &dir), 1);
 }

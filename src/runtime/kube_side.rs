@@ -91,6 +91,8 @@ pub(crate) struct KubeSettings {
     pub(crate) cgroup_version: CgroupVersion,
     /// The eviction side's runtime the API calls of an eviction run on.
     pub(crate) evict_rt: qosd_node::evict::runtime::EvictRuntime,
+    /// Whose rules decide what the kubelet admitted (in-place resize).
+    pub(crate) kubelet_version: qosd_model::policy::enforce::versions::KubeletVersion,
 }
 
 /// The API client, the pod cache and its watcher, and the `api` evictor.
@@ -151,7 +153,7 @@ impl KubeSide {
     /// and, when the view is unusable, why (runtime data alone then).
     pub(crate) fn merge_view(&self, live: &mut [LivePod]) -> (MergeSummary, Option<String>) {
         let view = self.cache.view(self.settings.max_stale);
-        let summary = merge(live, &view);
+        let summary = merge(live, &view, self.settings.kubelet_version);
         self.metrics.set_api_up(view.fresh());
         self.metrics.set_pods(summary.exact, summary.inferred);
         *self.containers.lock().unwrap_or_else(|e| e.into_inner()) = live

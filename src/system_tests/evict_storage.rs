@@ -750,6 +750,31 @@ fn local_storage_limit_evicts_without_node_pressure() {
     );
     engine.runtime = Some(cri as Arc<dyn NodeRuntime>);
 
+    // containerd refreshes writable-layer usage every few seconds: start
+    // once it reports the filled layer, so one pass sees both pods over.
+    let layer = |p: &RunningPod| -> u64 {
+        rt.block_on(async {
+            env.client()
+                .await
+                .list_container_stats()
+                .await
+                .unwrap()
+                .iter()
+                .find(|s| {
+                    s.attributes
+                        .as_ref()
+                        .is_some_and(|a| a.id == p.containers[0].1)
+                })
+                .and_then(|s| s.writable_layer.as_ref())
+                .and_then(|w| w.used_bytes.as_ref())
+                .map_or(0, |u| u.value)
+        })
+    };
+    wait_for(
+        "the runtime reporting the filled writable layer",
+        30,
+        || layer(&over) >= 12 * MI as u64,
+    );
     // Every pass with victims is recorded: (pod, label, message, grace).
     let mut passes: Vec<Vec<(String, &str, String, Duration)>> = Vec::new();
     let t = Instant::now();

@@ -339,8 +339,7 @@ fn run_options(cfg: &Config, args: &DaemonArgs) -> anyhow::Result<RunOptions> {
         }
     } else {
         // Validate the manifests now: bad input must fail before any write.
-        qosd_node::manifest::load_paths_for(&args.pods, cfg.kubelet_version)
-            .map_err(bad_input)?;
+        qosd_node::manifest::load_paths_for(&args.pods, cfg.kubelet_version).map_err(bad_input)?;
         PodSourceSpec::Manifests(args.pods.clone(), cfg.kubelet_version)
     };
     let dry_run = cfg.mode == qosd_config::Mode::DryRun;

@@ -102,7 +102,11 @@ async fn a_resize_through_the_runtime_is_planned() {
         .unwrap();
     let status = env.container_status(&pod.containers[0].1).await;
     let linux = status.resources.and_then(|r| r.linux).expect("resources");
-    assert_eq!(linux.cpu_shares, kubelet::shares(300), "the runtime runs it");
+    assert_eq!(
+        linux.cpu_shares,
+        kubelet::shares(300),
+        "the runtime runs it"
+    );
 
     let after = pod_values(&env, &pod, &plan(&env, &[]));
     assert_eq!(
@@ -131,7 +135,10 @@ async fn a_resize_through_the_runtime_is_planned() {
         p["containers"][0]["limits"]["memory"],
         (256 * MI).to_string()
     );
-    assert!(p["resize"].is_null(), "the runtime alone knows of no resize");
+    assert!(
+        p["resize"].is_null(),
+        "the runtime alone knows of no resize"
+    );
 }
 
 /// One container's resources in the API's shape.
@@ -293,13 +300,13 @@ async fn a_resize_through_the_api_gets_the_kubelets_values_at_each_step() {
             daemon
                 .log()
                 .lines()
+                .rev()
                 .filter(|l| l.contains("would write cgroup value") && l.contains(&needle))
-                .filter_map(|l| {
+                .find_map(|l| {
                     l.split_whitespace()
                         .find_map(|w| w.strip_prefix("value="))
                         .map(str::to_string)
                 })
-                .last()
         };
         wait_for(
             &format!("run --dry-run at step {}", step.name),
@@ -338,8 +345,7 @@ async fn a_resize_through_the_api_gets_the_kubelets_values_at_each_step() {
         );
         if step.state.is_some_and(|s| s != "InProgress") {
             assert_eq!(
-                p["resize"]["desired"]["app"]["limits"]["cpu"],
-                step.spec["limits"]["cpu"],
+                p["resize"]["desired"]["app"]["limits"]["cpu"], step.spec["limits"]["cpu"],
                 "{}",
                 step.name
             );

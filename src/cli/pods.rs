@@ -465,8 +465,14 @@ mod tests {
             w.contains("  u-1  -              0         -       -      ephemeralStorage,"),
             "{w}"
         );
-        assert!(w.contains("REQUESTS  LIMITS  DESIRED REQUESTS  DESIRED LIMITS\n"), "{w}");
-        assert!(w.contains("ns/web  app        -         -       same              same\n"), "{w}");
+        assert!(
+            w.contains("REQUESTS  LIMITS  DESIRED REQUESTS  DESIRED LIMITS\n"),
+            "{w}"
+        );
+        assert!(
+            w.contains("ns/web  app        -         -       same              same\n"),
+            "{w}"
+        );
         assert!(
             w.contains("ns/web  app        c0ffee  running  2           -"),
             "{w}"
@@ -498,12 +504,18 @@ mod tests {
         });
         let w = to_text(&i, true);
         assert!(w.contains("PRIORITY  RESIZE      EXACT  INFERRED"), "{w}");
-        assert!(w.contains("  0         Infeasible  -      ephemeralStorage,"), "{w}");
+        assert!(
+            w.contains("  0         Infeasible  -      ephemeralStorage,"),
+            "{w}"
+        );
         assert!(
             w.contains("CONTAINER  REQUESTS   LIMITS  DESIRED REQUESTS  DESIRED LIMITS\n"),
             "{w}"
         );
-        assert!(w.contains("ns/web  app        cpu=1600m  -       cpu=100           -\n"), "{w}");
+        assert!(
+            w.contains("ns/web  app        cpu=1600m  -       cpu=100           -\n"),
+            "{w}"
+        );
         let v = to_json(&i);
         let r = &v["pods"][0]["resize"];
         assert_eq!(r["state"], "Infeasible");

@@ -353,7 +353,9 @@ impl Engine {
         // at once (the refused pod is in back-off), a few at most per pass.
         for _ in 0..MAX_REFUSED_PER_PASS {
             let refused = matches!(outcomes.as_slice(), [Err(EvictError::ApiRefused { .. })])
-                && decision.victim().is_some_and(|v| v.cause == Cause::Threshold);
+                && decision
+                    .victim()
+                    .is_some_and(|v| v.cause == Cause::Threshold);
             if !refused {
                 break;
             }

@@ -205,7 +205,10 @@ fn resize_state(desired: &Pod, status: &PodStatus, pod_level: bool) -> Option<Re
         .iter()
         .chain(desired.init_containers.iter().filter(|c| c.restartable))
         .any(|c| {
-            let a = status.containers.get(&c.name).and_then(|s| s.allocated.as_ref());
+            let a = status
+                .containers
+                .get(&c.name)
+                .and_then(|s| s.allocated.as_ref());
             a.is_some_and(|a| requests_differ(&c.resources, a))
         });
     let pod_differs = pod_level
@@ -377,30 +380,117 @@ mod tests {
 
     const MI: i64 = 1 << 20;
 
+    /// (step, spec cpu, condition, allocated cpu, actual cpu request,
+    /// resize state, pod cpu.shares)
+    type FlowRow = (
+        &'static str,
+        &'static str,
+        Cond,
+        &'static str,
+        &'static str,
+        Option<ResizeState>,
+        &'static str,
+    );
+
     /// KEP-1287's "Flow Control" walk-through, one container, cpu request
     /// only: 1 → 1.5 → 2 (deferred) → 1.6 → 100 (infeasible). At each step
     /// the pod's cpu.shares is the kubelet's (of the allocation).
     #[test]
     fn kep_flow_control_walkthrough() {
-        let rows: Vec<(&str, &str, Cond, &str, &str, Option<ResizeState>, &str)> = vec![
+        let rows: Vec<FlowRow> = vec![
             // (step, spec cpu, condition, allocated, actual request, state, shares)
             ("running", "1", Cond::None, "1", "1", None, "1024"),
-            ("resize #1 seen by nobody yet", "1500m", Cond::None, "1", "1", Some(ResizeState::NotObserved), "1024"),
-            ("resize #1 admitted", "1500m", Cond::InProgress, "1500m", "1", Some(ResizeState::InProgress), "1536"),
-            ("resize #2 while #1 in progress", "2", Cond::InProgress, "1500m", "1", Some(ResizeState::NotObserved), "1536"),
-            ("resize #2 deferred", "2", Cond::Pending("Deferred"), "1500m", "1500m", Some(ResizeState::Deferred), "1536"),
-            ("resize #3 before the kubelet syncs", "1600m", Cond::Pending("Deferred"), "1500m", "1500m", Some(ResizeState::Deferred), "1536"),
-            ("resize #3 admitted", "1600m", Cond::InProgress, "1600m", "1500m", Some(ResizeState::InProgress), "1638"),
-            ("resize #3 done", "1600m", Cond::None, "1600m", "1600m", None, "1638"),
-            ("resize #4 not seen yet", "100", Cond::None, "1600m", "1600m", Some(ResizeState::NotObserved), "1638"),
-            ("resize #4 infeasible", "100", Cond::Pending("Infeasible"), "1600m", "1600m", Some(ResizeState::Infeasible), "1638"),
+            (
+                "resize #1 seen by nobody yet",
+                "1500m",
+                Cond::None,
+                "1",
+                "1",
+                Some(ResizeState::NotObserved),
+                "1024",
+            ),
+            (
+                "resize #1 admitted",
+                "1500m",
+                Cond::InProgress,
+                "1500m",
+                "1",
+                Some(ResizeState::InProgress),
+                "1536",
+            ),
+            (
+                "resize #2 while #1 in progress",
+                "2",
+                Cond::InProgress,
+                "1500m",
+                "1",
+                Some(ResizeState::NotObserved),
+                "1536",
+            ),
+            (
+                "resize #2 deferred",
+                "2",
+                Cond::Pending("Deferred"),
+                "1500m",
+                "1500m",
+                Some(ResizeState::Deferred),
+                "1536",
+            ),
+            (
+                "resize #3 before the kubelet syncs",
+                "1600m",
+                Cond::Pending("Deferred"),
+                "1500m",
+                "1500m",
+                Some(ResizeState::Deferred),
+                "1536",
+            ),
+            (
+                "resize #3 admitted",
+                "1600m",
+                Cond::InProgress,
+                "1600m",
+                "1500m",
+                Some(ResizeState::InProgress),
+                "1638",
+            ),
+            (
+                "resize #3 done",
+                "1600m",
+                Cond::None,
+                "1600m",
+                "1600m",
+                None,
+                "1638",
+            ),
+            (
+                "resize #4 not seen yet",
+                "100",
+                Cond::None,
+                "1600m",
+                "1600m",
+                Some(ResizeState::NotObserved),
+                "1638",
+            ),
+            (
+                "resize #4 infeasible",
+                "100",
+                Cond::Pending("Infeasible"),
+                "1600m",
+                "1600m",
+                Some(ResizeState::Infeasible),
+                "1638",
+            ),
         ];
         for (step, spec, cond, alloc, actual, state, shares) in rows {
             let p = pod(&[("c", res(&format!("cpu={spec}"), ""))]);
             let actual = format!("cpu={actual}");
             let st = status(
                 cond,
-                &[("c", cs(&format!("cpu={alloc}"), Some((actual.as_str(), ""))))],
+                &[(
+                    "c",
+                    cs(&format!("cpu={alloc}"), Some((actual.as_str(), ""))),
+                )],
             );
             let a = admit(p, &st, KubeletVersion::NEWEST);
             assert_eq!(a.resize.as_ref().map(|r| r.state), state, "{step}");
@@ -435,7 +525,11 @@ mod tests {
                 &q(from.0).to_string(),
                 &bytes(from.1).to_string(),
             );
-            let want_to = vals(&shares(cpu).to_string(), &q(cpu).to_string(), &bytes(mem).to_string());
+            let want_to = vals(
+                &shares(cpu).to_string(),
+                &q(cpu).to_string(),
+                &bytes(mem).to_string(),
+            );
             for (cond, admitted_from) in [
                 (Cond::Pending("Infeasible"), true),
                 (Cond::Pending("Deferred"), true),
@@ -459,10 +553,19 @@ mod tests {
         let p = pod(&[("c1", g("2", "2Gi"))]);
         let st = status(
             Cond::Pending("Infeasible"),
-            &[("c1", cs("cpu=1,memory=1Gi", Some(("cpu=1,memory=1Gi", "cpu=1,memory=1Gi"))))],
+            &[(
+                "c1",
+                cs(
+                    "cpu=1,memory=1Gi",
+                    Some(("cpu=1,memory=1Gi", "cpu=1,memory=1Gi")),
+                ),
+            )],
         );
         let a = admit(p, &st, KubeletVersion::NEWEST);
-        assert_eq!(cgroup(&a, KubeletVersion::NEWEST), vals("1024", "100000", "1073741824"));
+        assert_eq!(
+            cgroup(&a, KubeletVersion::NEWEST),
+            vals("1024", "100000", "1073741824")
+        );
         let r = a.resize.unwrap();
         assert_eq!(r.message.as_deref(), Some("Infeasible message"));
         assert_eq!(r.desired["c1"].limits["cpu"], Quantity::parse("2").unwrap());
@@ -481,9 +584,18 @@ mod tests {
             ("cpu limits", ["20m", "35m", "35Mi", "45Mi"]),
             ("mem requests", ["20m", "30m", "40Mi", "45Mi"]),
             ("mem limits", ["20m", "30m", "35Mi", "50Mi"]),
-            ("all resources in the same direction", ["25m", "35m", "40Mi", "50Mi"]),
-            ("cpu & mem in opposite directions", ["25m", "35m", "30Mi", "40Mi"]),
-            ("requests & limits in opposite directions", ["15m", "35m", "40Mi", "40Mi"]),
+            (
+                "all resources in the same direction",
+                ["25m", "35m", "40Mi", "50Mi"],
+            ),
+            (
+                "cpu & mem in opposite directions",
+                ["25m", "35m", "30Mi", "40Mi"],
+            ),
+            (
+                "requests & limits in opposite directions",
+                ["15m", "35m", "40Mi", "40Mi"],
+            ),
         ];
         let mk = |v: [&str; 4]| {
             res(
@@ -500,7 +612,12 @@ mod tests {
             )
         };
         let alloc = |v: [&str; 4]| format!("cpu={},memory={}", v[0], v[2]);
-        let run = |v: [&str; 4]| (format!("cpu={}", v[0]), format!("cpu={},memory={}", v[1], v[3]));
+        let run = |v: [&str; 4]| {
+            (
+                format!("cpu={}", v[0]),
+                format!("cpu={},memory={}", v[1], v[3]),
+            )
+        };
         for (row, to) in rows {
             let (ra, la) = run(orig);
             for (cond, allocated_to, behind, expect) in [
@@ -548,7 +665,11 @@ mod tests {
                 ],
             )
         };
-        let a = admit(pod(&spec), &st(Cond::Pending("Deferred")), KubeletVersion::NEWEST);
+        let a = admit(
+            pod(&spec),
+            &st(Cond::Pending("Deferred")),
+            KubeletVersion::NEWEST,
+        );
         assert_eq!(a.containers[0].resources, res("cpu=20m", ""));
         assert_eq!(a.containers[1].resources, res("memory=35Mi", ""));
         assert_eq!(cgroup(&a, KubeletVersion::NEWEST), vals("20", "-", "-"));
@@ -581,11 +702,11 @@ mod tests {
         );
         let a = admit(p, &st, KubeletVersion::NEWEST);
         assert_eq!(a.resize.as_ref().unwrap().state, ResizeState::Error);
+        assert_eq!(cgroup(&a, KubeletVersion::NEWEST).2, (30 * MI).to_string());
         assert_eq!(
-            cgroup(&a, KubeletVersion::NEWEST).2,
-            (30 * MI).to_string()
+            a.containers[0].resources.requests["memory"],
+            Quantity::parse("10Ki").unwrap()
         );
-        assert_eq!(a.containers[0].resources.requests["memory"], Quantity::parse("10Ki").unwrap());
     }
 
     /// Sidecars (restartable init containers) are resized and reported in
@@ -610,7 +731,11 @@ mod tests {
         );
         let a = admit(p, &st, KubeletVersion::NEWEST);
         assert_eq!(a.init_containers[0].resources, res("cpu=200m", ""));
-        assert_eq!(a.init_containers[1].resources, res("cpu=400m", ""), "not resizable");
+        assert_eq!(
+            a.init_containers[1].resources,
+            res("cpu=400m", ""),
+            "not resizable"
+        );
         let r = a.resize.as_ref().unwrap();
         assert_eq!(r.desired.keys().collect::<Vec<_>>(), ["proxy"]);
     }
@@ -630,7 +755,10 @@ mod tests {
     #[test]
     fn observed_generation_behind_means_not_seen() {
         let p = pod(&[("c1", res("cpu=100m", "cpu=400m"))]);
-        let mut st = status(Cond::None, &[("c1", cs("cpu=100m", Some(("cpu=100m", "cpu=200m"))))]);
+        let mut st = status(
+            Cond::None,
+            &[("c1", cs("cpu=100m", Some(("cpu=100m", "cpu=200m"))))],
+        );
         st.generation = Some(3);
         st.observed_generation = Some(2);
         let a = admit(p.clone(), &st, KubeletVersion::NEWEST);
@@ -648,7 +776,10 @@ mod tests {
     fn pod_level_resize_by_version() {
         let mut p = pod(&[("c1", res("cpu=100m", ""))]);
         p.pod_resources = Some(res("cpu=2", "cpu=2"));
-        let mut st = status(Cond::Pending("Deferred"), &[("c1", cs("cpu=100m", Some(("cpu=100m", ""))))]);
+        let mut st = status(
+            Cond::Pending("Deferred"),
+            &[("c1", cs("cpu=100m", Some(("cpu=100m", ""))))],
+        );
         st.pod_allocated = Some(rl("cpu=1"));
         st.pod_actual = Some(ResourceRequirements {
             requests: rl("cpu=1"),
@@ -673,7 +804,10 @@ mod tests {
     #[test]
     fn unknown_reason_reads_as_deferred_and_empty_status_changes_nothing() {
         let p = pod(&[("c1", res("cpu=1", ""))]);
-        let st = status(Cond::Pending("SomethingNew"), &[("c1", cs("cpu=500m", None))]);
+        let st = status(
+            Cond::Pending("SomethingNew"),
+            &[("c1", cs("cpu=500m", None))],
+        );
         let a = admit(p.clone(), &st, KubeletVersion::NEWEST);
         assert_eq!(a.resize.unwrap().state, ResizeState::Deferred);
         let a = admit(p.clone(), &PodStatus::default(), KubeletVersion::NEWEST);

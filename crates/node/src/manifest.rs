@@ -486,7 +486,11 @@ fn pod_status(o: &Obj, at: &At) -> Result<crate::admitted::PodStatus, String> {
     use crate::admitted::{Condition, ContainerStatus, PodStatus};
     let mut out = PodStatus::default();
     if let Some(m) = get(o, "metadata") {
-        out.generation = opt_int(as_obj(m, &at.field("metadata"))?, "generation", &at.field("metadata"))?;
+        out.generation = opt_int(
+            as_obj(m, &at.field("metadata"))?,
+            "generation",
+            &at.field("metadata"),
+        )?;
     }
     let sat = at.field("status");
     let Some(st) = get(o, "status") else {
@@ -1095,7 +1099,10 @@ spec:
         assert_eq!(p.containers[0].resources.limits["cpu"].milli_ceil(), 2000);
         assert!(p.resize.is_none());
         // A bad status quantity names its field.
-        let bad = RESIZED.replace(r#""allocatedResources":{"cpu":"1""#, r#""allocatedResources":{"cpu":"x""#);
+        let bad = RESIZED.replace(
+            r#""allocatedResources":{"cpu":"1""#,
+            r#""allocatedResources":{"cpu":"x""#,
+        );
         let e = parse_str(&bad, "g.json").unwrap_err().to_string();
         assert!(
             e.contains("status.containerStatuses[0].allocatedResources.cpu: invalid quantity"),

@@ -282,7 +282,9 @@ fn shape(c: &ContainerSettings) -> Shape {
 /// visible), and what it needed.
 fn class_from_settings(containers: &[ContainerSettings]) -> (QosClass, QosSource) {
     let shapes: Vec<Shape> = containers.iter().map(shape).collect();
-    let any_exact = containers.iter().any(ContainerSettings::has_exact_resources);
+    let any_exact = containers
+        .iter()
+        .any(ContainerSettings::has_exact_resources);
     if !shapes.is_empty() && shapes.iter().all(|s| s.guaranteed) {
         let src = if shapes.iter().any(|s| s.used_min) {
             QosSource::MemoryMin

@@ -164,7 +164,11 @@ pub(crate) fn status_of(p: &ApiPod) -> Result<admitted::PodStatus, String> {
             })
     };
     let mut containers = std::collections::BTreeMap::new();
-    for c in st.container_statuses.iter().chain(&st.init_container_statuses) {
+    for c in st
+        .container_statuses
+        .iter()
+        .chain(&st.init_container_statuses)
+    {
         containers.insert(c.name.clone(), container_status(c)?);
     }
     Ok(admitted::PodStatus {
@@ -385,10 +389,9 @@ mod tests {
     /// emptyDir volumes come along.
     #[test]
     fn admitted_resources_and_volumes_from_the_api() {
-        let mut v: serde_json::Value = serde_json::from_str(include_str!(
-            "../../../../fixtures/kube/web-burstable.json"
-        ))
-        .unwrap();
+        let mut v: serde_json::Value =
+            serde_json::from_str(include_str!("../../../../fixtures/kube/web-burstable.json"))
+                .unwrap();
         v["spec"]["containers"][0]["resources"] = serde_json::json!({
             "requests": {"cpu": "100", "memory": "256Mi"},
             "limits": {"memory": "512Mi"}

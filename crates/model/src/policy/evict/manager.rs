@@ -1187,7 +1187,9 @@ mod tests {
             name: "app".into(),
             ..Default::default()
         };
-        c.resources.limits.insert("ephemeral-storage".into(), q("10Mi"));
+        c.resources
+            .limits
+            .insert("ephemeral-storage".into(), q("10Mi"));
         pod.containers.push(c);
         pod.volumes.push(Volume {
             name: "scratch".into(),
@@ -1225,14 +1227,7 @@ mod tests {
         let got: Vec<(&str, &str, Duration, usize)> = d
             .victims()
             .iter()
-            .map(|v| {
-                (
-                    v.candidate.uid.as_str(),
-                    v.metric_label(),
-                    v.grace,
-                    v.rank,
-                )
-            })
+            .map(|v| (v.candidate.uid.as_str(), v.metric_label(), v.grace, v.rank))
             .collect();
         assert_eq!(
             got,
@@ -1256,7 +1251,11 @@ mod tests {
         m.eviction_failed("g", t0 + s(1));
         let later = t0 + s(1) + ManagerOptions::default().failed_backoff;
         let d = m.synchronize(later, &mem(4000, later), Ok(&p));
-        let uids: Vec<&str> = d.victims().iter().map(|v| v.candidate.uid.as_str()).collect();
+        let uids: Vec<&str> = d
+            .victims()
+            .iter()
+            .map(|v| v.candidate.uid.as_str())
+            .collect();
         assert_eq!(uids, ["g"]);
     }
 

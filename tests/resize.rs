@@ -189,6 +189,110 @@ fn api_pod(p: &RunningPod, step: &Step) -> Value {
     v
 }
 
+/// The steps of a resize from 100m/400m cpu and 128Mi memory limit to
+/// 300m/800m and 256Mi: running, pending (Deferred), a second resize to 100
+/// CPUs refused as infeasible, the first admitted (in progress), done.
+fn steps() -> [Step; 5] {
+    let original = resources("100m", "400m", "32Mi", "128Mi");
+    let bigger = resources("300m", "800m", "32Mi", "256Mi");
+    let huge = resources("100", "100", "32Mi", "128Mi");
+    let pending = |reason: &str, message: &str| {
+        json!([{"type": "PodResizePending", "status": "True", "reason": reason,
+                "message": message, "observedGeneration": 2,
+                "lastTransitionTime": "2026-11-27T10:00:00Z"}])
+    };
+    let old = vals(kubelet::shares(100), kubelet::quota(400), 128 * MI);
+    let new = vals(kubelet::shares(300), kubelet::quota(800), 256 * MI);
+    let step =
+        |name, spec: &Value, allocated: &Value, actual: &Value, conditions, generation| Step {
+            name,
+            spec: spec.clone(),
+            allocated: allocated["requests"].clone(),
+            actual: actual.clone(),
+            conditions,
+            generation,
+            want: old.clone(),
+            state: None,
+        };
+    let in_progress = json!([{"type": "PodResizeInProgress", "status": "True",
+                              "observedGeneration": 4}]);
+    [
+        step("running", &original, &original, &original, json!([]), 1),
+        Step {
+            state: Some("Deferred"),
+            ..step(
+                "pending (Deferred)",
+                &bigger,
+                &original,
+                &original,
+                pending(
+                    "Deferred",
+                    "Node didn't have enough resource: cpu, requested: 300, used: 7900, capacity: 8000",
+                ),
+                2,
+            )
+        },
+        Step {
+            state: Some("Infeasible"),
+            ..step(
+                "infeasible",
+                &huge,
+                &original,
+                &original,
+                pending(
+                    "Infeasible",
+                    "Node didn't have enough capacity: cpu, requested: 100000, capacity: 8000",
+                ),
+                3,
+            )
+        },
+        Step {
+            state: Some("InProgress"),
+            want: new.clone(),
+            ..step("in progress", &bigger, &bigger, &original, in_progress, 4)
+        },
+        Step {
+            want: new.clone(),
+            ..step("done", &bigger, &bigger, &bigger, json!([]), 4)
+        },
+    ]
+}
+
+/// The value of the last "would write" a dry-run daemon logged for `file`.
+fn last_would_write(daemon: &Daemon, file: &std::path::Path) -> Option<String> {
+    let needle = format!("file={}", file.display());
+    daemon
+        .log()
+        .lines()
+        .rev()
+        .filter(|l| l.contains("would write cgroup value") && l.contains(&needle))
+        .find_map(|l| {
+            l.split_whitespace()
+                .find_map(|w| w.strip_prefix("value="))
+                .map(str::to_string)
+        })
+}
+
+/// `qosd pods` with the API: the pod's entry (`-o json`) or the listing.
+fn pods(env: &Containerd, kubeconfig: &std::path::Path, output: &str) -> String {
+    let (code, out, err) = qosd(&[
+        "pods",
+        "--runtime-endpoint",
+        &env.endpoint,
+        "--output",
+        output,
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+        "--node-name",
+        NODE,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    if output == "json" {
+        check_contract("pods", &out);
+    }
+    out
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root: starts containerd and creates cgroups"]
 async fn a_resize_through_the_api_gets_the_kubelets_values_at_each_step() {
@@ -209,75 +313,7 @@ async fn a_resize_through_the_api_gets_the_kubelets_values_at_each_step() {
         "--node-name",
         NODE,
     ];
-    let original = resources("100m", "400m", "32Mi", "128Mi");
-    let bigger = resources("300m", "800m", "32Mi", "256Mi");
-    let huge = resources("100", "100", "32Mi", "128Mi");
-    let pending = |reason: &str, message: &str| {
-        json!([{"type": "PodResizePending", "status": "True", "reason": reason,
-                "message": message, "observedGeneration": 2,
-                "lastTransitionTime": "2026-11-27T10:00:00Z"}])
-    };
-    let old = vals(kubelet::shares(100), kubelet::quota(400), 128 * MI);
-    let new = vals(kubelet::shares(300), kubelet::quota(800), 256 * MI);
-    let steps = [
-        Step {
-            name: "running",
-            spec: original.clone(),
-            allocated: original["requests"].clone(),
-            actual: original.clone(),
-            conditions: json!([]),
-            generation: 1,
-            want: old.clone(),
-            state: None,
-        },
-        Step {
-            name: "pending (Deferred)",
-            spec: bigger.clone(),
-            allocated: original["requests"].clone(),
-            actual: original.clone(),
-            conditions: pending(
-                "Deferred",
-                "Node didn't have enough resource: cpu, requested: 300, used: 7900, capacity: 8000",
-            ),
-            generation: 2,
-            want: old.clone(),
-            state: Some("Deferred"),
-        },
-        Step {
-            name: "infeasible",
-            spec: huge,
-            allocated: original["requests"].clone(),
-            actual: original.clone(),
-            conditions: pending(
-                "Infeasible",
-                "Node didn't have enough capacity: cpu, requested: 100000, capacity: 8000",
-            ),
-            generation: 3,
-            want: old,
-            state: Some("Infeasible"),
-        },
-        Step {
-            name: "in progress",
-            spec: bigger.clone(),
-            allocated: bigger["requests"].clone(),
-            actual: original.clone(),
-            conditions: json!([{"type": "PodResizeInProgress", "status": "True",
-                                "observedGeneration": 4}]),
-            generation: 4,
-            want: new.clone(),
-            state: Some("InProgress"),
-        },
-        Step {
-            name: "done",
-            spec: bigger.clone(),
-            allocated: bigger["requests"].clone(),
-            actual: bigger,
-            conditions: json!([]),
-            generation: 4,
-            want: new,
-            state: None,
-        },
-    ];
+    let steps = steps();
 
     // The daemon, dry run, beside: it logs each value it would write.
     let mut run = env.run_args(None);
@@ -292,45 +328,18 @@ async fn a_resize_through_the_api_gets_the_kubelets_values_at_each_step() {
         api.put_pod(api_pod(&pod, step));
         let got = pod_values(&env, &pod, &plan(&env, &kube));
         assert_eq!(got, step.want, "qosd plan at step {}", step.name);
-
         // `qosd run --dry-run` follows the API: its last "would write" of
         // the pod's shares and quota are the kubelet's values.
-        let last = |file: &std::path::Path| {
-            let needle = format!("file={}", file.display());
-            daemon
-                .log()
-                .lines()
-                .rev()
-                .filter(|l| l.contains("would write cgroup value") && l.contains(&needle))
-                .find_map(|l| {
-                    l.split_whitespace()
-                        .find_map(|w| w.strip_prefix("value="))
-                        .map(str::to_string)
-                })
-        };
         wait_for(
             &format!("run --dry-run at step {}", step.name),
             Duration::from_secs(30),
             || {
-                last(&shares_file).as_deref() == Some(step.want.0.as_str())
-                    && last(&quota_file).as_deref() == Some(step.want.1.as_str())
+                last_would_write(&daemon, &shares_file).as_deref() == Some(step.want.0.as_str())
+                    && last_would_write(&daemon, &quota_file).as_deref()
+                        == Some(step.want.1.as_str())
             },
         );
-
-        let (code, out, err) = qosd(&[
-            "pods",
-            "--runtime-endpoint",
-            &env.endpoint,
-            "--output",
-            "json",
-            "--kubeconfig",
-            kubeconfig.to_str().unwrap(),
-            "--node-name",
-            NODE,
-        ]);
-        assert_eq!(code, 0, "{err}");
-        check_contract("pods", &out);
-        let doc: Value = serde_json::from_str(&out).unwrap();
+        let doc: Value = serde_json::from_str(&pods(&env, &kubeconfig, "json")).unwrap();
         let p = doc["pods"]
             .as_array()
             .unwrap()
@@ -353,18 +362,7 @@ async fn a_resize_through_the_api_gets_the_kubelets_values_at_each_step() {
     }
     // The wide listing: the resize state, admitted vs desired.
     api.put_pod(api_pod(&pod, &steps[2]));
-    let (code, text, err) = qosd(&[
-        "pods",
-        "--runtime-endpoint",
-        &env.endpoint,
-        "-o",
-        "wide",
-        "--kubeconfig",
-        kubeconfig.to_str().unwrap(),
-        "--node-name",
-        NODE,
-    ]);
-    assert_eq!(code, 0, "{err}");
+    let text = pods(&env, &kubeconfig, "wide");
     let row = text
         .lines()
         .find(|l| l.starts_with("qosd-test/api-resized ") && l.contains("cpu=100m"))

@@ -251,7 +251,33 @@ pub(crate) fn to_text(inv: &Inventory, wide: bool) -> String {
     if inv.pods.is_empty() && inv.skipped.is_empty() {
         return "no pod sandboxes\n".to_string();
     }
-    let mut s = String::new();
+    let mut s = pods_table(inv, wide);
+    if wide {
+        s.push_str(&containers_table(inv));
+        s.push_str(&resources_table(inv));
+    }
+    for p in &inv.pods {
+        for n in &p.notes {
+            s.push_str(&format!("note: {}: {n}\n", p.pod.key()));
+        }
+        for w in &p.warnings {
+            s.push_str(&format!("warning: {}: {w}\n", p.pod.key()));
+        }
+    }
+    for k in &inv.skipped {
+        s.push_str(&format!(
+            "skipped sandbox {}: {}\n",
+            short(&k.sandbox_id),
+            k.reason
+        ));
+    }
+    s
+}
+
+/// One row per pod (wide: uid, cgroup parent, priority, resize state and
+/// which values are exact or inferred).
+fn pods_table(inv: &Inventory, wide: bool) -> String {
+    use qosd_model::core::model::ValueSource;
     let rows: Vec<Vec<String>> = inv
         .pods
         .iter()
@@ -265,7 +291,7 @@ pub(crate) fn to_text(inv: &Inventory, wide: bool) -> String {
                 short(&p.sandbox_id).to_string(),
             ];
             if wide {
-                let by = |want: qosd_model::core::model::ValueSource| {
+                let by = |want: ValueSource| {
                     or_none(
                         p.sources
                             .iter()
@@ -287,8 +313,8 @@ pub(crate) fn to_text(inv: &Inventory, wide: bool) -> String {
                         .as_ref()
                         .map_or_else(|| "-".to_string(), |r| r.state.to_string()),
                 );
-                r.push(by(qosd_model::core::model::ValueSource::Exact));
-                r.push(by(qosd_model::core::model::ValueSource::Inferred));
+                r.push(by(ValueSource::Exact));
+                r.push(by(ValueSource::Inferred));
             }
             r
         })
@@ -311,72 +337,61 @@ pub(crate) fn to_text(inv: &Inventory, wide: bool) -> String {
     } else {
         &["POD", "STATE", "QOS", "QOS SOURCE", "CONTAINERS", "SANDBOX"]
     };
-    if !rows.is_empty() {
-        s.push_str(&table(head, &rows));
+    if rows.is_empty() {
+        return String::new();
     }
-    if wide {
-        let rows: Vec<Vec<String>> = inv
-            .pods
-            .iter()
-            .flat_map(|p| {
-                p.containers.iter().map(move |c| {
-                    vec![
-                        p.pod.key(),
-                        format!(
-                            "{}{}",
-                            c.name,
-                            if c.counted { "" } else { " (not counted)" }
-                        ),
-                        short(&c.id).to_string(),
-                        c.state.clone(),
-                        opt(c.cpu_shares),
-                        opt(c.cpu_quota),
-                        opt(c.cpu_period),
-                        opt(c.memory_limit_bytes),
-                        opt(c.memory_min_bytes),
-                        opt(c.oom_score_adj),
-                        c.cpuset_cpus.clone().unwrap_or_else(|| "-".into()),
-                    ]
-                })
+    table(head, &rows)
+}
+
+/// Wide output: every container with the settings the runtime reports.
+fn containers_table(inv: &Inventory) -> String {
+    let rows: Vec<Vec<String>> = inv
+        .pods
+        .iter()
+        .flat_map(|p| {
+            p.containers.iter().map(move |c| {
+                vec![
+                    p.pod.key(),
+                    format!(
+                        "{}{}",
+                        c.name,
+                        if c.counted { "" } else { " (not counted)" }
+                    ),
+                    short(&c.id).to_string(),
+                    c.state.clone(),
+                    opt(c.cpu_shares),
+                    opt(c.cpu_quota),
+                    opt(c.cpu_period),
+                    opt(c.memory_limit_bytes),
+                    opt(c.memory_min_bytes),
+                    opt(c.oom_score_adj),
+                    c.cpuset_cpus.clone().unwrap_or_else(|| "-".into()),
+                ]
             })
-            .collect();
-        if !rows.is_empty() {
-            s.push('\n');
-            s.push_str(&table(
-                &[
-                    "POD",
-                    "CONTAINER",
-                    "ID",
-                    "STATE",
-                    "CPU SHARES",
-                    "CPU QUOTA",
-                    "CPU PERIOD",
-                    "MEMORY LIMIT",
-                    "MEMORY MIN",
-                    "OOM SCORE ADJ",
-                    "CPUSET",
-                ],
-                &rows,
-            ));
-        }
-        s.push_str(&resources_table(inv));
+        })
+        .collect();
+    if rows.is_empty() {
+        return String::new();
     }
-    for p in &inv.pods {
-        for n in &p.notes {
-            s.push_str(&format!("note: {}: {n}\n", p.pod.key()));
-        }
-        for w in &p.warnings {
-            s.push_str(&format!("warning: {}: {w}\n", p.pod.key()));
-        }
-    }
-    for k in &inv.skipped {
-        s.push_str(&format!(
-            "skipped sandbox {}: {}\n",
-            short(&k.sandbox_id),
-            k.reason
-        ));
-    }
-    s
+    format!(
+        "\n{}",
+        table(
+            &[
+                "POD",
+                "CONTAINER",
+                "ID",
+                "STATE",
+                "CPU SHARES",
+                "CPU QUOTA",
+                "CPU PERIOD",
+                "MEMORY LIMIT",
+                "MEMORY MIN",
+                "OOM SCORE ADJ",
+                "CPUSET",
+            ],
+            &rows,
+        )
+    )
 }
 
 #[cfg(test)]

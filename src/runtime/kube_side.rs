@@ -37,8 +37,15 @@ pub(crate) struct ContainerUsage {
 
 /// The kubelet's eviction message: "The node was low on resource: R.
 /// Threshold quantity: Q, available: A. Container C was using U, request
-/// is Q, has larger consumption of R. " (containers over their request).
+/// is Q, has larger consumption of R. " (containers over their request);
+/// for a local-storage limit, the limit's own message.
 pub(crate) fn eviction_message(v: &Victim, containers: &[ContainerUsage]) -> String {
+    if matches!(
+        v.cause,
+        qosd_model::policy::evict::manager::Cause::LocalStorage(_)
+    ) {
+        return v.message.clone();
+    }
     let over: Vec<OverRequest<'_>> = containers
         .iter()
         .filter(|c| c.usage > c.request_value)
@@ -194,7 +201,10 @@ impl KubeSide {
             return Vec::new();
         };
         let view = self.cache.view(Duration::MAX);
-        let spec = view.pods.get(&v.candidate.uid);
+        // The requests the kubelet admitted (a resize may be pending).
+        let spec = view.pods.get(&v.candidate.uid).and_then(|p| {
+            qosd_node::kube::merge::admitted_model(p, self.settings.kubelet_version).ok()
+        });
         let ids = self
             .containers
             .lock()
@@ -220,13 +230,11 @@ impl KubeSide {
                 continue;
             };
             let request = spec
-                .and_then(|p| p.spec.containers.iter().find(|c| c.name == name))
-                .and_then(|c| c.resources.requests.get("memory"))
-                .cloned()
-                .unwrap_or_else(|| "0".into());
-            let request_value = qosd_model::core::quantity::Quantity::parse(&request)
-                .map(|q| q.value_ceil())
-                .unwrap_or(0);
+                .as_ref()
+                .and_then(|p| p.containers.iter().find(|c| c.name == name))
+                .and_then(|c| c.resources.requests.get("memory"));
+            let request_value = request.map_or(0, |q| q.value_ceil());
+            let request = request.map_or_else(|| "0".into(), |q| q.to_string());
             out.push(ContainerUsage {
                 name,
                 usage: usage as i64,
@@ -476,5 +484,15 @@ mod tests {
             "The node was low on resource: memory. Threshold quantity: 100Mi, available: 80Mi. \
 Container web was using 300Mi, request is 256Mi, has larger consumption of memory. "
         );
+        // A local-storage limit's Event carries the limit's message.
+        let msg = "Usage of EmptyDir volume \"scratch\" exceeds the limit \"1Mi\". ";
+        let v = Victim {
+            cause: qosd_model::policy::evict::manager::Cause::LocalStorage(
+                qosd_model::policy::evict::local_storage::LimitKind::EmptyDir,
+            ),
+            message: msg.into(),
+            ..v
+        };
+        assert_eq!(eviction_message(&v, &c), msg);
     }
 }

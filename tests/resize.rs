@@ -1,4 +1,6 @@
-//! In-place pod resize with real parts: the real containerd runs the pods
+//! In-place pod resize. A manifest with the kubelet's status (`kubectl get
+//! pod -o json`) is planned with the resources the kubelet admitted. With
+//! real parts: the real containerd runs the pods
 //! (tests/support), the API side is the fake API server
 //! (tests/support/kubeapi.rs) serving the pods in `kubectl get pod -o json`
 //! shape with the status fields a kubelet writes.
@@ -71,6 +73,54 @@ fn pod_values(
 
 fn vals(s: i64, q: i64, m: i64) -> (String, String, String) {
     (s.to_string(), q.to_string(), m.to_string())
+}
+
+/// `kubectl get pod -o json` of a Guaranteed pod whose resize from 1 CPU /
+/// 1Gi to 2 / 2Gi the kubelet refused (static CPU manager): `qosd plan`
+/// plans what the kubelet keeps, per kubelet version, and says why.
+#[test]
+fn a_manifest_with_a_refused_resize_plans_what_the_kubelet_keeps() {
+    for version in ["1.33", "1.36"] {
+        let (code, out, err) = qosd(&[
+            "plan",
+            "--pods",
+            "fixtures/kube/resize-infeasible.json",
+            "--cgroup-version",
+            "v1",
+            "--cgroup-root",
+            "/",
+            "--node-cpu",
+            "8",
+            "--node-memory",
+            "32Gi",
+            "--kubelet-version",
+            version,
+            "--output",
+            "json",
+        ]);
+        assert_eq!(code, 0, "{err}");
+        check_contract("plan", &out);
+        let doc: Value = serde_json::from_str(&out).unwrap();
+        let pod = "/kubepods/pod3f6a9c2e-8d41-4b7a-9e05-1c2d3e4f5a61";
+        let value = |ctrl: &str, f: &str| {
+            doc["writes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|w| w["file"] == json!(format!("/sys/fs/cgroup/{ctrl}{pod}/{f}")))
+                .map(|w| w["value"].as_str().unwrap().to_string())
+        };
+        assert_eq!(value("cpu", "cpu.shares").as_deref(), Some("1024"), "{out}");
+        assert_eq!(value("cpu", "cpu.cfs_quota_us").as_deref(), Some("100000"));
+        assert_eq!(
+            value("memory", "memory.limit_in_bytes").as_deref(),
+            Some("1073741824")
+        );
+        assert!(
+            err.contains("pod shop/db-0: in-place resize pending (Infeasible): Resize is infeasible for Guaranteed Pods alongside CPU Manager policy \"static\"; requests and limits are the ones the kubelet admitted, not the spec's"),
+            "{err}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

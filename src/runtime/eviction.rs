@@ -25,8 +25,10 @@ pub use qosd_node::evict::runtime::{ImageGcPolicy, NodeRuntime, ReclaimReport, W
 #[derive(Debug)]
 pub struct PassReport {
     pub decision: Decision,
-    /// The eviction carried out in this pass, if any.
-    pub outcome: Option<Result<Outcome, EvictError>>,
+    /// The evictions carried out in this pass, one per
+    /// [`Decision::victims`] (in that order): at most one for node
+    /// pressure, every pod over a local-storage limit.
+    pub outcomes: Vec<Result<Outcome, EvictError>>,
     /// Signals that could not be read (they count as missing data).
     pub(crate) signal_errors: Vec<SignalError>,
     /// The pods with every stat measured in this pass (None: not measured,
@@ -122,7 +124,7 @@ pub(crate) fn log_pass_timing(r: &PassReport, woke: Instant, feed: Duration) {
     let u = p.usage.unwrap_or_default();
     // From the pass start to the kill (the evict phase before it is the
     // eviction's log line and the kill's set-up).
-    let kill_issued_us = match &r.outcome {
+    let kill_issued_us = match r.outcome() {
         Some(Ok(Outcome { kill: Some(k), .. })) => {
             us(k.issued_at.saturating_duration_since(at)) as i64
         }
@@ -146,9 +148,16 @@ pub(crate) fn log_pass_timing(r: &PassReport, woke: Instant, feed: Duration) {
         involuntary_switches = u.involuntary_switches,
         minor_faults = u.minor_faults,
         major_faults = u.major_faults,
-        evicted = r.decision.victim().is_some(),
+        evicted = r.decision.victims().len(),
         "eviction pass timing"
     );
+}
+
+impl PassReport {
+    /// The outcome of the pass's (first) eviction.
+    pub fn outcome(&self) -> Option<&Result<Outcome, EvictError>> {
+        self.outcomes.first()
+    }
 }
 
 /// Manager + signal sources + evictor (+ the runtime for disk).
@@ -339,41 +348,48 @@ impl Engine {
             }
         }
         phases.reclaim = phases.lap();
-        let mut outcome = decision.victim().map(|v| {
-            let r = self.evictor.evict(v);
-            if let Err(e) = &r {
-                tracing::error!(pod = %v.candidate.uid, error = %e, "eviction failed");
-                self.manager.eviction_failed(&v.candidate.uid, now);
-            }
-            r
-        });
+        let mut outcomes = self.evict_all(&decision, now);
         // A soft eviction the API refused moves on to the next candidate
         // at once (the refused pod is in back-off), a few at most per pass.
         for _ in 0..MAX_REFUSED_PER_PASS {
-            if !matches!(outcome, Some(Err(EvictError::ApiRefused { .. }))) {
+            let refused = matches!(outcomes.as_slice(), [Err(EvictError::ApiRefused { .. })])
+                && decision
+                    .victim()
+                    .is_some_and(|v| v.cause == Cause::Threshold);
+            if !refused {
                 break;
             }
             decision = self.manager.synchronize(now, &obs, pod_list());
-            outcome = decision.victim().map(|v| {
-                let r = self.evictor.evict(v);
-                if let Err(e) = &r {
-                    tracing::error!(pod = %v.candidate.uid, error = %e, "eviction failed");
-                    self.manager.eviction_failed(&v.candidate.uid, now);
-                }
-                r
-            });
+            outcomes = self.evict_all(&decision, now);
         }
         phases.evict = phases.lap();
         phases.finish();
         PassReport {
             phases,
             decision,
-            outcome,
+            outcomes,
             signal_errors,
             pods: measured,
             reclaim,
             detected: BTreeMap::new(),
         }
+    }
+
+    /// Evict every victim of `decision` (each one's failure is logged and
+    /// reported to the manager); the outcomes in the victims' order.
+    fn evict_all(&mut self, decision: &Decision, now: Instant) -> Vec<Result<Outcome, EvictError>> {
+        decision
+            .victims()
+            .iter()
+            .map(|v| {
+                let r = self.evictor.evict(v);
+                if let Err(e) = &r {
+                    tracing::error!(pod = %v.candidate.uid, error = %e, "eviction failed");
+                    self.manager.eviction_failed(&v.candidate.uid, now);
+                }
+                r
+            })
+            .collect()
     }
 
     /// Image GC between the kubelet's high and low thresholds, every
@@ -982,7 +998,7 @@ mod tests {
         // the pod without stats ranks first, like the kubelet
         assert_eq!(v.candidate.uid, "nodir");
         assert_eq!(v.observed, 424 * 1024 * 1024);
-        assert!(matches!(r.outcome, Some(Ok(ref o)) if o.backend == Backend::DryRun));
+        assert!(matches!(r.outcome(), Some(Ok(o)) if o.backend == Backend::DryRun));
 
         let mut e = engine("100Mi");
         let r = e.pass(Ok(vec![pod(
@@ -991,7 +1007,7 @@ mod tests {
             Some(fixtures().join("v1/kubepods/besteffort/podabc")),
         )]));
         assert!(r.decision.victim().is_none());
-        assert!(r.outcome.is_none());
+        assert!(r.outcomes.is_empty());
     }
 
     #[test]
@@ -1151,7 +1167,7 @@ mod tests {
     fn pass_without_pods_blocks() {
         let mut e = engine("500Mi");
         let r = e.pass(Err("runtime down".into()));
-        assert!(r.outcome.is_none());
+        assert!(r.outcomes.is_empty());
         assert!(matches!(
             r.decision.action,
             qosd_model::policy::evict::manager::Action::Blocked(ref w) if w.contains("runtime down")
@@ -1175,7 +1191,7 @@ mod tests {
             ),
         ];
         let r = e.pass(Ok(pods.clone()));
-        assert!(matches!(r.outcome, Some(Err(_))));
+        assert!(matches!(r.outcome(), Some(Err(_))));
         let first = r.decision.victim().unwrap().candidate.uid.clone();
         assert_eq!(e.manager.pending_victim(), None);
         let r = e.pass(Ok(pods));

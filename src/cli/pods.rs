@@ -66,6 +66,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<i32> {
             ..RetryPolicy::default()
         },
     };
+    args.kube.check()?;
     let rt = crate::app::command_runtime()?;
     let mut inv = match cri::inventory_blocking(
         &rt,

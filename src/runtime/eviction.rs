@@ -339,29 +339,20 @@ impl Engine {
             }
         }
         phases.reclaim = phases.lap();
-        let mut outcome = decision.victim().map(|v| {
-            let r = self.evictor.evict(v);
-            if let Err(e) = &r {
-                tracing::error!(pod = %v.candidate.uid, error = %e, "eviction failed");
-                self.manager.eviction_failed(&v.candidate.uid, now);
-            }
-            r
-        });
-        // A soft eviction the API refused moves on to the next candidate
-        // at once (the refused pod is in back-off), a few at most per pass.
+        let mut outcome = decision.victim().map(|v| self.act(v, now));
+        // A soft eviction the API refused with nothing done moves on to the
+        // next candidate at once (the refused pod is in back-off), a few at
+        // most per pass; throttling and an unanswered request do not.
         for _ in 0..MAX_REFUSED_PER_PASS {
-            if !matches!(outcome, Some(Err(EvictError::ApiRefused { .. }))) {
+            let moves_on = matches!(
+                &outcome,
+                Some(Err(EvictError::ApiRefused { refusal, .. })) if refusal.moves_on()
+            );
+            if !moves_on {
                 break;
             }
             decision = self.manager.synchronize(now, &obs, pod_list());
-            outcome = decision.victim().map(|v| {
-                let r = self.evictor.evict(v);
-                if let Err(e) = &r {
-                    tracing::error!(pod = %v.candidate.uid, error = %e, "eviction failed");
-                    self.manager.eviction_failed(&v.candidate.uid, now);
-                }
-                r
-            });
+            outcome = decision.victim().map(|v| self.act(v, now));
         }
         phases.evict = phases.lap();
         phases.finish();
@@ -374,6 +365,28 @@ impl Engine {
             reclaim,
             detected: BTreeMap::new(),
         }
+    }
+
+    /// Evict the victim; a failure is reported to the manager (back-off),
+    /// except throttling, after which the same pod is chosen again.
+    fn act(
+        &mut self,
+        v: &qosd_model::policy::evict::manager::Victim,
+        now: Instant,
+    ) -> Result<Outcome, EvictError> {
+        let r = self.evictor.evict(v);
+        match &r {
+            Err(EvictError::ApiRefused { refusal, .. }) if refusal.retries_same_pod() => {
+                tracing::warn!(pod = %v.candidate.uid, %refusal, "eviction throttled: the same pod again after Retry-After");
+                self.manager.cancel(&v.candidate.uid);
+            }
+            Err(e) => {
+                tracing::error!(pod = %v.candidate.uid, error = %e, "eviction failed");
+                self.manager.eviction_failed(&v.candidate.uid, now);
+            }
+            Ok(_) => {}
+        }
+        r
     }
 
     /// Image GC between the kubelet's high and low thresholds, every

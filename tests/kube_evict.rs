@@ -7,8 +7,10 @@
 //!   with the runtime's data alone, and a critical non-static pod is never
 //!   evicted (`qosd eviction-order --cri --kubeconfig`);
 //! * `qosd run --eviction-backend api`: a hard eviction refused with 429,
-//!   then one the API never answers, fall back to the local kill plus a pod
-//!   delete through the API, each with an `Evicted` Event;
+//!   then one the API never answers, fall back to the local kill plus the
+//!   kubelet's eviction record on the pod's status (Failed, Evicted,
+//!   DisruptionTarget/TerminationByKubelet; the object is not deleted),
+//!   each with an `Evicted` Event;
 //! * a soft eviction refused with 429 moves to the next pod;
 //! * the API going away mid-run degrades to the runtime's data alone (said
 //!   in /status, /readyz, metrics) and no eviction uses the stale specs.
@@ -334,21 +336,29 @@ async fn hard_eviction_refused_or_unanswered_falls_back_to_local_kill_and_delete
 
     grow_until_dead(p1, Duration::from_secs(20));
     assert!(!alive(p1), "refused (429): killed locally");
-    wait_for("the delete after the kill", Duration::from_secs(10), || {
-        api.deletes().len() == 1
+    wait_for("the status after the kill", Duration::from_secs(10), || {
+        api.status_patches().len() == 1
     });
-    assert!(api.pod(&be1.spec.uid).is_none(), "deleted through the API");
+    let p = api.pod(&be1.spec.uid).expect("the object is not deleted");
+    assert_eq!(p["status"]["phase"], "Failed");
+    assert_eq!(p["status"]["reason"], "Evicted");
+    assert!(p["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|c| c["type"] == "DisruptionTarget" && c["reason"] == "TerminationByKubelet"));
     grow_until_dead(p2, Duration::from_secs(20));
     assert!(!alive(p2), "no answer: killed locally");
-    wait_for("the second delete", Duration::from_secs(10), || {
-        api.deletes().len() == 2
+    wait_for("the second status", Duration::from_secs(10), || {
+        api.status_patches().len() == 2
     });
-    wait_for("the delete counted", Duration::from_secs(10), || {
+    wait_for("the status counted", Duration::from_secs(10), || {
         metric(
             port,
-            "qosd_api_evictions_total{path=\"fallback_pod_deleted\"}",
+            "qosd_api_evictions_total{path=\"fallback_status_set\"}",
         ) == 2.0
     });
+    assert!(api.deletes().is_empty(), "no pod deleted");
     assert!(alive(g_pid), "the Guaranteed pod survives");
 
     let ev = api.evictions();
@@ -362,10 +372,9 @@ async fn hard_eviction_refused_or_unanswered_falls_back_to_local_kill_and_delete
     for (_, _, body, _) in &ev {
         assert_eq!(body["deleteOptions"]["gracePeriodSeconds"], 1, "hard: 1 s");
     }
-    let dels = api.deletes();
-    assert_eq!(dels[0].1, "besteffort-1");
-    assert_eq!(dels[0].2["gracePeriodSeconds"], 0);
-    assert_eq!(dels[0].2["preconditions"]["uid"], json!(be1.spec.uid));
+    let patches = api.status_patches();
+    assert_eq!(patches[0].1, "besteffort-1");
+    assert_eq!(patches[0].2["metadata"]["uid"], json!(be1.spec.uid));
     let events = api.events();
     assert_eq!(events.len(), 2, "{events:?}");
     for e in &events {
@@ -388,7 +397,7 @@ async fn hard_eviction_refused_or_unanswered_falls_back_to_local_kill_and_delete
     let m = metrics_text(port);
     for series in [
         "qosd_api_evictions_total{path=\"fallback_local_kill\"} 2\n",
-        "qosd_api_evictions_total{path=\"fallback_pod_deleted\"} 2\n",
+        "qosd_api_evictions_total{path=\"fallback_status_set\"} 2\n",
         "qosd_api_eviction_events_total{result=\"created\"} 2\n",
     ] {
         assert!(m.contains(series), "{series} in {m}");

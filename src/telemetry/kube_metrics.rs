@@ -42,9 +42,9 @@ impl KubeMetrics {
     pub(crate) fn register(&self, r: &mut Registry) {
         // Known label sets start at 0: every family is in the first scrape.
         for path in qosd_node::evict::API_EVICTION_PATHS {
-            let _ = self
-                .evictions
-                .get_or_create(&PathLabels { path: path.into() });
+            let _ = self.evictions.get_or_create(&PathLabels {
+                path: path.to_string(),
+            });
         }
         for res in ["created", "failed"] {
             let _ = self

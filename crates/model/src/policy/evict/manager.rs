@@ -442,6 +442,11 @@ impl Manager {
         // acts on the next pass).
         let blocking: Vec<(&String, &InFlight)> =
             self.in_flight.iter().filter(|(_, f)| !f.done).collect();
+        // Soft victims still terminating when a hard threshold is met are
+        // ranked again with every other pod, as by the kubelet (a
+        // terminating pod is still active there): the first one is evicted
+        // again, with the hard grace.
+        let mut reranked: Vec<String> = Vec::new();
         if let Some((uid, f)) = blocking.first() {
             let escalate = chosen.threshold.kind == ThresholdKind::Hard
                 && blocking.iter().all(|(_, f)| f.kind == ThresholdKind::Soft);
@@ -453,15 +458,16 @@ impl Manager {
             }
             let soft: Vec<String> = blocking.iter().map(|(u, _)| (*u).clone()).collect();
             events.push(format!(
-                "{} met while soft victim {} is still terminating: evicting for the hard threshold now",
+                "{} met while soft victim {} is still terminating: ranking every pod again for the hard threshold (a terminating victim included, evicted again with the hard grace if first)",
                 chosen.threshold,
                 soft.join(", ")
             ));
-            // they go on terminating, excluded, but no longer hold back
+            // they no longer hold back, and may be chosen again
             for u in soft {
                 if let Some(f) = self.in_flight.get_mut(&u) {
                     f.done = true;
                 }
+                reranked.push(u);
             }
         }
         let signal = chosen.threshold.signal;
@@ -478,7 +484,10 @@ impl Manager {
         }
         let live: Vec<Candidate> = pods
             .iter()
-            .filter(|c| !self.failed.contains_key(&c.uid) && !self.in_flight.contains_key(&c.uid))
+            .filter(|c| {
+                !self.failed.contains_key(&c.uid)
+                    && (!self.in_flight.contains_key(&c.uid) || reranked.contains(&c.uid))
+            })
             .cloned()
             .collect();
         let ranking = rank::rank_in(signal, &live, self.opts.disk_layout);
@@ -1046,14 +1055,16 @@ mod tests {
         // still terminating (grace 20 s): soft keeps waiting
         let d = m.synchronize(t0 + s(2), &mem(900, t0 + s(2)), Ok(&p));
         assert!(matches!(d.action, Action::WaitingForRelease { .. }));
-        // the hard threshold is crossed: the next pass evicts another pod
+        // the hard threshold is crossed: the next pass ranks every pod
+        // again, the terminating soft victim included; still first, it is
+        // evicted again with the hard grace (the kubelet's behaviour)
         let d = m.synchronize(t0 + s(3), &mem(50, t0 + s(3)), Ok(&p));
         let v = d.victim().expect("escalation on the next pass");
         assert_eq!(v.kind, ThresholdKind::Hard);
-        assert_ne!(v.candidate.uid, soft);
+        assert_eq!(v.candidate.uid, soft);
         assert_eq!(v.grace, s(1));
         assert!(d.events.iter().any(|e| e.contains("still terminating")));
-        // both in flight now: the hard victim blocks further choices
+        // in flight for the hard threshold now: it blocks further choices
         let d = m.synchronize(t0 + s(4), &mem(50, t0 + s(4)), Ok(&p));
         assert!(
             matches!(d.action, Action::WaitingForRelease { .. }),

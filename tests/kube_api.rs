@@ -221,7 +221,13 @@ async fn a_silent_watch_turns_the_view_unavailable_and_reconnects() {
     let api = FakeApi::start();
     api.bookmark_every(Duration::from_millis(100));
     let d = tempfile::tempdir().unwrap();
-    api.put_pod(fixture_pod("web-burstable.json", "u-1", "one", "ns", "node-a"));
+    api.put_pod(fixture_pod(
+        "web-burstable.json",
+        "u-1",
+        "one",
+        "ns",
+        "node-a",
+    ));
     let cache = Arc::new(PodCache::default());
     let mut opts = WatchOptions::new("node-a");
     opts.idle_timeout = Duration::from_millis(800);
@@ -233,8 +239,16 @@ async fn a_silent_watch_turns_the_view_unavailable_and_reconnects() {
     wait_for("the watch", || api.open_watches() == 1).await;
     // Bookmarks every 100 ms keep a quiet watch alive past its idle limit.
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert!(cache.view(bound).fresh(), "{:?}", cache.view(bound).unavailable);
-    assert_eq!(cache.stats().watch_restarts, 0, "no reconnect while bookmarks flow");
+    assert!(
+        cache.view(bound).fresh(),
+        "{:?}",
+        cache.view(bound).unavailable
+    );
+    assert_eq!(
+        cache.stats().watch_restarts,
+        0,
+        "no reconnect while bookmarks flow"
+    );
 
     api.stall_watches();
     let t0 = Instant::now();
@@ -248,14 +262,24 @@ async fn a_silent_watch_turns_the_view_unavailable_and_reconnects() {
     let took = t0.elapsed();
     assert!(took < Duration::from_secs(3), "unavailable after {took:?}");
     // A pod changed while the stream was silent arrives on the new watch.
-    api.put_pod(fixture_pod("web-burstable.json", "u-2", "two", "ns", "node-a"));
+    api.put_pod(fixture_pod(
+        "web-burstable.json",
+        "u-2",
+        "two",
+        "ns",
+        "node-a",
+    ));
     wait_for("a new watch", || api.open_watches() == 1).await;
     wait_for("caught up", || {
         let v = cache.view(bound);
         v.fresh() && v.pods.contains_key("u-2")
     })
     .await;
-    assert_eq!(api.stalled_watches(), 1, "the silent connection was never closed by the server");
+    assert_eq!(
+        api.stalled_watches(),
+        1,
+        "the silent connection was never closed by the server"
+    );
     task.abort();
 }
 
@@ -265,7 +289,13 @@ async fn a_silent_watch_turns_the_view_unavailable_and_reconnects() {
 async fn an_expired_version_gets_an_error_event_and_a_relist() {
     let api = FakeApi::start();
     let d = tempfile::tempdir().unwrap();
-    api.put_pod(fixture_pod("web-burstable.json", "u-1", "one", "ns", "node-a"));
+    api.put_pod(fixture_pod(
+        "web-burstable.json",
+        "u-1",
+        "one",
+        "ns",
+        "node-a",
+    ));
     let cache = Arc::new(PodCache::default());
     let mut opts = WatchOptions::new("node-a");
     opts.min_backoff = Duration::from_millis(50);
@@ -320,7 +350,13 @@ async fn an_expired_continue_token_lists_again_in_one_page() {
         .requests()
         .iter()
         .filter(|r| r.path == "/api/v1/pods")
-        .map(|r| (r.status, r.query.contains("continue="), r.query.contains("limit=")))
+        .map(|r| {
+            (
+                r.status,
+                r.query.contains("continue="),
+                r.query.contains("limit="),
+            )
+        })
         .collect();
     assert_eq!(
         lists,
@@ -365,7 +401,10 @@ async fn watches_closed_at_once_back_off() {
                 .unwrap()
         })
         .collect();
-    assert!(timeouts.iter().all(|t| (300..600).contains(t)), "{timeouts:?}");
+    assert!(
+        timeouts.iter().all(|t| (300..600).contains(t)),
+        "{timeouts:?}"
+    );
     assert!(
         timeouts.windows(2).any(|w| w[0] != w[1]),
         "jittered: {timeouts:?}"
@@ -389,20 +428,32 @@ async fn kubeconfig_token_file_server_name_and_proxy() {
     let user = format!("{{token: '{}'}}", api.token);
     let kc = api.kubeconfig_with(d.path(), &user, ", tls-server-name: localhost");
     let c = KubeClient::new(from_kubeconfig(&kc).unwrap()).unwrap();
-    list_pods(&c, &opts).await.expect("the certificate names localhost");
+    list_pods(&c, &opts)
+        .await
+        .expect("the certificate names localhost");
     let kc = api.kubeconfig_with(d.path(), &user, ", tls-server-name: api.example.test");
     let c = KubeClient::new(from_kubeconfig(&kc).unwrap()).unwrap();
     let e = list_pods(&c, &opts).await.unwrap_err().to_string();
     assert!(e.contains("TLS"), "{e}");
 
     let (proxy, seen) = connect_proxy().await;
-    let kc = api.kubeconfig_with(d.path(), &user, &format!(", proxy-url: 'http://u:p@{proxy}'"));
+    let kc = api.kubeconfig_with(
+        d.path(),
+        &user,
+        &format!(", proxy-url: 'http://u:p@{proxy}'"),
+    );
     let c = KubeClient::new(from_kubeconfig(&kc).unwrap()).unwrap();
     list_pods(&c, &opts).await.expect("through the proxy");
     let seen = seen.lock().unwrap().clone();
     assert_eq!(seen.len(), 1, "{seen:?}");
-    assert!(seen[0].starts_with(&format!("CONNECT {} HTTP/1.1\r\n", api.addr)), "{seen:?}");
-    assert!(seen[0].contains("Proxy-Authorization: Basic dTpw\r\n"), "{seen:?}");
+    assert!(
+        seen[0].starts_with(&format!("CONNECT {} HTTP/1.1\r\n", api.addr)),
+        "{seen:?}"
+    );
+    assert!(
+        seen[0].contains("Proxy-Authorization: Basic dTpw\r\n"),
+        "{seen:?}"
+    );
 }
 
 /// A minimal HTTP CONNECT proxy on loopback; records each request head.
@@ -441,8 +492,16 @@ fn unsupported_kubeconfig_keys_exit_2_naming_the_key() {
     let api = FakeApi::start();
     let d = tempfile::tempdir().unwrap();
     for (user, extra, key) in [
-        ("{token: t}", ", proxy-url: 'socks5://127.0.0.1:1080'", "proxy-url"),
-        ("{token: t}", ", proxy-url: 'https://127.0.0.1:3128'", "proxy-url"),
+        (
+            "{token: t}",
+            ", proxy-url: 'socks5://127.0.0.1:1080'",
+            "proxy-url",
+        ),
+        (
+            "{token: t}",
+            ", proxy-url: 'https://127.0.0.1:3128'",
+            "proxy-url",
+        ),
         ("{token-file: /t}", "", "tokenFile"),
     ] {
         let kc = api.kubeconfig_with(d.path(), user, extra);
@@ -456,6 +515,9 @@ fn unsupported_kubeconfig_keys_exit_2_naming_the_key() {
             "node-a",
         ]);
         assert_eq!(code, 2, "{err}");
-        assert!(err.contains(key) && err.contains(kc.to_str().unwrap()), "{err}");
+        assert!(
+            err.contains(key) && err.contains(kc.to_str().unwrap()),
+            "{err}"
+        );
     }
 }

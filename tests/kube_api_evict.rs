@@ -119,15 +119,24 @@ fn eviction_answers_are_told_apart() {
         "{r:?}"
     );
     let r = evict(&api, &c, "web", "u-1", 5);
-    assert!(matches!(&r, EvictAnswer::Refused(_)), "budget being processed: {r:?}");
+    assert!(
+        matches!(&r, EvictAnswer::Refused(_)),
+        "budget being processed: {r:?}"
+    );
     let r = evict(&api, &c, "web", "u-1", 5);
     assert!(
         matches!(&r, EvictAnswer::Throttled { retry_after, message }
             if *retry_after == Duration::from_secs(3) && message.contains("Too many requests")),
         "{r:?}"
     );
-    assert!(matches!(evict(&api, &c, "web", "u-1", 5), EvictAnswer::Gone(_)));
-    assert!(matches!(evict(&api, &c, "web", "u-1", 5), EvictAnswer::Failed(_)));
+    assert!(matches!(
+        evict(&api, &c, "web", "u-1", 5),
+        EvictAnswer::Gone(_)
+    ));
+    assert!(matches!(
+        evict(&api, &c, "web", "u-1", 5),
+        EvictAnswer::Failed(_)
+    ));
     // The uid precondition: a newer pod has the name.
     let r = evict(&api, &c, "web", "u-old", 5);
     assert!(
@@ -163,7 +172,10 @@ fn an_answer_after_the_deadline_is_learnt() {
         },
         move |a| *l.lock().unwrap() = Some(a),
     );
-    assert!(matches!(&r, EvictAnswer::Unanswered(m) if m.contains("sent")), "{r:?}");
+    assert!(
+        matches!(&r, EvictAnswer::Unanswered(m) if m.contains("sent")),
+        "{r:?}"
+    );
     wait_until("the late answer", Duration::from_secs(5), || {
         late.lock().unwrap().is_some()
     });
@@ -196,7 +208,10 @@ fn connecting_is_not_in_the_answer_deadline() {
         ..d1
     };
     let r = post_eviction(&c, "ns", "next", "u-2", 5, d2, |_| {});
-    assert!(matches!(&r, EvictAnswer::Failed(m) if m.contains("nothing sent")), "{r:?}");
+    assert!(
+        matches!(&r, EvictAnswer::Failed(m) if m.contains("nothing sent")),
+        "{r:?}"
+    );
     std::thread::sleep(Duration::from_millis(1200));
     let names: Vec<String> = api.evictions().iter().map(|e| e.1.clone()).collect();
     assert_eq!(names, ["web"], "nothing sent for the second");
@@ -219,7 +234,10 @@ async fn the_kubelet_eviction_record_on_the_status() {
     let e = mark_evicted(&c, "ns", "web", "u-1", msg, "2030-01-01T00:00:00Z", t)
         .await
         .unwrap_err();
-    assert_eq!((e.code(), e.retry_after()), (Some(429), Some(Duration::from_secs(2))));
+    assert_eq!(
+        (e.code(), e.retry_after()),
+        (Some(429), Some(Duration::from_secs(2)))
+    );
     mark_evicted(&c, "ns", "web", "u-1", msg, "2030-01-01T00:00:00Z", t)
         .await
         .unwrap();

@@ -48,8 +48,8 @@ impl KubeFlags {
     /// before anything else is asked of the node.
     pub(crate) fn check(&self) -> anyhow::Result<()> {
         if let Some(path) = &self.kubeconfig {
-            let cfg = qosd_node::kube::config::from_kubeconfig(path)
-                .map_err(crate::cli::bad_input)?;
+            let cfg =
+                qosd_node::kube::config::from_kubeconfig(path).map_err(crate::cli::bad_input)?;
             qosd_node::kube::KubeClient::new(cfg).map_err(crate::cli::bad_input)?;
         }
         Ok(())

@@ -216,6 +216,74 @@ impl Engine {
         // Errors go back in the report; the caller logs them (once).
         let (obs, mut signal_errors) = self.sources.observe(self.signals.iter().copied(), now);
         phases.signals = phases.lap();
+        let (want_mem, want_disk, due) = self.what_to_measure(&obs, &pods, now);
+        let mut measured = None;
+        let pods = pods.map(|ps| {
+            if !(want_mem || want_disk) {
+                return ps;
+            }
+            if due {
+                self.last_stats = Some(now);
+            }
+            phases.measured_pods = ps.iter().filter(|c| c.stats.is_none()).count();
+            let out = self.measure(
+                Arc::unwrap_or_clone(ps),
+                want_mem,
+                want_disk,
+                &mut signal_errors,
+            );
+            // Readers get complete measurements only (a pass near one
+            // resource measures only what it ranks by).
+            if want_mem && want_disk {
+                measured = Some(out.clone());
+            }
+            Arc::new(out)
+        });
+        phases.measure = phases.lap();
+        let pod_list = || pods.as_deref().map(Vec::as_slice).map_err(Clone::clone);
+        let mut decision = self.manager.synchronize(now, &obs, pod_list());
+        phases.decide = phases.lap();
+        let mut reclaim = self.periodic_image_gc(now, &obs);
+        if let Some(rep) = self.reclaim_before_disk_eviction(&mut decision, now) {
+            reclaim = Some(rep);
+        }
+        phases.reclaim = phases.lap();
+        let mut outcome = decision.victim().map(|v| self.act(v, now));
+        // A soft eviction the API refused with nothing done moves on to the
+        // next candidate at once (the refused pod is in back-off), a few at
+        // most per pass; throttling and an unanswered request do not.
+        for _ in 0..MAX_REFUSED_PER_PASS {
+            let moves_on = matches!(
+                &outcome,
+                Some(Err(EvictError::ApiRefused { refusal, .. })) if refusal.moves_on()
+            );
+            if !moves_on {
+                break;
+            }
+            decision = self.manager.synchronize(now, &obs, pod_list());
+            outcome = decision.victim().map(|v| self.act(v, now));
+        }
+        phases.evict = phases.lap();
+        phases.finish();
+        PassReport {
+            phases,
+            decision,
+            outcome,
+            signal_errors,
+            pods: measured,
+            reclaim,
+            detected: BTreeMap::new(),
+        }
+    }
+
+    /// What per-pod usage this pass measures: (memory, storage, storage
+    /// because it is due).
+    fn what_to_measure(
+        &mut self,
+        obs: &qosd_model::policy::evict::manager::Observations,
+        pods: &SharedPods,
+        now: Instant,
+    ) -> (bool, bool, bool) {
         // Per-pod usage matters to choose a victim, to see one's resources
         // released, for local-storage limits and to readers (`/status`): it
         // is measured when a threshold is near or a victim in flight, when
@@ -264,37 +332,17 @@ impl Engine {
         if want_disk {
             self.storage_deferred_since = None;
         }
-        let due = due && want_disk;
-        let mut measured = None;
-        let pods = pods.map(|ps| {
-            if !(want_mem || want_disk) {
-                return ps;
-            }
-            if due {
-                self.last_stats = Some(now);
-            }
-            phases.measured_pods = ps.iter().filter(|c| c.stats.is_none()).count();
-            let out = self.measure(
-                Arc::unwrap_or_clone(ps),
-                want_mem,
-                want_disk,
-                &mut signal_errors,
-            );
-            // Readers get complete measurements only (a pass near one
-            // resource measures only what it ranks by).
-            if want_mem && want_disk {
-                measured = Some(out.clone());
-            }
-            Arc::new(out)
-        });
-        phases.measure = phases.lap();
-        let pod_list = || pods.as_deref().map(Vec::as_slice).map_err(Clone::clone);
-        let mut decision = self.manager.synchronize(now, &obs, pod_list());
-        phases.decide = phases.lap();
-        let mut reclaim = self.periodic_image_gc(now, &obs);
-        // Node-level reclaim before evicting for disk (kubelet
-        // reclaimNodeLevelResources): dead containers, unused images; then
-        // evict only if a threshold is still met.
+        (want_mem, want_disk, due && want_disk)
+    }
+
+    /// Node-level reclaim before evicting for disk (the kubelet's
+    /// reclaimNodeLevelResources): dead containers, unused images; the
+    /// eviction is called off when no threshold is met any more.
+    fn reclaim_before_disk_eviction(
+        &mut self,
+        decision: &mut Decision,
+        now: Instant,
+    ) -> Option<ReclaimReport> {
         if let (Some(v), Some(rt)) = (decision.victim().cloned(), self.runtime.clone()) {
             if v.cause == Cause::Threshold
                 && matches!(
@@ -335,36 +383,10 @@ impl Engine {
                         still.join(", ")
                     ));
                 }
-                reclaim = Some(rep);
+                return Some(rep);
             }
         }
-        phases.reclaim = phases.lap();
-        let mut outcome = decision.victim().map(|v| self.act(v, now));
-        // A soft eviction the API refused with nothing done moves on to the
-        // next candidate at once (the refused pod is in back-off), a few at
-        // most per pass; throttling and an unanswered request do not.
-        for _ in 0..MAX_REFUSED_PER_PASS {
-            let moves_on = matches!(
-                &outcome,
-                Some(Err(EvictError::ApiRefused { refusal, .. })) if refusal.moves_on()
-            );
-            if !moves_on {
-                break;
-            }
-            decision = self.manager.synchronize(now, &obs, pod_list());
-            outcome = decision.victim().map(|v| self.act(v, now));
-        }
-        phases.evict = phases.lap();
-        phases.finish();
-        PassReport {
-            phases,
-            decision,
-            outcome,
-            signal_errors,
-            pods: measured,
-            reclaim,
-            detected: BTreeMap::new(),
-        }
+        None
     }
 
     /// Evict the victim; a failure is reported to the manager (back-off),

@@ -17,9 +17,9 @@ use qosd_model::policy::evict::message::{
 use qosd_node::cri::LivePod;
 use qosd_node::evict::{ApiEvictor, ApiRefusal};
 use qosd_node::kube::client::{KubeClient, KubeError};
+use qosd_node::kube::evict::{mark_evicted, post_eviction, Deadlines, EvictAnswer};
 use qosd_node::kube::merge::{merge, MergeSummary};
 use qosd_node::kube::source::{run_watcher, PodCache, WatchOptions};
-use qosd_node::kube::evict::{mark_evicted, post_eviction, Deadlines, EvictAnswer};
 use qosd_node::kube::types::{Event, EventSource, ObjectReference, RefMeta};
 
 /// The kubelet's eviction reason (pkg/kubelet/eviction/helpers.go).
@@ -329,7 +329,10 @@ async fn post_event(
 /// Count and log an Event's result.
 fn event_written(metrics: &KubeMetrics, ev: &Event, r: Result<(), KubeError>) {
     metrics.event(r.is_ok());
-    let pod = format!("{}/{}", ev.involved_object.namespace, ev.involved_object.name);
+    let pod = format!(
+        "{}/{}",
+        ev.involved_object.namespace, ev.involved_object.name
+    );
     match r {
         Ok(()) => {
             tracing::info!(target: "qosd::eviction", pod = %pod, eviction_message = %ev.message, "Evicted event written")
@@ -397,12 +400,18 @@ const MAX_RETRY_AFTER: Duration = Duration::from_secs(32);
 impl KubeSide {
     /// Still within the server's last `Retry-After`: how long is left.
     fn throttled_for(&self) -> Option<Duration> {
-        let g = self.throttled_until.lock().unwrap_or_else(|e| e.into_inner());
+        let g = self
+            .throttled_until
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         g.and_then(|t| t.checked_duration_since(std::time::Instant::now()))
     }
 
     fn throttle(&self, retry_after: Duration) {
-        *self.throttled_until.lock().unwrap_or_else(|e| e.into_inner()) =
+        *self
+            .throttled_until
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) =
             Some(std::time::Instant::now() + retry_after.min(MAX_RETRY_AFTER));
     }
 
@@ -413,7 +422,10 @@ impl KubeSide {
         let (client, metrics) = (self.client.clone(), self.metrics.clone());
         let timeout = self.settings.eviction_timeout.max(Duration::from_secs(2));
         move |a: EvictAnswer| {
-            let pod = format!("{}/{}", ev.involved_object.namespace, ev.involved_object.name);
+            let pod = format!(
+                "{}/{}",
+                ev.involved_object.namespace, ev.involved_object.name
+            );
             tracing::info!(target: "qosd::eviction", pod = %pod, answer = ?a, "late answer to an eviction through the Kubernetes API");
             if a != EvictAnswer::Evicted {
                 return;

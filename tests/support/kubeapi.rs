@@ -116,7 +116,10 @@ fn too_old(from: u64, below: u64) -> Value {
     status(
         410,
         "Expired",
-        &format!("too old resource version: {from} ({})", below.saturating_sub(1)),
+        &format!(
+            "too old resource version: {from} ({})",
+            below.saturating_sub(1)
+        ),
     )
 }
 
@@ -1036,7 +1039,9 @@ async fn route(state: &Arc<Mutex<State>>, r: &Req) -> Reply {
                 Reply::Json(201, ev)
             }
         }
-        ("DELETE", ["api", "v1", "namespaces", ns, "pods", name]) => delete_route(state, r, ns, name),
+        ("DELETE", ["api", "v1", "namespaces", ns, "pods", name]) => {
+            delete_route(state, r, ns, name)
+        }
         ("PATCH", ["api", "v1", "namespaces", ns, "pods", name, "status"]) => {
             patch_status_route(state, r, ns, name)
         }
@@ -1059,7 +1064,9 @@ fn not_found(name: &str) -> Value {
 fn find(s: &State, ns: &str, name: &str) -> Option<String> {
     s.pods
         .iter()
-        .find(|(_, p)| p["metadata"]["namespace"] == json!(ns) && p["metadata"]["name"] == json!(name))
+        .find(|(_, p)| {
+            p["metadata"]["namespace"] == json!(ns) && p["metadata"]["name"] == json!(name)
+        })
         .map(|(u, _)| u.clone())
 }
 
@@ -1131,7 +1138,10 @@ async fn evict_route(state: &Arc<Mutex<State>>, r: &Req, ns: &str, name: &str) -
     };
     push(code);
     if code == 429 {
-        if let Some(secs) = v.pointer("/details/retryAfterSeconds").and_then(|s| s.as_u64()) {
+        if let Some(secs) = v
+            .pointer("/details/retryAfterSeconds")
+            .and_then(|s| s.as_u64())
+        {
             let mut resp = full(429, &v);
             resp.headers_mut()
                 .insert("retry-after", secs.to_string().parse().unwrap());
@@ -1169,7 +1179,10 @@ fn evict_now(state: &Arc<Mutex<State>>, ns: &str, name: &str, body: &Value) -> (
     let Some(uid) = find(&s, ns, name) else {
         return (404, not_found(name));
     };
-    if let Some(want) = body.pointer("/deleteOptions/preconditions/uid").and_then(|u| u.as_str()) {
+    if let Some(want) = body
+        .pointer("/deleteOptions/preconditions/uid")
+        .and_then(|u| u.as_str())
+    {
         if want != uid {
             return (
                 409,
@@ -1184,9 +1197,14 @@ fn evict_now(state: &Arc<Mutex<State>>, ns: &str, name: &str, body: &Value) -> (
             json!({"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI", "message": "Eviction API: evicting", "lastTransitionTime": "2030-01-01T00:00:00Z"}),
         );
     }
-    let grace = body.pointer("/deleteOptions/gracePeriodSeconds").and_then(|g| g.as_i64());
+    let grace = body
+        .pointer("/deleteOptions/gracePeriodSeconds")
+        .and_then(|g| g.as_i64());
     graceful_delete(&mut s, &uid, grace);
-    (201, json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}))
+    (
+        201,
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+    )
 }
 
 /// Merge a condition into a pod's status by type.
@@ -1216,9 +1234,15 @@ fn set_condition(pod: &mut Value, cond: Value) {
 fn graceful_delete(s: &mut State, uid: &str, requested: Option<i64>) {
     let p = &s.pods[uid];
     let mut grace = requested
-        .or_else(|| p.pointer("/spec/terminationGracePeriodSeconds").and_then(|g| g.as_i64()))
+        .or_else(|| {
+            p.pointer("/spec/terminationGracePeriodSeconds")
+                .and_then(|g| g.as_i64())
+        })
         .unwrap_or(30);
-    let phase = p.pointer("/status/phase").and_then(|x| x.as_str()).unwrap_or("");
+    let phase = p
+        .pointer("/status/phase")
+        .and_then(|x| x.as_str())
+        .unwrap_or("");
     if node_of(p).unwrap_or("").is_empty() || phase == "Failed" || phase == "Succeeded" {
         grace = 0;
     }
@@ -1229,7 +1253,10 @@ fn graceful_delete(s: &mut State, uid: &str, requested: Option<i64>) {
         .pointer("/metadata/finalizers")
         .and_then(|f| f.as_array())
         .is_some_and(|f| !f.is_empty());
-    if let Some(prev) = p.pointer("/metadata/deletionGracePeriodSeconds").and_then(|g| g.as_i64()) {
+    if let Some(prev) = p
+        .pointer("/metadata/deletionGracePeriodSeconds")
+        .and_then(|g| g.as_i64())
+    {
         // A grace may only shorten.
         grace = grace.min(prev);
     }
@@ -1272,7 +1299,10 @@ fn delete_route(state: &Arc<Mutex<State>>, r: &Req, ns: &str, name: &str) -> Rep
     graceful_delete(&mut s, &uid, grace);
     Reply::Json(
         200,
-        s.pods.get(&uid).cloned().unwrap_or_else(|| json!({"kind": "Status", "status": "Success"})),
+        s.pods
+            .get(&uid)
+            .cloned()
+            .unwrap_or_else(|| json!({"kind": "Status", "status": "Success"})),
     )
 }
 
@@ -1302,12 +1332,16 @@ fn patch_status_route(state: &Arc<Mutex<State>>, r: &Req, ns: &str, name: &str) 
             return Reply::Json(409, uid_precondition_failed(want, &uid));
         }
     }
-    s.status_patches.push((ns.to_string(), name.to_string(), patch.clone()));
+    s.status_patches
+        .push((ns.to_string(), name.to_string(), patch.clone()));
     s.rv += 1;
     let rv = s.rv;
     let p = s.pods.get_mut(&uid).unwrap();
     let terminal = |x: &Value| matches!(x.as_str(), Some("Failed") | Some("Succeeded"));
-    if terminal(&p["status"]["phase"]) && !terminal(&patch["status"]["phase"]) && patch["status"].get("phase").is_some() {
+    if terminal(&p["status"]["phase"])
+        && !terminal(&patch["status"]["phase"])
+        && patch["status"].get("phase").is_some()
+    {
         return Reply::Json(422, status(422, "Invalid", "Pod \"x\" is invalid: status.phase: Forbidden: cannot transition from a terminal phase"));
     }
     for (k, v) in patch["status"].as_object().cloned().unwrap_or_default() {
@@ -1327,7 +1361,13 @@ fn patch_status_route(state: &Arc<Mutex<State>>, r: &Req, ns: &str, name: &str) 
 
 /// The fields of a pod status patch qosd may send, typed.
 fn check_status_patch(v: &Value, errors: &mut Vec<String>) {
-    check("status patch", v, &[("status", Ty::Obj)], &[("metadata", Ty::Obj)], errors);
+    check(
+        "status patch",
+        v,
+        &[("status", Ty::Obj)],
+        &[("metadata", Ty::Obj)],
+        errors,
+    );
     if let Some(m) = v.get("metadata") {
         check("status patch.metadata", m, &[], &[("uid", Ty::Str)], errors);
     }
@@ -1344,7 +1384,12 @@ fn check_status_patch(v: &Value, errors: &mut Vec<String>) {
             ],
             errors,
         );
-        for c in st.get("conditions").and_then(|c| c.as_array()).cloned().unwrap_or_default() {
+        for c in st
+            .get("conditions")
+            .and_then(|c| c.as_array())
+            .cloned()
+            .unwrap_or_default()
+        {
             check(
                 "status patch.status.conditions[]",
                 &c,

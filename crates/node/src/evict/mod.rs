@@ -957,10 +957,22 @@ mod tests {
             message: "429".into(),
         };
         let table = [
-            (ApiRefusal::Refused("pdb".into()), Some((true, false)), api_path::REFUSED_NEXT),
-            (ApiRefusal::Failed("500".into()), Some((true, false)), api_path::FAILED_NEXT),
+            (
+                ApiRefusal::Refused("pdb".into()),
+                Some((true, false)),
+                api_path::REFUSED_NEXT,
+            ),
+            (
+                ApiRefusal::Failed("500".into()),
+                Some((true, false)),
+                api_path::FAILED_NEXT,
+            ),
             (throttled, Some((false, true)), api_path::THROTTLED_RETRY),
-            (ApiRefusal::Unanswered("late".into()), None, api_path::UNANSWERED_WAIT),
+            (
+                ApiRefusal::Unanswered("late".into()),
+                None,
+                api_path::UNANSWERED_WAIT,
+            ),
         ];
         for (refusal, want, path) in table {
             let (e, api) = api_evictor(vec![Err(refusal.clone())]);

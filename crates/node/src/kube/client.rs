@@ -53,7 +53,9 @@ pub enum KubeError {
         /// the max-in-flight filter answer 429 in plain text instead).
         status_body: bool,
     },
-    #[error("{method} {path}: no data on the stream for {after:?}: the connection is taken as dead")]
+    #[error(
+        "{method} {path}: no data on the stream for {after:?}: the connection is taken as dead"
+    )]
     Idle {
         method: String,
         path: String,
@@ -363,13 +365,14 @@ impl KubeClient {
                 .to_bytes();
             Ok::<_, KubeError>((status, headers, bytes))
         };
-        let (status, headers, bytes) = tokio::time::timeout(timeout, exchange)
-            .await
-            .map_err(|_| KubeError::Timeout {
-                method: m.clone(),
-                path: path.to_string(),
-                after: timeout,
-            })??;
+        let (status, headers, bytes) =
+            tokio::time::timeout(timeout, exchange)
+                .await
+                .map_err(|_| KubeError::Timeout {
+                    method: m.clone(),
+                    path: path.to_string(),
+                    after: timeout,
+                })??;
         if !status.is_success() {
             return Err(api_error(&m, path, status, Some(&headers), &bytes));
         }
@@ -511,8 +514,10 @@ pub(crate) fn api_error(
         code: status.as_u16(),
         reason: st.reason,
         message,
-        retry_after: retry_after(headers)
-            .or(details.retry_after_seconds.filter(|s| *s > 0).map(Duration::from_secs)),
+        retry_after: retry_after(headers).or(details
+            .retry_after_seconds
+            .filter(|s| *s > 0)
+            .map(Duration::from_secs)),
         causes: details.causes.into_iter().map(|c| c.reason).collect(),
         status_body,
     }

@@ -394,11 +394,9 @@ impl Resolver<'_> {
         let Some(url) = cluster.proxy_url.as_deref().filter(|u| !u.is_empty()) else {
             return Ok(None);
         };
-        Proxy::parse(url).map(Some).map_err(|why| {
-            self.bad(format!(
-                "cluster {name:?}: proxy-url {url:?}: {why}"
-            ))
-        })
+        Proxy::parse(url)
+            .map(Some)
+            .map_err(|why| self.bad(format!("cluster {name:?}: proxy-url {url:?}: {why}")))
     }
 
     /// The user's credentials: a token (inline, or `tokenFile` re-read on

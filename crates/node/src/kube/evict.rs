@@ -262,22 +262,16 @@ fn run_request(
                 .to_bytes();
             Ok::<_, String>((status, headers, bytes))
         };
-        Some(
-            match tokio::time::timeout(LATE_LIMIT, exchange).await {
-                Err(_) => EvictAnswer::Unanswered(format!(
-                    "POST {path}: no answer within {LATE_LIMIT:?}"
-                )),
-                Ok(Err(e)) => EvictAnswer::Failed(format!("POST {path}: {e}")),
-                Ok(Ok((status, _, _))) if status.is_success() => EvictAnswer::Evicted,
-                Ok(Ok((status, headers, bytes))) => classify(&api_error(
-                    "POST",
-                    &path,
-                    status,
-                    Some(&headers),
-                    &bytes,
-                )),
-            },
-        )
+        Some(match tokio::time::timeout(LATE_LIMIT, exchange).await {
+            Err(_) => {
+                EvictAnswer::Unanswered(format!("POST {path}: no answer within {LATE_LIMIT:?}"))
+            }
+            Ok(Err(e)) => EvictAnswer::Failed(format!("POST {path}: {e}")),
+            Ok(Ok((status, _, _))) if status.is_success() => EvictAnswer::Evicted,
+            Ok(Ok((status, headers, bytes))) => {
+                classify(&api_error("POST", &path, status, Some(&headers), &bytes))
+            }
+        })
     });
     if let Some(a) = answer.and_then(deliver) {
         late(a);
@@ -387,7 +381,10 @@ mod tests {
     #[test]
     fn answers_told_apart() {
         let pdb = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Cannot evict pod as it would violate the pod's disruption budget.","reason":"TooManyRequests","details":{"causes":[{"reason":"DisruptionBudget","message":"The disruption budget web needs 2 healthy pods and has 2 currently"}]},"code":429}"#;
-        assert!(matches!(classify(&api(429, pdb, None)), EvictAnswer::Refused(_)));
+        assert!(matches!(
+            classify(&api(429, pdb, None)),
+            EvictAnswer::Refused(_)
+        ));
         // A PDB still being processed: Retry-After 10, still a refusal.
         assert!(matches!(
             classify(&api(429, pdb, Some(10))),
@@ -399,8 +396,7 @@ mod tests {
             classify(&api(429, apf, Some(7))),
             EvictAnswer::Throttled {
                 retry_after: Duration::from_secs(7),
-                message: "POST /p: HTTP 429: Too many requests, please try again later."
-                    .into()
+                message: "POST /p: HTTP 429: Too many requests, please try again later.".into()
             }
         );
         assert!(matches!(
@@ -408,9 +404,18 @@ mod tests {
             EvictAnswer::Throttled { retry_after, .. } if retry_after == DEFAULT_RETRY_AFTER
         ));
         let conflict = r#"{"kind":"Status","status":"Failure","message":"Operation cannot be fulfilled on Pod \"p\": the UID in the precondition (a) does not match the UID in record (b). The object might have been deleted and then recreated","reason":"Conflict","code":409}"#;
-        assert!(matches!(classify(&api(409, conflict, None)), EvictAnswer::Gone(_)));
-        assert!(matches!(classify(&api(404, "{}", None)), EvictAnswer::Gone(_)));
-        assert!(matches!(classify(&api(500, "{}", None)), EvictAnswer::Failed(_)));
+        assert!(matches!(
+            classify(&api(409, conflict, None)),
+            EvictAnswer::Gone(_)
+        ));
+        assert!(matches!(
+            classify(&api(404, "{}", None)),
+            EvictAnswer::Gone(_)
+        ));
+        assert!(matches!(
+            classify(&api(500, "{}", None)),
+            EvictAnswer::Failed(_)
+        ));
     }
 
     #[test]
@@ -435,7 +440,10 @@ mod tests {
         assert_eq!(v["status"]["phase"], "Failed");
         assert_eq!(v["status"]["reason"], "Evicted");
         assert_eq!(v["status"]["conditions"][0]["type"], "DisruptionTarget");
-        assert_eq!(v["status"]["conditions"][0]["reason"], "TerminationByKubelet");
+        assert_eq!(
+            v["status"]["conditions"][0]["reason"],
+            "TerminationByKubelet"
+        );
         assert_eq!(
             v["status"]["conditions"][0]["lastTransitionTime"],
             "2030-01-01T00:00:00Z"

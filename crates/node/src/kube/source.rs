@@ -33,6 +33,9 @@ struct CacheState {
     last_heard: Option<Instant>,
     /// A watch silent for longer than this is dead (see [`WatchOptions`]).
     idle_limit: Option<Duration>,
+    /// The last watch was given up as silent this long: unavailable until
+    /// a new watch or list succeeds.
+    went_silent: Option<Duration>,
     last_error: Option<String>,
     resource_version: String,
     relists: u64,
@@ -89,7 +92,7 @@ impl PodCache {
                     .map(|e| format!(" ({e})"))
                     .unwrap_or_default()
             ))
-        } else if let Some(silent) = g.silent_for() {
+        } else if let Some(silent) = g.silent_for().or(g.went_silent) {
             Some(format!(
                 "the API server's watch has been silent for {}s (no event, no bookmark; the limit is {}s): reconnecting",
                 silent.as_secs(),
@@ -122,7 +125,7 @@ impl PodCache {
     pub fn change_key(&self, max_stale: Duration) -> String {
         let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let fresh = g.synced
-            && g.silent_for().is_none()
+            && g.silent_for().or(g.went_silent).is_none()
             && (g.connected || g.current_at.is_some_and(|t| t.elapsed() <= max_stale));
         format!("k:{fresh}:{}:{}", g.resource_version, g.pods.len())
     }
@@ -165,6 +168,7 @@ impl PodCache {
             g.resource_version = list.metadata.resource_version;
             g.synced = true;
             g.connected = true;
+            g.went_silent = None;
             g.current_at = Some(Instant::now());
             g.last_error = None;
             g.relists += 1;
@@ -178,14 +182,18 @@ impl PodCache {
             g.current_at = Some(now);
             g.last_heard = Some(now);
             g.last_error = None;
+            g.went_silent = None;
         })
     }
 
     fn disconnected(&self, error: Option<String>) {
         self.with(|g| {
-            // A watch that went silent was current when last heard, not now.
-            if g.connected && g.silent_for().is_none() {
-                g.current_at = Some(Instant::now());
+            // A watch that went silent was current when last heard, not now,
+            // and the view stays unavailable until a new watch is open.
+            match g.silent_for() {
+                Some(silent) => g.went_silent = Some(silent),
+                None if g.connected => g.current_at = Some(Instant::now()),
+                None => {}
             }
             g.connected = false;
             if error.is_some() {

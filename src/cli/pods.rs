@@ -52,6 +52,9 @@ pub(crate) fn check_socket_exists(endpoint: &str) -> anyhow::Result<()> {
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<i32> {
+    // A kubeconfig that cannot be used is a usage error (exit 2), whatever
+    // the state of the runtime.
+    args.kube.check()?;
     // Asked to wait (`--retry-for`): a missing socket may be a runtime
     // starting up; by default it is a runtime that is not there.
     if args.retry_for.is_none() {
@@ -66,7 +69,6 @@ pub(crate) fn run(args: Args) -> anyhow::Result<i32> {
             ..RetryPolicy::default()
         },
     };
-    args.kube.check()?;
     let rt = crate::app::command_runtime()?;
     let mut inv = match cri::inventory_blocking(
         &rt,

@@ -779,7 +779,7 @@ async fn serve(
     cert_pem: String,
     key_pem: String,
     addr_tx: std::sync::mpsc::Sender<(SocketAddr, tokio::runtime::Handle)>,
-    handle: tokio::runtime::Handle,
+    rt_handle: tokio::runtime::Handle,
     mut stop: tokio::sync::oneshot::Receiver<()>,
 ) {
     use rustls_pki_types::pem::PemObject;
@@ -799,7 +799,7 @@ async fn serve(
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     addr_tx
-        .send((listener.local_addr().unwrap(), handle))
+        .send((listener.local_addr().unwrap(), rt_handle))
         .unwrap();
     loop {
         let (tcp, _) = tokio::select! {

@@ -14,7 +14,6 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio::net::TcpStream;
 
 use super::config::{Auth, KubeConfig};
-use super::types::Status;
 
 /// A failed API call.
 #[derive(Debug, thiserror::Error)]

@@ -572,6 +572,7 @@ impl ConfigReloader {
     /// SIGHUP: what the loop and the eviction side change to (`None`: the
     /// old configuration is kept).
     fn reload(&mut self) -> Option<(Reloaded, EvictionSwap)> {
+        crate::runtime::supervisor::inject_stall("reload");
         let outcome = reload_config(&mut self.read, &self.current, &self.proc_root, &self.sysfs);
         let (result, why) = match &outcome {
             Ok(None) => ("unchanged", None),
@@ -686,6 +687,8 @@ fn forward_signals(
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     let mut hup = signal(SignalKind::hangup())?;
+    crate::runtime::stop_guard::arm(crate::runtime::stop_guard::STOP_DEADLINE)
+        .context("cannot arm the stop deadline")?;
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     rt.spawn(async move {
         loop {

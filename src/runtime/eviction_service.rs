@@ -411,7 +411,8 @@ fn report(
                     observed: v.observed,
                     threshold: v.threshold_value,
                     threshold_kind: v.kind.as_str().to_string(),
-                    usage_bytes: v.usage.map(|u| u as i64),
+                    usage: v.usage.map(|u| u as i64),
+                    usage_bytes: victim_usage_bytes(v).map(|u| u as i64),
                     request_bytes: Some(v.request),
                     rank: v.rank.saturating_sub(1),
                     backend: backend.as_str().to_string(),
@@ -464,6 +465,21 @@ fn publish(
         d.signals = signals;
         d.conditions = conditions;
     });
+}
+
+/// A victim's usage in bytes: the ranked usage, except for the count
+/// signals, whose ranked usage is a count (the bytes of the same resource
+/// then: local storage for inodes, the memory working set for processes).
+fn victim_usage_bytes(v: &qosd_model::policy::evict::manager::Victim) -> Option<u64> {
+    use qosd_model::policy::evict::manager::Cause;
+    use qosd_model::policy::evict::threshold::SignalResource;
+    let stats = v.candidate.stats;
+    match (&v.cause, v.signal.resource()) {
+        (Cause::LocalStorage(_), _) => v.usage,
+        (Cause::Threshold, SignalResource::Memory | SignalResource::Disk) => v.usage,
+        (Cause::Threshold, SignalResource::Inodes) => stats.and_then(|s| s.ephemeral_storage_bytes),
+        (Cause::Threshold, SignalResource::Pids) => stats.and_then(|s| s.memory_working_set_bytes),
+    }
 }
 
 /// The eviction settings of a daemon config, with the thresholds the

@@ -18,6 +18,7 @@ use qosd_model::policy::evict::manager::{Cause, Victim};
 use qosd_model::policy::evict::rank::{Candidate, PodStats};
 use qosd_model::policy::evict::threshold::{Signal, Threshold, ThresholdKind, ThresholdValue};
 use qosd_model::policy::evict::Backend;
+use qosd_node::evict::runtime::EvictRuntime;
 use qosd_node::evict::{ApiEvictor, ApiRefusal, Evictor};
 use qosd_node::kube::client::KubeClient;
 use qosd_node::kube::config::from_kubeconfig;
@@ -53,9 +54,13 @@ fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
     }
 }
 
-fn evict(api: &FakeApi, c: &KubeClient, name: &str, uid: &str, grace: i64) -> EvictAnswer {
-    let _ = api;
-    post_eviction(c, "ns", name, uid, grace, soft(), |_| {})
+/// The eviction side's runtime, as the daemon shares it.
+fn rt() -> EvictRuntime {
+    EvictRuntime::new().unwrap()
+}
+
+fn evict(rt: &EvictRuntime, c: &KubeClient, name: &str, uid: &str, grace: i64) -> EvictAnswer {
+    post_eviction(rt, c, "ns", name, uid, grace, soft(), |_| {})
 }
 
 /// The API server's deletion: grace 0 removes the object at once (before
@@ -66,16 +71,17 @@ fn grace_decides_whether_the_object_outlives_its_containers() {
     let api = FakeApi::start();
     let d = tempfile::tempdir().unwrap();
     let c = client(&api, d.path());
+    let rt = rt();
     api.put_pod(pod("u-0", "zero"));
     api.put_pod(pod("u-1", "one"));
     let mut fin = pod("u-f", "final");
     fin["metadata"]["finalizers"] = json!(["example.com/keep"]);
     api.put_pod(fin);
 
-    assert_eq!(evict(&api, &c, "zero", "u-0", 0), EvictAnswer::Evicted);
+    assert_eq!(evict(&rt, &c, "zero", "u-0", 0), EvictAnswer::Evicted);
     assert!(api.pod("u-0").is_none(), "grace 0: gone at once");
 
-    assert_eq!(evict(&api, &c, "one", "u-1", 1), EvictAnswer::Evicted);
+    assert_eq!(evict(&rt, &c, "one", "u-1", 1), EvictAnswer::Evicted);
     let p = api.pod("u-1").expect("grace 1: still there, deleting");
     assert_eq!(p["metadata"]["deletionGracePeriodSeconds"], 1);
     assert!(p["metadata"]["deletionTimestamp"].is_string());
@@ -90,7 +96,7 @@ fn grace_decides_whether_the_object_outlives_its_containers() {
     api.kubelet_finishes("u-1");
     assert!(api.pod("u-1").is_none(), "gone once the kubelet confirms");
 
-    assert_eq!(evict(&api, &c, "final", "u-f", 0), EvictAnswer::Evicted);
+    assert_eq!(evict(&rt, &c, "final", "u-f", 0), EvictAnswer::Evicted);
     assert!(api.pod("u-f").is_some(), "a finalizer keeps it");
     api.remove_finalizers("u-f");
     assert!(api.pod("u-f").is_none());
@@ -105,6 +111,7 @@ fn eviction_answers_are_told_apart() {
     let api = FakeApi::start();
     let d = tempfile::tempdir().unwrap();
     let c = client(&api, d.path());
+    let rt = rt();
     api.put_pod(pod("u-1", "web"));
     api.script_evictions(&[
         Answer::TooManyRequests,
@@ -113,32 +120,32 @@ fn eviction_answers_are_told_apart() {
         Answer::NotFound,
         Answer::ServerError,
     ]);
-    let r = evict(&api, &c, "web", "u-1", 5);
+    let r = evict(&rt, &c, "web", "u-1", 5);
     assert!(
         matches!(&r, EvictAnswer::Refused(m) if m.contains("disruption budget")),
         "{r:?}"
     );
-    let r = evict(&api, &c, "web", "u-1", 5);
+    let r = evict(&rt, &c, "web", "u-1", 5);
     assert!(
         matches!(&r, EvictAnswer::Refused(_)),
         "budget being processed: {r:?}"
     );
-    let r = evict(&api, &c, "web", "u-1", 5);
+    let r = evict(&rt, &c, "web", "u-1", 5);
     assert!(
         matches!(&r, EvictAnswer::Throttled { retry_after, message }
             if *retry_after == Duration::from_secs(3) && message.contains("Too many requests")),
         "{r:?}"
     );
     assert!(matches!(
-        evict(&api, &c, "web", "u-1", 5),
+        evict(&rt, &c, "web", "u-1", 5),
         EvictAnswer::Gone(_)
     ));
     assert!(matches!(
-        evict(&api, &c, "web", "u-1", 5),
+        evict(&rt, &c, "web", "u-1", 5),
         EvictAnswer::Failed(_)
     ));
     // The uid precondition: a newer pod has the name.
-    let r = evict(&api, &c, "web", "u-old", 5);
+    let r = evict(&rt, &c, "web", "u-old", 5);
     assert!(
         matches!(&r, EvictAnswer::Gone(m) if m.contains("409") && m.contains("UID in the precondition")),
         "{r:?}"
@@ -160,6 +167,7 @@ fn an_answer_after_the_deadline_is_learnt() {
     let late = Arc::new(Mutex::new(None));
     let l = late.clone();
     let r = post_eviction(
+        &rt(),
         &c,
         "ns",
         "web",
@@ -191,6 +199,7 @@ fn connecting_is_not_in_the_answer_deadline() {
     let api = FakeApi::start();
     let d = tempfile::tempdir().unwrap();
     let c = client(&api, d.path());
+    let rt = rt();
     api.put_pod(pod("u-1", "web"));
     api.put_pod(pod("u-2", "next"));
     api.slow_handshakes(Duration::from_millis(600));
@@ -200,14 +209,14 @@ fn connecting_is_not_in_the_answer_deadline() {
         total: false,
     };
     assert_eq!(
-        post_eviction(&c, "ns", "web", "u-1", 5, d1, |_| {}),
+        post_eviction(&rt, &c, "ns", "web", "u-1", 5, d1, |_| {}),
         EvictAnswer::Evicted
     );
     let d2 = Deadlines {
         connect: Duration::from_millis(200),
         ..d1
     };
-    let r = post_eviction(&c, "ns", "next", "u-2", 5, d2, |_| {});
+    let r = post_eviction(&rt, &c, "ns", "next", "u-2", 5, d2, |_| {});
     assert!(
         matches!(&r, EvictAnswer::Failed(m) if m.contains("nothing sent")),
         "{r:?}"
@@ -280,11 +289,12 @@ fn a_soft_eviction_never_sends_grace_zero() {
     let d = tempfile::tempdir().unwrap();
     let c = client(&api, d.path());
     api.put_pod(pod("u-1", "web"));
-    struct Side(KubeClient);
+    struct Side(EvictRuntime, KubeClient);
     impl ApiEvictor for Side {
         fn evict(&self, v: &Victim, grace: Duration) -> Result<(), ApiRefusal> {
             match post_eviction(
                 &self.0,
+                &self.1,
                 &v.candidate.namespace,
                 &v.candidate.name,
                 &v.candidate.uid,
@@ -301,7 +311,7 @@ fn a_soft_eviction_never_sends_grace_zero() {
         }
     }
     let mut e = Evictor::new(Backend::Api, None, Duration::ZERO);
-    e.api = Some(Arc::new(Side(c)));
+    e.api = Some(Arc::new(Side(rt(), c)));
     e.evict(&victim("u-1", "web", ThresholdKind::Soft, Duration::ZERO))
         .unwrap();
     let ev = api.evictions();

@@ -14,8 +14,8 @@ use qosd_model::policy::evict::manager::{
     watched_signals, Action, Cause, Decision, Manager, ManagerOptions,
 };
 use qosd_model::policy::evict::rank::{Candidate, PodStats};
-use qosd_model::policy::evict::threshold::{EvictionConfig, Signal, SignalResource};
-use qosd_node::evict::{EvictError, Evictor, Outcome};
+use qosd_model::policy::evict::threshold::{EvictionConfig, Signal, SignalResource, ThresholdKind};
+use qosd_node::evict::{ApiRefusal, EvictError, Evictor, Outcome};
 use qosd_node::sys::signals::{pod_local_storage, pod_stats, SignalError, SignalSources};
 use qosd_node::sys::watch::{targets_from_config, WatchConfig, WatchError, WatchEvent, Watcher};
 
@@ -174,6 +174,9 @@ pub struct Engine {
     /// Since when storage stats wanted only for readers or local-storage
     /// limits have been put off because memory was near a threshold.
     storage_deferred_since: Option<Instant>,
+    /// The API server throttled a soft eviction: no soft eviction is asked
+    /// before this (its `Retry-After`).
+    api_retry_at: Option<Instant>,
 }
 
 impl Engine {
@@ -197,6 +200,7 @@ impl Engine {
             last_stats: None,
             last_image_gc: None,
             storage_deferred_since: None,
+            api_retry_at: None,
         }
     }
 
@@ -248,6 +252,7 @@ impl Engine {
             reclaim = Some(rep);
         }
         phases.reclaim = phases.lap();
+        self.wait_for_retry_after(&mut decision, now);
         let mut outcome = decision.victim().map(|v| self.act(v, now));
         // A soft eviction the API refused with nothing done moves on to the
         // next candidate at once (the refused pod is in back-off), a few at
@@ -398,9 +403,15 @@ impl Engine {
     ) -> Result<Outcome, EvictError> {
         let r = self.evictor.evict(v);
         match &r {
-            Err(EvictError::ApiRefused { refusal, .. }) if refusal.retries_same_pod() => {
-                tracing::warn!(pod = %v.candidate.uid, %refusal, "eviction throttled: the same pod again after Retry-After");
+            Err(EvictError::ApiRefused {
+                refusal: ApiRefusal::Throttled { retry_after, .. },
+                ..
+            }) => {
+                tracing::warn!(pod = %v.candidate.uid, retry_after_s = retry_after.as_secs_f64(), "eviction throttled by the API server: the same pod again after Retry-After");
                 self.manager.cancel(&v.candidate.uid);
+                // From the answer, not the pass's start: never sooner than
+                // the API side itself asks again.
+                self.api_retry_at = Some(Instant::now() + *retry_after);
             }
             Err(e) => {
                 tracing::error!(pod = %v.candidate.uid, error = %e, "eviction failed");
@@ -409,6 +420,27 @@ impl Engine {
             Ok(_) => {}
         }
         r
+    }
+
+    /// A soft eviction while the API server's `Retry-After` runs is not
+    /// asked (it would be throttled again): the pass is blocked, the victim
+    /// forgotten without a back-off so that the same pod is chosen after.
+    /// Hard thresholds do not wait (the API side falls back to the local
+    /// kill at once).
+    fn wait_for_retry_after(&mut self, decision: &mut Decision, now: Instant) {
+        if self.api_retry_at.is_none_or(|t| t <= now) {
+            self.api_retry_at = None;
+            return;
+        }
+        let Some(v) = decision.victim().filter(|v| v.kind == ThresholdKind::Soft) else {
+            return;
+        };
+        let uid = v.candidate.uid.clone();
+        self.manager.cancel(&uid);
+        // One wording for the whole wait: the quiet log says it once.
+        decision.action = Action::Blocked(format!(
+            "the API server throttled evictions: soft eviction of {uid} asked again once its Retry-After has passed"
+        ));
     }
 
     /// Image GC between the kubelet's high and low thresholds, every
@@ -945,6 +977,19 @@ mod tests {
     }
 
     fn engine(threshold: &str) -> Engine {
+        engine_with(RawEvictionConfig {
+            eviction_hard: Some(
+                [(
+                    "allocatableMemory.available".to_string(),
+                    threshold.to_string(),
+                )]
+                .into(),
+            ),
+            ..Default::default()
+        })
+    }
+
+    fn engine_with(raw: RawEvictionConfig) -> Engine {
         let f = fixtures();
         let sources = SignalSources {
             version: CgroupVersion::V1,
@@ -961,17 +1006,7 @@ mod tests {
             pod_root_dir: None,
             pod_logs_dir: "/nonexistent".into(),
         };
-        let cfg = EvictionConfig::from_raw(&RawEvictionConfig {
-            eviction_hard: Some(
-                [(
-                    "allocatableMemory.available".to_string(),
-                    threshold.to_string(),
-                )]
-                .into(),
-            ),
-            ..Default::default()
-        })
-        .unwrap();
+        let cfg = EvictionConfig::from_raw(&raw).unwrap();
         Engine::new(
             cfg,
             ManagerOptions::default(),
@@ -1215,5 +1250,107 @@ mod tests {
         assert_eq!(e.manager.pending_victim(), None);
         let r = e.pass(Ok(pods));
         assert_ne!(r.decision.victim().unwrap().candidate.uid, first);
+    }
+
+    /// An API side whose first answer is throttling (Retry-After 300 ms),
+    /// then acceptance; records who was asked.
+    #[derive(Default)]
+    struct ThrottlingApi {
+        asked: std::sync::Mutex<Vec<String>>,
+    }
+
+    impl qosd_node::evict::ApiEvictor for ThrottlingApi {
+        fn evict(
+            &self,
+            v: &qosd_model::policy::evict::manager::Victim,
+            _grace: Duration,
+        ) -> Result<(), ApiRefusal> {
+            let mut asked = self.asked.lock().unwrap();
+            asked.push(v.candidate.uid.clone());
+            if asked.len() == 1 {
+                return Err(ApiRefusal::Throttled {
+                    retry_after: Duration::from_millis(300),
+                    message: "429".into(),
+                });
+            }
+            Ok(())
+        }
+        fn mark_evicted_after_kill(
+            &self,
+            _v: &qosd_model::policy::evict::manager::Victim,
+        ) -> Result<(), String> {
+            Ok(())
+        }
+    }
+
+    /// A soft eviction the API server throttled: nothing is asked while
+    /// its Retry-After runs (the pass says why), no other pod is tried,
+    /// and the same pod is asked again afterwards, without a back-off.
+    #[test]
+    fn throttled_soft_eviction_waits_for_retry_after_then_asks_the_same_pod() {
+        let mut e = engine_with(RawEvictionConfig {
+            eviction_hard: Some(Default::default()),
+            eviction_soft: [("memory.available".into(), "99%".into())].into(),
+            // Not 0: a soft threshold without a grace period is hard.
+            eviction_soft_grace_period: [("memory.available".into(), "1ms".into())].into(),
+            ..Default::default()
+        });
+        let api = Arc::new(ThrottlingApi::default());
+        e.evictor = Evictor::new(Backend::Api, None, Duration::ZERO);
+        e.evictor.api = Some(api.clone());
+        // Measured already and without cgroup directories: nothing here is
+        // read or could ever be killed.
+        let pods: Vec<Candidate> = ["a", "b"]
+            .into_iter()
+            .map(|uid| Candidate {
+                stats: Some(PodStats {
+                    memory_working_set_bytes: Some(1 << 20),
+                    ..Default::default()
+                }),
+                ..pod(uid, QosClass::BestEffort, None)
+            })
+            .collect();
+        let t0 = Instant::now();
+        let r = loop {
+            let r = e.pass(Ok(pods.clone()));
+            if r.decision.victim().is_some() {
+                break r;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(5), "no soft eviction");
+        };
+        assert_eq!(r.decision.victim().unwrap().kind, ThresholdKind::Soft);
+        assert!(
+            matches!(r.outcome, Some(Err(EvictError::ApiRefused { ref refusal, .. })) if refusal.retries_same_pod()),
+            "{:?}",
+            r.outcome
+        );
+        let first = r.decision.victim().unwrap().candidate.uid.clone();
+        let t0 = Instant::now();
+        let r = e.pass(Ok(pods.clone()));
+        assert!(r.outcome.is_none());
+        assert!(
+            matches!(r.decision.action, Action::Blocked(ref w) if w.contains("Retry-After")),
+            "{:?}",
+            r.decision.action
+        );
+        assert!(
+            t0.elapsed() < Duration::from_millis(300),
+            "checked within the wait"
+        );
+        assert_eq!(
+            api.asked.lock().unwrap().len(),
+            1,
+            "nothing asked meanwhile"
+        );
+        let r = loop {
+            let r = e.pass(Ok(pods.clone()));
+            if r.outcome.is_some() {
+                break r;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(5), "never asked again");
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        assert!(matches!(r.outcome, Some(Ok(_))), "{:?}", r.outcome);
+        assert_eq!(*api.asked.lock().unwrap(), [first.clone(), first]);
     }
 }

@@ -17,7 +17,9 @@ use qosd_model::policy::evict::message::{
 use qosd_node::cri::LivePod;
 use qosd_node::evict::{ApiEvictor, ApiRefusal};
 use qosd_node::kube::client::{KubeClient, KubeError};
-use qosd_node::kube::evict::{mark_evicted, post_eviction, Deadlines, EvictAnswer};
+use qosd_node::kube::evict::{
+    mark_evicted, post_eviction, Deadlines, EvictAnswer, MAX_RETRY_AFTER,
+};
 use qosd_node::kube::merge::{merge, MergeSummary};
 use qosd_node::kube::source::{run_watcher, PodCache, WatchOptions};
 use qosd_node::kube::types::{Event, EventSource, ObjectReference, RefMeta};
@@ -393,10 +395,6 @@ fn refusal(a: EvictAnswer) -> Result<(), ApiRefusal> {
     }
 }
 
-/// Longest `Retry-After` honoured (API Priority and Fairness caps its own
-/// at 32 s).
-const MAX_RETRY_AFTER: Duration = Duration::from_secs(32);
-
 impl KubeSide {
     /// Still within the server's last `Retry-After`: how long is left.
     fn throttled_for(&self) -> Option<Duration> {
@@ -420,6 +418,7 @@ impl KubeSide {
     /// attempts) and gets its Event.
     fn late_handler(&self, path: String, ev: Event) -> impl FnOnce(EvictAnswer) + Send + 'static {
         let (client, metrics) = (self.client.clone(), self.metrics.clone());
+        let rt = self.settings.evict_rt.clone();
         let timeout = self.settings.eviction_timeout.max(Duration::from_secs(2));
         move |a: EvictAnswer| {
             let pod = format!(
@@ -430,14 +429,9 @@ impl KubeSide {
             if a != EvictAnswer::Evicted {
                 return;
             }
-            metrics.eviction_path("evicted");
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build();
-            if let Ok(rt) = rt {
-                let r = rt.block_on(post_event(&client, &path, &ev, timeout));
-                event_written(&metrics, &ev, r);
-            }
+            metrics.eviction_path(qosd_node::evict::API_EVICTED);
+            let r = rt.block_on(post_event(&client, &path, &ev, timeout));
+            event_written(&metrics, &ev, r);
         }
     }
 }
@@ -469,6 +463,7 @@ impl ApiEvictor for KubeSide {
         };
         let late = self.late_handler(path.clone(), ev.clone());
         let answer = post_eviction(
+            &self.settings.evict_rt,
             &self.client,
             &c.namespace,
             &c.name,
@@ -480,11 +475,15 @@ impl ApiEvictor for KubeSide {
         if let EvictAnswer::Throttled { retry_after, .. } = &answer {
             self.throttle(*retry_after);
         }
+        // Kept only for the local kill that follows a hard eviction the
+        // API did not do (its record and Event carry the message).
+        if answer == EvictAnswer::Evicted || v.kind == ThresholdKind::Soft {
+            self.messages
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&c.uid);
+        }
         refusal(answer)?;
-        self.messages
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&c.uid);
         self.post(&path, &ev);
         Ok(())
     }

@@ -138,6 +138,8 @@ struct State {
     default_answer: Option<Answer>,
     requests: Vec<Recorded>,
     evictions: Vec<(String, String, Value, u16)>,
+    /// When each eviction request arrived.
+    eviction_times: Vec<std::time::Instant>,
     events: Vec<Value>,
     deletes: Vec<(String, String, Value)>,
     schema_errors: Vec<String>,
@@ -701,6 +703,11 @@ impl FakeApi {
         self.with(|s| s.evictions.clone())
     }
 
+    /// When each of [`FakeApi::evictions`] arrived.
+    pub fn eviction_times(&self) -> Vec<std::time::Instant> {
+        self.with(|s| s.eviction_times.clone())
+    }
+
     pub fn events(&self) -> Vec<Value> {
         self.with(|s| s.events.clone())
     }
@@ -1099,12 +1106,10 @@ async fn evict_route(state: &Arc<Mutex<State>>, r: &Req, ns: &str, name: &str) -
             .unwrap_or(Answer::Created)
     };
     let push = |code: u16| {
-        state.lock().unwrap().evictions.push((
-            ns.to_string(),
-            name.to_string(),
-            body_v.clone(),
-            code,
-        ))
+        let mut s = state.lock().unwrap();
+        s.eviction_times.push(std::time::Instant::now());
+        s.evictions
+            .push((ns.to_string(), name.to_string(), body_v.clone(), code))
     };
     let (code, v) = match answer {
         Answer::Hang => {
@@ -1332,18 +1337,18 @@ fn patch_status_route(state: &Arc<Mutex<State>>, r: &Req, ns: &str, name: &str) 
             return Reply::Json(409, uid_precondition_failed(want, &uid));
         }
     }
+    let terminal = |x: &Value| matches!(x.as_str(), Some("Failed") | Some("Succeeded"));
+    if terminal(&s.pods[&uid]["status"]["phase"])
+        && !terminal(&patch["status"]["phase"])
+        && patch["status"].get("phase").is_some()
+    {
+        return Reply::Json(422, status(422, "Invalid", &format!("Pod \"{name}\" is invalid: status.phase: Forbidden: cannot transition from a terminal phase")));
+    }
     s.status_patches
         .push((ns.to_string(), name.to_string(), patch.clone()));
     s.rv += 1;
     let rv = s.rv;
     let p = s.pods.get_mut(&uid).unwrap();
-    let terminal = |x: &Value| matches!(x.as_str(), Some("Failed") | Some("Succeeded"));
-    if terminal(&p["status"]["phase"])
-        && !terminal(&patch["status"]["phase"])
-        && patch["status"].get("phase").is_some()
-    {
-        return Reply::Json(422, status(422, "Invalid", "Pod \"x\" is invalid: status.phase: Forbidden: cannot transition from a terminal phase"));
-    }
     for (k, v) in patch["status"].as_object().cloned().unwrap_or_default() {
         if k == "conditions" {
             for c in v.as_array().cloned().unwrap_or_default() {

@@ -179,6 +179,9 @@ pub(crate) mod api_path {
 }
 
 pub use api_path::ALL as API_EVICTION_PATHS;
+/// The path label of an eviction the API server accepted (also counted
+/// for an answer that came after the deadline).
+pub use api_path::EVICTED as API_EVICTED;
 
 /// An eviction that could not be carried out.
 #[derive(Debug, thiserror::Error)]

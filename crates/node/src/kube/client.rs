@@ -43,14 +43,8 @@ pub enum KubeError {
         code: u16,
         reason: String,
         message: String,
-        /// The `Retry-After` header (seconds), when the server sent one.
-        retry_after: Option<Duration>,
-        /// `details.causes[].reason` of the `Status` body (e.g.
-        /// `DisruptionBudget`); empty when the body is not a `Status`.
-        causes: Vec<String>,
-        /// The body was a `meta/v1 Status` (API Priority and Fairness and
-        /// the max-in-flight filter answer 429 in plain text instead).
-        status_body: bool,
+        /// What else the answer said (boxed: errors stay small).
+        details: Box<ApiErrorDetails>,
     },
     #[error(
         "{method} {path}: no data on the stream for {after:?}: the connection is taken as dead"
@@ -81,10 +75,24 @@ impl KubeError {
     /// The server's `Retry-After`, if it sent one.
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
-            KubeError::Api { retry_after, .. } => *retry_after,
+            KubeError::Api { details, .. } => details.retry_after,
             _ => None,
         }
     }
+}
+
+/// What an API error answer says beyond its code and message.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ApiErrorDetails {
+    /// The `Retry-After` header (seconds), or the `Status`'s
+    /// `details.retryAfterSeconds`, when the server sent one.
+    pub retry_after: Option<Duration>,
+    /// `details.causes[].reason` of the `Status` body (e.g.
+    /// `DisruptionBudget`); empty when the body is not a `Status`.
+    pub causes: Vec<String>,
+    /// The body was a `meta/v1 Status` (API Priority and Fairness and the
+    /// max-in-flight filter answer 429 in plain text instead).
+    pub status_body: bool,
 }
 
 /// A connected-on-demand API client.
@@ -513,12 +521,14 @@ pub(crate) fn api_error(
         code: status.as_u16(),
         reason: st.reason,
         message,
-        retry_after: retry_after(headers).or(details
-            .retry_after_seconds
-            .filter(|s| *s > 0)
-            .map(Duration::from_secs)),
-        causes: details.causes.into_iter().map(|c| c.reason).collect(),
-        status_body,
+        details: Box::new(ApiErrorDetails {
+            retry_after: retry_after(headers).or(details
+                .retry_after_seconds
+                .filter(|s| *s > 0)
+                .map(Duration::from_secs)),
+            causes: details.causes.into_iter().map(|c| c.reason).collect(),
+            status_body,
+        }),
     }
 }
 

@@ -2,7 +2,8 @@
 //! real API server gives them:
 //!
 //! * [`post_eviction`]: the `pods/eviction` subresource (policy/v1) with a
-//!   grace period and a uid precondition, on its own thread so that an
+//!   grace period and a uid precondition, on its own thread (driving the
+//!   eviction side's shared [`EvictRuntime`]) so that an
 //!   answer arriving after the caller's deadline is still learnt (and
 //!   handed to a callback) instead of being lost. Connecting is bounded on
 //!   its own: the answer deadline starts once the request is on its way,
@@ -12,7 +13,8 @@
 //! * [`classify`]: 429 from a PodDisruptionBudget (a `Status` whose cause
 //!   is `DisruptionBudget`) is a refusal; any other 429 — API Priority and
 //!   Fairness or the max-in-flight filter, which answer in plain text with
-//!   `Retry-After` — is throttling; 404, and 409 from the uid precondition
+//!   `Retry-After`, at most [`MAX_RETRY_AFTER`] honoured — is throttling;
+//!   404, and 409 from the uid precondition
 //!   (a newer pod has the name), say the victim is gone.
 //! * [`mark_evicted`]: the record the kubelet leaves on a pod it evicted
 //!   itself: status phase `Failed`, reason `Evicted`, the message, and the
@@ -29,6 +31,7 @@ use serde::Serialize;
 
 use super::client::{api_error, KubeClient, KubeError};
 use super::types::{DeleteOptions, Eviction, RefMeta};
+use crate::evict::runtime::EvictRuntime;
 
 /// The kubelet's reason for pods it evicts (pkg/kubelet/eviction).
 pub const REASON_EVICTED: &str = "Evicted";
@@ -43,6 +46,9 @@ const PDB_MESSAGE: &str = "Cannot evict pod as it would violate the pod's disrup
 /// `Retry-After` assumed for a throttling 429 without one (the
 /// max-in-flight filter's value).
 const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
+/// Longest `Retry-After` honoured: API Priority and Fairness never asks
+/// for more (its dropped-requests tracker caps the value at 32 s).
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(32);
 
 /// What became of one eviction request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,18 +77,19 @@ pub fn classify(e: &KubeError) -> EvictAnswer {
         KubeError::Api {
             code: 429,
             message,
-            causes,
-            status_body,
-            retry_after,
+            details,
             ..
         } => {
-            let pdb = causes.iter().any(|c| c == CAUSE_DISRUPTION_BUDGET)
-                || (*status_body && message == PDB_MESSAGE);
+            let pdb = details.causes.iter().any(|c| c == CAUSE_DISRUPTION_BUDGET)
+                || (details.status_body && message == PDB_MESSAGE);
             if pdb {
                 EvictAnswer::Refused(e.to_string())
             } else {
                 EvictAnswer::Throttled {
-                    retry_after: retry_after.unwrap_or(DEFAULT_RETRY_AFTER),
+                    retry_after: details
+                        .retry_after
+                        .unwrap_or(DEFAULT_RETRY_AFTER)
+                        .min(MAX_RETRY_AFTER),
                     message: e.to_string(),
                 }
             }
@@ -122,9 +129,12 @@ struct Slot {
 type Shared = Arc<(Mutex<Slot>, Condvar)>;
 
 /// POST an Eviction for `namespace/name` (uid precondition, grace in
-/// seconds) within `deadlines`. An answer that comes after the caller
-/// stopped waiting goes to `late` (on the request's thread).
+/// seconds) within `deadlines`, on a thread of its own driving `rt`. An
+/// answer that comes after the caller stopped waiting goes to `late` (on
+/// the request's thread).
+#[allow(clippy::too_many_arguments)]
 pub fn post_eviction(
+    rt: &EvictRuntime,
     client: &KubeClient,
     namespace: &str,
     name: &str,
@@ -150,10 +160,10 @@ pub fn post_eviction(
     let shared: Shared = Arc::default();
     let start = Instant::now();
     let spawned = {
-        let (client, shared, path) = (client.clone(), shared.clone(), path.clone());
+        let (rt, client, shared, path) = (rt.clone(), client.clone(), shared.clone(), path.clone());
         std::thread::Builder::new()
             .name("qosd-api-evict".into())
-            .spawn(move || run_request(client, path, body, deadlines, shared, late))
+            .spawn(move || run_request(&rt, client, path, body, deadlines, shared, late))
     };
     if let Err(e) = spawned {
         return EvictAnswer::Failed(format!("POST {path}: cannot start its thread: {e}"));
@@ -203,6 +213,7 @@ pub fn post_eviction(
 /// The request's thread: connect, send unless called off, hand over the
 /// answer (or to `late`).
 fn run_request(
+    rt: &EvictRuntime,
     client: KubeClient,
     path: String,
     body: Vec<u8>,
@@ -213,23 +224,16 @@ fn run_request(
     let deliver = |a: EvictAnswer| {
         let (lock, cv) = &*shared;
         let mut g = lock.lock().unwrap_or_else(|e| e.into_inner());
-        if g.gone || g.abandoned {
-            drop(g);
+        if g.abandoned {
+            // Nothing was sent, as the caller was told: nothing to learn.
+            return None;
+        }
+        if g.gone {
             return Some(a);
         }
         g.answer = Some(a);
         cv.notify_all();
         None
-    };
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            deliver(EvictAnswer::Failed(format!("POST {path}: runtime: {e}")));
-            return;
-        }
     };
     let answer = rt.block_on(async {
         let mut send = match client.connect_within(deadlines.connect).await {
@@ -402,6 +406,11 @@ mod tests {
         assert!(matches!(
             classify(&api(429, apf, None)),
             EvictAnswer::Throttled { retry_after, .. } if retry_after == DEFAULT_RETRY_AFTER
+        ));
+        // Never longer than API Priority and Fairness' own cap.
+        assert!(matches!(
+            classify(&api(429, apf, Some(600))),
+            EvictAnswer::Throttled { retry_after, .. } if retry_after == MAX_RETRY_AFTER
         ));
         let conflict = r#"{"kind":"Status","status":"Failure","message":"Operation cannot be fulfilled on Pod \"p\": the UID in the precondition (a) does not match the UID in record (b). The object might have been deleted and then recreated","reason":"Conflict","code":409}"#;
         assert!(matches!(

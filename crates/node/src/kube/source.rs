@@ -597,4 +597,30 @@ mod tests {
         assert!(v.fresh() || !v2.fresh());
         assert!(v2.unavailable.unwrap().contains("gone"));
     }
+
+    /// Backoff: from 0.8 s doubling to 30 s, each wait stretched by 0–100 %;
+    /// back to 0.8 s after 2 min without a failure; relist once at the cap.
+    /// Watch timeouts are drawn in [300 s, 600 s).
+    #[test]
+    fn watch_backoff_jitters_caps_and_resets() {
+        let opts = WatchOptions::new("n");
+        let mut r = Retry::new(&opts);
+        let mut bases = Vec::new();
+        for _ in 0..8 {
+            let base = r.next;
+            let wait = r.failure(&opts);
+            assert!(wait >= base && wait < base * 2, "{wait:?} for {base:?}");
+            bases.push(base.as_millis());
+        }
+        assert_eq!(bases, [800, 1600, 3200, 6400, 12800, 25600, 30000, 30000]);
+        assert!(r.at_cap(&opts));
+        // A failure after 2 min without one starts again from the minimum.
+        r.last_failure = Instant::now().checked_sub(Duration::from_secs(121));
+        let wait = r.failure(&opts);
+        assert!(wait < Duration::from_millis(1600), "{wait:?}");
+        assert!(!r.at_cap(&opts));
+        let t: Vec<u64> = (0..50).map(|_| opts.watch_timeout_seconds()).collect();
+        assert!(t.iter().all(|t| (300..600).contains(t)), "{t:?}");
+        assert!(t.iter().any(|x| *x != t[0]), "jittered: {t:?}");
+    }
 }

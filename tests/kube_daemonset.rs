@@ -481,8 +481,11 @@ async fn daemonset_pod_survives_a_runtime_restart_and_keeps_enforcing_and_evicti
         Duration::from_secs(15),
         || api.status_patches().iter().any(|d| d.1 == "hog"),
     );
+    // The Event follows the status record.
+    wait_for("the Evicted event", Duration::from_secs(15), || {
+        api.events().iter().any(|e| e["reason"] == "Evicted")
+    });
     assert!(api.deletes().is_empty(), "the object is not deleted");
-    assert!(api.events().iter().any(|e| e["reason"] == "Evicted"));
     assert!(api.schema_errors().is_empty(), "{:?}", api.schema_errors());
     let doc = status_json(port);
     assert_eq!(

@@ -339,8 +339,8 @@ fn run_options(cfg: &Config, args: &DaemonArgs) -> anyhow::Result<RunOptions> {
         }
     } else {
         // Validate the manifests now: bad input must fail before any write.
-        qosd_node::manifest::load_paths(&args.pods).map_err(bad_input)?;
-        PodSourceSpec::Manifests(args.pods.clone())
+        qosd_node::manifest::load_paths_for(&args.pods, cfg.kubelet_version).map_err(bad_input)?;
+        PodSourceSpec::Manifests(args.pods.clone(), cfg.kubelet_version)
     };
     let dry_run = cfg.mode == qosd_config::Mode::DryRun;
     let audit = cfg.cgroup_enforcement == qosd_config::CgroupEnforcement::Audit;
@@ -422,7 +422,7 @@ fn serve(
         PodSourceSpec::Cri { .. } => {
             start_kube(&cfg, &opts.plan, &rt, &evict_rt, &metrics, &health)?
         }
-        PodSourceSpec::Manifests(_) => None,
+        PodSourceSpec::Manifests(..) => None,
     };
     opts.specs = kube
         .clone()
@@ -854,6 +854,7 @@ fn start_kube(
             eviction_timeout: cfg.api_eviction_timeout,
             cgroup_version: plan.layout.version,
             evict_rt: evict_rt.clone(),
+            kubelet_version: cfg.kubelet_version,
         },
         metrics.kube.clone(),
     );
@@ -926,7 +927,7 @@ fn start_eviction(
             }
             Some(Arc::new(s))
         }
-        PodSourceSpec::Manifests(_) => None,
+        PodSourceSpec::Manifests(..) => None,
     };
     let stopper = cri
         .clone()

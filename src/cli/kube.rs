@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use qosd_model::policy::enforce::versions::KubeletVersion;
 use qosd_node::cri::Inventory;
 use qosd_node::kube::merge::MergeSummary;
 
@@ -37,7 +38,7 @@ pub(crate) fn merge_listing(
         pods: std::mem::take(&mut listing.live),
         skipped: Vec::new(),
     };
-    let merged = flags.merge(&mut inv);
+    let merged = flags.merge(&mut inv, cfg.kubelet_version);
     listing.pods = inv.ready_pods();
     listing.live = inv.pods;
     merged.map(|_| ())
@@ -63,11 +64,13 @@ impl KubeFlags {
                 && std::env::var_os("KUBERNETES_SERVICE_HOST").is_some())
     }
 
-    /// Merge `inv` with the API's view; `None` when not enabled. An
-    /// unreachable API leaves the runtime's data (and says why).
+    /// Merge `inv` with the API's view (`version`: whose rules decide what
+    /// the kubelet admitted); `None` when not enabled. An unreachable API
+    /// leaves the runtime's data (and says why).
     pub(crate) fn merge(
         &self,
         inv: &mut Inventory,
+        version: KubeletVersion,
     ) -> anyhow::Result<Option<(MergeSummary, Option<String>)>> {
         if !self.enabled() {
             return Ok(None);
@@ -94,7 +97,7 @@ impl KubeFlags {
         if let Some(why) = &view.unavailable {
             eprintln!("qosd: warning: Kubernetes API unavailable ({why}): values inferred from the runtime alone");
         }
-        let summary = qosd_node::kube::merge::merge(&mut inv.pods, &view);
+        let summary = qosd_node::kube::merge::merge(&mut inv.pods, &view, version);
         Ok(Some((summary, view.unavailable)))
     }
 }

@@ -235,7 +235,7 @@ impl PodSource for Source {
     fn cri(&self) -> Option<&qosd_node::cri::CriClient> {
         match self {
             Source::Cri { client, .. } => Some(client),
-            Source::Manifests(_) => None,
+            Source::Manifests(..) => None,
         }
     }
 }
@@ -317,7 +317,7 @@ pub(crate) async fn run_loop(
                 Err(_) => (None, None),
             }
         }
-        PodSourceSpec::Manifests(_) => (None, None),
+        PodSourceSpec::Manifests(..) => (None, None),
     };
     let intervals = (opts.reconcile_interval, opts.relist_interval);
     let mut daemon = Daemon::new(parts, opts.plan, feed, prober);

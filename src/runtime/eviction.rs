@@ -25,8 +25,10 @@ pub use qosd_node::evict::runtime::{ImageGcPolicy, NodeRuntime, ReclaimReport, W
 #[derive(Debug)]
 pub struct PassReport {
     pub decision: Decision,
-    /// The eviction carried out in this pass, if any.
-    pub outcome: Option<Result<Outcome, EvictError>>,
+    /// The evictions carried out in this pass, one per
+    /// [`Decision::victims`] (in that order): at most one for node
+    /// pressure, every pod over a local-storage limit.
+    pub outcomes: Vec<Result<Outcome, EvictError>>,
     /// Signals that could not be read (they count as missing data).
     pub(crate) signal_errors: Vec<SignalError>,
     /// The pods with every stat measured in this pass (None: not measured,
@@ -122,7 +124,7 @@ pub(crate) fn log_pass_timing(r: &PassReport, woke: Instant, feed: Duration) {
     let u = p.usage.unwrap_or_default();
     // From the pass start to the kill (the evict phase before it is the
     // eviction's log line and the kill's set-up).
-    let kill_issued_us = match &r.outcome {
+    let kill_issued_us = match r.outcome() {
         Some(Ok(Outcome { kill: Some(k), .. })) => {
             us(k.issued_at.saturating_duration_since(at)) as i64
         }
@@ -146,9 +148,16 @@ pub(crate) fn log_pass_timing(r: &PassReport, woke: Instant, feed: Duration) {
         involuntary_switches = u.involuntary_switches,
         minor_faults = u.minor_faults,
         major_faults = u.major_faults,
-        evicted = r.decision.victim().is_some(),
+        evicted = r.decision.victims().len(),
         "eviction pass timing"
     );
+}
+
+impl PassReport {
+    /// The outcome of the pass's (first) eviction.
+    pub fn outcome(&self) -> Option<&Result<Outcome, EvictError>> {
+        self.outcomes.first()
+    }
 }
 
 /// Manager + signal sources + evictor (+ the runtime for disk).
@@ -253,27 +262,29 @@ impl Engine {
         }
         phases.reclaim = phases.lap();
         self.wait_for_retry_after(&mut decision, now);
-        let mut outcome = decision.victim().map(|v| self.act(v, now));
+        let mut outcomes = self.evict_all(&decision, now);
         // A soft eviction the API refused with nothing done moves on to the
         // next candidate at once (the refused pod is in back-off), a few at
         // most per pass; throttling and an unanswered request do not.
         for _ in 0..MAX_REFUSED_PER_PASS {
             let moves_on = matches!(
-                &outcome,
-                Some(Err(EvictError::ApiRefused { refusal, .. })) if refusal.moves_on()
-            );
+                outcomes.as_slice(),
+                [Err(EvictError::ApiRefused { refusal, .. })] if refusal.moves_on()
+            ) && decision
+                .victim()
+                .is_some_and(|v| v.cause == Cause::Threshold);
             if !moves_on {
                 break;
             }
             decision = self.manager.synchronize(now, &obs, pod_list());
-            outcome = decision.victim().map(|v| self.act(v, now));
+            outcomes = self.evict_all(&decision, now);
         }
         phases.evict = phases.lap();
         phases.finish();
         PassReport {
             phases,
             decision,
-            outcome,
+            outcomes,
             signal_errors,
             pods: measured,
             reclaim,
@@ -394,8 +405,19 @@ impl Engine {
         None
     }
 
-    /// Evict the victim; a failure is reported to the manager (back-off),
-    /// except throttling, after which the same pod is chosen again.
+    /// Evict every victim of `decision` (see [`Engine::act`]); the
+    /// outcomes in the victims' order.
+    fn evict_all(&mut self, decision: &Decision, now: Instant) -> Vec<Result<Outcome, EvictError>> {
+        decision
+            .victims()
+            .iter()
+            .map(|v| self.act(v, now))
+            .collect()
+    }
+
+    /// Evict the victim; a failure is logged and reported to the manager
+    /// (back-off), except throttling, after which the same pod is chosen
+    /// again.
     fn act(
         &mut self,
         v: &qosd_model::policy::evict::manager::Victim,
@@ -432,9 +454,14 @@ impl Engine {
             self.api_retry_at = None;
             return;
         }
-        let Some(v) = decision.victim().filter(|v| v.kind == ThresholdKind::Soft) else {
+        // One soft victim for node pressure (not the pods over their
+        // local-storage limits, evicted together).
+        let Action::Evict(v) = &decision.action else {
             return;
         };
+        if v.kind != ThresholdKind::Soft || v.cause != Cause::Threshold {
+            return;
+        }
         let uid = v.candidate.uid.clone();
         self.manager.cancel(&uid);
         // One wording for the whole wait: the quiet log says it once.
@@ -1052,7 +1079,7 @@ mod tests {
         // the pod without stats ranks first, like the kubelet
         assert_eq!(v.candidate.uid, "nodir");
         assert_eq!(v.observed, 424 * 1024 * 1024);
-        assert!(matches!(r.outcome, Some(Ok(ref o)) if o.backend == Backend::DryRun));
+        assert!(matches!(r.outcome(), Some(Ok(o)) if o.backend == Backend::DryRun));
 
         let mut e = engine("100Mi");
         let r = e.pass(Ok(vec![pod(
@@ -1061,7 +1088,7 @@ mod tests {
             Some(fixtures().join("v1/kubepods/besteffort/podabc")),
         )]));
         assert!(r.decision.victim().is_none());
-        assert!(r.outcome.is_none());
+        assert!(r.outcomes.is_empty());
     }
 
     #[test]
@@ -1221,7 +1248,7 @@ mod tests {
     fn pass_without_pods_blocks() {
         let mut e = engine("500Mi");
         let r = e.pass(Err("runtime down".into()));
-        assert!(r.outcome.is_none());
+        assert!(r.outcomes.is_empty());
         assert!(matches!(
             r.decision.action,
             qosd_model::policy::evict::manager::Action::Blocked(ref w) if w.contains("runtime down")
@@ -1245,7 +1272,7 @@ mod tests {
             ),
         ];
         let r = e.pass(Ok(pods.clone()));
-        assert!(matches!(r.outcome, Some(Err(_))));
+        assert!(matches!(r.outcome(), Some(Err(_))));
         let first = r.decision.victim().unwrap().candidate.uid.clone();
         assert_eq!(e.manager.pending_victim(), None);
         let r = e.pass(Ok(pods));
@@ -1320,14 +1347,14 @@ mod tests {
         };
         assert_eq!(r.decision.victim().unwrap().kind, ThresholdKind::Soft);
         assert!(
-            matches!(r.outcome, Some(Err(EvictError::ApiRefused { ref refusal, .. })) if refusal.retries_same_pod()),
+            matches!(r.outcome(), Some(Err(EvictError::ApiRefused { refusal, .. })) if refusal.retries_same_pod()),
             "{:?}",
-            r.outcome
+            r.outcomes
         );
         let first = r.decision.victim().unwrap().candidate.uid.clone();
         let t0 = Instant::now();
         let r = e.pass(Ok(pods.clone()));
-        assert!(r.outcome.is_none());
+        assert!(r.outcomes.is_empty());
         assert!(
             matches!(r.decision.action, Action::Blocked(ref w) if w.contains("Retry-After")),
             "{:?}",
@@ -1344,13 +1371,13 @@ mod tests {
         );
         let r = loop {
             let r = e.pass(Ok(pods.clone()));
-            if r.outcome.is_some() {
+            if !r.outcomes.is_empty() {
                 break r;
             }
             assert!(t0.elapsed() < Duration::from_secs(5), "never asked again");
             std::thread::sleep(Duration::from_millis(10));
         };
-        assert!(matches!(r.outcome, Some(Ok(_))), "{:?}", r.outcome);
+        assert!(matches!(r.outcome(), Some(Ok(_))), "{:?}", r.outcomes);
         assert_eq!(*api.asked.lock().unwrap(), [first.clone(), first]);
     }
 }

@@ -39,8 +39,15 @@ pub(crate) struct ContainerUsage {
 
 /// The kubelet's eviction message: "The node was low on resource: R.
 /// Threshold quantity: Q, available: A. Container C was using U, request
-/// is Q, has larger consumption of R. " (containers over their request).
+/// is Q, has larger consumption of R. " (containers over their request);
+/// for a local-storage limit, the limit's own message.
 pub(crate) fn eviction_message(v: &Victim, containers: &[ContainerUsage]) -> String {
+    if matches!(
+        v.cause,
+        qosd_model::policy::evict::manager::Cause::LocalStorage(_)
+    ) {
+        return v.message.clone();
+    }
     let over: Vec<OverRequest<'_>> = containers
         .iter()
         .filter(|c| c.usage > c.request_value)
@@ -93,6 +100,8 @@ pub(crate) struct KubeSettings {
     pub(crate) cgroup_version: CgroupVersion,
     /// The eviction side's runtime the API calls of an eviction run on.
     pub(crate) evict_rt: qosd_node::evict::runtime::EvictRuntime,
+    /// Whose rules decide what the kubelet admitted (in-place resize).
+    pub(crate) kubelet_version: qosd_model::policy::enforce::versions::KubeletVersion,
 }
 
 /// The API client, the pod cache and its watcher, and the `api` evictor.
@@ -156,7 +165,7 @@ impl KubeSide {
     /// and, when the view is unusable, why (runtime data alone then).
     pub(crate) fn merge_view(&self, live: &mut [LivePod]) -> (MergeSummary, Option<String>) {
         let view = self.cache.view(self.settings.max_stale);
-        let summary = merge(live, &view);
+        let summary = merge(live, &view, self.settings.kubelet_version);
         self.metrics.set_api_up(view.fresh());
         self.metrics.set_pods(summary.exact, summary.inferred);
         *self.containers.lock().unwrap_or_else(|e| e.into_inner()) = live
@@ -197,7 +206,10 @@ impl KubeSide {
             return Vec::new();
         };
         let view = self.cache.view(Duration::MAX);
-        let spec = view.pods.get(&v.candidate.uid);
+        // The requests the kubelet admitted (a resize may be pending).
+        let spec = view.pods.get(&v.candidate.uid).and_then(|p| {
+            qosd_node::kube::merge::admitted_model(p, self.settings.kubelet_version).ok()
+        });
         let ids = self
             .containers
             .lock()
@@ -223,13 +235,11 @@ impl KubeSide {
                 continue;
             };
             let request = spec
-                .and_then(|p| p.spec.containers.iter().find(|c| c.name == name))
-                .and_then(|c| c.resources.requests.get("memory"))
-                .cloned()
-                .unwrap_or_else(|| "0".into());
-            let request_value = qosd_model::core::quantity::Quantity::parse(&request)
-                .map(|q| q.value_ceil())
-                .unwrap_or(0);
+                .as_ref()
+                .and_then(|p| p.containers.iter().find(|c| c.name == name))
+                .and_then(|c| c.resources.requests.get("memory"));
+            let request_value = request.map_or(0, |q| q.value_ceil());
+            let request = request.map_or_else(|| "0".into(), |q| q.to_string());
             out.push(ContainerUsage {
                 name,
                 usage: usage as i64,
@@ -609,5 +619,15 @@ mod tests {
             "The node was low on resource: memory. Threshold quantity: 100Mi, available: 80Mi. \
 Container web was using 300Mi, request is 256Mi, has larger consumption of memory. "
         );
+        // A local-storage limit's Event carries the limit's message.
+        let msg = "Usage of EmptyDir volume \"scratch\" exceeds the limit \"1Mi\". ";
+        let v = Victim {
+            cause: qosd_model::policy::evict::manager::Cause::LocalStorage(
+                qosd_model::policy::evict::local_storage::LimitKind::EmptyDir,
+            ),
+            message: msg.into(),
+            ..v
+        };
+        assert_eq!(eviction_message(&v, &c), msg);
     }
 }

@@ -45,6 +45,17 @@ pub(crate) fn merge_listing(
 }
 
 impl KubeFlags {
+    /// Refuse an unusable kubeconfig (exit 2 naming the file and the key)
+    /// before anything else is asked of the node.
+    pub(crate) fn check(&self) -> anyhow::Result<()> {
+        if let Some(path) = &self.kubeconfig {
+            let cfg =
+                qosd_node::kube::config::from_kubeconfig(path).map_err(crate::cli::bad_input)?;
+            qosd_node::kube::KubeClient::new(cfg).map_err(crate::cli::bad_input)?;
+        }
+        Ok(())
+    }
+
     /// Whether the API is to be asked at all: a kubeconfig, or a node name
     /// inside a pod (in-cluster config).
     pub(crate) fn enabled(&self) -> bool {

@@ -57,6 +57,9 @@ pub(crate) fn check_socket_exists(endpoint: &str) -> anyhow::Result<()> {
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<i32> {
+    // A kubeconfig that cannot be used is a usage error (exit 2), whatever
+    // the state of the runtime.
+    args.kube.check()?;
     // Asked to wait (`--retry-for`): a missing socket may be a runtime
     // starting up; by default it is a runtime that is not there.
     if args.retry_for.is_none() {

@@ -409,32 +409,7 @@ impl Manager {
         notes: &mut Vec<String>,
         events: &mut Vec<String>,
     ) -> Action {
-        // Thresholds that call for an eviction now: hard before soft, memory first.
-        let mut eligible: Vec<&ThresholdStatus> = statuses
-            .iter()
-            .filter(|s| s.met && s.grace_satisfied && !s.stale)
-            .collect();
-        for s in statuses
-            .iter()
-            .filter(|s| s.met && !s.grace_satisfied && !s.stale)
-        {
-            let since = s
-                .met_since
-                .map(|m| now.saturating_duration_since(m))
-                .unwrap_or_default();
-            notes.push(format!(
-                "{} met for {} of its {} grace period",
-                s.threshold.statement(),
-                format_go_duration(since),
-                format_go_duration(s.threshold.grace_period)
-            ));
-        }
-        let stale_met: Vec<String> = statuses
-            .iter()
-            .filter(|s| s.met && s.stale)
-            .map(|s| s.threshold.statement())
-            .collect();
-        eligible.sort_by_key(|s| (s.threshold.kind, s.threshold.signal.resource()));
+        let (eligible, stale_met) = eligible(now, statuses, notes);
         let Some(chosen) = eligible.first().copied() else {
             if !stale_met.is_empty() {
                 return Action::Blocked(format!(
@@ -459,33 +434,10 @@ impl Manager {
             }
         };
 
-        // Victims still releasing block the next choice, except that a hard
-        // threshold does not wait for soft victims (escalation: the kubelet
-        // acts on the next pass).
-        let blocking: Vec<(&String, &InFlight)> =
-            self.in_flight.iter().filter(|(_, f)| !f.done).collect();
-        if let Some((uid, f)) = blocking.first() {
-            let escalate = chosen.threshold.kind == ThresholdKind::Hard
-                && blocking.iter().all(|(_, f)| f.kind == ThresholdKind::Soft);
-            if !escalate {
-                return Action::WaitingForRelease {
-                    uid: (*uid).clone(),
-                    since: f.since,
-                };
-            }
-            let soft: Vec<String> = blocking.iter().map(|(u, _)| (*u).clone()).collect();
-            events.push(format!(
-                "{} met while soft victim {} is still terminating: evicting for the hard threshold now",
-                chosen.threshold,
-                soft.join(", ")
-            ));
-            // they go on terminating, excluded, but no longer hold back
-            for u in soft {
-                if let Some(f) = self.in_flight.get_mut(&u) {
-                    f.done = true;
-                }
-            }
-        }
+        let reranked = match self.blocked_by_victims(chosen, events) {
+            Ok(r) => r,
+            Err(wait) => return wait,
+        };
         let signal = chosen.threshold.signal;
         let obs = chosen
             .observed
@@ -500,7 +452,10 @@ impl Manager {
         }
         let live: Vec<Candidate> = pods
             .iter()
-            .filter(|c| !self.failed.contains_key(&c.uid) && !self.in_flight.contains_key(&c.uid))
+            .filter(|c| {
+                !self.failed.contains_key(&c.uid)
+                    && (!self.in_flight.contains_key(&c.uid) || reranked.contains(&c.uid))
+            })
             .cloned()
             .collect();
         let ranking = rank::rank_in(signal, &live, self.opts.disk_layout);
@@ -534,6 +489,45 @@ impl Manager {
             },
         );
         Action::Evict(Box::new(victim))
+    }
+
+    /// Victims still releasing block the next choice, except that a hard
+    /// threshold does not wait for soft victims (escalation: the kubelet
+    /// acts on the next pass). Soft victims still terminating then are
+    /// ranked again with every other pod, as by the kubelet (a terminating
+    /// pod is still active there): the first one is evicted again, with the
+    /// hard grace. `Ok`: the uids ranked again; `Err`: wait.
+    fn blocked_by_victims(
+        &mut self,
+        chosen: &ThresholdStatus,
+        events: &mut Vec<String>,
+    ) -> Result<Vec<String>, Action> {
+        let blocking: Vec<(&String, &InFlight)> =
+            self.in_flight.iter().filter(|(_, f)| !f.done).collect();
+        let Some((uid, f)) = blocking.first() else {
+            return Ok(Vec::new());
+        };
+        let escalate = chosen.threshold.kind == ThresholdKind::Hard
+            && blocking.iter().all(|(_, f)| f.kind == ThresholdKind::Soft);
+        if !escalate {
+            return Err(Action::WaitingForRelease {
+                uid: (*uid).clone(),
+                since: f.since,
+            });
+        }
+        let soft: Vec<String> = blocking.iter().map(|(u, _)| (*u).clone()).collect();
+        events.push(format!(
+            "{} met while soft victim {} is still terminating: ranking every pod again for the hard threshold (a terminating victim included, evicted again with the hard grace if first)",
+            chosen.threshold,
+            soft.join(", ")
+        ));
+        // they no longer hold back, and may be chosen again
+        for u in &soft {
+            if let Some(f) = self.in_flight.get_mut(u) {
+                f.done = true;
+            }
+        }
+        Ok(soft)
     }
 
     /// Forget victims that are gone, mark released ones, and report (once)
@@ -731,6 +725,42 @@ impl Manager {
             message: eviction_message(t, obs, r, statuses),
         }
     }
+}
+
+/// The thresholds that call for an eviction now (hard before soft, memory
+/// first), and the met ones whose data is stale; notes for the met ones
+/// still in their grace period.
+fn eligible<'a>(
+    now: Instant,
+    statuses: &'a [ThresholdStatus],
+    notes: &mut Vec<String>,
+) -> (Vec<&'a ThresholdStatus>, Vec<String>) {
+    let mut eligible: Vec<&ThresholdStatus> = statuses
+        .iter()
+        .filter(|s| s.met && s.grace_satisfied && !s.stale)
+        .collect();
+    for s in statuses
+        .iter()
+        .filter(|s| s.met && !s.grace_satisfied && !s.stale)
+    {
+        let since = s
+            .met_since
+            .map(|m| now.saturating_duration_since(m))
+            .unwrap_or_default();
+        notes.push(format!(
+            "{} met for {} of its {} grace period",
+            s.threshold.statement(),
+            format_go_duration(since),
+            format_go_duration(s.threshold.grace_period)
+        ));
+    }
+    let stale_met: Vec<String> = statuses
+        .iter()
+        .filter(|s| s.met && s.stale)
+        .map(|s| s.threshold.statement())
+        .collect();
+    eligible.sort_by_key(|s| (s.threshold.kind, s.threshold.signal.resource()));
+    (eligible, stale_met)
 }
 
 /// The kubelet's eviction message (helpers.go evictionMessage): the starved
@@ -1070,14 +1100,16 @@ mod tests {
         // still terminating (grace 20 s): soft keeps waiting
         let d = m.synchronize(t0 + s(2), &mem(900, t0 + s(2)), Ok(&p));
         assert!(matches!(d.action, Action::WaitingForRelease { .. }));
-        // the hard threshold is crossed: the next pass evicts another pod
+        // the hard threshold is crossed: the next pass ranks every pod
+        // again, the terminating soft victim included; still first, it is
+        // evicted again with the hard grace (the kubelet's behaviour)
         let d = m.synchronize(t0 + s(3), &mem(50, t0 + s(3)), Ok(&p));
         let v = d.victim().expect("escalation on the next pass");
         assert_eq!(v.kind, ThresholdKind::Hard);
-        assert_ne!(v.candidate.uid, soft);
+        assert_eq!(v.candidate.uid, soft);
         assert_eq!(v.grace, s(1));
         assert!(d.events.iter().any(|e| e.contains("still terminating")));
-        // both in flight now: the hard victim blocks further choices
+        // in flight for the hard threshold now: it blocks further choices
         let d = m.synchronize(t0 + s(4), &mem(50, t0 + s(4)), Ok(&p));
         assert!(
             matches!(d.action, Action::WaitingForRelease { .. }),

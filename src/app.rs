@@ -339,8 +339,8 @@ fn run_options(cfg: &Config, args: &DaemonArgs) -> anyhow::Result<RunOptions> {
         }
     } else {
         // Validate the manifests now: bad input must fail before any write.
-        qosd_node::manifest::load_paths(&args.pods).map_err(bad_input)?;
-        PodSourceSpec::Manifests(args.pods.clone())
+        qosd_node::manifest::load_paths_for(&args.pods, cfg.kubelet_version).map_err(bad_input)?;
+        PodSourceSpec::Manifests(args.pods.clone(), cfg.kubelet_version)
     };
     let dry_run = cfg.mode == qosd_config::Mode::DryRun;
     let audit = cfg.cgroup_enforcement == qosd_config::CgroupEnforcement::Audit;
@@ -422,7 +422,7 @@ fn serve(
         PodSourceSpec::Cri { .. } => {
             start_kube(&cfg, &opts.plan, &rt, &evict_rt, &metrics, &health)?
         }
-        PodSourceSpec::Manifests(_) => None,
+        PodSourceSpec::Manifests(..) => None,
     };
     opts.specs = kube
         .clone()
@@ -582,6 +582,7 @@ impl ConfigReloader {
     /// SIGHUP: what the loop and the eviction side change to (`None`: the
     /// old configuration is kept).
     fn reload(&mut self) -> Option<(Reloaded, EvictionSwap)> {
+        crate::runtime::supervisor::inject_stall("reload");
         let outcome = reload_config(&mut self.read, &self.current, &self.proc_root, &self.sysfs);
         let (result, why) = match &outcome {
             Ok(None) => ("unchanged", None),
@@ -685,6 +686,8 @@ fn forward_signals(
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     let mut hup = signal(SignalKind::hangup())?;
+    crate::runtime::stop_guard::arm(crate::runtime::stop_guard::STOP_DEADLINE)
+        .context("cannot arm the stop deadline")?;
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     rt.spawn(async move {
         loop {
@@ -850,6 +853,7 @@ fn start_kube(
             eviction_timeout: cfg.api_eviction_timeout,
             cgroup_version: plan.layout.version,
             evict_rt: evict_rt.clone(),
+            kubelet_version: cfg.kubelet_version,
         },
         metrics.kube.clone(),
     );
@@ -961,7 +965,7 @@ impl EvictionStarter {
                 }
                 Some(Arc::new(s))
             }
-            PodSourceSpec::Manifests(_) => None,
+            PodSourceSpec::Manifests(..) => None,
         }
     }
 }

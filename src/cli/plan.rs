@@ -68,11 +68,14 @@ fn joined(paths: &[PathBuf]) -> String {
 /// `plan`'s pods: like [`load_pods`], but paths holding no pod are an
 /// empty node (the node- and QoS-level writes the kubelet makes with no
 /// pod, resets included), noted on stderr.
-fn load_plan_pods(paths: &[PathBuf]) -> anyhow::Result<(Vec<Pod>, bool)> {
+fn load_plan_pods(
+    paths: &[PathBuf],
+    version: qosd_model::policy::enforce::versions::KubeletVersion,
+) -> anyhow::Result<(Vec<Pod>, bool)> {
     if paths.is_empty() {
         return Ok((qosd_node::manifest::example_pods(), true));
     }
-    let pods = qosd_node::manifest::load_paths(paths).map_err(bad_input)?;
+    let pods = qosd_node::manifest::load_paths_for(paths, version).map_err(bad_input)?;
     if pods.is_empty() {
         eprintln!(
             "qosd: no pod in {}: planning an empty node (node and QoS levels only)",
@@ -91,9 +94,22 @@ pub(crate) fn run(args: Args) -> anyhow::Result<i32> {
         crate::app::check_parents(&plan_cfg, &listing).map_err(bad_input)?;
         (listing.pods, false)
     } else {
-        load_plan_pods(&args.pods)?
+        load_plan_pods(&args.pods, cfg.kubelet_version)?
     };
     crate::app::warn_version(&plan_cfg, cfg.fail_cgroup_v1);
+    if !args.cri {
+        // A live listing says so in its notes (`qosd pods`); a manifest
+        // with a status says so here.
+        for p in &pods {
+            if let Some(r) = &p.resize {
+                eprintln!(
+                    "qosd: pod {}: {}",
+                    p.key(),
+                    qosd_node::admitted::describe(r)
+                );
+            }
+        }
+    }
     for rc in &plan_cfg.reserved_cgroups {
         for dir in qosd_model::policy::enforce::plan::reserved_dirs(&plan_cfg, rc) {
             if !dir.is_dir() {

@@ -14,8 +14,8 @@ use qosd_model::policy::evict::manager::{
     watched_signals, Action, Cause, Decision, Manager, ManagerOptions,
 };
 use qosd_model::policy::evict::rank::{Candidate, PodStats};
-use qosd_model::policy::evict::threshold::{EvictionConfig, Signal, SignalResource};
-use qosd_node::evict::{EvictError, Evictor, Outcome};
+use qosd_model::policy::evict::threshold::{EvictionConfig, Signal, SignalResource, ThresholdKind};
+use qosd_node::evict::{ApiRefusal, EvictError, Evictor, Outcome};
 use qosd_node::sys::signals::{pod_local_storage, pod_stats, SignalError, SignalSources};
 use qosd_node::sys::watch::{targets_from_config, WatchConfig, WatchError, WatchEvent, Watcher};
 
@@ -25,8 +25,10 @@ pub use qosd_node::evict::runtime::{ImageGcPolicy, NodeRuntime, ReclaimReport, W
 #[derive(Debug)]
 pub struct PassReport {
     pub decision: Decision,
-    /// The eviction carried out in this pass, if any.
-    pub outcome: Option<Result<Outcome, EvictError>>,
+    /// The evictions carried out in this pass, one per
+    /// [`Decision::victims`] (in that order): at most one for node
+    /// pressure, every pod over a local-storage limit.
+    pub outcomes: Vec<Result<Outcome, EvictError>>,
     /// Signals that could not be read (they count as missing data).
     pub(crate) signal_errors: Vec<SignalError>,
     /// The pods with every stat measured in this pass (None: not measured,
@@ -122,7 +124,7 @@ pub(crate) fn log_pass_timing(r: &PassReport, woke: Instant, feed: Duration) {
     let u = p.usage.unwrap_or_default();
     // From the pass start to the kill (the evict phase before it is the
     // eviction's log line and the kill's set-up).
-    let kill_issued_us = match &r.outcome {
+    let kill_issued_us = match r.outcome() {
         Some(Ok(Outcome { kill: Some(k), .. })) => {
             us(k.issued_at.saturating_duration_since(at)) as i64
         }
@@ -146,9 +148,16 @@ pub(crate) fn log_pass_timing(r: &PassReport, woke: Instant, feed: Duration) {
         involuntary_switches = u.involuntary_switches,
         minor_faults = u.minor_faults,
         major_faults = u.major_faults,
-        evicted = r.decision.victim().is_some(),
+        evicted = r.decision.victims().len(),
         "eviction pass timing"
     );
+}
+
+impl PassReport {
+    /// The outcome of the pass's (first) eviction.
+    pub fn outcome(&self) -> Option<&Result<Outcome, EvictError>> {
+        self.outcomes.first()
+    }
 }
 
 /// Manager + signal sources + evictor (+ the runtime for disk).
@@ -174,6 +183,9 @@ pub struct Engine {
     /// Since when storage stats wanted only for readers or local-storage
     /// limits have been put off because memory was near a threshold.
     storage_deferred_since: Option<Instant>,
+    /// The API server throttled a soft eviction: no soft eviction is asked
+    /// before this (its `Retry-After`).
+    api_retry_at: Option<Instant>,
 }
 
 impl Engine {
@@ -197,6 +209,7 @@ impl Engine {
             last_stats: None,
             last_image_gc: None,
             storage_deferred_since: None,
+            api_retry_at: None,
         }
     }
 
@@ -216,6 +229,77 @@ impl Engine {
         // Errors go back in the report; the caller logs them (once).
         let (obs, mut signal_errors) = self.sources.observe(self.signals.iter().copied(), now);
         phases.signals = phases.lap();
+        let (want_mem, want_disk, due) = self.what_to_measure(&obs, &pods, now);
+        let mut measured = None;
+        let pods = pods.map(|ps| {
+            if !(want_mem || want_disk) {
+                return ps;
+            }
+            if due {
+                self.last_stats = Some(now);
+            }
+            phases.measured_pods = ps.iter().filter(|c| c.stats.is_none()).count();
+            let out = self.measure(
+                Arc::unwrap_or_clone(ps),
+                want_mem,
+                want_disk,
+                &mut signal_errors,
+            );
+            // Readers get complete measurements only (a pass near one
+            // resource measures only what it ranks by).
+            if want_mem && want_disk {
+                measured = Some(out.clone());
+            }
+            Arc::new(out)
+        });
+        phases.measure = phases.lap();
+        let pod_list = || pods.as_deref().map(Vec::as_slice).map_err(Clone::clone);
+        let mut decision = self.manager.synchronize(now, &obs, pod_list());
+        phases.decide = phases.lap();
+        let mut reclaim = self.periodic_image_gc(now, &obs);
+        if let Some(rep) = self.reclaim_before_disk_eviction(&mut decision, now) {
+            reclaim = Some(rep);
+        }
+        phases.reclaim = phases.lap();
+        self.wait_for_retry_after(&mut decision, now);
+        let mut outcomes = self.evict_all(&decision, now);
+        // A soft eviction the API refused with nothing done moves on to the
+        // next candidate at once (the refused pod is in back-off), a few at
+        // most per pass; throttling and an unanswered request do not.
+        for _ in 0..MAX_REFUSED_PER_PASS {
+            let moves_on = matches!(
+                outcomes.as_slice(),
+                [Err(EvictError::ApiRefused { refusal, .. })] if refusal.moves_on()
+            ) && decision
+                .victim()
+                .is_some_and(|v| v.cause == Cause::Threshold);
+            if !moves_on {
+                break;
+            }
+            decision = self.manager.synchronize(now, &obs, pod_list());
+            outcomes = self.evict_all(&decision, now);
+        }
+        phases.evict = phases.lap();
+        phases.finish();
+        PassReport {
+            phases,
+            decision,
+            outcomes,
+            signal_errors,
+            pods: measured,
+            reclaim,
+            detected: BTreeMap::new(),
+        }
+    }
+
+    /// What per-pod usage this pass measures: (memory, storage, storage
+    /// because it is due).
+    fn what_to_measure(
+        &mut self,
+        obs: &qosd_model::policy::evict::manager::Observations,
+        pods: &SharedPods,
+        now: Instant,
+    ) -> (bool, bool, bool) {
         // Per-pod usage matters to choose a victim, to see one's resources
         // released, for local-storage limits and to readers (`/status`): it
         // is measured when a threshold is near or a victim in flight, when
@@ -264,37 +348,17 @@ impl Engine {
         if want_disk {
             self.storage_deferred_since = None;
         }
-        let due = due && want_disk;
-        let mut measured = None;
-        let pods = pods.map(|ps| {
-            if !(want_mem || want_disk) {
-                return ps;
-            }
-            if due {
-                self.last_stats = Some(now);
-            }
-            phases.measured_pods = ps.iter().filter(|c| c.stats.is_none()).count();
-            let out = self.measure(
-                Arc::unwrap_or_clone(ps),
-                want_mem,
-                want_disk,
-                &mut signal_errors,
-            );
-            // Readers get complete measurements only (a pass near one
-            // resource measures only what it ranks by).
-            if want_mem && want_disk {
-                measured = Some(out.clone());
-            }
-            Arc::new(out)
-        });
-        phases.measure = phases.lap();
-        let pod_list = || pods.as_deref().map(Vec::as_slice).map_err(Clone::clone);
-        let mut decision = self.manager.synchronize(now, &obs, pod_list());
-        phases.decide = phases.lap();
-        let mut reclaim = self.periodic_image_gc(now, &obs);
-        // Node-level reclaim before evicting for disk (kubelet
-        // reclaimNodeLevelResources): dead containers, unused images; then
-        // evict only if a threshold is still met.
+        (want_mem, want_disk, due && want_disk)
+    }
+
+    /// Node-level reclaim before evicting for disk (the kubelet's
+    /// reclaimNodeLevelResources): dead containers, unused images; the
+    /// eviction is called off when no threshold is met any more.
+    fn reclaim_before_disk_eviction(
+        &mut self,
+        decision: &mut Decision,
+        now: Instant,
+    ) -> Option<ReclaimReport> {
         if let (Some(v), Some(rt)) = (decision.victim().cloned(), self.runtime.clone()) {
             if v.cause == Cause::Threshold
                 && matches!(
@@ -335,45 +399,75 @@ impl Engine {
                         still.join(", ")
                     ));
                 }
-                reclaim = Some(rep);
+                return Some(rep);
             }
         }
-        phases.reclaim = phases.lap();
-        let mut outcome = decision.victim().map(|v| {
-            let r = self.evictor.evict(v);
-            if let Err(e) = &r {
+        None
+    }
+
+    /// Evict every victim of `decision` (see [`Engine::act`]); the
+    /// outcomes in the victims' order.
+    fn evict_all(&mut self, decision: &Decision, now: Instant) -> Vec<Result<Outcome, EvictError>> {
+        decision
+            .victims()
+            .iter()
+            .map(|v| self.act(v, now))
+            .collect()
+    }
+
+    /// Evict the victim; a failure is logged and reported to the manager
+    /// (back-off), except throttling, after which the same pod is chosen
+    /// again.
+    fn act(
+        &mut self,
+        v: &qosd_model::policy::evict::manager::Victim,
+        now: Instant,
+    ) -> Result<Outcome, EvictError> {
+        let r = self.evictor.evict(v);
+        match &r {
+            Err(EvictError::ApiRefused {
+                refusal: ApiRefusal::Throttled { retry_after, .. },
+                ..
+            }) => {
+                tracing::warn!(pod = %v.candidate.uid, retry_after_s = retry_after.as_secs_f64(), "eviction throttled by the API server: the same pod again after Retry-After");
+                self.manager.cancel(&v.candidate.uid);
+                // From the answer, not the pass's start: never sooner than
+                // the API side itself asks again.
+                self.api_retry_at = Some(Instant::now() + *retry_after);
+            }
+            Err(e) => {
                 tracing::error!(pod = %v.candidate.uid, error = %e, "eviction failed");
                 self.manager.eviction_failed(&v.candidate.uid, now);
             }
-            r
-        });
-        // A soft eviction the API refused moves on to the next candidate
-        // at once (the refused pod is in back-off), a few at most per pass.
-        for _ in 0..MAX_REFUSED_PER_PASS {
-            if !matches!(outcome, Some(Err(EvictError::ApiRefused { .. }))) {
-                break;
-            }
-            decision = self.manager.synchronize(now, &obs, pod_list());
-            outcome = decision.victim().map(|v| {
-                let r = self.evictor.evict(v);
-                if let Err(e) = &r {
-                    tracing::error!(pod = %v.candidate.uid, error = %e, "eviction failed");
-                    self.manager.eviction_failed(&v.candidate.uid, now);
-                }
-                r
-            });
+            Ok(_) => {}
         }
-        phases.evict = phases.lap();
-        phases.finish();
-        PassReport {
-            phases,
-            decision,
-            outcome,
-            signal_errors,
-            pods: measured,
-            reclaim,
-            detected: BTreeMap::new(),
+        r
+    }
+
+    /// A soft eviction while the API server's `Retry-After` runs is not
+    /// asked (it would be throttled again): the pass is blocked, the victim
+    /// forgotten without a back-off so that the same pod is chosen after.
+    /// Hard thresholds do not wait (the API side falls back to the local
+    /// kill at once).
+    fn wait_for_retry_after(&mut self, decision: &mut Decision, now: Instant) {
+        if self.api_retry_at.is_none_or(|t| t <= now) {
+            self.api_retry_at = None;
+            return;
         }
+        // One soft victim for node pressure (not the pods over their
+        // local-storage limits, evicted together).
+        let Action::Evict(v) = &decision.action else {
+            return;
+        };
+        if v.kind != ThresholdKind::Soft || v.cause != Cause::Threshold {
+            return;
+        }
+        let uid = v.candidate.uid.clone();
+        self.manager.cancel(&uid);
+        // One wording for the whole wait: the quiet log says it once.
+        decision.action = Action::Blocked(format!(
+            "the API server throttled evictions: soft eviction of {uid} asked again once its Retry-After has passed"
+        ));
     }
 
     /// Image GC between the kubelet's high and low thresholds, every
@@ -910,6 +1004,19 @@ mod tests {
     }
 
     fn engine(threshold: &str) -> Engine {
+        engine_with(RawEvictionConfig {
+            eviction_hard: Some(
+                [(
+                    "allocatableMemory.available".to_string(),
+                    threshold.to_string(),
+                )]
+                .into(),
+            ),
+            ..Default::default()
+        })
+    }
+
+    fn engine_with(raw: RawEvictionConfig) -> Engine {
         let f = fixtures();
         let sources = SignalSources {
             version: CgroupVersion::V1,
@@ -926,17 +1033,7 @@ mod tests {
             pod_root_dir: None,
             pod_logs_dir: "/nonexistent".into(),
         };
-        let cfg = EvictionConfig::from_raw(&RawEvictionConfig {
-            eviction_hard: Some(
-                [(
-                    "allocatableMemory.available".to_string(),
-                    threshold.to_string(),
-                )]
-                .into(),
-            ),
-            ..Default::default()
-        })
-        .unwrap();
+        let cfg = EvictionConfig::from_raw(&raw).unwrap();
         Engine::new(
             cfg,
             ManagerOptions::default(),
@@ -982,7 +1079,7 @@ mod tests {
         // the pod without stats ranks first, like the kubelet
         assert_eq!(v.candidate.uid, "nodir");
         assert_eq!(v.observed, 424 * 1024 * 1024);
-        assert!(matches!(r.outcome, Some(Ok(ref o)) if o.backend == Backend::DryRun));
+        assert!(matches!(r.outcome(), Some(Ok(o)) if o.backend == Backend::DryRun));
 
         let mut e = engine("100Mi");
         let r = e.pass(Ok(vec![pod(
@@ -991,7 +1088,7 @@ mod tests {
             Some(fixtures().join("v1/kubepods/besteffort/podabc")),
         )]));
         assert!(r.decision.victim().is_none());
-        assert!(r.outcome.is_none());
+        assert!(r.outcomes.is_empty());
     }
 
     #[test]
@@ -1151,7 +1248,7 @@ mod tests {
     fn pass_without_pods_blocks() {
         let mut e = engine("500Mi");
         let r = e.pass(Err("runtime down".into()));
-        assert!(r.outcome.is_none());
+        assert!(r.outcomes.is_empty());
         assert!(matches!(
             r.decision.action,
             qosd_model::policy::evict::manager::Action::Blocked(ref w) if w.contains("runtime down")
@@ -1175,10 +1272,112 @@ mod tests {
             ),
         ];
         let r = e.pass(Ok(pods.clone()));
-        assert!(matches!(r.outcome, Some(Err(_))));
+        assert!(matches!(r.outcome(), Some(Err(_))));
         let first = r.decision.victim().unwrap().candidate.uid.clone();
         assert_eq!(e.manager.pending_victim(), None);
         let r = e.pass(Ok(pods));
         assert_ne!(r.decision.victim().unwrap().candidate.uid, first);
+    }
+
+    /// An API side whose first answer is throttling (Retry-After 300 ms),
+    /// then acceptance; records who was asked.
+    #[derive(Default)]
+    struct ThrottlingApi {
+        asked: std::sync::Mutex<Vec<String>>,
+    }
+
+    impl qosd_node::evict::ApiEvictor for ThrottlingApi {
+        fn evict(
+            &self,
+            v: &qosd_model::policy::evict::manager::Victim,
+            _grace: Duration,
+        ) -> Result<(), ApiRefusal> {
+            let mut asked = self.asked.lock().unwrap();
+            asked.push(v.candidate.uid.clone());
+            if asked.len() == 1 {
+                return Err(ApiRefusal::Throttled {
+                    retry_after: Duration::from_millis(300),
+                    message: "429".into(),
+                });
+            }
+            Ok(())
+        }
+        fn mark_evicted_after_kill(
+            &self,
+            _v: &qosd_model::policy::evict::manager::Victim,
+        ) -> Result<(), String> {
+            Ok(())
+        }
+    }
+
+    /// A soft eviction the API server throttled: nothing is asked while
+    /// its Retry-After runs (the pass says why), no other pod is tried,
+    /// and the same pod is asked again afterwards, without a back-off.
+    #[test]
+    fn throttled_soft_eviction_waits_for_retry_after_then_asks_the_same_pod() {
+        let mut e = engine_with(RawEvictionConfig {
+            eviction_hard: Some(Default::default()),
+            eviction_soft: [("memory.available".into(), "99%".into())].into(),
+            // Not 0: a soft threshold without a grace period is hard.
+            eviction_soft_grace_period: [("memory.available".into(), "1ms".into())].into(),
+            ..Default::default()
+        });
+        let api = Arc::new(ThrottlingApi::default());
+        e.evictor = Evictor::new(Backend::Api, None, Duration::ZERO);
+        e.evictor.api = Some(api.clone());
+        // Measured already and without cgroup directories: nothing here is
+        // read or could ever be killed.
+        let pods: Vec<Candidate> = ["a", "b"]
+            .into_iter()
+            .map(|uid| Candidate {
+                stats: Some(PodStats {
+                    memory_working_set_bytes: Some(1 << 20),
+                    ..Default::default()
+                }),
+                ..pod(uid, QosClass::BestEffort, None)
+            })
+            .collect();
+        let t0 = Instant::now();
+        let r = loop {
+            let r = e.pass(Ok(pods.clone()));
+            if r.decision.victim().is_some() {
+                break r;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(5), "no soft eviction");
+        };
+        assert_eq!(r.decision.victim().unwrap().kind, ThresholdKind::Soft);
+        assert!(
+            matches!(r.outcome(), Some(Err(EvictError::ApiRefused { refusal, .. })) if refusal.retries_same_pod()),
+            "{:?}",
+            r.outcomes
+        );
+        let first = r.decision.victim().unwrap().candidate.uid.clone();
+        let t0 = Instant::now();
+        let r = e.pass(Ok(pods.clone()));
+        assert!(r.outcomes.is_empty());
+        assert!(
+            matches!(r.decision.action, Action::Blocked(ref w) if w.contains("Retry-After")),
+            "{:?}",
+            r.decision.action
+        );
+        assert!(
+            t0.elapsed() < Duration::from_millis(300),
+            "checked within the wait"
+        );
+        assert_eq!(
+            api.asked.lock().unwrap().len(),
+            1,
+            "nothing asked meanwhile"
+        );
+        let r = loop {
+            let r = e.pass(Ok(pods.clone()));
+            if !r.outcomes.is_empty() {
+                break r;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(5), "never asked again");
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        assert!(matches!(r.outcome(), Some(Ok(_))), "{:?}", r.outcomes);
+        assert_eq!(*api.asked.lock().unwrap(), [first.clone(), first]);
     }
 }

@@ -155,13 +155,17 @@ const MAX_FAILURES_LOGGED: usize = 5;
 pub(crate) const SYSTEMD_CGROUPFS: &str = "/sys/fs/cgroup";
 
 /// Applies plans for a changing set of pods and cleans up orphans.
-/// The orphan scan runs at least this often while the pod set is steady.
-pub(crate) const ORPHAN_RESCAN: Duration = Duration::from_secs(60);
+/// The orphan scan runs at least this often while the pod set is steady
+/// (a pod cgroup someone else made; pods that go are scanned for at once).
+pub(crate) const ORPHAN_RESCAN: Duration = Duration::from_secs(600);
 
 /// With planned files watched for writes ([`Reconciler::watch_files`]),
-/// every planned file is still read at least this often (the kubelet's
-/// one-minute cadence): the safety net for what the events cannot see.
-pub(crate) const DRIFT_FULL_READ: Duration = Duration::from_secs(60);
+/// every planned file is still read at least this often: the safety net
+/// for what the events cannot see. Every `write(2)` raises an event and
+/// cgroups coming or going make every file read, so this read finds
+/// nothing on a sound kernel; at one minute (the kubelet's cadence) it was
+/// most of the daemon's idle CPU (docs/design.md, "Threads and loops").
+pub(crate) const DRIFT_FULL_READ: Duration = Duration::from_secs(600);
 
 /// Planned files watched for writes, and those known to hold their
 /// planned value since (not read again until written or the full read).

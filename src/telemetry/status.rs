@@ -203,6 +203,11 @@ pub struct EvictionRecord {
     pub threshold: i64,
     /// `hard` or `soft`.
     pub threshold_kind: String,
+    /// What the ranking compared, in the signal's unit (bytes; inodes for
+    /// `*.inodesFree`; processes for `pid.available`).
+    pub usage: Option<i64>,
+    /// Always bytes (for the count signals: local storage for inodes, the
+    /// memory working set for processes).
     pub usage_bytes: Option<i64>,
     pub request_bytes: Option<i64>,
     /// Position in the ranking (0: first).

@@ -200,7 +200,9 @@ impl Default for WatchConfig {
             max_ramp_bytes_per_sec: 1 << 30,
             use_eventfd: true,
             max_interval_notified: Duration::from_secs(1),
-            max_interval_quiet: Duration::from_secs(5),
+            // The eviction pass's own period: far from the line the kernel's
+            // eventfd at the line is what reports a crossing.
+            max_interval_quiet: Duration::from_secs(10),
             rt_priority: None,
         }
     }
@@ -1097,8 +1099,9 @@ mod tests {
     fn interval_quiet_bound() {
         let cfg = WatchConfig::default();
         let gi = 1024 * MI;
-        // far: up to 5 s (≥ 10 GiB of usage distance at 1 GiB/s)
-        assert_eq!(next_interval_quiet(20 * gi, &cfg), Duration::from_secs(5));
+        // far: up to 10 s (≥ 20 GiB of usage distance at 1 GiB/s)
+        assert_eq!(next_interval_quiet(20 * gi, &cfg), Duration::from_secs(10));
+        assert_eq!(next_interval_quiet(10 * gi, &cfg), Duration::from_secs(5));
         assert_eq!(next_interval_quiet(4 * gi, &cfg), Duration::from_secs(2));
         // within 2 GiB: what the notified bound gives, and near the line
         // what the plain poll gives (never sparser than before)

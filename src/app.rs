@@ -339,8 +339,8 @@ fn run_options(cfg: &Config, args: &DaemonArgs) -> anyhow::Result<RunOptions> {
         }
     } else {
         // Validate the manifests now: bad input must fail before any write.
-        qosd_node::manifest::load_paths(&args.pods).map_err(bad_input)?;
-        PodSourceSpec::Manifests(args.pods.clone())
+        qosd_node::manifest::load_paths_for(&args.pods, cfg.kubelet_version).map_err(bad_input)?;
+        PodSourceSpec::Manifests(args.pods.clone(), cfg.kubelet_version)
     };
     let dry_run = cfg.mode == qosd_config::Mode::DryRun;
     let audit = cfg.cgroup_enforcement == qosd_config::CgroupEnforcement::Audit;
@@ -411,7 +411,7 @@ fn serve(
     eviction: qosd_model::policy::evict::threshold::EvictionConfig,
     mut opts: RunOptions,
     rt: tokio::runtime::Runtime,
-    mut controls: daemon::Controls,
+    controls: daemon::Controls,
 ) -> anyhow::Result<DaemonExit> {
     let (metrics, health) = telemetry(&cfg, &args.proc_root)?;
     // The eviction side's own runtime, shared by the CRI stopper and the
@@ -422,7 +422,7 @@ fn serve(
         PodSourceSpec::Cri { .. } => {
             start_kube(&cfg, &opts.plan, &rt, &evict_rt, &metrics, &health)?
         }
-        PodSourceSpec::Manifests(_) => None,
+        PodSourceSpec::Manifests(..) => None,
     };
     opts.specs = kube
         .clone()
@@ -439,50 +439,67 @@ fn serve(
     // Set when the daemon stops: the eviction side's CRI calls (a clean-up
     // still retrying) then stop instead of starting another.
     let closing = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let starter = EvictionStarter {
+        source: opts.source.clone(),
+        kube,
+        proc_root: args.proc_root.clone(),
+        closing: closing.clone(),
+        evict_rt,
+        metrics: metrics.clone(),
+        health: health.clone(),
+    };
+    if let Some(ev) = starter.start(&cfg, eviction, &opts.plan)? {
+        observer.eviction = Some(Arc::new(ev));
+    }
     let mut reloader = ConfigReloader {
         read: args.reload,
         current: cfg.clone(),
         generation: 1,
         proc_root: args.proc_root.clone(),
         sysfs: args.sysfs.clone(),
-        source: opts.source.clone(),
-        kube: kube.clone(),
-        closing: closing.clone(),
-        evict_rt: evict_rt.clone(),
+        eviction: starter,
         metrics: metrics.clone(),
         health: health.clone(),
     };
     observer.reloader = Some(Box::new(move || reloader.reload()));
-    if let Some(ev) = start_eviction(
-        &cfg,
-        eviction,
-        &opts.plan,
-        &opts.source,
-        kube,
-        &args.proc_root,
-        &closing,
-        &evict_rt,
-        &metrics,
-        &health,
-    )? {
-        observer.eviction = Some(Arc::new(ev));
-    }
-    let addr = cfg.metrics_address;
-    let state = AppState {
-        metrics: metrics.clone(),
-        health: health.clone(),
-    };
+    let state = AppState { metrics, health };
     let mode = crate::telemetry::status::mode_name(dry_run);
-    // The loop runs as a task on the runtime's workers, beside the calls
-    // it makes (no hand-off to a thread blocked on the runtime).
+    let result = serve_until_stopped(
+        &rt,
+        cfg.metrics_address,
+        state,
+        mode,
+        opts,
+        controls,
+        observer,
+    );
+    closing.store(true, std::sync::atomic::Ordering::Release);
+    // Do not wait for blocking tasks (a hung CRI call) on the way out.
+    rt.shutdown_timeout(Duration::from_millis(200));
+    result?;
+    Ok(DaemonExit::Stopped)
+}
+
+/// Serve HTTP on `addr` and run the reconcile loop until a stop. The loop
+/// runs as a task on the runtime's workers, beside the calls it makes (no
+/// hand-off to a thread blocked on the runtime); the HTTP server is
+/// supervised too: if its task ends, liveness fails (and the supervisor
+/// exits the process).
+fn serve_until_stopped(
+    rt: &tokio::runtime::Runtime,
+    addr: std::net::SocketAddr,
+    state: AppState,
+    mode: &'static str,
+    opts: RunOptions,
+    mut controls: daemon::Controls,
+    mut observer: ServiceObserver,
+) -> anyhow::Result<Outcome> {
+    let health = state.health.clone();
     let serving = rt.spawn(async move {
         let server = crate::telemetry::server::spawn_with(addr, state, server_limits())
             .await
             .with_context(|| format!("cannot serve metrics on {addr}"))?;
         tracing::info!(address = %server.local_addr(), mode, "qosd running");
-
-        // The HTTP server is supervised too: if its task ends, liveness
-        // fails (and the supervisor exits the process).
         let outcome = tokio::select! {
             o = daemon::run_loop(opts, &mut controls, &mut observer) => o,
             _ = async {
@@ -497,16 +514,11 @@ fn serve(
         drop(observer);
         outcome
     });
-    let result = match rt.block_on(serving) {
+    match rt.block_on(serving) {
         Ok(r) => r,
         Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
         Err(e) => Err(anyhow::anyhow!("the daemon task ended: {e}")),
-    };
-    closing.store(true, std::sync::atomic::Ordering::Release);
-    // Do not wait for blocking tasks (a hung CRI call) on the way out.
-    rt.shutdown_timeout(Duration::from_millis(200));
-    result?;
-    Ok(DaemonExit::Stopped)
+    }
 }
 
 /// Metrics (every CRI call counted), health and the supervisor that exits
@@ -560,10 +572,8 @@ struct ConfigReloader {
     generation: u64,
     proc_root: PathBuf,
     sysfs: PathBuf,
-    source: PodSourceSpec,
-    kube: Option<Arc<crate::runtime::kube_side::KubeSide>>,
-    closing: Arc<std::sync::atomic::AtomicBool>,
-    evict_rt: qosd_node::evict::runtime::EvictRuntime,
+    /// Restarts the eviction loop when its settings change.
+    eviction: EvictionStarter,
     metrics: Arc<Metrics>,
     health: Arc<Health>,
 }
@@ -572,6 +582,7 @@ impl ConfigReloader {
     /// SIGHUP: what the loop and the eviction side change to (`None`: the
     /// old configuration is kept).
     fn reload(&mut self) -> Option<(Reloaded, EvictionSwap)> {
+        crate::runtime::supervisor::inject_stall("reload");
         let outcome = reload_config(&mut self.read, &self.current, &self.proc_root, &self.sysfs);
         let (result, why) = match &outcome {
             Ok(None) => ("unchanged", None),
@@ -624,18 +635,7 @@ impl ConfigReloader {
     ) -> Option<(Reloaded, EvictionSwap)> {
         let (m, h) = (&self.metrics, &self.health);
         let swap = if changed.iter().any(|f| f != "logLevel") {
-            match start_eviction(
-                &new,
-                eviction,
-                &plan,
-                &self.source,
-                self.kube.clone(),
-                &self.proc_root,
-                &self.closing,
-                &self.evict_rt,
-                m,
-                h,
-            ) {
+            match self.eviction.start(&new, eviction, &plan) {
                 Ok(ev) => {
                     m.clear_thresholds();
                     if ev.is_none() {
@@ -686,6 +686,8 @@ fn forward_signals(
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     let mut hup = signal(SignalKind::hangup())?;
+    crate::runtime::stop_guard::arm(crate::runtime::stop_guard::STOP_DEADLINE)
+        .context("cannot arm the stop deadline")?;
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     rt.spawn(async move {
         loop {
@@ -851,6 +853,7 @@ fn start_kube(
             eviction_timeout: cfg.api_eviction_timeout,
             cgroup_version: plan.layout.version,
             evict_rt: evict_rt.clone(),
+            kubelet_version: cfg.kubelet_version,
         },
         metrics.kube.clone(),
     );
@@ -864,111 +867,148 @@ fn start_kube(
     Ok(Some(side))
 }
 
-/// Start the eviction loop beside the reconcile loop.
-#[allow(clippy::too_many_arguments)]
-fn start_eviction(
+/// What starting the eviction loop needs besides its settings (at start,
+/// and again on a reload that changes them): the pod source, the
+/// Kubernetes API side, the eviction side's runtime, and the daemon's
+/// metrics and health.
+struct EvictionStarter {
+    source: PodSourceSpec,
+    kube: Option<Arc<crate::runtime::kube_side::KubeSide>>,
+    proc_root: PathBuf,
+    /// Set when the daemon stops (the CRI stopper's calls then stop).
+    closing: Arc<std::sync::atomic::AtomicBool>,
+    evict_rt: qosd_node::evict::runtime::EvictRuntime,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+}
+
+impl EvictionStarter {
+    /// Start the eviction loop beside the reconcile loop (`None`: no
+    /// threshold, eviction off).
+    fn start(
+        &self,
+        cfg: &Config,
+        eviction: qosd_model::policy::evict::threshold::EvictionConfig,
+        plan: &PlanConfig,
+    ) -> anyhow::Result<Option<EvictionService>> {
+        if eviction.thresholds.is_empty() {
+            tracing::info!("no eviction thresholds configured: eviction off");
+            return Ok(None);
+        }
+        let sources = crate::runtime::eviction_service::signal_sources(
+            cfg,
+            &plan.layout,
+            &self.proc_root,
+            Some(plan.node.enforced_memory_bytes),
+        );
+        let mut backend = cfg.effective_eviction_backend();
+        if backend == qosd_model::policy::evict::Backend::Api && self.kube.is_none() {
+            tracing::warn!(
+                "evictionBackend api without a Kubernetes API client: evicting with the kill backend"
+            );
+            backend = qosd_model::policy::evict::Backend::Kill;
+        }
+        let api: Option<Arc<dyn qosd_node::evict::ApiEvictor>> = self
+            .kube
+            .clone()
+            .map(|k| k as Arc<dyn qosd_node::evict::ApiEvictor>);
+        let hook = self.hook(cfg);
+        let cri = self.cri_stopper(cfg);
+        let stopper = cri
+            .clone()
+            .map(|c| c as Arc<dyn qosd_node::evict::PodStopper>);
+        let node_runtime = cri.map(|c| c as Arc<dyn crate::runtime::eviction::NodeRuntime>);
+        let service = EvictionService::start_with_api(
+            service_config(cfg, eviction, sources, backend, hook, &self.proc_root),
+            stopper,
+            node_runtime,
+            api,
+            self.metrics.clone(),
+            self.health.clone(),
+        )
+        .context("cannot start the eviction loop")?;
+        tracing::info!(backend = backend.as_str(), "eviction loop running");
+        Ok(Some(service))
+    }
+
+    /// The `evictionHook` program, its runs counted.
+    fn hook(&self, cfg: &Config) -> Option<crate::runtime::hook::Hook> {
+        cfg.eviction_hook.as_ref().map(|p| {
+            let m = self.metrics.clone();
+            crate::runtime::hook::Hook::new(
+                p.clone(),
+                cfg.eviction_hook_timeout,
+                Arc::new(move |r: crate::runtime::hook::HookResult| {
+                    m.hook_run(r.as_str());
+                    if r != crate::runtime::hook::HookResult::Ok {
+                        m.error(ErrorKind::EvictionHook);
+                    }
+                }),
+            )
+        })
+    }
+
+    /// One lazily connected CRI client for the eviction side: stopping
+    /// victims, writable layers, dead containers and image GC (`None`:
+    /// pods from manifests).
+    fn cri_stopper(&self, cfg: &Config) -> Option<Arc<qosd_node::evict::stopper::CriStopper>> {
+        match &self.source {
+            PodSourceSpec::Cri { endpoint } => {
+                let mut s = qosd_node::evict::stopper::CriStopper::new(
+                    endpoint.clone(),
+                    self.evict_rt.clone(),
+                );
+                s.closing = self.closing.clone();
+                s.image_gc.minimum_age = cfg.image_minimum_gc_age;
+                if cfg.eviction_max_pod_grace_period > 0 {
+                    s.max_grace = Duration::from_secs(cfg.eviction_max_pod_grace_period as u64);
+                }
+                Some(Arc::new(s))
+            }
+            PodSourceSpec::Manifests(..) => None,
+        }
+    }
+}
+
+/// The eviction loop's settings from the daemon's.
+fn service_config(
     cfg: &Config,
     eviction: qosd_model::policy::evict::threshold::EvictionConfig,
-    plan: &PlanConfig,
-    source: &PodSourceSpec,
-    kube: Option<Arc<crate::runtime::kube_side::KubeSide>>,
+    sources: qosd_node::sys::signals::SignalSources,
+    backend: qosd_model::policy::evict::Backend,
+    hook: Option<crate::runtime::hook::Hook>,
     proc_root: &Path,
-    closing: &Arc<std::sync::atomic::AtomicBool>,
-    evict_rt: &qosd_node::evict::runtime::EvictRuntime,
-    metrics: &Arc<Metrics>,
-    health: &Arc<Health>,
-) -> anyhow::Result<Option<EvictionService>> {
-    if eviction.thresholds.is_empty() {
-        tracing::info!("no eviction thresholds configured: eviction off");
-        return Ok(None);
-    }
-    let sources = crate::runtime::eviction_service::signal_sources(
-        cfg,
-        &plan.layout,
-        proc_root,
-        Some(plan.node.enforced_memory_bytes),
-    );
-    let eviction_cfg = eviction.clone();
-    let mut backend = cfg.effective_eviction_backend();
-    if backend == qosd_model::policy::evict::Backend::Api && kube.is_none() {
-        tracing::warn!(
-            "evictionBackend api without a Kubernetes API client: evicting with the kill backend"
-        );
-        backend = qosd_model::policy::evict::Backend::Kill;
-    }
-    let api: Option<Arc<dyn qosd_node::evict::ApiEvictor>> =
-        kube.map(|k| k as Arc<dyn qosd_node::evict::ApiEvictor>);
-    let hook = cfg.eviction_hook.as_ref().map(|p| {
-        let m = metrics.clone();
-        crate::runtime::hook::Hook::new(
-            p.clone(),
-            cfg.eviction_hook_timeout,
-            Arc::new(move |r: crate::runtime::hook::HookResult| {
-                m.hook_run(r.as_str());
-                if r != crate::runtime::hook::HookResult::Ok {
-                    m.error(ErrorKind::EvictionHook);
-                }
-            }),
-        )
-    });
-    // One lazily connected CRI client for the eviction side: stopping
-    // victims, writable layers, dead containers and image GC.
-    let cri = match source {
-        PodSourceSpec::Cri { endpoint } => {
-            let mut s =
-                qosd_node::evict::stopper::CriStopper::new(endpoint.clone(), evict_rt.clone());
-            s.closing = closing.clone();
-            s.image_gc.minimum_age = cfg.image_minimum_gc_age;
-            if cfg.eviction_max_pod_grace_period > 0 {
-                s.max_grace = Duration::from_secs(cfg.eviction_max_pod_grace_period as u64);
-            }
-            Some(Arc::new(s))
-        }
-        PodSourceSpec::Manifests(_) => None,
-    };
-    let stopper = cri
-        .clone()
-        .map(|c| c as Arc<dyn qosd_node::evict::PodStopper>);
-    let node_runtime = cri.map(|c| c as Arc<dyn crate::runtime::eviction::NodeRuntime>);
-    let service = EvictionService::start_with_api(
-        ServiceConfig {
-            eviction,
-            sources,
-            backend,
-            monitoring_interval: Duration::from_secs(1),
-            // Real-time priority where allowed keeps the reaction in
-            // milliseconds on a loaded node (measured: docs/eviction.md).
-            // `QOSD_EVICTION_WATCHER=off` (benchmarks only): no fast
-            // watcher, memory is seen by the passes alone.
-            watch: fast_watcher_enabled().then(|| WatchConfig {
-                rt_priority: Some(50),
-                ..WatchConfig::default()
-            }),
-            // The passes too, watcher or not: the pass that acts must not
-            // wait for a core (and is the only detector without the watcher).
+) -> ServiceConfig {
+    let pressure = pressure_options(&eviction, proc_root);
+    ServiceConfig {
+        eviction,
+        sources,
+        backend,
+        monitoring_interval: Duration::from_secs(1),
+        // Real-time priority where allowed keeps the reaction in
+        // milliseconds on a loaded node (measured: docs/eviction.md).
+        // `QOSD_EVICTION_WATCHER=off` (benchmarks only): no fast
+        // watcher, memory is seen by the passes alone.
+        watch: fast_watcher_enabled().then(|| WatchConfig {
             rt_priority: Some(50),
-            max_listing_age: (cfg.reconcile_interval * 3).max(Duration::from_secs(30)),
-            manager: qosd_model::policy::evict::manager::ManagerOptions {
-                disk_layout: crate::runtime::eviction_service::disk_layout(cfg),
-                ..Default::default()
-            },
-            image_gc: crate::runtime::eviction::ImageGcPolicy {
-                high_percent: cfg.image_gc_high_threshold_percent,
-                low_percent: cfg.image_gc_low_threshold_percent,
-                minimum_age: cfg.image_minimum_gc_age,
-            },
-            hook,
-            pressure: pressure_options(&eviction_cfg, proc_root),
+            ..WatchConfig::default()
+        }),
+        // The passes too, watcher or not: the pass that acts must not
+        // wait for a core (and is the only detector without the watcher).
+        rt_priority: Some(50),
+        max_listing_age: (cfg.reconcile_interval * 3).max(Duration::from_secs(30)),
+        manager: qosd_model::policy::evict::manager::ManagerOptions {
+            disk_layout: crate::runtime::eviction_service::disk_layout(cfg),
+            ..Default::default()
         },
-        stopper,
-        node_runtime,
-        api,
-        metrics.clone(),
-        health.clone(),
-    )
-    .context("cannot start the eviction loop")?;
-    tracing::info!(backend = backend.as_str(), "eviction loop running");
-    Ok(Some(service))
+        image_gc: crate::runtime::eviction::ImageGcPolicy {
+            high_percent: cfg.image_gc_high_threshold_percent,
+            low_percent: cfg.image_gc_low_threshold_percent,
+            minimum_age: cfg.image_minimum_gc_age,
+        },
+        hook,
+        pressure,
+    }
 }
 
 /// The pressure watcher of the pressure thresholds in `eviction` (on the

@@ -83,6 +83,13 @@ fn pid_and_disk_orders() {
     let v = order_json("pid.available");
     // all priority 0: most processes first
     assert_eq!(names(&v), ["burstable-over", "besteffort", "guaranteed"]);
+    // The count is `usage`; `usage_bytes` stays bytes (the memory working set).
+    assert_eq!(v["usage_unit"], "processes");
+    for e in v["order"].as_array().unwrap() {
+        assert_eq!(e["usage"], e["processes"], "{e}");
+        assert_eq!(e["usage_bytes"], e["memory_working_set_bytes"], "{e}");
+    }
+    support::check_contract("eviction-order", &v.to_string());
     let v = order_json("nodefs.available");
     // no ephemeral-storage requests: all exceed; largest usage first
     assert_eq!(names(&v), ["burstable-over", "guaranteed", "besteffort"]);

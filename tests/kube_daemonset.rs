@@ -464,7 +464,7 @@ async fn daemonset_pod_survives_a_runtime_restart_and_keeps_enforcing_and_evicti
     });
 
     // Still evicting: the API refuses, the pod kills locally (KILL
-    // capability, host PIDs) and deletes through the API.
+    // capability, host PIDs) and leaves the kubelet's record on the status.
     api.default_eviction_answer(Answer::TooManyRequests);
     let hog_pid = env.container_pid(&hog.containers[0].1).await;
     let start = Instant::now();
@@ -477,11 +477,15 @@ async fn daemonset_pod_survives_a_runtime_restart_and_keeps_enforcing_and_evicti
         "the BestEffort pod was not evicted by the qosd pod"
     );
     wait_for(
-        "the delete through the API",
+        "the status set Failed/Evicted through the API",
         Duration::from_secs(15),
-        || api.deletes().iter().any(|d| d.1 == "hog"),
+        || api.status_patches().iter().any(|d| d.1 == "hog"),
     );
-    assert!(api.events().iter().any(|e| e["reason"] == "Evicted"));
+    // The Event follows the status record.
+    wait_for("the Evicted event", Duration::from_secs(15), || {
+        api.events().iter().any(|e| e["reason"] == "Evicted")
+    });
+    assert!(api.deletes().is_empty(), "the object is not deleted");
     assert!(api.schema_errors().is_empty(), "{:?}", api.schema_errors());
     let doc = status_json(port);
     assert_eq!(

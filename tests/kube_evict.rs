@@ -7,9 +7,13 @@
 //!   with the runtime's data alone, and a critical non-static pod is never
 //!   evicted (`qosd eviction-order --cri --kubeconfig`);
 //! * `qosd run --eviction-backend api`: a hard eviction refused with 429,
-//!   then one the API never answers, fall back to the local kill plus a pod
-//!   delete through the API, each with an `Evicted` Event;
-//! * a soft eviction refused with 429 moves to the next pod;
+//!   then one the API never answers, fall back to the local kill plus the
+//!   kubelet's eviction record on the pod's status (Failed, Evicted,
+//!   DisruptionTarget/TerminationByKubelet; the object is not deleted),
+//!   each with an `Evicted` Event;
+//! * a soft eviction throttled (429, Retry-After) asks for the same pod
+//!   again once Retry-After has passed; refused by a disruption budget
+//!   (429), it moves to the next pod;
 //! * the API going away mid-run degrades to the runtime's data alone (said
 //!   in /status, /readyz, metrics) and no eviction uses the stale specs.
 //!
@@ -274,6 +278,22 @@ fn metric(port: u16, series: &str) -> f64 {
     sample(&metrics_text(port), series).unwrap_or(0.0)
 }
 
+/// Keep `allocatableMemory.available` below 280 Mi (grow `pid`'s memhog)
+/// until the API saw `n` evictions (30 s at most).
+fn press_until_evictions(api: &FakeApi, port: u16, pid: i32, n: usize) {
+    let start = Instant::now();
+    while api.evictions().len() < n && start.elapsed() < Duration::from_secs(30) {
+        if metric(
+            port,
+            "qosd_signal_available_bytes{eviction_signal=\"allocatableMemory.available\"}",
+        ) > (280 * MI) as f64
+        {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGUSR1);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 /// Grow `pid`'s memhog with SIGUSR1 until it dies (or `limit`).
 fn grow_until_dead(pid: i32, limit: Duration) {
     let start = Instant::now();
@@ -285,7 +305,7 @@ fn grow_until_dead(pid: i32, limit: Duration) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root: starts containerd and creates cgroups"]
-async fn hard_eviction_refused_or_unanswered_falls_back_to_local_kill_and_delete() {
+async fn hard_eviction_refused_or_unanswered_falls_back_to_local_kill_and_evicted_status() {
     require_containerd();
     let env = Containerd::start();
     let g = env
@@ -334,23 +354,41 @@ async fn hard_eviction_refused_or_unanswered_falls_back_to_local_kill_and_delete
 
     grow_until_dead(p1, Duration::from_secs(20));
     assert!(!alive(p1), "refused (429): killed locally");
-    wait_for("the delete after the kill", Duration::from_secs(10), || {
-        api.deletes().len() == 1
+    wait_for("the status after the kill", Duration::from_secs(10), || {
+        api.status_patches().len() == 1
     });
-    assert!(api.pod(&be1.spec.uid).is_none(), "deleted through the API");
+    assert_kubelet_record(&api.pod(&be1.spec.uid).expect("the object is not deleted"));
     grow_until_dead(p2, Duration::from_secs(20));
     assert!(!alive(p2), "no answer: killed locally");
-    wait_for("the second delete", Duration::from_secs(10), || {
-        api.deletes().len() == 2
+    wait_for("the second status", Duration::from_secs(10), || {
+        api.status_patches().len() == 2
     });
-    wait_for("the delete counted", Duration::from_secs(10), || {
+    wait_for("the status counted", Duration::from_secs(10), || {
         metric(
             port,
-            "qosd_api_evictions_total{path=\"fallback_pod_deleted\"}",
+            "qosd_api_evictions_total{path=\"fallback_status_set\"}",
         ) == 2.0
     });
+    assert!(api.deletes().is_empty(), "no pod deleted");
     assert!(alive(g_pid), "the Guaranteed pod survives");
+    assert_hard_fallbacks_recorded(&api, &be1.spec.uid, port);
+}
 
+/// The kubelet's record on a pod it evicted itself: phase Failed, reason
+/// Evicted, condition DisruptionTarget/TerminationByKubelet.
+fn assert_kubelet_record(p: &Value) {
+    assert_eq!(p["status"]["phase"], "Failed");
+    assert_eq!(p["status"]["reason"], "Evicted");
+    assert!(p["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|c| c["type"] == "DisruptionTarget" && c["reason"] == "TerminationByKubelet"));
+}
+
+/// After two hard fallbacks (the first refused with 429, the second never
+/// answered): what the API was asked, the records, the Events, the counts.
+fn assert_hard_fallbacks_recorded(api: &FakeApi, be1_uid: &str, port: u16) {
     let ev = api.evictions();
     assert_eq!(ev.len(), 2, "{ev:?}");
     assert_eq!((ev[0].1.as_str(), ev[0].3), ("besteffort-1", 429));
@@ -362,10 +400,9 @@ async fn hard_eviction_refused_or_unanswered_falls_back_to_local_kill_and_delete
     for (_, _, body, _) in &ev {
         assert_eq!(body["deleteOptions"]["gracePeriodSeconds"], 1, "hard: 1 s");
     }
-    let dels = api.deletes();
-    assert_eq!(dels[0].1, "besteffort-1");
-    assert_eq!(dels[0].2["gracePeriodSeconds"], 0);
-    assert_eq!(dels[0].2["preconditions"]["uid"], json!(be1.spec.uid));
+    let patches = api.status_patches();
+    assert_eq!(patches[0].1, "besteffort-1");
+    assert_eq!(patches[0].2["metadata"]["uid"], json!(be1_uid));
     let events = api.events();
     assert_eq!(events.len(), 2, "{events:?}");
     for e in &events {
@@ -384,11 +421,11 @@ async fn hard_eviction_refused_or_unanswered_falls_back_to_local_kill_and_delete
             "{m}"
         );
     }
-    assert_eq!(events[0]["involvedObject"]["uid"], json!(be1.spec.uid));
+    assert_eq!(events[0]["involvedObject"]["uid"], json!(be1_uid));
     let m = metrics_text(port);
     for series in [
         "qosd_api_evictions_total{path=\"fallback_local_kill\"} 2\n",
-        "qosd_api_evictions_total{path=\"fallback_pod_deleted\"} 2\n",
+        "qosd_api_evictions_total{path=\"fallback_status_set\"} 2\n",
         "qosd_api_eviction_events_total{result=\"created\"} 2\n",
     ] {
         assert!(m.contains(series), "{series} in {m}");
@@ -398,7 +435,7 @@ async fn hard_eviction_refused_or_unanswered_falls_back_to_local_kill_and_delete
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root: starts containerd and creates cgroups"]
-async fn soft_eviction_refused_moves_to_the_next_pod() {
+async fn soft_eviction_throttled_then_refused_moves_to_the_next_pod() {
     require_containerd();
     let env = Containerd::start();
     let big = env
@@ -414,7 +451,9 @@ async fn soft_eviction_refused_moves_to_the_next_pod() {
     for p in [&big, &next] {
         api.put_pod(api_pod(p, 0, None));
     }
-    api.script_evictions(&[Answer::TooManyRequests]);
+    // Throttled first (API Priority and Fairness, Retry-After 2 s), then
+    // refused by a disruption budget.
+    api.script_evictions(&[Answer::Throttled(2), Answer::TooManyRequests]);
     let d = tempfile::tempdir().unwrap();
     let daemon = start_daemon(
         &env,
@@ -434,31 +473,23 @@ async fn soft_eviction_refused_moves_to_the_next_pod() {
     wait_synced(port, 2);
     let big_pid = env.container_pid(&big.containers[0].1).await;
     let next_pid = env.container_pid(&next.containers[0].1).await;
-    let start = Instant::now();
-    while api.evictions().len() < 2 && start.elapsed() < Duration::from_secs(30) {
-        if metric(
-            port,
-            "qosd_signal_available_bytes{eviction_signal=\"allocatableMemory.available\"}",
-        ) > (280 * MI) as f64
-        {
-            let _ = kill(Pid::from_raw(big_pid), Signal::SIGUSR1);
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    press_until_evictions(&api, port, big_pid, 3);
     let ev = api.evictions();
-    assert!(ev.len() >= 2, "{ev:?}");
+    assert!(ev.len() >= 3, "{ev:?}");
+    let asked: Vec<(&str, u16)> = ev.iter().map(|e| (e.1.as_str(), e.3)).collect();
     assert_eq!(
-        (ev[0].1.as_str(), ev[0].3),
-        ("big", 429),
-        "the biggest user first, refused"
+        asked[..3],
+        [("big", 429), ("big", 429), ("next", 201)],
+        "the biggest user first, throttled; the same pod again, refused; then the next pod"
     );
-    assert_eq!(
-        (ev[1].1.as_str(), ev[1].3),
-        ("next", 201),
-        "then the next pod"
+    let asked_at = api.eviction_times();
+    let waited = asked_at[1] - asked_at[0];
+    assert!(
+        waited >= Duration::from_secs(2),
+        "asked again after {waited:?}, before Retry-After"
     );
     // Soft: min(evictionMaxPodGracePeriod 30, terminationGracePeriodSeconds 5).
-    assert_eq!(ev[1].2["deleteOptions"]["gracePeriodSeconds"], 5);
+    assert_eq!(ev[2].2["deleteOptions"]["gracePeriodSeconds"], 5);
     assert!(
         alive(big_pid),
         "a refused soft eviction kills nothing locally"
@@ -484,6 +515,11 @@ async fn soft_eviction_refused_moves_to_the_next_pod() {
             port,
             "qosd_api_evictions_total{path=\"refused_next_candidate\"}"
         ) >= 1.0
+    );
+    // One throttling answer, counted once (not on every pass of the wait).
+    assert_eq!(
+        metric(port, "qosd_api_evictions_total{path=\"throttled_retry\"}"),
+        1.0
     );
     assert!(metric(port, "qosd_api_evictions_total{path=\"evicted\"}") >= 1.0);
     assert!(api.schema_errors().is_empty(), "{:?}", api.schema_errors());

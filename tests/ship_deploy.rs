@@ -477,11 +477,11 @@ fn kubernetes_api_settings_rbac_and_service() {
         grants,
         [
             "events create",
-            "pods delete",
             "pods get",
             "pods list",
             "pods watch",
-            "pods/eviction create"
+            "pods/eviction create",
+            "pods/status patch"
         ]
     );
     let binding = kind(&all, "ClusterRoleBinding");

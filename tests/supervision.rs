@@ -84,3 +84,40 @@ fn without_the_fault_the_same_daemon_is_healthy_and_stops_cleanly() {
     assert!(matches!(still, Some((200, _))), "{still:?}; log:\n{log}");
     assert_eq!(st.and_then(|s| s.code()), Some(0), "log:\n{log}");
 }
+
+/// A loop blocked for good (here a reload stuck as on a file or peer that
+/// never answers, injected with `QOSD_INJECT_STALL=reload`) cannot see the
+/// stop it is asked for: SIGTERM still ends the process, within the stop
+/// deadline (15 s), with code 70 and the reason logged.
+#[test]
+fn sigterm_ends_a_daemon_whose_loop_is_blocked() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = support::fake_node_run_args(dir.path(), &["--dry-run"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut d = Daemon::start_with(&args, &[(support::INJECT_STALL_ENV, OsStr::new("reload"))]);
+    support::wait_for("healthy", Duration::from_secs(30), || {
+        matches!(healthz(&d), Some((200, _)))
+    });
+    let pid = nix::unistd::Pid::from_raw(d.pid());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).unwrap();
+    // The reload has started (and blocks); the loop no longer turns.
+    support::wait_for("the reload started", Duration::from_secs(10), || {
+        d.log().contains("injected stall")
+    });
+    let t = Instant::now();
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let st = d.wait_exit(Duration::from_secs(60));
+    let log = d.log();
+    let st = st.unwrap_or_else(|| panic!("qosd ignored SIGTERM; log:\n{log}"));
+    assert_eq!(
+        st.code(),
+        Some(support::EXIT_UNHEALTHY),
+        "{st:?}; log:\n{log}"
+    );
+    assert!(
+        t.elapsed() >= Duration::from_secs(14),
+        "the orderly stop was not given its deadline: {:?}",
+        t.elapsed()
+    );
+    assert!(log.contains("did not stop within the deadline"), "{log}");
+}

@@ -80,8 +80,16 @@ pub(crate) struct OrderEntry {
     pub(crate) name: String,
     pub(crate) qos_class: String,
     pub(crate) priority: i32,
-    /// Usage in the signal's unit (bytes; inodes; processes for pid.available); 0 when unknown.
+    /// What the ranking compares, in `usage_unit` (bytes; inodes for
+    /// `*.inodesFree`; processes for `pid.available`); null when unknown.
+    pub(crate) usage: Option<u64>,
+    /// Bytes, never a count: the ranked usage for memory and disk signals;
+    /// for the count signals the bytes of the same resource (local storage
+    /// for inodes, the memory working set for processes). 0 when unknown
+    /// (`usage_bytes_known`).
     pub(crate) usage_bytes: u64,
+    pub(crate) usage_bytes_known: bool,
+    /// Whether `usage` is known.
     pub(crate) usage_known: bool,
     pub(crate) request_bytes: i64,
     pub(crate) reason: String,
@@ -124,14 +132,17 @@ pub(crate) fn document(signal: Signal, r: &Ranking) -> OrderDoc {
         order: r
             .order
             .iter()
-            .map(|x| OrderEntry {
+            .map(|x| (x, usage_in_bytes(signal, x)))
+            .map(|(x, bytes)| OrderEntry {
                 rank: x.rank,
                 uid: x.candidate.uid.clone(),
                 namespace: x.candidate.namespace.clone(),
                 name: x.candidate.name.clone(),
                 qos_class: x.candidate.qos.to_string(),
                 priority: x.candidate.priority,
-                usage_bytes: x.usage.unwrap_or(0),
+                usage: x.usage,
+                usage_bytes: bytes.unwrap_or(0),
+                usage_bytes_known: bytes.is_some(),
                 usage_known: x.usage.is_some(),
                 request_bytes: x.request,
                 reason: x.reason.clone(),
@@ -155,6 +166,17 @@ pub(crate) fn document(signal: Signal, r: &Ranking) -> OrderDoc {
                 reason: why.clone(),
             })
             .collect(),
+    }
+}
+
+/// A ranked pod's usage in bytes: the ranked usage for byte signals, else
+/// the bytes of the resource the count is of (`None`: not measured).
+fn usage_in_bytes(signal: Signal, x: &rank::Ranked) -> Option<u64> {
+    let stats = x.candidate.stats;
+    match signal.resource() {
+        SignalResource::Memory | SignalResource::MemoryStall | SignalResource::Disk => x.usage,
+        SignalResource::Inodes => stats.and_then(|s| s.ephemeral_storage_bytes),
+        SignalResource::Pids => stats.and_then(|s| s.memory_working_set_bytes),
     }
 }
 
@@ -186,11 +208,7 @@ pub(crate) fn render_text(doc: &OrderDoc) -> String {
                 crate::cli::output::text_safe(&format!("{}/{}", e.namespace, e.name)).into_owned(),
                 e.qos_class.clone(),
                 e.priority.to_string(),
-                if e.usage_known {
-                    show(e.usage_bytes.into())
-                } else {
-                    "-".into()
-                },
+                e.usage.map_or_else(|| "-".into(), |u| show(u.into())),
                 show(e.request_bytes.into()),
                 opt_bytes(e.ephemeral_storage_bytes),
                 opt_n(e.inodes),
@@ -455,6 +473,38 @@ mod tests {
         assert!(text.contains("default/pod-be"));
         assert!(text.contains("300.0MiB"));
         assert!(text.contains("Never evicted:\n  default/kube-proxy (c): priority 2000000000"));
+    }
+
+    /// `usage_bytes` holds bytes for every signal: the process count the
+    /// pid ranking compares is `usage` (in `usage_unit`), never bytes.
+    #[test]
+    fn a_count_signal_reports_its_count_as_usage_and_bytes_as_bytes() {
+        let mut a = cand("a", QosClass::BestEffort, 0, 0, Some(64 << 20));
+        a.stats = a.stats.map(|s| PodStats {
+            processes: Some(7),
+            ..s
+        });
+        let mut b = cand("b", QosClass::BestEffort, 0, 0, None);
+        b.stats = Some(PodStats {
+            processes: Some(3),
+            ..Default::default()
+        });
+        let doc = document(
+            Signal::PidAvailable,
+            &rank::rank(Signal::PidAvailable, &[a, b]),
+        );
+        let v = serde_json::to_value(&doc).unwrap();
+        assert_eq!(v["usage_unit"], "processes");
+        assert_eq!(v["order"][0]["uid"], "a");
+        assert_eq!(v["order"][0]["usage"], 7);
+        assert_eq!(v["order"][0]["usage_bytes"], 64u64 << 20);
+        assert_eq!(v["order"][0]["usage_bytes_known"], true);
+        // Processes known, memory not: the bytes are unknown, not 3.
+        assert_eq!(v["order"][1]["usage"], 3);
+        assert_eq!(v["order"][1]["usage_bytes_known"], false);
+        assert_eq!(v["order"][1]["usage_bytes"], 0);
+        let text = render_text(&doc);
+        assert!(text.contains("  7  "), "{text}");
     }
 
     #[test]

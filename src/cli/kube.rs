@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use qosd_model::policy::enforce::versions::KubeletVersion;
 use qosd_node::cri::Inventory;
 use qosd_node::kube::merge::MergeSummary;
 
@@ -37,13 +38,24 @@ pub(crate) fn merge_listing(
         pods: std::mem::take(&mut listing.live),
         skipped: Vec::new(),
     };
-    let merged = flags.merge(&mut inv);
+    let merged = flags.merge(&mut inv, cfg.kubelet_version);
     listing.pods = inv.ready_pods();
     listing.live = inv.pods;
     merged.map(|_| ())
 }
 
 impl KubeFlags {
+    /// Refuse an unusable kubeconfig (exit 2 naming the file and the key)
+    /// before anything else is asked of the node.
+    pub(crate) fn check(&self) -> anyhow::Result<()> {
+        if let Some(path) = &self.kubeconfig {
+            let cfg =
+                qosd_node::kube::config::from_kubeconfig(path).map_err(crate::cli::bad_input)?;
+            qosd_node::kube::KubeClient::new(cfg).map_err(crate::cli::bad_input)?;
+        }
+        Ok(())
+    }
+
     /// Whether the API is to be asked at all: a kubeconfig, or a node name
     /// inside a pod (in-cluster config).
     pub(crate) fn enabled(&self) -> bool {
@@ -52,11 +64,13 @@ impl KubeFlags {
                 && std::env::var_os("KUBERNETES_SERVICE_HOST").is_some())
     }
 
-    /// Merge `inv` with the API's view; `None` when not enabled. An
-    /// unreachable API leaves the runtime's data (and says why).
+    /// Merge `inv` with the API's view (`version`: whose rules decide what
+    /// the kubelet admitted); `None` when not enabled. An unreachable API
+    /// leaves the runtime's data (and says why).
     pub(crate) fn merge(
         &self,
         inv: &mut Inventory,
+        version: KubeletVersion,
     ) -> anyhow::Result<Option<(MergeSummary, Option<String>)>> {
         if !self.enabled() {
             return Ok(None);
@@ -83,7 +97,7 @@ impl KubeFlags {
         if let Some(why) = &view.unavailable {
             eprintln!("qosd: warning: Kubernetes API unavailable ({why}): values inferred from the runtime alone");
         }
-        let summary = qosd_node::kube::merge::merge(&mut inv.pods, &view);
+        let summary = qosd_node::kube::merge::merge(&mut inv.pods, &view, version);
         Ok(Some((summary, view.unavailable)))
     }
 }

@@ -19,6 +19,7 @@ pub(crate) mod plan;
 pub(crate) mod pods;
 pub(crate) mod run;
 pub(crate) mod status;
+pub(crate) mod status_table;
 
 /// Exit code for bad input (usage, manifests, config).
 pub(crate) const EXIT_BAD_INPUT: i32 = 2;

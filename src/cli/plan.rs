@@ -5,12 +5,14 @@
 //! [`crate::app::plan_config`], the daemon's one builder, so the plan
 //! printed is the plan the daemon would apply.
 
+use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use crate::cli::bad_input;
 use crate::cli::config_check::ConfigFlags;
 use crate::cli::output::Output;
-use qosd_model::core::model::Pod;
+use qosd_model::core::model::{CgroupLevel, CgroupWrite, Pod};
+use qosd_model::policy::enforce::plan::{Plan, PlannedPod};
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
@@ -66,11 +68,14 @@ fn joined(paths: &[PathBuf]) -> String {
 /// `plan`'s pods: like [`load_pods`], but paths holding no pod are an
 /// empty node (the node- and QoS-level writes the kubelet makes with no
 /// pod, resets included), noted on stderr.
-fn load_plan_pods(paths: &[PathBuf]) -> anyhow::Result<(Vec<Pod>, bool)> {
+fn load_plan_pods(
+    paths: &[PathBuf],
+    version: qosd_model::policy::enforce::versions::KubeletVersion,
+) -> anyhow::Result<(Vec<Pod>, bool)> {
     if paths.is_empty() {
         return Ok((qosd_node::manifest::example_pods(), true));
     }
-    let pods = qosd_node::manifest::load_paths(paths).map_err(bad_input)?;
+    let pods = qosd_node::manifest::load_paths_for(paths, version).map_err(bad_input)?;
     if pods.is_empty() {
         eprintln!(
             "qosd: no pod in {}: planning an empty node (node and QoS levels only)",
@@ -89,9 +94,22 @@ pub(crate) fn run(args: Args) -> anyhow::Result<i32> {
         crate::app::check_parents(&plan_cfg, &listing).map_err(bad_input)?;
         (listing.pods, false)
     } else {
-        load_plan_pods(&args.pods)?
+        load_plan_pods(&args.pods, cfg.kubelet_version)?
     };
     crate::app::warn_version(&plan_cfg, cfg.fail_cgroup_v1);
+    if !args.cri {
+        // A live listing says so in its notes (`qosd pods`); a manifest
+        // with a status says so here.
+        for p in &pods {
+            if let Some(r) = &p.resize {
+                eprintln!(
+                    "qosd: pod {}: {}",
+                    p.key(),
+                    qosd_node::admitted::describe(r)
+                );
+            }
+        }
+    }
     for rc in &plan_cfg.reserved_cgroups {
         for dir in qosd_model::policy::enforce::plan::reserved_dirs(&plan_cfg, rc) {
             if !dir.is_dir() {
@@ -125,11 +143,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<i32> {
                     "qosd: no --pods given: planning the embedded example pods (fixtures/pods)"
                 );
             }
-            let mut t = if args.output == Output::Wide {
-                plan.to_wide()
-            } else {
-                plan.to_text()
-            };
+            let mut t = plan_text(&plan, args.output == Output::Wide);
             if let Some(c) = &cpu {
                 t.push_str(&crate::cli::cpu::to_text(c));
             }
@@ -138,6 +152,94 @@ pub(crate) fn run(args: Args) -> anyhow::Result<i32> {
     };
     crate::cli::output::write_stdout(out)?;
     Ok(0)
+}
+
+/// The plan for people (`--output text`): the rules and the node, the node-
+/// and QoS-level writes, then each pod with the reason for its class and
+/// its writes, then the systemd units. `wide` adds each container's
+/// `oom_score_adj` under its pod.
+pub(crate) fn plan_text(plan: &Plan, wide: bool) -> String {
+    let mut s = String::new();
+    let n = &plan.node;
+    let _ = writeln!(s, "rules: kubelet {}", plan.kubelet_version);
+    let _ = writeln!(
+        s,
+        "node: cgroup {} ({} driver) at {}, root {}; kubepods cpu {}m, memory {} bytes (capacity {}m, {} bytes)",
+        n.cgroup_version,
+        n.cgroup_driver,
+        n.cgroupfs,
+        n.cgroup_root,
+        n.cpu_millis,
+        n.memory_bytes,
+        n.capacity_cpu_millis,
+        n.capacity_memory_bytes
+    );
+    let (upper, by_pod) = writes_by_pod(plan);
+    let _ = writeln!(s, "\nnode and QoS level:");
+    for w in upper {
+        let _ = writeln!(s, "  {} = {}", w.file.display(), w.value);
+    }
+    for (p, ws) in plan.pods.iter().zip(by_pod) {
+        write_pod(&mut s, p, &ws, wide);
+    }
+    if !plan.units.is_empty() {
+        let _ = writeln!(
+            s,
+            "\nsystemd units (set over D-Bus when systemd manages the tree, then the files are checked):"
+        );
+        for u in &plan.units {
+            let props: Vec<String> = u.properties.iter().map(|p| p.render()).collect();
+            let _ = writeln!(s, "  {}  {}", u.unit, props.join(" "));
+        }
+    }
+    s
+}
+
+/// The plan's writes split into those above the pods (node, QoS and
+/// reserved levels) and each pod's own, in plan order.
+fn writes_by_pod(plan: &Plan) -> (Vec<&CgroupWrite>, Vec<Vec<&CgroupWrite>>) {
+    let mut pod_cgroups = std::collections::HashMap::new();
+    for (i, p) in plan.pods.iter().enumerate() {
+        pod_cgroups.insert(p.cgroup.as_str(), i);
+    }
+    let mut by_pod: Vec<Vec<&CgroupWrite>> = vec![Vec::new(); plan.pods.len()];
+    let mut upper: Vec<&CgroupWrite> = Vec::new();
+    for w in &plan.writes {
+        match (w.level, pod_cgroups.get(w.cgroup.as_str())) {
+            (CgroupLevel::Pod, Some(&i)) => by_pod[i].push(w),
+            _ => upper.push(w),
+        }
+    }
+    (upper, by_pod)
+}
+
+/// One pod: its class and cgroup, why, (wide) its containers'
+/// `oom_score_adj`, and its writes.
+fn write_pod(s: &mut String, p: &PlannedPod, writes: &[&CgroupWrite], wide: bool) {
+    let derived = if p.uid_derived {
+        " (uid derived from namespace/name)"
+    } else {
+        ""
+    };
+    let _ = writeln!(
+        s,
+        "\n{}/{}  {}  {}{}\n  why: {}",
+        p.namespace, p.name, p.qos_class, p.cgroup, derived, p.reason
+    );
+    if wide {
+        let adjs: Vec<String> = p
+            .containers
+            .iter()
+            .map(|c| {
+                let kind = if c.init { "init:" } else { "" };
+                format!("{kind}{}={}", c.name, c.oom_score_adj)
+            })
+            .collect();
+        let _ = writeln!(s, "  oom_score_adj: {}", adjs.join(" "));
+    }
+    for w in writes {
+        let _ = writeln!(s, "  {} = {}", w.file.display(), w.value);
+    }
 }
 
 /// The CPU manager's part of the plan (`cpuManagerPolicy: static` in the
@@ -233,6 +335,35 @@ mod tests {
         assert_eq!(c.cpu_weight_formula, CpuWeightFormula::Runc);
         assert_eq!(c.pod_pids_limit, Some(1024));
         assert_eq!(c.hugepage_sizes, vec![2 << 20]);
+    }
+
+    #[test]
+    fn plan_text_shows_each_pod_with_its_writes_and_wide_adds_oom_scores() {
+        let cfg = config(&[
+            "--cgroup-version",
+            "v2",
+            "--cgroup-driver",
+            "systemd",
+            "--node-cpu",
+            "4",
+            "--node-memory",
+            "8Gi",
+        ])
+        .unwrap();
+        let pods = qosd_node::manifest::example_pods();
+        let plan = qosd_model::policy::enforce::plan::build(&cfg, &pods);
+        let text = plan_text(&plan, false);
+        assert!(text.starts_with("rules: kubelet "), "{text}");
+        let p = &plan.pods[0];
+        let head = format!(
+            "\n{}/{}  {}  {}",
+            p.namespace, p.name, p.qos_class, p.cgroup
+        );
+        assert!(text.contains(&head), "{head:?} missing from\n{text}");
+        assert!(text.contains("\nsystemd units "), "{text}");
+        assert!(!text.contains("oom_score_adj:"), "{text}");
+        let wide = plan_text(&plan, true);
+        assert!(wide.contains("\n  oom_score_adj: "), "{wide}");
     }
 
     #[test]

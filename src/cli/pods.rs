@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use qosd_model::core::model::ResourceList;
+use qosd_model::core::model::{Pod, ResourceList, ResourceRequirements};
+use qosd_model::policy::enforce::versions::KubeletVersion;
 use qosd_node::cri::{
     self, ConnectOptions, Inventory, InventoryOptions, LiveContainer, LivePod, RetryPolicy,
 };
@@ -36,6 +37,10 @@ pub(crate) struct Args {
     pub(crate) meminfo: PathBuf,
     #[command(flatten)]
     pub(crate) kube: crate::cli::kube::KubeFlags,
+    /// Follow this kubelet version's rules for what it admitted during an
+    /// in-place resize (1.33 … 1.36; default 1.36).
+    #[arg(long, value_name = "VERSION", value_parser = KubeletVersion::parse, default_value_t = KubeletVersion::NEWEST)]
+    pub(crate) kubelet_version: KubeletVersion,
 }
 
 /// A runtime whose socket file does not exist is not starting up: say so
@@ -52,6 +57,9 @@ pub(crate) fn check_socket_exists(endpoint: &str) -> anyhow::Result<()> {
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<i32> {
+    // A kubeconfig that cannot be used is a usage error (exit 2), whatever
+    // the state of the runtime.
+    args.kube.check()?;
     // Asked to wait (`--retry-for`): a missing socket may be a runtime
     // starting up; by default it is a runtime that is not there.
     if args.retry_for.is_none() {
@@ -84,7 +92,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<i32> {
             )))
         }
     };
-    args.kube.merge(&mut inv)?;
+    args.kube.merge(&mut inv, args.kubelet_version)?;
     match args.output.structured(&to_json(&inv))? {
         Some(s) => crate::cli::output::write_stdout(s)?,
         None => crate::cli::output::write_stdout(to_text(&inv, args.output == Output::Wide))?,
@@ -125,6 +133,24 @@ fn container_json(p: &LivePod, c: &LiveContainer) -> Value {
     v
 }
 
+fn requirements_json(r: &ResourceRequirements) -> Value {
+    json!({"requests": resource_list(&r.requests), "limits": resource_list(&r.limits)})
+}
+
+/// An in-place resize not fully applied: its state and the desired (spec)
+/// resources that differ from the admitted ones; `null` when none.
+fn resize_json(p: &Pod) -> Value {
+    let Some(r) = &p.resize else {
+        return Value::Null;
+    };
+    json!({
+        "state": r.state.as_str(),
+        "message": r.message,
+        "desired": r.desired.iter().map(|(k, v)| (k.clone(), requirements_json(v))).collect::<serde_json::Map<_, _>>(),
+        "desired_pod": r.desired_pod.as_ref().map(requirements_json),
+    })
+}
+
 /// The `qosd pods --output json` document (a stable contract, see docs/cri.md).
 pub(crate) fn to_json(inv: &Inventory) -> Value {
     let pods: Vec<Value> = inv
@@ -146,10 +172,64 @@ pub(crate) fn to_json(inv: &Inventory) -> Value {
                 "priority": p.pod.priority,
                 "priority_class_name": p.pod.priority_class_name,
                 "sources": p.sources,
+                "resize": resize_json(&p.pod),
             })
         })
         .collect();
     json!({ "pods": pods, "skipped": inv.skipped })
+}
+
+/// `cpu=250m,memory=256Mi`, `-` when empty.
+fn list_text(l: &ResourceList) -> String {
+    if l.is_empty() {
+        return "-".into();
+    }
+    l.iter()
+        .map(|(k, q)| format!("{k}={q}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Wide output: each app and sidecar container's requests and limits as
+/// the kubelet admitted them (what qosd plans with), and the desired
+/// (spec) ones where an in-place resize has not brought them in line.
+fn resources_table(inv: &Inventory) -> String {
+    let rows: Vec<Vec<String>> = inv
+        .pods
+        .iter()
+        .flat_map(|p| {
+            let pod = &p.pod;
+            let sidecars = pod.init_containers.iter().filter(|c| c.restartable);
+            pod.containers.iter().chain(sidecars).map(move |c| {
+                let desired = pod.resize.as_ref().and_then(|r| r.desired.get(&c.name));
+                vec![
+                    pod.key(),
+                    c.name.clone(),
+                    list_text(&c.resources.requests),
+                    list_text(&c.resources.limits),
+                    desired.map_or_else(|| "same".into(), |d| list_text(&d.requests)),
+                    desired.map_or_else(|| "same".into(), |d| list_text(&d.limits)),
+                ]
+            })
+        })
+        .collect();
+    if rows.is_empty() {
+        return String::new();
+    }
+    format!(
+        "\n{}",
+        table(
+            &[
+                "POD",
+                "CONTAINER",
+                "REQUESTS",
+                "LIMITS",
+                "DESIRED REQUESTS",
+                "DESIRED LIMITS",
+            ],
+            &rows,
+        )
+    )
 }
 
 fn or_none(s: String) -> String {
@@ -174,107 +254,10 @@ pub(crate) fn to_text(inv: &Inventory, wide: bool) -> String {
     if inv.pods.is_empty() && inv.skipped.is_empty() {
         return "no pod sandboxes\n".to_string();
     }
-    let mut s = String::new();
-    let rows: Vec<Vec<String>> = inv
-        .pods
-        .iter()
-        .map(|p| {
-            let mut r = vec![
-                p.pod.key(),
-                p.state.as_str().to_string(),
-                p.qos_class.to_string(),
-                p.qos_source.to_string(),
-                p.containers.len().to_string(),
-                short(&p.sandbox_id).to_string(),
-            ];
-            if wide {
-                let by = |want: qosd_model::core::model::ValueSource| {
-                    or_none(
-                        p.sources
-                            .iter()
-                            .filter(|(_, s)| **s == want)
-                            .map(|(k, _)| *k)
-                            .collect::<Vec<_>>()
-                            .join(","),
-                    )
-                };
-                r.push(p.pod.uid.clone());
-                r.push(p.cgroup_parent.as_deref().unwrap_or("-").to_string());
-                r.push(match &p.pod.priority_class_name {
-                    Some(c) => format!("{} ({c})", p.pod.priority),
-                    None => p.pod.priority.to_string(),
-                });
-                r.push(by(qosd_model::core::model::ValueSource::Exact));
-                r.push(by(qosd_model::core::model::ValueSource::Inferred));
-            }
-            r
-        })
-        .collect();
-    let head: &[&str] = if wide {
-        &[
-            "POD",
-            "STATE",
-            "QOS",
-            "QOS SOURCE",
-            "CONTAINERS",
-            "SANDBOX",
-            "UID",
-            "CGROUP PARENT",
-            "PRIORITY",
-            "EXACT",
-            "INFERRED",
-        ]
-    } else {
-        &["POD", "STATE", "QOS", "QOS SOURCE", "CONTAINERS", "SANDBOX"]
-    };
-    if !rows.is_empty() {
-        s.push_str(&table(head, &rows));
-    }
+    let mut s = pods_table(inv, wide);
     if wide {
-        let rows: Vec<Vec<String>> = inv
-            .pods
-            .iter()
-            .flat_map(|p| {
-                p.containers.iter().map(move |c| {
-                    vec![
-                        p.pod.key(),
-                        format!(
-                            "{}{}",
-                            c.name,
-                            if c.counted { "" } else { " (not counted)" }
-                        ),
-                        short(&c.id).to_string(),
-                        c.state.clone(),
-                        opt(c.cpu_shares),
-                        opt(c.cpu_quota),
-                        opt(c.cpu_period),
-                        opt(c.memory_limit_bytes),
-                        opt(c.memory_min_bytes),
-                        opt(c.oom_score_adj),
-                        c.cpuset_cpus.clone().unwrap_or_else(|| "-".into()),
-                    ]
-                })
-            })
-            .collect();
-        if !rows.is_empty() {
-            s.push('\n');
-            s.push_str(&table(
-                &[
-                    "POD",
-                    "CONTAINER",
-                    "ID",
-                    "STATE",
-                    "CPU SHARES",
-                    "CPU QUOTA",
-                    "CPU PERIOD",
-                    "MEMORY LIMIT",
-                    "MEMORY MIN",
-                    "OOM SCORE ADJ",
-                    "CPUSET",
-                ],
-                &rows,
-            ));
-        }
+        s.push_str(&containers_table(inv));
+        s.push_str(&resources_table(inv));
     }
     for p in &inv.pods {
         for n in &p.notes {
@@ -292,6 +275,126 @@ pub(crate) fn to_text(inv: &Inventory, wide: bool) -> String {
         ));
     }
     s
+}
+
+/// One row per pod (wide: uid, cgroup parent, priority, resize state and
+/// which values are exact or inferred).
+fn pods_table(inv: &Inventory, wide: bool) -> String {
+    use qosd_model::core::model::ValueSource;
+    let rows: Vec<Vec<String>> = inv
+        .pods
+        .iter()
+        .map(|p| {
+            let mut r = vec![
+                p.pod.key(),
+                p.state.as_str().to_string(),
+                p.qos_class.to_string(),
+                p.qos_source.to_string(),
+                p.containers.len().to_string(),
+                short(&p.sandbox_id).to_string(),
+            ];
+            if wide {
+                let by = |want: ValueSource| {
+                    or_none(
+                        p.sources
+                            .iter()
+                            .filter(|(_, s)| **s == want)
+                            .map(|(k, _)| *k)
+                            .collect::<Vec<_>>()
+                            .join(","),
+                    )
+                };
+                r.push(p.pod.uid.clone());
+                r.push(p.cgroup_parent.as_deref().unwrap_or("-").to_string());
+                r.push(match &p.pod.priority_class_name {
+                    Some(c) => format!("{} ({c})", p.pod.priority),
+                    None => p.pod.priority.to_string(),
+                });
+                r.push(
+                    p.pod
+                        .resize
+                        .as_ref()
+                        .map_or_else(|| "-".to_string(), |r| r.state.to_string()),
+                );
+                r.push(by(ValueSource::Exact));
+                r.push(by(ValueSource::Inferred));
+            }
+            r
+        })
+        .collect();
+    let head: &[&str] = if wide {
+        &[
+            "POD",
+            "STATE",
+            "QOS",
+            "QOS SOURCE",
+            "CONTAINERS",
+            "SANDBOX",
+            "UID",
+            "CGROUP PARENT",
+            "PRIORITY",
+            "RESIZE",
+            "EXACT",
+            "INFERRED",
+        ]
+    } else {
+        &["POD", "STATE", "QOS", "QOS SOURCE", "CONTAINERS", "SANDBOX"]
+    };
+    if rows.is_empty() {
+        return String::new();
+    }
+    table(head, &rows)
+}
+
+/// Wide output: every container with the settings the runtime reports.
+fn containers_table(inv: &Inventory) -> String {
+    let rows: Vec<Vec<String>> = inv
+        .pods
+        .iter()
+        .flat_map(|p| {
+            p.containers.iter().map(move |c| {
+                vec![
+                    p.pod.key(),
+                    format!(
+                        "{}{}",
+                        c.name,
+                        if c.counted { "" } else { " (not counted)" }
+                    ),
+                    short(&c.id).to_string(),
+                    c.state.clone(),
+                    opt(c.cpu_shares),
+                    opt(c.cpu_quota),
+                    opt(c.cpu_period),
+                    opt(c.memory_limit_bytes),
+                    opt(c.memory_min_bytes),
+                    opt(c.oom_score_adj),
+                    c.cpuset_cpus.clone().unwrap_or_else(|| "-".into()),
+                ]
+            })
+        })
+        .collect();
+    if rows.is_empty() {
+        return String::new();
+    }
+    format!(
+        "\n{}",
+        table(
+            &[
+                "POD",
+                "CONTAINER",
+                "ID",
+                "STATE",
+                "CPU SHARES",
+                "CPU QUOTA",
+                "CPU PERIOD",
+                "MEMORY LIMIT",
+                "MEMORY MIN",
+                "OOM SCORE ADJ",
+                "CPUSET",
+            ],
+            &rows,
+        )
+    )
 }
 
 #[cfg(test)]
@@ -373,15 +476,69 @@ mod tests {
         assert!(t.contains("skipped sandbox dead: removed"), "{t}");
         let w = to_text(&inv(), true);
         assert!(
-            w.contains("UID  CGROUP PARENT  PRIORITY  EXACT  INFERRED\n"),
+            w.contains("UID  CGROUP PARENT  PRIORITY  RESIZE  EXACT  INFERRED\n"),
             "{w}"
         );
-        assert!(w.contains("  u-1  -              0         -      "), "{w}");
+        assert!(
+            w.contains("  u-1  -              0         -       -      ephemeralStorage,"),
+            "{w}"
+        );
+        assert!(
+            w.contains("REQUESTS  LIMITS  DESIRED REQUESTS  DESIRED LIMITS\n"),
+            "{w}"
+        );
+        assert!(
+            w.contains("ns/web  app        -         -       same              same\n"),
+            "{w}"
+        );
         assert!(
             w.contains("ns/web  app        c0ffee  running  2           -"),
             "{w}"
         );
         assert!(w.contains("1000           2-3\n"), "{w}");
         assert_eq!(to_text(&Inventory::default(), false), "no pod sandboxes\n");
+    }
+
+    /// A resize the kubelet refused: wide output and JSON show the state,
+    /// the admitted values (planned) and the desired ones.
+    #[test]
+    fn resize_shown_desired_vs_admitted() {
+        use qosd_model::core::model::{Resize, ResizeState};
+        use qosd_model::core::quantity::Quantity;
+        let q = |s: &str| Quantity::parse(s).unwrap();
+        let mut i = inv();
+        let pod = &mut i.pods[0].pod;
+        pod.containers[0]
+            .resources
+            .requests
+            .insert("cpu".into(), q("1600m"));
+        let mut desired = ResourceRequirements::default();
+        desired.requests.insert("cpu".into(), q("100"));
+        pod.resize = Some(Resize {
+            state: ResizeState::Infeasible,
+            message: Some("Node didn't have enough capacity".into()),
+            desired: [("app".to_string(), desired)].into(),
+            desired_pod: None,
+        });
+        let w = to_text(&i, true);
+        assert!(w.contains("PRIORITY  RESIZE      EXACT  INFERRED"), "{w}");
+        assert!(
+            w.contains("  0         Infeasible  -      ephemeralStorage,"),
+            "{w}"
+        );
+        assert!(
+            w.contains("CONTAINER  REQUESTS   LIMITS  DESIRED REQUESTS  DESIRED LIMITS\n"),
+            "{w}"
+        );
+        assert!(
+            w.contains("ns/web  app        cpu=1600m  -       cpu=100           -\n"),
+            "{w}"
+        );
+        let v = to_json(&i);
+        let r = &v["pods"][0]["resize"];
+        assert_eq!(r["state"], "Infeasible");
+        assert_eq!(r["desired"]["app"]["requests"]["cpu"], "100");
+        assert_eq!(r["message"], "Node didn't have enough capacity");
+        assert!(to_json(&inv())["pods"][0]["resize"].is_null());
     }
 }

@@ -24,6 +24,7 @@ use crate::cli::output::Output;
 use crate::telemetry::status::{ConditionStatus, PodCounts, SignalStatus, StatusDoc};
 use qosd_config::{Config, Overrides};
 use qosd_model::core::model::CgroupVersion;
+use qosd_model::policy::evict::manager::{Manager, ManagerOptions};
 use qosd_model::policy::evict::threshold::{EvictionConfig, Signal};
 use qosd_node::sys::signals::SignalSources;
 
@@ -110,7 +111,7 @@ impl Report {
                 self.address
             ),
         };
-        o.push_str(&self.doc.to_table(now_ms));
+        o.push_str(&crate::cli::status_table::render(&self.doc, now_ms));
         for n in &self.notes {
             o.push_str(&format!("note: {}\n", crate::cli::output::text_safe(n)));
         }
@@ -275,15 +276,17 @@ fn signal_sources(cfg: &Config, version: CgroupVersion) -> SignalSources {
 }
 
 /// Read every signal that has a threshold (and `memory.available` always)
-/// and compare, through the one status builder
-/// ([`crate::telemetry::status::eviction_status`]). Returns signals, the
-/// conditions the met thresholds imply, and notes for signals that could
-/// not be read.
+/// and evaluate the thresholds the way the daemon does: one pass of the
+/// model's eviction manager ([`Manager::synchronize`]) on a fresh manager
+/// (no history: no pressure transition period, no grace period met) with
+/// no pods (so it chooses no victim). The document's part comes from the
+/// one status builder ([`crate::telemetry::status::eviction_status`]).
+/// Returns signals, the conditions the met thresholds imply, and notes for
+/// signals that could not be read.
 pub(crate) fn evaluate(
     ev: &EvictionConfig,
     sources: &SignalSources,
 ) -> (Vec<SignalStatus>, Vec<ConditionStatus>, Vec<String>) {
-    use qosd_model::policy::evict::manager::ThresholdStatus as Evaluated;
     let mut notes = Vec::new();
     let now = Instant::now();
     let mut wanted: Vec<Signal> = ev.thresholds.iter().map(|t| t.signal).collect();
@@ -300,26 +303,15 @@ pub(crate) fn evaluate(
             observed.insert(sig, *o);
         }
     }
-    let evaluated: Vec<Evaluated> = ev
-        .thresholds
-        .iter()
-        .map(|t| {
-            let o = observed.get(&t.signal).copied();
-            Evaluated {
-                threshold: t.clone(),
-                observed: o,
-                line: o.map(|o| t.threshold_for(o.capacity)),
-                met: o.is_some_and(|o| t.is_met(o.available, o.capacity, false)),
-                stale: o.is_none(),
-                met_since: None,
-                grace_satisfied: false,
-            }
-        })
-        .collect();
+    let decision = Manager::new(ev.clone(), ManagerOptions::default()).synchronize(
+        now,
+        &observed,
+        Err("the live view lists no pods for eviction".into()),
+    );
     let (signals, conditions) = crate::telemetry::status::eviction_status(
-        &evaluated,
+        &decision.thresholds,
         observed.get(&Signal::MemoryAvailable).copied(),
-        None,
+        Some(&decision.conditions),
     );
     (signals, conditions, notes)
 }

@@ -18,7 +18,7 @@ use qosd_model::policy::cpu::policy::{
 };
 use qosd_model::policy::cpu::state::{CpuState, StateError};
 use qosd_model::policy::cpu::CpuSet;
-use qosd_node::cri::{proto, CriClient, LivePod, SandboxState};
+use qosd_node::cri::{proto, CriClient, LiveContainer, LivePod, SandboxState};
 use qosd_node::sys::cpu_topology::{discover, SysfsError};
 
 /// The state file's name (the kubelet's, under its root dir).
@@ -228,6 +228,36 @@ impl CpuManager {
             self.audit(client, &audit, &ready, &mut report).await;
             return report;
         }
+        let out = self.run_policy(&ready, &mut report);
+        let desired: HashMap<(&str, &str), &str> = out
+            .cpusets
+            .iter()
+            .map(|c| ((c.pod_uid.as_str(), c.container.as_str()), c.cpus.as_str()))
+            .collect();
+        let full = self
+            .last_full
+            .is_none_or(|t| t.elapsed() >= FULL_APPLY_INTERVAL);
+        if full {
+            self.last_full = Some(Instant::now());
+        }
+        let mut seen = std::collections::HashSet::new();
+        for p in &ready {
+            for c in p.containers.iter().filter(|c| c.state == "running") {
+                let Some(want) = desired.get(&(p.pod.uid.as_str(), c.name.as_str())) else {
+                    continue;
+                };
+                seen.insert(c.id.clone());
+                self.apply_cpuset(client, p, c, want, full, &mut report)
+                    .await;
+            }
+        }
+        self.last_applied.retain(|id, _| seen.contains(id));
+        report
+    }
+
+    /// Run the policy over the ready pods: log refusals (once each) and
+    /// releases, and persist the state when it changed.
+    fn run_policy(&mut self, ready: &[&LivePod], report: &mut CpuReport) -> CpuPlan {
         let pods: Vec<CpuPod> = ready
             .iter()
             .map(|p| CpuPod::from_pod(&p.pod, p.created_at))
@@ -257,68 +287,62 @@ impl CpuManager {
                 }
             }
         }
-        let desired: HashMap<(&str, &str), &str> = out
-            .cpusets
-            .iter()
-            .map(|c| ((c.pod_uid.as_str(), c.container.as_str()), c.cpus.as_str()))
-            .collect();
-        let full = self
-            .last_full
-            .is_none_or(|t| t.elapsed() >= FULL_APPLY_INTERVAL);
-        if full {
-            self.last_full = Some(Instant::now());
+        out
+    }
+
+    /// Give a running container the cpuset `want` unless it has it (and
+    /// qosd set it) and no full re-apply is due; drift is corrected and
+    /// reported.
+    async fn apply_cpuset(
+        &mut self,
+        client: &CriClient,
+        p: &LivePod,
+        c: &LiveContainer,
+        want: &str,
+        full: bool,
+        report: &mut CpuReport,
+    ) {
+        let current = live_cpuset(client, &c.id).await;
+        let same = current
+            .as_deref()
+            .and_then(|s| CpuSet::parse(s).ok())
+            .is_some_and(|s| s.to_string() == want);
+        let mine = self.last_applied.get(&c.id).map(String::as_str);
+        if same && mine == Some(want) && !full {
+            return;
         }
-        let mut seen = std::collections::HashSet::new();
-        for p in &ready {
-            for c in p.containers.iter().filter(|c| c.state == "running") {
-                let Some(want) = desired.get(&(p.pod.uid.as_str(), c.name.as_str())) else {
-                    continue;
-                };
-                seen.insert(c.id.clone());
-                let current = live_cpuset(client, &c.id).await;
-                let same = current
-                    .as_deref()
-                    .and_then(|s| CpuSet::parse(s).ok())
-                    .is_some_and(|s| s.to_string() == *want);
-                let mine = self.last_applied.get(&c.id).map(String::as_str);
-                if same && mine == Some(*want) && !full {
-                    continue;
+        if same && mine == Some(want) && full {
+            // periodic re-apply, quietly
+        } else if mine == Some(want) {
+            report.drift.push(c.id.clone());
+            tracing::warn!(pod = %p.pod.key(), container = %c.name, found = current.as_deref().unwrap_or("-"), cpus = %want, "corrected cpuset drift");
+        } else if same {
+            self.last_applied.insert(c.id.clone(), want.to_string());
+            return;
+        }
+        let was_mine = mine == Some(want);
+        if self.dry_run {
+            tracing::info!(pod = %p.pod.key(), container = %c.name, cpus = %want, "would set cpuset");
+            report.applied.push((c.id.clone(), want.to_string()));
+            return;
+        }
+        let res = proto::LinuxContainerResources {
+            cpuset_cpus: want.to_string(),
+            ..Default::default()
+        };
+        match client.update_container_resources(&c.id, res).await {
+            Ok(()) => {
+                if !was_mine {
+                    tracing::info!(pod = %p.pod.key(), container = %c.name, id = %c.id, cpus = %want, previous = current.as_deref().unwrap_or("-"), "set cpuset");
                 }
-                if same && mine == Some(*want) && full {
-                    // periodic re-apply, quietly
-                } else if mine == Some(*want) {
-                    report.drift.push(c.id.clone());
-                    tracing::warn!(pod = %p.pod.key(), container = %c.name, found = current.as_deref().unwrap_or("-"), cpus = %want, "corrected cpuset drift");
-                } else if same {
-                    self.last_applied.insert(c.id.clone(), want.to_string());
-                    continue;
-                }
-                if self.dry_run {
-                    tracing::info!(pod = %p.pod.key(), container = %c.name, cpus = %want, "would set cpuset");
-                    report.applied.push((c.id.clone(), want.to_string()));
-                    continue;
-                }
-                let res = proto::LinuxContainerResources {
-                    cpuset_cpus: want.to_string(),
-                    ..Default::default()
-                };
-                match client.update_container_resources(&c.id, res).await {
-                    Ok(()) => {
-                        if mine != Some(*want) {
-                            tracing::info!(pod = %p.pod.key(), container = %c.name, id = %c.id, cpus = %want, previous = current.as_deref().unwrap_or("-"), "set cpuset");
-                        }
-                        self.last_applied.insert(c.id.clone(), want.to_string());
-                        report.applied.push((c.id.clone(), want.to_string()));
-                    }
-                    Err(e) => {
-                        tracing::warn!(pod = %p.pod.key(), container = %c.name, error = %e, "cannot set cpuset");
-                        report.errors.push(format!("{}: {e}", c.id));
-                    }
-                }
+                self.last_applied.insert(c.id.clone(), want.to_string());
+                report.applied.push((c.id.clone(), want.to_string()));
+            }
+            Err(e) => {
+                tracing::warn!(pod = %p.pod.key(), container = %c.name, error = %e, "cannot set cpuset");
+                report.errors.push(format!("{}: {e}", c.id));
             }
         }
-        self.last_applied.retain(|id, _| seen.contains(id));
-        report
     }
 
     async fn audit(

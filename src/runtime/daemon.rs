@@ -235,7 +235,7 @@ impl PodSource for Source {
     fn cri(&self) -> Option<&qosd_node::cri::CriClient> {
         match self {
             Source::Cri { client, .. } => Some(client),
-            Source::Manifests(_) => None,
+            Source::Manifests(..) => None,
         }
     }
 }
@@ -317,7 +317,7 @@ pub(crate) async fn run_loop(
                 Err(_) => (None, None),
             }
         }
-        PodSourceSpec::Manifests(_) => (None, None),
+        PodSourceSpec::Manifests(..) => (None, None),
     };
     let intervals = (opts.reconcile_interval, opts.relist_interval);
     let mut daemon = Daemon::new(parts, opts.plan, feed, prober);
@@ -389,6 +389,10 @@ pub(crate) struct Daemon<S> {
     /// most every `TRIM_GAP`): glibc would keep each burst's peak.
     trim: qosd_node::sys::malloc::TrimPacer,
     last_resync: Instant,
+    /// The event stream's subscription (epoch) that was live at the last
+    /// resync: while that same subscription stays live, every in-place
+    /// update since reached the loop as an event (see [`resync_due`]).
+    resync_epoch: Option<u64>,
     /// Pod cgroups appearing / going away (CRI source): a relist shortly
     /// after each, instead of one every `relist_interval`. Started after
     /// the first reconcile (which creates kubepods and the QoS cgroups).
@@ -459,6 +463,7 @@ impl<S: PodSource> Daemon<S> {
             parents_checked: None,
             trim: qosd_node::sys::malloc::TrimPacer::new(TRIM_GAP),
             last_resync: now,
+            resync_epoch: None,
             pod_events: PodEventState::default(),
             spec_key,
             feed,
@@ -641,9 +646,16 @@ impl<S: PodSource> Daemon<S> {
         }
     }
 
-    /// Whether the last listing is fresh (no older than `RESYNC`).
+    /// Whether the last listing is fresh: no older than `RESYNC_LIVE`
+    /// while the runtime's event stream is live (each change arrives as an
+    /// event), else `RESYNC`.
     fn cached_fresh(&self, at: Instant) -> bool {
-        self.clock.now().saturating_duration_since(at) < RESYNC
+        let every = if self.gate.live_epoch().is_some() {
+            RESYNC_LIVE
+        } else {
+            RESYNC
+        };
+        self.clock.now().saturating_duration_since(at) < every
     }
 
     /// What this tick reconciles with: the last listing when a planned
@@ -730,11 +742,17 @@ impl<S: PodSource> Daemon<S> {
             };
         }
         let now = self.clock.now();
-        if now.saturating_duration_since(self.last_resync) >= RESYNC {
+        let live_epoch = self.gate.live_epoch();
+        if resync_due(
+            now.saturating_duration_since(self.last_resync),
+            self.resync_epoch,
+            live_epoch,
+        ) {
             // Container statuses are asked again (in-place resource
             // updates); sandbox statuses never change.
             self.source.resync();
             self.last_resync = now;
+            self.resync_epoch = live_epoch;
         }
         let Some(listed) = waiting(self.source.list(), "pod listing", observer, controls).await
         else {
@@ -1150,10 +1168,32 @@ impl DriftState {
     }
 }
 
-/// A full inventory at least this often, even when no sandbox or container
-/// changed (in-place resource updates do not show in the fingerprint); the
-/// kubelet re-syncs its QoS cgroups every minute.
+/// Without a live event stream from the runtime, a full listing at least
+/// this often, even when no sandbox or container changed (in-place
+/// resource updates do not show in the fingerprint), and every container's
+/// status asked again as often: the kubelet's one-minute cadence.
 const RESYNC: Duration = Duration::from_secs(60);
+
+/// While the runtime's event stream is live, the listing is taken afresh
+/// at least this often: every change reaches the loop as an event (and
+/// the marker each timer tick publishes proves the stream still delivers),
+/// so this listing is only the safety net, and at idle it is most of the
+/// daemon's CPU (docs/design.md, "Threads and loops").
+const RESYNC_LIVE: Duration = Duration::from_secs(600);
+
+/// Every container's status is asked again this often while one
+/// subscription of the runtime's event stream has stayed live since the
+/// last time: each in-place update arrives as a `/containers/update` event
+/// naming the container, whose status alone is asked again at once.
+const STATUS_RESYNC_LIVE: Duration = Duration::from_secs(600);
+
+/// Whether every container's status is to be asked again: `RESYNC` after
+/// the last time, or `STATUS_RESYNC_LIVE` when the event stream's
+/// subscription live then (`at_epoch`) is still the live one (`live_epoch`).
+fn resync_due(since: Duration, at_epoch: Option<u64>, live_epoch: Option<u64>) -> bool {
+    let covered = at_epoch.is_some() && at_epoch == live_epoch;
+    since >= if covered { STATUS_RESYNC_LIVE } else { RESYNC }
+}
 
 // ------------------------------------------------- metrics, health, systemd
 
@@ -1731,6 +1771,75 @@ mod tests {
         h.tick(Tick::Reconcile).await;
         assert_eq!(h.source.get(|f| (f.lists, f.resyncs)), (2, 1));
         assert_eq!(h.observer.reconciled, 2);
+    }
+
+    #[test]
+    fn statuses_are_asked_again_every_minute_unless_one_live_stream_covered_the_time() {
+        let min = RESYNC;
+        // No stream, or not live: every minute.
+        assert!(!resync_due(min - Duration::from_secs(1), None, None));
+        assert!(resync_due(min, None, None));
+        assert!(resync_due(min, Some(3), None));
+        // Live now, but not at the last resync: every minute.
+        assert!(resync_due(min, None, Some(3)));
+        // A new subscription since (updates in the gap were not seen).
+        assert!(resync_due(min, Some(3), Some(4)));
+        // The same subscription live throughout: the safety net only.
+        assert!(!resync_due(min, Some(3), Some(3)));
+        assert!(!resync_due(
+            STATUS_RESYNC_LIVE - Duration::from_secs(1),
+            Some(3),
+            Some(3)
+        ));
+        assert!(resync_due(STATUS_RESYNC_LIVE, Some(3), Some(3)));
+    }
+
+    #[tokio::test]
+    async fn with_a_live_stream_a_listing_older_than_resync_asks_no_status_again() {
+        let mut h = Harness::new();
+        let live = qosd_node::cri::events::Feed {
+            live: true,
+            epoch: 1,
+            ..Default::default()
+        };
+        h.daemon.take_feed(&live, &mut h.observer);
+        h.tick(Tick::Reconcile).await;
+        assert_eq!(h.source.get(|f| (f.lists, f.resyncs)), (1, 0));
+        // A live stream: the listing holds past the minute.
+        h.clock.advance(RESYNC);
+        h.tick(Tick::Reconcile).await;
+        assert_eq!(h.source.get(|f| (f.lists, f.resyncs)), (1, 0));
+        // The safety relist, with statuses asked again (the stream was
+        // not known live at the start).
+        h.clock.advance(RESYNC_LIVE - RESYNC);
+        h.tick(Tick::Reconcile).await;
+        assert_eq!(h.source.get(|f| (f.lists, f.resyncs)), (2, 1));
+        // The same live stream since: statuses at their own safety period.
+        h.clock.advance(RESYNC_LIVE);
+        h.tick(Tick::Reconcile).await;
+        let again = usize::from(RESYNC_LIVE >= STATUS_RESYNC_LIVE);
+        assert_eq!(h.source.get(|f| (f.lists, f.resyncs)), (3, 1 + again));
+        // The stream was re-subscribed: updates in the gap were not seen.
+        let resubscribed = qosd_node::cri::events::Feed {
+            live: true,
+            epoch: 2,
+            ..Default::default()
+        };
+        h.daemon.take_feed(&resubscribed, &mut h.observer);
+        h.clock.advance(RESYNC_LIVE);
+        h.tick(Tick::Reconcile).await;
+        assert_eq!(h.source.get(|f| (f.lists, f.resyncs)), (4, 2 + again));
+        // The stream went down: every minute again.
+        let down = qosd_node::cri::events::Feed {
+            live: false,
+            epoch: 2,
+            down: Some("ended".into()),
+            ..Default::default()
+        };
+        h.daemon.take_feed(&down, &mut h.observer);
+        h.clock.advance(RESYNC);
+        h.tick(Tick::Reconcile).await;
+        assert_eq!(h.source.get(|f| (f.lists, f.resyncs)), (5, 3 + again));
     }
 
     #[tokio::test]

@@ -14,8 +14,8 @@ use qosd_model::policy::evict::manager::{
     watched_signals, Action, Cause, Decision, Manager, ManagerOptions, Observations,
 };
 use qosd_model::policy::evict::rank::{Candidate, PodStats};
-use qosd_model::policy::evict::threshold::{EvictionConfig, Signal, SignalResource};
-use qosd_node::evict::{EvictError, Evictor, Outcome};
+use qosd_model::policy::evict::threshold::{EvictionConfig, Signal, SignalResource, ThresholdKind};
+use qosd_node::evict::{ApiRefusal, EvictError, Evictor, Outcome};
 use qosd_node::sys::pressure::{PressureStatus, PressureWatcher};
 use qosd_node::sys::signals::{pod_local_storage, pod_stats, SignalError, SignalSources};
 use qosd_node::sys::watch::{targets_from_config, WatchConfig, WatchError, WatchEvent, Watcher};
@@ -26,8 +26,10 @@ pub use qosd_node::evict::runtime::{ImageGcPolicy, NodeRuntime, ReclaimReport, W
 #[derive(Debug)]
 pub struct PassReport {
     pub decision: Decision,
-    /// The eviction carried out in this pass, if any.
-    pub outcome: Option<Result<Outcome, EvictError>>,
+    /// The evictions carried out in this pass, one per
+    /// [`Decision::victims`] (in that order): at most one for node
+    /// pressure, every pod over a local-storage limit.
+    pub outcomes: Vec<Result<Outcome, EvictError>>,
     /// Signals that could not be read (they count as missing data).
     pub(crate) signal_errors: Vec<SignalError>,
     /// The pods with every stat measured in this pass (None: not measured,
@@ -128,7 +130,7 @@ pub(crate) fn log_pass_timing(r: &PassReport, woke: Instant, feed: Duration) {
     let u = p.usage.unwrap_or_default();
     // From the pass start to the kill (the evict phase before it is the
     // eviction's log line and the kill's set-up).
-    let kill_issued_us = match &r.outcome {
+    let kill_issued_us = match r.outcome() {
         Some(Ok(Outcome { kill: Some(k), .. })) => {
             us(k.issued_at.saturating_duration_since(at)) as i64
         }
@@ -152,9 +154,16 @@ pub(crate) fn log_pass_timing(r: &PassReport, woke: Instant, feed: Duration) {
         involuntary_switches = u.involuntary_switches,
         minor_faults = u.minor_faults,
         major_faults = u.major_faults,
-        evicted = r.decision.victim().is_some(),
+        evicted = r.decision.victims().len(),
         "eviction pass timing"
     );
+}
+
+impl PassReport {
+    /// The outcome of the pass's (first) eviction.
+    pub fn outcome(&self) -> Option<&Result<Outcome, EvictError>> {
+        self.outcomes.first()
+    }
 }
 
 /// Manager + signal sources + evictor (+ the runtime for disk).
@@ -186,6 +195,9 @@ pub struct Engine {
     /// Each pod's last `memory.pressure` reading (cgroup v2), for its stall
     /// between two passes.
     stall_history: std::collections::HashMap<String, (Instant, u64)>,
+    /// The API server throttled a soft eviction: no soft eviction is asked
+    /// before this (its `Retry-After`).
+    api_retry_at: Option<Instant>,
 }
 
 /// What a pass measures per pod.
@@ -232,6 +244,7 @@ impl Engine {
             storage_deferred_since: None,
             pressure: None,
             stall_history: Default::default(),
+            api_retry_at: None,
         }
     }
 
@@ -279,13 +292,14 @@ impl Engine {
         phases.decide = phases.lap();
         let reclaim = self.reclaim_before_disk(now, &obs, &mut decision);
         phases.reclaim = phases.lap();
-        let outcome = self.evict(now, &obs, pod_list, &mut decision);
+        self.wait_for_retry_after(&mut decision, now);
+        let outcomes = self.evict(now, &obs, pod_list, &mut decision);
         phases.evict = phases.lap();
         phases.finish();
         PassReport {
             phases,
             decision,
-            outcome,
+            outcomes,
             signal_errors,
             pods: measured,
             reclaim,
@@ -297,6 +311,71 @@ impl Engine {
                 .map(|p| p.status())
                 .unwrap_or_default(),
         }
+    }
+
+    /// Evict every victim of `decision` (see [`Engine::act`]); the
+    /// outcomes in the victims' order.
+    fn evict_all(&mut self, decision: &Decision, now: Instant) -> Vec<Result<Outcome, EvictError>> {
+        decision
+            .victims()
+            .iter()
+            .map(|v| self.act(v, now))
+            .collect()
+    }
+
+    /// Evict the victim; a failure is logged and reported to the manager
+    /// (back-off), except throttling, after which the same pod is chosen
+    /// again.
+    fn act(
+        &mut self,
+        v: &qosd_model::policy::evict::manager::Victim,
+        now: Instant,
+    ) -> Result<Outcome, EvictError> {
+        let r = self.evictor.evict(v);
+        match &r {
+            Err(EvictError::ApiRefused {
+                refusal: ApiRefusal::Throttled { retry_after, .. },
+                ..
+            }) => {
+                tracing::warn!(pod = %v.candidate.uid, retry_after_s = retry_after.as_secs_f64(), "eviction throttled by the API server: the same pod again after Retry-After");
+                self.manager.cancel(&v.candidate.uid);
+                // From the answer, not the pass's start: never sooner than
+                // the API side itself asks again.
+                self.api_retry_at = Some(Instant::now() + *retry_after);
+            }
+            Err(e) => {
+                tracing::error!(pod = %v.candidate.uid, error = %e, "eviction failed");
+                self.manager.eviction_failed(&v.candidate.uid, now);
+            }
+            Ok(_) => {}
+        }
+        r
+    }
+
+    /// A soft eviction while the API server's `Retry-After` runs is not
+    /// asked (it would be throttled again): the pass is blocked, the victim
+    /// forgotten without a back-off so that the same pod is chosen after.
+    /// Hard thresholds do not wait (the API side falls back to the local
+    /// kill at once).
+    fn wait_for_retry_after(&mut self, decision: &mut Decision, now: Instant) {
+        if self.api_retry_at.is_none_or(|t| t <= now) {
+            self.api_retry_at = None;
+            return;
+        }
+        // One soft victim for node pressure (not the pods over their
+        // local-storage limits, evicted together).
+        let Action::Evict(v) = &decision.action else {
+            return;
+        };
+        if v.kind != ThresholdKind::Soft || v.cause != Cause::Threshold {
+            return;
+        }
+        let uid = v.candidate.uid.clone();
+        self.manager.cancel(&uid);
+        // One wording for the whole wait: the quiet log says it once.
+        decision.action = Action::Blocked(format!(
+            "the API server throttled evictions: soft eviction of {uid} asked again once its Retry-After has passed"
+        ));
     }
 
     /// The node's signals now: the kubelet's from their files, the
@@ -452,40 +531,32 @@ impl Engine {
         reclaim
     }
 
-    /// Act on the decision's victim; a soft eviction the API refused moves
-    /// on to the next candidate at once (the refused pod is in back-off), a
-    /// few at most per pass.
+    /// Act on the decision's victims. A soft eviction the API refused with
+    /// nothing done moves on to the next candidate at once (the refused pod
+    /// is in back-off), a few at most per pass; throttling and an
+    /// unanswered request do not.
     fn evict<'p>(
         &mut self,
         now: Instant,
         obs: &Observations,
         pod_list: impl Fn() -> Result<&'p [Candidate], String>,
         decision: &mut Decision,
-    ) -> Option<Result<Outcome, EvictError>> {
-        let mut outcome = self.evict_victim(now, decision);
+    ) -> Vec<Result<Outcome, EvictError>> {
+        let mut outcomes = self.evict_all(decision, now);
         for _ in 0..MAX_REFUSED_PER_PASS {
-            if !matches!(outcome, Some(Err(EvictError::ApiRefused { .. }))) {
+            let moves_on = matches!(
+                outcomes.as_slice(),
+                [Err(EvictError::ApiRefused { refusal, .. })] if refusal.moves_on()
+            ) && decision
+                .victim()
+                .is_some_and(|v| v.cause == Cause::Threshold);
+            if !moves_on {
                 break;
             }
             *decision = self.manager.synchronize(now, obs, pod_list());
-            outcome = self.evict_victim(now, decision);
+            outcomes = self.evict_all(decision, now);
         }
-        outcome
-    }
-
-    fn evict_victim(
-        &mut self,
-        now: Instant,
-        decision: &Decision,
-    ) -> Option<Result<Outcome, EvictError>> {
-        decision.victim().map(|v| {
-            let r = self.evictor.evict(v);
-            if let Err(e) = &r {
-                tracing::error!(pod = %v.candidate.uid, error = %e, "eviction failed");
-                self.manager.eviction_failed(&v.candidate.uid, now);
-            }
-            r
-        })
+        outcomes
     }
 
     /// Per-pod stall was sampled in this pass: tell the manager whether it
@@ -1166,6 +1237,19 @@ mod tests {
     }
 
     fn engine(threshold: &str) -> Engine {
+        engine_with(RawEvictionConfig {
+            eviction_hard: Some(
+                [(
+                    "allocatableMemory.available".to_string(),
+                    threshold.to_string(),
+                )]
+                .into(),
+            ),
+            ..Default::default()
+        })
+    }
+
+    fn engine_with(raw: RawEvictionConfig) -> Engine {
         let f = fixtures();
         let sources = SignalSources {
             version: CgroupVersion::V1,
@@ -1182,17 +1266,7 @@ mod tests {
             pod_root_dir: None,
             pod_logs_dir: "/nonexistent".into(),
         };
-        let cfg = EvictionConfig::from_raw(&RawEvictionConfig {
-            eviction_hard: Some(
-                [(
-                    "allocatableMemory.available".to_string(),
-                    threshold.to_string(),
-                )]
-                .into(),
-            ),
-            ..Default::default()
-        })
-        .unwrap();
+        let cfg = EvictionConfig::from_raw(&raw).unwrap();
         Engine::new(
             cfg,
             ManagerOptions::default(),
@@ -1238,7 +1312,7 @@ mod tests {
         // the pod without stats ranks first, like the kubelet
         assert_eq!(v.candidate.uid, "nodir");
         assert_eq!(v.observed, 424 * 1024 * 1024);
-        assert!(matches!(r.outcome, Some(Ok(ref o)) if o.backend == Backend::DryRun));
+        assert!(matches!(r.outcome(), Some(Ok(o)) if o.backend == Backend::DryRun));
 
         let mut e = engine("100Mi");
         let r = e.pass(Ok(vec![pod(
@@ -1247,7 +1321,7 @@ mod tests {
             Some(fixtures().join("v1/kubepods/besteffort/podabc")),
         )]));
         assert!(r.decision.victim().is_none());
-        assert!(r.outcome.is_none());
+        assert!(r.outcomes.is_empty());
     }
 
     #[test]
@@ -1496,14 +1570,14 @@ mod tests {
         assert_eq!(v.candidate.uid, "stalls");
         assert_eq!(v.signal, Signal::MemorySome);
         assert!(v.reason.starts_with("stalling on memory"), "{}", v.reason);
-        assert!(matches!(r.outcome, Some(Ok(_))));
+        assert!(matches!(r.outcome(), Some(Ok(_))));
     }
 
     #[test]
     fn pass_without_pods_blocks() {
         let mut e = engine("500Mi");
         let r = e.pass(Err("runtime down".into()));
-        assert!(r.outcome.is_none());
+        assert!(r.outcomes.is_empty());
         assert!(matches!(
             r.decision.action,
             qosd_model::policy::evict::manager::Action::Blocked(ref w) if w.contains("runtime down")
@@ -1527,10 +1601,112 @@ mod tests {
             ),
         ];
         let r = e.pass(Ok(pods.clone()));
-        assert!(matches!(r.outcome, Some(Err(_))));
+        assert!(matches!(r.outcome(), Some(Err(_))));
         let first = r.decision.victim().unwrap().candidate.uid.clone();
         assert_eq!(e.manager.pending_victim(), None);
         let r = e.pass(Ok(pods));
         assert_ne!(r.decision.victim().unwrap().candidate.uid, first);
+    }
+
+    /// An API side whose first answer is throttling (Retry-After 300 ms),
+    /// then acceptance; records who was asked.
+    #[derive(Default)]
+    struct ThrottlingApi {
+        asked: std::sync::Mutex<Vec<String>>,
+    }
+
+    impl qosd_node::evict::ApiEvictor for ThrottlingApi {
+        fn evict(
+            &self,
+            v: &qosd_model::policy::evict::manager::Victim,
+            _grace: Duration,
+        ) -> Result<(), ApiRefusal> {
+            let mut asked = self.asked.lock().unwrap();
+            asked.push(v.candidate.uid.clone());
+            if asked.len() == 1 {
+                return Err(ApiRefusal::Throttled {
+                    retry_after: Duration::from_millis(300),
+                    message: "429".into(),
+                });
+            }
+            Ok(())
+        }
+        fn mark_evicted_after_kill(
+            &self,
+            _v: &qosd_model::policy::evict::manager::Victim,
+        ) -> Result<(), String> {
+            Ok(())
+        }
+    }
+
+    /// A soft eviction the API server throttled: nothing is asked while
+    /// its Retry-After runs (the pass says why), no other pod is tried,
+    /// and the same pod is asked again afterwards, without a back-off.
+    #[test]
+    fn throttled_soft_eviction_waits_for_retry_after_then_asks_the_same_pod() {
+        let mut e = engine_with(RawEvictionConfig {
+            eviction_hard: Some(Default::default()),
+            eviction_soft: [("memory.available".into(), "99%".into())].into(),
+            // Not 0: a soft threshold without a grace period is hard.
+            eviction_soft_grace_period: [("memory.available".into(), "1ms".into())].into(),
+            ..Default::default()
+        });
+        let api = Arc::new(ThrottlingApi::default());
+        e.evictor = Evictor::new(Backend::Api, None, Duration::ZERO);
+        e.evictor.api = Some(api.clone());
+        // Measured already and without cgroup directories: nothing here is
+        // read or could ever be killed.
+        let pods: Vec<Candidate> = ["a", "b"]
+            .into_iter()
+            .map(|uid| Candidate {
+                stats: Some(PodStats {
+                    memory_working_set_bytes: Some(1 << 20),
+                    ..Default::default()
+                }),
+                ..pod(uid, QosClass::BestEffort, None)
+            })
+            .collect();
+        let t0 = Instant::now();
+        let r = loop {
+            let r = e.pass(Ok(pods.clone()));
+            if r.decision.victim().is_some() {
+                break r;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(5), "no soft eviction");
+        };
+        assert_eq!(r.decision.victim().unwrap().kind, ThresholdKind::Soft);
+        assert!(
+            matches!(r.outcome(), Some(Err(EvictError::ApiRefused { refusal, .. })) if refusal.retries_same_pod()),
+            "{:?}",
+            r.outcomes
+        );
+        let first = r.decision.victim().unwrap().candidate.uid.clone();
+        let t0 = Instant::now();
+        let r = e.pass(Ok(pods.clone()));
+        assert!(r.outcomes.is_empty());
+        assert!(
+            matches!(r.decision.action, Action::Blocked(ref w) if w.contains("Retry-After")),
+            "{:?}",
+            r.decision.action
+        );
+        assert!(
+            t0.elapsed() < Duration::from_millis(300),
+            "checked within the wait"
+        );
+        assert_eq!(
+            api.asked.lock().unwrap().len(),
+            1,
+            "nothing asked meanwhile"
+        );
+        let r = loop {
+            let r = e.pass(Ok(pods.clone()));
+            if !r.outcomes.is_empty() {
+                break r;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(5), "never asked again");
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        assert!(matches!(r.outcome(), Some(Ok(_))), "{:?}", r.outcomes);
+        assert_eq!(*api.asked.lock().unwrap(), [first.clone(), first]);
     }
 }

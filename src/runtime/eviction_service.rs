@@ -149,8 +149,9 @@ impl EvictionService {
                     &mut conditions,
                     &mut blocked_logged,
                 );
-                if let (Some(h), Some(v), Some(Ok(_))) = (&hook, r.decision.victim(), &r.outcome) {
-                    if backend != Backend::DryRun {
+                let evicted = r.decision.victims().iter().zip(&r.outcomes);
+                for (v, _) in evicted.filter(|(_, o)| o.is_ok()) {
+                    if let (Some(h), true) = (&hook, backend != Backend::DryRun) {
                         h.fire(crate::runtime::hook::HookEvent {
                             namespace: v.candidate.namespace.clone(),
                             name: v.candidate.name.clone(),
@@ -223,7 +224,7 @@ impl ReactionTiming {
                 self.pending = None;
             }
         }
-        let (Some(v), Some(Ok(outcome))) = (d.victim(), &r.outcome) else {
+        let (Some(v), Some(Ok(outcome))) = (d.victim(), r.outcome()) else {
             return None;
         };
         if backend == Backend::DryRun {
@@ -395,9 +396,22 @@ fn report(
             d.pod_usage_at_ms = Some(at);
         });
     }
-    let (Some(v), Some(outcome)) = (r.decision.victim(), &r.outcome) else {
-        return;
-    };
+    for (i, (v, outcome)) in r.decision.victims().iter().zip(&r.outcomes).enumerate() {
+        // The reaction belongs to the pass's first eviction.
+        let reaction = reaction.filter(|_| i == 0);
+        record_eviction(metrics, health, backend, v, outcome, reaction);
+    }
+}
+
+/// Metrics and `/status` of one eviction of a pass.
+fn record_eviction(
+    metrics: &Metrics,
+    health: &Health,
+    backend: Backend,
+    v: &qosd_model::policy::evict::manager::Victim,
+    outcome: &Result<qosd_node::evict::Outcome, qosd_node::evict::EvictError>,
+    reaction: Option<Reaction>,
+) {
     match outcome {
         Ok(_) => {
             metrics.eviction(
@@ -417,7 +431,8 @@ fn report(
                     observed: v.observed,
                     threshold: v.threshold_value,
                     threshold_kind: v.kind.as_str().to_string(),
-                    usage_bytes: v.usage.map(|u| u as i64),
+                    usage: v.usage.map(|u| u as i64),
+                    usage_bytes: victim_usage_bytes(v).map(|u| u as i64),
                     request_bytes: Some(v.request),
                     rank: v.rank.saturating_sub(1),
                     backend: backend.as_str().to_string(),
@@ -483,6 +498,24 @@ fn publish(
         d.signals = signals;
         d.conditions = conditions;
     });
+}
+
+/// A victim's usage in bytes: the ranked usage, except for the count
+/// signals, whose ranked usage is a count (the bytes of the same resource
+/// then: local storage for inodes, the memory working set for processes).
+fn victim_usage_bytes(v: &qosd_model::policy::evict::manager::Victim) -> Option<u64> {
+    use qosd_model::policy::evict::manager::Cause;
+    use qosd_model::policy::evict::threshold::SignalResource;
+    let stats = v.candidate.stats;
+    match (&v.cause, v.signal.resource()) {
+        (Cause::LocalStorage(_), _) => v.usage,
+        (
+            Cause::Threshold,
+            SignalResource::Memory | SignalResource::MemoryStall | SignalResource::Disk,
+        ) => v.usage,
+        (Cause::Threshold, SignalResource::Inodes) => stats.and_then(|s| s.ephemeral_storage_bytes),
+        (Cause::Threshold, SignalResource::Pids) => stats.and_then(|s| s.memory_working_set_bytes),
+    }
 }
 
 /// The eviction settings of a daemon config, with the thresholds the

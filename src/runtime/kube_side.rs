@@ -1,7 +1,8 @@
 //! The Kubernetes side of `qosd run`: the pod watcher feeding the merge,
 //! and the `api` evictor — an Eviction (policy/v1) with the kubelet's grace
-//! periods, an `Evicted` Event in the kubelet's wording, and the pod delete
-//! that follows a local kill.
+//! periods, an `Evicted` Event in the kubelet's wording, throttling
+//! (`Retry-After`) honoured, and after a local kill the kubelet's eviction
+//! record on the pod's status.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -16,14 +17,15 @@ use qosd_model::policy::evict::message::{
 use qosd_node::cri::LivePod;
 use qosd_node::evict::{ApiEvictor, ApiRefusal};
 use qosd_node::kube::client::{KubeClient, KubeError};
+use qosd_node::kube::evict::{
+    mark_evicted, post_eviction, Deadlines, EvictAnswer, MAX_RETRY_AFTER,
+};
 use qosd_node::kube::merge::{merge, MergeSummary};
 use qosd_node::kube::source::{run_watcher, PodCache, WatchOptions};
-use qosd_node::kube::types::{
-    DeleteOptions, Event, EventSource, Eviction, ObjectReference, RefMeta,
-};
+use qosd_node::kube::types::{Event, EventSource, ObjectReference, RefMeta};
 
-/// The kubelet's eviction message fragments (pkg/kubelet/eviction/helpers.go).
-pub(crate) const REASON_EVICTED: &str = "Evicted";
+/// The kubelet's eviction reason (pkg/kubelet/eviction/helpers.go).
+pub(crate) const REASON_EVICTED: &str = qosd_node::kube::evict::REASON_EVICTED;
 
 /// One container's usage against its request, for the message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,8 +39,15 @@ pub(crate) struct ContainerUsage {
 
 /// The kubelet's eviction message: "The node was low on resource: R.
 /// Threshold quantity: Q, available: A. Container C was using U, request
-/// is Q, has larger consumption of R. " (containers over their request).
+/// is Q, has larger consumption of R. " (containers over their request);
+/// for a local-storage limit, the limit's own message.
 pub(crate) fn eviction_message(v: &Victim, containers: &[ContainerUsage]) -> String {
+    if matches!(
+        v.cause,
+        qosd_model::policy::evict::manager::Cause::LocalStorage(_)
+    ) {
+        return v.message.clone();
+    }
     let over: Vec<OverRequest<'_>> = containers
         .iter()
         .filter(|c| c.usage > c.request_value)
@@ -91,6 +100,8 @@ pub(crate) struct KubeSettings {
     pub(crate) cgroup_version: CgroupVersion,
     /// The eviction side's runtime the API calls of an eviction run on.
     pub(crate) evict_rt: qosd_node::evict::runtime::EvictRuntime,
+    /// Whose rules decide what the kubelet admitted (in-place resize).
+    pub(crate) kubelet_version: qosd_model::policy::enforce::versions::KubeletVersion,
 }
 
 /// The API client, the pod cache and its watcher, and the `api` evictor.
@@ -105,6 +116,8 @@ pub(crate) struct KubeSide {
     /// uid → the eviction message, composed before anything is killed
     /// (the containers' usage is gone afterwards).
     messages: Mutex<HashMap<String, String>>,
+    /// No eviction is asked before this (the server's `Retry-After`).
+    throttled_until: Mutex<Option<std::time::Instant>>,
 }
 
 impl std::fmt::Debug for KubeSide {
@@ -143,6 +156,7 @@ impl KubeSide {
             containers: Mutex::new(HashMap::new()),
             last: Mutex::new((MergeSummary::default(), None)),
             messages: Mutex::new(HashMap::new()),
+            throttled_until: Mutex::new(None),
         });
         (side, watcher)
     }
@@ -151,7 +165,7 @@ impl KubeSide {
     /// and, when the view is unusable, why (runtime data alone then).
     pub(crate) fn merge_view(&self, live: &mut [LivePod]) -> (MergeSummary, Option<String>) {
         let view = self.cache.view(self.settings.max_stale);
-        let summary = merge(live, &view);
+        let summary = merge(live, &view, self.settings.kubelet_version);
         self.metrics.set_api_up(view.fresh());
         self.metrics.set_pods(summary.exact, summary.inferred);
         *self.containers.lock().unwrap_or_else(|e| e.into_inner()) = live
@@ -192,7 +206,10 @@ impl KubeSide {
             return Vec::new();
         };
         let view = self.cache.view(Duration::MAX);
-        let spec = view.pods.get(&v.candidate.uid);
+        // The requests the kubelet admitted (a resize may be pending).
+        let spec = view.pods.get(&v.candidate.uid).and_then(|p| {
+            qosd_node::kube::merge::admitted_model(p, self.settings.kubelet_version).ok()
+        });
         let ids = self
             .containers
             .lock()
@@ -218,13 +235,11 @@ impl KubeSide {
                 continue;
             };
             let request = spec
-                .and_then(|p| p.spec.containers.iter().find(|c| c.name == name))
-                .and_then(|c| c.resources.requests.get("memory"))
-                .cloned()
-                .unwrap_or_else(|| "0".into());
-            let request_value = qosd_model::core::quantity::Quantity::parse(&request)
-                .map(|q| q.value_ceil())
-                .unwrap_or(0);
+                .as_ref()
+                .and_then(|p| p.containers.iter().find(|c| c.name == name))
+                .and_then(|c| c.resources.requests.get("memory"));
+            let request_value = request.map_or(0, |q| q.value_ceil());
+            let request = request.map_or_else(|| "0".into(), |q| q.to_string());
             out.push(ContainerUsage {
                 name,
                 usage: usage as i64,
@@ -235,14 +250,20 @@ impl KubeSide {
         out
     }
 
-    fn event(&self, v: &Victim) {
-        let c = &v.candidate;
+    /// The `Evicted` Event for the victim: where to post it and the body
+    /// (the message composed before the kill, if any).
+    fn event_body(&self, v: &Victim) -> (String, Event) {
         let message = self
             .messages
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .remove(&c.uid)
+            .remove(&v.candidate.uid)
             .unwrap_or_else(|| eviction_message(v, &self.container_usage(v)));
+        self.event_with(v, message)
+    }
+
+    fn event_with(&self, v: &Victim, message: String) -> (String, Event) {
+        let c = &v.candidate;
         let now = SystemTime::now();
         let nanos = now
             .duration_since(UNIX_EPOCH)
@@ -275,21 +296,16 @@ impl KubeSide {
             reporting_component: "qosd".into(),
             reporting_instance: self.settings.node_name.clone(),
         };
-        let path = format!("/api/v1/namespaces/{}/events", c.namespace);
-        let r = self.settings.evict_rt.block_on(self.client.post_json(
-            &path,
-            &ev,
-            self.settings.eviction_timeout.max(Duration::from_secs(2)),
-        ));
-        self.metrics.event(r.is_ok());
-        match r {
-            Ok(_) => {
-                tracing::info!(target: "qosd::eviction", pod = %format!("{}/{}", c.namespace, c.name), eviction_message = %ev.message, "Evicted event written")
-            }
-            Err(e) => {
-                tracing::warn!(target: "qosd::eviction", pod = %format!("{}/{}", c.namespace, c.name), error = %e, "cannot write the Evicted event")
-            }
-        }
+        (format!("/api/v1/namespaces/{}/events", c.namespace), ev)
+    }
+
+    fn post(&self, path: &str, ev: &Event) {
+        let timeout = self.settings.eviction_timeout.max(Duration::from_secs(2));
+        let r = self
+            .settings
+            .evict_rt
+            .block_on(post_event(&self.client, path, ev, timeout));
+        event_written(&self.metrics, ev, r);
     }
 
     /// The uid of the API object for a runtime uid (a static pod's mirror
@@ -309,6 +325,33 @@ impl KubeSide {
             })
             .map(|p| p.metadata.uid.clone())
             .unwrap_or_else(|| runtime_uid.to_string())
+    }
+}
+
+/// POST an Event.
+async fn post_event(
+    client: &KubeClient,
+    path: &str,
+    ev: &Event,
+    timeout: Duration,
+) -> Result<(), KubeError> {
+    client.post_json(path, ev, timeout).await.map(|_| ())
+}
+
+/// Count and log an Event's result.
+fn event_written(metrics: &KubeMetrics, ev: &Event, r: Result<(), KubeError>) {
+    metrics.event(r.is_ok());
+    let pod = format!(
+        "{}/{}",
+        ev.involved_object.namespace, ev.involved_object.name
+    );
+    match r {
+        Ok(()) => {
+            tracing::info!(target: "qosd::eviction", pod = %pod, eviction_message = %ev.message, "Evicted event written")
+        }
+        Err(e) => {
+            tracing::warn!(target: "qosd::eviction", pod = %pod, error = %e, "cannot write the Evicted event")
+        }
     }
 }
 
@@ -345,60 +388,162 @@ impl qosd_node::pods::SpecSource for KubeSide {
     }
 }
 
-fn refusal(e: KubeError) -> ApiRefusal {
-    match e.code() {
-        Some(429) => ApiRefusal::Refused(e.to_string()),
-        Some(404) => ApiRefusal::Gone(e.to_string()),
-        _ => ApiRefusal::Failed(e.to_string()),
+fn refusal(a: EvictAnswer) -> Result<(), ApiRefusal> {
+    match a {
+        EvictAnswer::Evicted => Ok(()),
+        EvictAnswer::Refused(m) => Err(ApiRefusal::Refused(m)),
+        EvictAnswer::Throttled {
+            retry_after,
+            message,
+        } => Err(ApiRefusal::Throttled {
+            retry_after,
+            message,
+        }),
+        EvictAnswer::Gone(m) => Err(ApiRefusal::Gone(m)),
+        EvictAnswer::Failed(m) => Err(ApiRefusal::Failed(m)),
+        EvictAnswer::Unanswered(m) => Err(ApiRefusal::Unanswered(m)),
+    }
+}
+
+impl KubeSide {
+    /// Still within the server's last `Retry-After`: how long is left.
+    fn throttled_for(&self) -> Option<Duration> {
+        let g = self
+            .throttled_until
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        g.and_then(|t| t.checked_duration_since(std::time::Instant::now()))
+    }
+
+    fn throttle(&self, retry_after: Duration) {
+        *self
+            .throttled_until
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) =
+            Some(std::time::Instant::now() + retry_after.min(MAX_RETRY_AFTER));
+    }
+
+    /// What to do with an answer that came after the deadline (on the
+    /// request's own thread): an accepted eviction counts (effects, not
+    /// attempts) and gets its Event.
+    fn late_handler(&self, path: String, ev: Event) -> impl FnOnce(EvictAnswer) + Send + 'static {
+        let (client, metrics) = (self.client.clone(), self.metrics.clone());
+        let rt = self.settings.evict_rt.clone();
+        let timeout = self.settings.eviction_timeout.max(Duration::from_secs(2));
+        move |a: EvictAnswer| {
+            let pod = format!(
+                "{}/{}",
+                ev.involved_object.namespace, ev.involved_object.name
+            );
+            tracing::info!(target: "qosd::eviction", pod = %pod, answer = ?a, "late answer to an eviction through the Kubernetes API");
+            if a != EvictAnswer::Evicted {
+                return;
+            }
+            metrics.eviction_path(qosd_node::evict::API_EVICTED);
+            let r = rt.block_on(post_event(&client, &path, &ev, timeout));
+            event_written(&metrics, &ev, r);
+        }
     }
 }
 
 impl ApiEvictor for KubeSide {
     fn evict(&self, v: &Victim, grace: Duration) -> Result<(), ApiRefusal> {
+        use qosd_model::policy::evict::threshold::ThresholdKind;
+        if let Some(left) = self.throttled_for() {
+            return Err(ApiRefusal::Throttled {
+                retry_after: left,
+                message: "waiting for the API server's Retry-After".into(),
+            });
+        }
         let c = &v.candidate;
         let message = eviction_message(v, &self.container_usage(v));
         self.messages
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(c.uid.clone(), message);
-        let body = Eviction {
-            api_version: "policy/v1",
-            kind: "Eviction",
-            metadata: RefMeta {
-                name: c.name.clone(),
-                namespace: c.namespace.clone(),
-            },
-            delete_options: DeleteOptions::new(grace.as_secs() as i64, &self.api_uid(&c.uid)),
+            .insert(c.uid.clone(), message.clone());
+        let (path, ev) = self.event_with(v, message);
+        let t = self.settings.eviction_timeout;
+        // Hard: the whole exchange within the deadline (then the local
+        // fallback). Soft: connecting has its own bound and the answer's
+        // starts once the request is sent.
+        let deadlines = Deadlines {
+            connect: t,
+            answer: t,
+            total: v.kind == ThresholdKind::Hard,
         };
-        let path = format!(
-            "/api/v1/namespaces/{}/pods/{}/eviction",
-            c.namespace, c.name
+        let late = self.late_handler(path.clone(), ev.clone());
+        let answer = post_eviction(
+            &self.settings.evict_rt,
+            &self.client,
+            &c.namespace,
+            &c.name,
+            &self.api_uid(&c.uid),
+            grace.as_secs() as i64,
+            deadlines,
+            late,
         );
-        self.settings
-            .evict_rt
-            .block_on(
-                self.client
-                    .post_json(&path, &body, self.settings.eviction_timeout),
-            )
-            .map_err(refusal)?;
-        self.event(v);
+        if let EvictAnswer::Throttled { retry_after, .. } = &answer {
+            self.throttle(*retry_after);
+        }
+        // Kept only for the local kill that follows a hard eviction the
+        // API did not do (its record and Event carry the message).
+        if answer == EvictAnswer::Evicted || v.kind == ThresholdKind::Soft {
+            self.messages
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&c.uid);
+        }
+        refusal(answer)?;
+        self.post(&path, &ev);
         Ok(())
     }
 
-    fn delete_after_kill(&self, v: &Victim) -> Result<(), String> {
+    fn mark_evicted_after_kill(&self, v: &Victim) -> Result<(), String> {
         let c = &v.candidate;
-        self.event(v);
-        let path = format!("/api/v1/namespaces/{}/pods/{}", c.namespace, c.name);
-        let r = self.settings.evict_rt.block_on(self.client.delete_json(
-            &path,
-            &DeleteOptions::new(0, &self.api_uid(&c.uid)),
-            self.settings.eviction_timeout.max(Duration::from_secs(5)),
-        ));
-        match r {
-            Ok(_) => Ok(()),
-            Err(e) if e.code() == Some(404) => Ok(()),
-            Err(e) => Err(e.to_string()),
+        let (_, ev) = self.event_body(v);
+        let timeout = self.settings.eviction_timeout.max(Duration::from_secs(5));
+        let uid = self.api_uid(&c.uid);
+        let now = rfc3339(SystemTime::now());
+        let mut result = Err(String::new());
+        for attempt in 0..5u32 {
+            let r = self.settings.evict_rt.block_on(mark_evicted(
+                &self.client,
+                &c.namespace,
+                &c.name,
+                &uid,
+                &ev.message,
+                &now,
+                timeout,
+            ));
+            let wait = match &r {
+                Ok(()) => None,
+                // Not this pod any more (gone, or a newer one has the name).
+                Err(e) if matches!(e.code(), Some(404) | Some(409)) => None,
+                Err(e) if e.code() == Some(429) => {
+                    Some(e.retry_after().unwrap_or(Duration::from_secs(1)))
+                }
+                Err(e) if e.code().is_some_and(|c| c < 500) => None,
+                Err(_) => Some(Duration::from_secs(1 << attempt)),
+            };
+            result = match &r {
+                Err(e) if matches!(e.code(), Some(404) | Some(409)) => {
+                    tracing::info!(target: "qosd::eviction", uid = %uid, error = %e, "the evicted pod is no longer in the API: no status to set");
+                    Ok(())
+                }
+                _ => r.map_err(|e| e.to_string()),
+            };
+            match wait {
+                Some(w) if attempt < 4 => std::thread::sleep(w.min(MAX_RETRY_AFTER)),
+                _ => break,
+            }
         }
+        let path = format!("/api/v1/namespaces/{}/events", c.namespace);
+        let r = self
+            .settings
+            .evict_rt
+            .block_on(post_event(&self.client, &path, &ev, timeout));
+        event_written(&self.metrics, &ev, r);
+        result
     }
 
     fn count(&self, path: &str) {
@@ -474,5 +619,15 @@ mod tests {
             "The node was low on resource: memory. Threshold quantity: 100Mi, available: 80Mi. \
 Container web was using 300Mi, request is 256Mi, has larger consumption of memory. "
         );
+        // A local-storage limit's Event carries the limit's message.
+        let msg = "Usage of EmptyDir volume \"scratch\" exceeds the limit \"1Mi\". ";
+        let v = Victim {
+            cause: qosd_model::policy::evict::manager::Cause::LocalStorage(
+                qosd_model::policy::evict::local_storage::LimitKind::EmptyDir,
+            ),
+            message: msg.into(),
+            ..v
+        };
+        assert_eq!(eviction_message(&v, &c), msg);
     }
 }

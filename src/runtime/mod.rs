@@ -14,4 +14,5 @@ pub(crate) mod kube_side;
 pub(crate) mod reaction;
 pub mod reconcile;
 pub(crate) mod runtime_events;
+pub(crate) mod stop_guard;
 pub mod supervisor;

@@ -155,13 +155,17 @@ const MAX_FAILURES_LOGGED: usize = 5;
 pub(crate) const SYSTEMD_CGROUPFS: &str = "/sys/fs/cgroup";
 
 /// Applies plans for a changing set of pods and cleans up orphans.
-/// The orphan scan runs at least this often while the pod set is steady.
-pub(crate) const ORPHAN_RESCAN: Duration = Duration::from_secs(60);
+/// The orphan scan runs at least this often while the pod set is steady
+/// (a pod cgroup someone else made; pods that go are scanned for at once).
+pub(crate) const ORPHAN_RESCAN: Duration = Duration::from_secs(600);
 
 /// With planned files watched for writes ([`Reconciler::watch_files`]),
-/// every planned file is still read at least this often (the kubelet's
-/// one-minute cadence): the safety net for what the events cannot see.
-pub(crate) const DRIFT_FULL_READ: Duration = Duration::from_secs(60);
+/// every planned file is still read at least this often: the safety net
+/// for what the events cannot see. Every `write(2)` raises an event and
+/// cgroups coming or going make every file read, so this read finds
+/// nothing on a sound kernel; at one minute (the kubelet's cadence) it was
+/// most of the daemon's idle CPU (docs/design.md, "Threads and loops").
+pub(crate) const DRIFT_FULL_READ: Duration = Duration::from_secs(600);
 
 /// Planned files watched for writes, and those known to hold their
 /// planned value since (not read again until written or the full read).
@@ -523,6 +527,23 @@ impl Reconciler {
             plan_reused,
             ..Default::default()
         };
+        self.note_written(&report, &mut out);
+        self.note_failures(&report, &mut out);
+        self.remember_in_place(&writes, &report);
+        out.writes = report.written;
+        out.planned = writes;
+        if let Some(live) = all_live_uids.filter(|l| self.orphan_scan_due(l, now)) {
+            out.orphans_removed = self.clean_orphans(live, now);
+            self.orphan_scanned = Some((live.clone(), now));
+        }
+        out.duration = start.elapsed();
+        out
+    }
+
+    /// Log each write made (dry run: each planned write new or changed since
+    /// it was last logged), drift corrected once per file, and remember
+    /// the values written.
+    fn note_written(&mut self, report: &ApplyReport, out: &mut ReconcileReport) {
         let verb = if self.dry_run() {
             "would write"
         } else {
@@ -550,6 +571,11 @@ impl Reconciler {
                 self.last_written.insert(w.file.clone(), w.value.clone());
             }
         }
+    }
+
+    /// Count and report the failed writes; each failure is logged once
+    /// (the first [`MAX_FAILURES_LOGGED`] new ones a pass), until it changes.
+    fn note_failures(&mut self, report: &ApplyReport, out: &mut ReconcileReport) {
         let mut failing = HashSet::new();
         let mut new_failures = 0usize;
         for e in &report.errors {
@@ -581,11 +607,16 @@ impl Reconciler {
             tracing::info!("cgroup writes succeed again");
         }
         self.failures_logged = failing;
+    }
+
+    /// After a pass: the planned values found already in place are qosd's
+    /// too (drift on them, say on a tree that was right when qosd started,
+    /// is drift), and what is remembered per file is kept to the planned
+    /// files.
+    fn remember_in_place(&mut self, writes: &[CgroupWrite], report: &ApplyReport) {
         if report.written.is_empty() {
             self.drift_logged.clear();
         }
-        // Planned values found already in place are qosd's too: drift on
-        // them (say on a tree that was right when qosd started) is drift.
         let touched: HashSet<&PathBuf> = report
             .written
             .iter()
@@ -604,14 +635,6 @@ impl Reconciler {
         self.drift_logged.retain(|f| planned.contains(f));
         let pending: HashSet<&PathBuf> = report.written.iter().map(|w| &w.file).collect();
         self.dry_run_logged.retain(|f, _| pending.contains(f));
-        out.writes = report.written;
-        out.planned = writes;
-        if let Some(live) = all_live_uids.filter(|l| self.orphan_scan_due(l, now)) {
-            out.orphans_removed = self.clean_orphans(live, now);
-            self.orphan_scanned = Some((live.clone(), now));
-        }
-        out.duration = start.elapsed();
-        out
     }
 
     /// Whether the orphan scan (a `readdir` of kubepods and its QoS cgroups

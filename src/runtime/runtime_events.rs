@@ -112,6 +112,11 @@ impl EventGate {
         self.live && self.guarded == Some((self.epoch, self.changes))
     }
 
+    /// The epoch of the live subscription (`None`: the stream is not live).
+    pub(crate) fn live_epoch(&self) -> Option<u64> {
+        self.live.then_some(self.epoch)
+    }
+
     /// The state last reported (`None`: no attempt ended yet).
     #[cfg(test)]
     pub(crate) fn state(&self) -> Option<EventsState> {

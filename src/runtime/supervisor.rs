@@ -35,6 +35,23 @@ pub(crate) fn inject_panic(point: &str) {
     }
 }
 
+/// Environment variable naming a stall-injection point (tests only): the
+/// thread at that point blocks for good, as a system call that never
+/// returns would.
+pub const INJECT_STALL_ENV: &str = "QOSD_INJECT_STALL";
+
+/// Block this thread for good when `QOSD_INJECT_STALL` names `point`.
+pub(crate) fn inject_stall(point: &str) {
+    static ARMED: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    let armed = ARMED.get_or_init(|| std::env::var(INJECT_STALL_ENV).ok());
+    if armed.as_deref() == Some(point) {
+        tracing::warn!(point, "injected stall ({INJECT_STALL_ENV})");
+        loop {
+            std::thread::sleep(Duration::from_secs(3600));
+        }
+    }
+}
+
 /// The text of a panic payload.
 fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = p.downcast_ref::<&str>() {

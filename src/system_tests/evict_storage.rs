@@ -544,37 +544,51 @@ fn soft_eviction_escalates_to_hard_on_the_next_pass() {
         soft_line.contains("soft") && soft_line.contains("grace_s=20"),
         "{soft_line}"
     );
-    // Cross the hard threshold while it is still terminating.
+    // Cross the hard threshold while it is still terminating: every pod is
+    // ranked again, the terminating one included (the kubelet's
+    // behaviour); still first, it is evicted again with the hard grace and
+    // is gone long before its 20 s.
     std::fs::write(root_dir.join("ballast"), vec![1u8; 24 << 20]).unwrap();
     let t = Instant::now();
-    wait_for("the hard eviction of the other pod", 15, || {
-        !sandbox_exists(&rt, &env, &other)
-    });
+    wait_for(
+        "the soft victim evicted again for the hard threshold",
+        15,
+        || !sandbox_exists(&rt, &env, &stubborn),
+    );
     assert!(t.elapsed() < Duration::from_secs(15));
     assert!(
         d.lines().iter().any(|l| l.contains("still terminating")),
         "escalation logged"
     );
-    let hard_line = d
-        .lines()
-        .into_iter()
-        .find(|l| l.contains("evicting pod") && l.contains("other"))
-        .unwrap();
+    let evicting = |pod: &str| -> Vec<String> {
+        d.lines()
+            .into_iter()
+            .filter(|l| l.contains(&format!("evicting pod qosd-test/{pod}:")))
+            .collect()
+    };
+    let stubborn_lines = evicting("stubborn");
+    assert_eq!(stubborn_lines.len(), 2, "{stubborn_lines:?}");
     assert!(
-        hard_line.contains("hard") && hard_line.contains("grace_s=1"),
-        "{hard_line}"
+        stubborn_lines[1].contains(": hard") && stubborn_lines[1].contains("grace_s=1"),
+        "{stubborn_lines:?}"
     );
-    // the soft victim still ends after its grace, stopped once
     assert!(
-        sandbox_exists(&rt, &env, &stubborn),
-        "the soft victim had 20 s"
+        !evicting("other").iter().any(|l| l.contains(": hard")),
+        "the other pod is not the hard victim"
     );
-    wait_for("the soft victim gone after its grace", 40, || {
-        !sandbox_exists(&rt, &env, &stubborn)
+    // Still under the soft threshold: the other pod is the next soft
+    // victim (it ends on SIGTERM), each sandbox stopped once per eviction.
+    wait_for("the other pod evicted for the soft threshold", 40, || {
+        !sandbox_exists(&rt, &env, &other)
     });
-    assert_eq!(stop_calls(&env, &stubborn), 1);
+    assert!(
+        evicting("other")[0].contains(": soft"),
+        "{:?}",
+        evicting("other")
+    );
+    assert_eq!(stop_calls(&env, &stubborn), 2, "soft, then hard");
     assert_eq!(stop_calls(&env, &other), 1);
-    assert_eq!(d.metric("qosd_evictions_total"), 2.0);
+    assert_eq!(d.metric("qosd_evictions_total"), 3.0);
 }
 
 #[test]
@@ -650,13 +664,23 @@ fn memory_ranking_uses_the_top_of_the_oom_score_adj_band() {
     assert_eq!(d.metric("qosd_evictions_total"), 1.0);
 }
 
-#[test]
-#[ignore = "needs root: mounts a tmpfs, runs a private containerd"]
-fn local_storage_limit_evicts_without_node_pressure() {
-    support::require_containerd();
-    // The production eviction pass (Engine) with a real containerd for the
-    // writable layers and the clean-up, the pod specs from manifests (the
-    // CRI does not carry ephemeral-storage limits), no node pressure.
+/// The pod of a manifest with one container `app` limited to `limit` of
+/// ephemeral storage, and `volumes` (YAML under `spec`).
+fn limited_pod(p: &RunningPod, limit: &str, volumes: &str) -> Vec<qosd_model::core::model::Pod> {
+    let text = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {}, namespace: {}, uid: {}}}\nspec:\n  containers:\n  - name: app\n    resources: {{limits: {{ephemeral-storage: {limit}}}}}\n{volumes}",
+        p.spec.name, p.spec.namespace, p.spec.uid
+    );
+    qosd_node::manifest::parse_str(&text, &format!("{}.yaml", p.spec.name)).unwrap()
+}
+
+/// The production eviction pass with a hard nodefs threshold no test
+/// reaches, the CRI backend and the runtime for writable layers.
+fn storage_engine(
+    env: &Containerd,
+    root_dir: &Path,
+    logs_dir: &Path,
+) -> crate::runtime::eviction::Engine {
     use crate::runtime::eviction::{Engine, NodeRuntime};
     use qosd_model::policy::evict::manager::ManagerOptions;
     use qosd_model::policy::evict::threshold::{
@@ -664,48 +688,11 @@ fn local_storage_limit_evicts_without_node_pressure() {
     };
     use qosd_model::policy::evict::Backend;
     use qosd_node::evict::{Evictor, PodStopper};
-
-    let fs = tmpfs("200m", 200_000);
-    let root_dir = fs.path.join("kubelet");
-    std::fs::create_dir_all(&root_dir).unwrap();
-    let env = Containerd::start_with_root(Some(&fs.path.join("containerd")));
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let over = rt.block_on(
-        env.run_pod(&PodSpec::new("over").container(ContainerSpec::memhog("app", &["2"]))),
-    );
-    let under = rt.block_on(
-        env.run_pod(&PodSpec::new("under").container(ContainerSpec::memhog("app", &["2"]))),
-    );
-    fill_writable_layer(&rt, &env, &over, "fill", 12);
-    fill_writable_layer(&rt, &env, &under, "fill", 2);
-    let manifest = |p: &RunningPod, limit: &str| {
-        format!(
-            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {}, namespace: {}, uid: {}}}\nspec:\n  containers:\n  - name: app\n    resources: {{limits: {{ephemeral-storage: {limit}}}}}\n",
-            p.spec.name, p.spec.namespace, p.spec.uid
-        )
-    };
-    let mut pods = qosd_node::manifest::parse_str(&manifest(&over, "8Mi"), "over.yaml").unwrap();
-    pods.extend(qosd_node::manifest::parse_str(&manifest(&under, "8Mi"), "under.yaml").unwrap());
-    let sandboxes = [&over, &under]
-        .iter()
-        .map(|p| (p.spec.uid.clone(), p.sandbox_id.clone()))
-        .collect();
-    let layout = qosd_model::policy::enforce::naming::CgroupLayout::new(
-        qosd_model::core::model::CgroupVersion::V1,
-        qosd_model::core::model::CgroupDriver::Cgroupfs,
-    )
-    .with_cgroup_root(env.cgroup_root.clone());
-    let candidates = crate::runtime::eviction_service::candidates(&pods, &sandboxes, &layout);
-
     let mut sources =
         qosd_node::sys::signals::SignalSources::host(qosd_model::core::model::CgroupVersion::V1);
-    sources.nodefs = Some(root_dir.clone());
-    sources.pod_root_dir = Some(root_dir.clone());
-    sources.pod_logs_dir = fs.path.join("logs");
+    sources.nodefs = Some(root_dir.to_path_buf());
+    sources.pod_root_dir = Some(root_dir.to_path_buf());
+    sources.pod_logs_dir = logs_dir.to_path_buf();
     let cfg = EvictionConfig::from_raw(&RawEvictionConfig {
         eviction_hard: Some(parse_threshold_flag("h", "nodefs.available<1Ki").unwrap()),
         ..Default::default()
@@ -723,33 +710,162 @@ fn local_storage_limit_evicts_without_node_pressure() {
         Evictor::new(Backend::Cri, Some(stopper), Duration::from_secs(30)),
     );
     engine.runtime = Some(cri as Arc<dyn NodeRuntime>);
+    engine
+}
 
-    let mut evicted = Vec::new();
+/// The writable layer the runtime reports for the pod's first container.
+fn writable_layer(rt: &tokio::runtime::Runtime, env: &Containerd, p: &RunningPod) -> u64 {
+    rt.block_on(async {
+        env.client()
+            .await
+            .list_container_stats()
+            .await
+            .unwrap()
+            .iter()
+            .find(|s| {
+                s.attributes
+                    .as_ref()
+                    .is_some_and(|a| a.id == p.containers[0].1)
+            })
+            .and_then(|s| s.writable_layer.as_ref())
+            .and_then(|w| w.used_bytes.as_ref())
+            .map_or(0, |u| u.value)
+    })
+}
+
+/// Write `mib` MiB into the pod's emptyDir `name` where the kubelet keeps
+/// it (`<rootDir>/pods/<uid>/volumes/kubernetes.io~empty-dir/<name>`).
+fn fill_empty_dir(root_dir: &Path, p: &RunningPod, name: &str, mib: usize) {
+    let dir = root_dir.join(format!(
+        "pods/{}/volumes/kubernetes.io~empty-dir/{name}",
+        p.spec.uid
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("data"), vec![0x5au8; mib * MI as usize]).unwrap();
+}
+
+/// (pod, metric label, message, grace) of one eviction.
+type Evicted = (String, &'static str, String, Duration);
+
+/// Eviction passes every 500 ms while `any_left` (20 s at most): the
+/// evictions of every pass that had some, each asserted successful, with
+/// no node pressure.
+fn passes_until_gone(
+    engine: &mut crate::runtime::eviction::Engine,
+    candidates: &[qosd_model::policy::evict::rank::Candidate],
+    mut any_left: impl FnMut() -> bool,
+) -> Vec<Vec<Evicted>> {
+    let mut passes = Vec::new();
     let t = Instant::now();
-    while t.elapsed() < Duration::from_secs(20) && sandbox_exists(&rt, &env, &over) {
-        let r = engine.pass(Ok(candidates.clone()));
+    while t.elapsed() < Duration::from_secs(20) && any_left() {
+        let r = engine.pass(Ok(candidates.to_vec()));
         assert!(r.decision.conditions.is_empty(), "no node pressure");
-        if let Some(v) = r.decision.victim() {
-            assert!(matches!(r.outcome, Some(Ok(_))), "{:?}", r.outcome);
-            evicted.push((
-                v.candidate.name.clone(),
-                v.metric_label(),
-                v.message.clone(),
-                v.grace,
-            ));
+        let victims = r.decision.victims();
+        if !victims.is_empty() {
+            assert_eq!(r.outcomes.len(), victims.len());
+            assert!(r.outcomes.iter().all(|o| o.is_ok()), "{:?}", r.outcomes);
+            passes.push(
+                victims
+                    .iter()
+                    .map(|v| {
+                        (
+                            v.candidate.name.clone(),
+                            v.metric_label(),
+                            v.message.clone(),
+                            v.grace,
+                        )
+                    })
+                    .collect(),
+            );
         }
         std::thread::sleep(Duration::from_millis(500));
     }
+    passes
+}
+
+#[test]
+#[ignore = "needs root: mounts a tmpfs, runs a private containerd"]
+fn local_storage_limit_evicts_without_node_pressure() {
+    support::require_containerd();
+    // The production eviction pass (Engine) with a real containerd for the
+    // writable layers and the clean-up, the pod specs from manifests (the
+    // CRI does not carry ephemeral-storage limits), no node pressure. Two
+    // pods over their limits (a writable layer, an emptyDir) are both
+    // evicted in the same pass, as the kubelet's localStorageEviction does.
+    let fs = tmpfs("200m", 200_000);
+    let root_dir = fs.path.join("kubelet");
+    std::fs::create_dir_all(&root_dir).unwrap();
+    let env = Containerd::start_with_root(Some(&fs.path.join("containerd")));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let over = rt.block_on(
+        env.run_pod(&PodSpec::new("over").container(ContainerSpec::memhog("app", &["2"]))),
+    );
+    let under = rt.block_on(
+        env.run_pod(&PodSpec::new("under").container(ContainerSpec::memhog("app", &["2"]))),
+    );
+    let dir = rt.block_on(
+        env.run_pod(&PodSpec::new("dir").container(ContainerSpec::memhog("app", &["2"]))),
+    );
+    fill_writable_layer(&rt, &env, &over, "fill", 12);
+    fill_writable_layer(&rt, &env, &under, "fill", 2);
+    // The kubelet's emptyDir directory of "dir", 3 MiB in a 1Mi sizeLimit.
+    fill_empty_dir(&root_dir, &dir, "scratch", 3);
+    let scratch_volume = "  volumes:\n  - name: scratch\n    emptyDir: {sizeLimit: 1Mi}\n";
+    let pods: Vec<_> = [
+        (&over, "8Mi", ""),
+        (&under, "8Mi", ""),
+        (&dir, "64Mi", scratch_volume),
+    ]
+    .iter()
+    .flat_map(|(p, limit, volumes)| limited_pod(p, limit, volumes))
+    .collect();
+    let sandboxes = [&over, &under, &dir]
+        .iter()
+        .map(|p| (p.spec.uid.clone(), p.sandbox_id.clone()))
+        .collect();
+    let layout = qosd_model::policy::enforce::naming::CgroupLayout::new(
+        qosd_model::core::model::CgroupVersion::V1,
+        qosd_model::core::model::CgroupDriver::Cgroupfs,
+    )
+    .with_cgroup_root(env.cgroup_root.clone());
+    let candidates = crate::runtime::eviction_service::candidates(&pods, &sandboxes, &layout);
+
+    let mut engine = storage_engine(&env, &root_dir, &fs.path.join("logs"));
+    // containerd refreshes writable-layer usage every few seconds: start
+    // once it reports the filled layer, so one pass sees both pods over.
+    wait_for(
+        "the runtime reporting the filled writable layer",
+        30,
+        || writable_layer(&rt, &env, &over) >= 12 * MI as u64,
+    );
+    let mut passes = passes_until_gone(&mut engine, &candidates, || {
+        sandbox_exists(&rt, &env, &over) || sandbox_exists(&rt, &env, &dir)
+    });
     assert!(
-        !sandbox_exists(&rt, &env, &over),
-        "the pod over its limit was not evicted"
+        !sandbox_exists(&rt, &env, &over) && !sandbox_exists(&rt, &env, &dir),
+        "a pod over its limit was not evicted"
     );
     assert!(
         sandbox_exists(&rt, &env, &under),
         "the pod under its limit must stay"
     );
-    assert_eq!(evicted.len(), 1, "{evicted:?}");
+    assert_eq!(passes.len(), 1, "both in one pass: {passes:?}");
+    let mut evicted = passes.remove(0);
+    evicted.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(evicted.len(), 2, "{evicted:?}");
     let (name, label, message, grace) = &evicted[0];
+    assert_eq!(name, "dir");
+    assert_eq!(*label, "emptydirfs.limit");
+    assert_eq!(
+        message,
+        "Usage of EmptyDir volume \"scratch\" exceeds the limit \"1Mi\". "
+    );
+    assert_eq!(*grace, Duration::from_secs(1));
+    let (name, label, message, grace) = &evicted[1];
     assert_eq!(name, "over");
     // one container: the pod total (layer) is checked before the container
     assert_eq!(*label, "ephemeralpodfs.limit");
@@ -764,4 +880,5 @@ fn local_storage_limit_evicts_without_node_pressure() {
         assert!(r.decision.victim().is_none());
     }
     assert_eq!(stop_calls(&env, &over), 1);
+    assert_eq!(stop_calls(&env, &dir), 1);
 }

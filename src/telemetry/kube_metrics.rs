@@ -41,18 +41,10 @@ impl std::fmt::Debug for KubeMetrics {
 impl KubeMetrics {
     pub(crate) fn register(&self, r: &mut Registry) {
         // Known label sets start at 0: every family is in the first scrape.
-        for path in [
-            "evicted",
-            "refused_next_candidate",
-            "failed_next_candidate",
-            "fallback_local_kill",
-            "fallback_pod_deleted",
-            "fallback_delete_failed",
-            "already_gone",
-        ] {
-            let _ = self
-                .evictions
-                .get_or_create(&PathLabels { path: path.into() });
+        for path in qosd_node::evict::API_EVICTION_PATHS {
+            let _ = self.evictions.get_or_create(&PathLabels {
+                path: path.to_string(),
+            });
         }
         for res in ["created", "failed"] {
             let _ = self
@@ -71,7 +63,7 @@ impl KubeMetrics {
         );
         r.register(
             "api_evictions",
-            "Evictions through the Kubernetes API, by the path taken (evicted, refused_next_candidate, failed_next_candidate, fallback_local_kill, fallback_pod_deleted, fallback_delete_failed, already_gone)",
+            "Evictions through the Kubernetes API, by the path taken (evicted, refused_next_candidate, failed_next_candidate, throttled_retry, unanswered_wait, fallback_local_kill, fallback_status_set, fallback_status_failed, already_gone)",
             self.evictions.clone(),
         );
         r.register(

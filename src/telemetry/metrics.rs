@@ -224,6 +224,17 @@ struct VersionLabels {
 
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
+/// `qosd_build_info`: the version, always 1.
+fn register_build_info(r: &mut Registry) {
+    let build = Family::<VersionLabels, Gauge>::default();
+    build
+        .get_or_create(&VersionLabels {
+            version: env!("CARGO_PKG_VERSION").to_string(),
+        })
+        .set(1);
+    r.register("qosd_build_info", "qosd version (always 1)", build);
+}
+
 fn cri_histogram() -> Histogram {
     // 100 µs … ~6.5 s
     Histogram::new(exponential_buckets(0.0001, 2.0, 17))
@@ -352,8 +363,23 @@ impl Metrics {
     }
 
     fn with_roots(proc_self: PathBuf, proc_root: PathBuf) -> Metrics {
+        let m = Metrics::unregistered();
+        // The registration order is the order of the scrape.
         let mut r = Registry::default();
-        let m = Metrics {
+        m.kube.register(r.sub_registry_with_prefix("qosd"));
+        m.register_eviction(&mut r, proc_root);
+        m.register_reconcile(&mut r);
+        m.register_runtime_and_state(&mut r);
+        register_build_info(&mut r);
+        r.register_collector(Box::new(ProcessCollector { proc_self }));
+        m.start_known_series();
+        m.config_generation.set(1);
+        Metrics { registry: r, ..m }
+    }
+
+    /// Every family, with no label set yet, and an empty registry.
+    fn unregistered() -> Metrics {
+        Metrics {
             evictions: Family::default(),
             dry_run_evictions: Family::default(),
             reclaimed_images: Counter::default(),
@@ -391,56 +417,59 @@ impl Metrics {
             audit_drift: Gauge::default(),
             audit_drift_changes: Counter::default(),
             registry: Registry::default(),
-        };
-        m.kube.register(r.sub_registry_with_prefix("qosd"));
+        }
+    }
+
+    /// Evictions, reclaim, hooks, signals, thresholds and node conditions.
+    fn register_eviction(&self, r: &mut Registry, proc_root: PathBuf) {
         r.register(
             "qosd_evictions",
             "Pods evicted (enforce mode), by the signal that triggered the eviction and the pod's QoS class (kubelet: kubelet_evictions)",
-            m.evictions.clone(),
+            self.evictions.clone(),
         );
         r.register(
             "qosd_dry_run_evictions",
             "Pods qosd would have evicted in dry-run mode (each victim once), by signal and QoS class (none was made)",
-            m.dry_run_evictions.clone(),
+            self.dry_run_evictions.clone(),
         );
         r.register(
             "qosd_reclaimed_images",
             "Unused images removed by node-level reclaim and image GC",
-            m.reclaimed_images.clone(),
+            self.reclaimed_images.clone(),
         );
         r.register(
             "qosd_reclaimed_containers",
             "Dead containers removed by node-level reclaim before disk evictions",
-            m.reclaimed_containers.clone(),
+            self.reclaimed_containers.clone(),
         );
         r.register_with_unit(
             "qosd_eviction_reaction",
             "Time from a threshold crossing being observed to the kill being issued, per eviction",
             Unit::Seconds,
-            m.eviction_reaction.clone(),
+            self.eviction_reaction.clone(),
         );
         r.register_with_unit(
             "qosd_eviction_release",
             "Time from a threshold crossing being observed to the evicted pod's resources being released",
             Unit::Seconds,
-            m.eviction_release.clone(),
+            self.eviction_release.clone(),
         );
         r.register(
             "qosd_eviction_hook_runs",
             "Runs of the evictionHook program, by result (ok, failed, timeout)",
-            m.hook_runs.clone(),
+            self.hook_runs.clone(),
         );
-        m.available.register(
-            &mut r,
+        self.available.register(
+            r,
             "qosd_signal_available",
             "Last observed available amount of each eviction signal",
         );
-        m.capacity.register(
-            &mut r,
+        self.capacity.register(
+            r,
             "qosd_signal_capacity",
             "Capacity each eviction signal is measured against",
         );
-        let t = &m.threshold_value;
+        let t = &self.threshold_value;
         let help =
             "Eviction threshold resolved to the signal's unit (percentages applied to capacity)";
         r.register_with_unit(
@@ -464,145 +493,150 @@ impl Metrics {
         r.register(
             "qosd_eviction_threshold_met",
             "1 while an eviction threshold is met (observed below threshold, min-reclaim not yet reached)",
-            m.threshold_met.clone(),
+            self.threshold_met.clone(),
         );
         r.register_collector(Box::new(PressureCollector { proc_root }));
         r.register_with_unit(
             "qosd_signal_pressure_observed",
             "Stall of each pressure signal (memory.some, memory.full) in its window at the last eviction pass, as a share of the window",
             Unit::Other("ratio".into()),
-            m.pressure_observed.clone(),
+            self.pressure_observed.clone(),
         );
         r.register_with_unit(
             "qosd_signal_pressure_threshold",
             "Pressure threshold: the share of the window stalled at which it is met",
             Unit::Other("ratio".into()),
-            m.pressure_threshold.clone(),
+            self.pressure_threshold.clone(),
         );
         r.register(
             "qosd_signal_pressure_detector",
             "1 for how each pressure signal is watched: trigger (the kernel's), poll (the stall counter read every tenth of the window) or unavailable (no PSI: not evaluated)",
-            m.pressure_detector.clone(),
+            self.pressure_detector.clone(),
         );
         r.register(
             "qosd_node_condition",
             "1 while a node condition (MemoryPressure, DiskPressure, PIDPressure) is set",
-            m.node_condition.clone(),
+            self.node_condition.clone(),
         );
+    }
+
+    /// Reconcile passes and the cgroup writes and removals they make.
+    fn register_reconcile(&self, r: &mut Registry) {
         r.register_with_unit(
             "qosd_reconcile_duration",
             "Duration of a reconcile pass (list pods, plan, read/compare/write cgroups)",
             Unit::Seconds,
-            m.reconcile_duration.clone(),
+            self.reconcile_duration.clone(),
         );
         r.register(
             "qosd_reconciles",
             "Reconcile passes completed",
-            m.reconciles.clone(),
+            self.reconciles.clone(),
         );
         r.register_with_unit(
             "qosd_last_reconcile_timestamp",
             "Unix time of the end of the last completed reconcile pass",
             Unit::Seconds,
-            m.last_reconcile.clone(),
+            self.last_reconcile.clone(),
         );
         r.register(
             "qosd_cgroup_writes",
             "cgroup interface file writes made (a steady node makes none)",
-            m.cgroup_writes.clone(),
+            self.cgroup_writes.clone(),
         );
         r.register(
             "qosd_dry_run_cgroup_writes",
             "cgroup writes dry-run mode planned and did not make (counted each pass they are still pending)",
-            m.dry_run_cgroup_writes.clone(),
+            self.dry_run_cgroup_writes.clone(),
         );
         r.register(
             "qosd_orphan_cgroups_removed",
             "Empty pod cgroups removed after their sandbox went away",
-            m.orphans_removed.clone(),
+            self.orphans_removed.clone(),
         );
         r.register(
             "qosd_dry_run_orphan_cgroups_removed",
             "Orphaned pod cgroups dry-run mode would have removed",
-            m.dry_run_orphans_removed.clone(),
+            self.dry_run_orphans_removed.clone(),
         );
+    }
+
+    /// Errors, runtime calls, configuration reloads, pods, the cgroup
+    /// audit and readiness.
+    fn register_runtime_and_state(&self, r: &mut Registry) {
         r.register(
             "qosd_errors",
             "Errors, by kind (see docs/operations.md for every kind)",
-            m.errors.clone(),
+            self.errors.clone(),
         );
         r.register(
             "qosd_cri_calls",
             "CRI calls to the container runtime, by method (retries included in one call)",
-            m.cri_calls.clone(),
+            self.cri_calls.clone(),
         );
         r.register(
             "qosd_cri_call_failures",
             "Failed CRI calls, by method",
-            m.cri_failures.clone(),
+            self.cri_failures.clone(),
         );
         r.register_with_unit(
             "qosd_cri_call_duration",
             "Latency of CRI calls to the container runtime, by method",
             Unit::Seconds,
-            m.cri_duration.clone(),
+            self.cri_duration.clone(),
         );
         r.register(
             "qosd_config_reload",
             "SIGHUP configuration reloads, by result (applied, unchanged, invalid, restart_required)",
-            m.config_reloads.clone(),
+            self.config_reloads.clone(),
         );
         r.register(
             "qosd_config_generation",
             "Generation of the configuration in use (1 at start, +1 per applied reload)",
-            m.config_generation.clone(),
+            self.config_generation.clone(),
         );
-        r.register("qosd_pods", "Live pods, by QoS class", m.pods.clone());
+        r.register("qosd_pods", "Live pods, by QoS class", self.pods.clone());
         r.register(
             "qosd_cgroup_audit_drift",
             "cgroupEnforcement audit: planned cgroup values the cgroups do not hold at the last reconcile (nothing is written)",
-            m.audit_drift.clone(),
+            self.audit_drift.clone(),
         );
         r.register(
             "qosd_cgroup_audit_drift_changes",
             "cgroupEnforcement audit: differing cgroup values reported (each new or changed value once)",
-            m.audit_drift_changes.clone(),
+            self.audit_drift_changes.clone(),
         );
         r.register(
             "qosd_ready",
             "1 while qosd is ready (runtime reachable, reconciled, cgroup parents match)",
-            m.ready.clone(),
+            self.ready.clone(),
         );
-        let build = Family::<VersionLabels, Gauge>::default();
-        build
-            .get_or_create(&VersionLabels {
-                version: env!("CARGO_PKG_VERSION").to_string(),
-            })
-            .set(1);
-        r.register("qosd_build_info", "qosd version (always 1)", build);
-        r.register_collector(Box::new(ProcessCollector { proc_self }));
+    }
 
+    /// Label sets known in advance start at 0, so every family is in the
+    /// first scrape (and rate() sees the first increment).
+    fn start_known_series(&self) {
         for class in [
             QosClass::Guaranteed,
             QosClass::Burstable,
             QosClass::BestEffort,
         ] {
-            let _ = m.pods.get_or_create(&QosLabels {
+            let _ = self.pods.get_or_create(&QosLabels {
                 qos_class: class.as_str().to_string(),
             });
         }
         for cond in ["MemoryPressure", "DiskPressure", "PIDPressure"] {
-            let _ = m.node_condition.get_or_create(&ConditionLabels {
+            let _ = self.node_condition.get_or_create(&ConditionLabels {
                 condition: cond.to_string(),
             });
         }
         for k in ErrorKind::ALL {
-            let _ = m.errors.get_or_create(&KindLabels {
+            let _ = self.errors.get_or_create(&KindLabels {
                 kind: k.as_str().to_string(),
             });
         }
         for res in ["applied", "unchanged", "invalid", "restart_required"] {
-            let _ = m.config_reloads.get_or_create(&ResultLabels {
+            let _ = self.config_reloads.get_or_create(&ResultLabels {
                 result: res.to_string(),
             });
         }
@@ -618,12 +652,12 @@ impl Metrics {
                     eviction_signal: signal.as_str().to_string(),
                     qos_class: class.as_str().to_string(),
                 };
-                let _ = m.evictions.get_or_create(&l);
-                let _ = m.dry_run_evictions.get_or_create(&l);
+                let _ = self.evictions.get_or_create(&l);
+                let _ = self.dry_run_evictions.get_or_create(&l);
             }
         }
         for res in ["ok", "failed", "timeout", "skipped"] {
-            let _ = m.hook_runs.get_or_create(&ResultLabels {
+            let _ = self.hook_runs.get_or_create(&ResultLabels {
                 result: res.to_string(),
             });
         }
@@ -631,12 +665,10 @@ impl Metrics {
             let l = MethodLabels {
                 method: method.to_string(),
             };
-            let _ = m.cri_calls.get_or_create(&l);
-            let _ = m.cri_failures.get_or_create(&l);
-            let _ = m.cri_duration.get_or_create(&l);
+            let _ = self.cri_calls.get_or_create(&l);
+            let _ = self.cri_failures.get_or_create(&l);
+            let _ = self.cri_duration.get_or_create(&l);
         }
-        m.config_generation.set(1);
-        Metrics { registry: r, ..m }
     }
 
     /// A pod was evicted (or, `dry_run`, would have been) because of `signal`.

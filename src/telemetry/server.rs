@@ -344,147 +344,237 @@ pub(crate) async fn serve_with(
     limits: ServerLimits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), HttpError> {
-    use hyper_util::rt::{TokioIo, TokioTimer};
-    use tower::ServiceExt;
     let app = router(state);
-    let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections.max(1)));
-    let registry: Registry = Arc::default();
+    let slots = Slots {
+        free: Arc::new(tokio::sync::Semaphore::new(limits.max_connections.max(1))),
+        registry: Arc::default(),
+        any_idle: Arc::new(tokio::sync::Notify::new()),
+        max_per_ip: limits.max_connections_per_ip.max(1),
+    };
     let mut next_id: u64 = 0;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut conns = tokio::task::JoinSet::new();
     tokio::pin!(shutdown);
-    let mut accept_failing = false;
-    let any_idle = Arc::new(tokio::sync::Notify::new());
-    'accept: loop {
-        let (stream, peer) = tokio::select! {
-            r = listener.accept() => match r {
-                Ok(c) => {
-                    if accept_failing {
-                        tracing::info!("HTTP server accepts connections again");
-                        accept_failing = false;
-                    }
-                    c
-                }
-                Err(e) => {
-                    // EMFILE/ENFILE/ENOBUFS: wait for descriptors to come
-                    // back instead of spinning; log once per episode.
-                    if !accept_failing {
-                        tracing::warn!(error = %e, "HTTP server cannot accept connections; retrying");
-                        accept_failing = true;
-                    }
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
+    let mut accepting = AcceptHealth::default();
+    loop {
+        let accepted = tokio::select! {
+            r = listener.accept() => r,
             _ = &mut shutdown => break,
         };
+        let Some((stream, peer)) = accepting.note(accepted) else {
+            // EMFILE/ENFILE/ENOBUFS: wait for descriptors to come back
+            // instead of spinning.
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            continue;
+        };
         while conns.try_join_next().is_some() {}
-        // A slot: a free one; else the longest-idle connection's (closed
-        // now; this connection takes its slot as soon as it is free, and
-        // the loop goes on accepting); else, every connection answering a
-        // request, the first to finish.
         let ip = peer.ip().to_canonical();
-        let from_ip = registry
+        let permit = match slots.take(peer, ip, shutdown.as_mut()).await {
+            Slot::Taken(p) => p,
+            Slot::Refused => {
+                tracing::debug!(%peer, "HTTP connections per client address at the cap, all busy: closed");
+                drop(stream);
+                continue;
+            }
+            Slot::ShuttingDown => break,
+        };
+        next_id += 1;
+        let conn_state = Arc::new(ConnState::new(ip, slots.any_idle.clone(), permit));
+        // A candidate for the next kick at once (before its task runs).
+        slots
+            .registry
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(next_id, conn_state.clone());
+        let conn = Connection {
+            app: app.clone(),
+            peer,
+            unregister: Unregister(slots.registry.clone(), next_id, conn_state.clone()),
+            state: conn_state,
+            limits,
+        };
+        conns.spawn(conn.serve(stream, stop_rx.clone()));
+    }
+    let _ = stop_tx.send(true);
+    while conns.join_next().await.is_some() {}
+    Ok(())
+}
+
+/// Whether `accept` is failing (descriptors exhausted): logged once per
+/// episode, and again when it recovers.
+#[derive(Debug, Default)]
+struct AcceptHealth {
+    failing: bool,
+}
+
+impl AcceptHealth {
+    /// The accepted connection, or `None` after a failure (logged once).
+    fn note(
+        &mut self,
+        r: std::io::Result<(tokio::net::TcpStream, SocketAddr)>,
+    ) -> Option<(tokio::net::TcpStream, SocketAddr)> {
+        match r {
+            Ok(c) => {
+                if self.failing {
+                    tracing::info!("HTTP server accepts connections again");
+                    self.failing = false;
+                }
+                Some(c)
+            }
+            Err(e) => {
+                if !self.failing {
+                    tracing::warn!(error = %e, "HTTP server cannot accept connections; retrying");
+                    self.failing = true;
+                }
+                None
+            }
+        }
+    }
+}
+
+/// The connection slots: at most `max_connections` served at once, at most
+/// `max_per_ip` from one client address.
+struct Slots {
+    free: Arc<tokio::sync::Semaphore>,
+    registry: Registry,
+    /// Notified when a request ends (its connection can be kicked now).
+    any_idle: Arc<tokio::sync::Notify>,
+    max_per_ip: usize,
+}
+
+/// What [`Slots::take`] got a new connection.
+enum Slot {
+    Taken(tokio::sync::OwnedSemaphorePermit),
+    /// The client's address is at its cap with every connection busy.
+    Refused,
+    /// The server is shutting down.
+    ShuttingDown,
+}
+
+impl Slots {
+    /// A slot for a connection from `ip`: a free one; else the longest-idle
+    /// connection's (closed now; the new connection takes its slot as soon
+    /// as it is free, and the loop goes on accepting); else, every
+    /// connection answering a request, the first to finish. From an address
+    /// at its cap: only that address's longest-idle connection's slot.
+    async fn take<F: Future<Output = ()>>(
+        &self,
+        peer: SocketAddr,
+        ip: std::net::IpAddr,
+        mut shutdown: std::pin::Pin<&mut F>,
+    ) -> Slot {
+        let from_ip = self
+            .registry
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .values()
             .filter(|c| c.ip == ip)
             .count();
-        let permit = if from_ip >= limits.max_connections_per_ip.max(1) {
-            match kick_longest_idle(&registry, Some(ip)) {
-                Some(p) => p,
-                None => {
-                    tracing::debug!(%peer, "HTTP connections per client address at the cap, all busy: closed");
-                    drop(stream);
-                    continue;
-                }
+        if from_ip >= self.max_per_ip {
+            return match kick_longest_idle(&self.registry, Some(ip)) {
+                Some(p) => Slot::Taken(p),
+                None => Slot::Refused,
+            };
+        }
+        loop {
+            if let Ok(p) = self.free.clone().try_acquire_owned() {
+                return Slot::Taken(p);
             }
-        } else {
-            loop {
-                if let Ok(p) = slots.clone().try_acquire_owned() {
-                    break p;
-                }
-                if let Some(p) = kick_longest_idle(&registry, None) {
-                    break p;
-                }
-                tracing::debug!(%peer, "HTTP connection cap reached, every connection busy");
-                tokio::select! {
-                    p = slots.clone().acquire_owned() => break p.expect("semaphore never closed"),
-                    // A request ended: that connection can be closed now.
-                    _ = any_idle.notified() => {}
-                    _ = &mut shutdown => break 'accept,
-                }
+            if let Some(p) = kick_longest_idle(&self.registry, None) {
+                return Slot::Taken(p);
             }
-        };
-        next_id += 1;
-        let id = next_id;
-        let app = app.clone();
-        let mut stop = stop_rx.clone();
-        let conn_state = Arc::new(ConnState::new(ip, any_idle.clone(), permit));
-        // A candidate for the next kick at once (before its task runs).
-        registry
+            tracing::debug!(%peer, "HTTP connection cap reached, every connection busy");
+            tokio::select! {
+                p = self.free.clone().acquire_owned() => {
+                    return Slot::Taken(p.expect("semaphore never closed"))
+                }
+                // A request ended: that connection can be closed now.
+                _ = self.any_idle.notified() => {}
+                _ = &mut shutdown => return Slot::ShuttingDown,
+            }
+        }
+    }
+}
+
+/// Leaves the registry and frees the slot (unless a new connection took it
+/// over) when the connection ends.
+struct Unregister(Registry, u64, Arc<ConnState>);
+
+impl Drop for Unregister {
+    fn drop(&mut self) {
+        self.0
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(id, conn_state.clone());
-        let registry = registry.clone();
-        conns.spawn(async move {
-            /// Leaves the registry and frees the slot (unless a new
-            /// connection took it over) when the connection ends.
-            struct Unregister(Registry, u64, Arc<ConnState>);
-            impl Drop for Unregister {
-                fn drop(&mut self) {
-                    self.0
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .remove(&self.1);
-                    drop(self.2.slot.lock().unwrap_or_else(|e| e.into_inner()).take());
-                }
-            }
-            let _unregister = Unregister(registry, id, conn_state.clone());
-            let svc_state = conn_state.clone();
-            let svc = hyper::service::service_fn(
-                move |mut req: hyper::Request<hyper::body::Incoming>| {
-                    let in_flight = InFlight::start(&svc_state);
-                    req.extensions_mut().insert(Peer(peer));
-                    let answer = app.clone().oneshot(req);
-                    async move {
-                        let r = answer.await;
-                        drop(in_flight);
-                        r
-                    }
-                },
-            );
-            let mut builder = hyper::server::conn::http1::Builder::new();
-            builder
-                .timer(TokioTimer::new())
-                .header_read_timeout(limits.header_read_timeout)
-                .half_close(true)
-                .max_buf_size(limits.max_request_bytes.max(8192))
-                .max_headers(64);
-            let conn = builder.serve_connection(TokioIo::new(stream), svc);
-            tokio::pin!(conn);
-            let deadline = tokio::time::sleep(limits.connection_lifetime);
-            tokio::pin!(deadline);
-            tokio::select! {
-                _ = conn.as_mut() => return,
-                _ = &mut deadline => return,
-                _ = conn_state.idle_for(limits.idle_timeout) => return,
-                _ = conn_state.kick.notified() => {
-                    if conn_state.idle_since().is_some() {
-                        return;
-                    }
-                    // A request arrived meanwhile: answer it, then close.
-                    conn.as_mut().graceful_shutdown();
-                }
-                _ = stop.wait_for(|s| *s) => conn.as_mut().graceful_shutdown(),
-            }
-            // Shutting down: let the request in flight finish, briefly.
-            let _ = tokio::time::timeout(std::time::Duration::from_secs(1), conn).await;
-        });
+            .remove(&self.1);
+        drop(self.2.slot.lock().unwrap_or_else(|e| e.into_inner()).take());
     }
-    let _ = stop_tx.send(true);
-    while conns.join_next().await.is_some() {}
-    Ok(())
+}
+
+/// One accepted connection and what serving it needs.
+struct Connection {
+    app: Router,
+    peer: SocketAddr,
+    state: Arc<ConnState>,
+    unregister: Unregister,
+    limits: ServerLimits,
+}
+
+impl Connection {
+    /// Serve HTTP/1 requests until the client is done, the connection is
+    /// idle or too old, its slot is needed, or the server stops.
+    async fn serve(
+        self,
+        stream: tokio::net::TcpStream,
+        mut stop: tokio::sync::watch::Receiver<bool>,
+    ) {
+        use hyper_util::rt::{TokioIo, TokioTimer};
+        use tower::ServiceExt;
+        let Connection {
+            app,
+            peer,
+            state: conn_state,
+            unregister: _unregister,
+            limits,
+        } = self;
+        let svc_state = conn_state.clone();
+        let svc =
+            hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+                let in_flight = InFlight::start(&svc_state);
+                req.extensions_mut().insert(Peer(peer));
+                let answer = app.clone().oneshot(req);
+                async move {
+                    let r = answer.await;
+                    drop(in_flight);
+                    r
+                }
+            });
+        let mut builder = hyper::server::conn::http1::Builder::new();
+        builder
+            .timer(TokioTimer::new())
+            .header_read_timeout(limits.header_read_timeout)
+            .half_close(true)
+            .max_buf_size(limits.max_request_bytes.max(8192))
+            .max_headers(64);
+        let conn = builder.serve_connection(TokioIo::new(stream), svc);
+        tokio::pin!(conn);
+        let deadline = tokio::time::sleep(limits.connection_lifetime);
+        tokio::pin!(deadline);
+        tokio::select! {
+            _ = conn.as_mut() => return,
+            _ = &mut deadline => return,
+            _ = conn_state.idle_for(limits.idle_timeout) => return,
+            _ = conn_state.kick.notified() => {
+                if conn_state.idle_since().is_some() {
+                    return;
+                }
+                // A request arrived meanwhile: answer it, then close.
+                conn.as_mut().graceful_shutdown();
+            }
+            _ = stop.wait_for(|s| *s) => conn.as_mut().graceful_shutdown(),
+        }
+        // Shutting down: let the request in flight finish, briefly.
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(1), conn).await;
+    }
 }
 
 /// A running server (see [`spawn`]).
@@ -637,123 +727,6 @@ mod tests {
         // Unknown and missing fields are tolerated.
         let old: StatusDoc = serde_json::from_str(r#"{"mode":"enforce","future":1}"#).unwrap();
         assert_eq!(old.mode, "enforce");
-    }
-
-    #[test]
-    fn status_table_shows_signals_pods_and_evictions() {
-        let mut d = StatusDoc::new();
-        d.mode = "enforce".into();
-        d.signals.push(SignalStatus {
-            signal: "memory.available".into(),
-            observed: Some(50 << 20),
-            capacity: Some(8 << 30),
-            thresholds: vec![ThresholdStatus {
-                kind: "hard".into(),
-                threshold: "100Mi".into(),
-                value: Some(100 << 20),
-                met: true,
-                ..Default::default()
-            }],
-            pressure: None,
-        });
-        d.signals.push(SignalStatus {
-            signal: "nodefs.inodesFree".into(),
-            observed: Some(12345),
-            ..Default::default()
-        });
-        d.conditions.push(ConditionStatus {
-            condition: "MemoryPressure".into(),
-            active: true,
-            ..Default::default()
-        });
-        d.pods = PodCounts {
-            guaranteed: 1,
-            burstable: 2,
-            best_effort: 3,
-        };
-        d.push_eviction(EvictionRecord {
-            at_ms: 1_000,
-            namespace: "default".into(),
-            name: "hog".into(),
-            qos_class: "BestEffort".into(),
-            signal: "memory.available".into(),
-            threshold_kind: "hard".into(),
-            observed: 50 << 20,
-            threshold: 100 << 20,
-            backend: "kill".into(),
-            ..Default::default()
-        });
-        let t = d.to_table(6_000);
-        for piece in [
-            "mode enforce",
-            "memory.available",
-            "50.0Mi",
-            "8.0Gi",
-            "hard <100Mi (100.0Mi) MET",
-            "12345",
-            "MemoryPressure=True",
-            "(total 6)",
-            "default/hog",
-            "5s",
-            "last reconcile: none yet",
-        ] {
-            assert!(t.contains(piece), "{piece:?} missing from\n{t}");
-        }
-    }
-
-    /// A pressure signal in `qosd status`: stalled time of its window, the
-    /// threshold as a share, how it is watched (unavailable: the reason).
-    #[test]
-    fn status_table_shows_pressure_signals() {
-        use qosd_node::sys::pressure::{Mode, PressureStatus};
-        let mut d = StatusDoc::new();
-        d.signals.push(SignalStatus {
-            signal: "memory.full".into(),
-            observed: Some(300_000),
-            capacity: Some(2_000_000),
-            thresholds: vec![ThresholdStatus {
-                kind: "hard".into(),
-                threshold: "10%/2s".into(),
-                value: Some(200_000),
-                met: true,
-                ..Default::default()
-            }],
-            pressure: None,
-        });
-        crate::telemetry::status::add_pressure(
-            &mut d.signals,
-            &[
-                PressureStatus {
-                    signal: qosd_model::policy::evict::threshold::Signal::MemoryFull,
-                    mode: Mode::Trigger { privileged: true },
-                    window: std::time::Duration::from_secs(2),
-                    reading: None,
-                    error: None,
-                },
-                PressureStatus {
-                    signal: qosd_model::policy::evict::threshold::Signal::MemorySome,
-                    mode: Mode::Unavailable("no /proc/pressure".into()),
-                    window: std::time::Duration::from_secs(2),
-                    reading: None,
-                    error: None,
-                },
-            ],
-        );
-        let p = d.signals[0].pressure.as_ref().unwrap();
-        assert_eq!((p.mode.as_str(), p.stall_percent), ("trigger", Some(15.0)));
-        assert_eq!(d.signals[1].signal, "memory.some", "never silently absent");
-        let t = d.to_table(6_000);
-        for piece in [
-            "memory.full",
-            "300ms",
-            "hard >=10%/2s MET",
-            "memory.full stalled 15.0% of 2s",
-            "trigger (kernel checks every tenth of the window)",
-            "memory.some stalled - of 2s",
-            "unavailable: no /proc/pressure",
-        ] {
-            assert!(t.contains(piece), "{piece:?} missing from\n{t}");
-        }
     }
 
     #[test]

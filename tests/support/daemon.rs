@@ -31,6 +31,8 @@ use super::http::HttpResponse;
 /// The environment variable that makes `qosd run` panic at a named point
 /// (the supervision tests' fault injection; docs/testing.md).
 pub const INJECT_PANIC_ENV: &str = "QOSD_INJECT_PANIC";
+/// `src/runtime/supervisor.rs`: a test-only stall point.
+pub const INJECT_STALL_ENV: &str = "QOSD_INJECT_STALL";
 
 /// The exit code of a daemon whose supervised loop panicked or stalled
 /// (docs/operations.md, exit codes).
@@ -205,6 +207,7 @@ impl Daemon {
             .env_remove("QOSD_CONFIG")
             .env_remove("NODE_NAME")
             .env_remove(INJECT_PANIC_ENV)
+            .env_remove(INJECT_STALL_ENV)
             .env("QOSD_LOG", "info")
             .envs(envs.iter().copied())
             .stdin(Stdio::null())

@@ -10,17 +10,38 @@
 //!   paging and the `spec.nodeName` field selector (other selectors: 400).
 //! * `GET /api/v1/pods?watch=1&resourceVersion=R`: a chunked stream of
 //!   newline-delimited events after R (each event split over two chunks),
-//!   then live ones; `BOOKMARK`s on request ([`FakeApi::bookmark`]);
-//!   `timeoutSeconds` honoured; a version older than the compaction point
-//!   ([`FakeApi::expire`]) gets `410 Gone`, and live watches get an `ERROR`
-//!   event with code 410; [`FakeApi::drop_watches`] cuts every open stream
-//!   mid-event (the connection is aborted).
+//!   then live ones; `BOOKMARK`s on request ([`FakeApi::bookmark`]) or
+//!   periodically ([`FakeApi::bookmark_every`], as the watch cache does
+//!   once a minute); `timeoutSeconds` honoured; a version older than the
+//!   compaction point ([`FakeApi::expire`]) gets what a real server sends —
+//!   HTTP 200, one `ERROR` event (`Status` 410 `Expired`, "too old
+//!   resource version: R (C)"), end of stream — and so do live watches;
+//!   [`FakeApi::drop_watches`] cuts every open stream mid-event;
+//!   [`FakeApi::stall_watches`] makes them silent (no FIN, no reset);
+//!   [`FakeApi::close_watches_at_once`] answers watches with an empty
+//!   stream.
+//! * List `continue` tokens expire ([`FakeApi::expire_continue_tokens`]):
+//!   410 `Expired` with etcd's message and a fresh token.
 //! * `POST …/pods/{name}/eviction` (policy/v1): answers as scripted
-//!   ([`Answer`]: 201, 429 with the PDB message, 404, 500, or no answer);
-//!   201 marks the pod deleting (deletionTimestamp, `MODIFIED` event).
+//!   ([`Answer`]): 201 (also late), 429 from a disruption budget (with or
+//!   without `Retry-After`, the real message and cause), 429 from API
+//!   Priority and Fairness (plain text, `Retry-After`), 404, 500, or no
+//!   answer; the uid precondition (409 with the real message); an accepted
+//!   eviction adds the `DisruptionTarget` condition and deletes the pod
+//!   gracefully.
+//! * Deletion as the API server does it: the grace from DeleteOptions or
+//!   the pod; grace 0 without finalizers removes the object at once (a
+//!   force delete), otherwise it stays, deleting, until the kubelet
+//!   confirms ([`FakeApi::kubelet_finishes`]) and finalizers are gone.
+//! * `PATCH …/pods/{name}/status` (strategic merge patch): uid
+//!   precondition, conditions merged by type, no way back from a terminal
+//!   phase; recorded ([`FakeApi::status_patches`]).
 //! * `POST …/namespaces/{ns}/events`: recorded, 201.
-//! * `DELETE …/pods/{name}`: removes the pod (`DELETED` event), honours a
-//!   uid precondition (409 on mismatch), 404 when absent.
+//! * `DELETE …/pods/{name}`: graceful deletion as above, uid precondition
+//!   (409 on mismatch), 404 when absent.
+//! * Throttling ([`FakeApi::throttle_requests`]): 429 with `Retry-After`
+//!   and a plain-text body, as API Priority and Fairness answers; slow
+//!   TLS handshakes ([`FakeApi::slow_handshakes`]).
 //! * Every request body is checked against the API's schema (required
 //!   fields, types, no unknown fields as with `fieldValidation=Strict`):
 //!   an invalid one is answered 400/422 and recorded in
@@ -49,8 +70,16 @@ type FrameTx = tokio::sync::mpsc::Sender<Result<Frame<Bytes>, std::io::Error>>;
 pub enum Answer {
     /// 201 Created: the pod is deleted with the eviction's grace.
     Created,
-    /// 429 TooManyRequests with the PodDisruptionBudget message.
+    /// 429 TooManyRequests with the PodDisruptionBudget message (no
+    /// disruption allowed: no Retry-After).
     TooManyRequests,
+    /// 429 from a budget the server is still processing: the same
+    /// message, `retryAfterSeconds` 10 and `Retry-After: 10`.
+    PdbProcessing,
+    /// 429 from API Priority and Fairness: plain text, `Retry-After: N`.
+    Throttled(u64),
+    /// Created, answered after this long (the effect happens then too).
+    Late(Duration),
     /// 404 NotFound.
     NotFound,
     /// 500 InternalError.
@@ -72,7 +101,30 @@ pub struct Recorded {
 struct Watcher {
     node: Option<String>,
     tx: FrameTx,
+    /// The version the watch started from.
+    from: u64,
 }
+
+fn bookmark_all(s: &mut State) {
+    let obj = json!({"kind": "Pod", "apiVersion": "v1", "metadata": {"resourceVersion": s.rv.to_string()}});
+    let line = event_line("BOOKMARK", &obj);
+    s.watchers.retain(|w| send_event(&w.tx, &line));
+}
+
+/// The watch cache's answer to a version older than its window.
+fn too_old(from: u64, below: u64) -> Value {
+    status(
+        410,
+        "Expired",
+        &format!(
+            "too old resource version: {from} ({})",
+            below.saturating_sub(1)
+        ),
+    )
+}
+
+/// etcd's answer to an expired continue token.
+const CONTINUE_EXPIRED: &str = "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.";
 
 #[derive(Default)]
 struct State {
@@ -86,10 +138,29 @@ struct State {
     default_answer: Option<Answer>,
     requests: Vec<Recorded>,
     evictions: Vec<(String, String, Value, u16)>,
+    /// When each eviction request arrived.
+    eviction_times: Vec<std::time::Instant>,
     events: Vec<Value>,
     deletes: Vec<(String, String, Value)>,
     schema_errors: Vec<String>,
     down: bool,
+    /// Streams that went silent ([`FakeApi::stall_watches`]): kept open,
+    /// never written to again.
+    stalled: Vec<FrameTx>,
+    /// Continue tokens carry this; [`FakeApi::expire_continue_tokens`]
+    /// bumps it.
+    continue_epoch: u64,
+    /// Bump `continue_epoch` after serving this many more list pages.
+    expire_continue_after: Option<usize>,
+    /// (requests left, Retry-After seconds): throttle every request but
+    /// watches, as API Priority and Fairness does.
+    throttle: Option<(usize, u64)>,
+    /// (namespace, name, patch) of every accepted status patch.
+    status_patches: Vec<(String, String, Value)>,
+    /// Wait this long before the TLS handshake of each new connection.
+    handshake_delay: Duration,
+    /// Watches are answered 200 and closed at once, with nothing.
+    close_watches_at_once: bool,
 }
 
 /// The fake API server (see the module docs).
@@ -98,6 +169,8 @@ pub struct FakeApi {
     pub ca_pem: String,
     pub token: String,
     state: Arc<Mutex<State>>,
+    /// The server's runtime (timers the fake runs itself).
+    rt: tokio::runtime::Handle,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -162,6 +235,7 @@ enum Ty {
     Int,
     Obj,
     Bool,
+    Arr,
 }
 
 /// Check `v` has the `required` fields with their types, `optional` ones
@@ -182,6 +256,7 @@ fn check(
         Ty::Int => x.is_i64() || x.is_u64(),
         Ty::Obj => x.is_object(),
         Ty::Bool => x.is_boolean(),
+        Ty::Arr => x.is_array(),
     };
     for (k, t) in required {
         match obj.get(*k) {
@@ -389,16 +464,18 @@ impl FakeApi {
                     .enable_all()
                     .build()
                     .unwrap();
-                rt.block_on(serve(st, tok, cert_pem, key_pem, addr_tx, stop_rx));
+                let handle = rt.handle().clone();
+                rt.block_on(serve(st, tok, cert_pem, key_pem, addr_tx, handle, stop_rx));
                 rt.shutdown_timeout(Duration::from_millis(100));
             })
             .unwrap();
-        let addr = addr_rx.recv().expect("fake API server did not start");
+        let (addr, rt) = addr_rx.recv().expect("fake API server did not start");
         FakeApi {
             addr,
             ca_pem,
             token,
             state,
+            rt,
             stop: Some(stop_tx),
             thread: Some(thread),
         }
@@ -466,27 +543,126 @@ impl FakeApi {
 
     /// Send a BOOKMARK with the current version on every open watch.
     pub fn bookmark(&self) {
-        self.with(|s| {
-            let obj = json!({"kind": "Pod", "apiVersion": "v1", "metadata": {"resourceVersion": s.rv.to_string()}});
-            let line = event_line("BOOKMARK", &obj);
-            s.watchers.retain(|w| send_event(&w.tx, &line));
-        })
+        self.with(bookmark_all)
     }
 
-    /// Compact history: older versions get 410 Gone; open watches get an
-    /// ERROR event with code 410 and end.
+    /// Compact history: a watch from an older version gets, as from a
+    /// real server's watch cache, HTTP 200 and one `ERROR` event (a
+    /// `Status` with code 410, reason `Expired`, "too old resource
+    /// version: R (C)"), then the stream ends; open watches get the same
+    /// event and end.
     pub fn expire(&self) {
         self.with(|s| {
             s.compacted_below = s.rv + 1;
             s.history.clear();
-            let line = event_line(
-                "ERROR",
-                &status(410, "Expired", "too old resource version: expired"),
-            );
+            let below = s.compacted_below;
             for w in s.watchers.drain(..) {
+                let line = event_line("ERROR", &too_old(w.from, below));
                 let _ = send_event(&w.tx, &line);
             }
         })
+    }
+
+    /// Every open watch goes silent: no more bytes (events, bookmarks), no
+    /// FIN, no reset — a host lost or a proxy that stopped forwarding.
+    pub fn stall_watches(&self) {
+        self.with(|s| {
+            let stalled: Vec<FrameTx> = s.watchers.drain(..).map(|w| w.tx).collect();
+            s.stalled.extend(stalled);
+        })
+    }
+
+    /// How many streams are silent and still open.
+    pub fn stalled_watches(&self) -> usize {
+        self.with(|s| {
+            s.stalled.retain(|tx| !tx.is_closed());
+            s.stalled.len()
+        })
+    }
+
+    /// Send a BOOKMARK on every open watch every `every`, as a real
+    /// server's watch cache does about once a minute.
+    pub fn bookmark_every(&self, every: Duration) {
+        let state = Arc::downgrade(&self.state);
+        self.rt.spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let Some(state) = state.upgrade() else { return };
+                bookmark_all(&mut state.lock().unwrap());
+            }
+        });
+    }
+
+    /// Every `continue` token handed out so far expires: using one gets
+    /// 410 `Expired` with a fresh (inconsistent) token, as from etcd after
+    /// a compaction.
+    pub fn expire_continue_tokens(&self) {
+        self.with(|s| s.continue_epoch += 1);
+    }
+
+    /// [`FakeApi::expire_continue_tokens`] once `pages` more list pages
+    /// have been served (between two pages of one list).
+    pub fn expire_continue_tokens_after(&self, pages: usize) {
+        self.with(|s| s.expire_continue_after = Some(pages));
+    }
+
+    /// Make every new connection's TLS handshake wait this long (a slow or
+    /// distant server: connecting takes time, answering does not).
+    pub fn slow_handshakes(&self, delay: Duration) {
+        self.with(|s| s.handshake_delay = delay);
+    }
+
+    /// Throttle the next `n` requests (watches excepted) with API Priority
+    /// and Fairness' 429 and `Retry-After: retry_after`.
+    pub fn throttle_requests(&self, n: usize, retry_after: u64) {
+        self.with(|s| s.throttle = (n > 0).then_some((n, retry_after)));
+    }
+
+    /// The kubelet confirms the pod's containers stopped: it deletes the
+    /// object with grace 0 (kept while finalizers remain).
+    pub fn kubelet_finishes(&self, uid: &str) {
+        self.with(|s| {
+            if s.pods.contains_key(uid) {
+                graceful_delete(s, uid, Some(0));
+            }
+        })
+    }
+
+    /// Remove a pod's finalizers; a pod being deleted then goes.
+    pub fn remove_finalizers(&self, uid: &str) {
+        self.with(|s| {
+            let Some(p) = s.pods.get_mut(uid) else { return };
+            p["metadata"]["finalizers"] = json!([]);
+            let deleting_now = p["metadata"]["deletionGracePeriodSeconds"] == json!(0);
+            if deleting_now {
+                remove(s, uid);
+            }
+        })
+    }
+
+    /// (namespace, name, patch) of every accepted `pods/status` patch.
+    pub fn status_patches(&self) -> Vec<(String, String, Value)> {
+        self.with(|s| s.status_patches.clone())
+    }
+
+    /// Answer every watch with 200 and an empty stream that ends at once
+    /// (a server or proxy closing watches immediately).
+    pub fn close_watches_at_once(&self, on: bool) {
+        self.with(|s| s.close_watches_at_once = on);
+    }
+
+    /// Write a kubeconfig with this `user:` mapping (YAML flow) and extra
+    /// `cluster:` keys, e.g. `("{tokenFile: /t}", ", tls-server-name: x")`.
+    pub fn kubeconfig_with(&self, dir: &Path, user: &str, cluster_extra: &str) -> PathBuf {
+        use base64::Engine as _;
+        let ca = base64::engine::general_purpose::STANDARD.encode(&self.ca_pem);
+        let text = format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: test\nclusters:\n- name: fake\n  cluster: {{server: '{}', certificate-authority-data: '{ca}'{cluster_extra}}}\ncontexts:\n- name: test\n  context: {{cluster: fake, user: qosd}}\nusers:\n- name: qosd\n  user: {user}\n",
+            self.server(),
+        );
+        let p = dir.join("kubeconfig");
+        std::fs::write(&p, text).unwrap();
+        p
     }
 
     /// Cut every open watch in the middle of an event.
@@ -527,6 +703,11 @@ impl FakeApi {
         self.with(|s| s.evictions.clone())
     }
 
+    /// When each of [`FakeApi::evictions`] arrived.
+    pub fn eviction_times(&self) -> Vec<std::time::Instant> {
+        self.with(|s| s.eviction_times.clone())
+    }
+
     pub fn events(&self) -> Vec<Value> {
         self.with(|s| s.events.clone())
     }
@@ -546,7 +727,10 @@ impl Drop for FakeApi {
         if let Some(s) = self.stop.take() {
             let _ = s.send(());
         }
-        self.with(|s| s.watchers.clear());
+        self.with(|s| {
+            s.watchers.clear();
+            s.stalled.clear();
+        });
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -601,7 +785,8 @@ async fn serve(
     token: String,
     cert_pem: String,
     key_pem: String,
-    addr_tx: std::sync::mpsc::Sender<SocketAddr>,
+    addr_tx: std::sync::mpsc::Sender<(SocketAddr, tokio::runtime::Handle)>,
+    rt_handle: tokio::runtime::Handle,
     mut stop: tokio::sync::oneshot::Receiver<()>,
 ) {
     use rustls_pki_types::pem::PemObject;
@@ -620,7 +805,9 @@ async fn serve(
     .unwrap();
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    addr_tx.send(listener.local_addr().unwrap()).unwrap();
+    addr_tx
+        .send((listener.local_addr().unwrap(), rt_handle))
+        .unwrap();
     loop {
         let (tcp, _) = tokio::select! {
             r = listener.accept() => match r { Ok(x) => x, Err(_) => continue },
@@ -634,6 +821,8 @@ async fn serve(
         let state = state.clone();
         let token = token.clone();
         tokio::spawn(async move {
+            let delay = state.lock().unwrap().handshake_delay;
+            tokio::time::sleep(delay).await;
             let Ok(tls) = acceptor.accept(tcp).await else {
                 return;
             };
@@ -701,15 +890,46 @@ fn node_selector(q: &BTreeMap<String, String>) -> Result<Option<String>, String>
     Ok(Some(v.to_string()))
 }
 
+/// One request as parsed: what the routes need.
+struct Req {
+    method: String,
+    path: String,
+    query: String,
+    content_type: String,
+    body: Option<Value>,
+}
+
+impl Req {
+    fn record(&self, code: u16) -> Recorded {
+        Recorded {
+            method: self.method.clone(),
+            path: self.path.clone(),
+            query: self.query.clone(),
+            body: self.body.clone(),
+            status: code,
+        }
+    }
+}
+
+/// A route's answer: a JSON body, or a full response (streams, plain text).
+enum Reply {
+    Json(u16, Value),
+    Raw(Response<Body>),
+}
+
 async fn handle(state: Arc<Mutex<State>>, token: &str, req: Request<Incoming>) -> Response<Body> {
+    let header = |n: &str| {
+        req.headers()
+            .get(n)
+            .and_then(|h| h.to_str().ok())
+            .unwrap_or("")
+            .to_string()
+    };
+    let authorized = header("authorization") == format!("Bearer {token}");
+    let content_type = header("content-type");
     let method = req.method().to_string();
     let path = req.uri().path().to_string();
     let query = req.uri().query().unwrap_or("").to_string();
-    let authorized = req
-        .headers()
-        .get("authorization")
-        .and_then(|h| h.to_str().ok())
-        == Some(&format!("Bearer {token}"));
     let bytes = req
         .into_body()
         .collect()
@@ -729,193 +949,110 @@ async fn handle(state: Arc<Mutex<State>>, token: &str, req: Request<Incoming>) -
             }
         }
     };
-    let record = |code: u16| Recorded {
-        method: method.clone(),
-        path: path.clone(),
-        query: query.clone(),
-        body: body.clone(),
-        status: code,
+    let r = Req {
+        method,
+        path,
+        query,
+        content_type,
+        body,
     };
     if !authorized {
-        state.lock().unwrap().requests.push(record(401));
+        state.lock().unwrap().requests.push(r.record(401));
         return full(401, &status(401, "Unauthorized", "Unauthorized"));
     }
-    let q = query_map(&query);
-    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
-    let (code, resp) = match (method.as_str(), segs.as_slice()) {
+    let is_watch = query_map(&r.query)
+        .get("watch")
+        .is_some_and(|w| w == "1" || w == "true");
+    if !is_watch {
+        if let Some(resp) = throttled(&state, &r) {
+            return resp;
+        }
+    }
+    match route(&state, &r).await {
+        Reply::Json(code, v) => {
+            state.lock().unwrap().requests.push(r.record(code));
+            full(code, &v)
+        }
+        Reply::Raw(resp) => {
+            let code = resp.status().as_u16();
+            state.lock().unwrap().requests.push(r.record(code));
+            resp
+        }
+    }
+}
+
+/// API Priority and Fairness rejecting a request: 429, `Retry-After`, a
+/// plain-text body (not a `Status`), the flow-control headers.
+fn throttled(state: &Arc<Mutex<State>>, r: &Req) -> Option<Response<Body>> {
+    let mut s = state.lock().unwrap();
+    let (left, retry_after) = s.throttle?;
+    s.throttle = (left > 1).then_some((left - 1, retry_after));
+    s.requests.push(r.record(429));
+    Some(apf_429(retry_after))
+}
+
+fn apf_429(retry_after: u64) -> Response<Body> {
+    Response::builder()
+        .status(429)
+        .header("content-type", "text/plain; charset=utf-8")
+        .header("x-content-type-options", "nosniff")
+        .header("retry-after", retry_after.to_string())
+        .header("x-kubernetes-pf-flowschema-uid", "fake-flowschema")
+        .header("x-kubernetes-pf-prioritylevel-uid", "fake-prioritylevel")
+        .body(
+            Full::new(Bytes::from_static(
+                b"Too many requests, please try again later.\n",
+            ))
+            .map_err(|e: Infallible| match e {})
+            .boxed(),
+        )
+        .unwrap()
+}
+
+async fn route(state: &Arc<Mutex<State>>, r: &Req) -> Reply {
+    let q = query_map(&r.query);
+    let segs: Vec<&str> = r.path.trim_matches('/').split('/').collect();
+    match (r.method.as_str(), segs.as_slice()) {
         ("GET", ["api", "v1", "pods"]) => {
             if q.get("watch").is_some_and(|w| w == "1" || w == "true") {
-                let r = watch(&state, &q);
-                let code = r.status().as_u16();
-                state.lock().unwrap().requests.push(record(code));
-                return r;
+                return Reply::Raw(watch(state, &q));
             }
-            list(&state, &q)
+            let (c, v) = list(state, &q);
+            Reply::Json(c, v)
         }
         ("GET", ["api", "v1", "namespaces", ns, "pods", name]) => {
             let s = state.lock().unwrap();
-            match s.pods.values().find(|p| {
-                p["metadata"]["namespace"] == json!(ns) && p["metadata"]["name"] == json!(name)
-            }) {
-                Some(p) => (200, p.clone()),
-                None => (
-                    404,
-                    status(404, "NotFound", &format!("pods \"{name}\" not found")),
-                ),
+            match find(&s, ns, name) {
+                Some(uid) => Reply::Json(200, s.pods[&uid].clone()),
+                None => Reply::Json(404, not_found(name)),
             }
         }
         ("POST", ["api", "v1", "namespaces", ns, "pods", name, "eviction"]) => {
-            let (ns, name) = (ns.to_string(), name.to_string());
-            let mut errors = Vec::new();
-            match &body {
-                Some(b) => check_eviction(b, &name, &ns, &mut errors),
-                None => errors.push("Eviction: no body".into()),
-            }
-            if !errors.is_empty() {
-                let mut s = state.lock().unwrap();
-                s.schema_errors.extend(errors.iter().cloned());
-                s.requests.push(record(422));
-                return full(422, &status(422, "Invalid", &errors.join("; ")));
-            }
-            let answer = {
-                let mut s = state.lock().unwrap();
-                let a = s
-                    .script
-                    .pop_front()
-                    .or(s.default_answer)
-                    .unwrap_or(Answer::Created);
-                let exists = s.pods.values().any(|p| {
-                    p["metadata"]["namespace"] == json!(ns) && p["metadata"]["name"] == json!(name)
-                });
-                if a == Answer::Created && !exists {
-                    Answer::NotFound
-                } else {
-                    a
-                }
-            };
-            let body_v = body.clone().unwrap_or(Value::Null);
-            let (code, v) = match answer {
-                Answer::Hang => {
-                    {
-                        let mut s = state.lock().unwrap();
-                        s.evictions.push((ns.clone(), name.clone(), body_v, 0));
-                        s.requests.push(record(0));
-                    }
-                    std::future::pending::<()>().await;
-                    unreachable!()
-                }
-                Answer::Created => {
-                    let mut s = state.lock().unwrap();
-                    let uid = s
-                        .pods
-                        .iter()
-                        .find(|(_, p)| {
-                            p["metadata"]["namespace"] == json!(ns)
-                                && p["metadata"]["name"] == json!(name)
-                        })
-                        .map(|(u, _)| u.clone())
-                        .unwrap();
-                    s.rv += 1;
-                    let rv = s.rv;
-                    let p = s.pods.get_mut(&uid).unwrap();
-                    p["metadata"]["deletionTimestamp"] = json!("2030-01-01T00:00:00Z");
-                    p["metadata"]["deletionGracePeriodSeconds"] = body_v
-                        .pointer("/deleteOptions/gracePeriodSeconds")
-                        .cloned()
-                        .unwrap_or(json!(30));
-                    p["metadata"]["resourceVersion"] = json!(rv.to_string());
-                    let p = p.clone();
-                    notify(&mut s, "MODIFIED", p);
-                    (201, status(201, "", ""))
-                }
-                Answer::TooManyRequests => {
-                    let mut v = status(
-                        429,
-                        "TooManyRequests",
-                        "Cannot evict pod as it would violate the pod's disruption budget.",
-                    );
-                    v["details"] = json!({"causes": [{"reason": "DisruptionBudget", "message": "The disruption budget test-pdb needs 1 healthy pods and has 1 currently"}]});
-                    (429, v)
-                }
-                Answer::NotFound => (
-                    404,
-                    status(404, "NotFound", &format!("pods \"{name}\" not found")),
-                ),
-                Answer::ServerError => (
-                    500,
-                    status(
-                        500,
-                        "InternalError",
-                        "Internal error occurred: fake API: scripted failure",
-                    ),
-                ),
-            };
-            state.lock().unwrap().evictions.push((
-                ns,
-                name,
-                body.clone().unwrap_or(Value::Null),
-                code,
-            ));
-            (code, v)
+            evict_route(state, r, ns, name).await
         }
         ("POST", ["api", "v1", "namespaces", ns, "events"]) => {
             let mut errors = Vec::new();
-            match &body {
+            match &r.body {
                 Some(b) => check_event(b, ns, &mut errors),
                 None => errors.push("Event: no body".into()),
             }
             let mut s = state.lock().unwrap();
             if !errors.is_empty() {
                 s.schema_errors.extend(errors.iter().cloned());
-                (422, status(422, "Invalid", &errors.join("; ")))
+                Reply::Json(422, status(422, "Invalid", &errors.join("; ")))
             } else {
-                let ev = body.clone().unwrap();
+                let ev = r.body.clone().unwrap();
                 s.events.push(ev.clone());
-                (201, ev)
+                Reply::Json(201, ev)
             }
         }
         ("DELETE", ["api", "v1", "namespaces", ns, "pods", name]) => {
-            let mut errors = Vec::new();
-            if let Some(b) = &body {
-                check_delete_options("DeleteOptions", b, &mut errors);
-            }
-            let mut s = state.lock().unwrap();
-            if !errors.is_empty() {
-                s.schema_errors.extend(errors.iter().cloned());
-                (422, status(422, "Invalid", &errors.join("; ")))
-            } else {
-                s.deletes.push((
-                    ns.to_string(),
-                    name.to_string(),
-                    body.clone().unwrap_or(Value::Null),
-                ));
-                let found = s
-                    .pods
-                    .iter()
-                    .find(|(_, p)| {
-                        p["metadata"]["namespace"] == json!(ns)
-                            && p["metadata"]["name"] == json!(name)
-                    })
-                    .map(|(u, _)| u.clone());
-                let want = body
-                    .as_ref()
-                    .and_then(|b| b.pointer("/preconditions/uid"))
-                    .and_then(|u| u.as_str())
-                    .map(str::to_string);
-                match found {
-                    None => (404, status(404, "NotFound", &format!("pods \"{name}\" not found"))),
-                    Some(uid) if want.as_ref().is_some_and(|w| *w != uid) => (
-                        409,
-                        status(409, "Conflict", &format!("Precondition failed: UID in precondition: {}, UID in object meta: {uid}", want.unwrap())),
-                    ),
-                    Some(uid) => {
-                        let p = remove(&mut s, &uid).unwrap();
-                        (200, p)
-                    }
-                }
-            }
+            delete_route(state, r, ns, name)
         }
-        _ => (
+        ("PATCH", ["api", "v1", "namespaces", ns, "pods", name, "status"]) => {
+            patch_status_route(state, r, ns, name)
+        }
+        _ => Reply::Json(
             404,
             status(
                 404,
@@ -923,9 +1060,361 @@ async fn handle(state: Arc<Mutex<State>>, token: &str, req: Request<Incoming>) -
                 "the server could not find the requested resource",
             ),
         ),
+    }
+}
+
+fn not_found(name: &str) -> Value {
+    status(404, "NotFound", &format!("pods \"{name}\" not found"))
+}
+
+/// The uid of the pod `ns/name`.
+fn find(s: &State, ns: &str, name: &str) -> Option<String> {
+    s.pods
+        .iter()
+        .find(|(_, p)| {
+            p["metadata"]["namespace"] == json!(ns) && p["metadata"]["name"] == json!(name)
+        })
+        .map(|(u, _)| u.clone())
+}
+
+/// The storage layer's uid precondition failure (delete, status patch).
+fn uid_precondition_failed(want: &str, uid: &str) -> Value {
+    status(
+        409,
+        "Conflict",
+        &format!("Precondition failed: UID in precondition: {want}, UID in object meta: {uid}"),
+    )
+}
+
+async fn evict_route(state: &Arc<Mutex<State>>, r: &Req, ns: &str, name: &str) -> Reply {
+    let mut errors = Vec::new();
+    match &r.body {
+        Some(b) => check_eviction(b, name, ns, &mut errors),
+        None => errors.push("Eviction: no body".into()),
+    }
+    let body_v = r.body.clone().unwrap_or(Value::Null);
+    if !errors.is_empty() {
+        let mut s = state.lock().unwrap();
+        s.schema_errors.extend(errors.iter().cloned());
+        return Reply::Json(422, status(422, "Invalid", &errors.join("; ")));
+    }
+    let answer = {
+        let mut s = state.lock().unwrap();
+        s.script
+            .pop_front()
+            .or(s.default_answer)
+            .unwrap_or(Answer::Created)
     };
-    state.lock().unwrap().requests.push(record(code));
-    full(code, &resp)
+    let push = |code: u16| {
+        let mut s = state.lock().unwrap();
+        s.eviction_times.push(std::time::Instant::now());
+        s.evictions
+            .push((ns.to_string(), name.to_string(), body_v.clone(), code))
+    };
+    let (code, v) = match answer {
+        Answer::Hang => {
+            push(0);
+            std::future::pending::<()>().await;
+            unreachable!()
+        }
+        Answer::Late(after) => {
+            push(0);
+            tokio::time::sleep(after).await;
+            let (code, v) = evict_now(state, ns, name, &body_v);
+            state.lock().unwrap().evictions.last_mut().unwrap().3 = code;
+            return Reply::Json(code, v);
+        }
+        Answer::Created => evict_now(state, ns, name, &body_v),
+        Answer::TooManyRequests => (429, pdb_refusal(0)),
+        Answer::PdbProcessing => (429, pdb_refusal(10)),
+        Answer::Throttled(secs) => {
+            push(429);
+            return Reply::Raw(apf_429(secs));
+        }
+        Answer::NotFound => (404, not_found(name)),
+        Answer::ServerError => (
+            500,
+            status(
+                500,
+                "InternalError",
+                "Internal error occurred: fake API: scripted failure",
+            ),
+        ),
+    };
+    push(code);
+    if code == 429 {
+        if let Some(secs) = v
+            .pointer("/details/retryAfterSeconds")
+            .and_then(|s| s.as_u64())
+        {
+            let mut resp = full(429, &v);
+            resp.headers_mut()
+                .insert("retry-after", secs.to_string().parse().unwrap());
+            return Reply::Raw(resp);
+        }
+    }
+    Reply::Json(code, v)
+}
+
+/// A PodDisruptionBudget refusal (`retry_after` 0: no disruption allowed;
+/// 10: the budget is still being processed).
+fn pdb_refusal(retry_after: u64) -> Value {
+    let mut v = status(
+        429,
+        "TooManyRequests",
+        "Cannot evict pod as it would violate the pod's disruption budget.",
+    );
+    let cause = if retry_after == 0 {
+        "The disruption budget test-pdb needs 1 healthy pods and has 1 currently".to_string()
+    } else {
+        "The disruption budget test-pdb is still being processed by the server.".to_string()
+    };
+    v["details"] = json!({"causes": [{"reason": "DisruptionBudget", "message": cause}]});
+    if retry_after > 0 {
+        v["details"]["retryAfterSeconds"] = json!(retry_after);
+    }
+    v
+}
+
+/// The Eviction subresource accepting: uid precondition, the
+/// `DisruptionTarget` condition (EvictionByEvictionAPI), then the pod's
+/// graceful delete with the eviction's DeleteOptions.
+fn evict_now(state: &Arc<Mutex<State>>, ns: &str, name: &str, body: &Value) -> (u16, Value) {
+    let mut s = state.lock().unwrap();
+    let Some(uid) = find(&s, ns, name) else {
+        return (404, not_found(name));
+    };
+    if let Some(want) = body
+        .pointer("/deleteOptions/preconditions/uid")
+        .and_then(|u| u.as_str())
+    {
+        if want != uid {
+            return (
+                409,
+                status(409, "Conflict", &format!("Operation cannot be fulfilled on Pod \"{name}\": the UID in the precondition ({want}) does not match the UID in record ({uid}). The object might have been deleted and then recreated")),
+            );
+        }
+    }
+    let p = s.pods.get_mut(&uid).unwrap();
+    if p["metadata"].get("deletionTimestamp").is_none() {
+        set_condition(
+            p,
+            json!({"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI", "message": "Eviction API: evicting", "lastTransitionTime": "2030-01-01T00:00:00Z"}),
+        );
+    }
+    let grace = body
+        .pointer("/deleteOptions/gracePeriodSeconds")
+        .and_then(|g| g.as_i64());
+    graceful_delete(&mut s, &uid, grace);
+    (
+        201,
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+    )
+}
+
+/// Merge a condition into a pod's status by type.
+fn set_condition(pod: &mut Value, cond: Value) {
+    if !pod["status"].is_object() {
+        pod["status"] = json!({});
+    }
+    let list = pod["status"]
+        .as_object_mut()
+        .unwrap()
+        .entry("conditions")
+        .or_insert_with(|| json!([]));
+    let arr = list.as_array_mut().unwrap();
+    match arr.iter_mut().find(|c| c["type"] == cond["type"]) {
+        Some(c) => *c = cond,
+        None => arr.push(cond),
+    }
+}
+
+/// A pod's graceful deletion as the API server does it: the grace is the
+/// request's, else the pod's terminationGracePeriodSeconds (30 by
+/// default); 0 for a pod not scheduled or already terminal; a negative one
+/// becomes 1. Grace 0 without finalizers removes the object at once (a
+/// force delete); otherwise the object stays, with deletionTimestamp and
+/// deletionGracePeriodSeconds, until the kubelet confirms its containers
+/// stopped ([`FakeApi::kubelet_finishes`]) and every finalizer is gone.
+fn graceful_delete(s: &mut State, uid: &str, requested: Option<i64>) {
+    let p = &s.pods[uid];
+    let mut grace = requested
+        .or_else(|| {
+            p.pointer("/spec/terminationGracePeriodSeconds")
+                .and_then(|g| g.as_i64())
+        })
+        .unwrap_or(30);
+    let phase = p
+        .pointer("/status/phase")
+        .and_then(|x| x.as_str())
+        .unwrap_or("");
+    if node_of(p).unwrap_or("").is_empty() || phase == "Failed" || phase == "Succeeded" {
+        grace = 0;
+    }
+    if grace < 0 {
+        grace = 1;
+    }
+    let finalizers = p
+        .pointer("/metadata/finalizers")
+        .and_then(|f| f.as_array())
+        .is_some_and(|f| !f.is_empty());
+    if let Some(prev) = p
+        .pointer("/metadata/deletionGracePeriodSeconds")
+        .and_then(|g| g.as_i64())
+    {
+        // A grace may only shorten.
+        grace = grace.min(prev);
+    }
+    if grace == 0 && !finalizers {
+        remove(s, uid);
+        return;
+    }
+    s.rv += 1;
+    let rv = s.rv;
+    let p = s.pods.get_mut(uid).unwrap();
+    p["metadata"]["deletionTimestamp"] = json!("2030-01-01T00:00:00Z");
+    p["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
+    p["metadata"]["resourceVersion"] = json!(rv.to_string());
+    let p = p.clone();
+    notify(s, "MODIFIED", p);
+}
+
+fn delete_route(state: &Arc<Mutex<State>>, r: &Req, ns: &str, name: &str) -> Reply {
+    let mut errors = Vec::new();
+    if let Some(b) = &r.body {
+        check_delete_options("DeleteOptions", b, &mut errors);
+    }
+    let mut s = state.lock().unwrap();
+    if !errors.is_empty() {
+        s.schema_errors.extend(errors.iter().cloned());
+        return Reply::Json(422, status(422, "Invalid", &errors.join("; ")));
+    }
+    let body = r.body.clone().unwrap_or(Value::Null);
+    s.deletes
+        .push((ns.to_string(), name.to_string(), body.clone()));
+    let Some(uid) = find(&s, ns, name) else {
+        return Reply::Json(404, not_found(name));
+    };
+    if let Some(want) = body.pointer("/preconditions/uid").and_then(|u| u.as_str()) {
+        if want != uid {
+            return Reply::Json(409, uid_precondition_failed(want, &uid));
+        }
+    }
+    let grace = body.get("gracePeriodSeconds").and_then(|g| g.as_i64());
+    graceful_delete(&mut s, &uid, grace);
+    Reply::Json(
+        200,
+        s.pods
+            .get(&uid)
+            .cloned()
+            .unwrap_or_else(|| json!({"kind": "Status", "status": "Success"})),
+    )
+}
+
+/// `pods/{name}/status`, strategic-merge patch only: the uid in the patch's
+/// metadata is a precondition; `status` fields replace, `conditions` merge
+/// by type; a terminal phase cannot go back.
+fn patch_status_route(state: &Arc<Mutex<State>>, r: &Req, ns: &str, name: &str) -> Reply {
+    if r.content_type != "application/strategic-merge-patch+json" {
+        return Reply::Json(
+            415,
+            status(415, "UnsupportedMediaType", &format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json; got {:?}", r.content_type)),
+        );
+    }
+    let mut errors = Vec::new();
+    let patch = r.body.clone().unwrap_or(Value::Null);
+    check_status_patch(&patch, &mut errors);
+    let mut s = state.lock().unwrap();
+    if !errors.is_empty() {
+        s.schema_errors.extend(errors.iter().cloned());
+        return Reply::Json(422, status(422, "Invalid", &errors.join("; ")));
+    }
+    let Some(uid) = find(&s, ns, name) else {
+        return Reply::Json(404, not_found(name));
+    };
+    if let Some(want) = patch.pointer("/metadata/uid").and_then(|u| u.as_str()) {
+        if want != uid {
+            return Reply::Json(409, uid_precondition_failed(want, &uid));
+        }
+    }
+    let terminal = |x: &Value| matches!(x.as_str(), Some("Failed") | Some("Succeeded"));
+    if terminal(&s.pods[&uid]["status"]["phase"])
+        && !terminal(&patch["status"]["phase"])
+        && patch["status"].get("phase").is_some()
+    {
+        return Reply::Json(422, status(422, "Invalid", &format!("Pod \"{name}\" is invalid: status.phase: Forbidden: cannot transition from a terminal phase")));
+    }
+    s.status_patches
+        .push((ns.to_string(), name.to_string(), patch.clone()));
+    s.rv += 1;
+    let rv = s.rv;
+    let p = s.pods.get_mut(&uid).unwrap();
+    for (k, v) in patch["status"].as_object().cloned().unwrap_or_default() {
+        if k == "conditions" {
+            for c in v.as_array().cloned().unwrap_or_default() {
+                set_condition(p, c);
+            }
+        } else {
+            p["status"][k.as_str()] = v;
+        }
+    }
+    p["metadata"]["resourceVersion"] = json!(rv.to_string());
+    let p = p.clone();
+    notify(&mut s, "MODIFIED", p.clone());
+    Reply::Json(200, p)
+}
+
+/// The fields of a pod status patch qosd may send, typed.
+fn check_status_patch(v: &Value, errors: &mut Vec<String>) {
+    check(
+        "status patch",
+        v,
+        &[("status", Ty::Obj)],
+        &[("metadata", Ty::Obj)],
+        errors,
+    );
+    if let Some(m) = v.get("metadata") {
+        check("status patch.metadata", m, &[], &[("uid", Ty::Str)], errors);
+    }
+    if let Some(st) = v.get("status") {
+        check(
+            "status patch.status",
+            st,
+            &[],
+            &[
+                ("phase", Ty::Str),
+                ("reason", Ty::Str),
+                ("message", Ty::Str),
+                ("conditions", Ty::Arr),
+            ],
+            errors,
+        );
+        for c in st
+            .get("conditions")
+            .and_then(|c| c.as_array())
+            .cloned()
+            .unwrap_or_default()
+        {
+            check(
+                "status patch.status.conditions[]",
+                &c,
+                &[("type", Ty::Str), ("status", Ty::Str)],
+                &[
+                    ("reason", Ty::Str),
+                    ("message", Ty::Str),
+                    ("lastTransitionTime", Ty::Str),
+                    ("lastProbeTime", Ty::Str),
+                    ("observedGeneration", Ty::Int),
+                ],
+                errors,
+            );
+        }
+        if let Some(ph) = st.get("phase").and_then(|p| p.as_str()) {
+            if !["Pending", "Running", "Succeeded", "Failed", "Unknown"].contains(&ph) {
+                errors.push(format!("status patch: phase {ph:?} is not a pod phase"));
+            }
+        }
+    }
 }
 
 fn list(state: &Arc<Mutex<State>>, q: &BTreeMap<String, String>) -> (u16, Value) {
@@ -933,13 +1422,42 @@ fn list(state: &Arc<Mutex<State>>, q: &BTreeMap<String, String>) -> (u16, Value)
         Ok(n) => n,
         Err(e) => return (400, status(400, "BadRequest", &e)),
     };
-    let s = state.lock().unwrap();
+    let mut s = state.lock().unwrap();
+    if let Some(n) = s.expire_continue_after {
+        if n == 0 {
+            s.continue_epoch += 1;
+            s.expire_continue_after = None;
+        } else {
+            s.expire_continue_after = Some(n - 1);
+        }
+    }
     let all: Vec<&Value> = s
         .pods
         .values()
         .filter(|p| node.is_none() || node_of(p) == node.as_deref())
         .collect();
-    let start: usize = q.get("continue").and_then(|c| c.parse().ok()).unwrap_or(0);
+    let start: usize = match q.get("continue").filter(|c| !c.is_empty()) {
+        None => 0,
+        Some(c) => {
+            let parsed = c
+                .split_once(':')
+                .and_then(|(e, o)| Some((e.parse::<u64>().ok()?, o.parse::<usize>().ok()?)));
+            match parsed {
+                Some((e, o)) if e == s.continue_epoch => o,
+                Some((_, o)) => {
+                    let mut v = status(410, "Expired", CONTINUE_EXPIRED);
+                    v["metadata"] = json!({"continue": format!("{}:{o}", s.continue_epoch)});
+                    return (410, v);
+                }
+                None => {
+                    return (
+                        400,
+                        status(400, "BadRequest", &format!("invalid continue token {c:?}")),
+                    )
+                }
+            }
+        }
+    };
     let limit: usize = q
         .get("limit")
         .and_then(|l| l.parse().ok())
@@ -954,7 +1472,7 @@ fn list(state: &Arc<Mutex<State>>, q: &BTreeMap<String, String>) -> (u16, Value)
     let next = start.saturating_add(limit);
     let mut meta = json!({"resourceVersion": s.rv.to_string()});
     if next < all.len() {
-        meta["continue"] = json!(next.to_string());
+        meta["continue"] = json!(format!("{}:{next}", s.continue_epoch));
     }
     (
         200,
@@ -974,15 +1492,15 @@ fn watch(state: &Arc<Mutex<State>>, q: &BTreeMap<String, String>) -> Response<Bo
     let (tx, rx) = tokio::sync::mpsc::channel(1024);
     {
         let mut s = state.lock().unwrap();
+        if s.close_watches_at_once {
+            drop(tx);
+            return stream_response(rx);
+        }
         if from != 0 && from < s.compacted_below {
-            return full(
-                410,
-                &status(
-                    410,
-                    "Expired",
-                    &format!("too old resource version: {from} ({})", s.compacted_below),
-                ),
-            );
+            // HTTP 200, one ERROR event, end of stream (never HTTP 410).
+            send_event(&tx, &event_line("ERROR", &too_old(from, s.compacted_below)));
+            drop(tx);
+            return stream_response(rx);
         }
         for (rv, kind, obj) in &s.history {
             if *rv > from && (node.is_none() || node_of(obj) == node.as_deref()) {
@@ -992,6 +1510,7 @@ fn watch(state: &Arc<Mutex<State>>, q: &BTreeMap<String, String>) -> Response<Bo
         s.watchers.push(Watcher {
             node: node.clone(),
             tx: tx.clone(),
+            from,
         });
     }
     if let Some(t) = q.get("timeoutSeconds").and_then(|t| t.parse::<u64>().ok()) {
@@ -1008,6 +1527,12 @@ fn watch(state: &Arc<Mutex<State>>, q: &BTreeMap<String, String>) -> Response<Bo
     } else {
         drop(tx);
     }
+    stream_response(rx)
+}
+
+fn stream_response(
+    rx: tokio::sync::mpsc::Receiver<Result<Frame<Bytes>, std::io::Error>>,
+) -> Response<Body> {
     let stream = tokio_stream::wrappers::ReceiverStream::new(rx);
     Response::builder()
         .status(200)

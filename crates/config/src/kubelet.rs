@@ -513,6 +513,47 @@ fn drop_in_files(dir: &Path) -> Result<Vec<PathBuf>, ConfigError> {
     Ok(out)
 }
 
+/// Which file set each field last (top-level keys, and
+/// `featureGates.MemoryQoS`), as the files are merged.
+#[derive(Debug, Default)]
+struct SetBy(BTreeMap<String, PathBuf>);
+
+impl SetBy {
+    /// `doc`, read from `path`, sets its keys.
+    fn record(&mut self, doc: &Map<String, Value>, path: &Path) {
+        for key in doc.keys() {
+            self.0.insert(key.clone(), path.to_path_buf());
+        }
+        if let Some(Value::Object(fg)) = doc.get("featureGates") {
+            if fg.contains_key("MemoryQoS") {
+                self.0
+                    .insert("featureGates.MemoryQoS".into(), path.to_path_buf());
+            }
+        }
+    }
+
+    /// The file that set `key` last (`None`: the kubelet's default).
+    fn file_of(&self, key: &str) -> Option<PathBuf> {
+        self.0.get(key).cloned()
+    }
+}
+
+/// Why a field of the files that qosd does not use is not used.
+fn not_modelled(key: &str, value: &Value, file: Option<PathBuf>) -> NotModelled {
+    let (kind, note) = match NOT_MODELLED.iter().find(|(f, _)| *f == key) {
+        Some((_, note)) if at_default(key, value) => (NotModelledKind::AtDefault, note.to_string()),
+        Some((_, note)) => (NotModelledKind::Effect, note.to_string()),
+        None if OUTSIDE_SCOPE.contains(&key) => (NotModelledKind::OutsideScope, String::new()),
+        None => (NotModelledKind::Unknown, String::new()),
+    };
+    NotModelled {
+        field: key.to_string(),
+        file,
+        kind,
+        note,
+    }
+}
+
 impl KubeletConfig {
     /// Load the main file (if any) and the drop-ins (if any); see the
     /// module docs.
@@ -524,35 +565,21 @@ impl KubeletConfig {
             file: file.map(Path::to_path_buf),
             ..Default::default()
         };
-        let mut set_by: BTreeMap<String, Option<PathBuf>> = BTreeMap::new();
+        let mut set_by = SetBy::default();
         let mut doc = match file {
             Some(p) => {
                 let d = read_document(p)?;
-                for key in d.keys() {
-                    set_by.insert(key.clone(), Some(p.to_path_buf()));
-                }
+                set_by.record(&d, p);
                 d
             }
             None => Map::new(),
         };
-        if let Some(Value::Object(fg)) = doc.get("featureGates") {
-            if fg.contains_key("MemoryQoS") {
-                set_by.insert("featureGates.MemoryQoS".into(), file.map(Path::to_path_buf));
-            }
-        }
         apply_defaults(&mut doc);
         let mut merged = Value::Object(doc);
         if let Some(dir) = dir {
             for p in drop_in_files(dir)? {
                 let patch = read_document(&p)?;
-                for key in patch.keys() {
-                    set_by.insert(key.clone(), Some(p.clone()));
-                }
-                if let Some(Value::Object(fg)) = patch.get("featureGates") {
-                    if fg.contains_key("MemoryQoS") {
-                        set_by.insert("featureGates.MemoryQoS".into(), Some(p.clone()));
-                    }
-                }
+                set_by.record(&patch, &p);
                 merge_patch(&mut merged, &Value::Object(patch));
                 k.drop_ins.push(p);
             }
@@ -561,94 +588,91 @@ impl KubeletConfig {
             unreachable!("a merge patch of objects is an object")
         };
         for (key, value) in &doc {
-            if matches!(key.as_str(), "apiVersion" | "kind") {
-                continue;
-            }
-            if key == "cgroupsPerQOS" && value == &Value::Bool(false) {
-                k.cgroups_per_qos_off = true;
-            }
-            if key == "failCgroupV1" {
-                k.fail_cgroup_v1 = value.as_bool();
-            }
-            let file_of = |key: &str| set_by.get(key).cloned().flatten();
-            let Some(qosd) = KUBELET_FIELDS
-                .iter()
-                .find(|(kf, _)| *kf == key.as_str())
-                .map(|(_, q)| *q)
-            else {
-                k.ignored.push(key.clone());
-                let (kind, note) = match NOT_MODELLED.iter().find(|(f, _)| *f == key.as_str()) {
-                    Some((_, note)) if at_default(key, value) => {
-                        (NotModelledKind::AtDefault, note.to_string())
-                    }
-                    Some((_, note)) => (NotModelledKind::Effect, note.to_string()),
-                    None if OUTSIDE_SCOPE.contains(&key.as_str()) => {
-                        (NotModelledKind::OutsideScope, String::new())
-                    }
-                    None => (NotModelledKind::Unknown, String::new()),
-                };
-                // cgroupsPerQOS: true is what qosd does; false is warned
-                // on its own (in `load_kubelet`).
-                if key != "cgroupsPerQOS" {
-                    k.not_modelled.push(NotModelled {
-                        field: key.clone(),
-                        file: file_of(key),
-                        kind,
-                        note,
-                    });
-                }
-                continue;
-            };
-            if key == "featureGates" {
-                if let Value::Object(gates) = value {
-                    for (gate, v) in gates {
-                        if gate == "MemoryQoS" {
-                            continue;
-                        }
-                        k.not_modelled.push(NotModelled {
-                            field: format!("featureGates.{gate}"),
-                            file: file_of(key),
-                            kind: NotModelledKind::Effect,
-                            note: format!("feature gate set to {v}; qosd follows kubeletVersion's defaults for gates other than MemoryQoS"),
-                        });
-                    }
-                }
-            }
-            if key == "imageMaximumGCAge"
-                && value.as_str().is_some_and(|s| {
-                    qosd_model::core::duration::parse_go_duration(s).is_ok_and(|d| !d.is_zero())
-                })
-            {
-                k.not_modelled.push(NotModelled {
-                    field: key.clone(),
-                    file: file_of(key),
-                    kind: NotModelledKind::Effect,
-                    note: "the kubelet deletes images unused for longer than this; qosd deletes images only under disk pressure (validated, not applied)".to_string(),
-                });
-            }
-            let value = if qosd == "memoryQoS" {
-                match value.get("MemoryQoS") {
-                    Some(v) => v.clone(),
-                    None => continue,
-                }
-            } else {
-                value.clone()
-            };
-            // An empty string is "unset" in the kubelet: qosd's default
-            // (which is the kubelet's) applies.
-            if value.is_null() || value.as_str() == Some("") {
-                continue;
-            }
-            let origin_key = if qosd == "memoryQoS" {
-                "featureGates.MemoryQoS"
-            } else {
-                key.as_str()
-            };
-            k.origin
-                .insert(qosd, set_by.get(origin_key).cloned().unwrap_or(None));
-            k.fields.insert(qosd, value);
+            k.take_field(key, value, &set_by);
         }
         Ok(k)
+    }
+
+    /// One field of the merged document: kept as qosd's field (with the
+    /// file that set it), or listed as not used and why.
+    fn take_field(&mut self, key: &str, value: &Value, set_by: &SetBy) {
+        if matches!(key, "apiVersion" | "kind") {
+            return;
+        }
+        if key == "cgroupsPerQOS" && value == &Value::Bool(false) {
+            self.cgroups_per_qos_off = true;
+        }
+        if key == "failCgroupV1" {
+            self.fail_cgroup_v1 = value.as_bool();
+        }
+        let Some(qosd) = KUBELET_FIELDS
+            .iter()
+            .find(|(kf, _)| *kf == key)
+            .map(|(_, q)| *q)
+        else {
+            self.ignored.push(key.to_string());
+            // cgroupsPerQOS: true is what qosd does; false is warned
+            // on its own (in `load_kubelet`).
+            if key != "cgroupsPerQOS" {
+                self.not_modelled
+                    .push(not_modelled(key, value, set_by.file_of(key)));
+            }
+            return;
+        };
+        if key == "featureGates" {
+            self.note_feature_gates(value, set_by.file_of(key));
+        }
+        if key == "imageMaximumGCAge"
+            && value.as_str().is_some_and(|s| {
+                qosd_model::core::duration::parse_go_duration(s).is_ok_and(|d| !d.is_zero())
+            })
+        {
+            self.not_modelled.push(NotModelled {
+                field: key.to_string(),
+                file: set_by.file_of(key),
+                kind: NotModelledKind::Effect,
+                note: "the kubelet deletes images unused for longer than this; qosd deletes images only under disk pressure (validated, not applied)".to_string(),
+            });
+        }
+        let value = if qosd == "memoryQoS" {
+            match value.get("MemoryQoS") {
+                Some(v) => v.clone(),
+                None => return,
+            }
+        } else {
+            value.clone()
+        };
+        // An empty string is "unset" in the kubelet: qosd's default
+        // (which is the kubelet's) applies.
+        if value.is_null() || value.as_str() == Some("") {
+            return;
+        }
+        let origin_key = if qosd == "memoryQoS" {
+            "featureGates.MemoryQoS"
+        } else {
+            key
+        };
+        self.origin.insert(qosd, set_by.file_of(origin_key));
+        self.fields.insert(qosd, value);
+    }
+
+    /// Feature gates other than `MemoryQoS`: not modelled (qosd follows
+    /// `kubeletVersion`'s defaults).
+    fn note_feature_gates(&mut self, value: &Value, file: Option<PathBuf>) {
+        let Value::Object(gates) = value else {
+            return;
+        };
+        for (gate, v) in gates {
+            if gate == "MemoryQoS" {
+                continue;
+            }
+            self.not_modelled.push(NotModelled {
+                field: format!("featureGates.{gate}"),
+                file: file.clone(),
+                kind: NotModelledKind::Effect,
+                note: format!("feature gate set to {v}; qosd follows kubeletVersion's defaults for gates other than MemoryQoS"),
+            });
+        }
     }
 
     /// The file to name for a field: where it was set, else the main file

@@ -8,6 +8,8 @@
 //! * [`kube`]: the Kubernetes API (config, client, the node's pod view and
 //!   its merge with the runtime's pods);
 //! * [`manifest`]: pod manifests from files;
+//! * [`admitted`]: the resources the kubelet admitted during an in-place
+//!   resize, from a pod's status (pure);
 //! * [`pods`]: the pod source the daemon lists (CRI, API merge, manifests)
 //!   and its status cache;
 //! * [`evict`]: the evictor and its backends (local kill, CRI stop, the
@@ -16,6 +18,7 @@
 //! Pure decisions come from `qosd_model`; this crate never imports the
 //! binary's runtime, telemetry or CLI.
 
+pub mod admitted;
 pub mod cri;
 pub mod evict;
 pub mod kube;

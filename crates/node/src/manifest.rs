@@ -9,6 +9,10 @@
 //! DaemonSet, ReplicaSet, Job, CronJob) give the pod of their template;
 //! documents of other kinds (Service, ConfigMap, ...) are skipped; empty
 //! documents too.
+//!
+//! A Pod with a `status` (`kubectl get pod -o json`) gets the resources the
+//! kubelet admitted, not the spec's, while an in-place resize is not
+//! applied (see [`crate::admitted`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -17,6 +21,7 @@ use serde_json::Value;
 
 use qosd_model::core::model::{Container, Pod, PodOrigin, ResourceList, ResourceRequirements};
 use qosd_model::core::quantity::Quantity;
+use qosd_model::policy::enforce::versions::KubeletVersion;
 
 #[derive(Debug, thiserror::Error)]
 #[error("{file}: {message}")]
@@ -31,6 +36,14 @@ pub struct ManifestError {
 /// reached twice (named twice, symlinks, loops) counts once; two pods with
 /// the same uid are refused, naming both sources.
 pub fn load_paths(paths: &[PathBuf]) -> Result<Vec<Pod>, ManifestError> {
+    load_paths_for(paths, KubeletVersion::NEWEST)
+}
+
+/// [`load_paths`] with `version`'s rules for what the kubelet admitted.
+pub fn load_paths_for(
+    paths: &[PathBuf],
+    version: KubeletVersion,
+) -> Result<Vec<Pod>, ManifestError> {
     let mut pods = Vec::new();
     let mut seen = std::collections::HashSet::new();
     let walk_err = |p: &Path, e: crate::sys::input::InputError| ManifestError {
@@ -49,10 +62,10 @@ pub fn load_paths(paths: &[PathBuf]) -> Result<Vec<Pod>, ManifestError> {
             let files = crate::sys::input::walk_files(p, &is_manifest_name, &mut seen)
                 .map_err(|e| walk_err(p, e))?;
             for f in files {
-                pods.extend(load_file(&f)?);
+                pods.extend(load_file(&f, version)?);
             }
         } else if crate::sys::input::first_visit(p, &mut seen) {
-            pods.extend(load_file(p)?);
+            pods.extend(load_file(p, version)?);
         }
     }
     check_unique_uids(&pods)?;
@@ -92,7 +105,7 @@ fn check_unique_uids(pods: &[Pod]) -> Result<(), ManifestError> {
 
 /// Load one file (a regular file of at most
 /// [`crate::sys::input::MAX_INPUT_BYTES`]).
-pub(crate) fn load_file(path: &Path) -> Result<Vec<Pod>, ManifestError> {
+pub(crate) fn load_file(path: &Path, version: KubeletVersion) -> Result<Vec<Pod>, ManifestError> {
     let text = crate::sys::input::read_text(path).map_err(|e| ManifestError {
         file: path.to_path_buf(),
         message: match e {
@@ -100,11 +113,20 @@ pub(crate) fn load_file(path: &Path) -> Result<Vec<Pod>, ManifestError> {
             other => other.into_io().to_string(),
         },
     })?;
-    parse_str(&text, &path.display().to_string())
+    parse_str_for(&text, &path.display().to_string(), version)
 }
 
 /// Parse manifest text; `source` names it in errors and in `Pod::origin`.
 pub fn parse_str(text: &str, source: &str) -> Result<Vec<Pod>, ManifestError> {
+    parse_str_for(text, source, KubeletVersion::NEWEST)
+}
+
+/// [`parse_str`] with `version`'s rules for what the kubelet admitted.
+pub fn parse_str_for(
+    text: &str,
+    source: &str,
+    version: KubeletVersion,
+) -> Result<Vec<Pod>, ManifestError> {
     let fail = |message: String| ManifestError {
         file: PathBuf::from(source),
         message,
@@ -116,7 +138,7 @@ pub fn parse_str(text: &str, source: &str) -> Result<Vec<Pod>, ManifestError> {
     let mut pods = Vec::new();
     for (i, doc) in docs.iter().enumerate() {
         let before = pods.len();
-        let r = document(doc, source, &mut pods);
+        let r = document(doc, source, version, &mut pods);
         if let Err(e) = r {
             pods.truncate(before);
             let msg = if many {
@@ -349,7 +371,12 @@ fn opt_list<'a>(o: &'a Obj, name: &str, at: &At) -> Result<&'a [Value], String> 
     }
 }
 
-fn document(doc: &Value, source: &str, out: &mut Vec<Pod>) -> Result<(), String> {
+fn document(
+    doc: &Value,
+    source: &str,
+    version: KubeletVersion,
+    out: &mut Vec<Pod>,
+) -> Result<(), String> {
     if doc.is_null() {
         return Ok(());
     }
@@ -357,18 +384,18 @@ fn document(doc: &Value, source: &str, out: &mut Vec<Pod>) -> Result<(), String>
     let o = as_obj(doc, &at)?;
     let kind = opt_str(o, "kind", &at)?;
     match kind.as_deref() {
-        Some("Pod") => out.push(pod(o, &at, source)?),
+        Some("Pod") => out.push(live_pod(o, &at, source, version)?),
         Some(k) if k.ends_with("List") => {
             let items_at = at.field("items");
             for (i, item) in opt_list(o, "items", &at)?.iter().enumerate() {
                 let iat = items_at.index(i);
                 let io = as_obj(item, &iat)?;
                 match opt_str(io, "kind", &iat)?.as_deref() {
-                    Some("Pod") => out.push(pod(io, &iat, source)?),
+                    Some("Pod") => out.push(live_pod(io, &iat, source, version)?),
                     Some(w) if WORKLOADS.contains(&w) => {
                         out.push(template_pod(io, &iat, w, source)?)
                     }
-                    None if k == "PodList" => out.push(pod(io, &iat, source)?),
+                    None if k == "PodList" => out.push(live_pod(io, &iat, source, version)?),
                     None => return Err(iat.field("kind").err("missing")),
                     Some(_) => {} // other kinds are not pods: skipped
                 }
@@ -444,6 +471,88 @@ pub(crate) fn derived_uid(namespace: &str, name: &str) -> String {
         b"https://github.com/qosd/qosd/pod-uid",
     );
     uuid::Uuid::new_v5(&ns, format!("{namespace}/{name}").as_bytes()).to_string()
+}
+
+/// A Pod document: its spec, with the resources the kubelet admitted when
+/// it has a status.
+fn live_pod(o: &Obj, at: &At, source: &str, version: KubeletVersion) -> Result<Pod, String> {
+    let desired = pod(o, at, source)?;
+    let status = pod_status(o, at)?;
+    Ok(crate::admitted::admit(desired, &status, version))
+}
+
+/// What `status` (and `metadata.generation`) say about the resources.
+fn pod_status(o: &Obj, at: &At) -> Result<crate::admitted::PodStatus, String> {
+    use crate::admitted::{Condition, ContainerStatus, PodStatus};
+    let mut out = PodStatus::default();
+    if let Some(m) = get(o, "metadata") {
+        out.generation = opt_int(
+            as_obj(m, &at.field("metadata"))?,
+            "generation",
+            &at.field("metadata"),
+        )?;
+    }
+    let sat = at.field("status");
+    let Some(st) = get(o, "status") else {
+        return Ok(out);
+    };
+    let st = as_obj(st, &sat)?;
+    out.observed_generation = opt_int(st, "observedGeneration", &sat)?;
+    let cat = sat.field("conditions");
+    for (i, c) in opt_list(st, "conditions", &sat)?.iter().enumerate() {
+        let iat = cat.index(i);
+        let c = as_obj(c, &iat)?;
+        if opt_str(c, "status", &iat)?.as_deref() != Some("True") {
+            continue;
+        }
+        let cond = Condition {
+            reason: opt_str(c, "reason", &iat)?.unwrap_or_default(),
+            message: opt_str(c, "message", &iat)?.unwrap_or_default(),
+        };
+        match opt_str(c, "type", &iat)?.as_deref() {
+            Some("PodResizePending") => out.pending = Some(cond),
+            Some("PodResizeInProgress") => out.in_progress = Some(cond),
+            _ => {}
+        }
+    }
+    for field in ["containerStatuses", "initContainerStatuses"] {
+        let lat = sat.field(field);
+        for (i, c) in opt_list(st, field, &sat)?.iter().enumerate() {
+            let iat = lat.index(i);
+            let c = as_obj(c, &iat)?;
+            let name = opt_str(c, "name", &iat)?.unwrap_or_default();
+            let status = ContainerStatus {
+                allocated: get(c, "allocatedResources")
+                    .map(|v| resource_list(v, &iat.field("allocatedResources")))
+                    .transpose()?,
+                actual: get(c, "resources")
+                    .map(|v| status_requirements(v, &iat.field("resources")))
+                    .transpose()?,
+            };
+            out.containers.insert(name, status);
+        }
+    }
+    out.pod_allocated = get(st, "allocatedResources")
+        .map(|v| resource_list(v, &sat.field("allocatedResources")))
+        .transpose()?;
+    out.pod_actual = get(st, "resources")
+        .map(|v| status_requirements(v, &sat.field("resources")))
+        .transpose()?;
+    Ok(out)
+}
+
+/// `resources` of a status: what is applied, taken as reported (no
+/// defaulting, no request ≤ limit check).
+fn status_requirements(v: &Value, at: &At) -> Result<ResourceRequirements, String> {
+    let o = as_obj(v, at)?;
+    let list = |name: &str| match get(o, name) {
+        None => Ok(ResourceList::new()),
+        Some(l) => resource_list(l, &at.field(name)),
+    };
+    Ok(ResourceRequirements {
+        requests: list("requests")?,
+        limits: list("limits")?,
+    })
 }
 
 fn pod(o: &Obj, at: &At, source: &str) -> Result<Pod, String> {
@@ -955,6 +1064,49 @@ spec:
         assert_eq!(
             p.containers[0].resources.limits["ephemeral-storage"].value_ceil(),
             64 << 20
+        );
+    }
+
+    /// `kubectl get pod -o json` of a Guaranteed pod whose resize to 2 CPUs
+    /// / 2Gi the kubelet refused (static CPU manager): the pod keeps the
+    /// 1 CPU / 1Gi it was admitted with; the spec's values are the desired.
+    const RESIZED: &str = r#"{"apiVersion":"v1","kind":"Pod",
+      "metadata":{"name":"g","namespace":"ns","uid":"7d1c0e2a-0000-4000-8000-000000000001","generation":2},
+      "spec":{"containers":[{"name":"app","resources":{"requests":{"cpu":"2","memory":"2Gi"},"limits":{"cpu":"2","memory":"2Gi"}}}]},
+      "status":{"phase":"Running","qosClass":"Guaranteed","observedGeneration":2,
+        "conditions":[{"type":"Ready","status":"True"},
+          {"type":"PodResizePending","status":"True","reason":"Infeasible",
+           "message":"Resize is infeasible for Guaranteed Pods alongside CPU Manager policy \"static\""}],
+        "containerStatuses":[{"name":"app","allocatedResources":{"cpu":"1","memory":"1Gi"},
+          "resources":{"requests":{"cpu":"1","memory":"1Gi"},"limits":{"cpu":"1","memory":"1Gi"}}}]}}"#;
+
+    #[test]
+    fn status_gives_the_admitted_resources() {
+        let p = parse_str(RESIZED, "g.json").unwrap().remove(0);
+        let r = &p.containers[0].resources;
+        assert_eq!(r.limits["cpu"].milli_ceil(), 1000);
+        assert_eq!(r.limits["memory"].value_ceil(), 1 << 30);
+        assert_eq!(r.requests["memory"].value_ceil(), 1 << 30);
+        assert_eq!(classify(&p).class, QosClass::Guaranteed);
+        let rs = p.resize.as_ref().unwrap();
+        assert_eq!(rs.state, qosd_model::core::model::ResizeState::Infeasible);
+        assert!(rs.message.as_deref().unwrap().contains("CPU Manager"));
+        assert_eq!(rs.desired["app"].limits["cpu"].milli_ceil(), 2000);
+        // Without the status: the spec.
+        let mut v: Value = serde_json::from_str(RESIZED).unwrap();
+        v.as_object_mut().unwrap().remove("status");
+        let p = parse_str(&v.to_string(), "g.json").unwrap().remove(0);
+        assert_eq!(p.containers[0].resources.limits["cpu"].milli_ceil(), 2000);
+        assert!(p.resize.is_none());
+        // A bad status quantity names its field.
+        let bad = RESIZED.replace(
+            r#""allocatedResources":{"cpu":"1""#,
+            r#""allocatedResources":{"cpu":"x""#,
+        );
+        let e = parse_str(&bad, "g.json").unwrap_err().to_string();
+        assert!(
+            e.contains("status.containerStatuses[0].allocatedResources.cpu: invalid quantity"),
+            "{e}"
         );
     }
 

@@ -72,6 +72,65 @@ pub struct Pod {
     /// `spec.volumes` as far as eviction needs them (emptyDir medium and
     /// sizeLimit). Empty when the source does not carry them (the CRI).
     pub volumes: Vec<Volume>,
+    /// An in-place resize the source reported (the pod's status), for
+    /// output only: `containers`, `init_containers` and `pod_resources`
+    /// above already hold what the kubelet admitted (what its cgroups
+    /// hold), which is what everything plans and ranks with. `None`: no
+    /// resize under way (or a source that cannot tell, the CRI).
+    pub resize: Option<Resize>,
+}
+
+/// An in-place resize (InPlacePodVerticalScaling) not yet fully applied:
+/// its state and the desired (spec) resources that differ from the
+/// admitted ones. Decided by the pod's source; the model only carries it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resize {
+    pub state: ResizeState,
+    /// The condition's message (why Deferred, Infeasible or Error), if any.
+    pub message: Option<String>,
+    /// Desired resources of each container (app or sidecar, by name) whose
+    /// admitted resources differ from them.
+    pub desired: BTreeMap<String, ResourceRequirements>,
+    /// Desired pod-level `spec.resources`, when the admitted ones differ.
+    pub desired_pod: Option<ResourceRequirements>,
+}
+
+/// Where an in-place resize stands, from the kubelet's pod status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub enum ResizeState {
+    /// The spec changed and the kubelet has not acted on it yet
+    /// (`status.observedGeneration` behind `metadata.generation`, or the
+    /// allocation differs from the spec without a condition).
+    NotObserved,
+    /// `PodResizePending`, reason `Deferred` (or a reason qosd does not
+    /// know, which Kubernetes says to read as Deferred): retried later.
+    Deferred,
+    /// `PodResizePending`, reason `Infeasible`: never applied.
+    Infeasible,
+    /// `PodResizeInProgress`: admitted, being applied.
+    InProgress,
+    /// `PodResizeInProgress` with reason `Error`: admitted, but applying it
+    /// failed (e.g. a memory limit below the current usage); the runtime's
+    /// values stay until a retry succeeds.
+    Error,
+}
+
+impl ResizeState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResizeState::NotObserved => "NotObserved",
+            ResizeState::Deferred => "Deferred",
+            ResizeState::Infeasible => "Infeasible",
+            ResizeState::InProgress => "InProgress",
+            ResizeState::Error => "Error",
+        }
+    }
+}
+
+impl fmt::Display for ResizeState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// One pod volume (the fields local-storage eviction needs).
@@ -113,6 +172,7 @@ impl Pod {
             origin: PodOrigin::Synthetic,
             qos_override: None,
             volumes: Vec::new(),
+            resize: None,
         }
     }
 

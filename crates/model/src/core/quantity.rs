@@ -77,6 +77,141 @@ fn ceil_div(a: i128, b: i128) -> i128 {
     }
 }
 
+/// The digits of a quantity's number: up to 36 significant digits as an
+/// integer, and the power of ten that scales them.
+#[derive(Debug, Clone, Copy)]
+struct Number {
+    mantissa: u128,
+    exp10: i64,
+    /// A non-zero fractional digit dropped beyond 36 significant digits:
+    /// the value is a hair above what the mantissa says (rounds up).
+    sticky: bool,
+}
+
+/// Scan `number ::= digits | digits "." [digits] | "." digits` at the start
+/// of `bytes`: the number and how many bytes it took.
+fn scan_number(bytes: &[u8]) -> Result<(Number, usize), &'static str> {
+    let mut n = Number {
+        mantissa: 0,
+        exp10: 0,
+        sticky: false,
+    };
+    let mut i = 0;
+    let mut digits = 0usize;
+    let mut seen_point = false;
+    let mut significant = 0usize;
+    while i < bytes.len() {
+        let c = bytes[i];
+        if c.is_ascii_digit() {
+            digits += 1;
+            if n.mantissa == 0 && c == b'0' {
+                // leading zero: no significance
+                if seen_point {
+                    n.exp10 -= 1;
+                }
+            } else if significant < 36 {
+                n.mantissa = n.mantissa * 10 + u128::from(c - b'0');
+                significant += 1;
+                if seen_point {
+                    n.exp10 -= 1;
+                }
+            } else if !seen_point {
+                // integer digit beyond 36 significant: far out of range anyway
+                n.exp10 += 1;
+            } else if c != b'0' {
+                n.sticky = true;
+            }
+        } else if c == b'.' {
+            if seen_point {
+                return Err("more than one decimal point");
+            }
+            seen_point = true;
+        } else {
+            break;
+        }
+        i += 1;
+    }
+    if digits == 0 {
+        return Err("no digits");
+    }
+    Ok((n, i))
+}
+
+/// The scale of a suffix: `(power of ten, power of two)`.
+fn suffix_scale(suffix: &str) -> Result<(i64, u32), &'static str> {
+    Ok(match suffix {
+        "" => (0, 0),
+        "n" => (-9, 0),
+        "u" => (-6, 0),
+        "m" => (-3, 0),
+        "k" => (3, 0),
+        "M" => (6, 0),
+        "G" => (9, 0),
+        "T" => (12, 0),
+        "P" => (15, 0),
+        "E" => (18, 0),
+        "Ki" => (0, 10),
+        "Mi" => (0, 20),
+        "Gi" => (0, 30),
+        "Ti" => (0, 40),
+        "Pi" => (0, 50),
+        "Ei" => (0, 60),
+        _ => (exponent(suffix)?, 0),
+    })
+}
+
+/// `("e" | "E") [sign] digits`: the power of ten.
+fn exponent(suffix: &str) -> Result<i64, &'static str> {
+    let rest = suffix
+        .strip_prefix('e')
+        .or_else(|| suffix.strip_prefix('E'))
+        .ok_or("unknown suffix (allowed: n u m k M G T P E, Ki Mi Gi Ti Pi Ei, e<exp>)")?;
+    let (eneg, edigits) = match rest.as_bytes().first() {
+        Some(b'+') => (false, &rest[1..]),
+        Some(b'-') => (true, &rest[1..]),
+        _ => (false, rest),
+    };
+    if edigits.is_empty() || !edigits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err("malformed exponent");
+    }
+    // Huge exponents only push the value past the cap (or below a nano,
+    // which rounds up): clamp them.
+    let e: i64 = edigits.parse().unwrap_or(i64::MAX).min(10_000);
+    Ok(if eneg { -e } else { e })
+}
+
+/// The magnitude `mantissa · 2^exp2 · 10^exp10` in nano-units, rounded up
+/// below a nano; `None` past [`MAX_NANOS`] (the value is capped).
+fn magnitude_nanos(n: Number, exp2: u32) -> Option<i128> {
+    let num = i128::try_from(n.mantissa)
+        .ok()?
+        .checked_mul(1i128 << exp2)?;
+    let scale = n.exp10 + 9;
+    let (mut nanos, exact) = if scale >= 0 {
+        let v = (scale <= 38)
+            .then(|| num.checked_mul(10i128.pow(scale as u32)))
+            .flatten()?;
+        (v, true)
+    } else {
+        // ceil(num / 10^k), in steps that fit i128; exact when no remainder.
+        let mut k = -scale;
+        let mut v = num;
+        let mut exact = true;
+        while k > 0 {
+            let step = k.min(30);
+            let d = 10i128.pow(step as u32);
+            exact &= v % d == 0;
+            v = ceil_div(v, d);
+            k -= step;
+        }
+        (v, exact)
+    };
+    if n.sticky && exact {
+        nanos += 1;
+    }
+    (nanos <= MAX_NANOS).then_some(nanos)
+}
+
 impl Quantity {
     /// Parse a Kubernetes quantity string.
     pub fn parse(s: &str) -> Result<Quantity, QuantityError> {
@@ -88,146 +223,27 @@ impl Quantity {
             return Err(err("empty string"));
         }
         let bytes = s.as_bytes();
-        let mut i = 0;
-        let mut negative = false;
-        if bytes[0] == b'+' || bytes[0] == b'-' {
-            negative = bytes[0] == b'-';
-            i = 1;
-        }
-        // number
-        let mut mantissa: u128 = 0;
-        let mut exp10: i64 = 0;
-        let mut digits = 0usize;
-        let mut seen_point = false;
-        let mut significant = 0usize;
-        // A non-zero fractional digit dropped beyond 36 significant digits:
-        // the value is a hair above what the mantissa says (rounds up).
-        let mut sticky = false;
-        while i < bytes.len() {
-            let c = bytes[i];
-            if c.is_ascii_digit() {
-                digits += 1;
-                if mantissa == 0 && c == b'0' {
-                    // leading zero: no significance
-                    if seen_point {
-                        exp10 -= 1;
-                    }
-                } else if significant < 36 {
-                    mantissa = mantissa * 10 + u128::from(c - b'0');
-                    significant += 1;
-                    if seen_point {
-                        exp10 -= 1;
-                    }
-                } else if !seen_point {
-                    // integer digit beyond 36 significant: far out of range anyway
-                    exp10 += 1;
-                } else if c != b'0' {
-                    sticky = true;
-                }
-            } else if c == b'.' {
-                if seen_point {
-                    return Err(err("more than one decimal point"));
-                }
-                seen_point = true;
-            } else {
-                break;
-            }
-            i += 1;
-        }
-        if digits == 0 {
-            return Err(err("no digits"));
-        }
-        // suffix
-        let suffix = &s[i..];
-        let mut exp2: u32 = 0;
-        match suffix {
-            "" => {}
-            "n" => exp10 -= 9,
-            "u" => exp10 -= 6,
-            "m" => exp10 -= 3,
-            "k" => exp10 += 3,
-            "M" => exp10 += 6,
-            "G" => exp10 += 9,
-            "T" => exp10 += 12,
-            "P" => exp10 += 15,
-            "E" => exp10 += 18,
-            "Ki" => exp2 = 10,
-            "Mi" => exp2 = 20,
-            "Gi" => exp2 = 30,
-            "Ti" => exp2 = 40,
-            "Pi" => exp2 = 50,
-            "Ei" => exp2 = 60,
-            _ => {
-                let rest = suffix
-                    .strip_prefix('e')
-                    .or_else(|| suffix.strip_prefix('E'))
-                    .ok_or_else(|| err("unknown suffix (allowed: n u m k M G T P E, Ki Mi Gi Ti Pi Ei, e<exp>)"))?;
-                let (eneg, edigits) = match rest.as_bytes().first() {
-                    Some(b'+') => (false, &rest[1..]),
-                    Some(b'-') => (true, &rest[1..]),
-                    _ => (false, rest),
-                };
-                if edigits.is_empty() || !edigits.bytes().all(|b| b.is_ascii_digit()) {
-                    return Err(err("malformed exponent"));
-                }
-                // Huge exponents only push the value past the cap (or
-                // below a nano, which rounds up): clamp them.
-                let e: i64 = edigits.parse().unwrap_or(i64::MAX).min(10_000);
-                exp10 += if eneg { -e } else { e };
-            }
-        }
-        if mantissa == 0 {
-            return Ok(Quantity {
-                nanos: 0,
-                text: s.to_string(),
-            });
-        }
-        // value = mantissa * 2^exp2 * 10^exp10 ; nanos = ceil(value * 1e9),
-        // capped at MAX_NANOS (resource.Quantity's cap at 2^63-1).
-        let capped = |negative: bool| Quantity {
-            nanos: if negative { -MAX_NANOS } else { MAX_NANOS },
-            text: s.to_string(),
+        let (negative, start) = match bytes[0] {
+            b'+' => (false, 1),
+            b'-' => (true, 1),
+            _ => (false, 0),
         };
-        let Ok(mut num) = i128::try_from(mantissa) else {
-            return Ok(capped(negative));
-        };
-        match num.checked_mul(1i128 << exp2) {
-            Some(v) => num = v,
-            None => return Ok(capped(negative)),
-        }
-        let scale = exp10 + 9;
-        let (mut nanos, exact) = if scale >= 0 {
-            match (scale <= 38)
-                .then(|| num.checked_mul(10i128.pow(scale as u32)))
-                .flatten()
-            {
-                Some(v) => (v, true),
-                None => return Ok(capped(negative)),
-            }
+        let (mut number, len) = scan_number(&bytes[start..]).map_err(err)?;
+        let (exp10, exp2) = suffix_scale(&s[start + len..]).map_err(err)?;
+        number.exp10 += exp10;
+        let nanos = if number.mantissa == 0 {
+            0
         } else {
-            // ceil(num / 10^k), in steps that fit i128; exact when no remainder.
-            let mut k = -scale;
-            let mut v = num;
-            let mut exact = true;
-            while k > 0 {
-                let step = k.min(30);
-                let d = 10i128.pow(step as u32);
-                exact &= v % d == 0;
-                v = ceil_div(v, d);
-                k -= step;
+            // value = mantissa · 2^exp2 · 10^exp10, capped at MAX_NANOS
+            // (resource.Quantity's cap at 2^63-1); Kubernetes rounds the
+            // magnitude up below nano precision.
+            let magnitude = magnitude_nanos(number, exp2).unwrap_or(MAX_NANOS);
+            if negative {
+                -magnitude
+            } else {
+                magnitude
             }
-            (v, exact)
         };
-        if sticky && exact {
-            nanos += 1;
-        }
-        if nanos > MAX_NANOS {
-            return Ok(capped(negative));
-        }
-        if negative {
-            // Kubernetes rounds the magnitude up below nano precision.
-            nanos = -nanos;
-        }
         Ok(Quantity {
             nanos,
             text: s.to_string(),

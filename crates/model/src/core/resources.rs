@@ -136,6 +136,18 @@ pub fn aggregate_container_request(pod: &Pod, name: &str) -> Option<Quantity> {
     aggregate(pod, requests_of, |_| {})[i].map(Quantity::from_nanos)
 }
 
+/// `PodLimits(pod, {})[name]` (nanos) as the kubelet's local-storage
+/// eviction takes it: the containers' aggregate (sidecars add up, an init
+/// container counts with the sidecars started before it, the larger of
+/// the two), plus the overhead when non-zero; `None` when no container has
+/// that limit. Pod-level `spec.resources` carry only cpu and memory.
+pub(crate) fn pod_limit_nanos(pod: &Pod, name: &str) -> Option<i128> {
+    let i = NAMES.iter().position(|n| *n == name)?;
+    let l = aggregate(pod, limits_of, |_| {})[i]?;
+    let overhead = list_sums(&pod.overhead)[i].unwrap_or(0);
+    Some(if l != 0 { l + overhead } else { l })
+}
+
 fn milli(n: i128) -> i64 {
     ceil_to(n, 1_000_000)
 }

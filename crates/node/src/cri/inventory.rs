@@ -612,7 +612,7 @@ fn container_state(s: i32) -> &'static str {
 fn build_pod(
     sb: &proto::PodSandbox,
     facts: SandboxFacts,
-    mut containers: Vec<proto::Container>,
+    containers: Vec<proto::Container>,
     answers: &HashMap<String, ContainerAnswer>,
     opts: &InventoryOptions,
     cached: bool,
@@ -625,47 +625,13 @@ fn build_pod(
     if cached {
         status.state = sb.state;
     }
-    let meta = status
-        .metadata
-        .clone()
-        .or_else(|| sb.metadata.clone())
-        .unwrap_or_default();
-    let labels = [&status.labels, &sb.labels];
     let mut warnings = Vec::new();
     let mut notes = Vec::new();
-
-    let uid = match label(labels, LABEL_POD_UID) {
-        Some(u) => {
-            if !meta.uid.is_empty() && meta.uid != u {
-                warnings.push(format!(
-                    "label {LABEL_POD_UID}={u:?} differs from the sandbox metadata uid {:?}",
-                    meta.uid
-                ));
-            }
-            u.to_string()
-        }
-        None if !meta.uid.is_empty() => {
-            notes.push(format!(
-                "no {LABEL_POD_UID} label; uid from the sandbox metadata"
-            ));
-            meta.uid.clone()
-        }
-        None => return Err("no pod uid (no label, no metadata)".to_string()),
-    };
-    if let Err(e) = validate_uid(&uid) {
-        return Err(format!("rejected: {e}"));
-    }
-    let name = label(labels, LABEL_POD_NAME)
-        .unwrap_or(&meta.name)
-        .to_string();
-    let namespace = label(labels, LABEL_POD_NAMESPACE)
-        .unwrap_or(&meta.namespace)
-        .to_string();
+    let (uid, namespace, name) = identity(sb, &status, &mut notes, &mut warnings)?;
     let state = match proto::PodSandboxState::try_from(status.state) {
         Ok(proto::PodSandboxState::SandboxReady) => SandboxState::Ready,
         _ => SandboxState::NotReady,
     };
-
     let parsed = cgroup_parent.as_deref().and_then(parse_cgroup_parent);
     match (&cgroup_parent, &parsed) {
         (None, _) => notes.push("the runtime does not report the cgroup parent".to_string()),
@@ -676,84 +642,7 @@ fn build_pod(
         )),
         _ => {}
     }
-
-    // Per container name: the latest attempt, preferring ones not exited.
-    containers.sort_by(|a, b| {
-        let key = |c: &proto::Container| {
-            (
-                c.metadata.as_ref().map(|m| m.attempt).unwrap_or(0),
-                c.created_at,
-            )
-        };
-        key(b).cmp(&key(a))
-    });
-    let mut counted_by_name: BTreeMap<String, (usize, bool)> = BTreeMap::new();
-    let mut live = Vec::new();
-    for c in &containers {
-        let cname = c
-            .metadata
-            .as_ref()
-            .map(|m| m.name.clone())
-            .filter(|n| !n.is_empty())
-            .or_else(|| c.labels.get(LABEL_CONTAINER_NAME).cloned())
-            .unwrap_or_else(|| c.id.clone());
-        let Some(facts) = answers.get(&c.id).cloned().flatten() else {
-            warnings.push(format!(
-                "container {cname} ({}) vanished before its status was read",
-                c.id
-            ));
-            continue;
-        };
-        let ContainerFacts {
-            state: cs_state,
-            res,
-            mut origin,
-            ..
-        } = facts;
-        let settings = res.as_ref().map(|r| ContainerSettings::from_cri(&cname, r));
-        if settings.is_none() {
-            origin = ResourcesOrigin::None;
-            warnings.push(format!(
-                "container {cname}: the runtime reports no resources"
-            ));
-        }
-        let s = settings.unwrap_or_default();
-        let state_str = container_state(cs_state);
-        let exited = state_str == "exited";
-        let idx = live.len();
-        match counted_by_name.get(&cname) {
-            None => {
-                counted_by_name.insert(cname.clone(), (idx, exited));
-            }
-            Some(&(_, prev_exited)) if prev_exited && !exited => {
-                counted_by_name.insert(cname.clone(), (idx, exited));
-            }
-            _ => {}
-        }
-        live.push(LiveContainer {
-            id: c.id.clone(),
-            name: cname,
-            state: state_str.to_string(),
-            attempt: c.metadata.as_ref().map(|m| m.attempt).unwrap_or(0),
-            cpu_shares: s.cpu_shares,
-            cpu_quota: s.cpu_quota,
-            cpu_period: s.cpu_period,
-            memory_limit_bytes: s.memory_limit_bytes,
-            oom_score_adj: s.oom_score_adj,
-            memory_min_bytes: s.memory_min_bytes,
-            resources_origin: origin,
-            cpuset_cpus: res
-                .as_ref()
-                .map(|r| r.cpuset_cpus.clone())
-                .filter(|c| !c.is_empty()),
-            counted: false,
-        });
-    }
-    for (idx, _) in counted_by_name.values() {
-        live[*idx].counted = true;
-    }
-    live.sort_by(|a, b| (&a.name, b.attempt).cmp(&(&b.name, a.attempt)));
-
+    let live = live_containers(containers, answers, &mut warnings);
     let settings: Vec<ContainerSettings> = live
         .iter()
         .filter(|c| c.counted)
@@ -792,6 +681,143 @@ fn build_pod(
             qosd_model::core::model::ValueSource::Inferred,
         ),
     })
+}
+
+/// The pod's (uid, namespace, name) from the kubelet's labels, else the
+/// sandbox metadata; `Err` when there is no valid uid.
+fn identity(
+    sb: &proto::PodSandbox,
+    status: &proto::PodSandboxStatus,
+    notes: &mut Vec<String>,
+    warnings: &mut Vec<String>,
+) -> Result<(String, String, String), String> {
+    let meta = status
+        .metadata
+        .clone()
+        .or_else(|| sb.metadata.clone())
+        .unwrap_or_default();
+    let labels = [&status.labels, &sb.labels];
+    let uid = match label(labels, LABEL_POD_UID) {
+        Some(u) => {
+            if !meta.uid.is_empty() && meta.uid != u {
+                warnings.push(format!(
+                    "label {LABEL_POD_UID}={u:?} differs from the sandbox metadata uid {:?}",
+                    meta.uid
+                ));
+            }
+            u.to_string()
+        }
+        None if !meta.uid.is_empty() => {
+            notes.push(format!(
+                "no {LABEL_POD_UID} label; uid from the sandbox metadata"
+            ));
+            meta.uid.clone()
+        }
+        None => return Err("no pod uid (no label, no metadata)".to_string()),
+    };
+    if let Err(e) = validate_uid(&uid) {
+        return Err(format!("rejected: {e}"));
+    }
+    let name = label(labels, LABEL_POD_NAME)
+        .unwrap_or(&meta.name)
+        .to_string();
+    let namespace = label(labels, LABEL_POD_NAMESPACE)
+        .unwrap_or(&meta.namespace)
+        .to_string();
+    Ok((uid, namespace, name))
+}
+
+/// The sandbox's containers with their settings, sorted by name (newest
+/// attempt first); per name the latest attempt, preferring one that has not
+/// exited, is `counted` in the pod's resources.
+fn live_containers(
+    mut containers: Vec<proto::Container>,
+    answers: &HashMap<String, ContainerAnswer>,
+    warnings: &mut Vec<String>,
+) -> Vec<LiveContainer> {
+    containers.sort_by(|a, b| {
+        let key = |c: &proto::Container| {
+            (
+                c.metadata.as_ref().map(|m| m.attempt).unwrap_or(0),
+                c.created_at,
+            )
+        };
+        key(b).cmp(&key(a))
+    });
+    let mut counted_by_name: BTreeMap<String, (usize, bool)> = BTreeMap::new();
+    let mut live = Vec::new();
+    for c in &containers {
+        let cname = c
+            .metadata
+            .as_ref()
+            .map(|m| m.name.clone())
+            .filter(|n| !n.is_empty())
+            .or_else(|| c.labels.get(LABEL_CONTAINER_NAME).cloned())
+            .unwrap_or_else(|| c.id.clone());
+        let Some(facts) = answers.get(&c.id).cloned().flatten() else {
+            warnings.push(format!(
+                "container {cname} ({}) vanished before its status was read",
+                c.id
+            ));
+            continue;
+        };
+        let lc = live_container(c, cname, facts, warnings);
+        let exited = lc.state == "exited";
+        let take = match counted_by_name.get(&lc.name) {
+            None => true,
+            Some(&(_, prev_exited)) => prev_exited && !exited,
+        };
+        if take {
+            counted_by_name.insert(lc.name.clone(), (live.len(), exited));
+        }
+        live.push(lc);
+    }
+    for (idx, _) in counted_by_name.values() {
+        live[*idx].counted = true;
+    }
+    live.sort_by(|a, b| (&a.name, b.attempt).cmp(&(&b.name, a.attempt)));
+    live
+}
+
+/// One container as its status reported it (not counted yet).
+fn live_container(
+    c: &proto::Container,
+    name: String,
+    facts: ContainerFacts,
+    warnings: &mut Vec<String>,
+) -> LiveContainer {
+    let ContainerFacts {
+        state,
+        res,
+        mut origin,
+        ..
+    } = facts;
+    let settings = res.as_ref().map(|r| ContainerSettings::from_cri(&name, r));
+    if settings.is_none() {
+        origin = ResourcesOrigin::None;
+        warnings.push(format!(
+            "container {name}: the runtime reports no resources"
+        ));
+    }
+    let s = settings.unwrap_or_default();
+    LiveContainer {
+        id: c.id.clone(),
+        name,
+        state: container_state(state).to_string(),
+        attempt: c.metadata.as_ref().map(|m| m.attempt).unwrap_or(0),
+        cpu_shares: s.cpu_shares,
+        cpu_quota: s.cpu_quota,
+        cpu_period: s.cpu_period,
+        memory_limit_bytes: s.memory_limit_bytes,
+        oom_score_adj: s.oom_score_adj,
+        memory_min_bytes: s.memory_min_bytes,
+        resources_origin: origin,
+        cpuset_cpus: res
+            .as_ref()
+            .map(|r| r.cpuset_cpus.clone())
+            .filter(|c| !c.is_empty()),
+        counted: false,
+    }
 }
 
 #[cfg(test)]

@@ -200,74 +200,7 @@ pub(crate) fn reconstruct(
 ) -> Reconstructed {
     let mut notes = Vec::new();
     let mut warnings = Vec::new();
-
-    // --- class from the container settings (GetPodQOS on what is visible)
-    let mut all_guaranteed = !containers.is_empty();
-    let mut any_request = false;
-    let mut used_adj = false;
-    let mut used_min = false;
-    let mut any_exact = false;
-    for c in containers {
-        any_exact |= c.has_exact_resources();
-        let has_any = c.has_exact_resources() || c.burstable_adj().is_some();
-        any_request |= has_any;
-        let cpu_equal = match (c.cpu_request_millis(), c.cpu_limit_millis()) {
-            (Some(r), Some(l)) => r == l,
-            // Quota clamps at 1000 µs (10m) and shares at 2: tiny limits
-            // can't be compared exactly; treat a limit alone as request = limit.
-            (None, Some(_)) => true,
-            _ => false,
-        };
-        let mem_equal = match (c.memory_limit_bytes, c.memory_min_bytes) {
-            (Some(l), Some(m)) => {
-                used_min = true;
-                l == m
-            }
-            (Some(_), None) => match c.oom_score_adj {
-                Some(a) if a >= 1000 + GUARANTEED_OOM_SCORE_ADJ => {
-                    used_adj = true;
-                    false
-                }
-                Some(_) => {
-                    used_adj = true;
-                    true
-                }
-                None => true,
-            },
-            _ => false,
-        };
-        if !(cpu_equal && mem_equal && c.memory_limit_bytes.is_some()) {
-            all_guaranteed = false;
-        }
-    }
-    let (resources_class, resources_source) = if all_guaranteed {
-        let src = if used_min {
-            QosSource::MemoryMin
-        } else if used_adj {
-            QosSource::OomScoreAdj
-        } else {
-            QosSource::Resources
-        };
-        (QosClass::Guaranteed, src)
-    } else if any_request {
-        let src = if any_exact {
-            if containers.iter().all(|c| {
-                c.cpu_request_millis().is_none()
-                    && c.cpu_limit_millis().is_none()
-                    && c.memory_limit_bytes.is_none()
-            }) {
-                QosSource::MemoryMin
-            } else {
-                QosSource::Resources
-            }
-        } else {
-            QosSource::OomScoreAdj
-        };
-        (QosClass::Burstable, src)
-    } else {
-        (QosClass::BestEffort, QosSource::Resources)
-    };
-
+    let (resources_class, resources_source) = class_from_settings(containers);
     let (class, source) = match parent_class {
         Some(p) => {
             if containers.is_empty() {
@@ -289,110 +222,11 @@ pub(crate) fn reconstruct(
             (resources_class, resources_source)
         }
     };
-    for c in containers {
-        if let Some(a) = c.oom_score_adj {
-            let expected_ok = match class {
-                QosClass::Guaranteed => a <= 0,
-                QosClass::BestEffort => a == BESTEFFORT_OOM_SCORE_ADJ,
-                QosClass::Burstable => {
-                    (1000 + GUARANTEED_OOM_SCORE_ADJ..BESTEFFORT_OOM_SCORE_ADJ).contains(&a)
-                }
-            };
-            if !expected_ok {
-                warnings.push(format!(
-                    "container {}: oom_score_adj {a} does not fit a {class} pod",
-                    c.name
-                ));
-            } else if class == QosClass::Guaranteed && a != GUARANTEED_OOM_SCORE_ADJ {
-                notes.push(format!(
-                    "container {}: oom_score_adj {a} instead of {GUARANTEED_OOM_SCORE_ADJ} (clamped by the runtime)",
-                    c.name
-                ));
-            }
-        }
-    }
-
-    // --- requests and limits
-    let mut out = Vec::with_capacity(containers.len());
-    for c in containers {
-        let mut res = ResourceRequirements::default();
-        let cpu_req = c.cpu_request_millis();
-        let cpu_lim = c.cpu_limit_millis();
-        if let Some(l) = cpu_lim {
-            res.limits.insert("cpu".into(), Quantity::from_milli(l));
-        }
-        if let Some(l) = c.memory_limit_bytes {
-            res.limits.insert("memory".into(), Quantity::from_value(l));
-        }
-        match class {
-            QosClass::Guaranteed => {
-                // requests = limits by definition of the class.
-                if let Some(l) = cpu_lim.or(cpu_req) {
-                    res.requests.insert("cpu".into(), Quantity::from_milli(l));
-                }
-                if let Some(l) = c.memory_limit_bytes {
-                    res.requests
-                        .insert("memory".into(), Quantity::from_value(l));
-                }
-            }
-            QosClass::Burstable => {
-                if let Some(r) = cpu_req {
-                    res.requests.insert("cpu".into(), Quantity::from_milli(r));
-                }
-                if let Some(m) = c.memory_min_bytes {
-                    res.requests
-                        .insert("memory".into(), Quantity::from_value(m));
-                } else if let Some(a) = c.burstable_adj() {
-                    match memory_capacity_bytes.and_then(|cap| memory_request_band(a, cap)) {
-                        Some((low, high)) => {
-                            // The largest request consistent with the
-                            // oom_score_adj (the top of its band, capped by
-                            // the limit a request cannot exceed): a pod that
-                            // certainly exceeds its request ranks so.
-                            let top = match (high, c.memory_limit_bytes) {
-                                (Some(h), Some(l)) => h.min(l),
-                                (Some(h), None) => h,
-                                (None, Some(l)) => l,
-                                (None, None) => memory_capacity_bytes.unwrap_or(low),
-                            };
-                            res.requests
-                                .insert("memory".into(), Quantity::from_value(top));
-                            notes.push(format!(
-                                "container {}: memory request taken as {top} bytes, the largest \
-                                 value consistent with oom_score_adj {a} (band {low}..={}{})",
-                                c.name,
-                                high.map(|h| h.to_string()).unwrap_or_else(|| "∞".into()),
-                                match (high, c.memory_limit_bytes) {
-                                    (Some(h), Some(l)) if l < h => ", capped by the limit",
-                                    _ => "",
-                                }
-                            ));
-                        }
-                        None => notes.push(format!(
-                            "container {}: memory request unknown (oom_score_adj {a}{})",
-                            c.name,
-                            if memory_capacity_bytes.is_none() {
-                                ", node memory capacity not given"
-                            } else {
-                                " carries no size"
-                            }
-                        )),
-                    }
-                } else if c.memory_limit_bytes.is_some() {
-                    notes.push(format!(
-                        "container {}: memory request unknown (no memory.min, no oom_score_adj)",
-                        c.name
-                    ));
-                }
-            }
-            QosClass::BestEffort => {}
-        }
-        out.push(Container {
-            name: c.name.clone(),
-            resources: res,
-            restartable: false,
-        });
-    }
+    check_oom_score_adj(class, containers, &mut notes, &mut warnings);
+    let out = containers
+        .iter()
+        .map(|c| rebuild_container(c, class, memory_capacity_bytes, &mut notes))
+        .collect();
     Reconstructed {
         containers: out,
         class,
@@ -402,6 +236,210 @@ pub(crate) fn reconstruct(
         notes,
         warnings,
     }
+}
+
+/// How one container's settings look: any request at all, requests equal
+/// to limits (Guaranteed-like), and which inferred values that needed.
+#[derive(Debug, Clone, Copy, Default)]
+struct Shape {
+    any_request: bool,
+    guaranteed: bool,
+    used_adj: bool,
+    used_min: bool,
+}
+
+fn shape(c: &ContainerSettings) -> Shape {
+    let mut s = Shape {
+        any_request: c.has_exact_resources() || c.burstable_adj().is_some(),
+        ..Shape::default()
+    };
+    let cpu_equal = match (c.cpu_request_millis(), c.cpu_limit_millis()) {
+        (Some(r), Some(l)) => r == l,
+        // Quota clamps at 1000 µs (10m) and shares at 2: tiny limits
+        // can't be compared exactly; treat a limit alone as request = limit.
+        (None, Some(_)) => true,
+        _ => false,
+    };
+    let mem_equal = match (c.memory_limit_bytes, c.memory_min_bytes) {
+        (Some(l), Some(m)) => {
+            s.used_min = true;
+            l == m
+        }
+        (Some(_), None) => match c.oom_score_adj {
+            Some(a) => {
+                s.used_adj = true;
+                a < 1000 + GUARANTEED_OOM_SCORE_ADJ
+            }
+            None => true,
+        },
+        _ => false,
+    };
+    s.guaranteed = cpu_equal && mem_equal && c.memory_limit_bytes.is_some();
+    s
+}
+
+/// The class the container settings alone imply (GetPodQOS on what is
+/// visible), and what it needed.
+fn class_from_settings(containers: &[ContainerSettings]) -> (QosClass, QosSource) {
+    let shapes: Vec<Shape> = containers.iter().map(shape).collect();
+    let any_exact = containers
+        .iter()
+        .any(ContainerSettings::has_exact_resources);
+    if !shapes.is_empty() && shapes.iter().all(|s| s.guaranteed) {
+        let src = if shapes.iter().any(|s| s.used_min) {
+            QosSource::MemoryMin
+        } else if shapes.iter().any(|s| s.used_adj) {
+            QosSource::OomScoreAdj
+        } else {
+            QosSource::Resources
+        };
+        return (QosClass::Guaranteed, src);
+    }
+    if !shapes.iter().any(|s| s.any_request) {
+        return (QosClass::BestEffort, QosSource::Resources);
+    }
+    let src = if !any_exact {
+        QosSource::OomScoreAdj
+    } else if containers.iter().all(|c| {
+        c.cpu_request_millis().is_none()
+            && c.cpu_limit_millis().is_none()
+            && c.memory_limit_bytes.is_none()
+    }) {
+        QosSource::MemoryMin
+    } else {
+        QosSource::Resources
+    };
+    (QosClass::Burstable, src)
+}
+
+/// Each container's oom_score_adj against the class: out of its band is a
+/// warning, a Guaranteed value the runtime clamped a note.
+fn check_oom_score_adj(
+    class: QosClass,
+    containers: &[ContainerSettings],
+    notes: &mut Vec<String>,
+    warnings: &mut Vec<String>,
+) {
+    for c in containers {
+        let Some(a) = c.oom_score_adj else { continue };
+        let expected_ok = match class {
+            QosClass::Guaranteed => a <= 0,
+            QosClass::BestEffort => a == BESTEFFORT_OOM_SCORE_ADJ,
+            QosClass::Burstable => {
+                (1000 + GUARANTEED_OOM_SCORE_ADJ..BESTEFFORT_OOM_SCORE_ADJ).contains(&a)
+            }
+        };
+        if !expected_ok {
+            warnings.push(format!(
+                "container {}: oom_score_adj {a} does not fit a {class} pod",
+                c.name
+            ));
+        } else if class == QosClass::Guaranteed && a != GUARANTEED_OOM_SCORE_ADJ {
+            notes.push(format!(
+                "container {}: oom_score_adj {a} instead of {GUARANTEED_OOM_SCORE_ADJ} (clamped by the runtime)",
+                c.name
+            ));
+        }
+    }
+}
+
+/// One container's requests and limits from its settings, for `class`.
+fn rebuild_container(
+    c: &ContainerSettings,
+    class: QosClass,
+    memory_capacity_bytes: Option<i64>,
+    notes: &mut Vec<String>,
+) -> Container {
+    let mut res = ResourceRequirements::default();
+    let cpu_req = c.cpu_request_millis();
+    let cpu_lim = c.cpu_limit_millis();
+    if let Some(l) = cpu_lim {
+        res.limits.insert("cpu".into(), Quantity::from_milli(l));
+    }
+    if let Some(l) = c.memory_limit_bytes {
+        res.limits.insert("memory".into(), Quantity::from_value(l));
+    }
+    match class {
+        QosClass::Guaranteed => {
+            // requests = limits by definition of the class.
+            if let Some(l) = cpu_lim.or(cpu_req) {
+                res.requests.insert("cpu".into(), Quantity::from_milli(l));
+            }
+            if let Some(l) = c.memory_limit_bytes {
+                res.requests
+                    .insert("memory".into(), Quantity::from_value(l));
+            }
+        }
+        QosClass::Burstable => {
+            if let Some(r) = cpu_req {
+                res.requests.insert("cpu".into(), Quantity::from_milli(r));
+            }
+            if let Some(m) = burstable_memory_request(c, memory_capacity_bytes, notes) {
+                res.requests
+                    .insert("memory".into(), Quantity::from_value(m));
+            }
+        }
+        QosClass::BestEffort => {}
+    }
+    Container {
+        name: c.name.clone(),
+        resources: res,
+        restartable: false,
+    }
+}
+
+/// A Burstable container's memory request: memory.min when MemoryQoS set
+/// it, else the largest value its oom_score_adj allows; notes say which.
+fn burstable_memory_request(
+    c: &ContainerSettings,
+    memory_capacity_bytes: Option<i64>,
+    notes: &mut Vec<String>,
+) -> Option<i64> {
+    if let Some(m) = c.memory_min_bytes {
+        return Some(m);
+    }
+    let Some(a) = c.burstable_adj() else {
+        if c.memory_limit_bytes.is_some() {
+            notes.push(format!(
+                "container {}: memory request unknown (no memory.min, no oom_score_adj)",
+                c.name
+            ));
+        }
+        return None;
+    };
+    let Some((low, high)) = memory_capacity_bytes.and_then(|cap| memory_request_band(a, cap))
+    else {
+        notes.push(format!(
+            "container {}: memory request unknown (oom_score_adj {a}{})",
+            c.name,
+            if memory_capacity_bytes.is_none() {
+                ", node memory capacity not given"
+            } else {
+                " carries no size"
+            }
+        ));
+        return None;
+    };
+    // The largest request consistent with the oom_score_adj (the top of
+    // its band, capped by the limit a request cannot exceed): a pod that
+    // certainly exceeds its request ranks so.
+    let top = match (high, c.memory_limit_bytes) {
+        (Some(h), Some(l)) => h.min(l),
+        (Some(h), None) => h,
+        (None, Some(l)) => l,
+        (None, None) => memory_capacity_bytes.unwrap_or(low),
+    };
+    notes.push(format!(
+        "container {}: memory request taken as {top} bytes, the largest \
+         value consistent with oom_score_adj {a} (band {low}..={}{})",
+        c.name,
+        high.map(|h| h.to_string()).unwrap_or_else(|| "∞".into()),
+        match (high, c.memory_limit_bytes) {
+            (Some(h), Some(l)) if l < h => ", capped by the limit",
+            _ => "",
+        }
+    ));
+    Some(top)
 }
 
 fn ceil_div(a: i128, b: i128) -> i128 {

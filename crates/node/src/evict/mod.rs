@@ -14,12 +14,19 @@
 //!   RemovePodSandbox, on the caller's thread.
 //! * [`Backend::Api`]: the Kubernetes Eviction subresource through the
 //!   [`ApiEvictor`] the daemon provides (grace: hard 1 s, soft
-//!   min(eviction-max-pod-grace-period, terminationGracePeriodSeconds)),
-//!   with an `Evicted` Event. Hard threshold: a refusal, an error or no
-//!   answer within the deadline falls back to the local kill (as
-//!   [`Backend::Kill`]) followed by a pod delete through the API; soft
-//!   threshold: a refusal is an error ([`EvictError::ApiRefused`]) and the
-//!   engine moves to the next candidate.
+//!   min(eviction-max-pod-grace-period, terminationGracePeriodSeconds) —
+//!   never below 1 s: a grace of 0 makes the API server remove the pod
+//!   object at once, before its containers stop), with an `Evicted` Event.
+//!   Hard threshold: a refusal, throttling, an error or no answer within
+//!   the deadline falls back to the local kill (as [`Backend::Kill`])
+//!   followed by the kubelet's eviction record on the pod's status (phase
+//!   `Failed`, reason `Evicted`, condition `DisruptionTarget`) — the object
+//!   is not deleted. Soft threshold: a refusal (a disruption budget) or an
+//!   error with nothing done is an error ([`EvictError::ApiRefused`]) and
+//!   the engine moves to the next candidate; throttling asks for the same
+//!   pod again after `Retry-After`; a request sent but not answered in
+//!   time counts as an eviction in progress (the engine waits for its
+//!   effect and evicts no second pod meanwhile).
 //! * [`Backend::DryRun`]: logs what would be done; touches nothing.
 //!
 //! Every eviction is logged (tracing, target `qosd::eviction`) with the
@@ -63,20 +70,49 @@ pub enum RuntimeCallError {
 /// Why the Kubernetes API did not evict a pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ApiRefusal {
-    /// 429: a PodDisruptionBudget (or rate limit) refused it.
+    /// 429 from a PodDisruptionBudget.
     Refused(String),
-    /// 404: the pod is not in the API (already deleted).
+    /// 429 from API Priority and Fairness (or max-in-flight): ask again
+    /// after `retry_after`.
+    Throttled {
+        retry_after: Duration,
+        message: String,
+    },
+    /// 404, or 409 on the uid precondition: the pod is not in the API.
     Gone(String),
-    /// Any other error, or no answer within the deadline.
+    /// Any other error answer, or nothing sent (no connection).
     Failed(String),
+    /// Sent, not answered within the deadline: the outcome is unknown.
+    Unanswered(String),
+}
+
+impl ApiRefusal {
+    /// Nothing was done to this pod: the engine may try the next one.
+    pub fn moves_on(&self) -> bool {
+        matches!(
+            self,
+            ApiRefusal::Refused(_) | ApiRefusal::Gone(_) | ApiRefusal::Failed(_)
+        )
+    }
+
+    /// The same pod is to be asked again (throttling), without the failure
+    /// back-off.
+    pub fn retries_same_pod(&self) -> bool {
+        matches!(self, ApiRefusal::Throttled { .. })
+    }
 }
 
 impl std::fmt::Display for ApiRefusal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             ApiRefusal::Refused(m) => write!(f, "refused: {m}"),
+            ApiRefusal::Throttled {
+                retry_after,
+                message,
+            } => write!(f, "throttled (retry after {retry_after:?}): {message}"),
             ApiRefusal::Gone(m) => write!(f, "not found: {m}"),
             ApiRefusal::Failed(m) => write!(f, "failed: {m}"),
+            ApiRefusal::Unanswered(m) => write!(f, "unanswered: {m}"),
         }
     }
 }
@@ -86,31 +122,66 @@ pub trait ApiEvictor: Send + Sync {
     /// Create an Eviction for the victim with this grace period (and an
     /// `Evicted` Event when it is accepted). Bounded by the deadline.
     fn evict(&self, v: &Victim, grace: Duration) -> Result<(), ApiRefusal>;
-    /// After a local kill: delete the pod through the API (grace 0, uid
-    /// precondition) and write the Event.
-    fn delete_after_kill(&self, v: &Victim) -> Result<(), String>;
+    /// After a local kill: leave the kubelet's eviction record on the pod
+    /// (status phase `Failed`, reason `Evicted`, the message, condition
+    /// `DisruptionTarget`/`TerminationByKubelet`; uid-checked) and write
+    /// the Event. The pod object is not deleted, as by the kubelet.
+    fn mark_evicted_after_kill(&self, v: &Victim) -> Result<(), String>;
     /// Count a path taken (metrics).
     fn count(&self, _path: &str) {}
 }
 
+/// The kubelet's floor on an eviction's grace period (its pod workers
+/// never use less than 1 s); on the API, a grace of 0 would remove the pod
+/// object at once, before its containers stop.
+pub const MIN_API_GRACE: Duration = Duration::from_secs(1);
+
 /// The paths an `api` eviction can take (the `path` label of
 /// `qosd_api_evictions_total`).
 pub(crate) mod api_path {
-    /// The Eviction subresource answered 201.
-    pub(crate) const EVICTED: &str = "evicted";
-    /// Soft threshold: refused (429) — the next candidate is tried.
-    pub(crate) const REFUSED_NEXT: &str = "refused_next_candidate";
-    /// Soft threshold: an error or no answer — the next candidate is tried.
-    pub(crate) const FAILED_NEXT: &str = "failed_next_candidate";
-    /// Hard threshold: refused, failed or no answer in time — local kill.
-    pub(crate) const FALLBACK_KILL: &str = "fallback_local_kill";
-    /// After a local kill: the pod deleted through the API.
-    pub(crate) const FALLBACK_DELETED: &str = "fallback_pod_deleted";
-    /// After a local kill: the delete failed (logged; the kubelet may restart it).
-    pub(crate) const FALLBACK_DELETE_FAILED: &str = "fallback_delete_failed";
-    /// 404: the pod is already gone from the API.
-    pub(crate) const GONE: &str = "already_gone";
+    /// The Eviction subresource answered 201 (also when the answer came
+    /// after the deadline: effects are counted, not attempts).
+    pub const EVICTED: &str = "evicted";
+    /// Soft threshold: refused (429, a disruption budget) — the next
+    /// candidate is tried.
+    pub const REFUSED_NEXT: &str = "refused_next_candidate";
+    /// Soft threshold: an error with nothing done — the next candidate is
+    /// tried.
+    pub const FAILED_NEXT: &str = "failed_next_candidate";
+    /// Soft threshold: throttled (429 with Retry-After) — the same pod is
+    /// asked again once Retry-After has passed.
+    pub const THROTTLED_RETRY: &str = "throttled_retry";
+    /// Soft threshold: sent, no answer within the deadline — waiting for
+    /// the effect; no other pod is evicted meanwhile.
+    pub const UNANSWERED_WAIT: &str = "unanswered_wait";
+    /// Hard threshold: refused, throttled, failed or no answer in time —
+    /// local kill.
+    pub const FALLBACK_KILL: &str = "fallback_local_kill";
+    /// After a local kill: the kubelet's eviction record set on the pod's
+    /// status.
+    pub const FALLBACK_STATUS_SET: &str = "fallback_status_set";
+    /// After a local kill: the status update failed (logged).
+    pub const FALLBACK_STATUS_FAILED: &str = "fallback_status_failed";
+    /// 404 / 409: the pod is already gone from the API.
+    pub const GONE: &str = "already_gone";
+    /// Every path, for metrics that list them up front.
+    pub const ALL: &[&str] = &[
+        EVICTED,
+        REFUSED_NEXT,
+        FAILED_NEXT,
+        THROTTLED_RETRY,
+        UNANSWERED_WAIT,
+        FALLBACK_KILL,
+        FALLBACK_STATUS_SET,
+        FALLBACK_STATUS_FAILED,
+        GONE,
+    ];
 }
+
+pub use api_path::ALL as API_EVICTION_PATHS;
+/// The path label of an eviction the API server accepted (also counted
+/// for an answer that came after the deadline).
+pub use api_path::EVICTED as API_EVICTED;
 
 /// An eviction that could not be carried out.
 #[derive(Debug, thiserror::Error)]
@@ -297,65 +368,57 @@ impl Evictor {
                     runtime: RuntimeCleanup::Done,
                 })
             }
-            Backend::Api => {
-                let api = self
-                    .api
-                    .as_ref()
-                    .ok_or(EvictError::NoApi { uid: uid.clone() })?;
-                // The kubelet's grace: 1 s for hard thresholds
-                // (immediateEvictionGracePeriodSeconds), the pod's capped
-                // grace for soft ones.
-                let api_grace = if v.kind == ThresholdKind::Hard {
-                    Duration::from_secs(1)
-                } else {
-                    grace
-                };
-                let refusal = match api.evict(v, api_grace) {
-                    Ok(()) => {
-                        api.count(api_path::EVICTED);
-                        tracing::info!(target: "qosd::eviction", pod = %format!("{}/{}", v.candidate.namespace, v.candidate.name), uid = %uid, grace_s = api_grace.as_secs(), "evicted through the Kubernetes API");
-                        return Ok(Outcome {
-                            uid,
-                            backend: Backend::Api,
-                            kill: None,
-                            runtime: RuntimeCleanup::NotApplicable,
-                        });
-                    }
-                    Err(r) => r,
-                };
-                if v.kind == ThresholdKind::Soft {
-                    let path = match &refusal {
-                        ApiRefusal::Refused(_) => api_path::REFUSED_NEXT,
-                        ApiRefusal::Gone(_) => api_path::GONE,
-                        ApiRefusal::Failed(_) => api_path::FAILED_NEXT,
-                    };
-                    api.count(path);
-                    tracing::warn!(target: "qosd::eviction", pod = %format!("{}/{}", v.candidate.namespace, v.candidate.name), uid = %uid, %refusal, "soft eviction not done through the API: trying the next candidate");
-                    return Err(EvictError::ApiRefused { uid, refusal });
-                }
-                // Hard: node-pressure evictions do not wait for PDBs.
-                api.count(api_path::FALLBACK_KILL);
-                tracing::warn!(target: "qosd::eviction", pod = %format!("{}/{}", v.candidate.namespace, v.candidate.name), uid = %uid, %refusal, "hard eviction not done through the API: killing the pod locally, then deleting it through the API");
-                let mut out = self.kill_locally(v, &uid, Duration::ZERO, true)?;
-                out.backend = Backend::Api;
-                let (api, victim) = (api.clone(), v.clone());
-                spawn_cleanup(move || {
-                    match api.delete_after_kill(&victim) {
-                        Ok(()) => {
-                            api.count(api_path::FALLBACK_DELETED);
-                            tracing::info!(target: "qosd::eviction", uid = %victim.candidate.uid, "pod deleted through the Kubernetes API after the local kill");
-                        }
-                        Err(e) => {
-                            api.count(api_path::FALLBACK_DELETE_FAILED);
-                            tracing::error!(target: "qosd::eviction", uid = %victim.candidate.uid, error = %e, "pod delete through the Kubernetes API failed after the local kill (the kubelet may restart it)");
-                        }
-                    }
-                    Ok(())
-                });
-                Ok(out)
-            }
+            Backend::Api => self.evict_api(v, uid, grace),
             Backend::Kill => self.kill_locally(v, &uid, grace, kill_now),
         }
+    }
+
+    /// The `api` backend (see the module docs).
+    fn evict_api(&self, v: &Victim, uid: String, grace: Duration) -> Result<Outcome, EvictError> {
+        let api = self
+            .api
+            .as_ref()
+            .ok_or(EvictError::NoApi { uid: uid.clone() })?;
+        // The kubelet's grace: 1 s for hard thresholds
+        // (immediateEvictionGracePeriodSeconds), the pod's capped
+        // grace for soft ones — never 0 on the API.
+        let api_grace = if v.kind == ThresholdKind::Hard {
+            MIN_API_GRACE
+        } else {
+            grace.max(MIN_API_GRACE)
+        };
+        let pod = format!("{}/{}", v.candidate.namespace, v.candidate.name);
+        let refusal = match api.evict(v, api_grace) {
+            Ok(()) => {
+                api.count(api_path::EVICTED);
+                tracing::info!(target: "qosd::eviction", pod = %pod, uid = %uid, grace_s = api_grace.as_secs(), "evicted through the Kubernetes API");
+                return Ok(api_outcome(uid));
+            }
+            Err(r) => r,
+        };
+        if v.kind == ThresholdKind::Soft {
+            return self.soft_api_refusal(api.as_ref(), &pod, uid, refusal);
+        }
+        // Hard: node-pressure evictions do not wait for PDBs.
+        api.count(api_path::FALLBACK_KILL);
+        tracing::warn!(target: "qosd::eviction", pod = %pod, uid = %uid, %refusal, "hard eviction not done through the Kubernetes API: killing the pod locally, then leaving the kubelet's eviction record on its status");
+        let mut out = self.kill_locally(v, &uid, Duration::ZERO, true)?;
+        out.backend = Backend::Api;
+        let (api, victim) = (api.clone(), v.clone());
+        spawn_cleanup(move || {
+            match api.mark_evicted_after_kill(&victim) {
+                Ok(()) => {
+                    api.count(api_path::FALLBACK_STATUS_SET);
+                    tracing::info!(target: "qosd::eviction", uid = %victim.candidate.uid, "pod status set Failed/Evicted through the Kubernetes API after the local kill");
+                }
+                Err(e) => {
+                    api.count(api_path::FALLBACK_STATUS_FAILED);
+                    tracing::error!(target: "qosd::eviction", uid = %victim.candidate.uid, error = %e, "cannot set the pod's status Failed/Evicted through the Kubernetes API after the local kill (the kubelet may restart it)");
+                }
+            }
+            Ok(())
+        });
+        Ok(out)
     }
 
     /// The kill backend: the pod's processes killed from its cgroup (soft
@@ -422,6 +485,52 @@ impl Evictor {
                     kill: Some(report),
                     runtime,
                 })
+            }
+        }
+    }
+}
+
+/// The outcome of an eviction the API server carries out.
+fn api_outcome(uid: String) -> Outcome {
+    Outcome {
+        uid,
+        backend: Backend::Api,
+        kill: None,
+        runtime: RuntimeCleanup::NotApplicable,
+    }
+}
+
+impl Evictor {
+    /// A soft eviction the API did not accept: an error for the engine
+    /// (next candidate, or the same pod after Retry-After), or — sent but
+    /// unanswered — an eviction in progress.
+    fn soft_api_refusal(
+        &self,
+        api: &dyn ApiEvictor,
+        pod: &str,
+        uid: String,
+        refusal: ApiRefusal,
+    ) -> Result<Outcome, EvictError> {
+        let path = match &refusal {
+            ApiRefusal::Refused(_) => api_path::REFUSED_NEXT,
+            ApiRefusal::Gone(_) => api_path::GONE,
+            ApiRefusal::Failed(_) => api_path::FAILED_NEXT,
+            ApiRefusal::Throttled { .. } => api_path::THROTTLED_RETRY,
+            ApiRefusal::Unanswered(_) => api_path::UNANSWERED_WAIT,
+        };
+        api.count(path);
+        match &refusal {
+            ApiRefusal::Unanswered(_) => {
+                tracing::warn!(target: "qosd::eviction", pod = %pod, uid = %uid, %refusal, "soft eviction sent through the Kubernetes API, no answer in time: waiting for its effect (no other pod is evicted meanwhile)");
+                Ok(api_outcome(uid))
+            }
+            ApiRefusal::Throttled { .. } => {
+                tracing::warn!(target: "qosd::eviction", pod = %pod, uid = %uid, %refusal, "soft eviction throttled by the Kubernetes API: asking again for the same pod after Retry-After");
+                Err(EvictError::ApiRefused { uid, refusal })
+            }
+            _ => {
+                tracing::warn!(target: "qosd::eviction", pod = %pod, uid = %uid, %refusal, "soft eviction not done through the Kubernetes API: trying the next candidate");
+                Err(EvictError::ApiRefused { uid, refusal })
             }
         }
     }
@@ -802,5 +911,121 @@ mod tests {
             .unwrap()
             .iter()
             .any(|c| c.starts_with("remove")));
+    }
+
+    /// A scripted API side: records the grace of each call and what was
+    /// counted; answers from the script.
+    #[derive(Default)]
+    struct FakeApi {
+        answers: Mutex<Vec<Result<(), ApiRefusal>>>,
+        graces: Mutex<Vec<Duration>>,
+        marked: Mutex<Vec<String>>,
+        counted: Mutex<Vec<String>>,
+    }
+
+    impl ApiEvictor for FakeApi {
+        fn evict(&self, _v: &Victim, grace: Duration) -> Result<(), ApiRefusal> {
+            self.graces.lock().unwrap().push(grace);
+            self.answers.lock().unwrap().remove(0)
+        }
+        fn mark_evicted_after_kill(&self, v: &Victim) -> Result<(), String> {
+            self.marked.lock().unwrap().push(v.candidate.uid.clone());
+            Ok(())
+        }
+        fn count(&self, path: &str) {
+            self.counted.lock().unwrap().push(path.to_string());
+        }
+    }
+
+    fn api_evictor(answers: Vec<Result<(), ApiRefusal>>) -> (Evictor, Arc<FakeApi>) {
+        let api = Arc::new(FakeApi {
+            answers: Mutex::new(answers),
+            ..Default::default()
+        });
+        let mut e = Evictor::new(Backend::Api, None, Duration::ZERO);
+        e.api = Some(api.clone());
+        (e, api)
+    }
+
+    /// Never a grace of 0 on the API: hard 1 s; soft the pod's capped
+    /// grace, at least 1 s (0 would remove the object before the
+    /// containers stop).
+    #[test]
+    fn api_grace_is_never_zero() {
+        for (kind, g, want) in [
+            (ThresholdKind::Hard, 1, 1),
+            (ThresholdKind::Soft, 0, 1),
+            (ThresholdKind::Soft, 20, 20),
+        ] {
+            let (e, api) = api_evictor(vec![Ok(())]);
+            let o = e.evict(&victim(kind, g, None, vec![])).unwrap();
+            assert_eq!(o.backend, Backend::Api);
+            assert_eq!(*api.graces.lock().unwrap(), [Duration::from_secs(want)]);
+            assert_eq!(*api.counted.lock().unwrap(), [api_path::EVICTED]);
+        }
+    }
+
+    /// Soft: a refusal moves on; throttling asks for the same pod again;
+    /// an unanswered request is an eviction in progress (no second pod).
+    #[test]
+    fn soft_api_answers() {
+        let throttled = ApiRefusal::Throttled {
+            retry_after: Duration::from_secs(3),
+            message: "429".into(),
+        };
+        let table = [
+            (
+                ApiRefusal::Refused("pdb".into()),
+                Some((true, false)),
+                api_path::REFUSED_NEXT,
+            ),
+            (
+                ApiRefusal::Failed("500".into()),
+                Some((true, false)),
+                api_path::FAILED_NEXT,
+            ),
+            (throttled, Some((false, true)), api_path::THROTTLED_RETRY),
+            (
+                ApiRefusal::Unanswered("late".into()),
+                None,
+                api_path::UNANSWERED_WAIT,
+            ),
+        ];
+        for (refusal, want, path) in table {
+            let (e, api) = api_evictor(vec![Err(refusal.clone())]);
+            let r = e.evict(&victim(ThresholdKind::Soft, 5, None, vec![]));
+            match (r, want) {
+                (Ok(o), None) => assert_eq!(o.backend, Backend::Api, "{refusal:?}"),
+                (Err(EvictError::ApiRefused { refusal: got, .. }), Some((moves, same))) => {
+                    assert_eq!((got.moves_on(), got.retries_same_pod()), (moves, same));
+                }
+                (r, _) => panic!("{refusal:?}: {r:?}"),
+            }
+            assert_eq!(*api.counted.lock().unwrap(), [path]);
+            assert!(api.marked.lock().unwrap().is_empty());
+        }
+    }
+
+    /// Hard: not done through the API → local kill, then the kubelet's
+    /// eviction record on the pod's status (no delete).
+    #[test]
+    fn hard_api_fallback_kills_and_marks_the_status() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("cgroup.procs"), "").unwrap();
+        let (e, api) = api_evictor(vec![Err(ApiRefusal::Unanswered("late".into()))]);
+        let o = e
+            .evict(&victim(ThresholdKind::Hard, 1, None, vec![d.path().into()]))
+            .unwrap();
+        assert_eq!(o.backend, Backend::Api);
+        assert!(o.kill.is_some(), "killed locally");
+        let t = Instant::now();
+        while api.counted.lock().unwrap().len() < 2 && t.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(*api.marked.lock().unwrap(), ["u1"]);
+        assert_eq!(
+            *api.counted.lock().unwrap(),
+            [api_path::FALLBACK_KILL, api_path::FALLBACK_STATUS_SET]
+        );
     }
 }

@@ -14,7 +14,6 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio::net::TcpStream;
 
 use super::config::{Auth, KubeConfig};
-use super::types::Status;
 
 /// A failed API call.
 #[derive(Debug, thiserror::Error)]
@@ -44,6 +43,16 @@ pub enum KubeError {
         code: u16,
         reason: String,
         message: String,
+        /// What else the answer said (boxed: errors stay small).
+        details: Box<ApiErrorDetails>,
+    },
+    #[error(
+        "{method} {path}: no data on the stream for {after:?}: the connection is taken as dead"
+    )]
+    Idle {
+        method: String,
+        path: String,
+        after: Duration,
     },
     #[error("{what}: cannot decode the answer: {message}")]
     Decode { what: String, message: String },
@@ -62,6 +71,28 @@ impl KubeError {
             _ => None,
         }
     }
+
+    /// The server's `Retry-After`, if it sent one.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            KubeError::Api { details, .. } => details.retry_after,
+            _ => None,
+        }
+    }
+}
+
+/// What an API error answer says beyond its code and message.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ApiErrorDetails {
+    /// The `Retry-After` header (seconds), or the `Status`'s
+    /// `details.retryAfterSeconds`, when the server sent one.
+    pub retry_after: Option<Duration>,
+    /// `details.causes[].reason` of the `Status` body (e.g.
+    /// `DisruptionBudget`); empty when the body is not a `Status`.
+    pub causes: Vec<String>,
+    /// The body was a `meta/v1 Status` (API Priority and Fairness and the
+    /// max-in-flight filter answer 429 in plain text instead).
+    pub status_body: bool,
 }
 
 /// A connected-on-demand API client.
@@ -123,8 +154,9 @@ impl KubeClient {
         let port: u16 = port
             .parse()
             .map_err(|_| url_err(format!("bad port {port:?}")))?;
-        let server_name = ServerName::try_from(host.clone())
-            .map_err(|e| url_err(format!("bad host {host:?}: {e}")))?;
+        let verify_as = cfg.tls_server_name.clone().unwrap_or_else(|| host.clone());
+        let server_name = ServerName::try_from(verify_as.clone())
+            .map_err(|e| url_err(format!("bad host {verify_as:?}: {e}")))?;
 
         let mut roots = rustls::RootCertStore::empty();
         let mut n = 0;
@@ -191,54 +223,62 @@ impl KubeClient {
         })
     }
 
-    async fn connect(
+    /// TCP (directly, or through the proxy's CONNECT tunnel), TLS and
+    /// the HTTP/1.1 handshake, within the client's connect deadline.
+    pub(crate) async fn connect(
         &self,
     ) -> Result<hyper::client::conn::http1::SendRequest<Full<Bytes>>, KubeError> {
+        self.connect_within(self.connect_timeout).await
+    }
+
+    /// [`KubeClient::connect`] with this deadline.
+    pub(crate) async fn connect_within(
+        &self,
+        deadline: Duration,
+    ) -> Result<hyper::client::conn::http1::SendRequest<Full<Bytes>>, KubeError> {
         let server = self.cfg.server.clone();
+        let err = |message: String| KubeError::Connect {
+            server: server.clone(),
+            message,
+        };
         let connect = async {
-            let tcp = TcpStream::connect((self.host.as_str(), self.port))
-                .await
-                .map_err(|e| KubeError::Connect {
-                    server: server.clone(),
-                    message: e.to_string(),
-                })?;
+            let tcp = match &self.cfg.proxy {
+                None => TcpStream::connect((self.host.as_str(), self.port))
+                    .await
+                    .map_err(|e| err(e.to_string()))?,
+                Some(p) => tunnel(p, &self.authority())
+                    .await
+                    .map_err(|e| err(format!("proxy {}:{}: {e}", p.host, p.port)))?,
+            };
             let _ = tcp.set_nodelay(true);
+            keepalive(&tcp);
             let tls = self
                 .tls
                 .connect(self.server_name.clone(), tcp)
                 .await
-                .map_err(|e| KubeError::Connect {
-                    server: server.clone(),
-                    message: format!("TLS: {e}"),
-                })?;
+                .map_err(|e| err(format!("TLS: {e}")))?;
             let (send, conn) =
                 hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
                     .await
-                    .map_err(|e| KubeError::Connect {
-                        server: server.clone(),
-                        message: e.to_string(),
-                    })?;
+                    .map_err(|e| err(e.to_string()))?;
             tokio::spawn(async move {
                 let _ = conn.await;
             });
             Ok(send)
         };
-        tokio::time::timeout(self.connect_timeout, connect)
+        tokio::time::timeout(deadline, connect)
             .await
-            .map_err(|_| KubeError::Connect {
-                server: self.cfg.server.clone(),
-                message: format!("no connection within {:?}", self.connect_timeout),
-            })?
+            .map_err(|_| err(format!("no connection within {deadline:?}")))?
     }
 
-    /// Send a request; returns the response with its body still streaming.
-    async fn send(
+    /// A request for `path` on this server (auth, headers, body).
+    pub(crate) fn request(
         &self,
         method: Method,
         path: &str,
+        content_type: Option<&str>,
         body: Option<Vec<u8>>,
-    ) -> Result<hyper::Response<Incoming>, KubeError> {
-        let mut send = self.connect().await?;
+    ) -> Result<Request<Full<Bytes>>, KubeError> {
         let mut req = Request::builder()
             .method(method.clone())
             .uri(format!("{}{}", self.prefix, path))
@@ -252,15 +292,29 @@ impl KubeClient {
             req = req.header(hyper::header::AUTHORIZATION, format!("Bearer {t}"));
         }
         if body.is_some() {
-            req = req.header(hyper::header::CONTENT_TYPE, "application/json");
+            req = req.header(
+                hyper::header::CONTENT_TYPE,
+                content_type.unwrap_or("application/json"),
+            );
         }
-        let req = req
-            .body(Full::new(Bytes::from(body.unwrap_or_default())))
+        req.body(Full::new(Bytes::from(body.unwrap_or_default())))
             .map_err(|e| KubeError::Transport {
                 method: method.to_string(),
                 path: path.to_string(),
                 message: e.to_string(),
-            })?;
+            })
+    }
+
+    /// Send a request; returns the response with its body still streaming.
+    async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        content_type: Option<&str>,
+        body: Option<Vec<u8>>,
+    ) -> Result<hyper::Response<Incoming>, KubeError> {
+        let mut send = self.connect().await?;
+        let req = self.request(method.clone(), path, content_type, body)?;
         send.send_request(req)
             .await
             .map_err(|e| KubeError::Transport {
@@ -288,10 +342,24 @@ impl KubeClient {
         body: Option<Vec<u8>>,
         timeout: Duration,
     ) -> Result<(StatusCode, Bytes), KubeError> {
+        self.call_with(method, path, None, body, timeout).await
+    }
+
+    /// [`KubeClient::call`] with a body of this content type (JSON when
+    /// `None`).
+    pub(crate) async fn call_with(
+        &self,
+        method: Method,
+        path: &str,
+        content_type: Option<&str>,
+        body: Option<Vec<u8>>,
+        timeout: Duration,
+    ) -> Result<(StatusCode, Bytes), KubeError> {
         let m = method.to_string();
         let exchange = async {
-            let resp = self.send(method, path, body).await?;
+            let resp = self.send(method, path, content_type, body).await?;
             let status = resp.status();
+            let headers = resp.headers().clone();
             let bytes = resp
                 .into_body()
                 .collect()
@@ -302,17 +370,18 @@ impl KubeClient {
                     message: e.to_string(),
                 })?
                 .to_bytes();
-            Ok::<_, KubeError>((status, bytes))
+            Ok::<_, KubeError>((status, headers, bytes))
         };
-        let (status, bytes) = tokio::time::timeout(timeout, exchange)
-            .await
-            .map_err(|_| KubeError::Timeout {
-                method: m.clone(),
-                path: path.to_string(),
-                after: timeout,
-            })??;
+        let (status, headers, bytes) =
+            tokio::time::timeout(timeout, exchange)
+                .await
+                .map_err(|_| KubeError::Timeout {
+                    method: m.clone(),
+                    path: path.to_string(),
+                    after: timeout,
+                })??;
         if !status.is_success() {
-            return Err(api_error(&m, path, status, &bytes));
+            return Err(api_error(&m, path, status, Some(&headers), &bytes));
         }
         Ok((status, bytes))
     }
@@ -359,13 +428,17 @@ impl KubeClient {
     }
 
     /// Open a watch (or any streaming GET): the response headers must
-    /// arrive within `timeout`; the body is read with [`LineReader`].
+    /// arrive within `timeout`; the body is read with [`LineReader`], which
+    /// gives up on a stream silent for `idle` (a connection that went
+    /// quiet without a FIN or a reset: host lost, partition, a proxy that
+    /// stopped forwarding).
     pub(crate) async fn stream(
         &self,
         path: &str,
         timeout: Duration,
+        idle: Duration,
     ) -> Result<LineReader, KubeError> {
-        let resp = tokio::time::timeout(timeout, self.send(Method::GET, path, None))
+        let resp = tokio::time::timeout(timeout, self.send(Method::GET, path, None, None))
             .await
             .map_err(|_| KubeError::Timeout {
                 method: "GET".into(),
@@ -374,36 +447,135 @@ impl KubeClient {
             })??;
         let status = resp.status();
         if !status.is_success() {
-            let bytes = resp
-                .into_body()
-                .collect()
+            let headers = resp.headers().clone();
+            let bytes = tokio::time::timeout(timeout, resp.into_body().collect())
                 .await
+                .ok()
+                .and_then(Result::ok)
                 .map(|c| c.to_bytes())
                 .unwrap_or_default();
-            return Err(api_error("GET", path, status, &bytes));
+            return Err(api_error("GET", path, status, Some(&headers), &bytes));
         }
         Ok(LineReader {
             body: resp.into_body(),
             buf: Vec::new(),
             path: path.to_string(),
+            idle,
         })
     }
 }
 
-fn api_error(method: &str, path: &str, status: StatusCode, bytes: &[u8]) -> KubeError {
-    let st: Status = serde_json::from_slice(bytes).unwrap_or_default();
+/// The `Status` of an API error, with the fields qosd tells errors apart by.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(default)]
+struct ErrorStatus {
+    kind: String,
+    message: String,
+    reason: String,
+    details: Option<ErrorDetails>,
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(default)]
+struct ErrorDetails {
+    causes: Vec<ErrorCause>,
+    #[serde(rename = "retryAfterSeconds")]
+    retry_after_seconds: Option<u64>,
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(default)]
+struct ErrorCause {
+    reason: String,
+}
+
+/// `Retry-After` in seconds (the API server never sends the date form).
+fn retry_after(headers: Option<&hyper::HeaderMap>) -> Option<Duration> {
+    let v = headers?.get(hyper::header::RETRY_AFTER)?.to_str().ok()?;
+    v.trim().parse::<u64>().ok().map(Duration::from_secs)
+}
+
+pub(crate) fn api_error(
+    method: &str,
+    path: &str,
+    status: StatusCode,
+    headers: Option<&hyper::HeaderMap>,
+    bytes: &[u8],
+) -> KubeError {
+    let parsed: Option<ErrorStatus> = serde_json::from_slice(bytes).ok();
+    let status_body = parsed.as_ref().is_some_and(|s| s.kind == "Status");
+    let st = parsed.unwrap_or_default();
     let message = if st.message.is_empty() {
-        String::from_utf8_lossy(bytes).chars().take(200).collect()
+        String::from_utf8_lossy(bytes)
+            .trim()
+            .chars()
+            .take(200)
+            .collect()
     } else {
         st.message
     };
+    let details = st.details.unwrap_or_default();
     KubeError::Api {
         method: method.to_string(),
         path: path.to_string(),
         code: status.as_u16(),
         reason: st.reason,
         message,
+        details: Box::new(ApiErrorDetails {
+            retry_after: retry_after(headers).or(details
+                .retry_after_seconds
+                .filter(|s| *s > 0)
+                .map(Duration::from_secs)),
+            causes: details.causes.into_iter().map(|c| c.reason).collect(),
+            status_body,
+        }),
     }
+}
+
+/// Open a CONNECT tunnel to `authority` through an HTTP proxy.
+async fn tunnel(p: &super::config::Proxy, authority: &str) -> Result<TcpStream, String> {
+    use base64::Engine as _;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut tcp = TcpStream::connect((p.host.as_str(), p.port))
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut req = format!("CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n");
+    if let Some(cred) = &p.basic_auth {
+        let b = base64::engine::general_purpose::STANDARD.encode(cred);
+        req.push_str(&format!("Proxy-Authorization: Basic {b}\r\n"));
+    }
+    req.push_str("\r\n");
+    tcp.write_all(req.as_bytes())
+        .await
+        .map_err(|e| e.to_string())?;
+    // The answer's header, byte by byte: nothing of the tunnel is read.
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        if head.len() > 8192 {
+            return Err("CONNECT answer header too long".into());
+        }
+        let b = tcp.read_u8().await.map_err(|e| e.to_string())?;
+        head.push(b);
+    }
+    let line = String::from_utf8_lossy(&head);
+    let status = line.lines().next().unwrap_or("");
+    let code = status.split_whitespace().nth(1).unwrap_or("");
+    if code != "200" {
+        return Err(format!("CONNECT refused: {status}"));
+    }
+    Ok(tcp)
+}
+
+/// TCP keepalive on API connections: a peer that vanished (host lost,
+/// partition) is found within about 11 s (idle 5 s, then 3 probes 2 s
+/// apart), and unacknowledged data fails the connection after 15 s.
+fn keepalive(tcp: &TcpStream) {
+    use nix::sys::socket::{setsockopt, sockopt};
+    let _ = setsockopt(tcp, sockopt::KeepAlive, &true);
+    let _ = setsockopt(tcp, sockopt::TcpKeepIdle, &5);
+    let _ = setsockopt(tcp, sockopt::TcpKeepInterval, &2);
+    let _ = setsockopt(tcp, sockopt::TcpKeepCount, &3);
+    let _ = setsockopt(tcp, sockopt::TcpUserTimeout, &15_000);
 }
 
 /// Reads a streaming body one newline-terminated JSON document at a time
@@ -412,6 +584,8 @@ pub(crate) struct LineReader {
     body: Incoming,
     buf: Vec<u8>,
     path: String,
+    /// Longest silence accepted between two chunks.
+    idle: Duration,
 }
 
 impl LineReader {
@@ -426,7 +600,14 @@ impl LineReader {
                 }
                 return Ok(Some(line));
             }
-            match self.body.frame().await {
+            let frame = tokio::time::timeout(self.idle, self.body.frame())
+                .await
+                .map_err(|_| KubeError::Idle {
+                    method: "GET".into(),
+                    path: self.path.clone(),
+                    after: self.idle,
+                })?;
+            match frame {
                 None => {
                     if self.buf.iter().all(u8::is_ascii_whitespace) {
                         return Ok(None);

@@ -2,12 +2,14 @@
 //! Pure logic, no I/O.
 //!
 //! The runtime says what runs and where its cgroup is (and so the QoS class
-//! the kubelet chose); the spec gives the exact requests and limits of
+//! the kubelet chose); the API pod gives the exact requests and limits of
 //! every container (init and sidecar ones too), overhead, pod-level
-//! resources, priority, priorityClassName, the grace period and the
-//! static/mirror markers. Each value records its source
-//! ([`ValueSource::Exact`] from the API, [`ValueSource::Inferred`] from the
-//! runtime).
+//! resources, priority, priorityClassName, the grace period, the
+//! static/mirror markers and the volumes (emptyDir size limits). Requests
+//! and limits are the ones the kubelet admitted: during an in-place resize
+//! its status says so ([`crate::admitted`]), and the spec is only the
+//! desired state. Each value records its source ([`ValueSource::Exact`]
+//! from the API, [`ValueSource::Inferred`] from the runtime).
 //!
 //! A static pod runs under its own uid; its mirror pod in the API has
 //! another uid and names the static one in `kubernetes.io/config.mirror`.
@@ -21,13 +23,15 @@
 use std::collections::HashMap;
 
 use super::source::ApiView;
-use super::types::{ApiContainer, ApiPod, ApiResources};
+use super::types::{ApiContainer, ApiPod, ApiResources, ApiVolume, ContainerStatus};
+use crate::admitted::{self, Condition};
 use crate::cri::LivePod;
 use qosd_model::core::model::{
-    Container, Pod, ResourceList, ResourceRequirements, ValueSource, ANNOTATION_MIRROR,
-    ANNOTATION_SOURCE,
+    Container, EmptyDir, Pod, ResourceList, ResourceRequirements, ValueSource, Volume,
+    ANNOTATION_MIRROR, ANNOTATION_SOURCE,
 };
 use qosd_model::core::quantity::Quantity;
+use qosd_model::policy::enforce::versions::KubeletVersion;
 
 /// What a merge did, for status and metrics.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -68,7 +72,30 @@ fn container(c: &ApiContainer, init: bool) -> Result<Container, String> {
     })
 }
 
-/// The model pod an API pod describes (quantities parsed exactly).
+fn volume(v: &ApiVolume) -> Result<Volume, String> {
+    let empty_dir = match &v.empty_dir {
+        None => None,
+        Some(ed) => Some(EmptyDir {
+            memory: ed.medium == "Memory",
+            size_limit: ed
+                .size_limit
+                .as_deref()
+                .map(|q| {
+                    // `Quantity.UnmarshalJSON` trims surrounding whitespace.
+                    Quantity::parse(q.trim())
+                        .map_err(|e| format!("volume {} emptyDir sizeLimit {q:?}: {e}", v.name))
+                })
+                .transpose()?,
+        }),
+    };
+    Ok(Volume {
+        name: v.name.clone(),
+        empty_dir,
+    })
+}
+
+/// The pod an API pod's spec describes (quantities parsed exactly): the
+/// desired state.
 pub(crate) fn to_model(p: &ApiPod) -> Result<Pod, String> {
     let mut pod = Pod::new(
         p.metadata.uid.clone(),
@@ -98,11 +125,80 @@ pub(crate) fn to_model(p: &ApiPod) -> Result<Pod, String> {
     pod.priority_class_name = p.spec.priority_class_name.clone();
     pod.termination_grace_period_seconds = p.spec.termination_grace_period_seconds;
     pod.annotations = p.metadata.annotations.clone();
+    pod.volumes = p
+        .spec
+        .volumes
+        .iter()
+        .map(volume)
+        .collect::<Result<_, _>>()?;
     Ok(pod)
 }
 
-/// Merge every live pod with its API pod, in place.
-pub fn merge(live: &mut [LivePod], view: &ApiView) -> MergeSummary {
+fn container_status(c: &ContainerStatus) -> Result<admitted::ContainerStatus, String> {
+    let what = format!("status of container {}", c.name);
+    Ok(admitted::ContainerStatus {
+        allocated: c
+            .allocated_resources
+            .as_ref()
+            .map(|a| list(a, &format!("{what} allocatedResources")))
+            .transpose()?,
+        actual: c
+            .resources
+            .as_ref()
+            .map(|r| requirements(r, &format!("{what} resources")))
+            .transpose()?,
+    })
+}
+
+/// What an API pod's status says about its resources (see
+/// [`crate::admitted`]).
+pub(crate) fn status_of(p: &ApiPod) -> Result<admitted::PodStatus, String> {
+    let st = &p.status;
+    let condition = |kind: &str| {
+        st.conditions
+            .iter()
+            .find(|c| c.kind == kind && c.status == "True")
+            .map(|c| Condition {
+                reason: c.reason.clone(),
+                message: c.message.clone(),
+            })
+    };
+    let mut containers = std::collections::BTreeMap::new();
+    for c in st
+        .container_statuses
+        .iter()
+        .chain(&st.init_container_statuses)
+    {
+        containers.insert(c.name.clone(), container_status(c)?);
+    }
+    Ok(admitted::PodStatus {
+        generation: p.metadata.generation,
+        observed_generation: st.observed_generation,
+        pending: condition("PodResizePending"),
+        in_progress: condition("PodResizeInProgress"),
+        containers,
+        pod_allocated: st
+            .allocated_resources
+            .as_ref()
+            .map(|a| list(a, "pod status allocatedResources"))
+            .transpose()?,
+        pod_actual: st
+            .resources
+            .as_ref()
+            .map(|r| requirements(r, "pod status resources"))
+            .transpose()?,
+    })
+}
+
+/// The pod with the resources the kubelet admitted (its spec, unless its
+/// status says a resize is not applied; see [`crate::admitted`]).
+pub fn admitted_model(p: &ApiPod, version: KubeletVersion) -> Result<Pod, String> {
+    Ok(admitted::admit(to_model(p)?, &status_of(p)?, version))
+}
+
+/// Merge every live pod with its API pod, in place; `version`: whose
+/// rules decide what the kubelet admitted.
+pub fn merge(live: &mut [LivePod], view: &ApiView, version: KubeletVersion) -> MergeSummary {
     let mut by_mirror: HashMap<&str, &ApiPod> = HashMap::new();
     for p in view.pods.values() {
         if let Some(h) = p.metadata.annotations.get(ANNOTATION_MIRROR) {
@@ -119,7 +215,7 @@ pub fn merge(live: &mut [LivePod], view: &ApiView) -> MergeSummary {
             .get(&lp.pod.uid)
             .or_else(|| by_mirror.get(lp.pod.uid.as_str()).copied());
         let exact = match found {
-            Some(api) => merge_one(lp, api, view.fresh()),
+            Some(api) => merge_one(lp, api, view.fresh(), version),
             None => {
                 if view.fresh() {
                     lp.notes.push(
@@ -139,8 +235,8 @@ pub fn merge(live: &mut [LivePod], view: &ApiView) -> MergeSummary {
 }
 
 /// Merge one pod; true when its spec values are exact.
-fn merge_one(lp: &mut LivePod, api: &ApiPod, fresh: bool) -> bool {
-    let spec = match to_model(api) {
+fn merge_one(lp: &mut LivePod, api: &ApiPod, fresh: bool, version: KubeletVersion) -> bool {
+    let spec = match admitted_model(api, version) {
         Ok(p) => p,
         Err(e) => {
             lp.warnings.push(format!(
@@ -172,6 +268,11 @@ fn merge_one(lp: &mut LivePod, api: &ApiPod, fresh: bool) -> bool {
     lp.pod.pod_resources = spec.pod_resources;
     lp.pod.overhead = spec.overhead;
     lp.pod.termination_grace_period_seconds = spec.termination_grace_period_seconds;
+    lp.pod.volumes = spec.volumes;
+    if let Some(r) = &spec.resize {
+        lp.notes.push(admitted::describe(r));
+    }
+    lp.pod.resize = spec.resize;
     for (k, v) in spec.annotations {
         lp.pod.annotations.entry(k).or_insert(v);
     }
@@ -236,7 +337,7 @@ mod tests {
     fn fresh_view_gives_exact_values() {
         let a = api("web-burstable.json");
         let mut l = vec![live(&a.metadata.uid), live("other")];
-        let s = merge(&mut l, &view(vec![a], true));
+        let s = merge(&mut l, &view(vec![a], true), KubeletVersion::NEWEST);
         assert_eq!((s.exact, s.inferred, s.fresh), (1, 1, true));
         let p = &l[0].pod;
         assert_eq!(
@@ -259,7 +360,7 @@ mod tests {
         let mut a = api("web-burstable.json");
         a.spec.priority = Some(2_000_000_000);
         let mut l = vec![live(&a.metadata.uid)];
-        let s = merge(&mut l, &view(vec![a], false));
+        let s = merge(&mut l, &view(vec![a], false), KubeletVersion::NEWEST);
         assert_eq!((s.exact, s.inferred), (0, 1));
         assert_eq!(l[0].pod.priority, 2_000_000_000);
         assert!(
@@ -278,9 +379,64 @@ mod tests {
             .annotations
             .insert(ANNOTATION_MIRROR.into(), "static-hash".into());
         let mut l = vec![live("static-hash")];
-        merge(&mut l, &view(vec![a], true));
+        merge(&mut l, &view(vec![a], true), KubeletVersion::NEWEST);
         assert!(l[0].pod.is_static_or_mirror());
         assert_eq!(l[0].pod.uid, "static-hash", "the runtime's uid stays");
+    }
+
+    /// An API pod whose resize the kubelet refused: the admitted
+    /// resources (status) are merged, the spec's are kept for output; the
+    /// emptyDir volumes come along.
+    #[test]
+    fn admitted_resources_and_volumes_from_the_api() {
+        let mut v: serde_json::Value =
+            serde_json::from_str(include_str!("../../../../fixtures/kube/web-burstable.json"))
+                .unwrap();
+        v["spec"]["containers"][0]["resources"] = serde_json::json!({
+            "requests": {"cpu": "100", "memory": "256Mi"},
+            "limits": {"memory": "512Mi"}
+        });
+        v["spec"]["volumes"] = serde_json::json!([
+            {"name": "scratch", "emptyDir": {"sizeLimit": " 64Mi "}},
+            {"name": "ram", "emptyDir": {"medium": "Memory"}},
+            {"name": "cfg", "configMap": {"name": "x"}}
+        ]);
+        v["metadata"]["generation"] = serde_json::json!(2);
+        v["status"]["observedGeneration"] = serde_json::json!(2);
+        v["status"]["conditions"] = serde_json::json!([
+            {"type": "Ready", "status": "True"},
+            {"type": "PodResizePending", "status": "True", "reason": "Infeasible",
+             "message": "Node didn't have enough capacity: cpu, requested: 100000, capacity: 4000",
+             "observedGeneration": 2, "lastProbeTime": null}
+        ]);
+        v["status"]["containerStatuses"][0]["allocatedResources"] =
+            serde_json::json!({"cpu": "1600m", "memory": "256Mi"});
+        v["status"]["containerStatuses"][0]["resources"] = serde_json::json!({
+            "requests": {"cpu": "1600m", "memory": "256Mi"},
+            "limits": {"memory": "512Mi"}
+        });
+        let a: ApiPod = serde_json::from_value(v).unwrap();
+        let mut l = vec![live(&a.metadata.uid)];
+        let s = merge(&mut l, &view(vec![a], true), KubeletVersion::NEWEST);
+        assert_eq!(s.exact, 1);
+        let p = &l[0].pod;
+        assert_eq!(
+            p.containers[0].resources.requests["cpu"],
+            Quantity::parse("1600m").unwrap()
+        );
+        let r = p.resize.as_ref().unwrap();
+        assert_eq!(r.state, qosd_model::core::model::ResizeState::Infeasible);
+        assert_eq!(
+            r.desired["web"].requests["cpu"],
+            Quantity::parse("100").unwrap()
+        );
+        assert!(l[0].notes.iter().any(|n| n.contains("pending (Infeasible)")
+            && n.contains("Node didn't have enough capacity")));
+        assert_eq!(p.volumes.len(), 3);
+        let ed = p.volumes[0].empty_dir.as_ref().unwrap();
+        assert_eq!(ed.size_limit.as_ref().unwrap().value_ceil(), 64 << 20);
+        assert!(p.volumes[1].empty_dir.as_ref().unwrap().memory);
+        assert!(p.volumes[2].empty_dir.is_none());
     }
 
     #[test]
@@ -291,7 +447,7 @@ mod tests {
             .requests
             .insert("memory".into(), "lots".into());
         let mut l = vec![live(&a.metadata.uid)];
-        let s = merge(&mut l, &view(vec![a], true));
+        let s = merge(&mut l, &view(vec![a], true), KubeletVersion::NEWEST);
         assert_eq!(s.inferred, 1);
         assert!(l[0].warnings[0].contains("lots"));
     }

@@ -21,6 +21,9 @@ pub struct ObjectMeta {
     pub(crate) deletion_timestamp: Option<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub(crate) owner_references: Vec<OwnerReference>,
+    /// Bumped by the API server at each spec change (a resize included).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) generation: Option<i64>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
@@ -77,6 +80,28 @@ pub struct PodSpec {
     pub(crate) priority_class_name: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) termination_grace_period_seconds: Option<i64>,
+    /// The volumes (local-storage eviction needs the emptyDirs).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) volumes: Vec<ApiVolume>,
+}
+
+/// `spec.volumes[]`: its name and, for an emptyDir, medium and sizeLimit.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub(crate) struct ApiVolume {
+    pub(crate) name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) empty_dir: Option<ApiEmptyDir>,
+}
+
+/// `emptyDir`: `medium` (`Memory`: a tmpfs) and `sizeLimit`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub(crate) struct ApiEmptyDir {
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub(crate) medium: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) size_limit: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
@@ -84,6 +109,49 @@ pub struct PodSpec {
 pub(crate) struct PodStatus {
     pub(crate) phase: String,
     pub(crate) qos_class: String,
+    /// `PodResizePending` / `PodResizeInProgress` among the others.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) conditions: Vec<PodCondition>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) container_statuses: Vec<ContainerStatus>,
+    /// Sidecars' statuses are here.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) init_container_statuses: Vec<ContainerStatus>,
+    /// The generation the kubelet last reported on (from 1.34).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) observed_generation: Option<i64>,
+    /// Pod-level allocation (pod-level resize, from 1.36).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) allocated_resources: Option<BTreeMap<String, String>>,
+    /// Pod-level resources as applied.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) resources: Option<ApiResources>,
+}
+
+/// One pod condition.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub(crate) struct PodCondition {
+    #[serde(rename = "type")]
+    pub(crate) kind: String,
+    pub(crate) status: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub(crate) reason: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub(crate) message: String,
+}
+
+/// The resource fields of a container's status.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub(crate) struct ContainerStatus {
+    pub(crate) name: String,
+    /// The kubelet's allocated requests.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) allocated_resources: Option<BTreeMap<String, String>>,
+    /// What the runtime runs (requests and limits).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) resources: Option<ApiResources>,
 }
 
 /// A pod as the API serves it (the fields qosd uses).

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use qosd_model::core::model::Pod;
+use qosd_model::policy::enforce::versions::KubeletVersion;
 
 /// Where the daemon learns the pods from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -16,8 +17,10 @@ pub enum PodSourceSpec {
     /// The container runtime over the CRI.
     Cri { endpoint: String },
     /// Pod manifests (files/directories), re-read every relist: for nodes
-    /// without a CRI runtime, static pods, tests and the v2 VM.
-    Manifests(Vec<PathBuf>),
+    /// without a CRI runtime, static pods, tests and the v2 VM; with the
+    /// kubelet version whose rules decide what a pod's status says was
+    /// admitted (in-place resize).
+    Manifests(Vec<PathBuf>, KubeletVersion),
 }
 
 /// The pods of one listing.
@@ -59,7 +62,7 @@ pub enum Source {
         /// [`Source::list`] right after it (no second pair of List calls).
         lists: Mutex<Option<RawLists>>,
     },
-    Manifests(Vec<PathBuf>),
+    Manifests(Vec<PathBuf>, KubeletVersion),
 }
 
 /// ListPodSandbox and ListContainers as fetched at an instant.
@@ -98,7 +101,7 @@ impl Source {
                 cache: Arc::default(),
                 lists: Mutex::new(None),
             },
-            PodSourceSpec::Manifests(paths) => Source::Manifests(paths.clone()),
+            PodSourceSpec::Manifests(paths, v) => Source::Manifests(paths.clone(), *v),
         })
     }
 
@@ -135,8 +138,8 @@ impl Source {
                     Some((Instant::now(), sandboxes, containers));
                 Ok(v)
             }
-            Source::Manifests(paths) => {
-                let pods = crate::manifest::load_paths(paths)?;
+            Source::Manifests(paths, version) => {
+                let pods = crate::manifest::load_paths_for(paths, *version)?;
                 let mut v: Vec<String> = pods.iter().map(|p| format!("{p:?}")).collect();
                 v.sort();
                 Ok(v)
@@ -197,7 +200,7 @@ impl Source {
     pub fn cached_statuses(&self) -> (usize, usize) {
         match self {
             Source::Cri { cache, .. } => cache.len(),
-            Source::Manifests(_) => (0, 0),
+            Source::Manifests(..) => (0, 0),
         }
     }
 
@@ -251,8 +254,8 @@ impl Source {
                     live: inv.pods,
                 })
             }
-            Source::Manifests(paths) => {
-                let pods = crate::manifest::load_paths(paths)?;
+            Source::Manifests(paths, version) => {
+                let pods = crate::manifest::load_paths_for(paths, *version)?;
                 let all_uids = Some(pods.iter().map(|p| p.uid.clone()).collect());
                 Ok(Listing {
                     pods,

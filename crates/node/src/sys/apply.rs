@@ -143,9 +143,13 @@ impl Applier {
         let mut report = ApplyReport::default();
         let mut pending: Vec<(&CgroupWrite, Option<String>)> = Vec::new();
         let mut would_create: BTreeSet<PathBuf> = BTreeSet::new();
+        // Cgroup directories that passed the guard in this pass: the
+        // planned files of one cgroup share it (most planned files are
+        // read, not written, and each check walks the path with lstat).
+        let mut verified: std::collections::HashSet<PathBuf> = std::collections::HashSet::new();
 
         for w in writes {
-            if let Err(e) = self.check_allowed(w) {
+            if let Err(e) = self.check_allowed(w, &mut verified) {
                 report.errors.push(err(w, e));
                 continue;
             }
@@ -203,13 +207,27 @@ impl Applier {
         report
     }
 
-    fn check_allowed(&self, w: &CgroupWrite) -> Result<(), CgroupFsError> {
-        fs::check_within(&w.file, &self.bases)?;
-        fs::check_within(&w.dir, &self.bases).map_err(|_| fs::outside(&w.file, &self.bases))?;
+    /// The guard of every planned file: its cgroup directory within a base
+    /// with no symlink below it (checked once per pass: `verified`), and
+    /// the file itself in that directory and not a symlink.
+    fn check_allowed(
+        &self,
+        w: &CgroupWrite,
+        verified: &mut std::collections::HashSet<PathBuf>,
+    ) -> Result<(), CgroupFsError> {
         if w.file.parent() != Some(w.dir.as_path()) {
             return Err(fs::outside(&w.file, &self.bases));
         }
-        Ok(())
+        if !verified.contains(&w.dir) {
+            fs::check_within(&w.file, &self.bases)?;
+            fs::check_within(&w.dir, &self.bases).map_err(|_| fs::outside(&w.file, &self.bases))?;
+            verified.insert(w.dir.clone());
+            return Ok(());
+        }
+        match std::fs::symlink_metadata(&w.file) {
+            Ok(m) if m.file_type().is_symlink() => Err(fs::outside(&w.file, &self.bases)),
+            _ => Ok(()),
+        }
     }
 
     fn create_dir(

@@ -389,6 +389,64 @@ fn read_opt(file: &Path) -> Result<Option<String>, CgroupFsError> {
     }
 }
 
+/// One slice's planned files as they were before this pass.
+struct SliceFiles<'a> {
+    /// The slice's planned writes, in plan order.
+    writes: &'a [&'a CgroupWrite],
+    /// What each file held (`None`: missing).
+    before: Vec<Option<String>>,
+    /// Whether each file differed from its planned value.
+    differs: Vec<bool>,
+}
+
+impl<'a> SliceFiles<'a> {
+    /// Read the files; `None` (the error reported) when one cannot be read.
+    fn read(writes: &'a [&'a CgroupWrite], report: &mut ApplyReport) -> Option<SliceFiles<'a>> {
+        let mut before: Vec<Option<String>> = Vec::with_capacity(writes.len());
+        for w in writes {
+            match read_opt(&w.file) {
+                Ok(v) => before.push(v),
+                Err(e) => {
+                    report.errors.push(ApplyError {
+                        file: w.file.clone(),
+                        value: w.value.clone(),
+                        error: e,
+                    });
+                    return None;
+                }
+            }
+        }
+        let differs = writes
+            .iter()
+            .zip(&before)
+            .map(|(w, cur)| {
+                !cur.as_deref()
+                    .is_some_and(|c| apply::values_equal(&w.file, c, &w.value))
+            })
+            .collect();
+        Some(SliceFiles {
+            writes,
+            before,
+            differs,
+        })
+    }
+
+    /// Every write of the slice failed with `e`.
+    fn fail(&self, report: &mut ApplyReport, e: &dyn std::fmt::Display) {
+        for w in self.writes {
+            report.errors.push(ApplyError {
+                file: w.file.clone(),
+                value: w.value.clone(),
+                error: CgroupFsError::Write {
+                    path: w.file.clone(),
+                    value: w.value.clone(),
+                    source: std::io::Error::other(e.to_string()),
+                },
+            });
+        }
+    }
+}
+
 impl SystemdApplier {
     pub(crate) fn new(sd: Systemd, bases: Vec<PathBuf>) -> SystemdApplier {
         SystemdApplier {
@@ -434,119 +492,123 @@ impl SystemdApplier {
         report
     }
 
+    /// One slice's writes: read its files; unless the unit is known to
+    /// hold the plan and every file does, bring the unit to the plan over
+    /// D-Bus (start it, or set its properties); then wait for systemd to
+    /// realise the values and write to cgroupfs what it did not.
     fn apply_unit(&mut self, ws: &[&CgroupWrite], report: &mut ApplyReport) {
         let unit = units::unit_of(&ws[0].cgroup)
             .unwrap_or_default()
             .to_string();
-        let fail = |report: &mut ApplyReport, e: &dyn std::fmt::Display| {
-            for w in ws {
-                report.errors.push(ApplyError {
-                    file: w.file.clone(),
-                    value: w.value.clone(),
-                    error: CgroupFsError::Write {
-                        path: w.file.clone(),
-                        value: w.value.clone(),
-                        source: std::io::Error::other(e.to_string()),
-                    },
-                });
-            }
+        let Some(files) = SliceFiles::read(ws, report) else {
+            return;
         };
-        // The files as they are.
-        let mut before: Vec<Option<String>> = Vec::with_capacity(ws.len());
-        for w in ws {
-            match read_opt(&w.file) {
-                Ok(v) => before.push(v),
-                Err(e) => {
-                    report.errors.push(ApplyError {
-                        file: w.file.clone(),
-                        value: w.value.clone(),
-                        error: e,
-                    });
-                    return;
-                }
-            }
-        }
-        let differs: Vec<bool> = ws
-            .iter()
-            .zip(&before)
-            .map(|(w, cur)| {
-                !cur.as_deref()
-                    .is_some_and(|c| apply::values_equal(&w.file, c, &w.value))
-            })
-            .collect();
-        let any_diff = differs.iter().any(|d| *d);
+        let any_diff = files.differs.iter().any(|d| *d);
         if !any_diff && self.checked.contains(&unit) {
             report.unchanged += ws.len();
             return;
         }
         let (props, files_only) = match units::properties_for(ws) {
             Ok(p) => p,
-            Err(e) => return fail(report, &e),
+            Err(e) => return files.fail(report, &e),
         };
         let state = match self.sd.unit_state(&unit) {
             Ok(s) => s,
-            Err(e) => return fail(report, &e),
+            Err(e) => return files.fail(report, &e),
         };
-        let dir_existed = ws[0].dir.is_dir();
         let result = match &state {
-            None => {
-                let parent = units::parent_slice(&unit);
-                self.sd
-                    .start_transient_slice(&unit, &parent, &props)
-                    .and_then(|()| self.sd.wait_active(&unit, self.settle))
-                    .map(|_| {
-                        tracing::info!(unit = %unit, properties = %render(&props), "systemd: started transient slice unit");
-                        self.last.started.push(unit.clone());
-                        if !dir_existed {
-                            report.created_dirs.push(ws[0].dir.clone());
-                        }
-                    })
-            }
+            None => self.start_slice(&unit, ws, &props, report),
             Some(st) => {
-                let mut need_set = any_diff;
-                if !need_set {
-                    // First sight of an existing unit (qosd restarted, or a
-                    // pod slice runc created implicitly): its properties must
-                    // hold the plan too, or a daemon-reload brings back others.
-                    let names: Vec<&str> = props.iter().map(|p| p.name).collect();
-                    match self.sd.slice_properties(st, &unit, &names) {
-                        Ok(cur) => {
-                            need_set = props.iter().any(|p| cur.get(p.name) != Some(&p.value));
-                        }
-                        Err(e) => return fail(report, &e),
-                    }
-                }
-                let mut r = Ok(());
-                if st.active_state != "active" {
-                    r = self
-                        .sd
-                        .start_unit(&unit)
-                        .and_then(|()| self.sd.wait_active(&unit, self.settle).map(|_| ()));
-                }
-                if r.is_ok() && need_set {
-                    r = self.sd.set_properties(&unit, &props).map(|()| {
-                        tracing::info!(unit = %unit, properties = %render(&props), "systemd: set unit properties (runtime)");
-                        self.last.set.push(unit.clone());
-                    });
-                }
-                r
+                let need_set = match self.needs_properties(st, &unit, &props, any_diff) {
+                    Ok(n) => n,
+                    Err(e) => return files.fail(report, &e),
+                };
+                self.update_unit(st, &unit, &props, need_set)
             }
         };
         if let Err(e) = result {
             tracing::warn!(unit = %unit, error = %e, "systemd driver: unit not updated");
-            return fail(report, &e);
+            return files.fail(report, &e);
         }
         self.checked.insert(unit.clone());
-        // systemd realises the values from its event loop: read back until
-        // the files hold the plan (or the settle time is up). Only files a
-        // property sets are awaited: systemd never writes the others
-        // (hugetlb.*.max), and waiting for them would stall every pass that
-        // makes a pod slice by the whole settle time.
+        // Only files a property sets are awaited: systemd never writes the
+        // others (hugetlb.*.max), and waiting for them would stall every
+        // pass that makes a pod slice by the whole settle time.
         let awaited = awaited_files(ws, &files_only);
+        let now_ok = self.wait_realised(ws, &awaited);
+        self.write_the_rest(&unit, &files, &now_ok, &awaited, report);
+    }
+
+    /// A slice that is not a unit yet: start it as a transient unit with
+    /// all its properties and wait until it is active.
+    fn start_slice(
+        &mut self,
+        unit: &str,
+        ws: &[&CgroupWrite],
+        props: &[UnitProperty],
+        report: &mut ApplyReport,
+    ) -> Result<(), SystemdError> {
+        let dir_existed = ws[0].dir.is_dir();
+        let parent = units::parent_slice(unit);
+        self.sd
+            .start_transient_slice(unit, &parent, props)
+            .and_then(|()| self.sd.wait_active(unit, self.settle))
+            .map(|_| {
+                tracing::info!(unit = %unit, properties = %render(props), "systemd: started transient slice unit");
+                self.last.started.push(unit.to_string());
+                if !dir_existed {
+                    report.created_dirs.push(ws[0].dir.clone());
+                }
+            })
+    }
+
+    /// Whether an existing unit's properties must be set: when a file
+    /// differs, and on first sight of the unit (qosd restarted, or a pod
+    /// slice runc created implicitly) when its properties differ from the
+    /// plan, or a daemon-reload would bring back others.
+    fn needs_properties(
+        &self,
+        st: &UnitState,
+        unit: &str,
+        props: &[UnitProperty],
+        any_diff: bool,
+    ) -> Result<bool, SystemdError> {
+        if any_diff {
+            return Ok(true);
+        }
+        let names: Vec<&str> = props.iter().map(|p| p.name).collect();
+        let cur = self.sd.slice_properties(st, unit, &names)?;
+        Ok(props.iter().any(|p| cur.get(p.name) != Some(&p.value)))
+    }
+
+    /// An existing unit: start it when it is not active, then set its
+    /// properties when `need_set`.
+    fn update_unit(
+        &mut self,
+        st: &UnitState,
+        unit: &str,
+        props: &[UnitProperty],
+        need_set: bool,
+    ) -> Result<(), SystemdError> {
+        if st.active_state != "active" {
+            self.sd.start_unit(unit)?;
+            self.sd.wait_active(unit, self.settle)?;
+        }
+        if need_set {
+            self.sd.set_properties(unit, props)?;
+            tracing::info!(unit = %unit, properties = %render(props), "systemd: set unit properties (runtime)");
+            self.last.set.push(unit.to_string());
+        }
+        Ok(())
+    }
+
+    /// systemd realises the values from its event loop: read the files back
+    /// until the awaited ones hold the plan (or the settle time is up).
+    /// Returns which files hold their planned value.
+    fn wait_realised(&self, ws: &[&CgroupWrite], awaited: &[bool]) -> Vec<bool> {
         let deadline = Instant::now() + self.settle;
-        let mut now_ok: Vec<bool>;
         loop {
-            now_ok = ws
+            let now_ok: Vec<bool> = ws
                 .iter()
                 .map(|w| {
                     read_opt(&w.file)
@@ -555,21 +617,34 @@ impl SystemdApplier {
                         .is_some_and(|c| apply::values_equal(&w.file, &c, &w.value))
                 })
                 .collect();
-            let done = now_ok.iter().zip(&awaited).all(|(ok, a)| *ok || !*a);
+            let done = now_ok.iter().zip(awaited).all(|(ok, a)| *ok || !*a);
             if done || Instant::now() >= deadline {
-                break;
+                return now_ok;
             }
             std::thread::sleep(Duration::from_millis(5));
         }
-        for (i, w) in ws.iter().enumerate() {
-            if !differs[i] {
+    }
+
+    /// Report the slice's files: unchanged ones, and for those that
+    /// differed, the write systemd made or, where it did not bring the file
+    /// to the plan, a direct cgroupfs write (as libcontainer does after
+    /// SetUnitProperties).
+    fn write_the_rest(
+        &mut self,
+        unit: &str,
+        files: &SliceFiles<'_>,
+        now_ok: &[bool],
+        awaited: &[bool],
+        report: &mut ApplyReport,
+    ) {
+        for (i, w) in files.writes.iter().enumerate() {
+            if !files.differs[i] {
                 report.unchanged += 1;
                 continue;
             }
             if !now_ok[i] {
                 // Not set by systemd (no property for it, or systemd chose
-                // otherwise): write the file, as libcontainer does after
-                // SetUnitProperties.
+                // otherwise): write the file.
                 if let Err(e) = cgroupfs::write(&w.file, &w.value) {
                     report.errors.push(ApplyError {
                         file: w.file.clone(),
@@ -586,7 +661,7 @@ impl SystemdApplier {
                 self.last.direct_writes.push(w.file.clone());
             }
             report.written.push((*w).clone());
-            report.previous.push(before[i].clone());
+            report.previous.push(files.before[i].clone());
         }
     }
 

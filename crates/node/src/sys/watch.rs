@@ -200,7 +200,9 @@ impl Default for WatchConfig {
             max_ramp_bytes_per_sec: 1 << 30,
             use_eventfd: true,
             max_interval_notified: Duration::from_secs(1),
-            max_interval_quiet: Duration::from_secs(5),
+            // The eviction pass's own period: far from the line the kernel's
+            // eventfd at the line is what reports a crossing.
+            max_interval_quiet: Duration::from_secs(10),
             rt_priority: None,
         }
     }
@@ -549,7 +551,7 @@ impl Watcher {
         mut on_event: impl FnMut(WatchEvent) + Send + 'static,
     ) -> Result<Watcher, WatchError> {
         let signals: Vec<Signal> = targets.iter().map(|t| t.signal).collect();
-        let mut probes = targets
+        let probes = targets
             .into_iter()
             .map(Probe::open)
             .collect::<Result<Vec<_>, _>>()?;
@@ -559,125 +561,19 @@ impl Watcher {
                 .map_err(WatchError::EventFd)?,
         );
         let stats = Arc::new(WatchStats::default());
-        let (stop2, waker2, stats2) = (stop.clone(), waker.clone(), stats.clone());
+        let mut poller = Poller {
+            notifiers: probes.iter().map(|_| None).collect(),
+            line_notifiers: probes.iter().map(|_| None).collect(),
+            last_read: probes.iter().map(|_| None).collect(),
+            probes,
+            cfg,
+            stop: stop.clone(),
+            waker: waker.clone(),
+            stats: stats.clone(),
+        };
         let handle = std::thread::Builder::new()
             .name("qosd-evict-watch".into())
-            .spawn(move || {
-                if let Some(prio) = cfg.rt_priority {
-                    set_realtime(prio);
-                }
-                let mut notifiers: Vec<Option<MemcgNotifier>> =
-                    probes.iter().map(|_| None).collect();
-                // Armed at the line itself (usage = capacity − threshold),
-                // once: the line does not move.
-                let mut line_notifiers: Vec<Option<MemcgNotifier>> =
-                    probes.iter().map(|_| None).collect();
-                let mut interval = cfg.min_interval;
-                let mut woke_by_eventfd = false;
-                let mut last_read: Vec<Option<Instant>> = probes.iter().map(|_| None).collect();
-                while !stop2.load(Ordering::Relaxed) {
-                    let mut min_distance = i64::MAX;
-                    let mut all_quiet = !probes.is_empty();
-                    // A long (eventfd-backed) wait keeps memory.stat fresh.
-                    let long = interval > cfg.max_interval;
-                    for (i, p) in probes.iter_mut().enumerate() {
-                        stats2.polls.fetch_add(1, Ordering::Relaxed);
-                        p.refresh = long;
-                        p.line_armed = line_notifiers[i].is_some();
-                        let read_at = Instant::now();
-                        let gap = last_read[i].map(|t| read_at.saturating_duration_since(t));
-                        last_read[i] = Some(read_at);
-                        let s = match p.sample() {
-                            Ok(s) => s,
-                            Err(e) => {
-                                stats2.read_errors.fetch_add(1, Ordering::Relaxed);
-                                tracing::warn!(signal = %p.target.signal, error = %e, "watch read failed");
-                                all_quiet = false;
-                                continue;
-                            }
-                        };
-                        if s.exact {
-                            stats2.exact_reads.fetch_add(1, Ordering::Relaxed);
-                        }
-                        if s.quiet {
-                            stats2.quiet_polls.fetch_add(1, Ordering::Relaxed);
-                        }
-                        all_quiet &= s.quiet;
-                        if s.available < p.target.threshold {
-                            stats2.events.fetch_add(1, Ordering::Relaxed);
-                            on_event(WatchEvent {
-                                signal: p.target.signal,
-                                available: s.available,
-                                capacity: p.target.capacity,
-                                threshold: p.target.threshold,
-                                at: read_at,
-                                gap,
-                                source: if woke_by_eventfd {
-                                    WakeSource::EventFd
-                                } else {
-                                    WakeSource::Poll
-                                },
-                            });
-                        }
-                        // Quiet: the usage's distance (safe whatever
-                        // inactive_file did since it was last read).
-                        let ws = if s.quiet { s.bound } else { s.working_set };
-                        min_distance = min_distance.min(p.target.line() - ws);
-                        if cfg.use_eventfd {
-                            if let ProbeKind::Usage {
-                                usage,
-                                event_control: Some(ctl),
-                                ..
-                            } = &p.target.probe
-                            {
-                                let level = p.eventfd_level();
-                                let stale = notifiers[i]
-                                    .as_ref()
-                                    .is_none_or(|n| (n.level - level).abs() > REARM_DELTA);
-                                if stale {
-                                    match MemcgNotifier::arm(usage, ctl, level) {
-                                        Ok(n) => notifiers[i] = Some(n),
-                                        Err(e) => {
-                                            tracing::debug!(path = %ctl.display(), error = %e, "no memcg eventfd; polling only");
-                                            notifiers[i] = None;
-                                        }
-                                    }
-                                }
-                                if notifiers[i].is_some() && line_notifiers[i].is_none() {
-                                    match MemcgNotifier::arm(usage, ctl, p.target.line()) {
-                                        Ok(n) => line_notifiers[i] = Some(n),
-                                        Err(e) => {
-                                            tracing::debug!(path = %ctl.display(), error = %e, "no memcg eventfd at the line; memory.stat refreshed every 10 s");
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                    }
-                    let notified = cfg.use_eventfd
-                        && !notifiers.is_empty()
-                        && notifiers.iter().all(Option::is_some);
-                    interval = if min_distance == i64::MAX {
-                        cfg.max_interval
-                    } else if all_quiet {
-                        next_interval_quiet(min_distance, &cfg)
-                    } else if notified {
-                        next_interval_notified(min_distance, &cfg)
-                    } else {
-                        next_interval(min_distance, &cfg)
-                    };
-                    stats2
-                        .interval_us
-                        .store(interval.as_micros() as u64, Ordering::Relaxed);
-                    woke_by_eventfd = wait(
-                        &waker2,
-                        notifiers.iter().chain(&line_notifiers),
-                        interval,
-                        &stats2,
-                    );
-                }
-                let _ = interval;
-            })
+            .spawn(move || poller.run(&mut on_event))
             .map_err(WatchError::Spawn)?;
         Ok(Watcher {
             signals,
@@ -705,6 +601,176 @@ impl Watcher {
 impl Drop for Watcher {
     fn drop(&mut self) {
         self.shutdown();
+    }
+}
+
+/// The poller thread's state: each target's probe, its v1 eventfds and
+/// when it was last read.
+struct Poller {
+    probes: Vec<Probe>,
+    /// Armed at the eventfd level (the line plus the last inactive_file),
+    /// re-armed when that moves by more than [`REARM_DELTA`].
+    notifiers: Vec<Option<MemcgNotifier>>,
+    /// Armed at the line itself (usage = capacity − threshold), once: the
+    /// line does not move.
+    line_notifiers: Vec<Option<MemcgNotifier>>,
+    last_read: Vec<Option<Instant>>,
+    cfg: WatchConfig,
+    stop: Arc<AtomicBool>,
+    waker: Arc<EventFd>,
+    stats: Arc<WatchStats>,
+}
+
+/// What one round over the targets found.
+struct Round {
+    /// The smallest distance of a target to its line (`i64::MAX`: none read).
+    min_distance: i64,
+    /// Every target was read and is quiet ([`Sample::quiet`]).
+    all_quiet: bool,
+}
+
+impl Poller {
+    /// Sample every target, report crossings, then wait (poll interval by
+    /// the distance to the lines, or an eventfd) until stopped.
+    fn run(&mut self, on_event: &mut dyn FnMut(WatchEvent)) {
+        if let Some(prio) = self.cfg.rt_priority {
+            set_realtime(prio);
+        }
+        let mut interval = self.cfg.min_interval;
+        let mut woke_by_eventfd = false;
+        while !self.stop.load(Ordering::Relaxed) {
+            let source = if woke_by_eventfd {
+                WakeSource::EventFd
+            } else {
+                WakeSource::Poll
+            };
+            // A long (eventfd-backed) wait keeps memory.stat fresh.
+            let long = interval > self.cfg.max_interval;
+            let round = self.sample_all(long, source, on_event);
+            interval = self.interval_after(&round);
+            self.stats
+                .interval_us
+                .store(interval.as_micros() as u64, Ordering::Relaxed);
+            woke_by_eventfd = wait(
+                &self.waker,
+                self.notifiers.iter().chain(&self.line_notifiers),
+                interval,
+                &self.stats,
+            );
+        }
+    }
+
+    /// One round: sample each target, report those below their threshold,
+    /// keep their eventfds armed.
+    fn sample_all(
+        &mut self,
+        long: bool,
+        source: WakeSource,
+        on_event: &mut dyn FnMut(WatchEvent),
+    ) -> Round {
+        let mut round = Round {
+            min_distance: i64::MAX,
+            all_quiet: !self.probes.is_empty(),
+        };
+        for i in 0..self.probes.len() {
+            let stats = &self.stats;
+            stats.polls.fetch_add(1, Ordering::Relaxed);
+            let p = &mut self.probes[i];
+            p.refresh = long;
+            p.line_armed = self.line_notifiers[i].is_some();
+            let read_at = Instant::now();
+            let gap = self.last_read[i].map(|t| read_at.saturating_duration_since(t));
+            self.last_read[i] = Some(read_at);
+            let s = match p.sample() {
+                Ok(s) => s,
+                Err(e) => {
+                    stats.read_errors.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(signal = %p.target.signal, error = %e, "watch read failed");
+                    round.all_quiet = false;
+                    continue;
+                }
+            };
+            if s.exact {
+                stats.exact_reads.fetch_add(1, Ordering::Relaxed);
+            }
+            if s.quiet {
+                stats.quiet_polls.fetch_add(1, Ordering::Relaxed);
+            }
+            round.all_quiet &= s.quiet;
+            if s.available < p.target.threshold {
+                stats.events.fetch_add(1, Ordering::Relaxed);
+                on_event(WatchEvent {
+                    signal: p.target.signal,
+                    available: s.available,
+                    capacity: p.target.capacity,
+                    threshold: p.target.threshold,
+                    at: read_at,
+                    gap,
+                    source,
+                });
+            }
+            // Quiet: the usage's distance (safe whatever inactive_file did
+            // since it was last read).
+            let ws = if s.quiet { s.bound } else { s.working_set };
+            round.min_distance = round.min_distance.min(p.target.line() - ws);
+            if self.cfg.use_eventfd {
+                self.arm_eventfds(i);
+            }
+        }
+        round
+    }
+
+    /// A v1 usage target: (re-)arm its eventfd at the current level, and
+    /// once one works, the one at the line.
+    fn arm_eventfds(&mut self, i: usize) {
+        let p = &self.probes[i];
+        let ProbeKind::Usage {
+            usage,
+            event_control: Some(ctl),
+            ..
+        } = &p.target.probe
+        else {
+            return;
+        };
+        let level = p.eventfd_level();
+        let stale = self.notifiers[i]
+            .as_ref()
+            .is_none_or(|n| (n.level - level).abs() > REARM_DELTA);
+        if stale {
+            match MemcgNotifier::arm(usage, ctl, level) {
+                Ok(n) => self.notifiers[i] = Some(n),
+                Err(e) => {
+                    tracing::debug!(path = %ctl.display(), error = %e, "no memcg eventfd; polling only");
+                    self.notifiers[i] = None;
+                }
+            }
+        }
+        if self.notifiers[i].is_some() && self.line_notifiers[i].is_none() {
+            match MemcgNotifier::arm(usage, ctl, p.target.line()) {
+                Ok(n) => self.line_notifiers[i] = Some(n),
+                Err(e) => {
+                    tracing::debug!(path = %ctl.display(), error = %e, "no memcg eventfd at the line; memory.stat refreshed every 10 s");
+                }
+            }
+        }
+    }
+
+    /// The wait before the next round: by the distance to the nearest line,
+    /// longer while the kernel watches the lines (eventfds armed).
+    fn interval_after(&self, round: &Round) -> Duration {
+        let cfg = &self.cfg;
+        let notified = cfg.use_eventfd
+            && !self.notifiers.is_empty()
+            && self.notifiers.iter().all(Option::is_some);
+        if round.min_distance == i64::MAX {
+            cfg.max_interval
+        } else if round.all_quiet {
+            next_interval_quiet(round.min_distance, cfg)
+        } else if notified {
+            next_interval_notified(round.min_distance, cfg)
+        } else {
+            next_interval(round.min_distance, cfg)
+        }
     }
 }
 
@@ -1039,8 +1105,9 @@ mod tests {
     fn interval_quiet_bound() {
         let cfg = WatchConfig::default();
         let gi = 1024 * MI;
-        // far: up to 5 s (≥ 10 GiB of usage distance at 1 GiB/s)
-        assert_eq!(next_interval_quiet(20 * gi, &cfg), Duration::from_secs(5));
+        // far: up to 10 s (≥ 20 GiB of usage distance at 1 GiB/s)
+        assert_eq!(next_interval_quiet(20 * gi, &cfg), Duration::from_secs(10));
+        assert_eq!(next_interval_quiet(10 * gi, &cfg), Duration::from_secs(5));
         assert_eq!(next_interval_quiet(4 * gi, &cfg), Duration::from_secs(2));
         // within 2 GiB: what the notified bound gives, and near the line
         // what the plain poll gives (never sparser than before)

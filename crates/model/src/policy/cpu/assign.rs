@@ -307,130 +307,187 @@ pub(crate) fn take_distributed(
         });
     }
     let numas = acc.sorted_numa_nodes();
-    // rangeNUMANodesNeededToSatisfy
-    let num_numa = topo.details.numa_nodes().len();
-    let num_groups = (topo.num_cpus - 1) / group + 1;
-    let groups_per_numa = (num_groups - 1) / num_numa + 1;
-    let groups_needed = (n - 1) / group + 1;
-    let min_numas = (groups_needed - 1) / groups_per_numa + 1;
-    let max_numas = groups_needed.min(acc.details.numa_nodes().len());
-
-    let free_in = |d: &Details, numa: u32| d.cpus_in_numa_nodes(&[numa]).len() as i64;
+    let spread = Spread {
+        numas: &numas,
+        n,
+        group,
+    };
+    let (min_numas, max_numas) = spread.numa_nodes_needed(topo, &acc.details);
     for k in min_numas..=max_numas {
-        let mut best_balance = f64::MAX;
-        let mut best_remainder: Option<Vec<u32>> = None;
-        let mut best_combo: Option<Vec<u32>> = None;
-        combinations(&numas, k, &mut |combo| {
-            if best_balance == 0.0 {
-                return true;
-            }
-            if acc.details.cpus_in_numa_nodes(combo).len() < n {
-                return false;
-            }
-            let groups: usize = combo
-                .iter()
-                .map(|c| acc.details.cpus_in_numa_nodes(&[*c]).len() / group)
-                .sum();
-            if groups * group < n {
-                return false;
-            }
-            let distribution = (n / combo.len() / group) * group;
-            if combo
-                .iter()
-                .any(|c| acc.details.cpus_in_numa_nodes(&[*c]).len() < distribution)
-            {
-                return false;
-            }
-            let mut after: BTreeMap<u32, i64> = numas
-                .iter()
-                .map(|x| (*x, free_in(&acc.details, *x)))
-                .collect();
-            for c in combo {
-                *after.get_mut(c).expect("numa in map") -= distribution as i64;
-            }
-            let remainder = (n - distribution * combo.len()) as i64;
-            let remainder_combo: Vec<u32> = combo
-                .iter()
-                .copied()
-                .filter(|c| after[c] >= group as i64)
-                .collect();
-            let values = |m: &BTreeMap<u32, i64>| numas.iter().map(|x| m[x]).collect::<Vec<_>>();
-            let mut best_local = f64::MAX;
-            let mut best_local_remainder: Option<Vec<u32>> = None;
-            if remainder == 0 {
-                best_local = standard_deviation(&values(&after));
-            }
-            let mut kk = remainder_combo.len();
-            while remainder > 0 && kk >= 1 {
-                combinations(&remainder_combo, kk, &mut |subset| {
-                    let mut rem = remainder;
-                    let mut a = after.clone();
-                    if subset.iter().map(|s| a[s]).sum::<i64>() < rem {
-                        return false;
-                    }
-                    while rem > 0 {
-                        for s in subset {
-                            if rem == 0 {
-                                break;
-                            }
-                            if a[s] < group as i64 {
-                                continue;
-                            }
-                            *a.get_mut(s).expect("numa in map") -= group as i64;
-                            rem -= group as i64;
-                        }
-                    }
-                    let balance = standard_deviation(&values(&a));
-                    if balance < best_local {
-                        best_local = balance;
-                        best_local_remainder = Some(subset.to_vec());
-                    }
-                    false
-                });
-                kk -= 1;
-            }
-            if best_local < best_balance {
-                best_balance = best_local;
-                best_remainder = best_local_remainder;
-                best_combo = Some(combo.to_vec());
-            }
-            false
-        });
-        let Some(combo) = best_combo else { continue };
-        let distribution = (n / combo.len() / group) * group;
-        for numa in &combo {
-            let from = acc.details.cpus_in_numa_nodes(&[*numa]);
-            if let Ok(cpus) = take_packed(topo, &from, distribution) {
-                acc.take(&cpus);
-            }
-        }
-        let mut remainder = n as i64 - (distribution * combo.len()) as i64;
-        let rem_set = best_remainder.unwrap_or_default();
-        while remainder > 0 {
-            let before = remainder;
-            for numa in &rem_set {
-                if remainder == 0 {
-                    break;
-                }
-                let from = acc.details.cpus_in_numa_nodes(&[*numa]);
-                if from.len() < group {
-                    continue;
-                }
-                if let Ok(cpus) = take_packed(topo, &from, group) {
-                    acc.take(&cpus);
-                }
-                remainder -= group as i64;
-            }
-            if remainder == before {
-                break;
-            }
-        }
+        let Some((combo, remainder_set)) = spread.best_combination(&acc.details, k) else {
+            continue;
+        };
+        spread.take(&mut acc, &combo, &remainder_set);
         if acc.needed != 0 {
             return Err(TakeError::Accounting(acc.needed));
         }
         return Ok(acc.result);
     }
     take_packed(topo, available, n)
+}
+
+/// `n` CPUs to spread in groups of `group` over some of `numas` (the free
+/// NUMA nodes, sorted).
+struct Spread<'a> {
+    numas: &'a [u32],
+    n: usize,
+    group: usize,
+}
+
+impl Spread<'_> {
+    /// `rangeNUMANodesNeededToSatisfy`: the fewest and the most NUMA nodes
+    /// the CPUs may be spread over.
+    fn numa_nodes_needed(&self, topo: &CpuTopology, free: &Details) -> (usize, usize) {
+        let (n, group) = (self.n, self.group);
+        let num_numa = topo.details.numa_nodes().len();
+        let num_groups = (topo.num_cpus - 1) / group + 1;
+        let groups_per_numa = (num_groups - 1) / num_numa + 1;
+        let groups_needed = (n - 1) / group + 1;
+        let min_numas = (groups_needed - 1) / groups_per_numa + 1;
+        let max_numas = groups_needed.min(free.numa_nodes().len());
+        (min_numas, max_numas)
+    }
+
+    /// CPUs each NUMA node of a `k`-node combination gets before the
+    /// remainder.
+    fn distribution(&self, k: usize) -> usize {
+        (self.n / k / self.group) * self.group
+    }
+
+    /// Free CPUs per NUMA node, in `numas` order.
+    fn values(&self, free: &BTreeMap<u32, i64>) -> Vec<i64> {
+        self.numas.iter().map(|x| free[x]).collect()
+    }
+
+    /// The `k`-node combination whose spread leaves the free CPUs most
+    /// balanced (the first of equals, in lexicographic order; a perfect
+    /// balance ends the search), with the nodes that take the remainder.
+    fn best_combination(&self, free: &Details, k: usize) -> Option<(Vec<u32>, Vec<u32>)> {
+        let mut best_balance = f64::MAX;
+        let mut best = None;
+        combinations(self.numas, k, &mut |combo| {
+            if best_balance == 0.0 {
+                return true;
+            }
+            if let Some((balance, remainder)) = self.balance_of(free, combo) {
+                if balance < best_balance {
+                    best_balance = balance;
+                    best = Some((combo.to_vec(), remainder.unwrap_or_default()));
+                }
+            }
+            false
+        });
+        best
+    }
+
+    /// The balance after spreading over `combo` (`None`: it cannot hold
+    /// the CPUs), and the best nodes for the remainder, if any.
+    fn balance_of(&self, free: &Details, combo: &[u32]) -> Option<(f64, Option<Vec<u32>>)> {
+        let (n, group) = (self.n, self.group);
+        let free_in = |numa: u32| free.cpus_in_numa_nodes(&[numa]).len();
+        if free.cpus_in_numa_nodes(combo).len() < n {
+            return None;
+        }
+        let groups: usize = combo.iter().map(|c| free_in(*c) / group).sum();
+        if groups * group < n {
+            return None;
+        }
+        let distribution = self.distribution(combo.len());
+        if combo.iter().any(|c| free_in(*c) < distribution) {
+            return None;
+        }
+        let mut after: BTreeMap<u32, i64> = self
+            .numas
+            .iter()
+            .map(|x| (*x, free_in(*x) as i64))
+            .collect();
+        for c in combo {
+            *after.get_mut(c).expect("numa in map") -= distribution as i64;
+        }
+        let remainder = (n - distribution * combo.len()) as i64;
+        if remainder == 0 {
+            return Some((standard_deviation(&self.values(&after)), None));
+        }
+        let remainder_combo: Vec<u32> = combo
+            .iter()
+            .copied()
+            .filter(|c| after[c] >= group as i64)
+            .collect();
+        Some(self.best_remainder(&after, &remainder_combo, remainder))
+    }
+
+    /// The subset of `candidates` (largest subsets first) that takes
+    /// `remainder` CPUs, a group at a time round-robin, for the best
+    /// balance: `(f64::MAX, None)` when none can.
+    fn best_remainder(
+        &self,
+        after: &BTreeMap<u32, i64>,
+        candidates: &[u32],
+        remainder: i64,
+    ) -> (f64, Option<Vec<u32>>) {
+        let group = self.group as i64;
+        let mut best = (f64::MAX, None);
+        for kk in (1..=candidates.len()).rev() {
+            combinations(candidates, kk, &mut |subset| {
+                let mut rem = remainder;
+                let mut a = after.clone();
+                if subset.iter().map(|s| a[s]).sum::<i64>() < rem {
+                    return false;
+                }
+                while rem > 0 {
+                    for s in subset {
+                        if rem == 0 {
+                            break;
+                        }
+                        if a[s] < group {
+                            continue;
+                        }
+                        *a.get_mut(s).expect("numa in map") -= group;
+                        rem -= group;
+                    }
+                }
+                let balance = standard_deviation(&self.values(&a));
+                if balance < best.0 {
+                    best = (balance, Some(subset.to_vec()));
+                }
+                false
+            });
+        }
+        best
+    }
+
+    /// Take the CPUs: the even share from each node of `combo` (packed),
+    /// then the remainder a group at a time from `remainder_set`.
+    fn take(&self, acc: &mut Acc<'_>, combo: &[u32], remainder_set: &[u32]) {
+        let topo = acc.topo;
+        let distribution = self.distribution(combo.len());
+        for numa in combo {
+            let from = acc.details.cpus_in_numa_nodes(&[*numa]);
+            if let Ok(cpus) = take_packed(topo, &from, distribution) {
+                acc.take(&cpus);
+            }
+        }
+        let mut remainder = self.n as i64 - (distribution * combo.len()) as i64;
+        while remainder > 0 {
+            let before = remainder;
+            for numa in remainder_set {
+                if remainder == 0 {
+                    break;
+                }
+                let from = acc.details.cpus_in_numa_nodes(&[*numa]);
+                if from.len() < self.group {
+                    continue;
+                }
+                if let Ok(cpus) = take_packed(topo, &from, self.group) {
+                    acc.take(&cpus);
+                }
+                remainder -= self.group as i64;
+            }
+            if remainder == before {
+                break;
+            }
+        }
+    }
 }
 
 #[cfg(test)]

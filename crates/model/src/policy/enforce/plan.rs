@@ -144,34 +144,45 @@ impl PlanConfig {
 
 /// `node` object of the JSON plan.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub(crate) struct PlanNode {
+pub struct PlanNode {
     /// cpu of the kubepods cgroup (allocatable when enforced).
-    pub(crate) cpu_millis: i64,
+    pub cpu_millis: i64,
     /// memory limit of the kubepods cgroup.
-    pub(crate) memory_bytes: i64,
-    pub(crate) cgroup_version: CgroupVersion,
-    pub(crate) cgroup_driver: crate::core::model::CgroupDriver,
-    pub(crate) capacity_cpu_millis: i64,
-    pub(crate) capacity_memory_bytes: i64,
-    pub(crate) cgroupfs: String,
-    pub(crate) cgroup_root: String,
+    pub memory_bytes: i64,
+    /// The cgroup version planned for.
+    pub cgroup_version: CgroupVersion,
+    /// The cgroup driver (naming) planned for.
+    pub cgroup_driver: crate::core::model::CgroupDriver,
+    /// The node's cpu capacity.
+    pub capacity_cpu_millis: i64,
+    /// The node's memory capacity.
+    pub capacity_memory_bytes: i64,
+    /// Where the cgroup hierarchy is mounted.
+    pub cgroupfs: String,
+    /// The cgroup root the kubepods tree lives under.
+    pub cgroup_root: String,
 }
 
 /// One pod of the plan.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PlannedPod {
-    pub(crate) uid: String,
+    /// The pod's uid.
+    pub uid: String,
     /// True when the manifest had no uid and qosd derived it from namespace/name.
-    pub(crate) uid_derived: bool,
-    pub(crate) namespace: String,
-    pub(crate) name: String,
-    pub(crate) qos_class: QosClass,
-    pub(crate) reason: String,
+    pub uid_derived: bool,
+    /// The pod's namespace.
+    pub namespace: String,
+    /// The pod's name.
+    pub name: String,
+    /// The pod's QoS class.
+    pub qos_class: QosClass,
+    /// Why the pod has that class.
+    pub reason: String,
     /// Cgroup path relative to the hierarchy root, e.g. `kubepods/burstable/pod<uid>`.
-    pub(crate) cgroup: String,
+    pub cgroup: String,
     /// Each container's `oom_score_adj` as the kubelet sets it
     /// (docs/semantics.md, "oom_score_adj").
-    pub(crate) containers: Vec<oom::ContainerOomScoreAdj>,
+    pub containers: Vec<oom::ContainerOomScoreAdj>,
     #[serde(skip)]
     pub(crate) resources: PodResources,
 }
@@ -180,14 +191,17 @@ pub struct PlannedPod {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Plan {
     /// Whose rules the plan follows (`--kubelet-version`).
-    pub(crate) kubelet_version: KubeletVersion,
-    pub(crate) node: PlanNode,
+    pub kubelet_version: KubeletVersion,
+    /// The node and its kubepods cgroup.
+    pub node: PlanNode,
+    /// The pods planned, in the order given.
     pub pods: Vec<PlannedPod>,
+    /// Every write, parents before children.
     pub writes: Vec<CgroupWrite>,
     /// systemd driver: the slice units and the properties that carry the
     /// writes' values (absent with the cgroupfs driver).
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub(crate) units: Vec<crate::policy::enforce::units::PlannedUnit>,
+    pub units: Vec<crate::policy::enforce::units::PlannedUnit>,
 }
 
 // ---------------------------------------------------------------- formulas
@@ -651,91 +665,6 @@ pub fn build(cfg: &PlanConfig, pods: &[Pod]) -> Plan {
         },
         pods: planned,
         writes,
-    }
-}
-
-impl Plan {
-    /// Human-readable rendering (what `qosd plan --output text` prints).
-    pub fn to_text(&self) -> String {
-        self.render(false)
-    }
-
-    /// `--output wide`: the text plus each container's `oom_score_adj`
-    /// (one `oom_score_adj:` line under each pod's `why:`).
-    pub fn to_wide(&self) -> String {
-        self.render(true)
-    }
-
-    fn render(&self, wide: bool) -> String {
-        use std::fmt::Write;
-        let mut s = String::new();
-        let n = &self.node;
-        let _ = writeln!(s, "rules: kubelet {}", self.kubelet_version);
-        let _ = writeln!(
-            s,
-            "node: cgroup {} ({} driver) at {}, root {}; kubepods cpu {}m, memory {} bytes (capacity {}m, {} bytes)",
-            n.cgroup_version,
-            n.cgroup_driver,
-            n.cgroupfs,
-            n.cgroup_root,
-            n.cpu_millis,
-            n.memory_bytes,
-            n.capacity_cpu_millis,
-            n.capacity_memory_bytes
-        );
-        let mut pod_cgroups = std::collections::HashMap::new();
-        for (i, p) in self.pods.iter().enumerate() {
-            pod_cgroups.insert(p.cgroup.as_str(), i);
-        }
-        let mut by_pod: Vec<Vec<&CgroupWrite>> = vec![Vec::new(); self.pods.len()];
-        let mut upper: Vec<&CgroupWrite> = Vec::new();
-        for w in &self.writes {
-            match (w.level, pod_cgroups.get(w.cgroup.as_str())) {
-                (CgroupLevel::Pod, Some(&i)) => by_pod[i].push(w),
-                _ => upper.push(w),
-            }
-        }
-        let _ = writeln!(s, "\nnode and QoS level:");
-        for w in upper {
-            let _ = writeln!(s, "  {} = {}", w.file.display(), w.value);
-        }
-        for (p, ws) in self.pods.iter().zip(by_pod) {
-            let derived = if p.uid_derived {
-                " (uid derived from namespace/name)"
-            } else {
-                ""
-            };
-            let _ = writeln!(
-                s,
-                "\n{}/{}  {}  {}{}\n  why: {}",
-                p.namespace, p.name, p.qos_class, p.cgroup, derived, p.reason
-            );
-            if wide {
-                let adjs: Vec<String> = p
-                    .containers
-                    .iter()
-                    .map(|c| {
-                        let kind = if c.init { "init:" } else { "" };
-                        format!("{kind}{}={}", c.name, c.oom_score_adj)
-                    })
-                    .collect();
-                let _ = writeln!(s, "  oom_score_adj: {}", adjs.join(" "));
-            }
-            for w in ws {
-                let _ = writeln!(s, "  {} = {}", w.file.display(), w.value);
-            }
-        }
-        if !self.units.is_empty() {
-            let _ = writeln!(
-                s,
-                "\nsystemd units (set over D-Bus when systemd manages the tree, then the files are checked):"
-            );
-            for u in &self.units {
-                let props: Vec<String> = u.properties.iter().map(|p| p.render()).collect();
-                let _ = writeln!(s, "  {}  {}", u.unit, props.join(" "));
-            }
-        }
-        s
     }
 }
 
@@ -1340,7 +1269,6 @@ mod tests {
             "/sys/fs/cgroup/kubepods.slice/cpu.weight"
         );
         assert!(json["writes"][0].get("dir").is_none());
-        assert!(plan.to_text().contains("default/g  Guaranteed"));
     }
 
     fn arb_pod(i: usize) -> impl Strategy<Value = Pod> {

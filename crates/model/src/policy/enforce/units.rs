@@ -55,9 +55,9 @@ impl UnitProperty {
 /// One slice unit of the plan: its name, its cgroup and the properties that
 /// carry the plan's values.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub(crate) struct PlannedUnit {
+pub struct PlannedUnit {
     /// `kubepods-burstable-pod<uid>.slice`.
-    pub(crate) unit: String,
+    pub unit: String,
     /// The parent slice (`-.slice` at the top).
     pub(crate) parent: String,
     /// The cgroup path relative to the hierarchy root (the slice path).
@@ -66,7 +66,7 @@ pub(crate) struct PlannedUnit {
     pub(crate) level: CgroupLevel,
     /// Properties in plan order; rendered as an object in JSON.
     #[serde(serialize_with = "props_as_map")]
-    pub(crate) properties: Vec<UnitProperty>,
+    pub properties: Vec<UnitProperty>,
     /// Planned files no property expresses (written to cgroupfs directly,
     /// as libcontainer does).
     pub(crate) files_without_property: Vec<String>,

@@ -36,6 +36,12 @@ pub enum Rule {
     /// container (app, init, sidecar) has its own; before, an init
     /// container was judged together with the sidecars started before it.
     OwnLimitDeclared,
+    /// Pod-level `spec.resources` are resized in place like containers'
+    /// (`InPlacePodLevelResourcesVerticalScaling` beta, on): the pod cgroup
+    /// follows the kubelet's pod-level allocation (`status.allocatedResources`,
+    /// `status.resources`); before, the kubelet sizes it from
+    /// `spec.resources` as written.
+    PodLevelResize,
 }
 
 /// A versioned rule, for the docs table and `qosd plan`'s header.
@@ -85,6 +91,13 @@ pub(crate) const RULES: &[RuleInfo] = &[
         rule: Rule::OwnLimitDeclared,
         #[cfg(test)]
         name: "own-limit-declared",
+        since: KubeletVersion::V1_36,
+    },
+    RuleInfo {
+        // Where in the kubelet: allocation/allocation_manager.go updatePodFromAllocation (InPlacePodLevelResourcesVerticalScaling)
+        rule: Rule::PodLevelResize,
+        #[cfg(test)]
+        name: "pod-level-resize",
         since: KubeletVersion::V1_36,
     },
 ];
@@ -222,12 +235,13 @@ mod tests {
     #[test]
     fn rules_per_version() {
         use KubeletVersion::*;
-        // (version, pod-level, v1 refused, tiered, zero reset, own limit)
+        // (version, pod-level, v1 refused, tiered, zero reset, own limit,
+        // pod-level resize)
         for (v, want) in [
-            (V1_33, [false, false, false, false, false]),
-            (V1_34, [true, false, false, false, false]),
-            (V1_35, [true, true, false, false, false]),
-            (V1_36, [true, true, true, true, true]),
+            (V1_33, [false, false, false, false, false, false]),
+            (V1_34, [true, false, false, false, false, false]),
+            (V1_35, [true, true, false, false, false, false]),
+            (V1_36, [true, true, true, true, true, true]),
         ] {
             let got = [
                 Rule::PodLevelResources,
@@ -235,6 +249,7 @@ mod tests {
                 Rule::MemoryQosTiered,
                 Rule::MemoryQosZeroReset,
                 Rule::OwnLimitDeclared,
+                Rule::PodLevelResize,
             ]
             .map(|r| v.has(r));
             assert_eq!(got, want, "{v}");

@@ -44,27 +44,10 @@ impl StorageLimits {
                     .map(|q| (c.name.clone(), q.clone()))
             })
             .collect();
-        // PodLimits: sum over app containers (and restartable sidecars),
-        // the largest init container if larger.
-        let mut sum: i128 = 0;
-        let mut any = false;
-        for c in pod
-            .containers
-            .iter()
-            .chain(pod.init_containers.iter().filter(|c| c.restartable))
-        {
-            if let Some(q) = c.resources.limits.get(key) {
-                sum += q.nanos();
-                any = true;
-            }
-        }
-        for c in pod.init_containers.iter().filter(|c| !c.restartable) {
-            if let Some(q) = c.resources.limits.get(key) {
-                any = true;
-                sum = sum.max(q.nanos());
-            }
-        }
-        let pod_limit = any.then(|| canonical_bytes(sum / 1_000_000_000));
+        // PodLimits: app containers and sidecars add up, an init container
+        // counts with the sidecars started before it, plus the overhead.
+        let pod_limit = crate::core::resources::pod_limit_nanos(pod, key)
+            .map(|n| canonical_bytes(n.div_euclid(1_000_000_000)));
         let empty_dirs = pod
             .volumes
             .iter()
@@ -282,6 +265,27 @@ mod tests {
         assert_eq!(l.pod.as_ref().unwrap().to_string(), "128Mi");
         assert_eq!(l.empty_dirs.len(), 1);
         assert!(StorageLimits::of(&pod(&[("a", None)], &[])).is_empty());
+    }
+
+    /// The kubelet's `PodLimits`: an init container counts with the sidecars
+    /// started before it; RuntimeClass overhead adds to a non-zero limit.
+    #[test]
+    fn pod_limit_like_the_kubelets_pod_limits() {
+        let mut p = pod(&[("app", Some("10Mi"))], &[]);
+        let init = |name: &str, lim: &str, restartable: bool| Container {
+            name: name.into(),
+            resources: crate::core::model::ResourceRequirements {
+                requests: Default::default(),
+                limits: [("ephemeral-storage".to_string(), q(lim))].into(),
+            },
+            restartable,
+        };
+        p.init_containers.push(init("proxy", "20Mi", true));
+        p.init_containers.push(init("setup", "25Mi", false));
+        // app + proxy = 30Mi; setup + proxy before it = 45Mi
+        assert_eq!(StorageLimits::of(&p).pod.unwrap().to_string(), "45Mi");
+        p.overhead.insert("ephemeral-storage".into(), q("5Mi"));
+        assert_eq!(StorageLimits::of(&p).pod.unwrap().to_string(), "50Mi");
     }
 
     #[test]

@@ -4,11 +4,14 @@
 //! signal observations and the pods with their stats, and returns a
 //! [`Decision`]: the status of every threshold (met, with minimum-reclaim
 //! hysteresis and soft grace periods), the node conditions (held for the
-//! pressure transition period), and at most one victim. After a victim is
-//! chosen the manager waits until its resources are released (the pod is
-//! gone, its cgroup holds no process, or its usage dropped) or a timeout
-//! passes before it chooses another — like the kubelet's one pod per pass
-//! and wait-for-cleanup, but driven as fast as the caller calls it.
+//! pressure transition period), and at most one victim for node pressure.
+//! After a victim is chosen the manager waits until its resources are
+//! released (the pod is gone, its cgroup holds no process, or its usage
+//! dropped) or a timeout passes before it chooses another — like the
+//! kubelet's one pod per pass and wait-for-cleanup, but driven as fast as
+//! the caller calls it. Local-storage limits are checked first, without node
+//! pressure, and every pod over one is evicted in the same pass (the
+//! kubelet's `localStorageEviction`); then nothing else is done in that pass.
 //!
 //! Never evicts on stale or missing data: a threshold whose observation is
 //! missing or older than [`ManagerOptions::max_observation_age`] keeps its
@@ -141,7 +144,8 @@ pub struct Victim {
     /// limits (the kubelet's immediateEvictionGracePeriodSeconds), for soft
     /// min(eviction-max-pod-grace-period, pod's terminationGracePeriodSeconds).
     pub grace: Duration,
-    /// 1-based position in the ranking (always 1 today; kept for the log).
+    /// 1-based position: in the ranking (a threshold's victim is always
+    /// the first), or among the pass's local-storage victims.
     pub rank: usize,
     pub usage: Option<u64>,
     pub request: i64,
@@ -180,6 +184,11 @@ pub enum Action {
     /// Evict this pod now, then report with [`Manager::mark_released`] /
     /// [`Manager::eviction_failed`] (or let later passes notice).
     Evict(Box<Victim>),
+    /// Evict every one of these pods now: each is over a local-storage
+    /// limit (the kubelet's `localStorageEviction` evicts all of them in one
+    /// pass, each with the hard grace). Never empty; in uid order. Report a
+    /// failure with [`Manager::eviction_failed`].
+    EvictAll(Vec<Victim>),
     /// A previous victim's resources are not released yet.
     WaitingForRelease { uid: String, since: Instant },
     /// A threshold calls for an eviction but the data does not allow one
@@ -203,10 +212,18 @@ pub struct Decision {
 }
 
 impl Decision {
+    /// The (first) pod to evict in this pass.
     pub fn victim(&self) -> Option<&Victim> {
+        self.victims().first()
+    }
+
+    /// Every pod to evict in this pass: one for node pressure, all those
+    /// over a local-storage limit.
+    pub fn victims(&self) -> &[Victim] {
         match &self.action {
-            Action::Evict(v) => Some(v),
-            _ => None,
+            Action::Evict(v) => std::slice::from_ref(v.as_ref()),
+            Action::EvictAll(vs) => vs,
+            _ => &[],
         }
     }
 
@@ -403,9 +420,14 @@ impl Manager {
         if let Ok(p) = &pods {
             self.track_in_flight(now, p, observations, &mut events);
         }
-        let action = match pods.as_ref().ok().and_then(|p| self.local_storage(now, p)) {
-            Some(v) => Action::Evict(Box::new(v)),
-            None => self.choose(now, &statuses, pods, &mut notes, &mut events),
+        let over_limits = match &pods {
+            Ok(p) => self.local_storage(now, p),
+            Err(_) => Vec::new(),
+        };
+        let action = if over_limits.is_empty() {
+            self.choose(now, &statuses, pods, &mut notes, &mut events)
+        } else {
+            Action::EvictAll(over_limits)
         };
         Decision {
             at: now,
@@ -425,9 +447,20 @@ impl Manager {
         notes: &mut Vec<String>,
         events: &mut Vec<String>,
     ) -> Action {
-        let chosen = match self.eligible(now, statuses, notes) {
-            Ok(c) => c,
-            Err(action) => return action,
+        let (eligible, stale_met) = eligible(now, statuses, notes);
+        let Some(chosen) = eligible.first().copied() else {
+            if !stale_met.is_empty() {
+                return Action::Blocked(format!(
+                    "threshold(s) {} were met but their data is stale or missing: not evicting",
+                    stale_met.join(", ")
+                ));
+            }
+            // pressure gone: nothing to wait for (victims in flight stay
+            // excluded while they are listed)
+            for f in self.in_flight.values_mut() {
+                f.done = true;
+            }
+            return Action::None;
         };
         let pods = match pods {
             Ok(p) => p,
@@ -438,107 +471,11 @@ impl Manager {
                 ))
             }
         };
-        if let Some(wait) = self.wait_or_escalate(chosen, events) {
-            return wait;
-        }
-        self.pick(now, chosen, statuses, pods, notes)
-    }
 
-    /// The threshold that calls for an eviction now (hard before soft,
-    /// memory first), or what to do instead: nothing (no pressure: victims
-    /// in flight no longer hold back), or blocked on stale data. Notes the
-    /// soft thresholds still in their grace period.
-    fn eligible<'s>(
-        &mut self,
-        now: Instant,
-        statuses: &'s [ThresholdStatus],
-        notes: &mut Vec<String>,
-    ) -> Result<&'s ThresholdStatus, Action> {
-        let mut eligible: Vec<&ThresholdStatus> = statuses
-            .iter()
-            .filter(|s| s.met && s.grace_satisfied && !s.stale)
-            .collect();
-        for s in statuses
-            .iter()
-            .filter(|s| s.met && !s.grace_satisfied && !s.stale)
-        {
-            let since = s
-                .met_since
-                .map(|m| now.saturating_duration_since(m))
-                .unwrap_or_default();
-            notes.push(format!(
-                "{} met for {} of its {} grace period",
-                s.threshold.statement(),
-                format_go_duration(since),
-                format_go_duration(s.threshold.grace_period)
-            ));
-        }
-        eligible.sort_by_key(|s| (s.threshold.kind, s.threshold.signal.resource()));
-        if let Some(first) = eligible.first() {
-            return Ok(first);
-        }
-        let stale_met: Vec<String> = statuses
-            .iter()
-            .filter(|s| s.met && s.stale)
-            .map(|s| s.threshold.statement())
-            .collect();
-        if !stale_met.is_empty() {
-            return Err(Action::Blocked(format!(
-                "threshold(s) {} were met but their data is stale or missing: not evicting",
-                stale_met.join(", ")
-            )));
-        }
-        // pressure gone: nothing to wait for (victims in flight stay
-        // excluded while they are listed)
-        for f in self.in_flight.values_mut() {
-            f.done = true;
-        }
-        Err(Action::None)
-    }
-
-    /// Victims still releasing block the next choice, except that a hard
-    /// threshold does not wait for soft victims (escalation: the kubelet
-    /// acts on the next pass). `Some`: wait.
-    fn wait_or_escalate(
-        &mut self,
-        chosen: &ThresholdStatus,
-        events: &mut Vec<String>,
-    ) -> Option<Action> {
-        let blocking: Vec<(&String, &InFlight)> =
-            self.in_flight.iter().filter(|(_, f)| !f.done).collect();
-        let (uid, f) = blocking.first()?;
-        let escalate = chosen.threshold.kind == ThresholdKind::Hard
-            && blocking.iter().all(|(_, f)| f.kind == ThresholdKind::Soft);
-        if !escalate {
-            return Some(Action::WaitingForRelease {
-                uid: (*uid).clone(),
-                since: f.since,
-            });
-        }
-        let soft: Vec<String> = blocking.iter().map(|(u, _)| (*u).clone()).collect();
-        events.push(format!(
-            "{} met while soft victim {} is still terminating: evicting for the hard threshold now",
-            chosen.threshold,
-            soft.join(", ")
-        ));
-        // they go on terminating, excluded, but no longer hold back
-        for u in soft {
-            if let Some(f) = self.in_flight.get_mut(&u) {
-                f.done = true;
-            }
-        }
-        None
-    }
-
-    /// Rank the pods for the chosen threshold and take the first, once.
-    fn pick(
-        &mut self,
-        now: Instant,
-        chosen: &ThresholdStatus,
-        statuses: &[ThresholdStatus],
-        pods: &[Candidate],
-        notes: &mut Vec<String>,
-    ) -> Action {
+        let reranked = match self.blocked_by_victims(chosen, events) {
+            Ok(r) => r,
+            Err(wait) => return wait,
+        };
         let signal = chosen.threshold.signal;
         let obs = chosen
             .observed
@@ -555,19 +492,13 @@ impl Manager {
         }
         let live: Vec<Candidate> = pods
             .iter()
-            .filter(|c| !self.failed.contains_key(&c.uid) && !self.in_flight.contains_key(&c.uid))
+            .filter(|c| {
+                !self.failed.contains_key(&c.uid)
+                    && (!self.in_flight.contains_key(&c.uid) || reranked.contains(&c.uid))
+            })
             .cloned()
             .collect();
-        if signal.is_pressure()
-            && self.per_pod_pressure
-            && !live
-                .iter()
-                .any(|c| c.stats.is_some_and(|s| s.memory_stall_ppm.is_some()))
-        {
-            notes.push(format!(
-                "{} is met: measuring which pods stall (their memory.pressure) before choosing",
-                chosen.threshold.statement()
-            ));
+        if self.measuring_stall(chosen, &live, notes) {
             return Action::None;
         }
         let ranking = rank::rank_in(signal, &live, self.opts.disk_layout);
@@ -601,6 +532,68 @@ impl Manager {
             },
         );
         Action::Evict(Box::new(victim))
+    }
+
+    /// A pressure threshold with per-pod pressure, while no live pod's
+    /// stall has been measured yet: the ranking waits for the measurement
+    /// (noted) instead of choosing blind.
+    fn measuring_stall(
+        &self,
+        chosen: &ThresholdStatus,
+        live: &[Candidate],
+        notes: &mut Vec<String>,
+    ) -> bool {
+        let waiting = chosen.threshold.signal.is_pressure()
+            && self.per_pod_pressure
+            && !live
+                .iter()
+                .any(|c| c.stats.is_some_and(|s| s.memory_stall_ppm.is_some()));
+        if waiting {
+            notes.push(format!(
+                "{} is met: measuring which pods stall (their memory.pressure) before choosing",
+                chosen.threshold.statement()
+            ));
+        }
+        waiting
+    }
+
+    /// Victims still releasing block the next choice, except that a hard
+    /// threshold does not wait for soft victims (escalation: the kubelet
+    /// acts on the next pass). Soft victims still terminating then are
+    /// ranked again with every other pod, as by the kubelet (a terminating
+    /// pod is still active there): the first one is evicted again, with the
+    /// hard grace. `Ok`: the uids ranked again; `Err`: wait.
+    fn blocked_by_victims(
+        &mut self,
+        chosen: &ThresholdStatus,
+        events: &mut Vec<String>,
+    ) -> Result<Vec<String>, Action> {
+        let blocking: Vec<(&String, &InFlight)> =
+            self.in_flight.iter().filter(|(_, f)| !f.done).collect();
+        let Some((uid, f)) = blocking.first() else {
+            return Ok(Vec::new());
+        };
+        let escalate = chosen.threshold.kind == ThresholdKind::Hard
+            && blocking.iter().all(|(_, f)| f.kind == ThresholdKind::Soft);
+        if !escalate {
+            return Err(Action::WaitingForRelease {
+                uid: (*uid).clone(),
+                since: f.since,
+            });
+        }
+        let soft: Vec<String> = blocking.iter().map(|(u, _)| (*u).clone()).collect();
+        events.push(format!(
+            "{} met while soft victim {} is still terminating: ranking every pod again for the hard threshold (a terminating victim included, evicted again with the hard grace if first)",
+            chosen.threshold,
+            soft.join(", ")
+        ));
+        // they no longer hold back, and may be chosen again
+        for u in &soft {
+            if let Some(f) = self.in_flight.get_mut(u) {
+                f.done = true;
+            }
+        }
+        Ok(soft)
     }
 
     /// Forget victims that are gone, mark released ones, and report (once)
@@ -698,10 +691,11 @@ impl Manager {
         }
     }
 
-    /// The first pod over a local-storage limit (kubelet
-    /// localStorageEviction), evicted with the hard grace, with no node
-    /// pressure. Pods already chosen, in back-off or protected are skipped.
-    fn local_storage(&mut self, now: Instant, pods: &[Candidate]) -> Option<Victim> {
+    /// Every pod over a local-storage limit (kubelet
+    /// localStorageEviction: all of them, in this pass), each evicted with
+    /// the hard grace, with no node pressure; in uid order. Pods already
+    /// chosen, in back-off or protected are skipped.
+    fn local_storage(&mut self, now: Instant, pods: &[Candidate]) -> Vec<Victim> {
         let dedicated = self.opts.disk_layout == DiskLayout::DedicatedImageFs;
         let mut sorted: Vec<&Candidate> = pods
             .iter()
@@ -713,6 +707,7 @@ impl Manager {
             })
             .collect();
         sorted.sort_by(|a, b| a.uid.cmp(&b.uid));
+        let mut out = Vec::new();
         for c in sorted {
             let Some(detail) = &c.storage_detail else {
                 continue;
@@ -740,7 +735,7 @@ impl Manager {
                     done: true,
                 },
             );
-            return Some(Victim {
+            out.push(Victim {
                 candidate: c.clone(),
                 signal: Signal::NodeFsAvailable,
                 threshold: t,
@@ -749,7 +744,7 @@ impl Manager {
                 capacity: 0,
                 threshold_value: v.limit_bytes,
                 grace: self.opts.hard_grace,
-                rank: 1,
+                rank: out.len() + 1,
                 usage: Some(v.usage_bytes),
                 request: c.ephemeral_storage_request_bytes,
                 reason: v.message.trim_end().to_string(),
@@ -757,7 +752,7 @@ impl Manager {
                 message: v.message,
             });
         }
-        None
+        out
     }
 
     fn victim(
@@ -796,6 +791,42 @@ impl Manager {
             message: eviction_message(t, obs, r, statuses),
         }
     }
+}
+
+/// The thresholds that call for an eviction now (hard before soft, memory
+/// first), and the met ones whose data is stale; notes for the met ones
+/// still in their grace period.
+fn eligible<'a>(
+    now: Instant,
+    statuses: &'a [ThresholdStatus],
+    notes: &mut Vec<String>,
+) -> (Vec<&'a ThresholdStatus>, Vec<String>) {
+    let mut eligible: Vec<&ThresholdStatus> = statuses
+        .iter()
+        .filter(|s| s.met && s.grace_satisfied && !s.stale)
+        .collect();
+    for s in statuses
+        .iter()
+        .filter(|s| s.met && !s.grace_satisfied && !s.stale)
+    {
+        let since = s
+            .met_since
+            .map(|m| now.saturating_duration_since(m))
+            .unwrap_or_default();
+        notes.push(format!(
+            "{} met for {} of its {} grace period",
+            s.threshold.statement(),
+            format_go_duration(since),
+            format_go_duration(s.threshold.grace_period)
+        ));
+    }
+    let stale_met: Vec<String> = statuses
+        .iter()
+        .filter(|s| s.met && s.stale)
+        .map(|s| s.threshold.statement())
+        .collect();
+    eligible.sort_by_key(|s| (s.threshold.kind, s.threshold.signal.resource()));
+    (eligible, stale_met)
 }
 
 /// The kubelet's eviction message (helpers.go evictionMessage): the starved
@@ -1146,14 +1177,16 @@ mod tests {
         // still terminating (grace 20 s): soft keeps waiting
         let d = m.synchronize(t0 + s(2), &mem(900, t0 + s(2)), Ok(&p));
         assert!(matches!(d.action, Action::WaitingForRelease { .. }));
-        // the hard threshold is crossed: the next pass evicts another pod
+        // the hard threshold is crossed: the next pass ranks every pod
+        // again, the terminating soft victim included; still first, it is
+        // evicted again with the hard grace (the kubelet's behaviour)
         let d = m.synchronize(t0 + s(3), &mem(50, t0 + s(3)), Ok(&p));
         let v = d.victim().expect("escalation on the next pass");
         assert_eq!(v.kind, ThresholdKind::Hard);
-        assert_ne!(v.candidate.uid, soft);
+        assert_eq!(v.candidate.uid, soft);
         assert_eq!(v.grace, s(1));
         assert!(d.events.iter().any(|e| e.contains("still terminating")));
-        // both in flight now: the hard victim blocks further choices
+        // in flight for the hard threshold now: it blocks further choices
         let d = m.synchronize(t0 + s(4), &mem(50, t0 + s(4)), Ok(&p));
         assert!(
             matches!(d.action, Action::WaitingForRelease { .. }),
@@ -1242,6 +1275,97 @@ mod tests {
         // once
         let d = m.synchronize(t0 + s(2), &mem(4000, t0 + s(2)), Ok(&p));
         assert_eq!(d.action, Action::None);
+    }
+
+    /// The kubelet's localStorageEviction collects every violating pod and
+    /// evicts them all in the same pass (1 s grace each, no node pressure,
+    /// critical pods skipped); nothing else happens in that pass.
+    #[test]
+    fn every_pod_over_a_local_storage_limit_in_the_same_pass() {
+        use crate::core::model::{Container, EmptyDir, Pod, Volume};
+        use crate::core::quantity::Quantity;
+        use crate::policy::evict::local_storage::{ContainerStorage, StorageDetail, StorageLimits};
+        let t0 = Instant::now();
+        let mut m = Manager::new(
+            config("memory.available<100Mi", "", "", "", "0s"),
+            ManagerOptions::default(),
+        );
+        let q = |v: &str| Quantity::parse(v).unwrap();
+        let mut pod = Pod::new("x", "ns", "x");
+        let mut c = Container {
+            name: "app".into(),
+            ..Default::default()
+        };
+        c.resources
+            .limits
+            .insert("ephemeral-storage".into(), q("10Mi"));
+        pod.containers.push(c);
+        pod.volumes.push(Volume {
+            name: "scratch".into(),
+            empty_dir: Some(EmptyDir {
+                memory: false,
+                size_limit: Some(q("1Mi")),
+            }),
+        });
+        let limits = StorageLimits::of(&pod);
+        let detail = |rootfs_mib: u64, dir_kib: u64| StorageDetail {
+            containers: vec![ContainerStorage {
+                name: "app".into(),
+                rootfs_bytes: Some(rootfs_mib << 20),
+                logs_bytes: Some(0),
+            }],
+            volumes: vec![("scratch".into(), dir_kib << 10)],
+            total_bytes: (rootfs_mib << 20) + (dir_kib << 10),
+        };
+        let mut p = pods();
+        // (uid, rootfs MiB, emptyDir KiB): be and g over, bu within,
+        // crit over but critical.
+        for (uid, rootfs, dir) in [("be", 12, 0), ("bu", 1, 10), ("g", 1, 2048)] {
+            let c = p.iter_mut().find(|c| c.uid == uid).unwrap();
+            c.storage_limits = limits.clone();
+            c.storage_detail = Some(detail(rootfs, dir));
+        }
+        let mut crit = p[0].clone();
+        crit.uid = "crit".into();
+        crit.priority = 2_000_000_000;
+        crit.storage_limits = limits.clone();
+        crit.storage_detail = Some(detail(20, 0));
+        p.push(crit);
+        // Memory pressure too: local storage goes first and ends the pass.
+        let d = m.synchronize(t0, &mem(1, t0), Ok(&p));
+        let got: Vec<(&str, &str, Duration, usize)> = d
+            .victims()
+            .iter()
+            .map(|v| (v.candidate.uid.as_str(), v.metric_label(), v.grace, v.rank))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("be", "ephemeralpodfs.limit", s(1), 1),
+                ("g", "emptydirfs.limit", s(1), 2),
+            ]
+        );
+        assert!(matches!(d.action, Action::EvictAll(_)));
+        assert_eq!(
+            d.victims()[1].message,
+            "Usage of EmptyDir volume \"scratch\" exceeds the limit \"1Mi\". "
+        );
+        // The next pass: the two are in flight (never chosen again), and
+        // the memory threshold picks its own victim at once.
+        let d = m.synchronize(t0 + s(1), &mem(1, t0 + s(1)), Ok(&p));
+        let v = d.victim().expect("memory victim");
+        assert_eq!(v.cause, Cause::Threshold);
+        assert!(!["be", "g", "crit"].contains(&v.candidate.uid.as_str()));
+        // A failed one may be chosen again after its back-off.
+        m.eviction_failed("g", t0 + s(1));
+        let later = t0 + s(1) + ManagerOptions::default().failed_backoff;
+        let d = m.synchronize(later, &mem(4000, later), Ok(&p));
+        let uids: Vec<&str> = d
+            .victims()
+            .iter()
+            .map(|v| v.candidate.uid.as_str())
+            .collect();
+        assert_eq!(uids, ["g"]);
     }
 
     #[test]

@@ -1260,7 +1260,7 @@ mod tests {
         assert_eq!(*sig, Signal::MemoryFull);
         assert_eq!((o.available, o.capacity), (500_000, 4_000_000));
         assert!(o.window_start.unwrap() + Duration::from_secs(4) >= t);
-        assert!(w.stats.samples.load(Ordering::Relaxed) >= 2);
+        assert!(w.stats.samples.load(Ordering::Relaxed) >= 1);
         assert!(w.is_running());
         w.stop();
     }

@@ -98,7 +98,7 @@ run_one() { # WORKLOAD CONFIG
     case $cfg in
         oomd-default)
             rm -f /run/systemd/oomd.conf.d/tuned.conf
-            systemctl set-property --runtime bench.slice ManagedOOMMemoryPressureLimit=
+            systemctl set-property --runtime bench.slice ManagedOOMMemoryPressureLimit=0%
             systemctl restart systemd-oomd.service ;;
         oomd-tuned)
             printf '[OOM]\nDefaultMemoryPressureDurationSec=1s\n' > /run/systemd/oomd.conf.d/tuned.conf

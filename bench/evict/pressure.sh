@@ -10,7 +10,8 @@
 #      CONFIGS (default "qosd-pressure qosd-bytes oomd-default oomd-tuned
 #               earlyoom kernel-oom"), RUNS (per workload and config, default 1),
 #      OUT (default bench/results), NO_BUILD=1 (use target/release/qosd as is),
-#      STAMP (file name suffix, default the UTC time).
+#      STAMP (file name suffix, default the UTC time), NODE_MEM (total: qosd's
+#      --node-memory is MemTotal; available: MemAvailable after boot).
 # Results: $OUT/pressure-vm-$STAMP.jsonl (one JSON object per run),
 #          $OUT/pressure-vm-$STAMP.log (qosd's, systemd-oomd's, earlyoom's words),
 #          $OUT/pressure-vm-$STAMP-console.log; summary: pressure_summary.py.
@@ -71,6 +72,7 @@ script=$W/vm-run.sh
     echo "WORKLOADS='$WORKLOADS'"
     echo "CONFIGS='$CONFIGS'"
     echo "RUNS=$RUNS"
+    echo "NODE_MEM=${NODE_MEM:-total}"
     cat "$here/pressure/vm-run.sh"
 } > "$script"
 

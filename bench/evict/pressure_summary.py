@@ -2,12 +2,13 @@
 """Summarise bench/evict/pressure.sh: per workload and configuration, who
 acted first, how long after stall onset (the node's /proc/pressure/memory
 and the stalling pod's memory.pressure: `full` >= 10 % of 2 s within 2 s),
-what died, the probe pod's lateness. Writes <jsonl>.summary.json beside the
-input and prints a Markdown table.
+what died, the probe pod's lateness, over every run of the given files.
+Writes pressure-summary.json beside the first and prints a Markdown table.
 
-usage: pressure_summary.py RESULTS.jsonl
+usage: pressure_summary.py RESULTS.jsonl...
 """
 import json
+import os
 import sys
 
 
@@ -29,8 +30,8 @@ def fmt(v, unit=""):
 
 
 def main():
-    path = sys.argv[1]
-    runs = [json.loads(line) for line in open(path) if line.strip()]
+    paths = sys.argv[1:]
+    runs = [json.loads(line) for path in paths for line in open(path) if line.strip()]
     groups = {}
     for r in runs:
         groups.setdefault((r["workload"], r["config"]), []).append(r)
@@ -42,6 +43,11 @@ def main():
             w = r["watch"]
             node, pod = w["files"][0], w["files"][1]
             actor = r["first_actor"] if w["died"] else "none"
+            # systemd-oomd's kill line is below the VM's log level
+            # (systemd.log_level=warning): a SIGKILL with systemd-oomd
+            # running and nothing else acting is its kill.
+            if actor == "none" and w["died"] and r["config"].startswith("oomd") and r["staller_exit"] == 137:
+                actor = "systemd-oomd"
             if w["died"] and actor == "none":
                 actor = "unattributed exit"
             actors[actor] = actors.get(actor, 0) + 1
@@ -71,7 +77,8 @@ def main():
             who = f"none in {rs[0]['timeout_ms'] // 1000} s"
         rows.append(f"| {wl} | {cfg} | {len(rs)} | {who} | {fmt(onset_node)} | {fmt(after_node)} | "
                     f"{fmt(after_pod)} | {right}/{len(rs)} | {fmt(p99)} |")
-    json.dump(doc, open(path.rsplit(".", 1)[0] + ".summary.json", "w"), indent=1)
+    doc = {"files": [os.path.basename(p) for p in paths], "groups": doc}
+    json.dump(doc, open(os.path.join(os.path.dirname(paths[0]), "pressure-summary.json"), "w"), indent=1)
     print("| workload | config | n | acted first | stall onset after start, ms (node) | kill after onset, ms (node) | kill after onset, ms (pod) | staller killed, probe and bystander alive | probe p99 lateness, ms |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:

@@ -34,7 +34,12 @@ dd if=/dev/zero of=/dev/ram0 bs=1M count=160 oflag=direct 2>/dev/null || res "IN
 sync
 echo 3 > /proc/sys/vm/drop_caches
 MEM_KIB=$(awk '/MemTotal/ { print $2 }' /proc/meminfo)
-res "INFO systemd $(systemctl --version | head -1) kernel $(uname -r) memtotal_kib $MEM_KIB psi $(tr '\n' ' ' < /proc/pressure/memory) qosd $(qosd --version 2>&1 | head -1)"
+# qosd's node memory: MemTotal, or with NODE_MEM=available what is left
+# after boot (the VM's root filesystem lives in RAM, outside every pod: with
+# MemTotal, memory.available never nears its line before the node runs out)
+NODE_KIB=$MEM_KIB
+[ "${NODE_MEM:-total}" = available ] && NODE_KIB=$(awk '/MemAvailable/ { print $2 }' /proc/meminfo)
+res "INFO systemd $(systemctl --version | head -1) kernel $(uname -r) memtotal_kib $MEM_KIB node_memory_kib $NODE_KIB psi $(tr '\n' ' ' < /proc/pressure/memory) qosd $(qosd --version 2>&1 | head -1)"
 
 S_UID=9e55c000-0001-4000-8000-00000000
 P_UID=9e55c000-0002-4000-8000-00000000
@@ -71,7 +76,7 @@ run_one() { # WORKLOAD CONFIG
         qosd-bytes) ev="--eviction-hard=memory.available<100Mi" ;;
     esac
     QOSD_LOG=info qosd run --pods $pods --cgroup-version v2 --cgroup-root /$root \
-        --node-cpu 2 --node-memory ${MEM_KIB}Ki $ev \
+        --node-cpu 2 --node-memory ${NODE_KIB}Ki $ev \
         --eviction-backend kill --metrics-address 127.0.0.1:$((9800 + n)) \
         --reconcile-interval 1s --log-format text > /tmp/qosd-$n.log 2>&1 &
     qpid=$!
@@ -155,6 +160,8 @@ run_one() { # WORKLOAD CONFIG
     elif [ "$k1" -gt "$k0" ]; then killer=systemd-oomd
     elif [ "$ek" -gt 0 ]; then killer=earlyoom
     elif [ "$ok" -gt 0 ]; then killer=kernel-oom
+    # systemd-oomd's kill line is below the VM's log level (warning)
+    elif [ "$st" = 137 ] && [ -n "${cfg#oomd-}" ] && [ "${cfg#oomd-}" != "$cfg" ]; then killer=systemd-oomd
     fi
     grep -E 'evict|pressure|WARN|ERROR' /tmp/qosd-$n.log | head -20 | sed "s/^/LOG $cfg $wl qosd: /" > "$R"
     res "RESULT {\"workload\":\"$wl\",\"config\":\"$cfg\",\"run\":$n,\"timeout_ms\":$tmo,\"watch\":$(cat /tmp/watch-$n.json),\"probe\":$(cat /tmp/probe-$n.json),\"staller_exit\":$st,\"first_actor\":\"$killer\",\"qosd_evictions\":$qe,\"oomd_kills\":$((k1 - k0)),\"earlyoom_signals\":$ek,\"oom_kills\":$ok,\"probe_alive\":$pa,\"bystander_alive\":$ba}"

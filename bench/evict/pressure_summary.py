@@ -31,7 +31,24 @@ def fmt(v, unit=""):
 
 def main():
     paths = sys.argv[1:]
-    runs = [json.loads(line) for path in paths for line in open(path) if line.strip()]
+    runs = []
+    for path in paths:
+        # qosd's --node-memory: MemTotal unless the run's log says otherwise
+        # (NODE_MEM=available: what was left after boot)
+        tag = ""
+        try:
+            for line in open(path.rsplit(".", 1)[0] + ".log"):
+                f = line.split()
+                if line.startswith("INFO systemd") and "node_memory_kib" in f:
+                    if f[f.index("node_memory_kib") + 1] != f[f.index("memtotal_kib") + 1]:
+                        tag = " (node = MemAvailable)"
+        except OSError:
+            pass
+        for line in open(path):
+            if line.strip():
+                r = json.loads(line)
+                r["workload"] += tag
+                runs.append(r)
     groups = {}
     for r in runs:
         groups.setdefault((r["workload"], r["config"]), []).append(r)

@@ -22,6 +22,10 @@
 #                                # bench/evict/v1-floor.sh)
 #   bench/run.sh oomd            # systemd node VM: qosd vs systemd-oomd vs earlyoom
 #                                # vs the OOM killer (root; bench/evict/systemd-oomd.sh)
+#   bench/run.sh pressure        # systemd node VM: memory stall (PSI) without a byte
+#                                # threshold crossed, qosd (pressure / bytes) vs
+#                                # systemd-oomd vs earlyoom vs the OOM killer
+#                                # (root; bench/evict/pressure.sh)
 #   bench/run.sh e2e             # qosd run evicting a real pod ramping past a hard
 #                                # threshold, reaction from its own histogram (root)
 #   bench/run.sh summary [FILE…] # print the summary of stored results
@@ -319,7 +323,8 @@ case "$part" in
     evict) exec "$ROOT/bench/evict/run.sh" all ;;
     evict-floor) exec "$ROOT/bench/evict/v1-floor.sh" ;;
     oomd) exec "$ROOT/bench/evict/systemd-oomd.sh" ;;
-    *) echo "usage: bench/run.sh [all|plan|reconcile|footprint|startup|churn|profile|e2e|idle|evict|evict-floor|oomd|summary]" >&2; exit 2 ;;
+    pressure) exec "$ROOT/bench/evict/pressure.sh" ;;
+    *) echo "usage: bench/run.sh [all|plan|reconcile|footprint|startup|churn|profile|e2e|idle|evict|evict-floor|oomd|pressure|summary]" >&2; exit 2 ;;
 esac
 [ -n "${QOSD_BENCH_PREBUILT:-}" ] || build
 # The qosd under test, copied: a baseline build shares target/.
@@ -340,10 +345,12 @@ if [ "$part" = all ]; then
     profile
     real churn
     real e2e
-    # The eviction-reaction comparisons (host v1, v2 VM, systemd node VM).
+    # The eviction-reaction comparisons (host v1, v2 VM, systemd node VM,
+    # memory stall).
     "$ROOT/bench/evict/run.sh" all
     "$ROOT/bench/evict/v1-floor.sh"
     "$ROOT/bench/evict/systemd-oomd.sh"
+    "$ROOT/bench/evict/pressure.sh"
 else
     case "$part" in
         plan) plan ;;

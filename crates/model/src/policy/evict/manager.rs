@@ -344,8 +344,54 @@ impl Manager {
         pods: Result<&[Candidate], String>,
     ) -> Decision {
         let mut notes = Vec::new();
-        let mut statuses = Vec::with_capacity(self.config.thresholds.len());
+        let statuses = self.evaluate(now, observations, &mut notes);
 
+        // Node conditions: held for the transition period after last met.
+        for s in statuses.iter().filter(|s| s.met) {
+            self.condition_last_met
+                .insert(s.threshold.signal.node_condition(), now);
+        }
+        let period = self.config.pressure_transition_period;
+        self.condition_last_met
+            .retain(|_, last| *last == now || now.saturating_duration_since(*last) < period);
+        let conditions: Vec<NodeCondition> = self.condition_last_met.keys().copied().collect();
+
+        self.failed
+            .retain(|_, at| now.saturating_duration_since(*at) < self.opts.failed_backoff);
+
+        let mut events = Vec::new();
+        if let Ok(p) = &pods {
+            self.track_in_flight(now, p, observations, &mut events);
+        }
+        let over_limits = match &pods {
+            Ok(p) => self.local_storage(now, p),
+            Err(_) => Vec::new(),
+        };
+        let action = if over_limits.is_empty() {
+            self.choose(now, &statuses, pods, &mut notes, &mut events)
+        } else {
+            Action::EvictAll(over_limits)
+        };
+        Decision {
+            at: now,
+            thresholds: statuses,
+            conditions,
+            action,
+            notes,
+            events,
+        }
+    }
+
+    /// Each threshold's state at `now`: met (with min-reclaim while it
+    /// lasts), stale or missing observations carried over, since when, and
+    /// whether its grace period is over.
+    fn evaluate(
+        &mut self,
+        now: Instant,
+        observations: &Observations,
+        notes: &mut Vec<String>,
+    ) -> Vec<ThresholdStatus> {
+        let mut statuses = Vec::with_capacity(self.config.thresholds.len());
         for (i, t) in self.config.thresholds.iter().enumerate() {
             let obs = observations.get(&t.signal).copied();
             let stale = match obs {
@@ -402,41 +448,7 @@ impl Manager {
                 grace_satisfied,
             });
         }
-
-        // Node conditions: held for the transition period after last met.
-        for s in statuses.iter().filter(|s| s.met) {
-            self.condition_last_met
-                .insert(s.threshold.signal.node_condition(), now);
-        }
-        let period = self.config.pressure_transition_period;
-        self.condition_last_met
-            .retain(|_, last| *last == now || now.saturating_duration_since(*last) < period);
-        let conditions: Vec<NodeCondition> = self.condition_last_met.keys().copied().collect();
-
-        self.failed
-            .retain(|_, at| now.saturating_duration_since(*at) < self.opts.failed_backoff);
-
-        let mut events = Vec::new();
-        if let Ok(p) = &pods {
-            self.track_in_flight(now, p, observations, &mut events);
-        }
-        let over_limits = match &pods {
-            Ok(p) => self.local_storage(now, p),
-            Err(_) => Vec::new(),
-        };
-        let action = if over_limits.is_empty() {
-            self.choose(now, &statuses, pods, &mut notes, &mut events)
-        } else {
-            Action::EvictAll(over_limits)
-        };
-        Decision {
-            at: now,
-            thresholds: statuses,
-            conditions,
-            action,
-            notes,
-            events,
-        }
+        statuses
     }
 
     fn choose(

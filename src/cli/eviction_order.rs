@@ -132,7 +132,7 @@ pub(crate) fn document(signal: Signal, r: &Ranking) -> OrderDoc {
         order: r
             .order
             .iter()
-            .map(|x| (x, usage_in_bytes(signal, x)))
+            .map(|x| (x, rank::usage_bytes(signal, x.usage, x.candidate.stats)))
             .map(|(x, bytes)| OrderEntry {
                 rank: x.rank,
                 uid: x.candidate.uid.clone(),
@@ -166,17 +166,6 @@ pub(crate) fn document(signal: Signal, r: &Ranking) -> OrderDoc {
                 reason: why.clone(),
             })
             .collect(),
-    }
-}
-
-/// A ranked pod's usage in bytes: the ranked usage for byte signals, else
-/// the bytes of the resource the count is of (`None`: not measured).
-fn usage_in_bytes(signal: Signal, x: &rank::Ranked) -> Option<u64> {
-    let stats = x.candidate.stats;
-    match signal.resource() {
-        SignalResource::Memory | SignalResource::MemoryStall | SignalResource::Disk => x.usage,
-        SignalResource::Inodes => stats.and_then(|s| s.ephemeral_storage_bytes),
-        SignalResource::Pids => stats.and_then(|s| s.memory_working_set_bytes),
     }
 }
 

@@ -500,21 +500,14 @@ fn publish(
     });
 }
 
-/// A victim's usage in bytes: the ranked usage, except for the count
-/// signals, whose ranked usage is a count (the bytes of the same resource
-/// then: local storage for inodes, the memory working set for processes).
+/// A victim's usage in bytes (a local-storage victim's usage is bytes).
 fn victim_usage_bytes(v: &qosd_model::policy::evict::manager::Victim) -> Option<u64> {
     use qosd_model::policy::evict::manager::Cause;
-    use qosd_model::policy::evict::threshold::SignalResource;
-    let stats = v.candidate.stats;
-    match (&v.cause, v.signal.resource()) {
-        (Cause::LocalStorage(_), _) => v.usage,
-        (
-            Cause::Threshold,
-            SignalResource::Memory | SignalResource::MemoryStall | SignalResource::Disk,
-        ) => v.usage,
-        (Cause::Threshold, SignalResource::Inodes) => stats.and_then(|s| s.ephemeral_storage_bytes),
-        (Cause::Threshold, SignalResource::Pids) => stats.and_then(|s| s.memory_working_set_bytes),
+    match v.cause {
+        Cause::LocalStorage(_) => v.usage,
+        Cause::Threshold => {
+            qosd_model::policy::evict::rank::usage_bytes(v.signal, v.usage, v.candidate.stats)
+        }
     }
 }
 

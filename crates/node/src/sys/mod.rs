@@ -23,6 +23,7 @@ pub mod pressure;
 pub mod process;
 pub mod procfs;
 pub mod signals;
+pub(crate) mod stoppable;
 pub mod systemd;
 pub mod thread_usage;
 pub mod watch;

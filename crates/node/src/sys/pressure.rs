@@ -49,10 +49,9 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use nix::sys::eventfd::{EfdFlags, EventFd};
+use nix::sys::eventfd::EventFd;
 
 use qosd_model::policy::evict::manager::Observation;
 use qosd_model::policy::evict::pressure::{observed, stall_us, Breach, StallSamples};
@@ -694,9 +693,7 @@ pub struct PressureWatcher {
     /// The signals watched.
     pub signals: Vec<Signal>,
     state: Arc<Mutex<Vec<TargetState>>>,
-    stop: Arc<AtomicBool>,
-    waker: Arc<EventFd>,
-    handle: Option<JoinHandle<()>>,
+    thread: crate::sys::stoppable::StoppableThread,
     pub stats: Arc<PressureStats>,
 }
 
@@ -746,17 +743,16 @@ impl PressureWatcher {
             armed.push(a);
         }
         let state = Arc::new(Mutex::new(states));
-        let stop = Arc::new(AtomicBool::new(false));
-        let waker = Arc::new(
-            EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)
-                .map_err(PressureWatchError::EventFd)?,
-        );
+        let sig = crate::sys::stoppable::StopSignal::new().map_err(PressureWatchError::EventFd)?;
         let stats = Arc::new(PressureStats::default());
-        let (state2, stop2, waker2, stats2) =
-            (state.clone(), stop.clone(), waker.clone(), stats.clone());
-        let handle = std::thread::Builder::new()
-            .name("qosd-psi-watch".into())
-            .spawn(move || {
+        let (state2, stop2, waker2, stats2) = (
+            state.clone(),
+            sig.stop.clone(),
+            sig.waker.clone(),
+            stats.clone(),
+        );
+        let thread =
+            crate::sys::stoppable::StoppableThread::spawn("qosd-psi-watch", sig, move || {
                 if let Some(p) = cfg.rt_priority {
                     crate::sys::watch::set_thread_realtime_logged(p, "pressure watcher");
                 }
@@ -766,9 +762,7 @@ impl PressureWatcher {
         Ok(PressureWatcher {
             signals,
             state,
-            stop,
-            waker,
-            handle: Some(handle),
+            thread,
             stats,
         })
     }
@@ -798,26 +792,12 @@ impl PressureWatcher {
 
     /// Whether the thread is still running.
     pub fn is_running(&self) -> bool {
-        self.handle.as_ref().is_some_and(|h| !h.is_finished())
+        self.thread.is_running()
     }
 
     /// Stop the thread and wait for it.
     pub fn stop(mut self) {
-        self.shutdown();
-    }
-
-    fn shutdown(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        let _ = self.waker.write(1);
-        if let Some(h) = self.handle.take() {
-            let _ = h.join();
-        }
-    }
-}
-
-impl Drop for PressureWatcher {
-    fn drop(&mut self) {
-        self.shutdown();
+        self.thread.shutdown();
     }
 }
 

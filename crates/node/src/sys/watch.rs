@@ -32,7 +32,6 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use nix::sys::eventfd::{EfdFlags, EventFd};
@@ -527,9 +526,7 @@ pub struct WatchStats {
 pub struct Watcher {
     /// The signals watched (their hard thresholds wake the pass loop).
     pub signals: Vec<Signal>,
-    stop: Arc<AtomicBool>,
-    waker: Arc<EventFd>,
-    handle: Option<JoinHandle<()>>,
+    thread: crate::sys::stoppable::StoppableThread,
     pub stats: Arc<WatchStats>,
 }
 
@@ -540,7 +537,7 @@ impl Watcher {
     /// Whether the poller thread is still running (it ends only when
     /// stopped, or when it panicked).
     pub fn is_running(&self) -> bool {
-        self.handle.as_ref().is_some_and(|h| !h.is_finished())
+        self.thread.is_running()
     }
 
     /// Open every target and start the poller thread. `on_event` runs on
@@ -555,11 +552,7 @@ impl Watcher {
             .into_iter()
             .map(Probe::open)
             .collect::<Result<Vec<_>, _>>()?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let waker = Arc::new(
-            EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)
-                .map_err(WatchError::EventFd)?,
-        );
+        let sig = crate::sys::stoppable::StopSignal::new().map_err(WatchError::EventFd)?;
         let stats = Arc::new(WatchStats::default());
         let mut poller = Poller {
             notifiers: probes.iter().map(|_| None).collect(),
@@ -567,40 +560,25 @@ impl Watcher {
             last_read: probes.iter().map(|_| None).collect(),
             probes,
             cfg,
-            stop: stop.clone(),
-            waker: waker.clone(),
+            stop: sig.stop.clone(),
+            waker: sig.waker.clone(),
             stats: stats.clone(),
         };
-        let handle = std::thread::Builder::new()
-            .name("qosd-evict-watch".into())
-            .spawn(move || poller.run(&mut on_event))
+        let thread =
+            crate::sys::stoppable::StoppableThread::spawn("qosd-evict-watch", sig, move || {
+                poller.run(&mut on_event)
+            })
             .map_err(WatchError::Spawn)?;
         Ok(Watcher {
             signals,
-            stop,
-            waker,
-            handle: Some(handle),
+            thread,
             stats,
         })
     }
 
     /// Stop the thread and wait for it.
     pub fn stop(mut self) {
-        self.shutdown();
-    }
-
-    fn shutdown(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        let _ = self.waker.write(1);
-        if let Some(h) = self.handle.take() {
-            let _ = h.join();
-        }
-    }
-}
-
-impl Drop for Watcher {
-    fn drop(&mut self) {
-        self.shutdown();
+        self.thread.shutdown();
     }
 }
 

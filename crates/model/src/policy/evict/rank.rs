@@ -408,6 +408,19 @@ pub(crate) fn rank_in(signal: Signal, candidates: &[Candidate], layout: DiskLayo
     }
 }
 
+/// A pod's usage in bytes for `signal`, given the usage its ranking
+/// compared (`ranked`, in the signal's unit): that usage for the byte
+/// signals; for the count signals the bytes of the same resource (local
+/// storage for inodes, the memory working set for processes). `None`: not
+/// measured.
+pub fn usage_bytes(signal: Signal, ranked: Option<u64>, stats: Option<PodStats>) -> Option<u64> {
+    match signal.resource() {
+        SignalResource::Memory | SignalResource::MemoryStall | SignalResource::Disk => ranked,
+        SignalResource::Inodes => stats.and_then(|s| s.ephemeral_storage_bytes),
+        SignalResource::Pids => stats.and_then(|s| s.memory_working_set_bytes),
+    }
+}
+
 /// Human-readable bytes for tables and logs (`1.5MiB`): deliberately not a Kubernetes quantity (that is `message::amount_text`).
 pub fn fmt_bytes(b: i128) -> String {
     let neg = b < 0;
@@ -515,6 +528,33 @@ fn reason(signal: Signal, c: &Candidate, usage: Option<u64>, request: i64) -> St
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `usage_bytes` is bytes for every signal: the ranked usage for the
+    /// byte signals, never the count of a count signal.
+    #[test]
+    fn usage_bytes_is_bytes_for_every_signal() {
+        let stats = Some(PodStats {
+            memory_working_set_bytes: Some(64 << 20),
+            ephemeral_storage_bytes: Some(5 << 20),
+            inodes: Some(300),
+            processes: Some(7),
+            ..Default::default()
+        });
+        let rows = [
+            (
+                Signal::MemoryAvailable,
+                Some(64u64 << 20),
+                Some(64u64 << 20),
+            ),
+            (Signal::NodeFsAvailable, Some(5 << 20), Some(5 << 20)),
+            (Signal::NodeFsInodesFree, Some(300), Some(5 << 20)),
+            (Signal::PidAvailable, Some(7), Some(64 << 20)),
+        ];
+        for (signal, ranked, want) in rows {
+            assert_eq!(usage_bytes(signal, ranked, stats), want, "{signal}");
+        }
+        assert_eq!(usage_bytes(Signal::PidAvailable, Some(7), None), None);
+    }
     use proptest::prelude::*;
 
     const MI: u64 = 1024 * 1024;

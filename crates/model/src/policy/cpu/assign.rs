@@ -431,7 +431,11 @@ impl Spread<'_> {
             combinations(candidates, kk, &mut |subset| {
                 let mut rem = remainder;
                 let mut a = after.clone();
-                if subset.iter().map(|s| a[s]).sum::<i64>() < rem {
+                // Only whole groups can be handed out: a raw CPU sum would
+                // count leftovers smaller than a group, and the round-robin
+                // below would then never finish.
+                let whole: i64 = subset.iter().map(|s| a[s] / group * group).sum();
+                if whole < rem {
                     return false;
                 }
                 while rem > 0 {
@@ -646,6 +650,30 @@ mod tests {
         for (name, topo, avail, n, group, want) in cases {
             let got = take_distributed(&topo, &set(avail), n, group).unwrap();
             assert_eq!(got, set(want), "{name}");
+        }
+    }
+
+    #[test]
+    fn remainder_counts_whole_groups_only() {
+        // 3 sockets × 2 NUMA nodes × 3 cores × 2 threads (core c = {c,
+        // c+18}). After the even share, some NUMA nodes keep 3 free CPUs:
+        // their raw sum covers the remainder, their whole 2-CPU groups do
+        // not. Such a subset is skipped (as the kubelet does); counting
+        // raw CPUs made the round-robin spin forever.
+        let topo = CpuTopology::synthetic(3, 2, 3, 2);
+        let avail = set("0-1,4-9,11-14,17-20,22,24-25,27-28,30,32-35");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (t, a) = (topo.clone(), avail.clone());
+        std::thread::spawn(move || tx.send(take_distributed(&t, &a, 14, 2)));
+        let got = rx
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .expect("take_distributed returns")
+            .unwrap();
+        assert_eq!(got.len(), 14);
+        assert!(got.is_subset(&avail), "{got}");
+        // Whole cores only: every CPU's sibling is taken with it.
+        for c in got.iter() {
+            assert!(got.contains((c + 18) % 36), "{got}");
         }
     }
 

@@ -53,6 +53,10 @@ pub struct StatusDoc {
     pub(crate) cgroup_enforcement: String,
     /// `cgroupEnforcement: audit`: the planned values the cgroups do not hold.
     pub(crate) audit: Option<AuditStatus>,
+    /// Container processes' `oom_score_adj` against the kubelet's value
+    /// (absent with manifests, and before the first reconcile).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) oom_score_adj: Option<OomScoreStatus>,
     /// Per-pod usage as the eviction manager last measured it (memory
     /// working set, local ephemeral storage, inodes, processes). Measured
     /// when a threshold is near and on demand: `/status` asks for a
@@ -89,6 +93,30 @@ pub(crate) struct AuditStatus {
     pub(crate) changes_total: u64,
     /// The differing values (at most [`AuditStatus::MAX_VALUES`]).
     pub(crate) values: Vec<DriftValue>,
+}
+
+/// Container processes' `oom_score_adj` at the last reconcile.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct OomScoreStatus {
+    /// `enforce` (differing values written), `audit` or `dry-run`
+    /// (reported, not written).
+    pub(crate) mode: String,
+    /// Container processes checked.
+    pub(crate) processes: usize,
+    /// Processes holding another value than the kubelet's after the pass
+    /// (audit and dry run: every difference; enforce: refused writes).
+    pub(crate) differing: usize,
+    /// Values written since start.
+    pub(crate) written_total: u64,
+    /// Containers whose write the kernel refused at the last pass.
+    pub(crate) refused_containers: usize,
+    /// Differences and refusals reported since start (each once).
+    pub(crate) changes_total: u64,
+    /// The differing processes (at most [`AuditStatus::MAX_VALUES`]).
+    pub(crate) values: Vec<crate::runtime::oom_score::OomValue>,
+    /// The refusing containers (at most [`AuditStatus::MAX_VALUES`]).
+    pub(crate) refused: Vec<crate::runtime::oom_score::OomRefusal>,
 }
 
 impl AuditStatus {

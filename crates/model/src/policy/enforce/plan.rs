@@ -607,6 +607,21 @@ fn pod_writes_into(
     );
 }
 
+/// One pod's `oom_score_adj` plan: its class, its cgroup (relative to
+/// the hierarchy root, as in [`PlannedPod::cgroup`]) and each container's
+/// kubelet value on a machine with `memory_capacity_bytes` of RAM; the same
+/// values [`build`] puts in [`PlannedPod::containers`] for that capacity.
+pub fn pod_oom_plan(
+    cfg: &PlanConfig,
+    pod: &Pod,
+    memory_capacity_bytes: i64,
+) -> (QosClass, String, Vec<oom::ContainerOomScoreAdj>) {
+    let effective = cfg.effective_pod(pod);
+    let class = classify(&effective).class;
+    let containers = oom::pod_oom_score_adjs(&effective, class, memory_capacity_bytes);
+    (class, cfg.layout.pod_cgroup(class, &pod.uid), containers)
+}
+
 /// Plan every write for `pods`: node level, QoS level, then each pod.
 pub fn build(cfg: &PlanConfig, pods: &[Pod]) -> Plan {
     let namer = cfg.layout.pod_namer();

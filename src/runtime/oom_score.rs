@@ -95,21 +95,24 @@ impl OomScores {
 
     /// Check every running container of the READY pods in `live`.
     pub(crate) fn pass(&mut self, mode: Mode, cfg: &PlanConfig, live: &[LivePod]) -> OomReport {
-        let act = if mode == Mode::Real {
-            Act::Write
-        } else {
-            Act::Report
-        };
-        let mut out = OomReport::default();
-        let mut seen: HashSet<(String, i32)> = HashSet::new();
-        let mut containers_seen: HashSet<String> = HashSet::new();
-        let mut errors_now: HashSet<String> = HashSet::new();
         let (hierarchy, root) = match cfg.layout.version {
             CgroupVersion::V1 => (
                 Hierarchy::V1("memory".to_string()),
                 cfg.layout.dir("", "memory"),
             ),
             CgroupVersion::V2 => (Hierarchy::V2, cfg.layout.dir("", "")),
+        };
+        let mut p = Pass {
+            mode,
+            act: if mode == Mode::Real {
+                Act::Write
+            } else {
+                Act::Report
+            },
+            out: OomReport::default(),
+            seen: HashSet::new(),
+            containers_seen: HashSet::new(),
+            errors_now: HashSet::new(),
         };
         for lp in live.iter().filter(|p| p.state == SandboxState::Ready) {
             let (_, cgroup, targets) = plan::pod_oom_plan(cfg, &lp.pod, self.capacity);
@@ -121,105 +124,153 @@ impl OomScores {
                 let Some(dir) = oom_score::find_container_dir(&pod_dir, &c.id) else {
                     continue;
                 };
-                containers_seen.insert(c.id.clone());
+                p.containers_seen.insert(c.id.clone());
                 let Some(cg) = container_cgroup(&hierarchy, &root, &dir) else {
                     continue;
                 };
-                let pids = match qosd_node::sys::kill::cgroup_tree_pids(&dir) {
-                    Ok(p) => p,
-                    Err(e) => {
-                        errors_now.insert(e.to_string());
-                        continue;
-                    }
+                let target = Target {
+                    namespace: &lp.pod.namespace,
+                    pod: &lp.pod.name,
+                    container: &c.name,
+                    id: &c.id,
+                    planned: t.oom_score_adj,
                 };
-                let mut refused: Option<OomRefusal> = None;
-                for pid in pids {
-                    let value = |found| OomValue {
-                        namespace: lp.pod.namespace.clone(),
-                        pod: lp.pod.name.clone(),
-                        container: c.name.clone(),
-                        pid,
-                        planned: t.oom_score_adj,
-                        found,
-                    };
-                    let outcome =
-                        oom_score::check_pid(&self.proc_root, pid, &cg, t.oom_score_adj, act);
-                    match outcome {
-                        Ok(PidOutcome::InPlace) => out.processes += 1,
-                        Ok(PidOutcome::Gone) | Ok(PidOutcome::Moved) => {}
-                        Ok(PidOutcome::Written { found }) => {
-                            out.processes += 1;
-                            tracing::info!(
-                                pod = %format!("{}/{}", lp.pod.namespace, lp.pod.name),
-                                container = %c.name, pid, value = t.oom_score_adj, found,
-                                "set oom_score_adj to the kubelet's value"
-                            );
-                            out.writes.push(value(found));
-                        }
-                        Ok(PidOutcome::Differs { found }) => {
-                            out.processes += 1;
-                            seen.insert((c.id.clone(), pid));
-                            if self.logged.insert((c.id.clone(), pid), found) != Some(found) {
-                                out.changes += 1;
-                                let pod = format!("{}/{}", lp.pod.namespace, lp.pod.name);
-                                if mode == Mode::DryRun {
-                                    tracing::info!(pod = %pod, container = %c.name, pid, value = t.oom_score_adj, found, "would set oom_score_adj to the kubelet's value (dry run)");
-                                } else {
-                                    tracing::warn!(pod = %pod, container = %c.name, pid, planned = t.oom_score_adj, found, "audit: oom_score_adj differs from the kubelet's value (cgroupEnforcement audit: not written)");
-                                }
-                            }
-                            if mode == Mode::DryRun {
-                                out.writes.push(value(found));
-                            }
-                            out.differing.push(value(found));
-                        }
-                        Ok(PidOutcome::Refused { found, error }) => {
-                            out.processes += 1;
-                            out.differing.push(value(found));
-                            refused.get_or_insert(OomRefusal {
-                                namespace: lp.pod.namespace.clone(),
-                                pod: lp.pod.name.clone(),
-                                container: c.name.clone(),
-                                planned: t.oom_score_adj,
-                                found,
-                                error,
-                            });
-                        }
-                        Err(e) => {
-                            errors_now.insert(e.to_string());
-                        }
-                    }
-                }
-                if let Some(r) = refused {
-                    if self.refused_logged.insert(c.id.clone()) {
-                        out.changes += 1;
-                        tracing::warn!(
-                            pod = %format!("{}/{}", r.namespace, r.pod), container = %r.container,
-                            planned = r.planned, found = r.found, error = %r.error,
-                            "oom_score_adj refused by the kernel (lowering it takes CAP_SYS_RESOURCE); counted in /status, not retried in the log"
-                        );
-                    }
-                    out.refused.push(r);
-                } else {
-                    self.refused_logged.remove(&c.id);
-                }
+                self.container(&mut p, &target, &dir, &cg);
             }
         }
         // Forget what went away (a container, a process or a difference).
-        self.logged.retain(|k, _| seen.contains(k));
+        self.logged.retain(|k, _| p.seen.contains(k));
         self.refused_logged
-            .retain(|id| containers_seen.contains(id));
-        for e in &errors_now {
+            .retain(|id| p.containers_seen.contains(id));
+        for e in &p.errors_now {
             if !self.errors_logged.contains(e) {
                 tracing::warn!(error = %e, "oom_score_adj of a container process not checked");
             }
         }
-        self.errors_logged = errors_now.clone();
-        let mut errors: Vec<String> = errors_now.into_iter().collect();
+        self.errors_logged = p.errors_now.clone();
+        let mut errors: Vec<String> = p.errors_now.into_iter().collect();
         errors.sort();
-        out.errors = errors;
-        out
+        p.out.errors = errors;
+        p.out
     }
+
+    /// One container's processes.
+    fn container(&mut self, p: &mut Pass, t: &Target, dir: &Path, cg: &ContainerCgroup) {
+        let pids = match qosd_node::sys::kill::cgroup_tree_pids(dir) {
+            Ok(pids) => pids,
+            Err(e) => {
+                p.errors_now.insert(e.to_string());
+                return;
+            }
+        };
+        let mut refused: Option<OomRefusal> = None;
+        for pid in pids {
+            match oom_score::check_pid(&self.proc_root, pid, cg, t.planned, p.act) {
+                Ok(PidOutcome::Gone) | Ok(PidOutcome::Moved) => {}
+                Ok(outcome) => {
+                    p.out.processes += 1;
+                    if let Some(r) = self.outcome(p, t, pid, outcome) {
+                        refused.get_or_insert(r);
+                    }
+                }
+                Err(e) => {
+                    p.errors_now.insert(e.to_string());
+                }
+            }
+        }
+        match refused {
+            Some(r) => {
+                if self.refused_logged.insert(t.id.to_string()) {
+                    p.out.changes += 1;
+                    tracing::warn!(
+                        pod = %format!("{}/{}", r.namespace, r.pod), container = %r.container,
+                        planned = r.planned, found = r.found, error = %r.error,
+                        "oom_score_adj refused by the kernel (lowering it takes CAP_SYS_RESOURCE); counted in /status, not retried in the log"
+                    );
+                }
+                p.out.refused.push(r);
+            }
+            None => {
+                self.refused_logged.remove(t.id);
+            }
+        }
+    }
+
+    /// Record what became of one process; a refusal is returned.
+    fn outcome(
+        &mut self,
+        p: &mut Pass,
+        t: &Target,
+        pid: i32,
+        outcome: PidOutcome,
+    ) -> Option<OomRefusal> {
+        let value = |found| OomValue {
+            namespace: t.namespace.to_string(),
+            pod: t.pod.to_string(),
+            container: t.container.to_string(),
+            pid,
+            planned: t.planned,
+            found,
+        };
+        let pod = format!("{}/{}", t.namespace, t.pod);
+        match outcome {
+            PidOutcome::Written { found } => {
+                tracing::info!(pod = %pod, container = %t.container, pid, value = t.planned, found, "set oom_score_adj to the kubelet's value");
+                p.out.writes.push(value(found));
+            }
+            PidOutcome::Differs { found } => {
+                p.seen.insert((t.id.to_string(), pid));
+                if self.logged.insert((t.id.to_string(), pid), found) != Some(found) {
+                    p.out.changes += 1;
+                    if p.mode == Mode::DryRun {
+                        tracing::info!(pod = %pod, container = %t.container, pid, value = t.planned, found, "would set oom_score_adj to the kubelet's value (dry run)");
+                    } else {
+                        tracing::warn!(pod = %pod, container = %t.container, pid, planned = t.planned, found, "audit: oom_score_adj differs from the kubelet's value (cgroupEnforcement audit: not written)");
+                    }
+                }
+                if p.mode == Mode::DryRun {
+                    p.out.writes.push(value(found));
+                }
+                p.out.differing.push(value(found));
+            }
+            PidOutcome::Refused { found, error } => {
+                p.out.differing.push(value(found));
+                return Some(OomRefusal {
+                    namespace: t.namespace.to_string(),
+                    pod: t.pod.to_string(),
+                    container: t.container.to_string(),
+                    planned: t.planned,
+                    found,
+                    error,
+                });
+            }
+            PidOutcome::InPlace | PidOutcome::Gone | PidOutcome::Moved => {}
+        }
+        None
+    }
+}
+
+/// One container to check.
+struct Target<'a> {
+    namespace: &'a str,
+    pod: &'a str,
+    container: &'a str,
+    /// The runtime's container id.
+    id: &'a str,
+    /// The kubelet's value.
+    planned: i64,
+}
+
+/// What one pass gathers.
+struct Pass {
+    mode: Mode,
+    act: Act,
+    out: OomReport,
+    /// (container id, pid) found differing (audit, dry run).
+    seen: HashSet<(String, i32)>,
+    /// Containers checked (their refusal stays logged).
+    containers_seen: HashSet<String>,
+    errors_now: HashSet<String>,
 }
 
 /// The container's cgroup as `/proc/<pid>/cgroup` names it: its directory

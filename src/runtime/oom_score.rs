@@ -22,31 +22,7 @@ use qosd_node::cri::{LivePod, SandboxState};
 use qosd_node::sys::apply::Mode;
 use qosd_node::sys::oom_score::{self, Act, ContainerCgroup, Hierarchy, PidOutcome};
 
-/// One process whose value differs from the plan (or was set).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize, Default)]
-#[serde(default)]
-pub(crate) struct OomValue {
-    pub(crate) namespace: String,
-    pub(crate) pod: String,
-    pub(crate) container: String,
-    pub(crate) pid: i32,
-    /// The kubelet's value.
-    pub(crate) planned: i64,
-    /// What the process held.
-    pub(crate) found: i64,
-}
-
-/// A container whose processes the kernel would not give the planned value.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize, Default)]
-#[serde(default)]
-pub(crate) struct OomRefusal {
-    pub(crate) namespace: String,
-    pub(crate) pod: String,
-    pub(crate) container: String,
-    pub(crate) planned: i64,
-    pub(crate) found: i64,
-    pub(crate) error: String,
-}
+pub(crate) use crate::telemetry::status::{OomRefusal, OomValue};
 
 /// What one pass did.
 #[derive(Debug, Clone, Default, Serialize)]

@@ -95,6 +95,32 @@ pub(crate) struct AuditStatus {
     pub(crate) values: Vec<DriftValue>,
 }
 
+/// One process whose value differs from the plan (or was set).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(default)]
+pub(crate) struct OomValue {
+    pub(crate) namespace: String,
+    pub(crate) pod: String,
+    pub(crate) container: String,
+    pub(crate) pid: i32,
+    /// The kubelet's value.
+    pub(crate) planned: i64,
+    /// What the process held.
+    pub(crate) found: i64,
+}
+
+/// A container whose processes the kernel would not give the planned value.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(default)]
+pub(crate) struct OomRefusal {
+    pub(crate) namespace: String,
+    pub(crate) pod: String,
+    pub(crate) container: String,
+    pub(crate) planned: i64,
+    pub(crate) found: i64,
+    pub(crate) error: String,
+}
+
 /// Container processes' `oom_score_adj` at the last reconcile.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
@@ -114,9 +140,9 @@ pub(crate) struct OomScoreStatus {
     /// Differences and refusals reported since start (each once).
     pub(crate) changes_total: u64,
     /// The differing processes (at most [`AuditStatus::MAX_VALUES`]).
-    pub(crate) values: Vec<crate::runtime::oom_score::OomValue>,
+    pub(crate) values: Vec<OomValue>,
     /// The refusing containers (at most [`AuditStatus::MAX_VALUES`]).
-    pub(crate) refused: Vec<crate::runtime::oom_score::OomRefusal>,
+    pub(crate) refused: Vec<OomRefusal>,
 }
 
 impl AuditStatus {

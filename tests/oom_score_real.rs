@@ -172,6 +172,12 @@ async fn run_sets_audits_and_counts_container_oom_score_adj() {
         s["oom_score_adj"]["processes"].as_u64().unwrap() >= 3,
         "{s}"
     );
+    // The documented shape (what `qosd status -o json` adds filled in).
+    let mut doc = s.clone();
+    doc["source"] = "daemon".into();
+    doc["address"] = d.addr.to_string().into();
+    doc["notes"] = serde_json::json!([]);
+    check_schema("status", &doc.to_string());
     set_adj(be_pid, 200);
     wait_for(
         "value restored by the daemon",

@@ -1495,13 +1495,29 @@ evictionPressureTransitionPeriod: "1m0s"
             thresholds: base,
             ..EvictionConfig::default()
         };
-        let derived = |dedicated: bool, split: bool| -> Vec<(Signal, ThresholdKind, ThresholdValue, u64, Option<ThresholdValue>)> {
+        let derived = |dedicated: bool,
+                       split: bool|
+         -> Vec<(
+            Signal,
+            ThresholdKind,
+            ThresholdValue,
+            u64,
+            Option<ThresholdValue>,
+        )> {
             cfg.clone()
                 .with_containerfs_thresholds(dedicated, split)
                 .thresholds
                 .into_iter()
                 .filter(|x| matches!(x.signal, ContainerFsAvailable | ContainerFsInodesFree))
-                .map(|x| (x.signal, x.kind, x.value, x.grace_period.as_secs(), x.min_reclaim))
+                .map(|x| {
+                    (
+                        x.signal,
+                        x.kind,
+                        x.value,
+                        x.grace_period.as_secs(),
+                        x.min_reclaim,
+                    )
+                })
                 .collect()
         };
         let from_nodefs = vec![
@@ -1515,7 +1531,11 @@ evictionPressureTransitionPeriod: "1m0s"
         ];
         // (imageFs, separateContainerImageFs) as the kubelet names them.
         assert_eq!(derived(false, false), from_nodefs, "one filesystem");
-        assert_eq!(derived(true, true), from_nodefs, "containers split from images");
+        assert_eq!(
+            derived(true, true),
+            from_nodefs,
+            "containers split from images"
+        );
         assert_eq!(derived(true, false), from_imagefs, "dedicated imagefs");
     }
 

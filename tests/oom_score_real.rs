@@ -210,4 +210,35 @@ async fn run_sets_audits_and_counts_container_oom_score_adj() {
         .count();
     assert_eq!(refusals, 1, "{}", d.log());
     d.stop();
+
+    // Beside a kubelet (audit): /status counts the difference, nothing is
+    // written however many passes run.
+    set_adj(be_pid, 300);
+    let mut args = env.run_args(None);
+    args.extend(["--mode", "enforce", "--cgroup-enforcement", "audit"]);
+    let a = Daemon::start(&args);
+    let status = || {
+        a.get("/status")
+            .and_then(|r| serde_json::from_str::<Value>(&r.body).ok())
+            .unwrap_or(Value::Null)
+    };
+    wait_for("audit in /status", Duration::from_secs(60), || {
+        let s = status();
+        s["oom_score_adj"]["mode"] == "audit"
+            && s["oom_score_adj"]["values"]
+                .as_array()
+                .is_some_and(|v| v.iter().any(|e| e["pid"] == be_pid && e["found"] == 300))
+    });
+    let at = status()["last_reconcile"]["at_ms"].as_u64().unwrap();
+    wait_for("more audit passes", Duration::from_secs(30), || {
+        status()["last_reconcile"]["at_ms"].as_u64().unwrap_or(0) > at + 2000
+    });
+    assert_eq!(adj(be_pid), 300, "audit wrote");
+    assert_eq!(status()["oom_score_adj"]["written_total"], 0);
+    let m = a.metrics();
+    assert!(
+        sample(&m, "qosd_oom_score_adj_differing").unwrap() >= 2.0,
+        "{m}"
+    );
+    a.stop();
 }

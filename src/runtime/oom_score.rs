@@ -109,7 +109,7 @@ impl OomScores {
                     pod: &lp.pod.name,
                     container: &c.name,
                     id: &c.id,
-                    planned: t.oom_score_adj,
+                    planned: planned_value(t.oom_score_adj, c.oom_score_adj),
                 };
                 self.container(&mut p, &target, &dir, &cg);
             }
@@ -249,6 +249,21 @@ struct Pass {
     errors_now: HashSet<String>,
 }
 
+/// The value to hold a container's processes to: the kubelet's
+/// (`kubelet`), except that a container the runtime was asked to give
+/// −997 (`runtime`: its configured `oom_score_adj`) keeps −997. Outside
+/// Guaranteed pods the kubelet asks for −997 only for node-critical pods,
+/// and a pod's priority is not in the CRI: qosd never raises such a
+/// container's processes on the strength of a class that ignores it.
+fn planned_value(kubelet: i64, runtime: Option<i64>) -> i64 {
+    use qosd_model::policy::enforce::oom::GUARANTEED_OOM_SCORE_ADJ;
+    if runtime == Some(GUARANTEED_OOM_SCORE_ADJ) {
+        GUARANTEED_OOM_SCORE_ADJ
+    } else {
+        kubelet
+    }
+}
+
 /// The container's cgroup as `/proc/<pid>/cgroup` names it: its directory
 /// relative to the hierarchy's root.
 fn container_cgroup(hierarchy: &Hierarchy, root: &Path, dir: &Path) -> Option<ContainerCgroup> {
@@ -273,6 +288,16 @@ mod tests {
         .unwrap();
         assert_eq!(cg.path, "/r/kubepods/besteffort/podu/abc");
         assert!(container_cgroup(&Hierarchy::V2, Path::new("/a"), Path::new("/b/c")).is_none());
+    }
+
+    #[test]
+    fn a_container_configured_node_critical_is_never_raised() {
+        assert_eq!(planned_value(1000, Some(-997)), -997);
+        assert_eq!(planned_value(969, Some(-997)), -997);
+        assert_eq!(planned_value(1000, Some(1000)), 1000);
+        assert_eq!(planned_value(969, Some(500)), 969);
+        assert_eq!(planned_value(-997, None), -997);
+        assert_eq!(planned_value(1000, None), 1000);
     }
 
     #[test]

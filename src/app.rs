@@ -374,6 +374,7 @@ fn run_options(cfg: &Config, args: &DaemonArgs) -> anyhow::Result<RunOptions> {
         specs: None,
         audit,
         state_dir: cfg.state_dir.clone().or_else(systemd_state_directory),
+        proc_root: args.proc_root.clone(),
     })
 }
 

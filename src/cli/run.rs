@@ -117,6 +117,40 @@ fn print_once(
                     d.planned
                 )?;
             }
+            if let Some(o) = &report.oom_score_adj {
+                for v in &o.writes {
+                    writeln!(
+                        t,
+                        "{} oom_score_adj of {}/{} {} pid {} = {} (was {})",
+                        if dry_run { "would set" } else { "set" },
+                        v.namespace,
+                        v.pod,
+                        v.container,
+                        v.pid,
+                        v.planned,
+                        v.found
+                    )?;
+                }
+                if !dry_run {
+                    for v in &o.differing {
+                        writeln!(
+                            t,
+                            "oom_score_adj of {}/{} {} pid {} = {} (planned {}; not written)",
+                            v.namespace, v.pod, v.container, v.pid, v.found, v.planned
+                        )?;
+                    }
+                }
+                for r in &o.refused {
+                    writeln!(
+                        t,
+                        "refused: oom_score_adj {} for {}/{} {} ({})",
+                        r.planned, r.namespace, r.pod, r.container, r.error
+                    )?;
+                }
+                for e in &o.errors {
+                    writeln!(t, "error: {e}")?;
+                }
+            }
             for e in &report.errors {
                 writeln!(t, "error: {e}")?;
             }

@@ -68,6 +68,45 @@ fn write_setup(o: &mut String, doc: &StatusDoc, now_ms: u64) {
     if let Some(a) = &doc.audit {
         write_audit(o, a);
     }
+    if let Some(s) = &doc.oom_score_adj {
+        write_oom(o, s);
+    }
+}
+
+fn write_oom(o: &mut String, s: &crate::telemetry::status::OomScoreStatus) {
+    let _ = writeln!(
+        o,
+        "oom_score_adj ({}): {} processes, {} differ, {} written since start, {} containers refused",
+        or_dash(&s.mode),
+        s.processes,
+        s.differing,
+        s.written_total,
+        s.refused_containers
+    );
+    for v in &s.values {
+        let _ = writeln!(
+            o,
+            "  {}/{} {} pid {}: found {}, planned {}",
+            text_safe(&v.namespace),
+            text_safe(&v.pod),
+            text_safe(&v.container),
+            v.pid,
+            v.found,
+            v.planned
+        );
+    }
+    for r in &s.refused {
+        let _ = writeln!(
+            o,
+            "  refused {}/{} {}: planned {}, found {} ({})",
+            text_safe(&r.namespace),
+            text_safe(&r.pod),
+            text_safe(&r.container),
+            r.planned,
+            r.found,
+            text_safe(&r.error)
+        );
+    }
 }
 
 fn write_kubernetes(o: &mut String, k: &KubeStatus) {

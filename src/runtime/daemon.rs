@@ -43,6 +43,8 @@ pub(crate) struct RunOptions {
     /// Where the CRI status cache is kept across restarts (`None`: not kept;
     /// `--once` never uses it).
     pub(crate) state_dir: Option<std::path::PathBuf>,
+    /// Where processes' `oom_score_adj` files are (`/proc`).
+    pub(crate) proc_root: std::path::PathBuf,
 }
 
 /// Hooks the daemon calls as it runs, so eviction, metrics and health can
@@ -296,12 +298,18 @@ pub(crate) async fn run_loop(
     if cpu.is_some() && !matches!(source, Source::Cri { .. }) {
         tracing::warn!("CPU manager: cpusets are applied through the CRI only; with manifests nothing is applied");
     }
+    // Container processes' oom_score_adj: through the CRI only (the
+    // runtime names each container's cgroup).
+    let oom = matches!(source, Source::Cri { .. }).then(|| {
+        crate::runtime::oom_score::OomScores::new(opts.proc_root.clone(), opts.machine_memory_bytes)
+    });
     let parts = Parts {
         source,
         reconciler,
         cpu,
         store,
         clock: Arc::new(SystemClock),
+        oom,
     };
     if opts.once {
         return Daemon::once(parts, observer).await;
@@ -332,6 +340,8 @@ pub(crate) struct Parts<S> {
     pub(crate) cpu: Option<crate::runtime::cpu_manager::CpuManager>,
     pub(crate) store: Option<qosd_node::pods::status_store::StatusStore>,
     pub(crate) clock: Arc<dyn Clock>,
+    /// Container processes' `oom_score_adj` (`None`: not handled).
+    pub(crate) oom: Option<crate::runtime::oom_score::OomScores>,
 }
 
 /// What an event asks the loop to do next.
@@ -409,6 +419,8 @@ pub(crate) struct Daemon<S> {
     /// down shows in no listing).
     recheck_restored: bool,
     recheck_at: Option<tokio::time::Instant>,
+    /// Container processes' `oom_score_adj` (CRI source only).
+    oom: Option<crate::runtime::oom_score::OomScores>,
 }
 
 impl<S: PodSource> Daemon<S> {
@@ -417,10 +429,17 @@ impl<S: PodSource> Daemon<S> {
         let listing = parts.source.list().await?;
         // Never build a parallel tree: refuse before any write.
         check_parents(parts.reconciler.config(), &listing)?;
-        let report =
+        let mut report =
             parts
                 .reconciler
                 .reconcile(&listing.pods, listing.all_uids.as_ref(), parts.clock.now());
+        if let Some(oom) = parts.oom.as_mut() {
+            report.oom_score_adj = Some(oom.pass(
+                parts.reconciler.mode(),
+                parts.reconciler.config(),
+                &listing.live,
+            ));
+        }
         if let (Some(cpu), Some(client)) = (parts.cpu.as_mut(), parts.source.cri()) {
             cpu.reconcile(client, &listing.live).await;
         }
@@ -440,6 +459,7 @@ impl<S: PodSource> Daemon<S> {
             cpu,
             mut store,
             clock,
+            oom,
         } = parts;
         let restored_containers = store.as_mut().map_or(0, |s| s.load());
         // Planned files written by anyone: reconcile (with the last
@@ -472,6 +492,7 @@ impl<S: PodSource> Daemon<S> {
             force_list: false,
             recheck_restored: restored_containers > 0,
             recheck_at: None,
+            oom,
         }
     }
 
@@ -841,12 +862,19 @@ impl<S: PodSource> Daemon<S> {
             }
             self.parents_checked = Some(self.listing_id);
         }
-        let report = self.reconciler.reconcile_listing(
+        let mut report = self.reconciler.reconcile_listing(
             self.listing_id,
             &listing.pods,
             listing.all_uids.as_ref(),
             self.clock.now(),
         );
+        if let Some(oom) = self.oom.as_mut() {
+            report.oom_score_adj = Some(oom.pass(
+                self.reconciler.mode(),
+                self.reconciler.config(),
+                &listing.live,
+            ));
+        }
         if let (Some(cpu), Some(client)) = (self.cpu.as_mut(), self.source.cri()) {
             cpu.reconcile(client, &listing.live).await;
         }
@@ -1284,6 +1312,39 @@ impl ServiceObserver {
 }
 
 impl ServiceObserver {
+    /// The pass's container processes' `oom_score_adj` in metrics and
+    /// `/status`.
+    fn publish_oom(&mut self, report: &ReconcileReport) {
+        let Some(o) = &report.oom_score_adj else {
+            return;
+        };
+        let real_writes = if self.dry_run { 0 } else { o.writes.len() };
+        self.metrics
+            .oom_score_adj(o.differing.len(), real_writes, o.refused.len());
+        let mode = if self.audit {
+            "audit"
+        } else if self.dry_run {
+            "dry-run"
+        } else {
+            "enforce"
+        };
+        let max = crate::telemetry::status::AuditStatus::MAX_VALUES;
+        let changes = (o.changes + real_writes) as u64;
+        self.health.update_status(|d| {
+            let prev = d.oom_score_adj.take().unwrap_or_default();
+            d.oom_score_adj = Some(crate::telemetry::status::OomScoreStatus {
+                mode: mode.to_string(),
+                processes: o.processes,
+                differing: o.differing.len(),
+                written_total: prev.written_total + real_writes as u64,
+                refused_containers: o.refused.len(),
+                changes_total: prev.changes_total + changes,
+                values: o.differing.iter().take(max).cloned().collect(),
+                refused: o.refused.iter().take(max).cloned().collect(),
+            });
+        });
+    }
+
     /// `cgroupEnforcement: audit`: the pass's drift in metrics and `/status`.
     fn publish_audit(&mut self, report: &ReconcileReport) {
         self.metrics
@@ -1366,6 +1427,7 @@ impl Observer for ServiceObserver {
         if self.audit {
             self.publish_audit(report);
         }
+        self.publish_oom(report);
         self.health.set_cri_reachable(true);
         self.health.set_reconciled();
         self.metrics.set_ready(self.health.ready().is_ok());
@@ -1433,6 +1495,7 @@ impl Observer for ServiceObserver {
             return self.reconciled(report, listing);
         }
         self.metrics.reconcile_done(report.duration);
+        self.publish_oom(report);
         self.health.set_problem("cgroup_writes", None);
         self.health.set_cri_reachable(true);
         self.health.set_reconciled();
@@ -1725,6 +1788,7 @@ mod tests {
                 cpu: None,
                 store: None,
                 clock: clock.clone(),
+                oom: None,
             };
             let (control, rx) = tokio::sync::mpsc::unbounded_channel();
             Harness {

@@ -11,6 +11,7 @@ pub mod eviction_service;
 pub(crate) mod hook;
 pub(crate) mod instance_lock;
 pub(crate) mod kube_side;
+pub(crate) mod oom_score;
 pub(crate) mod reaction;
 pub mod reconcile;
 pub(crate) mod runtime_events;

@@ -121,6 +121,10 @@ pub struct ReconcileReport {
     pub(crate) audit_changes: usize,
     #[serde(skip)]
     pub(crate) duration: Duration,
+    /// Container processes' `oom_score_adj` (CRI source; `None`: not
+    /// handled, e.g. manifests).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) oom_score_adj: Option<crate::runtime::oom_score::OomReport>,
     /// The pods were the same as at the last reconcile (its plan reused):
     /// what is derived from the pods alone need not be built again.
     #[serde(skip)]

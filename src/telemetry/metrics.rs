@@ -78,6 +78,9 @@ pub const FAMILIES: &[&str] = &[
     "qosd_ready",
     "qosd_cgroup_audit_drift",
     "qosd_cgroup_audit_drift_changes_total",
+    "qosd_oom_score_adj_differing",
+    "qosd_oom_score_adj_writes_total",
+    "qosd_oom_score_adj_refused_containers",
     "qosd_kube_api_up",
     "qosd_kube_pods",
     "qosd_api_evictions_total",
@@ -321,6 +324,9 @@ pub struct Metrics {
     pub(crate) kube: crate::telemetry::kube_metrics::KubeMetrics,
     audit_drift: Gauge,
     audit_drift_changes: Counter,
+    oom_differing: Gauge,
+    oom_writes: Counter,
+    oom_refused: Gauge,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -416,6 +422,9 @@ impl Metrics {
             kube: Default::default(),
             audit_drift: Gauge::default(),
             audit_drift_changes: Counter::default(),
+            oom_differing: Gauge::default(),
+            oom_writes: Counter::default(),
+            oom_refused: Gauge::default(),
             registry: Registry::default(),
         }
     }
@@ -605,6 +614,21 @@ impl Metrics {
             "qosd_cgroup_audit_drift_changes",
             "cgroupEnforcement audit: differing cgroup values reported (each new or changed value once)",
             self.audit_drift_changes.clone(),
+        );
+        r.register(
+            "qosd_oom_score_adj_differing",
+            "Container processes whose oom_score_adj differs from the kubelet's value after the last reconcile (audit, dry run, refused writes)",
+            self.oom_differing.clone(),
+        );
+        r.register(
+            "qosd_oom_score_adj_writes",
+            "oom_score_adj values written to container processes (enforce mode)",
+            self.oom_writes.clone(),
+        );
+        r.register(
+            "qosd_oom_score_adj_refused_containers",
+            "Containers whose oom_score_adj write the kernel refused at the last reconcile (lowering it takes CAP_SYS_RESOURCE)",
+            self.oom_refused.clone(),
         );
         r.register(
             "qosd_ready",
@@ -871,6 +895,13 @@ impl Metrics {
 
     /// Audit: `drifting` planned values differ now, `changes` of them are
     /// new or changed since the last pass.
+    /// A pass over the container processes' `oom_score_adj`.
+    pub(crate) fn oom_score_adj(&self, differing: usize, written: usize, refused: usize) {
+        self.oom_differing.set(differing as i64);
+        self.oom_writes.inc_by(written as u64);
+        self.oom_refused.set(refused as i64);
+    }
+
     pub(crate) fn audit_drift(&self, drifting: usize, changes: usize) {
         self.audit_drift.set(drifting as i64);
         self.audit_drift_changes.inc_by(changes as u64);

@@ -53,6 +53,10 @@ pub struct StatusDoc {
     pub(crate) cgroup_enforcement: String,
     /// `cgroupEnforcement: audit`: the planned values the cgroups do not hold.
     pub(crate) audit: Option<AuditStatus>,
+    /// Container processes' `oom_score_adj` against the kubelet's value
+    /// (absent with manifests, and before the first reconcile).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) oom_score_adj: Option<OomScoreStatus>,
     /// Per-pod usage as the eviction manager last measured it (memory
     /// working set, local ephemeral storage, inodes, processes). Measured
     /// when a threshold is near and on demand: `/status` asks for a
@@ -89,6 +93,56 @@ pub(crate) struct AuditStatus {
     pub(crate) changes_total: u64,
     /// The differing values (at most [`AuditStatus::MAX_VALUES`]).
     pub(crate) values: Vec<DriftValue>,
+}
+
+/// One process whose value differs from the plan (or was set).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(default)]
+pub(crate) struct OomValue {
+    pub(crate) namespace: String,
+    pub(crate) pod: String,
+    pub(crate) container: String,
+    pub(crate) pid: i32,
+    /// The kubelet's value.
+    pub(crate) planned: i64,
+    /// What the process held.
+    pub(crate) found: i64,
+}
+
+/// A container whose processes the kernel would not give the planned value.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(default)]
+pub(crate) struct OomRefusal {
+    pub(crate) namespace: String,
+    pub(crate) pod: String,
+    pub(crate) container: String,
+    pub(crate) planned: i64,
+    pub(crate) found: i64,
+    pub(crate) error: String,
+}
+
+/// Container processes' `oom_score_adj` at the last reconcile.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct OomScoreStatus {
+    /// `enforce` (differing values written), `audit` or `dry-run`
+    /// (reported, not written).
+    pub(crate) mode: String,
+    /// Container processes checked.
+    pub(crate) processes: usize,
+    /// Processes holding another value than the kubelet's after the pass
+    /// (audit and dry run: every difference; enforce: refused writes).
+    pub(crate) differing: usize,
+    /// Values written since start.
+    pub(crate) written_total: u64,
+    /// Containers whose write the kernel refused at the last pass.
+    pub(crate) refused_containers: usize,
+    /// Differences and refusals reported since start (each once).
+    pub(crate) changes_total: u64,
+    /// The differing processes (at most [`AuditStatus::MAX_VALUES`]).
+    pub(crate) values: Vec<OomValue>,
+    /// The refusing containers (at most [`AuditStatus::MAX_VALUES`]).
+    pub(crate) refused: Vec<OomRefusal>,
 }
 
 impl AuditStatus {

@@ -174,10 +174,24 @@ fn exponent(suffix: &str) -> Result<i64, &'static str> {
     if edigits.is_empty() || !edigits.bytes().all(|b| b.is_ascii_digit()) {
         return Err("malformed exponent");
     }
-    // Huge exponents only push the value past the cap (or below a nano,
-    // which rounds up): clamp them.
-    let e: i64 = edigits.parse().unwrap_or(i64::MAX).min(10_000);
-    Ok(if eneg { -e } else { e })
+    // resource.Quantity reads the exponent as an int64 (`strconv.ParseInt`
+    // with 64 bits: past that range the suffix is refused) and keeps it as
+    // an int32, Go's narrowing conversion dropping the high bits:
+    // `1e4294967297` is 1e1 = 10 and `1e4294967296` is 1 (apimachinery's
+    // TestQuantityOutOfInt32ExponentCompatibility pins both).
+    let magnitude: u64 = edigits.parse().map_err(|_| "exponent out of range")?;
+    let e: i64 = if eneg {
+        if magnitude > i64::MIN.unsigned_abs() {
+            return Err("exponent out of range");
+        }
+        (magnitude as i64).wrapping_neg()
+    } else {
+        i64::try_from(magnitude).map_err(|_| "exponent out of range")?
+    };
+    let e = i64::from(e as i32);
+    // Past ±10 000 the value is capped, or rounds up to one nano-unit, as
+    // at ±10 000: clamp (and keep the arithmetic small).
+    Ok(e.clamp(-10_000, 10_000))
 }
 
 /// The magnitude `mantissa · 2^exp2 · 10^exp10` in nano-units, rounded up
@@ -400,6 +414,7 @@ mod tests {
             "1e19",
             "1e21",
             "1e1001",
+            "1e2147483647",
             "9223372036854775808",
             "100000000000000000000000000000000000000000000",
         ] {
@@ -409,6 +424,40 @@ mod tests {
         }
         assert_eq!(q("-9Ei").value_ceil(), -i64::MAX);
         assert_eq!(q("1e-1001").value_ceil(), 1);
+    }
+
+    /// apimachinery `TestQuantityOutOfInt32ExponentCompatibility` and
+    /// `TestQuantityOutOfInt32ExponentZero`: the exponent is an int64
+    /// narrowed to int32; one past int64 is an unparsable suffix.
+    #[test]
+    fn exponents_are_narrowed_to_int32_like_resource_quantity() {
+        let rows: &[(&str, i64)] = &[
+            ("1e4294967296", 1),
+            ("1e4294967297", 10),
+            ("-1e4294967296", -1),
+            ("1e-4294967296", 1),
+            ("1e8589934592", 1),
+            ("1e+4294967299", 1000),
+            ("2e-4294967295", 20),
+            ("1e9223372036854775807", 1),
+            ("0e2147483648", 0),
+            ("-0e-2147483648", 0),
+            ("0.000000000000000000000e2147483648", 0),
+        ];
+        for (text, value) in rows {
+            assert_eq!(q(text).value_ceil(), *value, "{text}");
+        }
+        // 2^31 narrows to −2^31: a tiny positive value, rounded up to a nano.
+        assert_eq!(q("1e2147483648").nanos(), 1);
+        assert_eq!(q("1e2147483647").value_ceil(), i64::MAX);
+        for bad in [
+            "1e9223372036854775808",
+            "1e-9223372036854775809",
+            "1e99999999999999999999",
+        ] {
+            assert!(Quantity::parse(bad).is_err(), "{bad} should be refused");
+        }
+        assert_eq!(q("1e-9223372036854775808").value_ceil(), 1);
     }
 
     proptest! {

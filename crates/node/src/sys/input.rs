@@ -124,6 +124,16 @@ pub fn read_bytes(path: &Path, max: u64, symlinks: Symlinks) -> Result<Vec<u8>, 
         }
         Err(e) => return Err(io(e)),
     };
+    read_opened(f, path, max)
+}
+
+/// The checks [`read_bytes`] makes once a file is open: the type on the
+/// descriptor, then at most `max` bytes.
+fn read_opened(f: std::fs::File, path: &Path, max: u64) -> Result<Vec<u8>, InputError> {
+    let io = |source| InputError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
     let meta = f.metadata().map_err(io)?;
     if is_null_device(&meta) {
         return Ok(Vec::new());
@@ -155,6 +165,42 @@ pub fn read_bytes(path: &Path, max: u64, symlinks: Symlinks) -> Result<Vec<u8>, 
 pub fn read_text_with(path: &Path, max: u64, symlinks: Symlinks) -> Result<String, InputError> {
     String::from_utf8(read_bytes(path, max, symlinks)?).map_err(|_| InputError::NotUtf8 {
         path: path.to_path_buf(),
+    })
+}
+
+/// [`read_bytes`] for `name` inside an open directory `dir` (`openat`,
+/// never following a final symlink): a file of a process read through
+/// its `/proc/<pid>` directory stays that process's file even if the pid
+/// is reused meanwhile (the read then fails with `ESRCH`/`ENOENT`).
+/// `shown` is the path errors name.
+pub fn read_text_at(
+    dir: &std::fs::File,
+    name: &str,
+    max: u64,
+    shown: &Path,
+) -> Result<String, InputError> {
+    use nix::fcntl::{openat, OFlag};
+    let flags = OFlag::O_RDONLY
+        | OFlag::O_NONBLOCK
+        | OFlag::O_NOCTTY
+        | OFlag::O_NOFOLLOW
+        | OFlag::O_CLOEXEC;
+    let f = match openat(dir, name, flags, nix::sys::stat::Mode::empty()) {
+        Ok(fd) => std::fs::File::from(fd),
+        Err(nix::errno::Errno::ELOOP) => {
+            return Err(InputError::Symlink {
+                path: shown.to_path_buf(),
+            })
+        }
+        Err(e) => {
+            return Err(InputError::Io {
+                path: shown.to_path_buf(),
+                source: e.into(),
+            })
+        }
+    };
+    String::from_utf8(read_opened(f, shown, max)?).map_err(|_| InputError::NotUtf8 {
+        path: shown.to_path_buf(),
     })
 }
 

@@ -18,6 +18,7 @@ pub mod hugepages;
 pub mod input;
 pub mod kill;
 pub mod malloc;
+pub mod oom_score;
 pub mod pod_events;
 pub mod pressure;
 pub mod process;

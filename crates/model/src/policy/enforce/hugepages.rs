@@ -134,6 +134,20 @@ pub(crate) fn pod_hugepage_requests(pod: &Pod) -> BTreeMap<u64, i64> {
         let e = total.entry(k).or_insert(v);
         *e = (*e).max(v);
     }
+    // Pod-level `spec.resources` (PodLevelResources; `pod` is the pod as
+    // the kubelet sees it, so only from 1.34): a `hugepages-<size>` the pod
+    // requests replaces the containers' sum for that size, as every
+    // pod-level resource does in `PodRequests` (`applyPodLevelResources`;
+    // `IsSupportedPodLevelResource` accepts the `hugepages-` prefix). A
+    // pod-level limit without a request stands for the request (hugepage
+    // requests equal their limits).
+    if let Some(pl) = &pod.pod_resources {
+        let mut own = pl.limits.clone();
+        own.extend(pl.requests.clone());
+        for (size, v) in hugepages_of(&own) {
+            total.insert(size, v);
+        }
+    }
     add(&mut total, &hugepages_of(&pod.overhead));
     total
         .into_iter()
@@ -277,6 +291,80 @@ mod tests {
             vec![("2MB".to_string(), (10 * MI) as i64)]
         );
         assert_eq!(limits(&r, &[]), vec![]);
+    }
+
+    /// Pod-level hugepages (PodLevelResources): the pod's own request per
+    /// size replaces the containers' sum (`PodRequests` →
+    /// `applyPodLevelResources`, then `HugePageLimits`); sizes the pod does
+    /// not name keep the containers' sum; overhead is added after.
+    #[test]
+    fn pod_level_hugepages_table() {
+        use crate::core::model::ResourceRequirements;
+        let level = |req: &str, lim: &str| {
+            let c = container("x", req, lim);
+            Some(ResourceRequirements {
+                requests: c.resources.requests,
+                limits: c.resources.limits,
+            })
+        };
+        struct Row {
+            name: &'static str,
+            containers: Vec<crate::core::model::Container>,
+            pod_level: Option<ResourceRequirements>,
+            want: Vec<(u64, i64)>,
+        }
+        let rows = vec![
+            Row {
+                name: "pod-level only, containers request none",
+                containers: vec![container("a", "cpu=1", "")],
+                pod_level: level("hugepages-2Mi=6Mi", "hugepages-2Mi=6Mi"),
+                want: vec![(2 * MI, (6 * MI) as i64)],
+            },
+            Row {
+                name: "pod-level replaces the containers' sum",
+                containers: vec![
+                    container("a", "hugepages-2Mi=2Mi", "hugepages-2Mi=2Mi"),
+                    container("b", "hugepages-2Mi=2Mi", "hugepages-2Mi=2Mi"),
+                ],
+                pod_level: level("hugepages-2Mi=10Mi", "hugepages-2Mi=10Mi"),
+                want: vec![(2 * MI, (10 * MI) as i64)],
+            },
+            Row {
+                name: "a size the pod does not name keeps the containers' sum",
+                containers: vec![container("a", "hugepages-1Gi=1Gi", "hugepages-1Gi=1Gi")],
+                pod_level: level("cpu=1,hugepages-2Mi=4Mi", "hugepages-2Mi=4Mi"),
+                want: vec![(2 * MI, (4 * MI) as i64), (GI, GI as i64)],
+            },
+            Row {
+                name: "a pod-level limit alone stands for the request",
+                containers: vec![container("a", "", "")],
+                pod_level: level("", "hugepages-1Gi=2Gi"),
+                want: vec![(GI, (2 * GI) as i64)],
+            },
+            Row {
+                name: "pod-level cpu/memory only: containers' hugepages summed",
+                containers: vec![
+                    container("a", "hugepages-2Mi=2Mi", "hugepages-2Mi=2Mi"),
+                    container("b", "hugepages-2Mi=4Mi", "hugepages-2Mi=4Mi"),
+                ],
+                pod_level: level("cpu=1,memory=1Gi", "memory=2Gi"),
+                want: vec![(2 * MI, (6 * MI) as i64)],
+            },
+        ];
+        for row in rows {
+            let mut p = pod(row.containers, vec![]);
+            p.pod_resources = row.pod_level;
+            let got: Vec<(u64, i64)> = pod_hugepage_requests(&p).into_iter().collect();
+            assert_eq!(got, row.want, "{}", row.name);
+        }
+        // Overhead is added to the pod-level value.
+        let mut p = pod(vec![container("a", "", "")], vec![]);
+        p.pod_resources = level("hugepages-2Mi=4Mi", "hugepages-2Mi=4Mi");
+        p.overhead = container("o", "hugepages-2Mi=2Mi", "").resources.requests;
+        assert_eq!(
+            pod_hugepage_requests(&p).get(&(2 * MI)),
+            Some(&((6 * MI) as i64))
+        );
     }
 
     #[test]

@@ -607,6 +607,21 @@ fn pod_writes_into(
     );
 }
 
+/// One pod's `oom_score_adj` plan: its class, its cgroup (relative to
+/// the hierarchy root, as in [`PlannedPod::cgroup`]) and each container's
+/// kubelet value on a machine with `memory_capacity_bytes` of RAM; the same
+/// values [`build`] puts in [`PlannedPod::containers`] for that capacity.
+pub fn pod_oom_plan(
+    cfg: &PlanConfig,
+    pod: &Pod,
+    memory_capacity_bytes: i64,
+) -> (QosClass, String, Vec<oom::ContainerOomScoreAdj>) {
+    let effective = cfg.effective_pod(pod);
+    let class = classify(&effective).class;
+    let containers = oom::pod_oom_score_adjs(&effective, class, memory_capacity_bytes);
+    (class, cfg.layout.pod_cgroup(class, &pod.uid), containers)
+}
+
 /// Plan every write for `pods`: node level, QoS level, then each pod.
 pub fn build(cfg: &PlanConfig, pods: &[Pod]) -> Plan {
     let namer = cfg.layout.pod_namer();
@@ -614,12 +629,12 @@ pub fn build(cfg: &PlanConfig, pods: &[Pod]) -> Plan {
     let mut classified = Vec::with_capacity(pods.len());
     let mut hugepage_requests = Vec::with_capacity(pods.len());
     for p in pods {
+        let effective = cfg.effective_pod(p);
         hugepage_requests.push(if cfg.hugepage_sizes.is_empty() {
             Default::default()
         } else {
-            hugepages::pod_hugepage_requests(p)
+            hugepages::pod_hugepage_requests(&effective)
         });
-        let effective = cfg.effective_pod(p);
         let c = classify(&effective);
         let r = cfg.pod_resources(p);
         let containers =
@@ -1153,6 +1168,34 @@ mod tests {
         assert!(!values(&pod_writes(&c, &p, QosClass::Guaranteed))
             .iter()
             .any(|(f, _)| f.contains("hugetlb")));
+    }
+
+    /// Pod-level hugepages reach the pod's hugetlb limit from 1.34 (the
+    /// kubelet's pod-level resources); a 1.33 kubelet never sees them.
+    #[test]
+    fn pod_level_hugepages_in_the_plan() {
+        let mut p = pod(
+            "h",
+            vec![container("c", "cpu=1,memory=1Gi", "cpu=1,memory=1Gi")],
+        );
+        let pl = container("x", "hugepages-2Mi=8Mi", "hugepages-2Mi=8Mi").resources;
+        p.pod_resources = Some(pl);
+        let mut c = cfg(CgroupVersion::V1, CgroupDriver::Cgroupfs);
+        c.hugepage_sizes = vec![2 << 20];
+        let limit = |c: &PlanConfig| {
+            build(c, std::slice::from_ref(&p))
+                .writes
+                .iter()
+                .find(|w| {
+                    w.file
+                        .to_string_lossy()
+                        .ends_with("podh/hugetlb.2MB.limit_in_bytes")
+                })
+                .map(|w| w.value.clone())
+        };
+        assert_eq!(limit(&c).as_deref(), Some("8388608"));
+        c.kubelet_version = KubeletVersion::V1_33;
+        assert_eq!(limit(&c).as_deref(), Some("0"));
     }
 
     #[test]

@@ -1463,6 +1463,82 @@ evictionPressureTransitionPeriod: "1m0s"
         assert_eq!(again, c);
     }
 
+    /// The kubelet's `UpdateContainerFsThresholds` (eviction/helpers.go,
+    /// called on every node once the filesystems are known): one
+    /// filesystem, or containers split from images → `containerfs.*`
+    /// copies `nodefs.*`; a dedicated imagefs holding the containers →
+    /// copies `imagefs.*`. Hard and soft are copied with their grace
+    /// period and minimum reclaim; configured `containerfs.*` thresholds
+    /// are overwritten.
+    #[test]
+    fn containerfs_thresholds_follow_the_kubelet_table() {
+        let t = |signal, kind, value, grace: u64, min: Option<ThresholdValue>| Threshold {
+            signal,
+            kind,
+            value,
+            grace_period: Duration::from_secs(grace),
+            min_reclaim: min,
+        };
+        use Signal::*;
+        use ThresholdKind::{Hard, Soft};
+        let q = ThresholdValue::Quantity;
+        let base = vec![
+            t(NodeFsAvailable, Hard, q(100), 0, Some(q(5))),
+            t(NodeFsAvailable, Soft, q(200), 30, None),
+            t(NodeFsInodesFree, Hard, q(300), 0, None),
+            t(ImageFsAvailable, Hard, q(400), 0, None),
+            t(ImageFsInodesFree, Soft, q(500), 60, Some(q(7))),
+            // Configured: overwritten, as the kubelet does (with an error log).
+            t(ContainerFsAvailable, Hard, q(999), 0, None),
+        ];
+        let cfg = EvictionConfig {
+            thresholds: base,
+            ..EvictionConfig::default()
+        };
+        let derived = |dedicated: bool,
+                       split: bool|
+         -> Vec<(
+            Signal,
+            ThresholdKind,
+            ThresholdValue,
+            u64,
+            Option<ThresholdValue>,
+        )> {
+            cfg.clone()
+                .with_containerfs_thresholds(dedicated, split)
+                .thresholds
+                .into_iter()
+                .filter(|x| matches!(x.signal, ContainerFsAvailable | ContainerFsInodesFree))
+                .map(|x| {
+                    (
+                        x.signal,
+                        x.kind,
+                        x.value,
+                        x.grace_period.as_secs(),
+                        x.min_reclaim,
+                    )
+                })
+                .collect()
+        };
+        let from_nodefs = vec![
+            (ContainerFsAvailable, Hard, q(100), 0, Some(q(5))),
+            (ContainerFsInodesFree, Hard, q(300), 0, None),
+            (ContainerFsAvailable, Soft, q(200), 30, None),
+        ];
+        let from_imagefs = vec![
+            (ContainerFsAvailable, Hard, q(400), 0, None),
+            (ContainerFsInodesFree, Soft, q(500), 60, Some(q(7))),
+        ];
+        // (imageFs, separateContainerImageFs) as the kubelet names them.
+        assert_eq!(derived(false, false), from_nodefs, "one filesystem");
+        assert_eq!(
+            derived(true, true),
+            from_nodefs,
+            "containers split from images"
+        );
+        assert_eq!(derived(true, false), from_imagefs, "dedicated imagefs");
+    }
+
     #[test]
     fn go_durations_table() {
         let table: &[(&str, u64)] = &[

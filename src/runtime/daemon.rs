@@ -421,6 +421,8 @@ pub(crate) struct Daemon<S> {
     recheck_at: Option<tokio::time::Instant>,
     /// Container processes' `oom_score_adj` (CRI source only).
     oom: Option<crate::runtime::oom_score::OomScores>,
+    /// Reconciles since the last `oom_score_adj` pass ([`OOM_RESCAN_TURNS`]).
+    oom_idle_turns: u32,
 }
 
 impl<S: PodSource> Daemon<S> {
@@ -493,6 +495,7 @@ impl<S: PodSource> Daemon<S> {
             recheck_restored: restored_containers > 0,
             recheck_at: None,
             oom,
+            oom_idle_turns: 0,
         }
     }
 
@@ -869,11 +872,16 @@ impl<S: PodSource> Daemon<S> {
             self.clock.now(),
         );
         if let Some(oom) = self.oom.as_mut() {
-            report.oom_score_adj = Some(oom.pass(
-                self.reconciler.mode(),
-                self.reconciler.config(),
-                &listing.live,
-            ));
+            if new_listing || self.oom_idle_turns + 1 >= OOM_RESCAN_TURNS {
+                self.oom_idle_turns = 0;
+                report.oom_score_adj = Some(oom.pass(
+                    self.reconciler.mode(),
+                    self.reconciler.config(),
+                    &listing.live,
+                ));
+            } else {
+                self.oom_idle_turns += 1;
+            }
         }
         if let (Some(cpu), Some(client)) = (self.cpu.as_mut(), self.source.cri()) {
             cpu.reconcile(client, &listing.live).await;
@@ -1130,6 +1138,15 @@ pub(crate) enum Tick {
     /// A planned cgroup file was written: reconcile with the last listing.
     Drift,
 }
+
+/// Container processes' `oom_score_adj` are checked at every new listing
+/// (a container started or changed: its processes are new) and otherwise
+/// at every this many reconciles (once a minute at the default 10 s
+/// `reconcileInterval`): a value changed later by hand or by the process
+/// itself is put back then. The kubelet sets it once, when a container
+/// starts; checking every process at every reconcile would cost more than
+/// the rest of an idle reconcile.
+const OOM_RESCAN_TURNS: u32 = 6;
 
 /// Reconciles after planned files are written (drift), at most every
 /// [`DRIFT_SPACING`]: a writer fighting qosd gets a correction a second,
@@ -1710,13 +1727,17 @@ mod tests {
         reconciled_again: usize,
         failures: usize,
         reloads: usize,
+        /// Reconciles that checked processes' `oom_score_adj`.
+        oom_passes: usize,
     }
     impl Observer for Recorder {
-        fn reconciled(&mut self, _report: &ReconcileReport, _listing: &Listing) {
+        fn reconciled(&mut self, report: &ReconcileReport, _listing: &Listing) {
             self.reconciled += 1;
+            self.oom_passes += usize::from(report.oom_score_adj.is_some());
         }
-        fn reconciled_again(&mut self, _report: &ReconcileReport, _listing: &Listing) {
+        fn reconciled_again(&mut self, report: &ReconcileReport, _listing: &Listing) {
             self.reconciled_again += 1;
+            self.oom_passes += usize::from(report.oom_score_adj.is_some());
         }
         fn source_failed(&mut self, _error: &SourceError) {
             self.failures += 1;
@@ -1807,6 +1828,32 @@ mod tests {
                 .tick(tick, &mut self.controls, &mut self.observer)
                 .await
         }
+    }
+
+    #[tokio::test]
+    async fn oom_score_adj_is_checked_at_a_new_listing_and_every_sixth_reconcile() {
+        let mut h = Harness::new();
+        let proc_root = tempfile::tempdir().unwrap();
+        h.daemon.oom = Some(crate::runtime::oom_score::OomScores::new(
+            proc_root.path().to_path_buf(),
+            8 << 30,
+        ));
+        assert_eq!(h.tick(Tick::Reconcile).await, Step::Wait);
+        assert_eq!(h.observer.oom_passes, 1, "a new listing is checked");
+        for turn in 1..OOM_RESCAN_TURNS {
+            h.clock.advance(Duration::from_secs(1));
+            assert_eq!(h.tick(Tick::Reconcile).await, Step::Wait);
+            assert_eq!(h.observer.oom_passes, 1, "turn {turn} reuses the check");
+        }
+        h.clock.advance(Duration::from_secs(1));
+        assert_eq!(h.tick(Tick::Reconcile).await, Step::Wait);
+        assert_eq!(h.observer.oom_passes, 2, "the rescan turn");
+        assert_eq!(h.observer.reconciled, 1, "one listing only");
+        // A changed listing is checked at once.
+        h.source.set(|f| f.fingerprint = vec!["b".into()]);
+        assert_eq!(h.tick(Tick::Reconcile).await, Step::Wait);
+        assert_eq!(h.observer.reconciled, 2);
+        assert_eq!(h.observer.oom_passes, 3);
     }
 
     #[tokio::test]

@@ -388,6 +388,14 @@ impl qosd_node::pods::SpecSource for KubeSide {
     }
 }
 
+/// Whether an answer that came after the deadline is an eviction to count
+/// (and to give an Event): an accepted soft eviction (qosd waited for its
+/// effect); never a hard one, whose pod was killed locally at the deadline
+/// and counted as `fallback_local_kill` then.
+fn late_answer_counts(hard: bool, a: &EvictAnswer) -> bool {
+    !hard && *a == EvictAnswer::Evicted
+}
+
 fn refusal(a: EvictAnswer) -> Result<(), ApiRefusal> {
     match a {
         EvictAnswer::Evicted => Ok(()),
@@ -425,8 +433,15 @@ impl KubeSide {
 
     /// What to do with an answer that came after the deadline (on the
     /// request's own thread): an accepted eviction counts (effects, not
-    /// attempts) and gets its Event.
-    fn late_handler(&self, path: String, ev: Event) -> impl FnOnce(EvictAnswer) + Send + 'static {
+    /// attempts) and gets its Event — unless it was a hard eviction, which
+    /// qosd already carried out by a local kill when the deadline passed
+    /// (counted and recorded then: one pod, one eviction).
+    fn late_handler(
+        &self,
+        path: String,
+        ev: Event,
+        hard: bool,
+    ) -> impl FnOnce(EvictAnswer) + Send + 'static {
         let (client, metrics) = (self.client.clone(), self.metrics.clone());
         let rt = self.settings.evict_rt.clone();
         let timeout = self.settings.eviction_timeout.max(Duration::from_secs(2));
@@ -435,8 +450,8 @@ impl KubeSide {
                 "{}/{}",
                 ev.involved_object.namespace, ev.involved_object.name
             );
-            tracing::info!(target: "qosd::eviction", pod = %pod, answer = ?a, "late answer to an eviction through the Kubernetes API");
-            if a != EvictAnswer::Evicted {
+            tracing::info!(target: "qosd::eviction", pod = %pod, answer = ?a, hard, "late answer to an eviction through the Kubernetes API");
+            if !late_answer_counts(hard, &a) {
                 return;
             }
             metrics.eviction_path(qosd_node::evict::API_EVICTED);
@@ -471,7 +486,7 @@ impl ApiEvictor for KubeSide {
             answer: t,
             total: v.kind == ThresholdKind::Hard,
         };
-        let late = self.late_handler(path.clone(), ev.clone());
+        let late = self.late_handler(path.clone(), ev.clone(), v.kind == ThresholdKind::Hard);
         let answer = post_eviction(
             &self.settings.evict_rt,
             &self.client,
@@ -554,6 +569,19 @@ impl ApiEvictor for KubeSide {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_late_answer_counts_once_per_pod() {
+        let rows = [
+            (false, EvictAnswer::Evicted, true),
+            (true, EvictAnswer::Evicted, false),
+            (false, EvictAnswer::Refused("pdb".into()), false),
+            (true, EvictAnswer::Gone("404".into()), false),
+        ];
+        for (hard, answer, counts) in rows {
+            assert_eq!(late_answer_counts(hard, &answer), counts, "{hard} {answer:?}");
+        }
+    }
 
     #[test]
     fn timestamps_are_rfc3339() {

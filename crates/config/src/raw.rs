@@ -304,6 +304,11 @@ fn to_raw_map(m: &BTreeMap<String, String>) -> RawMap {
 }
 
 impl Overrides {
+    /// The config keys these overrides set.
+    pub fn keys(&self) -> BTreeSet<&'static str> {
+        self.apply(&mut RawConfig::default())
+    }
+
     /// Write the set overrides into `raw`; return the names of the fields set.
     pub(crate) fn apply(&self, raw: &mut RawConfig) -> BTreeSet<&'static str> {
         let mut set = BTreeSet::new();

@@ -39,9 +39,11 @@ pub fn duration(data: &[u8]) {
     }
 }
 
-/// Eviction thresholds through the parser the daemon uses: each
-/// `signal<value` statement of the input (or, without `<`, the whole input
-/// for a few signals) as an `evictionHard`, `evictionSoft` and `evictionMinimumReclaim`
+/// Eviction thresholds through the parsers the daemon uses: an input with
+/// `<` is read as `--eviction-hard` reads it and loaded as `qosd run`
+/// loads flags (the same thresholds as the file's, or an error in both);
+/// each `signal<value` statement of the input (or, without `<`, the whole
+/// input for a few signals) as an `evictionHard`, `evictionSoft` and `evictionMinimumReclaim`
 /// entry, parsed by [`qosd_config::ThresholdSetting::parse`] and through a
 /// whole config file, then turned into the eviction policy
 /// ([`qosd_config::Config::eviction`]). Never a panic; a value taken is a
@@ -55,9 +57,28 @@ pub fn threshold(data: &[u8]) {
     };
     let mut entries: BTreeMap<String, String> = BTreeMap::new();
     if s.contains('<') {
-        for (k, v) in s.split(',').filter_map(|stmt| stmt.split_once('<')) {
-            entries.insert(k.to_string(), v.to_string());
+        // As `--eviction-hard` reads it, then loaded as `qosd run` and
+        // `qosd config check` load it: the same as the file's entries.
+        let Ok(flag) = qosd_config::parse_langle_map(s) else {
+            return;
+        };
+        let overrides = qosd_config::Overrides {
+            eviction_hard: Some(flag.clone()),
+            ..Default::default()
+        };
+        let from_flag = Config::load_with(None, &overrides);
+        let body: Vec<String> = flag
+            .iter()
+            .map(|(k, v)| format!("{}: {}", json_string(k), json_string(v)))
+            .collect();
+        let from_file =
+            Config::from_yaml_str(&format!("{{\"evictionHard\": {{{}}}}}", body.join(", ")));
+        match (&from_flag, &from_file) {
+            (Ok(a), Ok(b)) => assert_eq!(a.eviction_hard, b.eviction_hard, "{s:?}"),
+            (Err(_), Err(_)) => {}
+            _ => panic!("{s:?}: flag {from_flag:?}, file {from_file:?}"),
         }
+        entries = flag;
     } else {
         for sig in ["memory.available", "nodefs.inodesFree", "pid.available"] {
             entries.insert(sig.to_string(), s.to_string());

@@ -228,21 +228,48 @@ fn readme_repeats_no_sentence_and_its_fixtures_exist() {
     );
 }
 
+/// The configuration reference has one row per declared setting
+/// (`qosd_config::settings::SETTINGS`), and no other row; a row shows the
+/// declared default.
 #[test]
 fn config_reference_has_one_entry_per_key() {
+    use qosd_config::settings::{Kind, SETTINGS};
     let doc = read("docs/operations.md");
     let start = doc.find("## Configuration reference").expect("the section");
     let section = &doc[start..];
     let section = &section[..section[3..].find("\n## ").map_or(section.len(), |i| i + 3)];
-    let mut keys: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut rows: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
     for line in section.lines().filter(|l| l.starts_with("| `")) {
         let key = line.split('`').nth(1).unwrap();
-        *keys.entry(key).or_insert(0) += 1;
+        rows.entry(key).or_default().push(line);
     }
-    assert!(keys.len() > 30, "{keys:?}");
-    let twice: Vec<_> = keys.iter().filter(|(_, n)| **n > 1).collect();
+    let twice: Vec<_> = rows.iter().filter(|(_, r)| r.len() > 1).collect();
     assert!(
         twice.is_empty(),
         "config keys listed more than once: {twice:?}"
     );
+    let declared: Vec<&str> = SETTINGS.iter().map(|s| s.key).collect();
+    let undeclared: Vec<_> = rows.keys().filter(|k| !declared.contains(k)).collect();
+    assert!(
+        undeclared.is_empty(),
+        "rows of undeclared settings: {undeclared:?}"
+    );
+    let missing: Vec<_> = declared.iter().filter(|k| !rows.contains_key(*k)).collect();
+    assert!(missing.is_empty(), "settings without a row: {missing:?}");
+    for s in SETTINGS {
+        if s.default.is_empty() || matches!(s.kind, Kind::Map | Kind::ThresholdMap) {
+            continue;
+        }
+        let row = rows[s.key][0];
+        let default = row.split(" | ").nth(2).unwrap_or_default();
+        let shown = match s.kind {
+            Kind::List => format!("`[{}]`", s.default.replace(',', ", ")),
+            _ => format!("`{}`", s.default),
+        };
+        assert!(
+            default.contains(&shown),
+            "{}: the default column {default:?} does not show {shown}",
+            s.key
+        );
+    }
 }

@@ -552,4 +552,56 @@ mod tests {
     fn malformed_map_flag_is_a_usage_error() {
         assert!(T::try_parse_from(["t", "--eviction-hard", "memory.available=1Gi"]).is_err());
     }
+
+    /// Every flag of a setting is one declared in `qosd_config::settings`
+    /// (the CPU manager's in their own groups), reads the declared
+    /// environment variable, and sets the declared key.
+    #[test]
+    fn flags_are_the_declared_ones() {
+        use clap::CommandFactory;
+        use qosd_config::settings::{sample, SETTINGS};
+        #[derive(Debug, Parser)]
+        struct All {
+            #[command(flatten)]
+            flags: ConfigFlags,
+            #[command(flatten)]
+            cpu: crate::cli::cpu::CpuManagerFlags,
+            #[command(flatten)]
+            state: crate::cli::cpu::CpuStateFlags,
+        }
+        let cmd = All::command();
+        let flags: std::collections::BTreeMap<&str, Option<String>> = cmd
+            .get_arguments()
+            .filter_map(|a| {
+                let env = a.get_env().map(|e| e.to_string_lossy().into_owned());
+                Some((a.get_long()?, env))
+            })
+            .filter(|(long, _)| !matches!(*long, "config" | "dry-run"))
+            .collect();
+        let declared: std::collections::BTreeMap<&str, Option<String>> = SETTINGS
+            .iter()
+            .filter_map(|s| Some((s.flag?, s.env.map(str::to_string))))
+            .collect();
+        assert_eq!(flags, declared);
+        let cpu_groups = T::command();
+        let mut checked = 0;
+        for s in SETTINGS {
+            let Some(flag) = s.flag else { continue };
+            if !cpu_groups
+                .get_arguments()
+                .any(|a| a.get_long() == Some(flag))
+            {
+                continue; // the CPU manager's flags apply over the config
+            }
+            let t = T::try_parse_from(["t", &format!("--{flag}"), sample(s.kind)])
+                .unwrap_or_else(|e| panic!("--{flag}: {e}"));
+            assert_eq!(
+                t.flags.overrides().keys(),
+                std::collections::BTreeSet::from([s.key]),
+                "--{flag}"
+            );
+            checked += 1;
+        }
+        assert!(checked > 40, "{checked} flags checked");
+    }
 }

@@ -13,7 +13,8 @@
 //!    lists and scalars replace, `null` removes) — so a drop-in's partial
 //!    `evictionHard` keeps the other (defaulted) thresholds;
 //! 3. of the result, the fields qosd has a field for are taken (see
-//!    [`KUBELET_FIELDS`]); every other field is reported as not modelled
+//!    [`crate::settings::kubelet_fields`], from the settings declared
+//!    with a kubelet field); every other field is reported as not modelled
 //!    by qosd ([`NOT_MODELLED`], [`OUTSIDE_SCOPE`], or unknown): a warning
 //!    in `qosd config check` / `config show` and the daemon's log. An empty string means "unset" as in the kubelet
 //!    (`containerRuntimeEndpoint: ""` → the default socket).
@@ -38,47 +39,6 @@ use qosd_model::policy::evict::threshold::{
 pub(crate) const API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
 /// The `kind` of a kubelet config file.
 pub(crate) const KIND: &str = "KubeletConfiguration";
-
-/// KubeletConfiguration fields qosd uses, each with the name of qosd's field
-/// it sets. `featureGates` contributes its `MemoryQoS` gate only.
-pub(crate) const KUBELET_FIELDS: &[(&str, &str)] = &[
-    ("evictionHard", "evictionHard"),
-    ("evictionSoft", "evictionSoft"),
-    ("evictionSoftGracePeriod", "evictionSoftGracePeriod"),
-    ("evictionMinimumReclaim", "evictionMinimumReclaim"),
-    ("evictionMaxPodGracePeriod", "evictionMaxPodGracePeriod"),
-    (
-        "evictionPressureTransitionPeriod",
-        "evictionPressureTransitionPeriod",
-    ),
-    (
-        "mergeDefaultEvictionSettings",
-        "mergeDefaultEvictionSettings",
-    ),
-    ("cgroupDriver", "cgroupDriver"),
-    ("cgroupRoot", "cgroupRoot"),
-    ("systemReserved", "systemReserved"),
-    ("kubeReserved", "kubeReserved"),
-    ("qosReserved", "qosReserved"),
-    ("cpuCFSQuota", "cpuCFSQuota"),
-    ("cpuCFSQuotaPeriod", "cpuCFSQuotaPeriod"),
-    ("memoryThrottlingFactor", "memoryThrottlingFactor"),
-    ("cpuManagerPolicy", "cpuManagerPolicy"),
-    ("cpuManagerPolicyOptions", "cpuManagerPolicyOptions"),
-    ("reservedSystemCPUs", "reservedSystemCPUs"),
-    ("memoryReservationPolicy", "memoryReservationPolicy"),
-    ("enforceNodeAllocatable", "enforceNodeAllocatable"),
-    ("systemReservedCgroup", "systemReservedCgroup"),
-    ("kubeReservedCgroup", "kubeReservedCgroup"),
-    ("containerRuntimeEndpoint", "runtimeEndpoint"),
-    ("podPidsLimit", "podPidsLimit"),
-    ("imageGCHighThresholdPercent", "imageGCHighThresholdPercent"),
-    ("imageGCLowThresholdPercent", "imageGCLowThresholdPercent"),
-    ("imageMinimumGCAge", "imageMinimumGCAge"),
-    ("imageMaximumGCAge", "imageMaximumGCAge"),
-    ("podLogsDir", "podLogsDir"),
-    ("featureGates", "memoryQoS"),
-];
 
 /// KubeletConfiguration fields that change what the kubelet enforces but
 /// qosd does not model, each with what the kubelet does with it. Set in a
@@ -302,15 +262,10 @@ impl NotModelled {
 }
 
 /// Names in qosd's own file that are kubelet fields (refused there when a
-/// kubelet config is given), with the kubelet field each stands for.
+/// kubelet config is given), with the kubelet field each stands for
+/// (`featureGates.MemoryQoS` for `memoryQoS`).
 pub(crate) fn qosd_name_to_kubelet(name: &str) -> Option<&'static str> {
-    if name == "containerRuntimeEndpoint" {
-        return Some("containerRuntimeEndpoint");
-    }
-    KUBELET_FIELDS
-        .iter()
-        .find(|(_, q)| *q == name)
-        .map(|(k, _)| *k)
+    crate::settings::by_key(name)?.kubelet
 }
 
 /// A loaded kubelet configuration: the raw values of qosd's kubelet fields
@@ -605,10 +560,9 @@ impl KubeletConfig {
         if key == "failCgroupV1" {
             self.fail_cgroup_v1 = value.as_bool();
         }
-        let Some(qosd) = KUBELET_FIELDS
+        let Some(setting) = crate::settings::SETTINGS
             .iter()
-            .find(|(kf, _)| *kf == key)
-            .map(|(_, q)| *q)
+            .find(|s| s.kubelet_top_field() == Some(key))
         else {
             self.ignored.push(key.to_string());
             // cgroupsPerQOS: true is what qosd does; false is warned
@@ -634,24 +588,21 @@ impl KubeletConfig {
                 note: "the kubelet deletes images unused for longer than this; qosd deletes images only under disk pressure (validated, not applied)".to_string(),
             });
         }
-        let value = if qosd == "memoryQoS" {
-            match value.get("MemoryQoS") {
+        let (qosd, origin_key) = (setting.key, setting.kubelet.unwrap_or(key));
+        // A declared `field.sub` (`featureGates.MemoryQoS`) is one key of
+        // the map field.
+        let value = match origin_key.split_once('.') {
+            Some((_, sub)) => match value.get(sub) {
                 Some(v) => v.clone(),
                 None => return,
-            }
-        } else {
-            value.clone()
+            },
+            None => value.clone(),
         };
         // An empty string is "unset" in the kubelet: qosd's default
         // (which is the kubelet's) applies.
         if value.is_null() || value.as_str() == Some("") {
             return;
         }
-        let origin_key = if qosd == "memoryQoS" {
-            "featureGates.MemoryQoS"
-        } else {
-            key
-        };
         self.origin.insert(qosd, set_by.file_of(origin_key));
         self.fields.insert(qosd, value);
     }
@@ -707,8 +658,7 @@ impl KubeletConfig {
         serde_json::from_value::<RawConfig>(Value::Object(obj)).map_err(|e| {
             // Name the file of the offending field when serde names one.
             let msg = e.to_string();
-            let path = KUBELET_FIELDS
-                .iter()
+            let path = crate::settings::kubelet_fields()
                 .find(|(kf, q)| msg.contains(kf) || msg.contains(q))
                 .and_then(|(_, q)| self.origin.get(q).cloned().flatten())
                 .unwrap_or_else(|| self.display_path());
@@ -717,46 +667,25 @@ impl KubeletConfig {
     }
 }
 
-/// Copy the kubelet's fields into `raw` (qosd's own file must not set any:
-/// checked by [`check_conflicts`] first).
+/// Copy the kubelet's fields (the settings declared with a kubelet field)
+/// into `raw` (qosd's own file must not set any: checked by
+/// [`check_conflicts`] first).
 pub(crate) fn fill(raw: &mut RawConfig, kubelet: RawConfig) {
-    macro_rules! take {
-        ($($f:ident),* $(,)?) => {
-            $( if kubelet.$f.is_some() { raw.$f = kubelet.$f; } )*
-        };
+    let object = |r: &RawConfig| match serde_json::to_value(r) {
+        Ok(Value::Object(m)) => m,
+        _ => unreachable!("a raw config serialises to an object"),
+    };
+    let (mut base, mut from) = (object(raw), object(&kubelet));
+    for (_, key) in crate::settings::kubelet_fields() {
+        match from.remove(key) {
+            Some(v) if !v.is_null() => {
+                base.insert(key.to_string(), v);
+            }
+            _ => {}
+        }
     }
-    take!(
-        eviction_hard,
-        eviction_soft,
-        eviction_soft_grace_period,
-        eviction_minimum_reclaim,
-        eviction_max_pod_grace_period,
-        eviction_pressure_transition_period,
-        merge_default_eviction_settings,
-        cgroup_driver,
-        cgroup_root,
-        system_reserved,
-        kube_reserved,
-        qos_reserved,
-        cpu_cfs_quota,
-        cpu_cfs_quota_period,
-        memory_throttling_factor,
-        cpu_manager_policy,
-        cpu_manager_policy_options,
-        reserved_system_cpus,
-        memory_reservation_policy,
-        enforce_node_allocatable,
-        system_reserved_cgroup,
-        kube_reserved_cgroup,
-        runtime_endpoint,
-        pod_pids_limit,
-        image_gc_high_threshold_percent,
-        image_gc_low_threshold_percent,
-        image_minimum_gc_age,
-        image_maximum_gc_age,
-        pod_logs_dir,
-        memory_qos,
-    );
+    *raw = serde_json::from_value(Value::Object(base))
+        .expect("a raw config reads back what it serialised");
 }
 
 /// Top-level field names of qosd's own YAML file (for conflict checks).
@@ -776,19 +705,13 @@ pub(crate) fn check_conflicts(
 ) -> Result<(), ConfigError> {
     let mut problems = Vec::new();
     for key in qosd_keys {
-        let Some(kf) = qosd_name_to_kubelet(key) else {
+        let Some(setting) = crate::settings::by_key(key) else {
             continue;
         };
-        let qosd_name = KUBELET_FIELDS
-            .iter()
-            .find(|(k, _)| *k == kf)
-            .map(|(_, q)| *q)
-            .unwrap_or(kf);
-        let kubelet_name = if kf == "featureGates" {
-            "featureGates.MemoryQoS"
-        } else {
-            kf
+        let Some(kubelet_name) = setting.kubelet else {
+            continue;
         };
+        let qosd_name = setting.key;
         let set_in = match kubelet.origin.get(qosd_name) {
             Some(Some(p)) => format!("is set in the kubelet config {}", p.display()),
             _ => format!(
@@ -825,12 +748,7 @@ pub(crate) fn annotate(errors: &mut [super::InvalidValue], kubelet: &KubeletConf
             .unwrap_or_default()
             .to_string();
         if kubelet.fields.contains_key(name.as_str()) {
-            let kname = qosd_name_to_kubelet(&name).unwrap_or_default();
-            let shown = if kname == "featureGates" {
-                "featureGates.MemoryQoS"
-            } else {
-                kname
-            };
+            let shown = qosd_name_to_kubelet(&name).unwrap_or_default();
             e.field = format!(
                 "{}{} (from {})",
                 shown,
@@ -991,7 +909,7 @@ mod tests {
     #[test]
     fn field_lists_are_disjoint() {
         let mut seen = std::collections::BTreeSet::new();
-        let taken = KUBELET_FIELDS.iter().map(|(k, _)| *k);
+        let taken = crate::settings::kubelet_fields().map(|(k, _)| k);
         let listed = NOT_MODELLED.iter().map(|(k, _)| *k);
         for f in taken.chain(listed).chain(OUTSIDE_SCOPE.iter().copied()) {
             assert!(seen.insert(f), "{f} listed twice");

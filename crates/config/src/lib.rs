@@ -18,6 +18,12 @@
 //! [`Config::eviction`] turns them into the eviction policy's
 //! [`EvictionConfig`] without parsing again.
 //!
+//! Each setting is declared once, in [`settings::SETTINGS`] (key, flag,
+//! kubelet field, default, description); the kubelet mapping, the keys
+//! the command-line overrides set and the known-field suggestions derive
+//! from it, and tests hold the parser, the flags, the defaults and the
+//! configuration reference to it.
+//!
 //! Nothing here touches the system besides reading the config file.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -36,6 +42,7 @@ pub use qosd_model::policy::evict::threshold::{EvictionConfig, Signal, Threshold
 pub mod kubelet;
 pub use kubelet::{NotModelled, NotModelledKind};
 mod raw;
+pub mod settings;
 mod validate;
 pub use raw::Overrides;
 pub use raw::{parse_eq_map, parse_langle_map};

@@ -5,13 +5,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use serde::de::{self, Deserializer, Visitor};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::*;
 
 /// A scalar read as text: YAML `1`, `1.5`, `true` and `"1"` all become text,
 /// so `systemReserved: {cpu: 1}` works like `{cpu: "1"}`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
 pub(crate) struct Scalar(pub(crate) String);
 
 impl<'de> Deserialize<'de> for Scalar {
@@ -45,8 +46,10 @@ impl<'de> Deserialize<'de> for Scalar {
 pub(crate) type RawMap = BTreeMap<String, Scalar>;
 
 /// The config file as written: every field optional, values as text.
-/// Unknown fields are errors.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+/// Unknown fields are errors. Every field is a setting declared in
+/// [`crate::settings::SETTINGS`] (checked by a test); serialised (unset
+/// fields as `null`) only to be merged key by key.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(crate) struct RawConfig {
     pub(crate) eviction_hard: Option<RawMap>,
@@ -190,7 +193,7 @@ pub(crate) fn redact_unknown_field(message: String) -> String {
 }
 
 /// Append "did you mean `x`?" to an unknown-field message when a known
-/// field is a few edits away.
+/// field ([`crate::settings::known_keys`]) is a few edits away.
 fn with_suggestion(message: String) -> String {
     let Some(rest) = message.split("unknown field `").nth(1) else {
         return message;
@@ -198,17 +201,15 @@ fn with_suggestion(message: String) -> String {
     let Some(unknown) = rest.split('`').next() else {
         return message;
     };
-    let Some(list) = message.split("expected one of ").nth(1) else {
+    if !message.contains("expected one of ") {
         return message;
-    };
+    }
     // Only a field within 3 edits is suggested, and the edit distance is
     // at least the difference in length: other fields are skipped, so a
     // long unknown name costs one pass, not one distance per field.
     let unknown_lower = unknown.to_ascii_lowercase();
     let unknown_chars = unknown_lower.chars().count();
-    let best = list
-        .split(", ")
-        .map(|f| f.trim().trim_matches('`'))
+    let best = crate::settings::known_keys()
         .filter(|f| f.chars().count().abs_diff(unknown_chars) <= 3)
         .map(|f| (edit_distance(&unknown_lower, &f.to_ascii_lowercase()), f))
         .min();
@@ -303,53 +304,89 @@ fn to_raw_map(m: &BTreeMap<String, String>) -> RawMap {
 }
 
 impl Overrides {
+    /// The config keys these overrides set.
+    pub fn keys(&self) -> BTreeSet<&'static str> {
+        self.apply(&mut RawConfig::default())
+    }
+
     /// Write the set overrides into `raw`; return the names of the fields set.
     pub(crate) fn apply(&self, raw: &mut RawConfig) -> BTreeSet<&'static str> {
         let mut set = BTreeSet::new();
+        // The key each field stands for comes from its declaration in
+        // `settings::SETTINGS` (resolved at compile time: an undeclared
+        // field does not build).
         macro_rules! map {
-            ($f:ident, $name:literal) => {
+            ($($f:ident),* $(,)?) => {$(
                 if let Some(m) = &self.$f {
                     raw.$f = Some(to_raw_map(m));
-                    set.insert($name);
+                    set.insert(const { crate::settings::key_of_field(stringify!($f)) });
                 }
-            };
+            )*};
         }
         macro_rules! text {
-            ($f:ident, $name:literal) => {
+            ($($f:ident),* $(,)?) => {$(
                 if let Some(v) = &self.$f {
                     raw.$f = Some(Scalar(v.to_string()));
-                    set.insert($name);
+                    set.insert(const { crate::settings::key_of_field(stringify!($f)) });
                 }
-            };
+            )*};
         }
-        map!(eviction_hard, "evictionHard");
-        map!(eviction_soft, "evictionSoft");
-        map!(eviction_soft_grace_period, "evictionSoftGracePeriod");
-        map!(eviction_minimum_reclaim, "evictionMinimumReclaim");
-        text!(eviction_max_pod_grace_period, "evictionMaxPodGracePeriod");
-        text!(
-            eviction_pressure_transition_period,
-            "evictionPressureTransitionPeriod"
-        );
-        text!(
-            merge_default_eviction_settings,
-            "mergeDefaultEvictionSettings"
-        );
-        map!(eviction_pressure_hard, "evictionPressureHard");
-        map!(eviction_pressure_soft, "evictionPressureSoft");
         map!(
+            eviction_hard,
+            eviction_soft,
+            eviction_soft_grace_period,
+            eviction_minimum_reclaim,
+            eviction_pressure_hard,
+            eviction_pressure_soft,
             eviction_pressure_soft_grace_period,
-            "evictionPressureSoftGracePeriod"
+            system_reserved,
+            kube_reserved,
+            qos_reserved,
         );
-        text!(cgroup_driver, "cgroupDriver");
-        text!(cgroup_root, "cgroupRoot");
-        map!(system_reserved, "systemReserved");
-        map!(kube_reserved, "kubeReserved");
-        map!(qos_reserved, "qosReserved");
-        text!(cpu_cfs_quota, "cpuCFSQuota");
-        text!(cpu_cfs_quota_period, "cpuCFSQuotaPeriod");
-        text!(memory_throttling_factor, "memoryThrottlingFactor");
-        text!(memory_reservation_policy, "memoryReservationPolicy");
+        text!(
+            eviction_max_pod_grace_period,
+            eviction_pressure_transition_period,
+            merge_default_eviction_settings,
+            cgroup_driver,
+            cgroup_root,
+            cpu_cfs_quota,
+            cpu_cfs_quota_period,
+            memory_throttling_factor,
+            memory_reservation_policy,
+            system_reserved_cgroup,
+            kube_reserved_cgroup,
+            kubelet_version,
+            cgroupfs,
+            cgroup_version,
+            runtime_endpoint,
+            mode,
+            reconcile_interval,
+            relist_interval,
+            metrics_address,
+            root_dir,
+            pod_logs_dir,
+            imagefs_path,
+            memory_available_source,
+            cpu_weight_formula,
+            memory_qos,
+            node_cpu,
+            node_memory,
+            log_format,
+            eviction_backend,
+            pod_pids_limit,
+            hugepage_sizes,
+            log_level,
+            eviction_hook,
+            eviction_hook_timeout,
+            kubeconfig,
+            node_name,
+            api_eviction_timeout,
+            runtime_unhealthy_after,
+            state_dir,
+            cgroup_enforcement,
+            kubelet_config,
+            kubelet_config_dir,
+        );
         if let Some(v) = &self.enforce_node_allocatable {
             raw.enforce_node_allocatable = Some(
                 v.split(',')
@@ -358,41 +395,8 @@ impl Overrides {
                     .map(|k| Scalar(k.to_string()))
                     .collect(),
             );
-            set.insert("enforceNodeAllocatable");
+            set.insert(const { crate::settings::key_of_field("enforce_node_allocatable") });
         }
-        text!(system_reserved_cgroup, "systemReservedCgroup");
-        text!(kube_reserved_cgroup, "kubeReservedCgroup");
-        text!(kubelet_version, "kubeletVersion");
-        text!(cgroupfs, "cgroupfs");
-        text!(cgroup_version, "cgroupVersion");
-        text!(runtime_endpoint, "runtimeEndpoint");
-        text!(mode, "mode");
-        text!(reconcile_interval, "reconcileInterval");
-        text!(relist_interval, "relistInterval");
-        text!(metrics_address, "metricsAddress");
-        text!(root_dir, "rootDir");
-        text!(pod_logs_dir, "podLogsDir");
-        text!(imagefs_path, "imagefsPath");
-        text!(memory_available_source, "memoryAvailableSource");
-        text!(cpu_weight_formula, "cpuWeightFormula");
-        text!(memory_qos, "memoryQoS");
-        text!(node_cpu, "nodeCPU");
-        text!(node_memory, "nodeMemory");
-        text!(log_format, "logFormat");
-        text!(eviction_backend, "evictionBackend");
-        text!(pod_pids_limit, "podPidsLimit");
-        text!(hugepage_sizes, "hugepageSizes");
-        text!(log_level, "logLevel");
-        text!(eviction_hook, "evictionHook");
-        text!(eviction_hook_timeout, "evictionHookTimeout");
-        text!(kubeconfig, "kubeconfig");
-        text!(node_name, "nodeName");
-        text!(api_eviction_timeout, "apiEvictionTimeout");
-        text!(runtime_unhealthy_after, "runtimeUnhealthyAfter");
-        text!(state_dir, "stateDir");
-        text!(cgroup_enforcement, "cgroupEnforcement");
-        text!(kubelet_config, "kubeletConfig");
-        text!(kubelet_config_dir, "kubeletConfigDir");
         set
     }
 }

@@ -25,6 +25,13 @@ struct Checker<'a> {
 
 impl Checker<'_> {
     fn name(&self, field: &'static str, key: Option<&str>) -> String {
+        // A field is a declared setting (or a sum of them: `systemReserved + kubeReserved`).
+        debug_assert!(
+            field
+                .split(" + ")
+                .all(|f| crate::settings::by_key(f).is_some()),
+            "{field} is not a declared setting"
+        );
         let mut n = field.to_string();
         if let Some(k) = key {
             n.push_str(&format!("[{k:?}]"));

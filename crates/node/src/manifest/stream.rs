@@ -62,6 +62,10 @@ pub(super) fn read(
         doc(d);
         return Ok(());
     }
+    if let Some(d) = yaml_list_by_item(text, r) {
+        doc(d);
+        return Ok(());
+    }
     for de in yaml_serde::Deserializer::from_str(text) {
         doc(r.deserialize(de).map_err(|e| classify(e, "YAML"))?);
     }
@@ -188,4 +192,103 @@ impl<'de> Visitor<'de> for Items<'_> {
         }
         Ok(out)
     }
+}
+
+/// A YAML `List` as `kubectl get -o yaml` prints it (one document, the
+/// top-level keys at column 0, `items:` then one `- ` entry per item at
+/// column 0), read one item's text at a time: the YAML parser keeps every
+/// event of the document it reads, which for a whole list is ten times
+/// the text. `None` (read the document as a whole) for any other layout
+/// and for anything that does not read cleanly this way: an error, a
+/// reference to an anchor of another item; the whole reading then gives
+/// the result and the exact error.
+fn yaml_list_by_item(text: &str, r: Reader) -> Option<Doc> {
+    let (rest, items) = split_items(text)?;
+    let Ok(Doc::Whole(Value::Object(obj))) =
+        r.deserialize(yaml_serde::Deserializer::from_str(&rest))
+    else {
+        return None;
+    };
+    if obj.contains_key("items") {
+        return None;
+    }
+    let mut out = Vec::with_capacity(items.len());
+    for (i, chunk) in items.iter().enumerate() {
+        let Ok(yaml_serde::Value::Sequence(mut seq)) = yaml_serde::from_str(chunk) else {
+            return None;
+        };
+        if seq.len() != 1 {
+            return None;
+        }
+        let v = super::yaml_to_json(seq.pop()?).ok()?;
+        let item = (r.item)(&v, i);
+        if item.is_error() {
+            return None;
+        }
+        out.push(item);
+    }
+    Some(Doc::Streamed { obj, items: out })
+}
+
+/// Cut a one-document YAML mapping with `items:` at column 0 followed by
+/// `- ` entries at column 0 into the text without the items and each
+/// item's text. `None` when the layout is any other.
+fn split_items(text: &str) -> Option<(String, Vec<&str>)> {
+    let col0 = |l: &str| !l.is_empty() && !l.starts_with([' ', '\t', '#']);
+    let mut rest = String::new();
+    let mut items: Vec<&str> = Vec::new();
+    let mut in_items = false;
+    let mut seen_items = false;
+    let mut start: Option<usize> = None;
+    let mut off = 0;
+    for line in text.split_inclusive('\n') {
+        let l = line.trim_end_matches(['\n', '\r']);
+        let at = off;
+        off += line.len();
+        if l.starts_with("---") || l.starts_with("...") || l.starts_with('%') {
+            return None;
+        }
+        let entry = l == "-" || l.starts_with("- ");
+        if in_items && col0(l) && !entry {
+            in_items = false;
+            if let Some(s) = start.take() {
+                items.push(&text[s..at]);
+            }
+        }
+        if in_items {
+            if entry {
+                if let Some(s) = start.replace(at) {
+                    items.push(&text[s..at]);
+                }
+            } else if start.is_none() && col0_content(l) {
+                return None;
+            }
+            continue;
+        }
+        if l == "items:" {
+            if seen_items {
+                return None;
+            }
+            seen_items = true;
+            in_items = true;
+            continue;
+        }
+        if l.starts_with('-') && col0(l) {
+            return None;
+        }
+        rest.push_str(line);
+        if !line.ends_with('\n') {
+            rest.push('\n');
+        }
+    }
+    if let Some(s) = start {
+        items.push(&text[s..]);
+    }
+    (seen_items && !items.is_empty()).then_some((rest, items))
+}
+
+/// A line with content (not blank, not only a comment).
+fn col0_content(l: &str) -> bool {
+    let t = l.trim_start();
+    !t.is_empty() && !t.starts_with('#')
 }

@@ -178,14 +178,18 @@ impl Counted {
 /// this process at the time of the spawn (the child starts in this
 /// process's address space), so the tests here keep theirs small: no
 /// file or output is held in memory whole.
+// The child is reaped by `wait4`, which std does not know of.
+#[allow(clippy::zombie_processes)]
 fn plan_peak_rss(file: &Path, out: &Path) -> (usize, u64) {
     let stdout = std::fs::File::create(out).unwrap();
+    let err_path = out.with_extension("stderr");
+    let stderr = std::fs::File::create(&err_path).unwrap();
     let child = Command::new(env!("CARGO_BIN_EXE_qosd"))
         .args(["plan", "--pods", file.to_str().unwrap(), "-o", "json"])
         .args(NODE)
         .stdin(Stdio::null())
         .stdout(stdout)
-        .stderr(Stdio::piped())
+        .stderr(stderr)
         .spawn()
         .unwrap();
     let pid = child.id() as libc::pid_t;
@@ -201,8 +205,7 @@ fn plan_peak_rss(file: &Path, out: &Path) -> (usize, u64) {
     } else {
         -1
     };
-    let mut err = String::new();
-    std::io::Read::read_to_string(&mut child.stderr.unwrap(), &mut err).unwrap();
+    let err = std::fs::read_to_string(&err_path).unwrap();
     assert_eq!(code, 0, "qosd plan {}: {err}", file.display());
     // One `uid_derived` per planned pod (a field only pods have).
     let reader = std::io::BufReader::new(std::fs::File::open(out).unwrap());

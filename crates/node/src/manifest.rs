@@ -1258,4 +1258,55 @@ spec:
             "EXAMPLES must list every fixture"
         );
     }
+
+    /// Reading item by item gives what reading whole trees gives: the
+    /// same pods, the same errors, word for word.
+    #[test]
+    fn streaming_matches_whole_trees() {
+        let pod = |name: &str, extra: &str| {
+            format!(
+                "- apiVersion: v1\n  kind: Pod\n  metadata:\n    name: {name}\n    uid: u-{name}\n  spec:\n    containers:\n    - name: c\n      resources:\n        limits: {{cpu: \"1\", memory: 1Gi}}\n{extra}"
+            )
+        };
+        let list =
+            |items: &str| format!("apiVersion: v1\nitems:\n{items}kind: List\nmetadata: {{}}\n");
+        let texts: Vec<(String, &str, bool)> = vec![
+            // Typical: read item by item (no whole-tree reading).
+            (list(&(pod("a", "") + &pod("b", ""))), "l.yaml", true),
+            (list(&(pod("a", "# a comment\n") + "\n" + &pod("b", ""))), "l.yaml", true),
+            (list(&pod("a", "    priority: x\n")), "l.yaml", true),
+            (list("- apiVersion: v1\n  kind: Service\n  metadata: {name: s}\n"), "l.yaml", true),
+            (list("- apiVersion: v1\n  metadata: {name: s}\n"), "l.yaml", true),
+            (r#"{"items": [{"metadata": {"name": "a"}, "spec": {"containers": [{"name": "c"}]}}], "kind": "PodList"}"#.into(), "l.json", true),
+            (r#"{"items": [{"metadata": {"name": "a"}, "spec": {"containers": [{"name": "c"}]}}], "kind": "List"}"#.into(), "l.json", true),
+            (r#"{"items": [{"kind": "Pod", "metadata": {"name": "a"}, "spec": {"containers": [{"name": "c", "resources": {"limits": {"cpu": "1.2.3"}}}]}}], "kind": "List"}"#.into(), "l.json", true),
+            (r#"{"items": [{"kind": "Pod"}], "kind": "Service"}"#.into(), "l.json", true),
+            (r#"{"items": [], "kind": 3}"#.into(), "l.json", true),
+            (r#"{"items": [1, {"kind": "Pod"}], "kind": "List"}"#.into(), "l.json", true),
+            (r#"{"items": [{"kind": "Pod"}], "kind": "List"} x"#.into(), "l.json", true),
+            (r#"{"items": [{"kind": "Pod",}], "kind": "List"}"#.into(), "l.json", true),
+            ("kind: Pod\nmetadata: {name: a}\nspec: {containers: [{name: c}]}\n---\nkind: Pod\nmetadata: {name: b}\nspec: {containers: [{name: c, resources: {limits: {cpu: bad}}}]}\n---\n".into(), "d.yaml", true),
+            ("kind: Pod\nmetadata: {name: b}\nspec: {containers: [{name: c, resources: {limits: {cpu: bad}}}]}\n---\nkind: [\n".into(), "d.yaml", true),
+            // Unusual: read as whole trees.
+            (r#"{"items": [], "items": [{"kind": "Pod"}], "kind": "List"}"#.into(), "l.json", false),
+            (r#"{"items": null, "kind": "List"}"#.into(), "l.json", false),
+            (r#"{"items": {"a": 1}, "kind": "List"}"#.into(), "l.json", false),
+            (r#"[{"kind": "Pod"}]"#.into(), "l.json", false),
+            ("kind: List\nkind: List\nitems: []\n".into(), "l.yaml", false),
+            ("1: x\nkind: List\nitems: []\n".into(), "l.yaml", false),
+            ("!foo\nkind: List\nitems: []\n".into(), "l.yaml", false),
+            ("kind: List\nitems: !bar []\n".into(), "l.yaml", false),
+            ("kind: List\nitems:\n- kind: Pod\n  metadata: {name: a, ~: 1}\n  spec: {containers: [{name: c}]}\n".into(), "l.yaml", false),
+            // Anchors across items: whole document.
+            (list(&(pod("a", "  x: &r {cpu: \"1\"}\n") + "- kind: Pod\n  metadata: {name: b}\n  spec: {containers: [{name: c, resources: {limits: *r}}]}\n")), "l.yaml", true),
+            (list("- kind: Pod\n  metadata: {name: \"a\n- b\"}\n  spec: {containers: [{name: c}]}\n"), "l.yaml", true),
+        ];
+        for (text, source, streamed) in &texts {
+            let whole = parse_whole(text, source, KubeletVersion::NEWEST);
+            let got = parse_str(text, source);
+            assert_eq!(format!("{got:?}"), format!("{whole:?}"), "{text}");
+            let s = parse_streaming(text, source, KubeletVersion::NEWEST);
+            assert_eq!(!matches!(s, Streamed::Whole), *streamed, "{text}");
+        }
+    }
 }

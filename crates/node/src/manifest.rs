@@ -1,7 +1,9 @@
 //! Pod manifests (YAML/JSON, Pod / List / multi-document, directories) → [`Pod`]s.
 //!
-//! Documents are parsed into a generic tree and walked by hand so every
-//! error names the file and the field path
+//! Documents are parsed into a generic tree, one document and one list
+//! item at a time (a list of thousands of pods is never one tree: memory
+//! stays a small multiple of the file, see `stream`), and walked by hand
+//! so every error names the file and the field path
 //! (`spec.containers[0].resources.limits.cpu: invalid quantity "1.2.3": ...`).
 //! Like the API server: unknown fields are ignored, wrong types are errors,
 //! a missing request is defaulted to the limit, negative quantities and
@@ -1172,6 +1174,27 @@ spec:
         fn never_panics(s in "\\PC{0,64}") {
             let _ = parse_str(&s, "fuzz.yaml");
             let _ = parse_str(&s, "fuzz.json");
+        }
+
+        /// Lists made of pieces that stress the item-by-item reading
+        /// (kind after items, entries at column 0, anchors, comments):
+        /// the same result as whole trees.
+        #[test]
+        fn streaming_matches_whole_trees_on_noise(
+            parts in proptest::collection::vec(proptest::sample::select(vec![
+                "- kind: Pod\n", "  metadata: {name: a}\n", "  metadata:\n    name: b\n",
+                "  spec: {containers: [{name: c}]}\n", "- &x {kind: Pod}\n", "- *x\n",
+                "kind: List\n", "kind: PodList\n", "items:\n", "# note\n", "\n", "---\n",
+                "- \"q\n", "x\"\n", "  uid: u1\n", "- kind: Service\n", "-\n", "  - 1\n",
+                "{\"items\": [", "{\"kind\": \"Pod\"}", ", ", "], \"kind\": \"List\"}",
+            ]), 0..12),
+        ) {
+            let text = parts.concat();
+            for source in ["n.yaml", "n.json"] {
+                let whole = parse_whole(&text, source, KubeletVersion::NEWEST);
+                let got = parse_str(&text, source);
+                proptest::prop_assert_eq!(format!("{:?}", got), format!("{:?}", whole), "{}", text);
+            }
         }
 
         #[test]

@@ -240,6 +240,7 @@ fn split_items(text: &str) -> Option<(String, Vec<&str>)> {
     let mut in_items = false;
     let mut seen_items = false;
     let mut start: Option<usize> = None;
+    let mut started = false;
     let mut off = 0;
     for line in text.split_inclusive('\n') {
         let l = line.trim_end_matches(['\n', '\r']);
@@ -247,6 +248,13 @@ fn split_items(text: &str) -> Option<(String, Vec<&str>)> {
         off += line.len();
         if l.starts_with("---") || l.starts_with("...") || l.starts_with('%') {
             return None;
+        }
+        // The top-level mapping starts at column 0.
+        if !started && col0_content(l) {
+            if !col0(l) {
+                return None;
+            }
+            started = true;
         }
         let entry = l == "-" || l.starts_with("- ");
         if in_items && col0(l) && !entry {
@@ -273,7 +281,7 @@ fn split_items(text: &str) -> Option<(String, Vec<&str>)> {
             in_items = true;
             continue;
         }
-        if l.starts_with('-') && col0(l) {
+        if col0(l) && !simple_key(l) {
             return None;
         }
         rest.push_str(line);
@@ -287,8 +295,53 @@ fn split_items(text: &str) -> Option<(String, Vec<&str>)> {
     (seen_items && !items.is_empty()).then_some((rest, items))
 }
 
+/// A line that starts a plain `key:` entry (`apiVersion: v1`, `metadata:`).
+fn simple_key(l: &str) -> bool {
+    let key_len = l
+        .bytes()
+        .take_while(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+        .count();
+    key_len > 0
+        && !l.starts_with('-')
+        && l[key_len..].starts_with(':')
+        && matches!(l.as_bytes().get(key_len + 1), None | Some(b' '))
+}
+
 /// A line with content (not blank, not only a comment).
 fn col0_content(l: &str) -> bool {
     let t = l.trim_start();
     !t.is_empty() && !t.starts_with('#')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kubectl_lists_are_cut_by_item_and_other_layouts_are_not() {
+        let list = "apiVersion: v1\nitems:\n- kind: Pod\n  metadata: {name: a}\n# c\n- kind: Pod\n  metadata:\n    name: b\nkind: List\nmetadata:\n  resourceVersion: \"\"\n";
+        let (rest, items) = split_items(list).unwrap();
+        assert_eq!(
+            rest,
+            "apiVersion: v1\nkind: List\nmetadata:\n  resourceVersion: \"\"\n"
+        );
+        assert_eq!(
+            items,
+            [
+                "- kind: Pod\n  metadata: {name: a}\n# c\n",
+                "- kind: Pod\n  metadata:\n    name: b\n"
+            ]
+        );
+        for other in [
+            "kind: List\nitems:\n  - kind: Pod\n",
+            "kind: List\nitems: []\n",
+            "---\nkind: List\nitems:\n- kind: Pod\n",
+            "  kind: List\nitems:\n- kind: Pod\n",
+            "kind: List\nitems:\n- kind: Pod\nitems:\n- kind: Pod\n",
+            "{kind: List}\nitems:\n- kind: Pod\n",
+            "kind: List\n",
+        ] {
+            assert!(split_items(other).is_none(), "{other}");
+        }
+    }
 }

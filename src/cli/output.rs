@@ -14,16 +14,28 @@ pub(crate) use crate::telemetry::text::text_safe;
 /// Text output as written: every control character but the newlines and
 /// tabs of the layout escaped (see [`text_safe`]), so no escape sequence
 /// reaches the terminal whatever a renderer forgot.
+#[cfg(test)]
 pub(crate) fn text_output(s: &str) -> String {
-    s.split('\n')
-        .map(|line| {
-            line.split('\t')
-                .map(|p| text_safe(p).into_owned())
-                .collect::<Vec<_>>()
-                .join("\t")
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
+    let mut out = Vec::with_capacity(s.len());
+    write_text_output(&mut out, s).expect("writing to memory");
+    String::from_utf8(out).expect("escaped text is UTF-8")
+}
+
+/// [`text_output`] written to `out` piece by piece (no second copy of a
+/// large output).
+fn write_text_output(out: &mut impl std::io::Write, s: &str) -> std::io::Result<()> {
+    for (i, line) in s.split('\n').enumerate() {
+        if i > 0 {
+            out.write_all(b"\n")?;
+        }
+        for (j, part) in line.split('\t').enumerate() {
+            if j > 0 {
+                out.write_all(b"\t")?;
+            }
+            out.write_all(text_safe(part).as_bytes())?;
+        }
+    }
+    Ok(())
 }
 
 /// Write a command's output to stdout: the one way every command prints.
@@ -32,12 +44,13 @@ pub(crate) fn text_output(s: &str) -> String {
 pub(crate) fn write_stdout(bytes: impl AsRef<[u8]>) -> anyhow::Result<()> {
     use std::io::Write;
     let bytes = bytes.as_ref();
-    let safe = std::str::from_utf8(bytes).map(text_output);
-    let bytes = safe.as_ref().map_or(bytes, |s| s.as_bytes());
-    let mut out = std::io::stdout().lock();
-    out.write_all(bytes)
-        .and_then(|()| out.flush())
-        .map_err(|e| StdoutError(e).into())
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    match std::str::from_utf8(bytes) {
+        Ok(text) => write_text_output(&mut out, text),
+        Err(_) => out.write_all(bytes),
+    }
+    .and_then(|()| out.flush())
+    .map_err(|e| StdoutError(e).into())
 }
 
 /// `-o/--output`.
@@ -66,10 +79,29 @@ impl Output {
 }
 
 /// Pretty JSON with a final newline.
+/// Measured first, then written into a buffer of exactly that size: a
+/// plan for thousands of pods is megabytes, and a growing buffer would
+/// hold up to twice that.
 pub(crate) fn json<T: Serialize>(doc: &T) -> anyhow::Result<String> {
-    let mut s = serde_json::to_string_pretty(doc)?;
-    s.push('\n');
-    Ok(s)
+    let mut len = Counter(0);
+    serde_json::to_writer_pretty(&mut len, doc)?;
+    let mut out = Vec::with_capacity(len.0 + 1);
+    serde_json::to_writer_pretty(&mut out, doc)?;
+    out.push(b'\n');
+    Ok(String::from_utf8(out)?)
+}
+
+/// A writer that only counts bytes.
+struct Counter(usize);
+
+impl std::io::Write for Counter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len();
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Columns padded to their widest cell, two spaces apart; the last column

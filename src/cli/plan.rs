@@ -256,10 +256,10 @@ fn cpu_plan(
     let settings = args
         .cpu
         .settings(base, crate::cli::cpu::reserved_millis(cfg)?, &args.sysfs)?;
-    let with_arrival: Vec<(Pod, i64)> = pods
+    let with_arrival: Vec<(&Pod, i64)> = pods
         .iter()
         .enumerate()
-        .map(|(i, p)| (p.clone(), i as i64))
+        .map(|(i, p)| (p, i as i64))
         .collect();
     crate::runtime::cpu_manager::plan_pods(&settings, &with_arrival).map_err(bad_input)
 }

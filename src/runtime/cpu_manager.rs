@@ -87,7 +87,7 @@ impl CpuManagerSettings {
 /// fresh state. `None` for policy `none`.
 pub(crate) fn plan_pods(
     settings: &CpuManagerSettings,
-    pods: &[(Pod, i64)],
+    pods: &[(&Pod, i64)],
 ) -> Result<Option<CpuPlan>, CpuManagerError> {
     let Some(mut policy) = settings.build_policy()? else {
         return Ok(None);

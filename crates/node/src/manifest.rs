@@ -1,7 +1,9 @@
 //! Pod manifests (YAML/JSON, Pod / List / multi-document, directories) → [`Pod`]s.
 //!
-//! Documents are parsed into a generic tree and walked by hand so every
-//! error names the file and the field path
+//! Documents are parsed into a generic tree, one document and one list
+//! item at a time (a list of thousands of pods is never one tree: memory
+//! stays a small multiple of the file, see `stream`), and walked by hand
+//! so every error names the file and the field path
 //! (`spec.containers[0].resources.limits.cpu: invalid quantity "1.2.3": ...`).
 //! Like the API server: unknown fields are ignored, wrong types are errors,
 //! a missing request is defaulted to the limit, negative quantities and
@@ -23,6 +25,8 @@ use qosd_model::core::model::{Container, Pod, PodOrigin, ResourceList, ResourceR
 use qosd_model::core::quantity::Quantity;
 use qosd_model::policy::enforce::versions::KubeletVersion;
 
+mod stream;
+
 #[derive(Debug, thiserror::Error)]
 #[error("{file}: {message}")]
 pub struct ManifestError {
@@ -32,7 +36,7 @@ pub struct ManifestError {
 
 /// Load every pod from the given files and directories (directories:
 /// `*.yaml`, `*.yml`, `*.json`, recursively, in name order). Only regular
-/// files up to [`crate::sys::input::MAX_INPUT_BYTES`] are read; a file
+/// files up to [`crate::sys::input::MAX_MANIFEST_BYTES`] are read; a file
 /// reached twice (named twice, symlinks, loops) counts once; two pods with
 /// the same uid are refused, naming both sources.
 pub fn load_paths(paths: &[PathBuf]) -> Result<Vec<Pod>, ManifestError> {
@@ -104,15 +108,19 @@ fn check_unique_uids(pods: &[Pod]) -> Result<(), ManifestError> {
 }
 
 /// Load one file (a regular file of at most
-/// [`crate::sys::input::MAX_INPUT_BYTES`]).
+/// [`crate::sys::input::MAX_MANIFEST_BYTES`]).
 pub(crate) fn load_file(path: &Path, version: KubeletVersion) -> Result<Vec<Pod>, ManifestError> {
-    let text = crate::sys::input::read_text(path).map_err(|e| ManifestError {
-        file: path.to_path_buf(),
-        message: match e {
-            crate::sys::input::InputError::Io { source, .. } => format!("cannot read: {source}"),
-            other => other.into_io().to_string(),
-        },
-    })?;
+    use crate::sys::input::{read_text_with, Symlinks, MAX_MANIFEST_BYTES};
+    let text =
+        read_text_with(path, MAX_MANIFEST_BYTES, Symlinks::Follow).map_err(|e| ManifestError {
+            file: path.to_path_buf(),
+            message: match e {
+                crate::sys::input::InputError::Io { source, .. } => {
+                    format!("cannot read: {source}")
+                }
+                other => other.into_io().to_string(),
+            },
+        })?;
     parse_str_for(&text, &path.display().to_string(), version)
 }
 
@@ -133,6 +141,76 @@ pub fn parse_str_for(
     };
     qosd_model::core::limits::check_nesting(text, qosd_model::core::limits::MAX_NESTING)
         .map_err(fail)?;
+    match parse_streaming(text, source, version) {
+        Streamed::Pods(pods) => {
+            check_unique_uids(&pods)?;
+            Ok(pods)
+        }
+        Streamed::Failed(message) => Err(fail(message)),
+        Streamed::Whole => parse_whole(text, source, version),
+    }
+}
+
+/// What reading a text document by document gave.
+enum Streamed {
+    Pods(Vec<Pod>),
+    /// The message, as [`parse_whole`] words it.
+    Failed(String),
+    /// Something unusual: read it with [`parse_whole`].
+    Whole,
+}
+
+/// Read `text` one document and one list item at a time (see
+/// [`stream`]): each document's tree is dropped once walked, and a list's
+/// items never exist as one tree. Errors are those of [`parse_whole`]:
+/// syntax first, then the first document's error, numbered when there are
+/// several documents.
+fn parse_streaming(text: &str, source: &str, version: KubeletVersion) -> Streamed {
+    let json = source.ends_with(".json") || looks_like_json(text);
+    let items_at = At::root().field("items");
+    let item = |v: &Value, i: usize| list_item(v, &items_at.index(i), source, version);
+    let mut pods = Vec::new();
+    let mut first_err: Option<(usize, String)> = None;
+    let mut count = 0usize;
+    let mut on_doc = |doc: stream::Doc| {
+        count += 1;
+        if first_err.is_some() {
+            return;
+        }
+        let before = pods.len();
+        let r = match doc {
+            stream::Doc::Whole(v) => document(&v, source, version, &mut pods),
+            stream::Doc::Streamed { obj, items } => {
+                streamed_document(obj, items, source, version, &mut pods)
+            }
+        };
+        if let Err(e) = r {
+            pods.truncate(before);
+            first_err = Some((count, e));
+        }
+    };
+    match stream::read(text, json, &item, &mut on_doc) {
+        Ok(()) => {}
+        Err(stream::Error::Parse(message)) => return Streamed::Failed(message),
+        Err(stream::Error::Whole) => return Streamed::Whole,
+    }
+    match first_err {
+        Some((n, e)) if count > 1 => Streamed::Failed(format!("document {n}: {e}")),
+        Some((_, e)) => Streamed::Failed(e),
+        None => Streamed::Pods(pods),
+    }
+}
+
+/// Parse `text` as whole trees, all documents first, then walk them.
+fn parse_whole(
+    text: &str,
+    source: &str,
+    version: KubeletVersion,
+) -> Result<Vec<Pod>, ManifestError> {
+    let fail = |message: String| ManifestError {
+        file: PathBuf::from(source),
+        message,
+    };
     let docs = parse_documents(text, source).map_err(fail)?;
     let many = docs.len() > 1;
     let mut pods = Vec::new();
@@ -387,19 +465,9 @@ fn document(
         Some("Pod") => out.push(live_pod(o, &at, source, version)?),
         Some(k) if k.ends_with("List") => {
             let items_at = at.field("items");
-            for (i, item) in opt_list(o, "items", &at)?.iter().enumerate() {
-                let iat = items_at.index(i);
-                let io = as_obj(item, &iat)?;
-                match opt_str(io, "kind", &iat)?.as_deref() {
-                    Some("Pod") => out.push(live_pod(io, &iat, source, version)?),
-                    Some(w) if WORKLOADS.contains(&w) => {
-                        out.push(template_pod(io, &iat, w, source)?)
-                    }
-                    None if k == "PodList" => out.push(live_pod(io, &iat, source, version)?),
-                    None => return Err(iat.field("kind").err("missing")),
-                    Some(_) => {} // other kinds are not pods: skipped
-                }
-            }
+            let items = opt_list(o, "items", &at)?.iter().enumerate();
+            let items = items.map(|(i, item)| list_item(item, &items_at.index(i), source, version));
+            list_items(k, items, out)?
         }
         Some(w) if WORKLOADS.contains(&w) => out.push(template_pod(o, &at, w, source)?),
         Some(_) => {} // Service, ConfigMap, ...: skipped
@@ -407,6 +475,72 @@ fn document(
             return Err(at
                 .field("kind")
                 .err("missing (expected Pod, PodList or List)"))
+        }
+    }
+    Ok(())
+}
+
+/// A document read with its `items` apart (see [`stream`]).
+fn streamed_document(
+    obj: Obj,
+    items: Vec<Item>,
+    source: &str,
+    version: KubeletVersion,
+    out: &mut Vec<Pod>,
+) -> Result<(), String> {
+    match opt_str(&obj, "kind", &At::root())? {
+        Some(k) if k.ends_with("List") => list_items(&k, items.into_iter(), out),
+        // Not a list: its `items`, whatever they are, are not read.
+        _ => document(&Value::Object(obj), source, version, out),
+    }
+}
+
+/// One item of a list, read before the list's kind is known (`kind`
+/// often comes after `items`).
+enum Item {
+    /// A pod, a workload's pod, or the item's error, whatever the list.
+    Done(Result<Pod, String>),
+    /// No `kind`: the pod it is in a `PodList` (an error in a `List`).
+    NoKind(Result<Pod, String>),
+    /// Not a pod (a Service, ...).
+    Skipped,
+}
+
+impl Item {
+    /// Whether the item is an error in any list.
+    fn is_error(&self) -> bool {
+        matches!(self, Item::Done(Err(_)) | Item::NoKind(Err(_)))
+    }
+}
+
+fn list_item(item: &Value, iat: &At, source: &str, version: KubeletVersion) -> Item {
+    let io = match as_obj(item, iat) {
+        Ok(io) => io,
+        Err(e) => return Item::Done(Err(e)),
+    };
+    match opt_str(io, "kind", iat).as_ref().map(|k| k.as_deref()) {
+        Err(e) => Item::Done(Err(e.clone())),
+        Ok(Some("Pod")) => Item::Done(live_pod(io, iat, source, version)),
+        Ok(Some(w)) if WORKLOADS.contains(&w) => Item::Done(template_pod(io, iat, w, source)),
+        Ok(None) => Item::NoKind(live_pod(io, iat, source, version)),
+        Ok(Some(_)) => Item::Skipped,
+    }
+}
+
+/// The pods of a list of kind `kind` (`List`, `PodList`, ...), in order;
+/// the first item's error.
+fn list_items(
+    kind: &str,
+    items: impl Iterator<Item = Item>,
+    out: &mut Vec<Pod>,
+) -> Result<(), String> {
+    let items_at = At::root().field("items");
+    for (i, item) in items.enumerate() {
+        match item {
+            Item::Done(r) => out.push(r?),
+            Item::NoKind(r) if kind == "PodList" => out.push(r?),
+            Item::NoKind(_) => return Err(items_at.index(i).field("kind").err("missing")),
+            Item::Skipped => {}
         }
     }
     Ok(())
@@ -1042,6 +1176,27 @@ spec:
             let _ = parse_str(&s, "fuzz.json");
         }
 
+        /// Lists made of pieces that stress the item-by-item reading
+        /// (kind after items, entries at column 0, anchors, comments):
+        /// the same result as whole trees.
+        #[test]
+        fn streaming_matches_whole_trees_on_noise(
+            parts in proptest::collection::vec(proptest::sample::select(vec![
+                "- kind: Pod\n", "  metadata: {name: a}\n", "  metadata:\n    name: b\n",
+                "  spec: {containers: [{name: c}]}\n", "- &x {kind: Pod}\n", "- *x\n",
+                "kind: List\n", "kind: PodList\n", "items:\n", "# note\n", "\n", "---\n",
+                "- \"q\n", "x\"\n", "  uid: u1\n", "- kind: Service\n", "-\n", "  - 1\n",
+                "{\"items\": [", "{\"kind\": \"Pod\"}", ", ", "], \"kind\": \"List\"}",
+            ]), 0..12),
+        ) {
+            let text = parts.concat();
+            for source in ["n.yaml", "n.json"] {
+                let whole = parse_whole(&text, source, KubeletVersion::NEWEST);
+                let got = parse_str(&text, source);
+                proptest::prop_assert_eq!(format!("{:?}", got), format!("{:?}", whole), "{}", text);
+            }
+        }
+
         #[test]
         fn quantities_round_trip_through_yaml(m in 0i64..10_000_000) {
             let text = format!("kind: Pod\nmetadata: {{name: a}}\nspec:\n  containers:\n  - name: c\n    resources: {{requests: {{cpu: {m}m}}}}\n");
@@ -1125,5 +1280,56 @@ spec:
             pods.len(),
             "EXAMPLES must list every fixture"
         );
+    }
+
+    /// Reading item by item gives what reading whole trees gives: the
+    /// same pods, the same errors, word for word.
+    #[test]
+    fn streaming_matches_whole_trees() {
+        let pod = |name: &str, extra: &str| {
+            format!(
+                "- apiVersion: v1\n  kind: Pod\n  metadata:\n    name: {name}\n    uid: u-{name}\n  spec:\n    containers:\n    - name: c\n      resources:\n        limits: {{cpu: \"1\", memory: 1Gi}}\n{extra}"
+            )
+        };
+        let list =
+            |items: &str| format!("apiVersion: v1\nitems:\n{items}kind: List\nmetadata: {{}}\n");
+        let texts: Vec<(String, &str, bool)> = vec![
+            // Typical: read item by item (no whole-tree reading).
+            (list(&(pod("a", "") + &pod("b", ""))), "l.yaml", true),
+            (list(&(pod("a", "# a comment\n") + "\n" + &pod("b", ""))), "l.yaml", true),
+            (list(&pod("a", "    priority: x\n")), "l.yaml", true),
+            (list("- apiVersion: v1\n  kind: Service\n  metadata: {name: s}\n"), "l.yaml", true),
+            (list("- apiVersion: v1\n  metadata: {name: s}\n"), "l.yaml", true),
+            (r#"{"items": [{"metadata": {"name": "a"}, "spec": {"containers": [{"name": "c"}]}}], "kind": "PodList"}"#.into(), "l.json", true),
+            (r#"{"items": [{"metadata": {"name": "a"}, "spec": {"containers": [{"name": "c"}]}}], "kind": "List"}"#.into(), "l.json", true),
+            (r#"{"items": [{"kind": "Pod", "metadata": {"name": "a"}, "spec": {"containers": [{"name": "c", "resources": {"limits": {"cpu": "1.2.3"}}}]}}], "kind": "List"}"#.into(), "l.json", true),
+            (r#"{"items": [{"kind": "Pod"}], "kind": "Service"}"#.into(), "l.json", true),
+            (r#"{"items": [], "kind": 3}"#.into(), "l.json", true),
+            (r#"{"items": [1, {"kind": "Pod"}], "kind": "List"}"#.into(), "l.json", true),
+            (r#"{"items": [{"kind": "Pod"}], "kind": "List"} x"#.into(), "l.json", true),
+            (r#"{"items": [{"kind": "Pod",}], "kind": "List"}"#.into(), "l.json", true),
+            ("kind: Pod\nmetadata: {name: a}\nspec: {containers: [{name: c}]}\n---\nkind: Pod\nmetadata: {name: b}\nspec: {containers: [{name: c, resources: {limits: {cpu: bad}}}]}\n---\n".into(), "d.yaml", true),
+            ("kind: Pod\nmetadata: {name: b}\nspec: {containers: [{name: c, resources: {limits: {cpu: bad}}}]}\n---\nkind: [\n".into(), "d.yaml", true),
+            // Unusual: read as whole trees.
+            (r#"{"items": [], "items": [{"kind": "Pod"}], "kind": "List"}"#.into(), "l.json", false),
+            (r#"{"items": null, "kind": "List"}"#.into(), "l.json", false),
+            (r#"{"items": {"a": 1}, "kind": "List"}"#.into(), "l.json", false),
+            (r#"[{"kind": "Pod"}]"#.into(), "l.json", false),
+            ("kind: List\nkind: List\nitems: []\n".into(), "l.yaml", false),
+            ("1: x\nkind: List\nitems: []\n".into(), "l.yaml", false),
+            ("!foo\nkind: List\nitems: []\n".into(), "l.yaml", false),
+            ("kind: List\nitems: !bar []\n".into(), "l.yaml", false),
+            ("kind: List\nitems:\n- kind: Pod\n  metadata: {name: a, ~: 1}\n  spec: {containers: [{name: c}]}\n".into(), "l.yaml", false),
+            // Anchors across items: whole document.
+            (list(&(pod("a", "  x: &r {cpu: \"1\"}\n") + "- kind: Pod\n  metadata: {name: b}\n  spec: {containers: [{name: c, resources: {limits: *r}}]}\n")), "l.yaml", true),
+            (list("- kind: Pod\n  metadata: {name: \"a\n- b\"}\n  spec: {containers: [{name: c}]}\n"), "l.yaml", true),
+        ];
+        for (text, source, streamed) in &texts {
+            let whole = parse_whole(text, source, KubeletVersion::NEWEST);
+            let got = parse_str(text, source);
+            assert_eq!(format!("{got:?}"), format!("{whole:?}"), "{text}");
+            let s = parse_streaming(text, source, KubeletVersion::NEWEST);
+            assert_eq!(!matches!(s, Streamed::Whole), *streamed, "{text}");
+        }
     }
 }

@@ -11,6 +11,11 @@
 /// Largest configuration, manifest or kubelet config file read, in bytes.
 pub const MAX_INPUT_BYTES: u64 = 4 << 20;
 
+/// Largest pod manifest or pod list file read, in bytes: a list of a few
+/// thousand pods (`kubectl get pods -A -o yaml`) fits. Lists are parsed
+/// one item at a time, so memory stays a small multiple of this.
+pub const MAX_MANIFEST_BYTES: u64 = 16 << 20;
+
 /// Deepest nesting accepted in a YAML or JSON document (a pod manifest
 /// nests ~12 levels).
 pub const MAX_NESTING: usize = 64;

@@ -176,6 +176,14 @@ impl StatusCache {
             path: path.to_path_buf(),
             source,
         };
+        // The usual file, at this version, straight into records (no
+        // second, generic tree of a cache of megabytes); anything else
+        // through the generic tree, for its exact error.
+        if let Ok(file) = serde_json::from_slice::<File>(bytes) {
+            if file.version == VERSION {
+                return self.restore_file(path, file, endpoint);
+            }
+        }
         let value: serde_json::Value = serde_json::from_slice(bytes).map_err(parse)?;
         match value.get("version") {
             Some(v) if v.as_u64() == Some(VERSION) => {}
@@ -187,6 +195,16 @@ impl StatusCache {
             }
         }
         let file: File = serde_json::from_value(value).map_err(parse)?;
+        self.restore_file(path, file, endpoint)
+    }
+
+    /// [`Self::restore`] once the file is decoded.
+    fn restore_file(
+        &self,
+        path: &Path,
+        file: File,
+        endpoint: &str,
+    ) -> Result<(usize, usize), PersistError> {
         if file.endpoint != endpoint {
             return Err(PersistError::Endpoint {
                 path: path.to_path_buf(),

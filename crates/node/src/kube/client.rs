@@ -360,14 +360,13 @@ impl KubeClient {
             let resp = self.send(method, path, content_type, body).await?;
             let status = resp.status();
             let headers = resp.headers().clone();
-            let bytes = resp
-                .into_body()
+            let bytes = http_body_util::Limited::new(resp.into_body(), MAX_ANSWER_BYTES)
                 .collect()
                 .await
                 .map_err(|e| KubeError::Transport {
                     method: m.clone(),
                     path: path.to_string(),
-                    message: e.to_string(),
+                    message: too_large_or(&*e),
                 })?
                 .to_bytes();
             Ok::<_, KubeError>((status, headers, bytes))
@@ -623,11 +622,34 @@ impl LineReader {
                 }
                 Some(Ok(frame)) => {
                     if let Ok(data) = frame.into_data() {
+                        if self.buf.len() + data.len() > MAX_ANSWER_BYTES {
+                            return Err(KubeError::Transport {
+                                method: "GET".into(),
+                                path: self.path.clone(),
+                                message: format!(
+                                    "watch event larger than {MAX_ANSWER_BYTES} bytes (refused)"
+                                ),
+                            });
+                        }
                         self.buf.extend_from_slice(&data);
                     }
                 }
             }
         }
+    }
+}
+
+/// Largest answer (a list of pods, one watch event) read from the API
+/// server, in bytes: a node's pods are a few megabytes at most; a larger
+/// or endless answer is refused, not held in memory.
+pub const MAX_ANSWER_BYTES: usize = 64 << 20;
+
+/// A body error's message; the size cap's in words.
+fn too_large_or(e: &(dyn std::error::Error + 'static)) -> String {
+    if e.is::<http_body_util::LengthLimitError>() {
+        format!("answer larger than {MAX_ANSWER_BYTES} bytes (refused)")
+    } else {
+        e.to_string()
     }
 }
 

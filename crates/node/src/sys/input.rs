@@ -12,7 +12,7 @@ use std::io::Read;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-pub use qosd_model::core::limits::MAX_INPUT_BYTES;
+pub use qosd_model::core::limits::{MAX_INPUT_BYTES, MAX_MANIFEST_BYTES};
 
 #[derive(Debug, thiserror::Error)]
 pub enum InputError {

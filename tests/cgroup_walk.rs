@@ -403,7 +403,7 @@ fn another_cgroup_mount_below_a_real_cgroup_root_is_never_killed() {
     let e = cgroup_tree_pids(&kp.join("besteffort")).unwrap_err();
     assert!(matches!(e, KillError::Walk { .. }), "{e}");
     assert!(victim.0.try_wait().unwrap().is_none(), "the process lives");
-    let e = fs::write_walked(&pod.join("cpu.shares"), "2", &[kp.clone()]).unwrap_err();
+    let e = fs::write_walked(&pod.join("cpu.shares"), "2", std::slice::from_ref(&kp)).unwrap_err();
     assert!(
         matches!(e, CgroupFsError::Walk(WalkError::Mount { .. })),
         "{e}"

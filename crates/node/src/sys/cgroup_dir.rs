@@ -238,6 +238,7 @@ impl CgroupDir {
         })
     }
 
+    #[allow(clippy::unnecessary_cast)] // st_mode's width differs between libcs
     fn classify_open_error(&self, name: &OsStr, path: PathBuf, e: Errno) -> WalkError {
         if e == Errno::ENOENT {
             return WalkError::Missing { path };
@@ -279,6 +280,7 @@ impl CgroupDir {
         unlinkat(&self.fd, name, UnlinkatFlags::NoRemoveDir).map_err(Into::into)
     }
 
+    #[allow(clippy::unnecessary_cast)] // st_mode's width differs between libcs
     fn open_file(&self, name: &str, flags: OFlag) -> std::io::Result<std::fs::File> {
         let flags = flags | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK;
         let fd = openat(&self.fd, name, flags, Mode::empty())?;
@@ -310,6 +312,7 @@ impl CgroupDir {
 
     /// The entries of this directory: (name, is a directory, is a regular
     /// file), sorted by name. Symlinks are neither.
+    #[allow(clippy::unnecessary_cast)] // st_mode's width differs between libcs
     pub fn entries(&self) -> std::io::Result<Vec<(OsString, bool, bool)>> {
         let fd = openat(&self.fd, ".", dir_flags(), Mode::empty())?;
         let mut d = nix::dir::Dir::from_fd(fd)?;

@@ -500,7 +500,8 @@ fn remove_fake_files(dir: &CgroupDir) -> Result<()> {
         .entries()
         .map_err(|e| err(dir.path().to_path_buf(), e))?;
     for (name, is_dir, is_file) in &ents {
-        if !is_dir && !(*is_file && is_interface_file_name(&name.to_string_lossy())) {
+        let interface = *is_file && is_interface_file_name(&name.to_string_lossy());
+        if !(*is_dir || interface) {
             return Err(err(
                 dir.path().join(name),
                 std::io::Error::other("not a cgroup interface file; refusing to remove"),

@@ -11,7 +11,10 @@
 //!   misleading `EACCES`);
 //! * directories are created and removed only below an allowed base
 //!   (the kubepods tree); removal is leaf first and never of a cgroup that
-//!   still holds processes.
+//!   still holds processes;
+//! * every write, creation and removal reaches its directory by the one
+//!   walk ([`crate::sys::cgroup_dir`]) below that guard: no symlink is
+//!   followed and no directory on another filesystem is entered.
 
 use std::fs::OpenOptions;
 use std::io::{ErrorKind, Write};

@@ -125,7 +125,8 @@ fn polled_where_no_trigger_can_be_armed_and_evicts_once() {
         "anon 314572800\nfile 0\ninactive_file 0\n",
     )
     .unwrap();
-    std::fs::write(pod.join("cgroup.procs"), "4242\n").unwrap();
+    // a fake pid above the kernel's maximum: never a real process
+    std::fs::write(pod.join("cgroup.procs"), "4194401\n").unwrap();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut d = Daemon::start(&args);
     let mut sig = serde_json::Value::Null;

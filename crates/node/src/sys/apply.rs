@@ -196,7 +196,7 @@ impl Applier {
                 report.previous.push(prev);
                 continue;
             }
-            match fs::write(&w.file, &w.value) {
+            match fs::write_walked(&w.file, &w.value, &self.bases) {
                 Ok(()) => {
                     report.written.push(w.clone());
                     report.previous.push(prev);

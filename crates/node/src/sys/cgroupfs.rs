@@ -11,12 +11,17 @@
 //!   misleading `EACCES`);
 //! * directories are created and removed only below an allowed base
 //!   (the kubepods tree); removal is leaf first and never of a cgroup that
-//!   still holds processes.
+//!   still holds processes;
+//! * every write, creation and removal reaches its directory by the one
+//!   walk ([`crate::sys::cgroup_dir`]) below that guard: no symlink is
+//!   followed and no directory on another filesystem is entered.
 
 use std::fs::OpenOptions;
 use std::io::{ErrorKind, Write};
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
+
+use crate::sys::cgroup_dir::{CgroupDir, WalkError};
 
 /// Errors of cgroupfs operations. Every variant names the path.
 #[derive(Debug, thiserror::Error)]
@@ -81,6 +86,10 @@ pub enum CgroupFsError {
         pid: i32,
         source: std::io::Error,
     },
+    /// The walk to the cgroup refused a component (symlink, not a
+    /// directory, another filesystem) or failed.
+    #[error(transparent)]
+    Walk(#[from] WalkError),
     #[error("processes {pids:?} still in {path} after {waited:?}")]
     KillTimeout {
         path: PathBuf,
@@ -325,52 +334,75 @@ pub(crate) fn outside(path: &Path, bases: &[PathBuf]) -> CgroupFsError {
     }
 }
 
+/// The root a walk to a cgroup below `base` starts at: the base's parent
+/// (the base itself is walked, so a symlinked or foreign base is refused).
+pub(crate) fn walk_root(base: &Path) -> &Path {
+    base.parent().unwrap_or(base)
+}
+
+/// Walk to the cgroup directory `dir` below one of `bases` (after the
+/// never-outside-the-base guard, [`match_base`]).
+pub(crate) fn open_dir(dir: &Path, bases: &[PathBuf]) -> Result<CgroupDir> {
+    let (dir_n, base) = match_base(dir, bases).ok_or_else(|| outside(dir, bases))?;
+    Ok(CgroupDir::open(walk_root(&base), &dir_n)?)
+}
+
+/// [`write`] through the walk: `file`'s directory is reached from its base
+/// without following symlinks or leaving the hierarchy's filesystem, then
+/// the file is opened relative to it. A missing directory is
+/// [`CgroupFsError::CgroupGone`].
+pub fn write_walked(file: &Path, value: &str, bases: &[PathBuf]) -> Result<()> {
+    let (Some(dir), Some(name)) = (file.parent(), file.file_name().and_then(|n| n.to_str())) else {
+        return Err(outside(file, bases));
+    };
+    let d = match open_dir(dir, bases) {
+        Ok(d) => d,
+        Err(CgroupFsError::Walk(WalkError::Missing { .. })) => {
+            return Err(CgroupFsError::CgroupGone {
+                path: file.to_path_buf(),
+                value: value.to_string(),
+            })
+        }
+        Err(e) => return Err(e),
+    };
+    d.write(name, value)
+        .map_err(|source| classify_write_error(file, value, source))
+}
+
 /// `mkdir -p` of a cgroup directory, only when `dir` is at or below one of
-/// `bases`. Only the part at or below that base is created: the base's parent
-/// must exist. Returns the directories created, top first.
+/// `bases`. Only the part at or below that base is created (`mkdirat`
+/// along the walk, see [`crate::sys::cgroup_dir`]): the base's parent must
+/// exist. Returns the directories created, top first.
 pub fn mkdir_cgroup(dir: &Path, bases: &[PathBuf]) -> Result<Vec<PathBuf>> {
     let (dir, base) = match_base(dir, bases).ok_or_else(|| outside(dir, bases))?;
-    let mut missing = Vec::new();
-    let mut cur = dir.as_path();
-    while !cur.is_dir() {
-        missing.push(cur.to_path_buf());
-        if cur == base {
-            break;
-        }
-        match cur.parent() {
-            Some(p) => cur = p,
-            None => break,
-        }
-    }
-    missing.reverse();
-    if let Some(top) = missing.first() {
-        let parent = top.parent().unwrap_or(Path::new("/"));
-        if !parent.is_dir() {
-            return Err(CgroupFsError::Mkdir {
-                path: top.clone(),
-                source: std::io::Error::new(
-                    ErrorKind::NotFound,
-                    format!(
-                        "parent {} of the allowed base does not exist",
-                        parent.display()
-                    ),
+    let root = walk_root(&base);
+    let rest =
+        crate::sys::cgroup_dir::components_below(root, &dir).ok_or_else(|| outside(&dir, bases))?;
+    let mut cur = CgroupDir::open_root(root).map_err(|e| match e {
+        WalkError::Missing { path } => CgroupFsError::Mkdir {
+            path: base.clone(),
+            source: std::io::Error::new(
+                ErrorKind::NotFound,
+                format!(
+                    "parent {} of the allowed base does not exist",
+                    path.display()
                 ),
-            });
+            ),
+        },
+        e => e.into(),
+    })?;
+    let mut created = Vec::new();
+    for name in &rest {
+        let path = cur.path().join(name);
+        if cur.mkdir(name).map_err(|source| CgroupFsError::Mkdir {
+            path: path.clone(),
+            source,
+        })? {
+            created.push(path);
         }
+        cur = cur.child(name)?;
     }
-    for d in &missing {
-        match std::fs::create_dir(d) {
-            Ok(()) => {}
-            Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
-            Err(source) => {
-                return Err(CgroupFsError::Mkdir {
-                    path: d.clone(),
-                    source,
-                })
-            }
-        }
-    }
-    Ok(missing)
+    Ok(created)
 }
 
 /// Pids listed in `dir/cgroup.procs`. A missing cgroup has no pids.
@@ -437,60 +469,6 @@ pub fn walk_leaf_first(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(out)
 }
 
-/// Remove one cgroup directory. Refuses when it is outside `bases` or its
-/// `cgroup.procs` is not empty. A cgroup already gone is fine.
-///
-/// On a real cgroupfs `rmdir` removes the interface files with the dir; on a
-/// fake tree (a temp dir with regular files) the files are removed first so
-/// tests behave like the kernel.
-pub(crate) fn remove_cgroup(dir: &Path, bases: &[PathBuf]) -> Result<()> {
-    if match_base(dir, bases).is_none() {
-        return Err(outside(dir, bases));
-    }
-    if !dir.is_dir() {
-        return Ok(());
-    }
-    let pids = list_pids(dir)?;
-    if !pids.is_empty() {
-        return Err(CgroupFsError::NotEmpty {
-            path: dir.to_path_buf(),
-            pids,
-        });
-    }
-    match std::fs::remove_dir(dir) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
-        Err(e) if is_fake_tree(dir) => {
-            // Fake tree: plain files inside; remove them, then the dir.
-            let _ = e;
-            remove_fake_files(dir)?;
-            std::fs::remove_dir(dir).map_err(|source| CgroupFsError::Rmdir {
-                path: dir.to_path_buf(),
-                source,
-            })
-        }
-        Err(source) => Err(CgroupFsError::Rmdir {
-            path: dir.to_path_buf(),
-            source,
-        }),
-    }
-}
-
-/// Whether `dir` is on a regular filesystem (a test's fake cgroup tree)
-/// rather than cgroupfs/cgroup2.
-#[allow(clippy::unnecessary_cast)] // f_type's width differs between libcs
-fn is_fake_tree(dir: &Path) -> bool {
-    const CGROUP_SUPER_MAGIC: i64 = 0x0027_e0eb;
-    const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
-    match nix::sys::statfs::statfs(dir) {
-        Ok(st) => {
-            let t = st.filesystem_type().0 as i64;
-            t != CGROUP_SUPER_MAGIC && t != CGROUP2_SUPER_MAGIC
-        }
-        Err(_) => false,
-    }
-}
-
 /// Whether a file name looks like a cgroup interface file.
 fn is_interface_file_name(name: &str) -> bool {
     const PREFIXES: &[&str] = &[
@@ -519,56 +497,123 @@ fn is_interface_file_name(name: &str) -> bool {
 
 /// Fake trees only: remove the regular files of `dir`, which must all look
 /// like cgroup interface files (anything else: refuse, it is not a cgroup).
-fn remove_fake_files(dir: &Path) -> Result<()> {
-    let rd = std::fs::read_dir(dir).map_err(|source| CgroupFsError::Rmdir {
-        path: dir.to_path_buf(),
-        source,
-    })?;
-    let ents: Vec<_> = rd.flatten().collect();
-    for ent in &ents {
-        let name = ent.file_name().to_string_lossy().into_owned();
-        let is_file = ent.file_type().map(|t| t.is_file()).unwrap_or(false);
-        if is_file && !is_interface_file_name(&name) {
-            return Err(CgroupFsError::Rmdir {
-                path: ent.path(),
-                source: std::io::Error::other("not a cgroup interface file; refusing to remove"),
-            });
+fn remove_fake_files(dir: &CgroupDir) -> Result<()> {
+    let err = |path: PathBuf, source| CgroupFsError::Rmdir { path, source };
+    let ents = dir
+        .entries()
+        .map_err(|e| err(dir.path().to_path_buf(), e))?;
+    for (name, is_dir, is_file) in &ents {
+        let interface = *is_file && is_interface_file_name(&name.to_string_lossy());
+        if !(*is_dir || interface) {
+            return Err(err(
+                dir.path().join(name),
+                std::io::Error::other("not a cgroup interface file; refusing to remove"),
+            ));
         }
     }
-    for ent in ents {
-        if ent.file_type().map(|t| t.is_file()).unwrap_or(false) {
-            std::fs::remove_file(ent.path()).map_err(|source| CgroupFsError::Rmdir {
-                path: ent.path(),
-                source,
-            })?;
+    for (name, _, is_file) in ents {
+        if is_file {
+            dir.unlink(&name)
+                .map_err(|e| err(dir.path().join(&name), e))?;
         }
     }
     Ok(())
 }
 
+/// Pids in the `cgroup.procs` of a walked cgroup.
+fn walked_pids(dir: &CgroupDir) -> Result<Vec<i32>> {
+    let path = dir.path().join("cgroup.procs");
+    let text = dir
+        .read("cgroup.procs")
+        .map_err(|source| CgroupFsError::Read {
+            path: path.clone(),
+            source,
+        })?;
+    text.split_whitespace()
+        .map(|s| {
+            s.parse::<i32>().map_err(|_| CgroupFsError::BadPid {
+                path: path.clone(),
+                value: s.to_string(),
+            })
+        })
+        .collect()
+}
+
+/// `dir`'s subtree as walked (parent index, directory), parents first.
+fn walked_tree(top: CgroupDir) -> Result<Vec<(Option<usize>, CgroupDir)>> {
+    let mut out = vec![(None, top)];
+    let mut i = 0;
+    while i < out.len() {
+        for c in out[i].1.children()? {
+            out.push((Some(i), c));
+        }
+        i += 1;
+    }
+    Ok(out)
+}
+
 /// Remove `dir` and every cgroup below it, leaf first, if none of them holds
 /// a process. Nothing is removed when any does (the check covers the whole
 /// tree before the first rmdir). Returns the removed dirs in removal order.
+///
+/// Every directory is reached by the walk (a symlink or a foreign
+/// filesystem anywhere in the tree refuses the whole removal) and removed
+/// with `unlinkat(AT_REMOVEDIR)` relative to its walked parent. On a real
+/// cgroupfs `rmdir` removes the interface files with the dir; on a fixture
+/// tree (regular files) those files are removed first, as the kernel would.
 pub(crate) fn remove_cgroup_tree_if_empty(dir: &Path, bases: &[PathBuf]) -> Result<Vec<PathBuf>> {
-    if match_base(dir, bases).is_none() {
+    let (dir_n, base) = match_base(dir, bases).ok_or_else(|| outside(dir, bases))?;
+    let (Some(parent), Some(name)) = (dir_n.parent(), dir_n.file_name()) else {
+        return Err(outside(dir, bases));
+    };
+    if !dir_n.starts_with(&base) || dir_n == base {
+        // never the base itself
         return Err(outside(dir, bases));
     }
-    let order = walk_leaf_first(dir)?;
-    for d in &order {
-        let pids = list_pids(d)?;
+    let parent = CgroupDir::open(walk_root(&base), parent)?;
+    let top = match parent.child(name) {
+        Ok(d) => d,
+        Err(WalkError::Missing { .. }) => return Ok(Vec::new()),
+        Err(e) => return Err(e.into()),
+    };
+    let tree = walked_tree(top)?;
+    for (_, d) in &tree {
+        let pids = walked_pids(d)?;
         if !pids.is_empty() {
             return Err(CgroupFsError::NotEmpty {
-                path: d.clone(),
+                path: d.path().to_path_buf(),
                 pids,
             });
         }
     }
     let mut removed = Vec::new();
-    for d in order {
-        remove_cgroup(&d, bases)?;
-        removed.push(d);
+    for (p, d) in tree.iter().rev() {
+        let holder = match p {
+            Some(pi) => &tree[*pi].1,
+            None => &parent,
+        };
+        remove_walked(holder, d)?;
+        removed.push(d.path().to_path_buf());
     }
     Ok(removed)
+}
+
+/// Remove the walked cgroup `d`, a child of `holder`. Gone already is fine.
+fn remove_walked(holder: &CgroupDir, d: &CgroupDir) -> Result<()> {
+    let name = d.path().file_name().unwrap_or_default();
+    let rmdir_err = |source| CgroupFsError::Rmdir {
+        path: d.path().to_path_buf(),
+        source,
+    };
+    match holder.rmdir(name) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
+        Err(_) if !d.is_cgroupfs() => {
+            remove_fake_files(d)?;
+            holder.rmdir(name).map_err(rmdir_err)
+        }
+        Err(source) => Err(rmdir_err(source)),
+    }
 }
 
 /// cgroup v2: make `controllers` available in `to` by adding them to
@@ -633,7 +678,9 @@ pub(crate) fn enable_controllers_v2(
             .map(|c| format!("+{c}"))
             .collect::<Vec<_>>()
             .join(" ");
-        write(&sc_path, &value)?;
+        CgroupDir::open(&from_n, &d)?
+            .write("cgroup.subtree_control", &value)
+            .map_err(|source| classify_write_error(&sc_path, &value, source))?;
         written.push((sc_path, value));
     }
     Ok(written)
@@ -808,7 +855,7 @@ mod tests {
             assert!(e.to_string().contains("symlink"), "{e}");
         }
         assert!(mkdir_cgroup(&base.join("podx/child"), &bases).is_err());
-        assert!(remove_cgroup(&base.join("podx"), &bases).is_err());
+        assert!(remove_cgroup_tree_if_empty(&base.join("podx"), &bases).is_err());
         assert!(!outside_dir.join("child").exists());
         assert!(outside_dir.is_dir());
         assert_eq!(
@@ -828,7 +875,7 @@ mod tests {
         fs::create_dir_all(base.join("pod1")).unwrap();
         touch(&base.join("pod1/cgroup.procs"), "");
         touch(&base.join("pod1/important.txt"), "keep me");
-        assert!(remove_cgroup(&base.join("pod1"), &bases).is_err());
+        assert!(remove_cgroup_tree_if_empty(&base.join("pod1"), &bases).is_err());
         assert!(base.join("pod1/important.txt").exists());
     }
 
@@ -855,7 +902,7 @@ mod tests {
         assert_eq!(removed, vec![pod.join("ctr"), pod.clone()]);
         assert!(!pod.exists());
         assert!(base.join("besteffort").is_dir());
-        let e = remove_cgroup(t.path(), &bases).unwrap_err();
+        let e = remove_cgroup_tree_if_empty(t.path(), &bases).unwrap_err();
         assert!(matches!(e, CgroupFsError::OutsideBase { .. }));
     }
 

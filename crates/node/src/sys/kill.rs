@@ -2,14 +2,23 @@
 //! `cgroup.kill` where the kernel has it, otherwise SIGKILL to every pid of
 //! the cgroup and its descendants, repeated until the tree is empty (forks
 //! in flight are caught by the next round). Never pid 0 or 1, whatever a
-//! corrupt `cgroup.procs` says.
+//! corrupt `cgroup.procs` says: a listing with pid 0, 1 or a pid above the
+//! kernel's maximum is refused ([`KillError::RefusedPid`]) before anything
+//! is signalled. The cgroup and its descendants are reached by the one
+//! walk ([`crate::sys::cgroup_dir`]): no symlink is followed and no
+//! directory on another filesystem is entered.
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, Signal as UnixSignal};
 use nix::unistd::Pid;
+
+use crate::sys::cgroup_dir::{CgroupDir, WalkError};
+
+/// The largest pid the kernel can hand out (`PID_MAX_LIMIT` on 64-bit:
+/// `/proc/sys/kernel/pid_max` is at most 2^22).
+pub const PID_MAX_LIMIT: i64 = 1 << 22;
 
 /// Why a kill failed.
 #[derive(Debug, thiserror::Error)]
@@ -19,8 +28,14 @@ pub enum KillError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("refusing to kill processes of {path}: {link} is a symlink inside the cgroup tree")]
-    Symlink { path: PathBuf, link: PathBuf },
+    /// The walk to the cgroup or one of its descendants was refused (a
+    /// symlink, not a directory, another filesystem) or failed.
+    #[error("refusing to kill processes of {path}: {source}")]
+    Walk { path: PathBuf, source: WalkError },
+    /// `cgroup.procs` lists a pid that is never a pod's process: 0, 1, or
+    /// above the kernel's maximum (a corrupt or planted file).
+    #[error("refusing to signal pid {pid} listed in {path}: not a pod process (0, 1 or above {max})", max = PID_MAX_LIMIT)]
+    RefusedPid { path: PathBuf, pid: i64 },
     #[error("{path}: still {left} process(es) after {rounds} SIGKILL rounds in {elapsed:?}")]
     NotEmpty {
         path: PathBuf,
@@ -54,45 +69,66 @@ pub struct KillReport {
     pub empty_at: Option<Instant>,
 }
 
-/// Every pid in a cgroup directory and its descendants.
-/// A pod cgroup is never reached through a symlink: `dir` and its
-/// ancestors up to the `kubepods*` cgroup (or `dir` alone when it is not
-/// below one) must be real directories, or a planted link would make qosd
-/// kill processes of another cgroup. The walk below never follows links.
-fn refuse_symlink(dir: &Path) -> Result<(), KillError> {
-    for a in dir.ancestors() {
-        if std::fs::symlink_metadata(a).is_ok_and(|m| m.file_type().is_symlink()) {
-            return Err(KillError::Symlink {
-                path: dir.to_path_buf(),
-                link: a.to_path_buf(),
-            });
+/// Walk to a pod cgroup `dir`. The walk starts at the parent of its
+/// topmost `kubepods*` component (or at `dir`'s parent when it is not below
+/// one), so neither `dir` nor any ancestor up to the kubepods cgroup may be
+/// a symlink or on another filesystem: a planted link would make qosd kill
+/// processes of another cgroup.
+fn open_tree(dir: &Path) -> Result<CgroupDir, KillError> {
+    let mut root = dir.parent().unwrap_or(dir).to_path_buf();
+    let mut acc = PathBuf::new();
+    for c in dir.components() {
+        if let Component::Normal(n) = c {
+            if n.to_str().is_some_and(|n| n.starts_with("kubepods")) {
+                root = acc.clone();
+                break;
+            }
         }
-        let top = a
-            .file_name()
-            .and_then(|n| n.to_str())
-            .is_some_and(|n| n.starts_with("kubepods"));
-        let below_kubepods = dir.components().any(|c| {
-            c.as_os_str()
-                .to_str()
-                .is_some_and(|n| n.starts_with("kubepods"))
-        });
-        if top || !below_kubepods {
-            break;
-        }
+        acc.push(c);
     }
-    Ok(())
+    CgroupDir::open(&root, dir).map_err(|e| match e {
+        WalkError::Missing { .. } => KillError::Io {
+            path: dir.join("cgroup.procs"),
+            source: std::io::Error::from(std::io::ErrorKind::NotFound),
+        },
+        source => KillError::Walk {
+            path: dir.to_path_buf(),
+            source,
+        },
+    })
 }
 
+/// A pid from `cgroup.procs` that may be signalled: not 0 or 1, not above
+/// the kernel's maximum; else [`KillError::RefusedPid`] (pure).
+pub fn checked_pid(path: &Path, raw: &str) -> Result<i32, KillError> {
+    let refused = |pid| KillError::RefusedPid {
+        path: path.to_path_buf(),
+        pid,
+    };
+    let pid: i64 = raw.parse().map_err(|_| refused(-1))?;
+    if pid <= 1 || pid > PID_MAX_LIMIT {
+        return Err(refused(pid));
+    }
+    Ok(pid as i32)
+}
+
+/// Every pid in a cgroup directory and its descendants, reached by the walk
+/// (see [`open_tree`]); a pid that is never a pod's process refuses the
+/// whole listing ([`checked_pid`]).
 pub fn cgroup_tree_pids(dir: &Path) -> Result<Vec<i32>, KillError> {
-    refuse_symlink(dir)?;
+    let top = open_tree(dir)?;
     let mut pids = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let procs = d.join("cgroup.procs");
-        match std::fs::read_to_string(&procs) {
-            Ok(s) => pids.extend(s.lines().filter_map(|l| l.trim().parse::<i32>().ok())),
+    let mut stack = vec![(top, true)];
+    while let Some((d, is_top)) = stack.pop() {
+        let procs = d.path().join("cgroup.procs");
+        match d.read("cgroup.procs") {
+            Ok(s) => {
+                for l in s.split_whitespace() {
+                    pids.push(checked_pid(&procs, l)?);
+                }
+            }
             // a child removed under us
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && d != dir => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !is_top => continue,
             Err(source) => {
                 return Err(KillError::Io {
                     path: procs,
@@ -100,16 +136,11 @@ pub fn cgroup_tree_pids(dir: &Path) -> Result<Vec<i32>, KillError> {
                 })
             }
         }
-        let rd = match std::fs::read_dir(&d) {
-            Ok(rd) => rd,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && d != dir => continue,
-            Err(source) => return Err(KillError::Io { path: d, source }),
-        };
-        for e in rd.flatten() {
-            if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
-                stack.push(e.path());
-            }
-        }
+        let children = d.children().map_err(|source| KillError::Walk {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        stack.extend(children.into_iter().map(|c| (c, false)));
     }
     pids.sort_unstable();
     pids.dedup();
@@ -119,15 +150,14 @@ pub fn cgroup_tree_pids(dir: &Path) -> Result<Vec<i32>, KillError> {
 /// Kill every process of a cgroup tree: v2 `cgroup.kill` when present,
 /// else SIGKILL rounds until the tree is empty or `timeout` passes.
 pub fn kill_cgroup_tree(dir: &Path, timeout: Duration) -> Result<KillReport, KillError> {
-    refuse_symlink(dir)?;
+    let top = open_tree(dir)?;
     let ck = dir.join("cgroup.kill");
-    if ck.is_file() {
+    let has_kill = top
+        .entries()
+        .is_ok_and(|es| es.iter().any(|(n, _, file)| *file && n == "cgroup.kill"));
+    if has_kill {
         let issued_at = Instant::now();
-        let r = std::fs::OpenOptions::new()
-            .write(true)
-            .open(&ck)
-            .and_then(|mut f| f.write_all(b"1"));
-        match r {
+        match top.write("cgroup.kill", "1") {
             Ok(()) => {
                 return Ok(KillReport {
                     method: KillMethod::CgroupKill,
@@ -185,9 +215,7 @@ fn sigkill_rounds(
             issued_at = Some(Instant::now());
         }
         for p in pids {
-            if p <= 1 {
-                continue; // never pid 0/1, whatever a corrupt file says
-            }
+            // pids were checked by cgroup_tree_pids: never 0/1/above max
             let _ = kill(Pid::from_raw(p), UnixSignal::SIGKILL);
             seen.insert(p);
         }
@@ -204,7 +232,7 @@ pub fn term_then_kill(
 ) -> Result<KillReport, KillError> {
     let issued_at = Instant::now();
     let pids = cgroup_tree_pids(dir)?;
-    for &p in pids.iter().filter(|&&p| p > 1) {
+    for &p in &pids {
         let _ = kill(Pid::from_raw(p), UnixSignal::SIGTERM);
     }
     let d = dir.to_path_buf();
@@ -244,11 +272,29 @@ mod tests {
         std::os::unix::fs::symlink(&other, kp.join("besteffort")).unwrap();
         for dir in [kp.join("burstable/podx"), kp.join("besteffort/pody")] {
             let e = cgroup_tree_pids(&dir).unwrap_err();
-            assert!(matches!(e, KillError::Symlink { .. }), "{e}");
+            assert!(
+                matches!(
+                    e,
+                    KillError::Walk {
+                        source: WalkError::Symlink { .. },
+                        ..
+                    }
+                ),
+                "{e}"
+            );
             let e = kill_cgroup_tree(&dir, Duration::from_millis(10)).unwrap_err();
             assert!(e.to_string().contains("symlink"), "{e}");
             let e = term_then_kill(&dir, Duration::ZERO, Duration::from_millis(10)).unwrap_err();
-            assert!(matches!(e, KillError::Symlink { .. }), "{e}");
+            assert!(
+                matches!(
+                    e,
+                    KillError::Walk {
+                        source: WalkError::Symlink { .. },
+                        ..
+                    }
+                ),
+                "{e}"
+            );
         }
         // A real pod cgroup below is read as before.
         let real = kp.join("burstable/podr");
@@ -267,10 +313,20 @@ mod tests {
     fn tree_pids_from_fake_dirs() {
         let d = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(d.path().join("a/b")).unwrap();
+        // 3, 5, 7 are only listed here, never signalled
         std::fs::write(d.path().join("cgroup.procs"), "5\n3\n").unwrap();
         std::fs::write(d.path().join("a/cgroup.procs"), "").unwrap();
         std::fs::write(d.path().join("a/b/cgroup.procs"), "7\n3\n").unwrap();
         assert_eq!(cgroup_tree_pids(d.path()).unwrap(), vec![3, 5, 7]);
+        for bad in ["0", "1", "4194305", "-4", "x"] {
+            std::fs::write(d.path().join("a/cgroup.procs"), bad).unwrap();
+            let e = cgroup_tree_pids(d.path()).unwrap_err();
+            assert!(matches!(e, KillError::RefusedPid { .. }), "{bad}: {e}");
+            assert!(e.to_string().contains("a/cgroup.procs"), "{e}");
+            let e = kill_cgroup_tree(d.path(), Duration::from_millis(10)).unwrap_err();
+            assert!(matches!(e, KillError::RefusedPid { .. }), "{bad}: {e}");
+        }
+        assert_eq!(checked_pid(d.path(), "4194304").unwrap(), 4_194_304);
         let e = cgroup_tree_pids(&d.path().join("missing"))
             .unwrap_err()
             .to_string();

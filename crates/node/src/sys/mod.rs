@@ -1,4 +1,5 @@
 //! Kernel I/O, every root injected: cgroupfs reads and writes ([`cgroupfs`]),
+//! the one symlink-refusing walk to a cgroup directory ([`cgroup_dir`]),
 //! version detection ([`detect`]), the plan applier ([`apply`]), /proc
 //! parsing ([`procfs`]), the one pid-tree killer ([`kill`]), eviction signal
 //! readers ([`signals`]), the fast memory-pressure watcher ([`watch`]),
@@ -9,6 +10,7 @@
 //! and the systemd cgroup driver over D-Bus ([`systemd`]).
 
 pub mod apply;
+pub mod cgroup_dir;
 pub mod cgroupfs;
 pub mod cpu_topology;
 pub mod detect;

@@ -645,7 +645,7 @@ impl SystemdApplier {
             if !now_ok[i] {
                 // Not set by systemd (no property for it, or systemd chose
                 // otherwise): write the file.
-                if let Err(e) = cgroupfs::write(&w.file, &w.value) {
+                if let Err(e) = cgroupfs::write_walked(&w.file, &w.value, &self.bases) {
                     report.errors.push(ApplyError {
                         file: w.file.clone(),
                         value: w.value.clone(),

@@ -485,8 +485,11 @@ impl MemcgNotifier {
         let efd = EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)
             .map_err(std::io::Error::from)?;
         let usage_f = File::open(usage)?;
+        use std::os::unix::fs::OpenOptionsExt as _;
+        // Never through a symlink planted at the interface file's name.
         let mut ctl = std::fs::OpenOptions::new()
             .write(true)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(event_control)?;
         let line = format!(
             "{} {} {}",

@@ -73,7 +73,9 @@ fn slice(qos: &str, uid: &str) -> String {
 /// kubepods: allocatable CPU 2000m − 200m reserved → 1843 shares → 71;
 /// memory.max = capacity − system- and kube-reserved (the script puts the
 /// VM's capacity in `@ALLOCATABLE@`). Burstable: its one pod's 100m → 4;
-/// BestEffort: 2 shares → 1. The qosd pod: 200m/128Mi Guaranteed.
+/// BestEffort: 2 shares → 1. The qosd pod: 200m/128Mi Guaranteed. The
+/// pod slices' hugetlb limits (0: no hugepage requests) the script writes
+/// after, as the kubelet does where systemd has no property.
 fn slices() -> String {
     [
         "kubepods.slice CPUWeight=71 MemoryMax=@ALLOCATABLE@ TasksMax=infinity".to_string(),
@@ -184,6 +186,7 @@ fn check_node(r: &Results, ctx: &dyn Fn() -> String) {
     for l in slices {
         assert!(l.ends_with(" 0 active"), "slice not set up: {l}\n{}", ctx());
     }
+    assert!(r.num("HUGETLB_ZERO") >= 3, "{}", ctx());
     assert_eq!(r.num("IMAGES"), 3, "{}", ctx());
     assert_eq!(r.num("PODS_RC"), 0, "{}", ctx());
     assert_eq!(r.all("WORKLOAD").len(), 2, "{}", ctx());
@@ -226,6 +229,15 @@ fn check_ready_and_auditing(r: &Results, ctx: &dyn Fn() -> String) {
     let (first, last): (f64, f64) = (rec[0].parse().unwrap(), rec[1].parse().unwrap());
     assert!(last >= first + 3.0, "passes: {rec:?}\n{}", ctx());
     assert_eq!(metric("qosd_cgroup_writes_total"), 0.0, "{}", ctx());
+    // The kubelet's values are what qosd plans from the kubelet's config:
+    // nothing differs.
+    assert_eq!(
+        metric("qosd_cgroup_audit_drift"),
+        0.0,
+        "audit: {}\n{}",
+        st["audit"],
+        ctx()
+    );
     assert_eq!(metric("qosd_ready"), 1.0);
     assert_eq!(r.num("LOG_EROFS"), 0, "{}", ctx());
 }

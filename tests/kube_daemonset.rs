@@ -16,12 +16,15 @@
 //! (mounting volumes, the token) is done by the test, and the API server is
 //! the fake one (tests/support/kubeapi.rs). Needs root.
 
+#[path = "../devtools/src/daemonset_pod.rs"]
+mod daemonset_pod;
 mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use daemonset_pod::DaemonSetPod;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use qosd_node::cri::proto;
@@ -54,22 +57,14 @@ fn static_qosd() -> PathBuf {
     out
 }
 
-fn manifests() -> Vec<Yaml> {
+/// deploy/daemonset.yaml (the default overlay rendered; tests/ship_deploy.rs
+/// keeps them equal), every document as JSON.
+fn manifests() -> Vec<serde_json::Value> {
     let text = std::fs::read_to_string(root().join("deploy/daemonset.yaml")).unwrap();
     yaml_serde::Deserializer::from_str(&text)
-        .map(|d| Yaml::deserialize(d).unwrap())
+        .map(|d| serde_json::Value::deserialize(d).unwrap())
         .filter(|v| !v.is_null())
         .collect()
-}
-
-fn kind<'a>(all: &'a [Yaml], k: &str) -> &'a Yaml {
-    all.iter().find(|d| d["kind"].as_str() == Some(k)).unwrap()
-}
-
-fn s(v: &Yaml) -> String {
-    v.as_str()
-        .unwrap_or_else(|| panic!("not a string: {v:?}"))
-        .to_string()
 }
 
 /// A recursive bind of `src` at `dst`, made rshared: `HostToContainer`
@@ -146,10 +141,8 @@ async fn daemonset_pod_survives_a_runtime_restart_and_keeps_enforcing_and_evicti
 
     // The manifest's pod.
     let all = manifests();
-    let ds = kind(&all, "DaemonSet");
-    let pod = &ds["spec"]["template"]["spec"];
-    let c = &pod["containers"][0];
-    assert_eq!(pod["hostPID"].as_bool(), Some(true));
+    let dpod = DaemonSetPod::from_manifest(&all).expect("the DaemonSet's pod");
+    assert!(dpod.host_pid);
 
     // The ConfigMap's config reads the kubelet's config from the mounted
     // kubelet root: this test's private node, in the kubelet's format.
@@ -166,8 +159,10 @@ async fn daemonset_pod_survives_a_runtime_restart_and_keeps_enforcing_and_evicti
     )
     .unwrap();
     let port = free_port();
-    let cm = kind(&all, "ConfigMap");
-    let mut cfg: Yaml = yaml_serde::from_str(&s(&cm["data"]["config.yaml"])).unwrap();
+    let config_map = dpod.mount("config").unwrap().config_map.clone().unwrap();
+    let file = &dpod.config_map(&config_map).unwrap()[0];
+    assert_eq!(file.0, "config.yaml");
+    let mut cfg: Yaml = yaml_serde::from_str(&file.1).unwrap();
     assert_eq!(
         cfg["kubeletConfig"].as_str(),
         Some("/var/lib/kubelet/config.yaml")
@@ -200,38 +195,21 @@ async fn daemonset_pod_survives_a_runtime_restart_and_keeps_enforcing_and_evicti
     std::fs::write(sa_dir.join("ca.crt"), &api.ca_pem).unwrap();
     std::fs::write(sa_dir.join("namespace"), "qosd-system").unwrap();
 
-    // Volumes → host paths (hostPath ones as the manifest says, but the
-    // runtime's directory is this containerd's and the kubelet root a temp dir).
+    // The manifest's pod as the kubelet runs it (the shared translation);
+    // this node's part: the ConfigMap's directory, the runtime's directory
+    // is this containerd's, the kubelet root a temp dir.
     let socket_dir = env.socket.parent().unwrap().to_path_buf();
-    let mut mounts = Vec::new();
-    for vm in c["volumeMounts"].as_sequence().unwrap() {
-        let name = s(&vm["name"]);
-        let vol = pod["volumes"]
-            .as_sequence()
-            .unwrap()
-            .iter()
-            .find(|v| v["name"] == vm["name"])
-            .unwrap();
-        let host = match (name.as_str(), vol["hostPath"]["path"].as_str()) {
-            ("config", _) => config_dir.clone(),
+    let mut mounts = dpod.cri_mounts(&|m| {
+        let host = match (m.config_map.as_deref(), m.host_path.as_deref()) {
+            (Some(_), _) => config_dir.clone(),
             (_, Some("/run/containerd")) => socket_dir.clone(),
             (_, Some("/var/lib/kubelet")) => kubelet_root.0.clone(),
             (_, Some("/sys/fs/cgroup")) => cgroupfs.0.clone(),
             (_, Some(p)) => PathBuf::from(p),
-            _ => panic!("unexpected volume {name}"),
+            _ => panic!("unexpected volume {}", m.volume),
         };
-        let propagation = match vm["mountPropagation"].as_str() {
-            Some("HostToContainer") => proto::MountPropagation::PropagationHostToContainer,
-            _ => proto::MountPropagation::PropagationPrivate,
-        };
-        mounts.push(proto::Mount {
-            container_path: s(&vm["mountPath"]),
-            host_path: host.display().to_string(),
-            readonly: vm["readOnly"].as_bool().unwrap_or(false),
-            propagation: propagation as i32,
-            ..Default::default()
-        });
-    }
+        host.display().to_string()
+    });
     mounts.push(proto::Mount {
         container_path: "/var/run/secrets/kubernetes.io/serviceaccount".into(),
         host_path: sa_dir.display().to_string(),
@@ -239,111 +217,35 @@ async fn daemonset_pod_survives_a_runtime_restart_and_keeps_enforcing_and_evicti
         ..Default::default()
     });
     let mut envs = vec![
-        proto::KeyValue {
-            key: "KUBERNETES_SERVICE_HOST".into(),
-            value: "127.0.0.1".into(),
-        },
-        proto::KeyValue {
-            key: "KUBERNETES_SERVICE_PORT".into(),
-            value: api.addr.port().to_string(),
-        },
+        (
+            "KUBERNETES_SERVICE_HOST".to_string(),
+            "127.0.0.1".to_string(),
+        ),
+        (
+            "KUBERNETES_SERVICE_PORT".to_string(),
+            api.addr.port().to_string(),
+        ),
     ];
-    for e in c["env"].as_sequence().unwrap() {
-        let value = match e["valueFrom"]["fieldRef"]["fieldPath"].as_str() {
-            Some("spec.nodeName") => NODE.to_string(),
-            Some(other) => panic!("unexpected fieldRef {other}"),
-            None => s(&e["value"]),
-        };
-        envs.push(proto::KeyValue {
-            key: s(&e["name"]),
-            value,
-        });
-    }
-
-    // Resources as the kubelet maps them; Guaranteed → kubepods/pod<uid>.
-    let milli = |q: &Yaml| {
-        qosd_model::core::quantity::Quantity::parse(&s(q))
-            .unwrap()
-            .milli_ceil()
-    };
-    let bytes = |q: &Yaml| {
-        qosd_model::core::quantity::Quantity::parse(&s(q))
-            .unwrap()
-            .value_ceil()
-    };
-    let res = &c["resources"];
-    assert_eq!(res["requests"], res["limits"], "Guaranteed");
-    let cpu = milli(&res["limits"]["cpu"]);
-    let resources = proto::LinuxContainerResources {
-        cpu_shares: kubelet::shares(cpu),
-        cpu_quota: kubelet::quota(cpu),
-        cpu_period: kubelet::PERIOD,
-        memory_limit_in_bytes: bytes(&res["limits"]["memory"]),
-        oom_score_adj: -997,
-        ..Default::default()
-    };
+    envs.extend(
+        dpod.env_values(&|f| (f == "spec.nodeName").then(|| NODE.to_string()))
+            .unwrap(),
+    );
+    // Guaranteed → kubepods/pod<uid>; no CNI on this machine: the node's
+    // network (see the module docs).
+    assert!(dpod.guaranteed, "Guaranteed");
+    assert_eq!(dpod.security.seccomp, "RuntimeDefault");
     let uid = PodSpec::new("qosd").uid;
     let cgroup_parent = format!("{}/kubepods/pod{uid}", env.cgroup_root);
-    let ns = proto::NamespaceOption {
-        // No CNI on this machine: the node's network (see the module docs).
-        network: proto::NamespaceMode::Node as i32,
-        // hostPID: true
-        pid: proto::NamespaceMode::Node as i32,
-        ipc: proto::NamespaceMode::Pod as i32,
-        ..Default::default()
-    };
-    let labels: std::collections::HashMap<String, String> = [
-        ("io.kubernetes.pod.name", "qosd-abcde"),
-        ("io.kubernetes.pod.namespace", "qosd-system"),
-        ("io.kubernetes.pod.uid", uid.as_str()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect();
-    let sandbox = proto::PodSandboxConfig {
-        metadata: Some(proto::PodSandboxMetadata {
-            name: "qosd-abcde".into(),
-            uid: uid.clone(),
-            namespace: "qosd-system".into(),
-            attempt: 0,
-        }),
-        labels: labels.clone(),
-        annotations: [("kubernetes.io/config.source".to_string(), "api".to_string())].into(),
-        linux: Some(proto::LinuxPodSandboxConfig {
-            cgroup_parent: cgroup_parent.clone(),
-            security_context: Some(proto::LinuxSandboxSecurityContext {
-                namespace_options: Some(ns.clone()),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    let sc = &c["securityContext"];
-    let strings = |v: &Yaml| -> Vec<String> { v.as_sequence().unwrap().iter().map(s).collect() };
-    assert_eq!(s(&sc["seccompProfile"]["type"]), "RuntimeDefault");
-    let security = proto::LinuxContainerSecurityContext {
-        capabilities: Some(proto::Capability {
-            add_capabilities: strings(&sc["capabilities"]["add"]),
-            drop_capabilities: strings(&sc["capabilities"]["drop"]),
-            ..Default::default()
-        }),
-        privileged: sc["privileged"].as_bool().unwrap(),
-        namespace_options: Some(ns.clone()),
-        run_as_user: Some(proto::Int64Value {
-            value: sc["runAsUser"].as_i64().unwrap(),
-        }),
-        run_as_group: Some(proto::Int64Value {
-            value: sc["runAsGroup"].as_i64().unwrap(),
-        }),
-        readonly_rootfs: sc["readOnlyRootFilesystem"].as_bool().unwrap(),
-        no_new_privs: !sc["allowPrivilegeEscalation"].as_bool().unwrap(),
-        seccomp: Some(proto::SecurityProfile {
-            profile_type: proto::security_profile::ProfileType::RuntimeDefault as i32,
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
+    let sandbox = dpod.sandbox_config("qosd-abcde", &uid, &cgroup_parent, true, "");
+    let config = dpod.container_config(&daemonset_pod::ContainerInputs {
+        pod_name: "qosd-abcde",
+        uid: &uid,
+        image: IMAGE,
+        env: envs,
+        mounts,
+        log_path: "",
+        node_network: true,
+    });
     let client = env.client().await;
     let mut rs = client.runtime_service();
     let sandbox_id = rs
@@ -356,31 +258,10 @@ async fn daemonset_pod_survives_a_runtime_restart_and_keeps_enforcing_and_evicti
         .into_inner()
         .pod_sandbox_id;
     env.track_sandbox(&sandbox_id);
-    let mut clabels = labels.clone();
-    clabels.insert("io.kubernetes.container.name".into(), s(&c["name"]));
     let id = rs
         .create_container(proto::CreateContainerRequest {
             pod_sandbox_id: sandbox_id.clone(),
-            config: Some(proto::ContainerConfig {
-                metadata: Some(proto::ContainerMetadata {
-                    name: s(&c["name"]),
-                    attempt: 0,
-                }),
-                image: Some(proto::ImageSpec {
-                    image: IMAGE.into(),
-                    ..Default::default()
-                }),
-                args: strings(&c["args"]),
-                envs,
-                mounts,
-                labels: clabels,
-                log_path: String::new(),
-                linux: Some(proto::LinuxContainerConfig {
-                    resources: Some(resources),
-                    security_context: Some(security),
-                }),
-                ..Default::default()
-            }),
+            config: Some(config),
             sandbox_config: Some(sandbox.clone()),
         })
         .await
@@ -414,8 +295,8 @@ async fn daemonset_pod_survives_a_runtime_restart_and_keeps_enforcing_and_evicti
     api.put_pod(hog_api);
 
     // Probed on its port like the manifest's probes.
-    let healthz = s(&c["livenessProbe"]["httpGet"]["path"]);
-    let readyz = s(&c["readinessProbe"]["httpGet"]["path"]);
+    let healthz = dpod.probe("liveness").unwrap().path.clone();
+    let readyz = dpod.probe("readiness").unwrap().path.clone();
     wait_for("readiness", Duration::from_secs(60), || {
         get_port(port, &readyz).is_some_and(|r| r.status == 200)
     });

@@ -4,11 +4,23 @@
 //! ```text
 //! qosd-cri-pod run ENDPOINT SPEC.json     # prints `POD <name> <sandbox id> <container id>...`
 //! qosd-cri-pod remove ENDPOINT SANDBOX_ID # StopPodSandbox + RemovePodSandbox
+//! qosd-cri-pod daemonset ENDPOINT POD.json NODE.json  # prints `POD <name> <sandbox id> <container id>`
 //! ```
 //! SPEC.json: `[{"name","namespace","uid","cgroup_parent","containers":
 //! [{"name","image","args":[...],"cpu_shares","cpu_quota","cpu_period",
 //! "memory_limit_in_bytes","oom_score_adj"}]}]`: the caller computes the
 //! kubelet's values (the test does, from the kubelet's formulas).
+//!
+//! `daemonset`: the rendered DaemonSet's pod (POD.json: a
+//! [`daemonset_pod::DaemonSetPod`], devtools/src/daemonset_pod.rs), run as
+//! the kubelet would on this node: its ConfigMaps written below
+//! `config_root/<name>/` and mounted, its host paths as they are (a
+//! `DirectoryOrCreate` one created), `fieldRef: spec.nodeName` the node's
+//! hostname. NODE.json: `{"pod_name","uid","image","cgroup_parent",
+//! "config_root","log_directory"}`; the network is the node's (no CNI).
+
+#[path = "../daemonset_pod.rs"]
+mod daemonset_pod;
 
 use std::collections::HashMap;
 use std::process::ExitCode;
@@ -158,6 +170,95 @@ async fn run(endpoint: &str, spec: &str) -> Result<(), String> {
     Ok(())
 }
 
+#[derive(Deserialize)]
+struct Node {
+    pod_name: String,
+    uid: String,
+    image: String,
+    cgroup_parent: String,
+    config_root: String,
+    log_directory: String,
+}
+
+/// The kubelet's part before the runtime's: volumes laid out on the node.
+fn volumes(pod: &daemonset_pod::DaemonSetPod, node: &Node) -> Result<(), String> {
+    for (name, files) in &pod.config_maps {
+        let dir = std::path::Path::new(&node.config_root).join(name);
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        for (file, text) in files {
+            let p = dir.join(file);
+            std::fs::write(&p, text).map_err(|e| format!("{}: {e}", p.display()))?;
+        }
+    }
+    for m in &pod.mounts {
+        if let (Some(p), Some("DirectoryOrCreate")) = (&m.host_path, m.host_path_type.as_deref()) {
+            std::fs::create_dir_all(p).map_err(|e| format!("{p}: {e}"))?;
+        }
+    }
+    std::fs::create_dir_all(&node.log_directory).map_err(|e| format!("{}: {e}", node.log_directory))
+}
+
+async fn daemonset(endpoint: &str, pod: &str, node: &str) -> Result<(), String> {
+    let read = |p: &str| std::fs::read_to_string(p).map_err(|e| format!("{p}: {e}"));
+    let pod: daemonset_pod::DaemonSetPod =
+        serde_json::from_str(&read(pod)?).map_err(|e| format!("{pod}: {e}"))?;
+    let node: Node = serde_json::from_str(&read(node)?).map_err(|e| format!("{node}: {e}"))?;
+    volumes(&pod, &node)?;
+    let hostname = read("/proc/sys/kernel/hostname")?.trim().to_string();
+    let env = pod.env_values(&|f| (f == "spec.nodeName").then(|| hostname.clone()))?;
+    let mounts = pod.cri_mounts(&|m| match (&m.host_path, &m.config_map) {
+        (Some(p), _) => p.clone(),
+        (None, Some(cm)) => format!("{}/{cm}", node.config_root),
+        (None, None) => String::new(),
+    });
+    let sandbox = pod.sandbox_config(
+        &node.pod_name,
+        &node.uid,
+        &node.cgroup_parent,
+        true,
+        &node.log_directory,
+    );
+    let config = pod.container_config(&daemonset_pod::ContainerInputs {
+        pod_name: &node.pod_name,
+        uid: &node.uid,
+        image: &node.image,
+        env,
+        mounts,
+        log_path: "qosd.log",
+        node_network: true,
+    });
+    let client = CriClient::connect(endpoint, slow_runtime())
+        .await
+        .map_err(|e| format!("connect {endpoint}: {e}"))?;
+    let mut rs = client.runtime_service();
+    let sandbox_id = rs
+        .run_pod_sandbox(proto::RunPodSandboxRequest {
+            config: Some(sandbox.clone()),
+            runtime_handler: String::new(),
+        })
+        .await
+        .map_err(|e| format!("RunPodSandbox {}: {e}", node.pod_name))?
+        .into_inner()
+        .pod_sandbox_id;
+    let id = rs
+        .create_container(proto::CreateContainerRequest {
+            pod_sandbox_id: sandbox_id.clone(),
+            config: Some(config),
+            sandbox_config: Some(sandbox),
+        })
+        .await
+        .map_err(|e| format!("CreateContainer {}: {e}", pod.container))?
+        .into_inner()
+        .container_id;
+    rs.start_container(proto::StartContainerRequest {
+        container_id: id.clone(),
+    })
+    .await
+    .map_err(|e| format!("StartContainer {}: {e}", pod.container))?;
+    println!("POD {} {sandbox_id} {id}", node.pod_name);
+    Ok(())
+}
+
 async fn remove(endpoint: &str, id: &str) -> Result<(), String> {
     let client = CriClient::connect(endpoint, slow_runtime())
         .await
@@ -181,7 +282,12 @@ fn main() -> ExitCode {
     let res = match (args.first().map(String::as_str), args.len()) {
         (Some("run"), 3) => rt.block_on(run(&args[1], &args[2])),
         (Some("remove"), 3) => rt.block_on(remove(&args[1], &args[2])),
-        _ => Err("usage: qosd-cri-pod run ENDPOINT SPEC.json | remove ENDPOINT SANDBOX_ID".into()),
+        (Some("daemonset"), 4) => rt.block_on(daemonset(&args[1], &args[2], &args[3])),
+        _ => Err(
+            "usage: qosd-cri-pod run ENDPOINT SPEC.json | remove ENDPOINT SANDBOX_ID \
+                  | daemonset ENDPOINT POD.json NODE.json"
+                .into(),
+        ),
     };
     match res {
         Ok(()) => ExitCode::SUCCESS,

@@ -579,7 +579,11 @@ mod tests {
             (true, EvictAnswer::Gone("404".into()), false),
         ];
         for (hard, answer, counts) in rows {
-            assert_eq!(late_answer_counts(hard, &answer), counts, "{hard} {answer:?}");
+            assert_eq!(
+                late_answer_counts(hard, &answer),
+                counts,
+                "{hard} {answer:?}"
+            );
         }
     }
 

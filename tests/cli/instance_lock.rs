@@ -4,13 +4,13 @@
 //! directory (no root needed; nothing is written outside the temporary
 //! directory) with the lock directory there too (`QOSD_LOCK_DIR`).
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use support::*;
+use crate::support::*;
 
 fn run_args(dir: &Path, extra: &[&str]) -> Vec<String> {
     let mut a = support::fake_node_run_args(dir, &["--mode", "enforce"]);

@@ -4,10 +4,8 @@
 //! reserved cgroup without creating it (a private fake cgroupfs in a temp
 //! dir: the check happens before any write).
 
-mod support;
-
+use crate::support::*;
 use predicates::prelude::*;
-use support::*;
 
 /// With the shared plan node: no hugepage sizes.
 const NO_HUGEPAGES: &[&str] = &["--hugepage-sizes", "none"];

@@ -5,13 +5,11 @@
 //! any command with exit 1 and a message; control characters in names never
 //! reach text output raw. No root needed.
 
-mod support;
-
 use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use support::*;
+use crate::support::*;
 
 /// Files that are not regular text files of a sane size, each with the
 /// words the refusal uses.

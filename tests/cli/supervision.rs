@@ -7,13 +7,13 @@
 //! directory, so it needs neither root nor a runtime: the eviction loop
 //! runs its passes (reading what it can) all the same.
 
-mod support;
+use crate::support;
 
 use std::ffi::OsStr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use support::Daemon;
+use crate::support::Daemon;
 
 fn start(dir: &Path, inject: Option<&str>) -> Daemon {
     let args = support::fake_node_run_args(dir, &["--dry-run"]);

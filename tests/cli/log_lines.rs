@@ -7,12 +7,10 @@
 //! The daemon runs in dry-run over a private, empty cgroupfs directory
 //! against a runtime socket that does not exist: no root, no runtime.
 
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use support::{wait_for, Daemon};
+use crate::support::{wait_for, Daemon};
 
 /// The top-level keys of one JSON object, in order, duplicates kept (a
 /// `serde_json::Map` would keep only the last of a repeated key).

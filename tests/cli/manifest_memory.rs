@@ -5,12 +5,10 @@
 //! its peak RSS from `wait4`; the plan must cover every pod of the file,
 //! so a run that parsed nothing cannot pass.
 
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use support::process::NODE_4CPU_8GI_V2 as NODE;
+use crate::support::process::NODE_4CPU_8GI_V2 as NODE;
 
 /// The DaemonSet's memory limit.
 const DAEMONSET_LIMIT: u64 = 128 << 20;

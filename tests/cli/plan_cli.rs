@@ -2,10 +2,8 @@
 //! the file and field in the message and nothing on stdout; flags map to
 //! the plan.
 
-mod support;
-
+use crate::support::*;
 use predicates::prelude::*;
-use support::*;
 
 const NODE: &[&str] = NODE_4CPU_8GI_V2;
 

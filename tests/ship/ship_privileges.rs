@@ -16,13 +16,11 @@
 //! scripts/test runs it as root, where a missing one fails it. Creates only `/qosd-test-<pid>-priv` cgroups (removed
 //! afterwards, even on failure) and kills only the process it started.
 
-mod support;
-
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use support::{require_root, require_tools, Cgroups, KillOnDrop};
+use crate::support::{require_root, require_tools, Cgroups, KillOnDrop};
 
 /// Root and setpriv; panics naming what is missing.
 fn preconditions() {

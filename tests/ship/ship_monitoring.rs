@@ -7,14 +7,12 @@
 //! The promtool tests are `#[ignore]`d: scripts/test installs promtool and
 //! runs them as root; without promtool they fail (tests/support/require.rs).
 
-mod support;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use crate::support::{require_tools, which};
 use serde::Deserialize;
-use support::{require_tools, which};
 use yaml_serde::Value;
 
 const RULES: &str = "deploy/monitoring/qosd-alerts.yaml";

@@ -8,13 +8,13 @@
 //! The daemon runs in dry-run on manifests over a private, empty cgroupfs
 //! directory: no root, no runtime.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;
 
-use support::{wait_for, Daemon};
+use crate::support::{wait_for, Daemon};
 
 /// Families set only once their value is measured.
 const MEASURED: &[&str] = &[

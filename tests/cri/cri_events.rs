@@ -5,12 +5,10 @@
 //! to listing when the events are unavailable, and resubscribes after a
 //! runtime restart.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::*;
 use qosd_node::cri::events::{self, proto as ev, Change};
-use support::*;
 use tokio_stream::StreamExt;
 
 /// A raw subscription to every event of the CRI namespace, live (the first

@@ -16,14 +16,12 @@
 //!
 //! Needs root (containerd, cgroups).
 
-mod support;
-
 use std::collections::HashMap;
 use std::time::Duration;
 
+use crate::support::kubeapi::{fixture_pod, FakeApi};
+use crate::support::*;
 use serde_json::{json, Value};
-use support::kubeapi::{fixture_pod, FakeApi};
-use support::*;
 
 const NODE: &str = "qosd-test-node";
 

@@ -2,13 +2,11 @@
 //! qosd retries, a sandbox removed between list and status.
 //! The "down" tests need no root; the others start containerd (root).
 
-mod support;
-
 use std::time::{Duration, Instant};
 
+use crate::support::*;
 use qosd_node::cri::{inventory_of, ConnectOptions, CriClient, InventoryOptions, RetryPolicy};
 use serde_json::Value;
-use support::*;
 
 #[test]
 fn runtime_down_socket_missing() {

@@ -12,15 +12,13 @@
 //!   exits 2 naming the pods, the parent and the matching setting, writing
 //!   nothing; the daemon stays not ready.
 
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use crate::support::*;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use support::*;
 
 fn config(env: &Containerd, port: u16, mode: &str, threshold: &str, extra: &str) -> String {
     format!(

@@ -2,13 +2,11 @@
 //! pods, a memory-limit-only pod, a class only inferable from oom_score_adj,
 //! and a pod whose uid label is not a plain UID. Needs root (skips otherwise).
 
-mod support;
-
 use std::collections::HashMap;
 
+use crate::support::*;
 use qosd_model::core::quantity::Quantity;
 use serde_json::Value;
-use support::*;
 
 fn bytes(v: &Value) -> i64 {
     Quantity::parse(v.as_str().unwrap()).unwrap().value_ceil()

@@ -2,12 +2,10 @@
 //! classifies them like `qosd pods` and has the kubelet's pod-level values,
 //! and changes nothing. Needs root (`#[ignore]`d: scripts/test runs it as root).
 
-mod support;
-
 use std::collections::HashMap;
 
+use crate::support::*;
 use serde_json::Value;
-use support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root: starts containerd and creates cgroups"]

@@ -12,14 +12,12 @@
 //! created only under the support env's unique prefix `/qosd-test-<pid>-<n>`
 //! (removed leaf-first by its Drop) and processes are stopped by PID.
 
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::support::*;
 use serde_json::Value;
-use support::*;
 
 const EXAMPLE_CONFIG: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/config/qosd.yaml");
 

@@ -5,13 +5,11 @@
 //! knew, and catches an in-place resize made while it was down right after
 //! its first reconcile.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::*;
 use qosd_node::cri::{ConnectOptions, InventoryOptions};
 use qosd_node::pods::{PodSourceSpec, Source};
-use support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root: starts containerd and creates cgroups"]

@@ -6,13 +6,11 @@
 //! root here lacks CAP_SYS_RESOURCE) is counted in `/status` and logged
 //! once, not retried into the log. Needs root.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::*;
 use qosd_model::core::model::QosClass;
 use serde_json::Value;
-use support::*;
 
 fn adj(pid: i32) -> i64 {
     std::fs::read_to_string(format!("/proc/{pid}/oom_score_adj"))

@@ -4,13 +4,11 @@
 //! removed, and `--dry-run` shows the writes `qosd plan --cri` plans.
 //! Needs root (skips otherwise, saying why).
 
-mod support;
-
 use std::path::Path;
 use std::time::Duration;
 
+use crate::support::*;
 use serde_json::Value;
-use support::*;
 
 fn run_once(env: &Containerd, extra: &[&str]) -> Value {
     let mut args = vec!["run", "--once", "--output", "json"];

@@ -4,16 +4,14 @@
 //! directory), reports a changed value once in the log, in /metrics and in
 //! /status, and keeps its eviction loop on.
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use crate::support::*;
 use serde_json::Value;
-use support::*;
 
 const KUBELET: &str = "fixtures/kubelet/kubeadm.yaml";
 

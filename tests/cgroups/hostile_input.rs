@@ -10,14 +10,14 @@
 //! * a full or closed stderr does not turn an error into a panic (exit 101);
 //! * the status client caps the body and keeps its total deadline.
 
-mod support;
+use crate::support;
 
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use support::*;
+use crate::support::*;
 
 /// `qosd <args>` with a 20 s hang guard: (exit code, stdout, stderr).
 fn qosd(args: &[&str]) -> (i32, String, String) {

@@ -8,18 +8,18 @@
 //! `/qosd-test-<pid>-…` prefix (where a different filesystem is mounted
 //! below the root). Both need root: `#[ignore]`d, scripts/test runs them.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use crate::support::{qosd_bounded, repo_root, require_root, Cgroups, KillOnDrop, Tmpfs};
 use qosd_model::core::model::{CgroupLevel, CgroupVersion, CgroupWrite};
 use qosd_node::sys::apply::{self, Applier, Mode};
 use qosd_node::sys::cgroup_dir::WalkError;
 use qosd_node::sys::cgroupfs::{self as fs, CgroupFsError};
 use qosd_node::sys::detect;
 use qosd_node::sys::kill::{cgroup_tree_pids, kill_cgroup_tree, KillError};
-use support::{qosd_bounded, repo_root, require_root, Cgroups, KillOnDrop, Tmpfs};
 
 /// The uid of fixtures/pods/01-qos-demo.yaml (a Guaranteed pod).
 const POD: &str = "pod6c1a1f2e-0001-4d5e-9a00-000000000001";

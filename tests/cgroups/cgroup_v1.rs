@@ -5,18 +5,16 @@
 //! Needs root and v1 cpu+memory controllers: `#[ignore]`d, scripts/test runs
 //! it as root, where their absence fails it.
 
-mod support;
-
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use crate::support::{require_root, Cgroups, KillOnDrop, Memhog};
 use qosd_model::core::model::{CgroupLevel, CgroupVersion, CgroupWrite};
 use qosd_node::sys::apply::{self, Applier, Mode};
 use qosd_node::sys::cgroupfs::{self as fs, CgroupFsError};
 use qosd_node::sys::detect::{self, CgroupLayout};
-use support::{require_root, Cgroups, KillOnDrop, Memhog};
 
 struct Env {
     cpu: PathBuf,

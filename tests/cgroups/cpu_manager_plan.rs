@@ -2,10 +2,8 @@
 //! fixtures/sysfs (shaped like real machines): the kubelet's assignment,
 //! the JSON shape, and the start-up refusals (exit code 2).
 
-mod support;
-
+use crate::support::qosd;
 use serde_json::Value;
-use support::qosd;
 
 fn plan(extra: &[&str]) -> (i32, String, String) {
     plan_with_policy("static", extra)

@@ -17,16 +17,14 @@
 //! Cgroups only under the support env's prefix `/qosd-test-<pid>-<n>`;
 //! processes stopped by PID; mounts made here are unmounted by guards.
 
-mod support;
-
 use std::io::Write;
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use crate::support::*;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use support::*;
 
 /// Stated recovery time: once a fault ends, `/readyz` is 200 again within this.
 const RECOVERY: Duration = Duration::from_secs(20);

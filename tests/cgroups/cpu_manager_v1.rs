@@ -6,13 +6,11 @@
 //! assignment (state file in the kubelet's format), a pod that does not fit
 //! is refused and stays shared, and a pod that goes frees its CPU.
 
-mod support;
-
 use std::path::{Path, PathBuf};
 
+use crate::support::*;
 use qosd_model::policy::cpu::state::CpuState;
 use qosd_node::cri::proto;
-use support::*;
 
 fn cpuset(env: &Containerd, pod: &RunningPod) -> String {
     let p = env

@@ -2,9 +2,8 @@
 //! `#[ignore]`d, scripts/test runs it as root): it runs, kills the hog after
 //! the crossing, and reports sane numbers.
 
-mod support;
-#[path = "vm/harness.rs"]
-mod vm;
+use crate::support;
+use crate::vm;
 
 /// The dev tool lives in the `qosd-devtools` workspace member: build it
 /// statically (the build the VM tests share) and return its path.
@@ -15,6 +14,7 @@ fn evict_bench_bin() -> std::path::PathBuf {
 #[test]
 #[ignore = "needs root: creates memory cgroups"]
 fn bench_reports_reaction_times() {
+    let _serial = crate::support::serial();
     support::require_root("creates memory cgroups");
     let sys = std::path::Path::new("/sys/fs/cgroup");
     assert!(

@@ -2,7 +2,7 @@
 //! The ranking cases run the manifest loader and the classifier;
 //! the input-error cases run on their own.
 
-mod support;
+use crate::support;
 
 use assert_cmd::Command;
 use std::path::PathBuf;

@@ -6,14 +6,12 @@
 //! is crossed again; the Guaranteed pod survives and the kernel OOM killer
 //! never fires. Needs root (`#[ignore]`d; scripts/test runs it as root).
 
-mod support;
-
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use crate::support::*;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use support::*;
 
 fn oom_kills(dir: &Path) -> u64 {
     read_or_empty(&dir.join("memory.oom_control"))
@@ -41,7 +39,11 @@ fn evicted_uids(port: u16) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root: starts containerd and creates cgroups"]
+// The guard is held across awaits on purpose: it keeps the tests that
+// take it apart for the whole test, each on its own runtime.
+#[allow(clippy::await_holding_lock)]
 async fn evicts_besteffort_then_burstable_guaranteed_survives_no_oom() {
+    let _serial = crate::support::serial();
     require_containerd();
     let env = Containerd::start();
     // memhog <initial> <step> <interval ms> <max>: an hour-long interval, so

@@ -12,12 +12,10 @@
 //!   order, which `tests/eviction_order_cli.rs` and the model's tables
 //!   check).
 
-mod support;
-
 use std::path::Path;
 use std::time::Duration;
 
-use support::*;
+use crate::support::*;
 
 fn pressure_args(dir: &Path, proc_root: &Path) -> Vec<String> {
     let mut a = fake_node_run_args(dir, &["--dry-run"]);

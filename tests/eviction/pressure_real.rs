@@ -18,13 +18,11 @@
 //!
 //! Needs root, containerd and PSI (`#[ignore]`d; scripts/test runs it).
 
-mod support;
-
 use std::io::Write;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use support::*;
+use crate::support::*;
 
 /// The node's `some` memory stall total (µs).
 fn some_total() -> u64 {
@@ -71,7 +69,11 @@ fn evictions(port: u16) -> Vec<serde_json::Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root: starts containerd, creates memory cgroups, arms a PSI trigger"]
+// The guard is held across awaits on purpose: it keeps the tests that
+// take it apart for the whole test, each on its own runtime.
+#[allow(clippy::await_holding_lock)]
 async fn stalling_pod_evicted_once_on_node_pressure() {
+    let _serial = crate::support::serial();
     require_containerd();
     let before = some_total(); // fails with the reason without PSI
     let env = Containerd::start();

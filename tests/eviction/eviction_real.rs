@@ -10,15 +10,15 @@
 //! v2 with the memory controller at the root): `#[ignore]`d, scripts/test
 //! runs it as root, where a missing memory cgroup fails it.
 
-mod support;
-#[path = "vm/harness.rs"]
-mod vm;
+use crate::support;
+use crate::vm;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use crate::support::{require_root, Cgroups, KillOnDrop};
 use qosd_model::core::model::{CgroupVersion, QosClass};
 use qosd_model::policy::evict::manager::{Action, Manager, ManagerOptions};
 use qosd_model::policy::evict::rank::Candidate;
@@ -30,7 +30,6 @@ use qosd_node::sys::kill::cgroup_tree_pids;
 use qosd_node::sys::signals::{pod_stats, SignalSources};
 use qosd_node::sys::watch::{targets_from_config, usage_probe, WatchConfig, WatchTarget, Watcher};
 use std::sync::atomic::Ordering;
-use support::{require_root, Cgroups, KillOnDrop};
 
 const MI: i64 = 1024 * 1024;
 const SHM_BYTES: u64 = 64 + (1 << 17) * 16;
@@ -134,6 +133,7 @@ fn oom_kills(version: CgroupVersion, dir: &Path) -> u64 {
 #[test]
 #[ignore = "needs root: creates memory cgroups and fills them"]
 fn evicts_besteffort_then_burstable_keeps_guaranteed_no_oom() {
+    let _serial = crate::support::serial();
     require_root("creates memory cgroups and fills them");
     let (version, root) = memory_root();
     let base = root.join(format!("qosd-test-{}-evict", std::process::id()));
@@ -302,6 +302,7 @@ fn evicts_besteffort_then_burstable_keeps_guaranteed_no_oom() {
 #[test]
 #[ignore = "needs root: creates a v1 memory cgroup and fills it"]
 fn v1_watcher_reads_no_memory_stat_below_the_line() {
+    let _serial = crate::support::serial();
     require_root("creates a v1 memory cgroup and fills it");
     let (version, root) = memory_root();
     assert_eq!(

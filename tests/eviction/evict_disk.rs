@@ -5,12 +5,10 @@
 //! and /metrics). Needs root for the mount and the cgroup root
 //! (`#[ignore]`d; scripts/test runs it as root).
 
-mod support;
-
 use std::path::Path;
 use std::time::Duration;
 
-use support::*;
+use crate::support::*;
 
 fn signal<'a>(doc: &'a serde_json::Value, name: &str) -> Option<&'a serde_json::Value> {
     doc["signals"]
@@ -30,6 +28,7 @@ fn condition(doc: &serde_json::Value, name: &str) -> bool {
 #[test]
 #[ignore = "needs root: mounts a tmpfs and creates cgroups"]
 fn tmpfs_root_dir_drives_nodefs_signals_and_disk_pressure() {
+    let _serial = crate::support::serial();
     require_root("mounts a tmpfs and creates cgroups");
     let prefix = format!("qosd-test-{}-disk", std::process::id());
     let mut cgroups = Cgroups::new();

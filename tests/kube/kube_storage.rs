@@ -6,14 +6,12 @@
 //! limits in the same pass, each with the kubelet's 1 s grace, and leaves
 //! the pod within its limit. Needs root (containerd, cgroups).
 
-mod support;
-
 use std::ffi::OsStr;
 use std::time::Duration;
 
+use crate::support::kubeapi::{fixture_pod, FakeApi};
+use crate::support::*;
 use serde_json::{json, Value};
-use support::kubeapi::{fixture_pod, FakeApi};
-use support::*;
 
 const NODE: &str = "qosd-test-node";
 

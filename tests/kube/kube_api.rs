@@ -7,15 +7,15 @@
 //! silent, watches closed at once (backoff, not a hot loop), the server
 //! going away and coming back.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::support::kubeapi::{fixture_pod, FakeApi};
 use qosd_node::kube::client::KubeClient;
 use qosd_node::kube::config::{from_kubeconfig, Auth, KubeConfig};
 use qosd_node::kube::source::{list_pods, run_watcher, PodCache, WatchOptions};
-use support::kubeapi::{fixture_pod, FakeApi};
 
 fn client(api: &FakeApi, dir: &std::path::Path) -> KubeClient {
     KubeClient::new(from_kubeconfig(&api.kubeconfig(dir)).unwrap()).unwrap()

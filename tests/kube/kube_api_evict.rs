@@ -8,11 +8,10 @@
 //! deadline, and the kubelet's eviction record left on the status after a
 //! local kill. No root needed.
 
-mod support;
-
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::support::kubeapi::{fixture_pod, Answer, FakeApi};
 use qosd_model::core::model::QosClass;
 use qosd_model::policy::evict::manager::{Cause, Victim};
 use qosd_model::policy::evict::rank::{Candidate, PodStats};
@@ -24,7 +23,6 @@ use qosd_node::kube::client::KubeClient;
 use qosd_node::kube::config::from_kubeconfig;
 use qosd_node::kube::evict::{mark_evicted, post_eviction, Deadlines, EvictAnswer};
 use serde_json::{json, Value};
-use support::kubeapi::{fixture_pod, Answer, FakeApi};
 
 const NODE: &str = "node-a";
 

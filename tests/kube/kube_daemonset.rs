@@ -16,21 +16,20 @@
 //! (mounting volumes, the token) is done by the test, and the API server is
 //! the fake one (tests/support/kubeapi.rs). Needs root.
 
-#[path = "../devtools/src/daemonset_pod.rs"]
+#[path = "../../devtools/src/daemonset_pod.rs"]
 mod daemonset_pod;
-mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use crate::support::kubeapi::{fixture_pod, Answer, FakeApi};
+use crate::support::*;
 use daemonset_pod::DaemonSetPod;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use qosd_node::cri::proto;
 use serde::Deserialize;
-use support::kubeapi::{fixture_pod, Answer, FakeApi};
-use support::*;
 use yaml_serde::Value as Yaml;
 
 const NODE: &str = "qosd-test-node";
@@ -99,7 +98,11 @@ impl Drop for SharedBind {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root: starts containerd, runs qosd as a pod, creates cgroups"]
+// The guard is held across awaits on purpose: it keeps the tests that
+// take it apart for the whole test, each on its own runtime.
+#[allow(clippy::await_holding_lock)]
 async fn daemonset_pod_survives_a_runtime_restart_and_keeps_enforcing_and_evicting() {
+    let _serial = crate::support::serial();
     require_containerd();
     let bin = static_qosd();
     let tmp = tempfile::tempdir().unwrap();

@@ -19,16 +19,16 @@
 //!
 //! Needs root (containerd, cgroups).
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use crate::support::kubeapi::{fixture_pod, Answer, FakeApi};
+use crate::support::*;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde_json::{json, Value};
-use support::kubeapi::{fixture_pod, Answer, FakeApi};
-use support::*;
 
 const NODE: &str = "qosd-test-node";
 
@@ -107,7 +107,11 @@ fn order(out: &str) -> (Vec<String>, Vec<String>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root: starts containerd and creates cgroups"]
+// The guard is held across awaits on purpose: it keeps the tests that
+// take it apart for the whole test, each on its own runtime.
+#[allow(clippy::await_holding_lock)]
 async fn exact_priority_and_request_change_the_victim() {
+    let _serial = crate::support::serial();
     require_containerd();
     let env = Containerd::start();
     // A Burstable pod with a request below 0.1 % of the node: the runtime
@@ -305,7 +309,11 @@ fn grow_until_dead(pid: i32, limit: Duration) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root: starts containerd and creates cgroups"]
+// The guard is held across awaits on purpose: it keeps the tests that
+// take it apart for the whole test, each on its own runtime.
+#[allow(clippy::await_holding_lock)]
 async fn hard_eviction_refused_or_unanswered_falls_back_to_local_kill_and_evicted_status() {
+    let _serial = crate::support::serial();
     require_containerd();
     let env = Containerd::start();
     let g = env
@@ -435,7 +443,11 @@ fn assert_hard_fallbacks_recorded(api: &FakeApi, be1_uid: &str, port: u16) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root: starts containerd and creates cgroups"]
+// The guard is held across awaits on purpose: it keeps the tests that
+// take it apart for the whole test, each on its own runtime.
+#[allow(clippy::await_holding_lock)]
 async fn soft_eviction_throttled_then_refused_moves_to_the_next_pod() {
+    let _serial = crate::support::serial();
     require_containerd();
     let env = Containerd::start();
     let big = env
@@ -527,7 +539,11 @@ async fn soft_eviction_throttled_then_refused_moves_to_the_next_pod() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root: starts containerd and creates cgroups"]
+// The guard is held across awaits on purpose: it keeps the tests that
+// take it apart for the whole test, each on its own runtime.
+#[allow(clippy::await_holding_lock)]
 async fn api_going_away_degrades_to_runtime_data_without_stale_evictions() {
+    let _serial = crate::support::serial();
     require_containerd();
     let env = Containerd::start();
     // A Burstable pod within its exact request (64Mi; the runtime cannot

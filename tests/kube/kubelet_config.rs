@@ -4,10 +4,8 @@
 //! in lexical order, and a kubelet field set in both qosd's file and the
 //! kubelet's is an error naming both files.
 
-mod support;
-
+use crate::support::{qosd, write_file};
 use serde_json::{json, Value};
-use support::{qosd, write_file};
 
 const FIXTURES: [&str; 5] = [
     "docs-example.yaml",

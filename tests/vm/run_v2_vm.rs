@@ -19,8 +19,7 @@
 //! `#[ignore]`d (scripts/test runs it as root); fails with the reason when
 //! the VM cannot run here.
 
-#[path = "vm/harness.rs"]
-mod vm;
+use crate::vm;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -29,7 +28,7 @@ use std::time::Duration;
 use serde_json::Value;
 use vm::Results;
 
-const SCRIPT: &str = include_str!("vm/run_v2.sh");
+const SCRIPT: &str = include_str!("run_v2.sh");
 const PAGE: u64 = 4096;
 
 /// (file, value) pairs of a JSON list of writes.
@@ -237,6 +236,7 @@ fn check_scenario(r: &Results, name: &str, drift_steps: bool) -> Vec<(String, St
 #[test]
 #[ignore = "needs root: boots a qemu VM (cgroup v2 kernel; tests/vm)"]
 fn qosd_run_keeps_a_real_cgroup_v2_tree_as_planned() {
+    let _vm = crate::vm::alone();
     let bins = vm::static_bins(&["qosd"]);
     let pods_dir = vm::repo().join("fixtures/pods");
     let mut files: Vec<(PathBuf, String)> = std::fs::read_dir(&pods_dir)

@@ -20,15 +20,14 @@
 //! Emulation is slow and its speed varies: generous timeouts, timings are
 //! printed, not asserted. `#[ignore]`d (scripts/test runs it as root).
 
-mod support;
-#[path = "vm/harness.rs"]
-mod vm;
+use crate::support;
+use crate::vm;
 
 use std::time::Duration;
 
 use vm::Results;
 
-const SCRIPT: &str = include_str!("vm/pressure_v2.sh");
+const SCRIPT: &str = include_str!("pressure_v2.sh");
 const G_UID: &str = "9e55c000-0001-4000-8000-000000000001";
 const B_UID: &str = "9e55c000-0002-4000-8000-000000000002";
 const BE_UID: &str = "9e55c000-0003-4000-8000-000000000003";
@@ -36,6 +35,7 @@ const BE_UID: &str = "9e55c000-0003-4000-8000-000000000003";
 #[test]
 #[ignore = "needs root: boots a qemu VM (cgroup v2 kernel with PSI; tests/vm)"]
 fn stalling_pod_evicted_once_quiet_node_untouched_on_v2() {
+    let _vm = crate::vm::alone();
     let quiet: u64 = std::env::var("QOSD_PRESSURE_QUIET_SECS")
         .ok()
         .and_then(|s| s.parse().ok())

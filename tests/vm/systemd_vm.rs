@@ -31,9 +31,8 @@
 //!
 //! Emulation is slow and varies: no timing asserts (times are printed).
 
-mod support;
-#[path = "vm/harness.rs"]
-mod vm;
+use crate::support;
+use crate::vm;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -43,7 +42,7 @@ use std::time::Duration;
 use serde_json::Value;
 use vm::Results;
 
-const SCRIPT: &str = include_str!("vm/systemd_node.sh");
+const SCRIPT: &str = include_str!("systemd_node.sh");
 
 /// The plan qosd makes on the host for the VM's pods (same flags, fixed
 /// node size): units with properties, and files with values.
@@ -144,6 +143,7 @@ fn check_files(r: &Results, tag: &str, plan: &Value) {
 #[test]
 #[ignore = "needs root: boots the systemd VM (qemu; debootstrap of a Debian rootfs on first run)"]
 fn systemd_node() {
+    let _vm = crate::vm::alone();
     let bins = vm::static_bins(&["qosd", "qosd-cri-pod"]);
     let plan = host_plan();
     let tmp = tempfile::tempdir().unwrap();
@@ -551,7 +551,7 @@ fn check_unit_and_pods(r: &Results, names: &[&str], ctx: &dyn Fn() -> String) {
 // driver): ready, auditing; a bad config: failed, not restarted, its error
 // in the journal; `dpkg --purge`: gone, the kubepods cgroups left alone.
 
-const SHIP_SCRIPT: &str = include_str!("vm/ship_node.sh");
+const SHIP_SCRIPT: &str = include_str!("ship_node.sh");
 
 /// The package, built once per test binary from the debug binary
 /// (`scripts/package --no-build --profile dev`: seconds, where the release
@@ -825,11 +825,13 @@ fn check_trim(r: &Results, ctx: &dyn Fn() -> String) {
 #[test]
 #[ignore = "needs root: boots the systemd VM on cgroup v2 (qemu; debootstrap on first run); needs cargo-deb"]
 fn package_and_unit_on_cgroup_v2() {
+    let _vm = crate::vm::alone();
     ship_node("v2");
 }
 
 #[test]
 #[ignore = "needs root: boots the systemd VM on cgroup v1 (qemu; debootstrap on first run); needs cargo-deb"]
 fn package_and_unit_on_cgroup_v1() {
+    let _vm = crate::vm::alone();
     ship_node("v1");
 }

@@ -4,8 +4,7 @@
 //! `#[ignore]`d (scripts/test runs it as root); fails with the reason when
 //! qemu, python3 or the kernel download are not available.
 
-#[path = "vm/harness.rs"]
-mod vm;
+use crate::vm;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -64,6 +63,7 @@ rmdir $R $S
 #[test]
 #[ignore = "needs root: boots a qemu VM (cgroup v2 kernel; tests/vm)"]
 fn applier_on_real_cgroup_v2() {
+    let _vm = crate::vm::alone();
     let bins = vm::static_bins(&["qosd", "qosd-vmtest"]);
     let files: Vec<(std::path::PathBuf, String)> = [
         "fixtures/pods/01-qos-demo.yaml",

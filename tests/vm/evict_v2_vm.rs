@@ -20,15 +20,14 @@
 //! asserts (the times are printed). `#[ignore]`d (scripts/test runs it as
 //! root); fails with the reason when the VM cannot run here.
 
-#[path = "vm/harness.rs"]
-mod vm;
+use crate::vm;
 
 use std::time::Duration;
 
 use serde_json::Value;
 use vm::Results;
 
-const SCRIPT: &str = include_str!("vm/evict_v2.sh");
+const SCRIPT: &str = include_str!("evict_v2.sh");
 const MI: u64 = 1024 * 1024;
 const G_UID: &str = "e71c7000-0001-4000-8000-000000000001";
 const B_UID: &str = "e71c7000-0002-4000-8000-000000000002";
@@ -47,6 +46,7 @@ fn kv(line: &str, key: &str) -> Option<u64> {
 #[test]
 #[ignore = "needs root: boots a qemu VM (cgroup v2 kernel; tests/vm)"]
 fn qosd_run_evicts_besteffort_then_burstable_on_v2() {
+    let _vm = crate::vm::alone();
     let bins = vm::static_bins(&["qosd", "qosd-evict-bench"]);
     let run = vm::run_script(SCRIPT, &bins, &[], Duration::from_secs(600));
     let ctx = || format!("results:\n{}\nconsole:\n{}", run.results, run.output);

@@ -24,11 +24,10 @@
 //! documented behaviour without the API); the kubelet's slices are started
 //! with `systemctl`, as the kubelet starts them over D-Bus.
 
-#[path = "../devtools/src/daemonset_pod.rs"]
+#[path = "../../devtools/src/daemonset_pod.rs"]
 mod daemonset_pod;
-mod support;
-#[path = "vm/harness.rs"]
-mod vm;
+use crate::support;
+use crate::vm;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -40,7 +39,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use vm::Results;
 
-const SCRIPT: &str = include_str!("vm/daemonset_node.sh");
+const SCRIPT: &str = include_str!("daemonset_node.sh");
 const UID: &str = "d5e70000-0001-4000-8000-00000000d5e7";
 const BURSTABLE_UID: &str = "d5e70000-0002-4000-8000-000000000002";
 const BESTEFFORT_UID: &str = "d5e70000-0003-4000-8000-000000000003";
@@ -127,6 +126,7 @@ fn image(bin: &PathBuf, name: &str, out: &std::path::Path) {
 #[test]
 #[ignore = "needs root: boots the systemd VM (qemu; debootstrap of a Debian rootfs on first run)"]
 fn rendered_daemonset_pod_is_ready_and_audits_on_a_kubeadm_systemd_node() {
+    let _vm = crate::vm::alone();
     let docs = rendered_default();
     let pod = DaemonSetPod::from_manifest(&docs).expect("the DaemonSet's pod");
     let bins = vm::static_bins(&["qosd", "qosd-cri-pod"]);

@@ -25,9 +25,8 @@
 //!
 //! Emulation is slow and varies: no timing asserts (times are printed).
 
-mod support;
-#[path = "vm/harness.rs"]
-mod vm;
+use crate::support;
+use crate::vm;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -37,7 +36,7 @@ use qosd_model::policy::cpu::state::CpuState;
 use serde_json::Value;
 use vm::Results;
 
-const SCRIPT: &str = include_str!("vm/cpu_manager_v2.sh");
+const SCRIPT: &str = include_str!("cpu_manager_v2.sh");
 
 /// The VM's CPUs: 2 sockets x 2 cores x 2 threads, a NUMA node per socket.
 /// `vendor=GenuineIntel`: qemu's default (AMD) model under TCG has no SMT
@@ -260,6 +259,7 @@ fn check_state(v: &Value, default: &str, entries: &[(&TestPod, &str)]) {
 #[test]
 #[ignore = "needs root: boots the cgroup v2 VM (qemu)"]
 fn static_policy_on_cgroup_v2_with_two_sockets() {
+    let _vm = crate::vm::alone();
     let bins = vm::static_bins(&["qosd", "qosd-cri-pod"]);
     let tmp = tempfile::tempdir().unwrap();
     let put = |name: &str, text: &str| {

@@ -1,6 +1,6 @@
 //! Golden tests of `qosd plan` / `qosd classify` output over fixtures/pods.
 //!
-//! Compare against tests/golden/*; regenerate with `UPDATE_GOLDEN=1 cargo test --test plan_golden`.
+//! Compare against tests/golden/*; regenerate with `UPDATE_GOLDEN=1 cargo test --test cli plan_golden::`.
 
 use std::path::{Path, PathBuf};
 
@@ -34,7 +34,7 @@ fn golden(name: &str, args: &[&str]) {
     }
     let want = std::fs::read_to_string(&path).unwrap_or_else(|e| {
         panic!(
-            "{}: {e} (run UPDATE_GOLDEN=1 cargo test --test plan_golden)",
+            "{}: {e} (run UPDATE_GOLDEN=1 cargo test --test cli plan_golden::)",
             path.display()
         )
     });
@@ -45,7 +45,7 @@ fn golden(name: &str, args: &[&str]) {
             .position(|(a, b)| a != b)
             .unwrap_or(got.lines().count().min(want.lines().count()));
         panic!(
-            "{} differs from `qosd {}` at line {}:\n  want: {:?}\n  got:  {:?}\n(if the change is intended: UPDATE_GOLDEN=1 cargo test --test plan_golden)",
+            "{} differs from `qosd {}` at line {}:\n  want: {:?}\n  got:  {:?}\n(if the change is intended: UPDATE_GOLDEN=1 cargo test --test cli plan_golden::)",
             path.display(),
             args.join(" "),
             first + 1,

@@ -9,7 +9,7 @@
 //!   stall counter is polled (mode `poll`, with the reason); when it grows
 //!   past the line within the window a pod is evicted (dry-run) once, for
 //!   `memory.full` (no per-pod pressure files here: the kubelet's memory
-//!   order, which `tests/eviction_order_cli.rs` and the model's tables
+//!   order, which `tests/eviction/eviction_order_cli.rs` and the model's tables
 //!   check).
 
 use std::path::Path;

@@ -56,7 +56,7 @@ fn static_qosd() -> PathBuf {
     out
 }
 
-/// deploy/daemonset.yaml (the default overlay rendered; tests/ship_deploy.rs
+/// deploy/daemonset.yaml (the default overlay rendered; tests/ship/ship_deploy.rs
 /// keeps them equal), every document as JSON.
 fn manifests() -> Vec<serde_json::Value> {
     let text = std::fs::read_to_string(root().join("deploy/daemonset.yaml")).unwrap();

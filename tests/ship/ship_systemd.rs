@@ -68,7 +68,7 @@ fn unit_has_required_directives() {
     assert_eq!(one("OOMScoreAdjust"), "-999");
     assert_eq!(one("ProtectSystem"), "strict");
     // Writable: the kubepods cgroups only (issue 15; proved live in
-    // tests/systemd_vm.rs), the rest of the cgroup tree read-only.
+    // tests/vm/systemd_vm.rs), the rest of the cgroup tree read-only.
     assert_eq!(one("ReadOnlyPaths"), "/sys/fs/cgroup");
     let rw = value(&d, "ReadWritePaths").join(" ");
     for p in ["-/sys/fs/cgroup/kubepods.slice", "-/sys/fs/cgroup/kubepods"] {

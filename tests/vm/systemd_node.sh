@@ -32,10 +32,10 @@ passes() {
   echo "${n:-0}"
 }
 passes_at_least() { [ "$(passes "${2:-9101}")" -ge "$1" ]; }
-# systemd has no job queued and answers on the bus: its main loop realizes
+# systemd answers a bus call made after the reload: its main loop realizes
 # the cgroups of reloaded units before it reads the next bus message, so the
-# files are as the reload left them once this returns.
-systemd_settled() { [ -z "$(systemctl list-jobs --no-legend 2>/dev/null)" ] && systemctl show -p Version > /dev/null; }
+# files are as the reload left them once this succeeds.
+systemd_settled() { systemctl show -p Version > /dev/null; }
 # No kubepods slice left in the cgroup tree.
 kubepods_gone() { ! test -d /sys/fs/cgroup/kubepods.slice; }
 # Wait until the command succeeds, at most $1 seconds (TCG emulation is slow

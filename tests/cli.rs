@@ -1,4 +1,4 @@
-//! The command line one run at a time: planning (`plan`, golden plans, the
+//! One-shot runs of the command line: planning (`plan`, golden plans, the
 //! manifests' memory), the kubelet version and config inputs as read by
 //! the CLI, hostile input files, log lines, the instance lock and the
 //! daemon's supervision.

@@ -14,7 +14,7 @@ ENV CARGO_TERM_COLOR=never
 # scripts/build-static-qosd: RUSTFLAGS="-C target-feature=+crt-static",
 # the host triple (amd64 or arm64 builders alike), and a refusal of a
 # dynamically linked result. The DaemonSet pod test builds with the same
-# script and packs the binary at the same path (tests/kube_daemonset.rs).
+# script and packs the binary at the same path (tests/kube/kube_daemonset.rs).
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     scripts/build-static-qosd /out/qosd --release

@@ -5,8 +5,8 @@
 //! and ports, hostPID, the securityContext and the resources — and the CRI
 //! requests that run it.
 //!
-//! One translation for every test that runs the pod (tests/kube_daemonset.rs
-//! on this host's containerd, tests/daemonset_vm.rs on the systemd VM's
+//! One translation for every test that runs the pod (tests/kube/kube_daemonset.rs
+//! on this host's containerd, tests/vm/daemonset_vm.rs on the systemd VM's
 //! through `qosd-cri-pod daemonset`); included with `#[path]` where used.
 //! The node-specific part (where a volume comes from on this node, the
 //! node's name, the pod's cgroup parent) is the caller's.

@@ -1,5 +1,6 @@
 //! A real, private containerd for integration tests (reusable by every
-//! tests/*.rs: add `mod support;`).
+//! test binary: its root file, tests/<group>.rs, has `mod support;`, and
+//! the modules of tests/<group>/ use `crate::support`).
 //!
 //! # API
 //! * The one skip mechanism ([`require`]): a test needing root or a kernel
@@ -52,6 +53,9 @@
 //!   one step, SIGUSR2 shrinks back and stops growing).
 //! * [`kubelet`]: the kubelet's formulas used (shares, quota, oom_score_adj, class).
 //!
+//! * [`serial`]`()`: a guard that keeps the tests holding it from running at
+//!   once (tests that put the host under memory pressure).
+//!
 //! Many Containerd instances may run at once (own dirs, sockets, cgroup roots).
 #![allow(dead_code)]
 
@@ -94,6 +98,16 @@ static COUNTER: AtomicUsize = AtomicUsize::new(0);
 
 fn unique() -> usize {
     COUNTER.fetch_add(1, Ordering::SeqCst)
+}
+
+/// Held for its whole run by each test that must not run beside another
+/// test of the same binary that holds it too: the tests that create memory
+/// pressure or a memory stall on this host (two at once would change what
+/// each of them measures). A test that panics while holding it leaves it
+/// usable by the others.
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 // ------------------------------------------------------------------ images

@@ -1,7 +1,7 @@
 # The static CPU manager on cgroup v2 with a multi-socket topology (issue 18),
 # run as vmtest.service in the Debian systemd node of tests/vm/ booted with
 # 2 sockets x 2 cores x 2 threads and one NUMA node per socket. Gathers facts;
-# tests/cpu_manager_v2_vm.rs judges them. Results on $VMTEST_RESULTS, one
+# tests/vm/cpu_manager_v2_vm.rs judges them. Results on $VMTEST_RESULTS, one
 # `TAG value...` per line.
 # Inputs in /test: bin/qosd, bin/qosd-cri-pod, config.yaml, pods1.json
 # (x, g1, b), pods2.json (g2), pause.tar.

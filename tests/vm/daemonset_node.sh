@@ -1,6 +1,6 @@
 # The rendered DaemonSet's pod on a kubeadm-like systemd node, run as
 # vmtest.service in the Debian VM of tests/vm/ (qosd_vm.py run --systemd,
-# cgroup v2). Gathers facts; tests/daemonset_vm.rs judges them. Results on
+# cgroup v2). Gathers facts; tests/vm/daemonset_vm.rs judges them. Results on
 # $VMTEST_RESULTS, one `TAG value...` per line.
 #
 # Inputs in /test: kubelet.yaml (the kubelet's config file), pod.json (the

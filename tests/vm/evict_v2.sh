@@ -1,5 +1,5 @@
 # `qosd run` evicting plain processes as pods on a real cgroup v2 kernel: run
-# inside the VM by tests/evict_v2_vm.rs (busybox sh; /test/bin holds the
+# inside the VM by tests/vm/evict_v2_vm.rs (busybox sh; /test/bin holds the
 # static qosd and qosd-evict-bench, whose `--hog PROGRESS RATE_MIB TOTAL_MIB`
 # mode is the memory hog).
 #
@@ -191,8 +191,22 @@ while [ $(($(now_ms) - tgo)) -lt 120000 ]; do
 done
 res "ORDER$order"
 res "PEAK_CURRENT $peak"
-# The Guaranteed pod outlives the evictions by a few reconcile intervals.
-sleep 3
+# The Guaranteed pod outlives the evictions by a few reconcile passes: three
+# more counted in qosd_reconciles_total (at most 60 s), or until it dies.
+reconciles() {
+    for _ in 1 2 3 4 5; do
+        n=$(http_get /metrics | tr -d '\r' | awk '$1 == "qosd_reconciles_total" { print int($2); exit }')
+        [ -n "$n" ] && { echo "$n"; return; }
+        sleep 0.1
+    done
+    echo 0
+}
+r0=$(reconciles)
+t4=$(now_ms)
+until [ "$(reconciles)" -ge $((r0 + 3)) ] || dead "$PID_guaranteed"; do
+    [ $(($(now_ms) - t4)) -lt 60000 ] || bail "fewer than 3 reconcile passes within 60 s after the evictions"
+    sleep 0.2
+done
 for n in guaranteed burstable besteffort; do
     eval "pid=\$PID_$n"
     res "ALIVE $n $(dead "$pid" && echo no || echo yes)"

@@ -1,12 +1,14 @@
 //! Rust side of the cgroup v2 VM harness (see docs/cgroup-v2-vm.md).
 //!
-//! Include it from an integration test with
-//! `#[path = "vm/harness.rs"] mod vm;` and then:
+//! The root file of a test binary includes it with
+//! `#[path = "vm/harness.rs"] mod vm;`; a test module then does
+//! `use crate::vm;` and:
 //!
 //! ```ignore
 //! #[test]
 //! #[ignore = "needs root: boots a qemu VM (cgroup v2 kernel)"]
 //! fn my_vm_test() {
+//!     let _vm = vm::alone();
 //!     let bins = vm::static_bins(&["qosd", "qosd-vmtest"]);
 //!     let out = vm::run_script("qosd-vmtest scenario-v2\n", &bins, &[], Duration::from_secs(180));
 //!     assert_eq!(out.code, 0, "{}", out.output);
@@ -20,7 +22,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// The result of a VM run whose script ran (or timed out).
@@ -70,6 +72,15 @@ pub fn script_path() -> PathBuf {
 }
 
 static BUILD_LOCK: Mutex<()> = Mutex::new(());
+
+/// Held by each VM test for its whole run, so that the tests of one binary
+/// boot one VM at a time (a VM keeps the cores of a small machine busy: two
+/// at once would slow each other past their deadlines). A test that panics
+/// while holding it leaves it usable by the others.
+pub fn alone() -> MutexGuard<'static, ()> {
+    static ALONE: Mutex<()> = Mutex::new(());
+    ALONE.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// Build the crate's binaries `names` statically (glibc, `+crt-static`)
 /// into `target/vm-static` (its own target dir, so it never invalidates the

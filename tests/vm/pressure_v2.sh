@@ -1,5 +1,5 @@
 # `qosd run` evicting on memory stall (PSI) on a real cgroup v2 kernel: run
-# inside the VM by tests/pressure_v2_vm.rs (busybox sh; /test/bin holds the
+# inside the VM by tests/vm/pressure_v2_vm.rs (busybox sh; /test/bin holds the
 # static qosd, memhog and thrash). QUIET_S (seconds) is set by the test
 # before this text.
 #
@@ -57,6 +57,20 @@ status() {
     done
 }
 evictions() { status && grep -o '"backend":' /tmp/status.json | wc -l; }
+# qosd_reconciles_total (retried: a short read has no counter; 0 at last).
+reconciles() {
+    for _ in 1 2 3 4 5; do
+        n=$(http_get /metrics | tr -d '\r' | awk '$1 == "qosd_reconciles_total" { print int($2); exit }')
+        [ -n "$n" ] && { echo "$n"; return; }
+        sleep 0.1
+    done
+    echo 0
+}
+# Resident KiB of a pid (0 once it is gone).
+rss_kib() {
+    n=$(awk '/^VmRSS:/ { print $2; exit }' "/proc/$1/status" 2>/dev/null)
+    echo "${n:-0}"
+}
 # utime + stime of a pid, clock ticks
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 # voluntary + involuntary context switches of qosd's thread named $1
@@ -165,7 +179,18 @@ while [ $(($(now_ms) - q0)) -lt $((QUIET_S * 1000)) ]; do
         memhog 64 > /dev/null &
         c=$!
         echo $c > $BE_CG/cgroup.procs
-        sleep 2
+        # Held until it is resident and a reconcile pass has seen it.
+        tc=$(now_ms)
+        until [ "$(rss_kib $c)" -ge $((64 << 10)) ]; do
+            [ $(($(now_ms) - tc)) -lt 30000 ] || bail "the churn memhog did not hold its 64 MiB within 30 s"
+            sleep 0.1
+        done
+        r0=$(reconciles)
+        tc=$(now_ms)
+        until [ "$(reconciles)" -gt "$r0" ]; do
+            [ $(($(now_ms) - tc)) -lt 30000 ] || bail "no reconcile pass within 30 s of the churn"
+            sleep 0.5
+        done
         kill -TERM $c
         wait $c 2>/dev/null
     fi

@@ -1,4 +1,4 @@
-# `qosd run` on a real cgroup v2 kernel: run inside the VM by tests/run_v2_vm.rs
+# `qosd run` on a real cgroup v2 kernel: run inside the VM by tests/vm/run_v2_vm.rs
 # (busybox sh, /test/bin/qosd static, the fixture manifests in /test/pods).
 #
 # It only gathers facts; the Rust test judges them. Every fact is one line on
@@ -117,7 +117,7 @@ scenario systemd qosd_test_$ID.slice /qosd-test-$ID qosd_test_${ID}_fresh.slice 
     --cgroup-driver systemd $BASE
 # MemoryQoS: `qosd run --memory-qos true` is `qosd plan --memory-qos`
 # (kubelet 1.35's model, memory.min = request; 1.36's tiers are checked in
-# tests/cgroup_v2_vm.rs).
+# tests/vm/cgroup_v2_vm.rs).
 RUNX="--memory-qos true --kubelet-version 1.35" PLANX="--memory-qos --kubelet-version 1.35"
 # shellcheck disable=SC2086
 scenario memqos qosd-test-$ID-mq /qosd-test-$ID-mq qosd-test-$ID-mqfresh /qosd-test-$ID-mqfresh $BASE
@@ -199,7 +199,25 @@ while { [ ! -r "$GONE/cpu.max" ] || [ "$(cat $QOSW)" != "$was" ]; } && [ $(($(no
     sleep 0.05
 done
 res "DAEMON.POD_BACK $(cat $QOSW) $(($(now_ms) - t3))"
-sleep 0.3 # let the pass that recreated it finish its writes
+# Let the pass that recreated it finish its writes: one more pass counted
+# in qosd_reconciles_total (at most 15 s).
+reconciles() {
+    for _ in 1 2 3 4 5; do
+        n=$(http_get /metrics | tr -d '\r' | awk '$1 == "qosd_reconciles_total" { print int($2); exit }')
+        [ -n "$n" ] && { echo "$n"; return; }
+        sleep 0.1
+    done
+    echo 0
+}
+r0=$(reconciles)
+t3=$(now_ms)
+until [ "$(reconciles)" -gt "$r0" ]; do
+    if [ $(($(now_ms) - t3)) -ge 15000 ]; then
+        res "FATAL no reconcile pass within 15 s after the pod came back"
+        exit 1
+    fi
+    sleep 0.05
+done
 res "DAEMON.POD_BACK_CPUMAX $(cat "$GONE/cpu.max")"
 res "DAEMON.POD_BACK_MEMMAX $(cat "$GONE/memory.max")"
 

@@ -1,7 +1,7 @@
 # The Debian package and its unit on a systemd node (cgroup v1 or v2: the
 # kernel command line decides), run as vmtest.service in the Debian VM of
 # tests/vm/ (qosd_vm.py run --systemd [--cgroup v1]). Gathers facts;
-# tests/systemd_vm.rs judges them. Results on $VMTEST_RESULTS, one
+# tests/vm/systemd_vm.rs judges them. Results on $VMTEST_RESULTS, one
 # `TAG value...` per line. Inputs in /test: qosd.deb, enforce.yaml (qosd's
 # config writing every kind of cgroup), audit.yaml (beside a kubelet),
 # kubelet.yaml (a kubeadm node's kubelet config), reserved.conf (the

@@ -1,5 +1,5 @@
 # The systemd node (issue 15), run as vmtest.service in the Debian VM of
-# tests/vm/ (qosd_vm.py run --systemd). Gathers facts; tests/systemd_vm.rs
+# tests/vm/ (qosd_vm.py run --systemd). Gathers facts; tests/vm/systemd_vm.rs
 # judges them. Results on $VMTEST_RESULTS, one `TAG value...` per line.
 # Inputs in /test: bin/qosd, bin/qosd-cri-pod, pods/ (manifests),
 # units.txt (the planned units), files.txt (the planned files), qosd.service,
@@ -22,15 +22,22 @@ unit_props() {
 all_units() { while read -r u; do res "$1 $(unit_props "$u")"; done < /test/units.txt; }
 all_files() { while read -r f; do res "$1 $f $(cat "$f" 2>/dev/null || echo MISSING)"; done < /test/files.txt; }
 count() { grep -c "$1" "$2" 2>/dev/null || true; }
-# qosd_reconciles_total of the test daemon on 127.0.0.1:9101 (0 when it
-# does not answer; bash's /dev/tcp: no curl in a minimal Debian).
+# qosd_reconciles_total of the qosd on 127.0.0.1:$1 (the test daemon's 9101
+# by default; 0 when it does not answer; bash's /dev/tcp: no curl in a
+# minimal Debian).
 passes() {
-  n=$(timeout 10 bash -c 'exec 5<>/dev/tcp/127.0.0.1/9101 || exit 1
+  n=$(timeout 10 bash -c 'exec 5<>/dev/tcp/127.0.0.1/$0 || exit 1
     printf "GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n" >&5
-    cat <&5' 2>/dev/null | tr -d '\r' | awk '$1 == "qosd_reconciles_total" {print int($2); exit}')
+    cat <&5' "${1:-9101}" 2>/dev/null | tr -d '\r' | awk '$1 == "qosd_reconciles_total" {print int($2); exit}')
   echo "${n:-0}"
 }
-passes_at_least() { [ "$(passes)" -ge "$1" ]; }
+passes_at_least() { [ "$(passes "${2:-9101}")" -ge "$1" ]; }
+# systemd answers a bus call made after the reload: its main loop realizes
+# the cgroups of reloaded units before it reads the next bus message, so the
+# files are as the reload left them once this succeeds.
+systemd_settled() { systemctl show -p Version > /dev/null; }
+# No kubepods slice left in the cgroup tree.
+kubepods_gone() { ! test -d /sys/fs/cgroup/kubepods.slice; }
 # Wait until the command succeeds, at most $1 seconds (TCG emulation is slow
 # and its speed varies with the host's load: wait for the effect, never a
 # fixed time). The check after it reports what was found either way.
@@ -60,7 +67,7 @@ all_files FILE1
 $Q --once --output json > /tmp/once2.json 2> /tmp/once2.log
 res "ONCE2 $(tr -d '\n' < /tmp/once2.json)"
 systemctl daemon-reload
-sleep 1
+wait_for 30 systemd_settled
 all_files FILE_RELOAD
 all_units UNIT_RELOAD
 # The daemon: daemon-reload, a restart and a set-property while it runs.
@@ -94,7 +101,7 @@ res "RESTART_CORRECTIONS $(grep -c -E 'corrected drift|wrote cgroup value|set un
 res "RESTART_DRIVER $(grep -c 'managed as systemd units over D-Bus' /tmp/d2.log)"
 # Leave no slice behind for the next phase.
 systemctl stop kubepods.slice
-sleep 0.5
+wait_for 30 kubepods_gone
 res "A_DONE $(test -d /sys/fs/cgroup/kubepods.slice && echo kubepods-left || echo clean)"
 for l in /tmp/once1.log /tmp/d1.log; do echo "--- $l"; tail -n 30 $l; done
 
@@ -147,7 +154,8 @@ pods_set() {
   return 0
 }
 wait_for 30 pods_set
-sleep 1
+# One whole pass of the unit's qosd after that: every property set.
+wait_for 60 passes_at_least $(($(passes 9847) + 2)) 9847
 while read -r tag unit; do
   res "PODUNIT $tag $(unit_props "$unit")"
   d=$(systemctl show -p ControlGroup --value "$unit")
@@ -170,7 +178,8 @@ while [ $i -lt 60 ]; do
   journalctl -u qosd.service -o cat --no-pager | tail -n +$((mark + 1)) | grep -q 'evict' && break
   sleep 1; i=$((i + 1))
 done
-sleep 3
+# Two more passes of the unit's qosd: the eviction's log lines are written.
+wait_for 60 passes_at_least $(($(passes 9847) + 2)) 9847
 journalctl -u qosd.service -o cat --no-pager | tail -n +$((mark + 1)) | grep -i 'evict' | head -20 | while read -r l; do res "EVLOG $l"; done
 res "OOM_KILLS $(grep '^oom_kill ' /sys/fs/cgroup/kubepods.slice/memory.events | cut -d' ' -f2) $(grep -c 'Killed process' /dev/null)"
 res "KERNEL_OOM $(journalctl -k -o cat --no-pager | grep -c 'Out of memory')"

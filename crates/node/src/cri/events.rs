@@ -4,7 +4,7 @@
 //! no event needs no `ListPodSandbox` / `ListContainers`.
 //!
 //! What containerd 1.6's CRI plugin publishes (namespace `k8s.io`; checked
-//! on the real containerd by `tests/cri_events.rs`):
+//! on the real containerd by `tests/cri/cri_events.rs`):
 //!
 //! | CRI call | topics |
 //! |---|---|

@@ -10,7 +10,7 @@
 //! stays on the old file (until [`FileWatch::retain`] drops it, or the path
 //! is watched again). The caller re-reads everything when pod cgroups come
 //! and go, and every file at a slower safety cadence
-//! (tests/cgroup_v1.rs `cgroup_file_writes_raise_inotify_modify`).
+//! (tests/cgroups/cgroup_v1.rs `cgroup_file_writes_raise_inotify_modify`).
 //!
 //! One inotify instance; one watch per file (`max_user_watches` bounds
 //! them: a file that cannot be watched is reported and simply never counts

@@ -44,8 +44,8 @@ pub use kubelet::{NotModelled, NotModelledKind};
 mod raw;
 pub mod settings;
 mod validate;
-pub use raw::Overrides;
 pub use raw::{parse_eq_map, parse_langle_map};
+pub use raw::{KubeletSource, Overrides};
 pub(crate) use raw::{RawConfig, Scalar};
 pub(crate) use validate::validate;
 
@@ -539,8 +539,11 @@ fn load_kubelet(
             _ => p,
         })
     };
-    let file = resolve(&overrides.kubelet_config, &raw.kubelet_config);
-    let dir = resolve(&overrides.kubelet_config_dir, &raw.kubelet_config_dir);
+    let file = resolve(&overrides.kubelet.kubelet_config, &raw.kubelet_config);
+    let dir = resolve(
+        &overrides.kubelet.kubelet_config_dir,
+        &raw.kubelet_config_dir,
+    );
     if file.is_none() && dir.is_none() {
         return Ok(None);
     }

@@ -458,6 +458,65 @@ mod tests {
         }
     }
 
+    /// The settings whose flags the CPU manager's commands declare with
+    /// their own (they are not overrides of the config file).
+    const CPU_MANAGER: [&str; 5] = [
+        "cpuManagerPolicy",
+        "cpuManagerPolicyOptions",
+        "reservedSystemCPUs",
+        "cpuManagerStateDir",
+        "kubeletCPUManagerState",
+    ];
+
+    /// The flags of [`Overrides`](crate::Overrides) are exactly the declared
+    /// ones (but the CPU manager's): every declared flag is there, reads the
+    /// declared environment variable and sets the declared key, and there
+    /// is no other flag.
+    #[test]
+    fn override_flags_are_the_declared_ones() {
+        use clap::{Args, FromArgMatches};
+        use std::collections::BTreeMap;
+        let cmd = crate::Overrides::augment_args(clap::Command::new("t"));
+        cmd.clone().debug_assert();
+        let flags: BTreeMap<&str, Option<String>> = cmd
+            .get_arguments()
+            .map(|a| {
+                let long = a
+                    .get_long()
+                    .unwrap_or_else(|| panic!("{} has no long flag", a.get_id()));
+                (long, a.get_env().map(|e| e.to_string_lossy().into_owned()))
+            })
+            .collect();
+        let declared: BTreeMap<&str, Option<String>> = SETTINGS
+            .iter()
+            .filter(|s| !CPU_MANAGER.contains(&s.key))
+            .filter_map(|s| Some((s.flag?, s.env.map(str::to_string))))
+            .collect();
+        assert_eq!(flags, declared);
+        for k in CPU_MANAGER {
+            assert!(by_key(k).and_then(|s| s.flag).is_some(), "{k}");
+        }
+        // Each flag alone sets its key (the environment left out).
+        let bare = cmd.clone().mut_args(|a| a.env(None::<&'static str>));
+        let mut checked = 0;
+        for s in SETTINGS.iter().filter(|s| !CPU_MANAGER.contains(&s.key)) {
+            let Some(flag) = s.flag else { continue };
+            let m = bare
+                .clone()
+                .try_get_matches_from(["t", &format!("--{flag}"), sample(s.kind)])
+                .unwrap_or_else(|e| panic!("--{flag}: {e}"));
+            let o = crate::Overrides::from_arg_matches(&m).unwrap();
+            assert_eq!(o.keys(), BTreeSet::from([s.key]), "--{flag}");
+            checked += 1;
+        }
+        assert_eq!(checked, flags.len());
+        let none = bare.try_get_matches_from(["t"]).unwrap();
+        assert_eq!(
+            crate::Overrides::from_arg_matches(&none).unwrap(),
+            crate::Overrides::default()
+        );
+    }
+
     /// The kubelet's values replace exactly the settings declared with a
     /// kubelet field.
     #[test]

@@ -26,6 +26,8 @@
 //!
 //! Nothing here touches the system besides reading the config file.
 
+#![deny(missing_docs)]
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::net::SocketAddr;
@@ -90,32 +92,47 @@ impl fmt::Display for InvalidValue {
 /// Why a configuration could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    /// The config file cannot be read.
     #[error("cannot read config file {path}: {source}")]
     Read {
+        /// The file.
         path: PathBuf,
+        /// Why it cannot be read.
         source: std::io::Error,
     },
     /// YAML syntax, wrong type, unknown or duplicate field.
     #[error("{}{message}", display_file(.file))]
     Parse {
+        /// The file (`None`: text not read from a file).
         file: Option<PathBuf>,
+        /// What is wrong, and where.
         message: String,
     },
     /// One or more values failed validation.
     #[error("{}{}", display_file(.file), join_invalid(.errors))]
     Invalid {
+        /// The file (`None`: no file, or text not read from a file).
         file: Option<PathBuf>,
+        /// Every bad value.
         errors: Vec<InvalidValue>,
     },
     /// A kubelet config file (or drop-in) that cannot be used: syntax,
     /// `apiVersion`, `kind`, a wrong value type.
     #[error("kubelet config {}: {message}", .path.display())]
-    Kubelet { path: PathBuf, message: String },
+    Kubelet {
+        /// The kubelet config file or drop-in.
+        path: PathBuf,
+        /// What is wrong with it.
+        message: String,
+    },
     /// Kubelet fields in qosd's own file while a kubelet config is given.
     #[error("{}", .problems.join("\n"))]
     Conflict {
+        /// qosd's config file.
         qosd_file: PathBuf,
+        /// The kubelet config (its file, else its first drop-in).
         kubelet_file: PathBuf,
+        /// One line per kubelet field set in qosd's file.
         problems: Vec<String>,
     },
 }
@@ -239,7 +256,9 @@ pub enum Mode {
 pub enum CgroupVersionSetting {
     /// Detect from the cgroupfs mount.
     Auto,
+    /// cgroup v1 (legacy or hybrid hierarchy).
     V1,
+    /// cgroup v2 (unified hierarchy).
     V2,
 }
 
@@ -315,6 +334,7 @@ pub enum CgroupEnforcement {
 }
 
 impl CgroupEnforcement {
+    /// The value as written in the config file.
     pub fn as_str(self) -> &'static str {
         match self {
             CgroupEnforcement::Enforce => "enforce",
@@ -381,11 +401,14 @@ pub struct Config {
     /// Kubelet `podLogsDir` (/var/log/pods): the pods' container logs,
     /// counted as their local ephemeral storage.
     pub pod_logs_dir: PathBuf,
+    /// Kubelet `cgroupDriver`: cgroup naming, `cgroupfs` or `systemd`.
     pub cgroup_driver: CgroupDriver,
     /// Kubelet `cgroupRoot`: the parent of `kubepods` (default `/`).
     pub cgroup_root: String,
+    /// Kubelet `systemReserved`: resources reserved for the system.
     #[serde(serialize_with = "ser_resource_list")]
     pub system_reserved: ResourceList,
+    /// Kubelet `kubeReserved`: resources reserved for Kubernetes daemons.
     #[serde(serialize_with = "ser_resource_list")]
     pub kube_reserved: ResourceList,
     /// Only `memory` is meaningful (like the kubelet's QOSReserved gate).
@@ -393,6 +416,7 @@ pub struct Config {
     /// Kubelet `cpuCFSQuota`: enforce CPU limits with CFS quota.
     #[serde(rename = "cpuCFSQuota")]
     pub cpu_cfs_quota: bool,
+    /// Kubelet `cpuCFSQuotaPeriod`: the CFS period of every CPU limit.
     #[serde(rename = "cpuCFSQuotaPeriod", serialize_with = "ser_duration")]
     pub cpu_cfs_quota_period: Duration,
     /// Kubelet `memoryThrottlingFactor` (memory.high with `memoryQoS`).
@@ -437,21 +461,29 @@ pub struct Config {
     pub eviction_pressure_soft_grace_period: BTreeMap<Signal, Duration>,
     /// Where the cgroup filesystem is mounted.
     pub cgroupfs: PathBuf,
+    /// The cgroup version: detected, or forced.
     pub cgroup_version: CgroupVersionSetting,
     /// CRI endpoint, always `unix:///absolute/path`.
     pub runtime_endpoint: String,
+    /// Enforce, or only log what would be done.
     pub mode: Mode,
+    /// Period of the periodic reconcile.
     #[serde(serialize_with = "ser_duration")]
     pub reconcile_interval: Duration,
+    /// Period of the pod relist without pod cgroup events.
     #[serde(serialize_with = "ser_duration")]
     pub relist_interval: Duration,
+    /// Address of the HTTP endpoint (`/metrics`, `/healthz`, `/readyz`, `/status`).
     #[serde(serialize_with = "ser_socket_addr")]
     pub metrics_address: SocketAddr,
     /// Kubelet root dir (nodefs signals).
     pub root_dir: PathBuf,
     /// Filesystem for imagefs signals when the runtime does not report it.
     pub imagefs_path: Option<PathBuf>,
+    /// Where `memory.available` comes from: the kubelet's working set of
+    /// the root cgroup, or `MemAvailable` of /proc/meminfo.
     pub memory_available_source: qosd_model::policy::evict::MemorySource,
+    /// How cgroup v2 `cpu.weight` is computed from CPU shares.
     pub cpu_weight_formula: CpuWeightFormula,
     /// Set memory.min / memory.high like the kubelet's MemoryQoS (v2 only).
     #[serde(rename = "memoryQoS")]
@@ -462,7 +494,9 @@ pub struct Config {
     /// Node memory capacity override (default: detected).
     #[serde(serialize_with = "ser_opt_quantity")]
     pub node_memory: Option<Quantity>,
+    /// How log lines are written.
     pub log_format: LogFormat,
+    /// How a pod is evicted.
     pub eviction_backend: EvictionBackend,
     // --- Kubernetes API (src/kube) -----------------------------------------
     /// A kubeconfig file for the API server; unset: in-cluster config when

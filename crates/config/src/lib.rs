@@ -46,7 +46,7 @@ pub use kubelet::{NotModelled, NotModelledKind};
 mod raw;
 pub mod settings;
 mod validate;
-pub use raw::{parse_eq_map, parse_langle_map};
+pub use raw::parse_langle_map;
 pub use raw::{KubeletSource, Overrides};
 pub(crate) use raw::{RawConfig, Scalar};
 pub(crate) use validate::validate;
@@ -397,7 +397,7 @@ pub struct Config {
     /// (greater than `imageMinimumGCAge` when set); qosd does not delete
     /// images by age, so a non-zero value is reported as not modelled.
     #[serde(rename = "imageMaximumGCAge", serialize_with = "ser_duration")]
-    pub image_maximum_gc_age: Duration,
+    pub(crate) image_maximum_gc_age: Duration,
     /// Kubelet `podLogsDir` (/var/log/pods): the pods' container logs,
     /// counted as their local ephemeral storage.
     pub pod_logs_dir: PathBuf,
@@ -452,13 +452,13 @@ pub struct Config {
     /// Hard pressure thresholds (qosd's own signals `memory.some`,
     /// `memory.full` → `<share>%/<window>`); empty: none (the default).
     #[serde(serialize_with = "ser_threshold_map")]
-    pub eviction_pressure_hard: ThresholdMap,
+    pub(crate) eviction_pressure_hard: ThresholdMap,
     /// Soft pressure thresholds.
     #[serde(serialize_with = "ser_threshold_map")]
-    pub eviction_pressure_soft: ThresholdMap,
+    pub(crate) eviction_pressure_soft: ThresholdMap,
     /// Grace period of each soft pressure threshold.
     #[serde(serialize_with = "ser_duration_map")]
-    pub eviction_pressure_soft_grace_period: BTreeMap<Signal, Duration>,
+    pub(crate) eviction_pressure_soft_grace_period: BTreeMap<Signal, Duration>,
     /// Where the cgroup filesystem is mounted.
     pub cgroupfs: PathBuf,
     /// The cgroup version: detected, or forced.
@@ -604,7 +604,7 @@ impl Default for Config {
 /// `systemReserved` + `kubeReserved` as the node arithmetic sums them
 /// (cpu in millicores, memory in bytes, each rounded up), checked: a sum
 /// beyond 2^63-1 is an error, never a wrap or a panic.
-pub fn reserved_sum(
+pub(crate) fn reserved_sum(
     system: &ResourceList,
     kube: &ResourceList,
 ) -> Result<qosd_model::core::node::Reserved, qosd_model::core::node::NodeError> {
@@ -846,6 +846,7 @@ fn ser_socket_addr<S: Serializer>(a: &SocketAddr, s: S) -> Result<S::Ok, S::Erro
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::raw::parse_eq_map;
 
     #[test]
     fn flag_maps() {

@@ -560,7 +560,7 @@ pub fn parse_langle_map(s: &str) -> Result<BTreeMap<String, String>, String> {
 }
 
 /// Parse a kubelet `--system-reserved`-style flag value: `cpu=1,memory=1Gi`.
-pub fn parse_eq_map(s: &str) -> Result<BTreeMap<String, String>, String> {
+pub(crate) fn parse_eq_map(s: &str) -> Result<BTreeMap<String, String>, String> {
     parse_sep_map(s, '=')
 }
 

@@ -161,8 +161,9 @@ pub(crate) fn load_or_bad_input(path: Option<&Path>, o: &Overrides) -> anyhow::R
     })
 }
 
-/// Flags that override the config file, with the kubelet's flag names where
-/// the kubelet has one. Flatten into a subcommand's `Args`:
+/// The config file (`--config`), `--dry-run`, and the flags that override
+/// the file's settings ([`Overrides`], declared with the settings).
+/// Flatten into a subcommand's `Args`:
 ///
 /// ```ignore
 /// #[derive(clap::Args)]

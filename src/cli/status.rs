@@ -49,7 +49,7 @@ pub(crate) struct Args {
     #[arg(long, env = "QOSD_CONFIG", value_name = "FILE")]
     pub(crate) config: Option<PathBuf>,
     #[command(flatten)]
-    pub(crate) kubelet: crate::cli::config_check::KubeletFlags,
+    pub(crate) kubelet: qosd_config::KubeletSource,
     /// CRI endpoint for the live view (overrides runtimeEndpoint of --config).
     #[arg(
         long,
@@ -120,11 +120,11 @@ impl Report {
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<i32> {
-    let mut overrides = Overrides {
+    let overrides = Overrides {
         runtime_endpoint: args.runtime_endpoint.clone(),
+        kubelet: args.kubelet.clone(),
         ..Overrides::default()
     };
-    args.kubelet.apply(&mut overrides);
     // A bad config is bad input even when a daemon answers: say so now.
     let path = args.config.clone().or_else(|| {
         let p = std::path::Path::new(qosd_config::DEFAULT_CONFIG_PATH);

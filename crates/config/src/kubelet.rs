@@ -211,6 +211,7 @@ pub struct NotModelled {
     pub field: String,
     /// The file that set it last.
     pub file: Option<PathBuf>,
+    /// How it is reported.
     pub kind: NotModelledKind,
     /// What the kubelet does with it.
     pub note: String,

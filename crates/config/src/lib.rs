@@ -26,6 +26,8 @@
 //!
 //! Nothing here touches the system besides reading the config file.
 
+#![deny(missing_docs)]
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::net::SocketAddr;
@@ -44,8 +46,8 @@ pub use kubelet::{NotModelled, NotModelledKind};
 mod raw;
 pub mod settings;
 mod validate;
-pub use raw::Overrides;
-pub use raw::{parse_eq_map, parse_langle_map};
+pub use raw::parse_langle_map;
+pub use raw::{KubeletSource, Overrides};
 pub(crate) use raw::{RawConfig, Scalar};
 pub(crate) use validate::validate;
 
@@ -90,32 +92,47 @@ impl fmt::Display for InvalidValue {
 /// Why a configuration could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    /// The config file cannot be read.
     #[error("cannot read config file {path}: {source}")]
     Read {
+        /// The file.
         path: PathBuf,
+        /// Why it cannot be read.
         source: std::io::Error,
     },
     /// YAML syntax, wrong type, unknown or duplicate field.
     #[error("{}{message}", display_file(.file))]
     Parse {
+        /// The file (`None`: text not read from a file).
         file: Option<PathBuf>,
+        /// What is wrong, and where.
         message: String,
     },
     /// One or more values failed validation.
     #[error("{}{}", display_file(.file), join_invalid(.errors))]
     Invalid {
+        /// The file (`None`: no file, or text not read from a file).
         file: Option<PathBuf>,
+        /// Every bad value.
         errors: Vec<InvalidValue>,
     },
     /// A kubelet config file (or drop-in) that cannot be used: syntax,
     /// `apiVersion`, `kind`, a wrong value type.
     #[error("kubelet config {}: {message}", .path.display())]
-    Kubelet { path: PathBuf, message: String },
+    Kubelet {
+        /// The kubelet config file or drop-in.
+        path: PathBuf,
+        /// What is wrong with it.
+        message: String,
+    },
     /// Kubelet fields in qosd's own file while a kubelet config is given.
     #[error("{}", .problems.join("\n"))]
     Conflict {
+        /// qosd's config file.
         qosd_file: PathBuf,
+        /// The kubelet config (its file, else its first drop-in).
         kubelet_file: PathBuf,
+        /// One line per kubelet field set in qosd's file.
         problems: Vec<String>,
     },
 }
@@ -239,7 +256,9 @@ pub enum Mode {
 pub enum CgroupVersionSetting {
     /// Detect from the cgroupfs mount.
     Auto,
+    /// cgroup v1 (legacy or hybrid hierarchy).
     V1,
+    /// cgroup v2 (unified hierarchy).
     V2,
 }
 
@@ -315,6 +334,7 @@ pub enum CgroupEnforcement {
 }
 
 impl CgroupEnforcement {
+    /// The value as written in the config file.
     pub fn as_str(self) -> &'static str {
         match self {
             CgroupEnforcement::Enforce => "enforce",
@@ -377,15 +397,18 @@ pub struct Config {
     /// (greater than `imageMinimumGCAge` when set); qosd does not delete
     /// images by age, so a non-zero value is reported as not modelled.
     #[serde(rename = "imageMaximumGCAge", serialize_with = "ser_duration")]
-    pub image_maximum_gc_age: Duration,
+    pub(crate) image_maximum_gc_age: Duration,
     /// Kubelet `podLogsDir` (/var/log/pods): the pods' container logs,
     /// counted as their local ephemeral storage.
     pub pod_logs_dir: PathBuf,
+    /// Kubelet `cgroupDriver`: cgroup naming, `cgroupfs` or `systemd`.
     pub cgroup_driver: CgroupDriver,
     /// Kubelet `cgroupRoot`: the parent of `kubepods` (default `/`).
     pub cgroup_root: String,
+    /// Kubelet `systemReserved`: resources reserved for the system.
     #[serde(serialize_with = "ser_resource_list")]
     pub system_reserved: ResourceList,
+    /// Kubelet `kubeReserved`: resources reserved for Kubernetes daemons.
     #[serde(serialize_with = "ser_resource_list")]
     pub kube_reserved: ResourceList,
     /// Only `memory` is meaningful (like the kubelet's QOSReserved gate).
@@ -393,6 +416,7 @@ pub struct Config {
     /// Kubelet `cpuCFSQuota`: enforce CPU limits with CFS quota.
     #[serde(rename = "cpuCFSQuota")]
     pub cpu_cfs_quota: bool,
+    /// Kubelet `cpuCFSQuotaPeriod`: the CFS period of every CPU limit.
     #[serde(rename = "cpuCFSQuotaPeriod", serialize_with = "ser_duration")]
     pub cpu_cfs_quota_period: Duration,
     /// Kubelet `memoryThrottlingFactor` (memory.high with `memoryQoS`).
@@ -428,30 +452,38 @@ pub struct Config {
     /// Hard pressure thresholds (qosd's own signals `memory.some`,
     /// `memory.full` → `<share>%/<window>`); empty: none (the default).
     #[serde(serialize_with = "ser_threshold_map")]
-    pub eviction_pressure_hard: ThresholdMap,
+    pub(crate) eviction_pressure_hard: ThresholdMap,
     /// Soft pressure thresholds.
     #[serde(serialize_with = "ser_threshold_map")]
-    pub eviction_pressure_soft: ThresholdMap,
+    pub(crate) eviction_pressure_soft: ThresholdMap,
     /// Grace period of each soft pressure threshold.
     #[serde(serialize_with = "ser_duration_map")]
-    pub eviction_pressure_soft_grace_period: BTreeMap<Signal, Duration>,
+    pub(crate) eviction_pressure_soft_grace_period: BTreeMap<Signal, Duration>,
     /// Where the cgroup filesystem is mounted.
     pub cgroupfs: PathBuf,
+    /// The cgroup version: detected, or forced.
     pub cgroup_version: CgroupVersionSetting,
     /// CRI endpoint, always `unix:///absolute/path`.
     pub runtime_endpoint: String,
+    /// Enforce, or only log what would be done.
     pub mode: Mode,
+    /// Period of the periodic reconcile.
     #[serde(serialize_with = "ser_duration")]
     pub reconcile_interval: Duration,
+    /// Period of the pod relist without pod cgroup events.
     #[serde(serialize_with = "ser_duration")]
     pub relist_interval: Duration,
+    /// Address of the HTTP endpoint (`/metrics`, `/healthz`, `/readyz`, `/status`).
     #[serde(serialize_with = "ser_socket_addr")]
     pub metrics_address: SocketAddr,
     /// Kubelet root dir (nodefs signals).
     pub root_dir: PathBuf,
     /// Filesystem for imagefs signals when the runtime does not report it.
     pub imagefs_path: Option<PathBuf>,
+    /// Where `memory.available` comes from: the kubelet's working set of
+    /// the root cgroup, or `MemAvailable` of /proc/meminfo.
     pub memory_available_source: qosd_model::policy::evict::MemorySource,
+    /// How cgroup v2 `cpu.weight` is computed from CPU shares.
     pub cpu_weight_formula: CpuWeightFormula,
     /// Set memory.min / memory.high like the kubelet's MemoryQoS (v2 only).
     #[serde(rename = "memoryQoS")]
@@ -462,7 +494,9 @@ pub struct Config {
     /// Node memory capacity override (default: detected).
     #[serde(serialize_with = "ser_opt_quantity")]
     pub node_memory: Option<Quantity>,
+    /// How log lines are written.
     pub log_format: LogFormat,
+    /// How a pod is evicted.
     pub eviction_backend: EvictionBackend,
     // --- Kubernetes API (src/kube) -----------------------------------------
     /// A kubeconfig file for the API server; unset: in-cluster config when
@@ -539,8 +573,11 @@ fn load_kubelet(
             _ => p,
         })
     };
-    let file = resolve(&overrides.kubelet_config, &raw.kubelet_config);
-    let dir = resolve(&overrides.kubelet_config_dir, &raw.kubelet_config_dir);
+    let file = resolve(&overrides.kubelet.kubelet_config, &raw.kubelet_config);
+    let dir = resolve(
+        &overrides.kubelet.kubelet_config_dir,
+        &raw.kubelet_config_dir,
+    );
     if file.is_none() && dir.is_none() {
         return Ok(None);
     }
@@ -567,7 +604,7 @@ impl Default for Config {
 /// `systemReserved` + `kubeReserved` as the node arithmetic sums them
 /// (cpu in millicores, memory in bytes, each rounded up), checked: a sum
 /// beyond 2^63-1 is an error, never a wrap or a panic.
-pub fn reserved_sum(
+pub(crate) fn reserved_sum(
     system: &ResourceList,
     kube: &ResourceList,
 ) -> Result<qosd_model::core::node::Reserved, qosd_model::core::node::NodeError> {
@@ -809,6 +846,7 @@ fn ser_socket_addr<S: Serializer>(a: &SocketAddr, s: S) -> Result<S::Ok, S::Erro
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::raw::parse_eq_map;
 
     #[test]
     fn flag_maps() {

@@ -239,62 +239,209 @@ fn edit_distance(a: &str, b: &str) -> usize {
 /// Values that replace the file's (from command-line flags). Text as the
 /// user typed it; validated together with the file. A set map replaces the
 /// file's map entirely, as kubelet flags do.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+///
+/// It is also the flags themselves ([`clap::Args`], to flatten into a
+/// command), with the kubelet's flag names where the kubelet has one, in
+/// the order `--help` lists them. Every flag is the one declared for its
+/// setting in [`SETTINGS`](crate::settings::SETTINGS); the settings without
+/// a flag are skipped.
+#[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]
 pub struct Overrides {
-    pub eviction_hard: Option<BTreeMap<String, String>>,
-    pub eviction_soft: Option<BTreeMap<String, String>>,
-    pub eviction_soft_grace_period: Option<BTreeMap<String, String>>,
-    pub eviction_minimum_reclaim: Option<BTreeMap<String, String>>,
-    pub eviction_max_pod_grace_period: Option<String>,
-    pub eviction_pressure_transition_period: Option<String>,
-    pub merge_default_eviction_settings: Option<bool>,
-    pub eviction_pressure_hard: Option<BTreeMap<String, String>>,
-    pub eviction_pressure_soft: Option<BTreeMap<String, String>>,
-    pub eviction_pressure_soft_grace_period: Option<BTreeMap<String, String>>,
-    pub cgroup_driver: Option<String>,
-    pub cgroup_root: Option<String>,
-    pub system_reserved: Option<BTreeMap<String, String>>,
-    pub kube_reserved: Option<BTreeMap<String, String>>,
-    pub qos_reserved: Option<BTreeMap<String, String>>,
-    pub cpu_cfs_quota: Option<bool>,
-    pub cpu_cfs_quota_period: Option<String>,
-    pub memory_throttling_factor: Option<String>,
-    pub memory_reservation_policy: Option<String>,
-    /// Comma-separated, e.g. `pods,system-reserved`.
-    pub enforce_node_allocatable: Option<String>,
-    pub system_reserved_cgroup: Option<String>,
-    pub kube_reserved_cgroup: Option<String>,
-    pub kubelet_version: Option<String>,
-    pub cgroupfs: Option<String>,
-    pub cgroup_version: Option<String>,
-    pub runtime_endpoint: Option<String>,
+    /// Operating mode: enforce | dry-run.
+    #[arg(long, value_name = "MODE")]
     pub mode: Option<String>,
-    pub reconcile_interval: Option<String>,
-    pub relist_interval: Option<String>,
-    pub metrics_address: Option<String>,
-    pub root_dir: Option<String>,
-    pub pod_logs_dir: Option<String>,
-    pub imagefs_path: Option<String>,
-    pub memory_available_source: Option<String>,
-    pub cpu_weight_formula: Option<String>,
+    /// Hard eviction thresholds, e.g. memory.available<100Mi,nodefs.available<10%.
+    #[arg(long, value_name = "SIGNAL<VALUE,...", value_parser = parse_langle_map)]
+    pub eviction_hard: Option<BTreeMap<String, String>>,
+    /// Soft eviction thresholds, e.g. memory.available<300Mi.
+    #[arg(long, value_name = "SIGNAL<VALUE,...", value_parser = parse_langle_map)]
+    pub eviction_soft: Option<BTreeMap<String, String>>,
+    /// Soft threshold grace periods, e.g. memory.available=1m30s.
+    #[arg(long, value_name = "SIGNAL=DURATION,...", value_parser = parse_eq_map)]
+    pub eviction_soft_grace_period: Option<BTreeMap<String, String>>,
+    /// Minimum reclaim per signal, e.g. memory.available=0Mi,nodefs.available=500Mi.
+    #[arg(long, value_name = "SIGNAL=VALUE,...", value_parser = parse_eq_map)]
+    pub eviction_minimum_reclaim: Option<BTreeMap<String, String>>,
+    /// Maximum pod grace period (seconds) for soft evictions.
+    #[arg(long, value_name = "SECONDS")]
+    pub eviction_max_pod_grace_period: Option<String>,
+    /// How long a node condition is held after its threshold clears (e.g. 5m0s).
+    #[arg(long, value_name = "DURATION")]
+    pub eviction_pressure_transition_period: Option<String>,
+    /// Hard pressure thresholds (qosd's own, not the kubelet's), e.g.
+    /// memory.full=10%/2s,memory.some=50%/2s: evict when the share of the
+    /// window stalled on memory reaches the value.
+    #[arg(long, value_name = "SIGNAL=PCT[/WINDOW],...", value_parser = parse_eq_map)]
+    pub eviction_pressure_hard: Option<BTreeMap<String, String>>,
+    /// Soft pressure thresholds, e.g. memory.some=25%/2s.
+    #[arg(long, value_name = "SIGNAL=PCT[/WINDOW],...", value_parser = parse_eq_map)]
+    pub eviction_pressure_soft: Option<BTreeMap<String, String>>,
+    /// Grace periods of the soft pressure thresholds, e.g. memory.some=30s.
+    #[arg(long, value_name = "SIGNAL=DURATION,...", value_parser = parse_eq_map)]
+    pub eviction_pressure_soft_grace_period: Option<BTreeMap<String, String>>,
+    /// cgroup driver: cgroupfs | systemd.
+    #[arg(long, value_name = "DRIVER")]
+    pub cgroup_driver: Option<String>,
+    /// Parent cgroup of kubepods (kubelet --cgroup-root), e.g. / or /qosd-test-1.
+    #[arg(long, value_name = "PATH")]
+    pub cgroup_root: Option<String>,
+    /// Resources reserved for the system, e.g. cpu=500m,memory=1Gi.
+    #[arg(long, value_name = "RES=QTY,...", value_parser = parse_eq_map)]
+    pub system_reserved: Option<BTreeMap<String, String>>,
+    /// Resources reserved for Kubernetes daemons, e.g. cpu=100m,memory=500Mi.
+    #[arg(long, value_name = "RES=QTY,...", value_parser = parse_eq_map)]
+    pub kube_reserved: Option<BTreeMap<String, String>>,
+    /// QoS memory reservation, e.g. memory=50%.
+    #[arg(long, value_name = "memory=PCT", value_parser = parse_eq_map)]
+    pub qos_reserved: Option<BTreeMap<String, String>>,
+    /// CFS quota period (1ms..1s), e.g. 100ms.
+    #[arg(long = "cpu-cfs-quota-period", value_name = "DURATION")]
+    pub cpu_cfs_quota_period: Option<String>,
+    /// Enforce CPU limits with CFS quota (true|false).
+    #[arg(long = "cpu-cfs-quota", value_name = "BOOL")]
+    pub cpu_cfs_quota: Option<bool>,
+    /// Follow this kubelet version's rules (1.33 … 1.36; default 1.36).
+    #[arg(long, value_name = "VERSION")]
+    pub kubelet_version: Option<String>,
+    /// MemoryQoS memoryReservationPolicy (1.36): None | TieredReservation.
+    #[arg(long, value_name = "POLICY")]
+    pub memory_reservation_policy: Option<String>,
+    /// enforceNodeAllocatable, comma-separated: pods,system-reserved,kube-reserved.
+    #[arg(long, value_name = "LIST")]
+    pub enforce_node_allocatable: Option<String>,
+    /// The cgroup limited by system-reserved enforcement (never created).
+    #[arg(long, value_name = "CGROUP")]
+    pub system_reserved_cgroup: Option<String>,
+    /// The cgroup limited by kube-reserved enforcement (never created).
+    #[arg(long, value_name = "CGROUP")]
+    pub kube_reserved_cgroup: Option<String>,
+    /// Set memory.min/memory.high like the kubelet's MemoryQoS (true|false).
+    #[arg(long = "memory-qos", value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub memory_qos: Option<bool>,
+    /// cgroup filesystem mount point (default /sys/fs/cgroup).
+    #[arg(long, value_name = "DIR")]
+    pub cgroupfs: Option<String>,
+    /// cgroup version: auto | v1 | v2.
+    #[arg(long, value_name = "VERSION")]
+    pub cgroup_version: Option<String>,
+    /// CRI endpoint, e.g. unix:///run/containerd/containerd.sock.
+    #[arg(
+        long,
+        alias = "container-runtime-endpoint",
+        env = "CONTAINER_RUNTIME_ENDPOINT",
+        value_name = "ENDPOINT"
+    )]
+    pub runtime_endpoint: Option<String>,
+    /// Periodic reconcile interval (e.g. 10s).
+    #[arg(long, value_name = "DURATION")]
+    pub reconcile_interval: Option<String>,
+    /// Pod relist interval when the runtime has no event stream (e.g. 1s).
+    #[arg(long, value_name = "DURATION")]
+    pub relist_interval: Option<String>,
+    /// HTTP address for /metrics, /healthz, /readyz, /status (IP:port).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_address: Option<String>,
+    /// Kubelet root directory (nodefs signals).
+    #[arg(long, value_name = "DIR")]
+    pub root_dir: Option<String>,
+    /// Kubelet podLogsDir: the pods' container logs, counted in their
+    /// ephemeral-storage usage (default /var/log/pods).
+    #[arg(long, value_name = "DIR")]
+    pub pod_logs_dir: Option<String>,
+    /// Filesystem path for imagefs signals.
+    #[arg(long, value_name = "DIR")]
+    pub imagefs_path: Option<String>,
+    /// memory.available source: workingset | meminfo.
+    #[arg(long, value_name = "SOURCE")]
+    pub memory_available_source: Option<String>,
+    /// cgroup v2 cpu.weight formula: kubelet | runc.
+    #[arg(long, value_name = "FORMULA")]
+    pub cpu_weight_formula: Option<String>,
+    /// Node CPU capacity override (quantity).
+    #[arg(long, value_name = "QTY")]
     pub node_cpu: Option<String>,
+    /// Node memory capacity override (quantity).
+    #[arg(long, value_name = "QTY")]
     pub node_memory: Option<String>,
+    /// Log format: text | json.
+    #[arg(long, value_name = "FORMAT")]
     pub log_format: Option<String>,
+    /// Eviction backend: kill | cri | api | dry-run.
+    #[arg(long, value_name = "BACKEND")]
     pub eviction_backend: Option<String>,
+    /// kubelet --pod-max-pids: pids.max of every pod (-1: unlimited).
+    #[arg(long = "pod-max-pids", value_name = "N", allow_negative_numbers = true)]
     pub pod_pids_limit: Option<String>,
+    /// Hugepage sizes limited on every pod (e.g. 2Mi,1Gi, or none). Default:
+    /// the node's sizes (sysfs) when the hugetlb controller is mounted.
+    #[arg(long, value_name = "LIST")]
     pub hugepage_sizes: Option<String>,
+    /// kubelet memoryThrottlingFactor (MemoryQoS memory.high), 0 < f <= 1.
+    #[arg(long, value_name = "F")]
+    pub memory_throttling_factor: Option<String>,
+    /// Log filter: error | warn | info | debug | trace (or qosd=debug,info).
+    #[arg(long, value_name = "LEVEL")]
     pub log_level: Option<String>,
-    pub eviction_hook: Option<String>,
-    pub eviction_hook_timeout: Option<String>,
+    /// kubeconfig for the Kubernetes API server (default: in-cluster config in a pod).
+    #[arg(long, value_name = "FILE")]
     pub kubeconfig: Option<String>,
+    /// This node's name: its pods are watched on the API server (env NODE_NAME).
+    #[arg(long, env = "NODE_NAME", value_name = "NAME")]
     pub node_name: Option<String>,
+    /// Deadline of an Eviction API call (e.g. 1s); a hard eviction falls back to the local kill after it.
+    #[arg(long, value_name = "DURATION")]
     pub api_eviction_timeout: Option<String>,
+    /// /healthz fails after the runtime was unreachable this long (e.g. 2m; 0s: never).
+    #[arg(long, value_name = "DURATION")]
     pub runtime_unhealthy_after: Option<String>,
-    pub cgroup_enforcement: Option<String>,
-    pub kubelet_config: Option<String>,
-    pub kubelet_config_dir: Option<String>,
+    /// Directory for state kept across restarts (the CRI status cache).
+    #[arg(long, env = "QOSD_STATE_DIR", value_name = "DIR")]
     pub state_dir: Option<String>,
+    /// `--kubelet-config` and `--kubelet-config-dir`.
+    #[command(flatten)]
+    pub kubelet: KubeletSource,
+    /// cgroupEnforcement: enforce (write cgroups) | audit (compare, report
+    /// drift, write nothing). Default: audit with a kubelet config, else enforce.
+    #[arg(long, value_name = "MODE")]
+    pub cgroup_enforcement: Option<String>,
+    /// mergeDefaultEvictionSettings (config file only).
+    #[arg(skip)]
+    pub merge_default_eviction_settings: Option<bool>,
+    /// evictionHook (config file only).
+    #[arg(skip)]
+    pub eviction_hook: Option<String>,
+    /// evictionHookTimeout (config file only).
+    #[arg(skip)]
+    pub eviction_hook_timeout: Option<String>,
+}
+
+/// `--kubelet-config` / `--kubelet-config-dir`: the kubelet's own config as
+/// the source of qosd's kubelet fields. Part of [`Overrides`], and the only
+/// flags of the commands that read nothing else from the command line.
+#[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]
+pub struct KubeletSource {
+    /// The kubelet's config file (KubeletConfiguration, YAML or JSON), e.g.
+    /// /var/lib/kubelet/config.yaml: its fields replace qosd's kubelet fields.
+    #[arg(long, value_name = "FILE", value_hint = clap::ValueHint::AnyPath, value_parser = path_text())]
+    pub kubelet_config: Option<String>,
+    /// The kubelet's drop-in directory (--config-dir): `*.conf` files merged
+    /// over --kubelet-config in lexical order.
+    #[arg(long, value_name = "DIR", value_hint = clap::ValueHint::AnyPath, value_parser = path_text())]
+    pub kubelet_config_dir: Option<String>,
+}
+
+impl KubeletSource {
+    /// Whether either flag is given.
+    pub fn is_set(&self) -> bool {
+        self.kubelet_config.is_some() || self.kubelet_config_dir.is_some()
+    }
+}
+
+/// A path flag's value as text: any path (not only UTF-8) is taken, shown
+/// as [`Path::display`](std::path::Path::display) shows it.
+fn path_text() -> impl clap::builder::TypedValueParser<Value = String> {
+    use clap::builder::TypedValueParser as _;
+    clap::builder::PathBufValueParser::new().map(|p| p.display().to_string())
 }
 
 fn to_raw_map(m: &BTreeMap<String, String>) -> RawMap {
@@ -384,9 +531,15 @@ impl Overrides {
             runtime_unhealthy_after,
             state_dir,
             cgroup_enforcement,
-            kubelet_config,
-            kubelet_config_dir,
         );
+        if let Some(v) = &self.kubelet.kubelet_config {
+            raw.kubelet_config = Some(Scalar(v.to_string()));
+            set.insert(const { crate::settings::key_of_field("kubelet_config") });
+        }
+        if let Some(v) = &self.kubelet.kubelet_config_dir {
+            raw.kubelet_config_dir = Some(Scalar(v.to_string()));
+            set.insert(const { crate::settings::key_of_field("kubelet_config_dir") });
+        }
         if let Some(v) = &self.enforce_node_allocatable {
             raw.enforce_node_allocatable = Some(
                 v.split(',')
@@ -407,7 +560,7 @@ pub fn parse_langle_map(s: &str) -> Result<BTreeMap<String, String>, String> {
 }
 
 /// Parse a kubelet `--system-reserved`-style flag value: `cpu=1,memory=1Gi`.
-pub fn parse_eq_map(s: &str) -> Result<BTreeMap<String, String>, String> {
+pub(crate) fn parse_eq_map(s: &str) -> Result<BTreeMap<String, String>, String> {
     parse_sep_map(s, '=')
 }
 

@@ -4,9 +4,9 @@
 //!
 //! The other views of a setting are derived from [`SETTINGS`] or checked
 //! against it: the kubelet field → config key mapping
-//! ([`kubelet_fields`]), the keys named by the command-line overrides
-//! ([`key_of_field`], resolved at compile time), the known keys offered
-//! after an unknown field ([`known_keys`]), and tests that the config file
+//! (`kubelet_fields`), the keys named by the command-line overrides
+//! (`key_of_field`, resolved at compile time), the known keys offered
+//! after an unknown field (`known_keys`), and tests that the config file
 //! parser, the flags, `qosd config default` and the configuration
 //! reference in docs/operations.md list exactly these settings.
 
@@ -41,7 +41,7 @@ pub struct Setting {
     /// The config file key (`cpuCFSQuotaPeriod`).
     pub key: &'static str,
     /// Other keys accepted for it in the config file.
-    pub aliases: &'static [&'static str],
+    pub(crate) aliases: &'static [&'static str],
     /// The Rust field of the raw config and of the overrides (`cpu_cfs_quota_period`).
     pub field: &'static str,
     /// The long command-line flag without dashes (`cpu-cfs-quota-period`).
@@ -75,7 +75,7 @@ impl Setting {
 
     /// The top-level KubeletConfiguration field (`featureGates` for
     /// `featureGates.MemoryQoS`).
-    pub fn kubelet_top_field(&self) -> Option<&'static str> {
+    pub(crate) fn kubelet_top_field(&self) -> Option<&'static str> {
         self.kubelet
             .map(|k| k.split_once('.').map_or(k, |(top, _)| top))
     }
@@ -242,7 +242,7 @@ settings! {
 }
 
 /// The setting with config file key (or alias) `key`.
-pub fn by_key(key: &str) -> Option<&'static Setting> {
+pub(crate) fn by_key(key: &str) -> Option<&'static Setting> {
     SETTINGS
         .iter()
         .find(|s| s.key == key || s.aliases.contains(&key))
@@ -250,7 +250,7 @@ pub fn by_key(key: &str) -> Option<&'static Setting> {
 
 /// The settings read from a kubelet config: (top-level KubeletConfiguration
 /// field, config key).
-pub fn kubelet_fields() -> impl Iterator<Item = (&'static str, &'static str)> {
+pub(crate) fn kubelet_fields() -> impl Iterator<Item = (&'static str, &'static str)> {
     SETTINGS
         .iter()
         .filter_map(|s| Some((s.kubelet_top_field()?, s.key)))
@@ -258,7 +258,7 @@ pub fn kubelet_fields() -> impl Iterator<Item = (&'static str, &'static str)> {
 
 /// Every key the config file accepts, in declaration order (a setting's
 /// aliases before its key, as serde lists them).
-pub fn known_keys() -> impl Iterator<Item = &'static str> {
+pub(crate) fn known_keys() -> impl Iterator<Item = &'static str> {
     SETTINGS
         .iter()
         .flat_map(|s| s.aliases.iter().copied().chain(std::iter::once(s.key)))
@@ -281,7 +281,7 @@ const fn same(a: &str, b: &str) -> bool {
 
 /// The config key of the setting whose Rust field is `field`. In a `const`
 /// context an undeclared field fails the build.
-pub const fn key_of_field(field: &str) -> &'static str {
+pub(crate) const fn key_of_field(field: &str) -> &'static str {
     let mut i = 0;
     while i < SETTINGS.len() {
         if same(SETTINGS[i].field, field) {
@@ -456,6 +456,65 @@ mod tests {
             List => text.split(',').collect::<Vec<_>>().into(),
             _ => text.into(),
         }
+    }
+
+    /// The settings whose flags the CPU manager's commands declare with
+    /// their own (they are not overrides of the config file).
+    const CPU_MANAGER: [&str; 5] = [
+        "cpuManagerPolicy",
+        "cpuManagerPolicyOptions",
+        "reservedSystemCPUs",
+        "cpuManagerStateDir",
+        "kubeletCPUManagerState",
+    ];
+
+    /// The flags of [`Overrides`](crate::Overrides) are exactly the declared
+    /// ones (but the CPU manager's): every declared flag is there, reads the
+    /// declared environment variable and sets the declared key, and there
+    /// is no other flag.
+    #[test]
+    fn override_flags_are_the_declared_ones() {
+        use clap::{Args, FromArgMatches};
+        use std::collections::BTreeMap;
+        let cmd = crate::Overrides::augment_args(clap::Command::new("t"));
+        cmd.clone().debug_assert();
+        let flags: BTreeMap<&str, Option<String>> = cmd
+            .get_arguments()
+            .map(|a| {
+                let long = a
+                    .get_long()
+                    .unwrap_or_else(|| panic!("{} has no long flag", a.get_id()));
+                (long, a.get_env().map(|e| e.to_string_lossy().into_owned()))
+            })
+            .collect();
+        let declared: BTreeMap<&str, Option<String>> = SETTINGS
+            .iter()
+            .filter(|s| !CPU_MANAGER.contains(&s.key))
+            .filter_map(|s| Some((s.flag?, s.env.map(str::to_string))))
+            .collect();
+        assert_eq!(flags, declared);
+        for k in CPU_MANAGER {
+            assert!(by_key(k).and_then(|s| s.flag).is_some(), "{k}");
+        }
+        // Each flag alone sets its key (the environment left out).
+        let bare = cmd.clone().mut_args(|a| a.env(None::<&'static str>));
+        let mut checked = 0;
+        for s in SETTINGS.iter().filter(|s| !CPU_MANAGER.contains(&s.key)) {
+            let Some(flag) = s.flag else { continue };
+            let m = bare
+                .clone()
+                .try_get_matches_from(["t", &format!("--{flag}"), sample(s.kind)])
+                .unwrap_or_else(|e| panic!("--{flag}: {e}"));
+            let o = crate::Overrides::from_arg_matches(&m).unwrap();
+            assert_eq!(o.keys(), BTreeSet::from([s.key]), "--{flag}");
+            checked += 1;
+        }
+        assert_eq!(checked, flags.len());
+        let none = bare.try_get_matches_from(["t"]).unwrap();
+        assert_eq!(
+            crate::Overrides::from_arg_matches(&none).unwrap(),
+            crate::Overrides::default()
+        );
     }
 
     /// The kubelet's values replace exactly the settings declared with a

@@ -26,8 +26,9 @@ mod fake_tests;
 
 pub use client::DEFAULT_ENDPOINT;
 pub use client::{ConnectOptions, CriClient, CriError, RetryPolicy};
+pub(crate) use inventory::inventory_with;
+pub use inventory::StatusCache;
 pub use inventory::{inventory, inventory_of, InventoryOptions, SandboxState};
-pub use inventory::{inventory_with, StatusCache};
 pub use inventory::{Inventory, LiveContainer, LivePod, Skipped};
 pub use reconstruct::QosSource;
 

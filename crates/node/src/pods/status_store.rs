@@ -132,7 +132,8 @@ impl StatusStore {
     }
 
     /// False once the state directory was found unsafe.
-    pub fn enabled(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn enabled(&self) -> bool {
         !self.shared.disabled.load(Ordering::Relaxed)
     }
 

@@ -388,7 +388,7 @@ impl CriClient {
     }
 
     /// `Status` (runtime conditions; `verbose` adds the runtime's info).
-    pub async fn status(&self, verbose: bool) -> Result<proto::StatusResponse, CriError> {
+    pub(crate) async fn status(&self, verbose: bool) -> Result<proto::StatusResponse, CriError> {
         self.call("Status", |mut c| async move {
             c.status(proto::StatusRequest { verbose }).await
         })

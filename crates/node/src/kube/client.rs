@@ -133,13 +133,13 @@ impl KubeError {
 pub struct ApiErrorDetails {
     /// The `Retry-After` header (seconds), or the `Status`'s
     /// `details.retryAfterSeconds`, when the server sent one.
-    pub retry_after: Option<Duration>,
+    pub(crate) retry_after: Option<Duration>,
     /// `details.causes[].reason` of the `Status` body (e.g.
     /// `DisruptionBudget`); empty when the body is not a `Status`.
-    pub causes: Vec<String>,
+    pub(crate) causes: Vec<String>,
     /// The body was a `meta/v1 Status` (API Priority and Fairness and the
     /// max-in-flight filter answer 429 in plain text instead).
-    pub status_body: bool,
+    pub(crate) status_body: bool,
 }
 
 /// A connected-on-demand API client.

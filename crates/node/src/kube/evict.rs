@@ -10,7 +10,7 @@
 //!   and a request that never left is said so ([`EvictAnswer::Failed`]),
 //!   distinct from one sent but not answered in time
 //!   ([`EvictAnswer::Unanswered`], whose effect is unknown).
-//! * [`classify`]: 429 from a PodDisruptionBudget (a `Status` whose cause
+//! * `classify`: 429 from a PodDisruptionBudget (a `Status` whose cause
 //!   is `DisruptionBudget`) is a refusal; any other 429 — API Priority and
 //!   Fairness or the max-in-flight filter, which answer in plain text with
 //!   `Retry-After`, at most [`MAX_RETRY_AFTER`] honoured — is throttling;
@@ -75,7 +75,7 @@ pub enum EvictAnswer {
 }
 
 /// Tell an error answer apart (see the module docs).
-pub fn classify(e: &KubeError) -> EvictAnswer {
+pub(crate) fn classify(e: &KubeError) -> EvictAnswer {
     match e {
         KubeError::Api {
             code: 429,

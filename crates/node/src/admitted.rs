@@ -1,7 +1,7 @@
 //! What the kubelet admitted: a pod's resources as its cgroups hold them
 //! during an in-place resize (InPlacePodVerticalScaling, on by default from
 //! 1.33, GA in 1.35), from the pod's status. Pure logic, no I/O; the
-//! sources (the API merge, manifests) call [`admit`] and hand the model a
+//! sources (the API merge, manifests) call `admit` and hand the model a
 //! pod with the admitted resources.
 //!
 //! The kubelet sizes pod cgroups, container resources and oom_score_adj

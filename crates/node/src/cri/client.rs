@@ -155,7 +155,7 @@ pub enum CriError {
 }
 
 impl CriError {
-    /// The runtime answered with a message above [`MAX_MESSAGE_BYTES`]
+    /// The runtime answered with a message above the 16 MiB limit
     /// (e.g. a huge ListPodSandbox): it is reachable, but its answer is
     /// not usable.
     pub fn is_too_large(&self) -> bool {

@@ -254,9 +254,10 @@ pub(crate) async fn inventory_with(
 /// ids: the verbose `PodSandboxStatus` (labels, annotations, metadata and
 /// the cgroup parent parsed from the info blob; the state comes from each
 /// `ListPodSandbox`) and each container's status, re-asked when the
-/// container's listed state changes or after [`StatusCache::forget_containers`]
-/// (in-place resource updates do not show in any listing). Entries of ids
-/// no longer listed are dropped at each listing.
+/// container's listed state changes or after a resync
+/// ([`Source::resync`](crate::pods::Source::resync); in-place resource
+/// updates do not show in any listing). Entries of ids no longer listed
+/// are dropped at each listing.
 #[derive(Debug, Default)]
 pub struct StatusCache {
     pub(super) sandboxes: std::sync::Mutex<HashMap<String, SandboxFacts>>,

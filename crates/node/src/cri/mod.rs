@@ -3,7 +3,7 @@
 //! * [`client`]: [`CriClient::connect`] over a UNIX socket, with a connect
 //!   timeout, per-call deadline and retries with backoff while the runtime
 //!   is down or restarting; checks `Version` (runtime.v1).
-//! * [`inventory`]: sandboxes joined with their containers → [`LivePod`]s.
+//! * [`inventory`](mod@inventory): sandboxes joined with their containers → [`LivePod`]s.
 //! * [`events`]: containerd's native event stream (when the runtime is
 //!   containerd): tells the daemon when a listing may have changed.
 //! * [`reconstruct`]: pure logic turning CRI container settings back into

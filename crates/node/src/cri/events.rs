@@ -118,7 +118,8 @@ pub struct Feed {
     /// Containers updated in place since the start (their ids, newest last,
     /// at most 64; `updates` counts them all).
     pub updated: Vec<String>,
-    /// Containers updated in place since the start, all counted.
+    /// `/containers/update` events since the start (all of them, unlike
+    /// `updated`).
     pub updates: u64,
     /// Why the stream is not live (`None` while live or before the first
     /// attempt ended).

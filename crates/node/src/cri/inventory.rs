@@ -63,13 +63,14 @@ pub struct LiveContainer {
     /// Restart count of this container in its sandbox
     /// (`ContainerMetadata.attempt`, 0 for the first run).
     pub attempt: u32,
-    /// `cpu_shares` (cgroup v1 shares; `None`: not set).
+    /// `LinuxContainerResources.cpu_shares` (`None`: 0 or not reported).
     pub cpu_shares: Option<i64>,
-    /// `cpu_quota` in microseconds per period (`None`: no limit).
+    /// `cpu_quota`, in microseconds per period (`None`: not positive or not
+    /// reported: no limit).
     pub cpu_quota: Option<i64>,
-    /// `cpu_period` in microseconds (`None`: not set).
+    /// `cpu_period`, in microseconds (`None`: 0 or not reported).
     pub cpu_period: Option<i64>,
-    /// `memory_limit_in_bytes` (`None`: no limit).
+    /// `memory_limit_in_bytes` (`None`: 0 or not reported: no limit).
     pub memory_limit_bytes: Option<i64>,
     /// `oom_score_adj` (`None`: the runtime reports no resources).
     pub oom_score_adj: Option<i64>,

@@ -18,7 +18,7 @@ pub mod proto {
 pub mod client;
 pub mod events;
 pub mod inventory;
-pub mod persist;
+pub(crate) mod persist;
 pub mod reconstruct;
 
 #[cfg(test)]

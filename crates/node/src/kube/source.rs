@@ -288,8 +288,7 @@ pub struct WatchOptions {
 }
 
 impl WatchOptions {
-    /// The defaults (client-go's reflector values) for the pods bound to
-    /// `node_name`.
+    /// The default settings for watching the pods bound to `node_name`.
     pub fn new(node_name: impl Into<String>) -> WatchOptions {
         WatchOptions {
             node_name: node_name.into(),

@@ -1,6 +1,7 @@
-//! The CRI status cache kept across restarts (`<stateDir>/cri-status-cache.json`,
-//! format in [`crate::cri::persist`]): restored before the first listing,
-//! so a restart asks the runtime only about sandboxes and containers that
+//! The CRI status cache kept across restarts
+//! (`<stateDir>/cri-status-cache.json`, a versioned JSON file of the
+//! runtime's status messages): restored before the first listing, so a
+//! restart asks the runtime only about sandboxes and containers that
 //! appeared while qosd was down; written off the loop after changes (at
 //! most every 10 s) and once more when the loop ends.
 use std::path::{Path, PathBuf};

@@ -1,7 +1,7 @@
 //! What the kubelet admitted: a pod's resources as its cgroups hold them
 //! during an in-place resize (InPlacePodVerticalScaling, on by default from
 //! 1.33, GA in 1.35), from the pod's status. Pure logic, no I/O; the
-//! sources (the API merge, manifests) call [`admit`] and hand the model a
+//! sources (the API merge, manifests) call `admit` and hand the model a
 //! pod with the admitted resources.
 //!
 //! The kubelet sizes pod cgroups, container resources and oom_score_adj
@@ -45,20 +45,20 @@ use qosd_model::policy::enforce::versions::{KubeletVersion, Rule};
 const RESIZABLE: [&str; 2] = ["cpu", "memory"];
 
 /// `PodReasonInfeasible`.
-pub const REASON_INFEASIBLE: &str = "Infeasible";
+pub(crate) const REASON_INFEASIBLE: &str = "Infeasible";
 /// `PodReasonError` (of `PodResizeInProgress`).
-pub const REASON_ERROR: &str = "Error";
+pub(crate) const REASON_ERROR: &str = "Error";
 
 /// A pod condition's reason and message.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Condition {
+pub(crate) struct Condition {
     pub reason: String,
     pub message: String,
 }
 
 /// One container's status: `allocatedResources` and `resources`.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct ContainerStatus {
+pub(crate) struct ContainerStatus {
     /// The kubelet's allocated requests (`None`: not reported).
     pub allocated: Option<ResourceList>,
     /// What the runtime runs (`None`: not reported, e.g. not running).
@@ -68,7 +68,7 @@ pub struct ContainerStatus {
 /// What a pod's status says about its resources. Empty (the default):
 /// nothing known, the spec is what the kubelet admitted.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct PodStatus {
+pub(crate) struct PodStatus {
     /// `metadata.generation`.
     pub generation: Option<i64>,
     /// `status.observedGeneration` (PodObservedGenerationTracking, on from 1.34).
@@ -85,21 +85,10 @@ pub struct PodStatus {
     pub pod_actual: Option<ResourceRequirements>,
 }
 
-impl PodStatus {
-    /// True when the status says nothing about resources.
-    pub fn is_empty(&self) -> bool {
-        self.pending.is_none()
-            && self.in_progress.is_none()
-            && self.containers.is_empty()
-            && self.pod_allocated.is_none()
-            && self.pod_actual.is_none()
-    }
-}
-
 /// The pod with the resources the kubelet admitted (see the module docs),
 /// `resize` set when a resize is under way. `desired` is the pod as its
 /// spec says.
-pub fn admit(mut desired: Pod, status: &PodStatus, version: KubeletVersion) -> Pod {
+pub(crate) fn admit(mut desired: Pod, status: &PodStatus, version: KubeletVersion) -> Pod {
     let pod_level = version.has(Rule::PodLevelResize);
     let state = resize_state(&desired, status, pod_level);
     let Some(state) = state else {
@@ -812,6 +801,5 @@ mod tests {
         assert_eq!(a.resize.unwrap().state, ResizeState::Deferred);
         let a = admit(p.clone(), &PodStatus::default(), KubeletVersion::NEWEST);
         assert_eq!(a, p);
-        assert!(PodStatus::default().is_empty());
     }
 }

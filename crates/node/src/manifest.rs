@@ -27,6 +27,8 @@ use qosd_model::policy::enforce::versions::KubeletVersion;
 
 mod stream;
 
+/// A manifest that cannot be read or parsed: the file (or source name)
+/// and what is wrong, with the field path.
 #[derive(Debug, thiserror::Error)]
 #[error("{file}: {message}")]
 pub struct ManifestError {
@@ -130,7 +132,7 @@ pub fn parse_str(text: &str, source: &str) -> Result<Vec<Pod>, ManifestError> {
 }
 
 /// [`parse_str`] with `version`'s rules for what the kubelet admitted.
-pub fn parse_str_for(
+pub(crate) fn parse_str_for(
     text: &str,
     source: &str,
     version: KubeletVersion,

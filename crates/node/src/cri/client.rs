@@ -84,45 +84,78 @@ impl Default for ConnectOptions {
 /// Errors of the CRI client.
 #[derive(Debug, thiserror::Error)]
 pub enum CriError {
+    /// The runtime endpoint is not a usable UNIX socket address.
     #[error("invalid runtime endpoint {endpoint:?}: {reason}")]
-    BadEndpoint { endpoint: String, reason: String },
+    BadEndpoint {
+        /// The endpoint as given.
+        endpoint: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The socket could not be reached before the retry policy gave up.
     #[error(
         "container runtime at {endpoint} is not reachable ({attempts} attempt(s) over {:.1}s): {detail}",
         elapsed.as_secs_f64()
     )]
     Unreachable {
+        /// The endpoint dialled.
         endpoint: String,
+        /// Connection attempts made.
         attempts: u32,
+        /// Time from the first attempt to giving up.
         elapsed: Duration,
+        /// The last attempt's error.
         detail: String,
     },
+    /// The runtime answered, but `runtime.v1.RuntimeService/Version` is
+    /// unimplemented (a runtime that speaks only `v1alpha2`).
     #[error(
         "container runtime at {endpoint} does not serve the CRI runtime.v1 API ({detail}); it may speak \
          only the older v1alpha2 API: qosd needs CRI v1 (containerd >= 1.6, CRI-O >= 1.23)"
     )]
-    OldApi { endpoint: String, detail: String },
+    OldApi {
+        /// The endpoint dialled.
+        endpoint: String,
+        /// The runtime's answer to `Version`.
+        detail: String,
+    },
+    /// `Version` reports a CRI API version other than `v1`.
     #[error(
         "container runtime at {endpoint} ({runtime_name} {runtime_version}) reports CRI API version \
          {api_version:?}; qosd needs {CRI_API_VERSION}"
     )]
     UnsupportedVersion {
+        /// The endpoint dialled.
         endpoint: String,
+        /// `VersionResponse.runtime_name` (e.g. `containerd`).
         runtime_name: String,
+        /// `VersionResponse.runtime_version`.
         runtime_version: String,
+        /// `VersionResponse.runtime_api_version`.
         api_version: String,
     },
+    /// An RPC failed with a gRPC status (after any retries).
     #[error("CRI {method} failed: {code:?}: {message}")]
     Call {
+        /// The CRI method, e.g. `ListPodSandbox`.
         method: &'static str,
+        /// The gRPC status code.
         code: Code,
+        /// The gRPC status message.
         message: String,
     },
+    /// An RPC succeeded but its answer lacks a field qosd needs.
     #[error("CRI {method}: the runtime's answer lacks {what}")]
-    Malformed { method: &'static str, what: String },
+    Malformed {
+        /// The CRI method.
+        method: &'static str,
+        /// The missing field.
+        what: String,
+    },
 }
 
 impl CriError {
-    /// The runtime answered with a message above [`MAX_MESSAGE_BYTES`]
+    /// The runtime answered with a message above the 16 MiB limit
     /// (e.g. a huge ListPodSandbox): it is reachable, but its answer is
     /// not usable.
     pub fn is_too_large(&self) -> bool {
@@ -355,7 +388,7 @@ impl CriClient {
     }
 
     /// `Status` (runtime conditions; `verbose` adds the runtime's info).
-    pub async fn status(&self, verbose: bool) -> Result<proto::StatusResponse, CriError> {
+    pub(crate) async fn status(&self, verbose: bool) -> Result<proto::StatusResponse, CriError> {
         self.call("Status", |mut c| async move {
             c.status(proto::StatusRequest { verbose }).await
         })
@@ -423,7 +456,7 @@ impl CriClient {
     }
 
     /// `ListContainers` (all states; optionally of one sandbox).
-    pub async fn list_containers(
+    pub(crate) async fn list_containers(
         &self,
         pod_sandbox_id: Option<&str>,
     ) -> Result<Vec<proto::Container>, CriError> {
@@ -490,7 +523,7 @@ impl CriClient {
     }
 
     /// `StopContainer` with a grace period in seconds (0: kill at once).
-    pub async fn stop_container(
+    pub(crate) async fn stop_container(
         &self,
         container_id: &str,
         timeout_seconds: i64,
@@ -545,7 +578,7 @@ impl CriClient {
     }
 
     /// `RemoveImage` (ImageService; idempotent).
-    pub async fn remove_image(&self, image: &str) -> Result<(), CriError> {
+    pub(crate) async fn remove_image(&self, image: &str) -> Result<(), CriError> {
         let mut c = self.image.clone();
         c.remove_image(proto::RemoveImageRequest {
             image: Some(proto::ImageSpec {
@@ -559,7 +592,7 @@ impl CriClient {
     }
 
     /// `RemoveContainer` (idempotent).
-    pub async fn remove_container(&self, container_id: &str) -> Result<(), CriError> {
+    pub(crate) async fn remove_container(&self, container_id: &str) -> Result<(), CriError> {
         self.call("RemoveContainer", |mut c| {
             let container_id = container_id.to_string();
             async move {

@@ -46,7 +46,7 @@ pub const MARKER_TOPIC: &str = "/qosd/sync";
 
 /// Topics that change what ListPodSandbox / ListContainers (or a container's
 /// status) show. `/tasks/create` is left out: `/tasks/start` follows it.
-pub const TOPICS: &[&str] = &[
+pub(crate) const TOPICS: &[&str] = &[
     "/containers/create",
     "/containers/update",
     "/containers/delete",
@@ -57,7 +57,7 @@ pub const TOPICS: &[&str] = &[
 
 /// The Subscribe filters: each watched topic, and the marker, in the CRI
 /// namespace (containerd ORs the filters; the conditions of one are ANDed).
-pub fn filters() -> Vec<String> {
+pub(crate) fn filters() -> Vec<String> {
     TOPICS
         .iter()
         .chain(std::iter::once(&MARKER_TOPIC))
@@ -116,8 +116,10 @@ pub struct Feed {
     /// Events that change a listing, counted since the start.
     pub changes: u64,
     /// Containers updated in place since the start (their ids, newest last,
-    /// at most [`MAX_UPDATED`]; `updates` counts them all).
+    /// at most 64; `updates` counts them all).
     pub updated: Vec<String>,
+    /// `/containers/update` events since the start (all of them, unlike
+    /// `updated`).
     pub updates: u64,
     /// Why the stream is not live (`None` while live or before the first
     /// attempt ended).
@@ -129,7 +131,7 @@ pub struct Feed {
 }
 
 /// Updated ids kept in [`Feed::updated`].
-pub const MAX_UPDATED: usize = 64;
+pub(crate) const MAX_UPDATED: usize = 64;
 
 impl Feed {
     fn apply(&mut self, c: Change) {
@@ -151,7 +153,8 @@ impl Feed {
 
 /// Why a subscription attempt ended.
 #[derive(Debug, thiserror::Error)]
-pub enum EventsError {
+pub(crate) enum EventsError {
+    /// The socket could not be opened.
     #[error("containerd events at {endpoint}: cannot connect: {detail}")]
     Connect { endpoint: String, detail: String },
     #[error("containerd events at {endpoint}: {method}: {code:?}: {message}")]
@@ -188,12 +191,13 @@ impl EventsError {
 const MARKER_EVERY: Duration = Duration::from_millis(200);
 /// Give up on an attempt whose stream shows nothing for this long.
 const MARKER_WAIT: Duration = Duration::from_secs(10);
-/// Delays between attempts: doubling from the first, capped.
-pub const BACKOFF_FIRST: Duration = Duration::from_secs(1);
-pub const BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// The first delay between attempts; it doubles after each failure.
+pub(crate) const BACKOFF_FIRST: Duration = Duration::from_secs(1);
+/// The longest delay between attempts.
+pub(crate) const BACKOFF_MAX: Duration = Duration::from_secs(30);
 
 /// The delay before attempt `n + 1` after `n` consecutive failures (pure).
-pub fn backoff(failures: u32) -> Duration {
+pub(crate) fn backoff(failures: u32) -> Duration {
     qosd_model::core::backoff::Backoff::new(BACKOFF_FIRST, BACKOFF_MAX).delay(failures)
 }
 
@@ -266,12 +270,12 @@ pub struct Prober {
 }
 
 /// How long a probe waits for the Publish answer, and then for the marker.
-pub const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 impl Prober {
     /// Publish a marker and wait for it on the stream. `false`: not live,
     /// the runtime did not answer, or the marker did not come back within
-    /// [`PROBE_TIMEOUT`] (the caller lists, as without events).
+    /// two seconds (the caller lists, as without events).
     pub async fn probe(&self) -> bool {
         let Some(client) = self
             .client

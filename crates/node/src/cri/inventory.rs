@@ -19,15 +19,18 @@ pub(crate) const LABEL_POD_NAME: &str = "io.kubernetes.pod.name";
 pub(crate) const LABEL_POD_NAMESPACE: &str = "io.kubernetes.pod.namespace";
 pub(crate) const LABEL_CONTAINER_NAME: &str = "io.kubernetes.container.name";
 
-/// Sandbox state.
+/// Sandbox state (CRI `PodSandboxState`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SandboxState {
+    /// `SANDBOX_READY`: the sandbox runs.
     Ready,
+    /// `SANDBOX_NOTREADY`: stopped or failed, not removed yet.
     NotReady,
 }
 
 impl SandboxState {
+    /// The state as `qosd pods` prints it: `ready` or `notready`.
     pub fn as_str(self) -> &'static str {
         match self {
             SandboxState::Ready => "ready",
@@ -51,17 +54,30 @@ pub enum ResourcesOrigin {
 /// One container of a live pod, with the cgroup settings the runtime reports.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct LiveContainer {
+    /// The runtime's container id.
     pub id: String,
+    /// The container's name in the pod spec (`ContainerMetadata.name`).
     pub name: String,
     /// created | running | exited | unknown
     pub state: String,
+    /// Restart count of this container in its sandbox
+    /// (`ContainerMetadata.attempt`, 0 for the first run).
     pub attempt: u32,
+    /// `LinuxContainerResources.cpu_shares` (`None`: 0 or not reported).
     pub cpu_shares: Option<i64>,
+    /// `cpu_quota`, in microseconds per period (`None`: not positive or not
+    /// reported: no limit).
     pub cpu_quota: Option<i64>,
+    /// `cpu_period`, in microseconds (`None`: 0 or not reported).
     pub cpu_period: Option<i64>,
+    /// `memory_limit_in_bytes` (`None`: 0 or not reported: no limit).
     pub memory_limit_bytes: Option<i64>,
+    /// `oom_score_adj` (`None`: the runtime reports no resources).
     pub oom_score_adj: Option<i64>,
+    /// `unified["memory.min"]` in bytes (MemoryQoS on cgroup v2; `None`:
+    /// not set).
     pub memory_min_bytes: Option<i64>,
+    /// Where these settings were read.
     pub resources_origin: ResourcesOrigin,
     /// `linux.cpuset_cpus` as the runtime reports it (CPU manager); `None`
     /// when it reports none.
@@ -90,14 +106,19 @@ impl LiveContainer {
 pub struct LivePod {
     /// Identity and rebuilt requests/limits; `qos_override` holds the class.
     pub pod: Pod,
+    /// The runtime's sandbox id.
     pub sandbox_id: String,
+    /// The sandbox's state.
     pub state: SandboxState,
+    /// The QoS class rebuilt from the runtime's view.
     pub qos_class: QosClass,
+    /// What the class was rebuilt from.
     pub qos_source: QosSource,
     /// From the verbose sandbox status; `None` when the runtime does not say.
     pub cgroup_parent: Option<String>,
     /// Sandbox creation time (ns since the epoch): the pod's arrival order.
     pub created_at: i64,
+    /// The sandbox's containers, every attempt listed.
     pub containers: Vec<LiveContainer>,
     /// Where values are inferred rather than exact.
     pub notes: Vec<String>,
@@ -111,7 +132,9 @@ pub struct LivePod {
 /// A sandbox left out of the inventory, and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Skipped {
+    /// The runtime's sandbox id.
     pub sandbox_id: String,
+    /// Why it was left out.
     pub reason: String,
 }
 
@@ -164,7 +187,7 @@ pub async fn inventory_of(
 /// the runtime only about what `cache` does not hold yet (see
 /// [`StatusCache`]); `None`: ask about everything. The cache is pruned to
 /// the listed ids afterwards.
-pub async fn inventory_with(
+pub(crate) async fn inventory_with(
     client: &CriClient,
     sandboxes: Vec<proto::PodSandbox>,
     all_containers: Vec<proto::Container>,
@@ -232,9 +255,10 @@ pub async fn inventory_with(
 /// ids: the verbose `PodSandboxStatus` (labels, annotations, metadata and
 /// the cgroup parent parsed from the info blob; the state comes from each
 /// `ListPodSandbox`) and each container's status, re-asked when the
-/// container's listed state changes or after [`StatusCache::forget_containers`]
-/// (in-place resource updates do not show in any listing). Entries of ids
-/// no longer listed are dropped at each listing.
+/// container's listed state changes or after a resync
+/// ([`Source::resync`](crate::pods::Source::resync); in-place resource
+/// updates do not show in any listing). Entries of ids no longer listed
+/// are dropped at each listing.
 #[derive(Debug, Default)]
 pub struct StatusCache {
     pub(super) sandboxes: std::sync::Mutex<HashMap<String, SandboxFacts>>,
@@ -277,14 +301,14 @@ impl StatusCache {
 
     /// Ask every container's status again at the next listing (a resync:
     /// in-place resource updates change a status without changing a listing).
-    pub fn forget_containers(&self) {
+    pub(crate) fn forget_containers(&self) {
         lock(&self.containers).clear();
         self.changed();
     }
 
     /// Ask these containers' statuses again at the next listing (updated
     /// in place, as the runtime's events said).
-    pub fn forget_container_ids(&self, ids: &[String]) {
+    pub(crate) fn forget_container_ids(&self, ids: &[String]) {
         let mut g = lock(&self.containers);
         let before = g.len();
         for id in ids {
@@ -300,7 +324,7 @@ impl StatusCache {
     /// Ask every container's status again at the next listing, keeping the
     /// entries until the answers replace them (so a cache written in
     /// between still holds them).
-    pub fn distrust_containers(&self) {
+    pub(crate) fn distrust_containers(&self) {
         for f in lock(&self.containers).values_mut() {
             f.unverified = true;
         }
@@ -312,12 +336,12 @@ impl StatusCache {
     }
 
     /// Changes whenever the entries do.
-    pub fn generation(&self) -> u64 {
+    pub(crate) fn generation(&self) -> u64 {
         self.generation.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// (sandboxes, containers) held.
-    pub fn len(&self) -> (usize, usize) {
+    pub(crate) fn len(&self) -> (usize, usize) {
         (lock(&self.sandboxes).len(), lock(&self.containers).len())
     }
 }

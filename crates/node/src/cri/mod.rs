@@ -3,7 +3,7 @@
 //! * [`client`]: [`CriClient::connect`] over a UNIX socket, with a connect
 //!   timeout, per-call deadline and retries with backoff while the runtime
 //!   is down or restarting; checks `Version` (runtime.v1).
-//! * [`inventory`]: sandboxes joined with their containers → [`LivePod`]s.
+//! * [`inventory`](mod@inventory): sandboxes joined with their containers → [`LivePod`]s.
 //! * [`events`]: containerd's native event stream (when the runtime is
 //!   containerd): tells the daemon when a listing may have changed.
 //! * [`reconstruct`]: pure logic turning CRI container settings back into
@@ -18,7 +18,7 @@ pub mod proto {
 pub mod client;
 pub mod events;
 pub mod inventory;
-pub mod persist;
+pub(crate) mod persist;
 pub mod reconstruct;
 
 #[cfg(test)]
@@ -26,8 +26,9 @@ mod fake_tests;
 
 pub use client::DEFAULT_ENDPOINT;
 pub use client::{ConnectOptions, CriClient, CriError, RetryPolicy};
+pub(crate) use inventory::inventory_with;
+pub use inventory::StatusCache;
 pub use inventory::{inventory, inventory_of, InventoryOptions, SandboxState};
-pub use inventory::{inventory_with, StatusCache};
 pub use inventory::{Inventory, LiveContainer, LivePod, Skipped};
 pub use reconstruct::QosSource;
 

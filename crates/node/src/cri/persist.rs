@@ -127,7 +127,7 @@ fn unb64<M: prost::Message + Default>(path: &Path, id: &str, s: &str) -> Result<
 
 impl StatusCache {
     /// The file's bytes for the current entries, taken from `endpoint`.
-    pub fn to_file_bytes(&self, endpoint: &str) -> Vec<u8> {
+    pub(crate) fn to_file_bytes(&self, endpoint: &str) -> Vec<u8> {
         let sandboxes = lock(&self.sandboxes)
             .iter()
             .map(|(id, f)| {

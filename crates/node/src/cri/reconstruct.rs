@@ -31,6 +31,7 @@ pub enum QosSource {
 }
 
 impl QosSource {
+    /// The source as `qosd pods` prints it, e.g. `cgroup-parent`.
     pub fn as_str(self) -> &'static str {
         match self {
             QosSource::CgroupParent => "cgroup-parent",
@@ -79,7 +80,10 @@ pub fn parse_cgroup_parent(parent: &str) -> Option<ParsedParent> {
 pub struct ContainerSettings {
     pub(crate) name: String,
     pub(crate) cpu_shares: Option<i64>,
+    /// `cpu_quota`, in microseconds per period (`None`: not positive, no
+    /// limit).
     pub cpu_quota: Option<i64>,
+    /// `cpu_period`, in microseconds (`None`: not positive, not set).
     pub cpu_period: Option<i64>,
     pub(crate) memory_limit_bytes: Option<i64>,
     pub(crate) oom_score_adj: Option<i64>,

@@ -75,7 +75,10 @@ pub enum ApiRefusal {
     /// 429 from API Priority and Fairness (or max-in-flight): ask again
     /// after `retry_after`.
     Throttled {
+        /// How long to wait before asking again (the answer's
+        /// `Retry-After`, or what is left of it).
         retry_after: Duration,
+        /// The answer, described.
         message: String,
     },
     /// 404, or 409 on the uid precondition: the pod is not in the API.
@@ -134,7 +137,7 @@ pub trait ApiEvictor: Send + Sync {
 /// The kubelet's floor on an eviction's grace period (its pod workers
 /// never use less than 1 s); on the API, a grace of 0 would remove the pod
 /// object at once, before its containers stop.
-pub const MIN_API_GRACE: Duration = Duration::from_secs(1);
+pub(crate) const MIN_API_GRACE: Duration = Duration::from_secs(1);
 
 /// The paths an `api` eviction can take (the `path` label of
 /// `qosd_api_evictions_total`).
@@ -186,23 +189,51 @@ pub use api_path::EVICTED as API_EVICTED;
 /// An eviction that could not be carried out.
 #[derive(Debug, thiserror::Error)]
 pub enum EvictError {
+    /// The `cri` backend needs the pod's sandbox id, and none is known.
     #[error("pod {uid}: no sandbox id: the CRI backend cannot stop it")]
-    NoSandbox { uid: String },
+    NoSandbox {
+        /// The pod's uid.
+        uid: String,
+    },
+    /// A local kill needs the pod's cgroup directory, and none is known.
     #[error("pod {uid}: no cgroup directory known: cannot kill its processes")]
-    NoCgroup { uid: String },
+    NoCgroup {
+        /// The pod's uid.
+        uid: String,
+    },
+    /// The `cri` backend was chosen without a runtime client.
     #[error("pod {uid}: no runtime client configured for the CRI backend")]
-    NoStopper { uid: String },
+    NoStopper {
+        /// The pod's uid.
+        uid: String,
+    },
+    /// StopPodSandbox or RemovePodSandbox failed.
     #[error("pod {uid}: {step} sandbox {sandbox}: {message}")]
     Runtime {
+        /// The pod's uid.
         uid: String,
+        /// The runtime's sandbox id.
         sandbox: String,
+        /// The call that failed: `StopPodSandbox` or `RemovePodSandbox`.
         step: &'static str,
+        /// The runtime's error.
         message: String,
     },
+    /// The `api` backend was chosen without a Kubernetes API client.
     #[error("pod {uid}: no Kubernetes API client configured for the api backend")]
-    NoApi { uid: String },
+    NoApi {
+        /// The pod's uid.
+        uid: String,
+    },
+    /// The Kubernetes API did not evict the pod.
     #[error("pod {uid}: eviction through the API {refusal}")]
-    ApiRefused { uid: String, refusal: ApiRefusal },
+    ApiRefused {
+        /// The pod's uid.
+        uid: String,
+        /// What the API answered.
+        refusal: ApiRefusal,
+    },
+    /// Killing the pod's processes failed.
     #[error(transparent)]
     Kill(#[from] KillError),
 }
@@ -220,7 +251,9 @@ pub(crate) enum RuntimeCleanup {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outcome {
     pub(crate) uid: String,
+    /// The backend that carried the eviction out.
     pub backend: Backend,
+    /// The local kill's report (`None`: no process was killed here).
     pub kill: Option<KillReport>,
     pub(crate) runtime: RuntimeCleanup,
 }
@@ -311,6 +344,9 @@ impl std::fmt::Debug for Evictor {
 }
 
 impl Evictor {
+    /// An evictor with `backend`, the runtime side `stopper` (needed by
+    /// the `cri` backend) and a cap on the grace given to the runtime;
+    /// no Kubernetes API side until [`Evictor::api`] is set.
     pub fn new(
         backend: Backend,
         stopper: Option<Arc<dyn PodStopper>>,

@@ -52,19 +52,26 @@ impl EvictRuntime {
 /// One container's writable layer as the runtime reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WritableLayer {
+    /// The container's name (its id when the runtime gives no name).
     pub container: String,
+    /// `writable_layer.used_bytes` (`None`: not reported).
     pub bytes: Option<u64>,
+    /// `writable_layer.inodes_used` (`None`: not reported).
     pub inodes: Option<u64>,
 }
 
 /// What node-level reclaim (dead containers, unused images) did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ReclaimReport {
+    /// Dead containers removed.
     pub containers_removed: usize,
+    /// Dead pod sandboxes removed.
     pub sandboxes_removed: usize,
+    /// Ids of the images removed.
     pub images_removed: Vec<String>,
     /// Sizes of the removed images, as the runtime listed them.
     pub image_bytes_freed: u64,
+    /// The calls that failed, described (the rest went on).
     pub errors: Vec<String>,
 }
 
@@ -90,8 +97,12 @@ pub trait NodeRuntime: Send + Sync {
 /// `imageMinimumGCAge`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ImageGcPolicy {
+    /// Image GC starts when the image filesystem's usage reaches this
+    /// percentage.
     pub high_percent: u32,
+    /// Image GC frees space down to this percentage of usage.
     pub low_percent: u32,
+    /// An unused image younger than this is not removed.
     pub minimum_age: Duration,
 }
 

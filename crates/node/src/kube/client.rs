@@ -18,47 +18,94 @@ use super::config::{Auth, KubeConfig};
 /// A failed API call.
 #[derive(Debug, thiserror::Error)]
 pub enum KubeError {
+    /// The TLS client could not be set up (CA bundle, client certificate
+    /// or key).
     #[error("API server {server}: bad TLS setup: {message}")]
-    Tls { server: String, message: String },
-    #[error("API server {server}: bad URL: {message}")]
-    Url { server: String, message: String },
-    #[error("API server {server}: cannot connect: {message}")]
-    Connect { server: String, message: String },
-    #[error("{method} {path}: no answer within {after:?}")]
-    Timeout {
-        method: String,
-        path: String,
-        after: Duration,
-    },
-    #[error("{method} {path}: {message}")]
-    Transport {
-        method: String,
-        path: String,
+    Tls {
+        /// The server URL.
+        server: String,
+        /// What is wrong.
         message: String,
     },
+    /// The server URL cannot be used.
+    #[error("API server {server}: bad URL: {message}")]
+    Url {
+        /// The server URL.
+        server: String,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// No connection (TCP, proxy, TLS handshake or HTTP handshake).
+    #[error("API server {server}: cannot connect: {message}")]
+    Connect {
+        /// The server URL.
+        server: String,
+        /// The underlying error.
+        message: String,
+    },
+    /// The answer did not come within the call's deadline.
+    #[error("{method} {path}: no answer within {after:?}")]
+    Timeout {
+        /// The HTTP method.
+        method: String,
+        /// The request path.
+        path: String,
+        /// The deadline.
+        after: Duration,
+    },
+    /// The request or its answer broke off (HTTP or body error).
+    #[error("{method} {path}: {message}")]
+    Transport {
+        /// The HTTP method.
+        method: String,
+        /// The request path.
+        path: String,
+        /// The underlying error.
+        message: String,
+    },
+    /// The server answered with an error status.
     #[error("{method} {path}: HTTP {code}{}: {message}", if reason.is_empty() { String::new() } else { format!(" {reason}") })]
     Api {
+        /// The HTTP method.
         method: String,
+        /// The request path.
         path: String,
+        /// The HTTP status code.
         code: u16,
+        /// The `Status` body's `reason` (e.g. `NotFound`; empty when none).
         reason: String,
+        /// The `Status` body's `message`, or the body's first 200
+        /// characters.
         message: String,
         /// What else the answer said (boxed: errors stay small).
         details: Box<ApiErrorDetails>,
     },
+    /// A watch stream sent nothing (no event, no bookmark) for too long.
     #[error(
         "{method} {path}: no data on the stream for {after:?}: the connection is taken as dead"
     )]
     Idle {
+        /// The HTTP method.
         method: String,
+        /// The request path.
         path: String,
+        /// How long the stream was silent.
         after: Duration,
     },
+    /// A body could not be decoded (an answer) or encoded (a request).
     #[error("{what}: cannot decode the answer: {message}")]
-    Decode { what: String, message: String },
+    Decode {
+        /// The call and what was decoded, e.g. `GET /api/v1/pods`.
+        what: String,
+        /// The JSON error.
+        message: String,
+    },
+    /// The bearer token file could not be read.
     #[error("cannot read the token file {path}: {source}")]
     Token {
+        /// The token file.
         path: std::path::PathBuf,
+        /// The read error.
         source: std::io::Error,
     },
 }
@@ -86,13 +133,13 @@ impl KubeError {
 pub struct ApiErrorDetails {
     /// The `Retry-After` header (seconds), or the `Status`'s
     /// `details.retryAfterSeconds`, when the server sent one.
-    pub retry_after: Option<Duration>,
+    pub(crate) retry_after: Option<Duration>,
     /// `details.causes[].reason` of the `Status` body (e.g.
     /// `DisruptionBudget`); empty when the body is not a `Status`.
-    pub causes: Vec<String>,
+    pub(crate) causes: Vec<String>,
     /// The body was a `meta/v1 Status` (API Priority and Fairness and the
     /// max-in-flight filter answer 429 in plain text instead).
-    pub status_body: bool,
+    pub(crate) status_body: bool,
 }
 
 /// A connected-on-demand API client.
@@ -122,6 +169,7 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 }
 
 impl KubeClient {
+    /// A client for `cfg` (TLS set up now; connections are opened per call).
     pub fn new(cfg: KubeConfig) -> Result<KubeClient, KubeError> {
         let server = cfg.server.clone();
         let tls_err = |message: String| KubeError::Tls {
@@ -199,10 +247,12 @@ impl KubeClient {
         })
     }
 
+    /// The API server URL.
     pub fn server(&self) -> &str {
         &self.cfg.server
     }
 
+    /// Where the configuration came from (see [`KubeConfig::origin`]).
     pub fn origin(&self) -> &str {
         &self.cfg.origin
     }
@@ -410,20 +460,6 @@ impl KubeClient {
             message: e.to_string(),
         })?;
         self.call(Method::POST, path, Some(body), timeout).await
-    }
-
-    /// DELETE with a JSON body (DeleteOptions).
-    pub async fn delete_json<B: serde::Serialize>(
-        &self,
-        path: &str,
-        body: &B,
-        timeout: Duration,
-    ) -> Result<(StatusCode, Bytes), KubeError> {
-        let body = serde_json::to_vec(body).map_err(|e| KubeError::Decode {
-            what: format!("DELETE {path} body"),
-            message: e.to_string(),
-        })?;
-        self.call(Method::DELETE, path, Some(body), timeout).await
     }
 
     /// Open a watch (or any streaming GET): the response headers must
@@ -642,7 +678,7 @@ impl LineReader {
 /// Largest answer (a list of pods, one watch event) read from the API
 /// server, in bytes: a node's pods are a few megabytes at most; a larger
 /// or endless answer is refused, not held in memory.
-pub const MAX_ANSWER_BYTES: usize = 64 << 20;
+pub(crate) const MAX_ANSWER_BYTES: usize = 64 << 20;
 
 /// A body error's message; the size cap's in words.
 fn too_large_or(e: &(dyn std::error::Error + 'static)) -> String {

@@ -15,6 +15,7 @@ pub(crate) const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/ser
 /// How requests authenticate.
 #[derive(Clone, PartialEq, Eq)]
 pub enum Auth {
+    /// No credentials.
     None,
     /// A fixed bearer token.
     Token(String),
@@ -23,7 +24,9 @@ pub enum Auth {
     TokenFile(PathBuf),
     /// A client certificate and key (PEM).
     ClientCert {
+        /// The client certificate chain (PEM).
         cert_pem: Vec<u8>,
+        /// The certificate's private key (PEM).
         key_pem: Vec<u8>,
     },
 }
@@ -46,6 +49,7 @@ pub struct KubeConfig {
     pub server: String,
     /// PEM bundle of the CAs that sign the server's certificate.
     pub ca_pem: Vec<u8>,
+    /// How requests authenticate.
     pub auth: Auth,
     /// Where this came from, for messages (`in-cluster`, a kubeconfig path).
     pub origin: String,
@@ -60,8 +64,10 @@ pub struct KubeConfig {
 /// through an HTTP CONNECT tunnel.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Proxy {
-    pub host: String,
-    pub port: u16,
+    /// The proxy's host name or address.
+    pub(crate) host: String,
+    /// The proxy's port (80 when the URL gives none).
+    pub(crate) port: u16,
     /// `user[:password]` from the URL (percent-decoded), sent as
     /// `Proxy-Authorization: Basic`.
     pub(crate) basic_auth: Option<String>,
@@ -80,7 +86,7 @@ impl std::fmt::Debug for Proxy {
 impl Proxy {
     /// Parse `http://[user[:password]@]host[:port][/]` (port 80 when
     /// absent); any other form is refused with the reason.
-    pub fn parse(url: &str) -> Result<Proxy, String> {
+    pub(crate) fn parse(url: &str) -> Result<Proxy, String> {
         let Some(rest) = url.strip_prefix("http://") else {
             let scheme = url.split_once("://").map(|(s, _)| s).unwrap_or("");
             return Err(if scheme.is_empty() {
@@ -154,13 +160,26 @@ fn userinfo(raw: &str) -> Result<String, String> {
 /// A config that cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    /// A file (kubeconfig, token, CA or client certificate) could not be
+    /// read.
     #[error("cannot read {path}: {source}")]
     Read {
+        /// The file.
         path: PathBuf,
+        /// The read error.
         source: std::io::Error,
     },
+    /// The kubeconfig is malformed or lacks what qosd needs.
     #[error("kubeconfig {path}: {message}")]
-    Kubeconfig { path: PathBuf, message: String },
+    Kubeconfig {
+        /// The kubeconfig file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// In-cluster config was asked for outside a pod
+    /// (`KUBERNETES_SERVICE_HOST`/`_PORT` unset, or no service account
+    /// token).
     #[error("not in a cluster: {0}")]
     NotInCluster(String),
 }

@@ -10,7 +10,7 @@
 //!   and a request that never left is said so ([`EvictAnswer::Failed`]),
 //!   distinct from one sent but not answered in time
 //!   ([`EvictAnswer::Unanswered`], whose effect is unknown).
-//! * [`classify`]: 429 from a PodDisruptionBudget (a `Status` whose cause
+//! * `classify`: 429 from a PodDisruptionBudget (a `Status` whose cause
 //!   is `DisruptionBudget`) is a refusal; any other 429 — API Priority and
 //!   Fairness or the max-in-flight filter, which answer in plain text with
 //!   `Retry-After`, at most [`MAX_RETRY_AFTER`] honoured — is throttling;
@@ -35,10 +35,10 @@ use crate::evict::runtime::EvictRuntime;
 
 /// The kubelet's reason for pods it evicts (pkg/kubelet/eviction).
 pub const REASON_EVICTED: &str = "Evicted";
-/// The condition type and reason the kubelet sets on node-pressure
-/// evictions (`DisruptionTarget`, `TerminationByKubelet`).
-pub const CONDITION_DISRUPTION_TARGET: &str = "DisruptionTarget";
-pub const REASON_TERMINATION_BY_KUBELET: &str = "TerminationByKubelet";
+/// The condition type the kubelet sets on node-pressure evictions.
+pub(crate) const CONDITION_DISRUPTION_TARGET: &str = "DisruptionTarget";
+/// The reason of that condition.
+pub(crate) const REASON_TERMINATION_BY_KUBELET: &str = "TerminationByKubelet";
 /// The cause reason of a PodDisruptionBudget refusal.
 const CAUSE_DISRUPTION_BUDGET: &str = "DisruptionBudget";
 /// The message of a PodDisruptionBudget refusal.
@@ -60,7 +60,10 @@ pub enum EvictAnswer {
     /// 429 from API Priority and Fairness or max-in-flight: ask again after
     /// `retry_after`.
     Throttled {
+        /// The answer's `Retry-After` (1 s when it has none), at most
+        /// [`MAX_RETRY_AFTER`].
         retry_after: Duration,
+        /// The error answer, described.
         message: String,
     },
     /// 404, or 409 on the uid precondition: this pod is not in the API.
@@ -72,7 +75,7 @@ pub enum EvictAnswer {
 }
 
 /// Tell an error answer apart (see the module docs).
-pub fn classify(e: &KubeError) -> EvictAnswer {
+pub(crate) fn classify(e: &KubeError) -> EvictAnswer {
     match e {
         KubeError::Api {
             code: 429,
@@ -318,7 +321,7 @@ struct Condition<'a> {
 }
 
 /// The content type of a strategic-merge patch.
-pub const STRATEGIC_MERGE_PATCH: &str = "application/strategic-merge-patch+json";
+pub(crate) const STRATEGIC_MERGE_PATCH: &str = "application/strategic-merge-patch+json";
 
 /// Leave the kubelet's eviction record on `namespace/name` (uid `uid`):
 /// phase `Failed`, reason `Evicted`, `message`, condition

@@ -65,6 +65,7 @@ pub struct ApiView {
 }
 
 impl ApiView {
+    /// True when the view is current (`unavailable` is `None`).
     pub fn fresh(&self) -> bool {
         self.unavailable.is_none()
     }
@@ -74,8 +75,11 @@ impl ApiView {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CacheStats {
     pub(crate) pods: usize,
+    /// Full lists of the node's pods since the start.
     pub relists: u64,
+    /// Watches opened again (closed by the server, expired or broken).
     pub watch_restarts: u64,
+    /// The last `resourceVersion` seen (list, event or bookmark).
     pub resource_version: String,
 }
 
@@ -130,6 +134,7 @@ impl PodCache {
         format!("k:{fresh}:{}:{}", g.resource_version, g.pods.len())
     }
 
+    /// The counters now.
     pub fn stats(&self) -> CacheStats {
         let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         CacheStats {
@@ -263,7 +268,7 @@ pub struct WatchOptions {
     /// Each watch asks the server for `timeoutSeconds` drawn uniformly in
     /// [this, twice this) (client-go's reflector: 5 min), so that the
     /// watches of many nodes do not all end together.
-    pub min_watch_timeout: Duration,
+    pub(crate) min_watch_timeout: Duration,
     /// A watch stream silent (no event, no bookmark) for this long is taken
     /// as dead and re-opened. A real API server sends a bookmark about once
     /// a minute on an idle watch (the watch cache's bookmark frequency),
@@ -274,13 +279,16 @@ pub struct WatchOptions {
     /// reflector: 800 ms, 30 s); reset after `backoff_reset` without a
     /// failure.
     pub min_backoff: Duration,
+    /// The longest backoff between failed attempts.
     pub max_backoff: Duration,
-    pub backoff_reset: Duration,
+    /// A run this long without a failure resets the backoff.
+    pub(crate) backoff_reset: Duration,
     /// Page size of lists.
     pub page_size: u32,
 }
 
 impl WatchOptions {
+    /// The default settings for watching the pods bound to `node_name`.
     pub fn new(node_name: impl Into<String>) -> WatchOptions {
         WatchOptions {
             node_name: node_name.into(),

@@ -10,11 +10,15 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct ObjectMeta {
+    /// `metadata.name`.
     pub name: String,
     pub(crate) namespace: String,
+    /// `metadata.uid`.
     pub uid: String,
     #[serde(skip_serializing_if = "String::is_empty")]
     pub(crate) resource_version: String,
+    /// `metadata.annotations` (a static pod's mirror pod names the
+    /// runtime's uid in `kubernetes.io/config.mirror`).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub annotations: BTreeMap<String, String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -49,26 +53,28 @@ pub(crate) struct ListMeta {
 /// `resources` of a container or a pod (quantities as strings).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(default)]
-pub struct ApiResources {
-    pub requests: BTreeMap<String, String>,
+pub(crate) struct ApiResources {
+    pub(crate) requests: BTreeMap<String, String>,
     pub(crate) limits: BTreeMap<String, String>,
 }
 
+/// A container of a pod spec.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", default)]
-pub struct ApiContainer {
-    pub name: String,
-    pub resources: ApiResources,
+pub(crate) struct ApiContainer {
+    pub(crate) name: String,
+    pub(crate) resources: ApiResources,
     /// Init containers: `Always` = a restartable sidecar.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) restart_policy: Option<String>,
 }
 
+/// `spec` of a pod.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", default)]
-pub struct PodSpec {
+pub(crate) struct PodSpec {
     pub(crate) node_name: String,
-    pub containers: Vec<ApiContainer>,
+    pub(crate) containers: Vec<ApiContainer>,
     pub(crate) init_containers: Vec<ApiContainer>,
     pub(crate) overhead: BTreeMap<String, String>,
     /// Pod-level resources (KEP-2837).
@@ -158,15 +164,18 @@ pub(crate) struct ContainerStatus {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(default)]
 pub struct ApiPod {
+    /// `metadata`.
     pub metadata: ObjectMeta,
-    pub spec: PodSpec,
+    pub(crate) spec: PodSpec,
     pub(crate) status: PodStatus,
 }
 
+/// `core/v1 PodList`: a page of pods (or all pages joined).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(default)]
 pub struct PodList {
     pub(crate) metadata: ListMeta,
+    /// The pods.
     pub items: Vec<ApiPod>,
 }
 
@@ -191,24 +200,26 @@ pub(crate) struct Status {
 /// `policy/v1 Eviction`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Eviction {
-    pub api_version: &'static str,
-    pub kind: &'static str,
-    pub metadata: RefMeta,
-    pub delete_options: DeleteOptions,
+pub(crate) struct Eviction {
+    pub(crate) api_version: &'static str,
+    pub(crate) kind: &'static str,
+    pub(crate) metadata: RefMeta,
+    pub(crate) delete_options: DeleteOptions,
 }
 
 /// Name and namespace only.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RefMeta {
+    /// `metadata.name`.
     pub name: String,
+    /// `metadata.namespace`.
     pub namespace: String,
 }
 
 /// `meta/v1 DeleteOptions`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct DeleteOptions {
+pub(crate) struct DeleteOptions {
     pub(crate) api_version: &'static str,
     pub(crate) kind: &'static str,
     pub(crate) grace_period_seconds: i64,
@@ -223,7 +234,8 @@ pub(crate) struct Preconditions {
 }
 
 impl DeleteOptions {
-    pub fn new(grace_period_seconds: i64, uid: &str) -> DeleteOptions {
+    /// Delete with this grace period (seconds), only the pod with `uid`.
+    pub(crate) fn new(grace_period_seconds: i64, uid: &str) -> DeleteOptions {
         DeleteOptions {
             api_version: "v1",
             kind: "DeleteOptions",
@@ -239,35 +251,57 @@ impl DeleteOptions {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Event {
+    /// `apiVersion`: `v1`.
     pub api_version: &'static str,
+    /// `kind`: `Event`.
     pub kind: &'static str,
+    /// The Event's own name and namespace.
     pub metadata: RefMeta,
+    /// `involvedObject`: the pod the Event is about.
     pub involved_object: ObjectReference,
+    /// `reason`, e.g. `Evicted`.
     pub reason: String,
+    /// `message`: what happened, in words.
     pub message: String,
+    /// `type`: `Normal` or `Warning`.
     #[serde(rename = "type")]
     pub event_type: String,
+    /// `source`: the component and node that wrote the Event.
     pub source: EventSource,
+    /// `firstTimestamp` (RFC 3339).
     pub first_timestamp: String,
+    /// `lastTimestamp` (RFC 3339).
     pub last_timestamp: String,
+    /// `count`: occurrences.
     pub count: i32,
+    /// `reportingComponent`.
     pub reporting_component: String,
+    /// `reportingInstance` (the node's name).
     pub reporting_instance: String,
 }
 
+/// `core/v1 ObjectReference`: the object an Event is about.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ObjectReference {
+    /// `apiVersion` of the object, e.g. `v1`.
     pub api_version: String,
+    /// `kind` of the object, e.g. `Pod`.
     pub kind: String,
+    /// The object's name.
     pub name: String,
+    /// The object's namespace.
     pub namespace: String,
+    /// The object's uid.
     pub uid: String,
 }
 
+/// `core/v1 EventSource`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct EventSource {
+    /// The component that wrote the Event (`qosd`).
     pub component: String,
+    /// The node it runs on.
     pub host: String,
 }
 

@@ -15,7 +15,10 @@ use qosd_model::policy::enforce::versions::KubeletVersion;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PodSourceSpec {
     /// The container runtime over the CRI.
-    Cri { endpoint: String },
+    Cri {
+        /// The runtime's socket, e.g. `unix:///run/containerd/containerd.sock`.
+        endpoint: String,
+    },
     /// Pod manifests (files/directories), re-read every relist: for nodes
     /// without a CRI runtime, static pods, tests and the v2 VM; with the
     /// kubelet version whose rules decide what a pod's status says was
@@ -50,8 +53,11 @@ pub trait SpecSource: Send + Sync + std::fmt::Debug {
 
 /// A connected pod source.
 pub enum Source {
+    /// The container runtime over the CRI.
     Cri {
+        /// The connected client.
         client: Box<crate::cri::CriClient>,
+        /// Options of each inventory (the node's memory capacity).
         inventory: crate::cri::InventoryOptions,
         /// The API server's pod specs, merged by uid (`None`: runtime alone).
         specs: Option<std::sync::Arc<dyn SpecSource>>,
@@ -62,6 +68,8 @@ pub enum Source {
         /// [`Source::list`] right after it (no second pair of List calls).
         lists: Mutex<Option<RawLists>>,
     },
+    /// Pod manifests, re-read at every listing (see
+    /// [`PodSourceSpec::Manifests`]).
     Manifests(Vec<PathBuf>, KubeletVersion),
 }
 
@@ -78,8 +86,10 @@ const LISTS_REUSE: Duration = Duration::from_millis(500);
 /// Why a listing failed.
 #[derive(Debug, thiserror::Error)]
 pub enum SourceError {
+    /// The runtime could not be reached or a CRI call failed.
     #[error(transparent)]
     Cri(#[from] crate::cri::CriError),
+    /// A manifest could not be read or parsed.
     #[error(transparent)]
     Manifest(#[from] crate::manifest::ManifestError),
 }
@@ -273,13 +283,18 @@ impl Source {
 pub struct KubeStatus {
     /// API server URL and where the config came from.
     pub server: String,
+    /// The node whose pods are watched (`spec.nodeName`).
     pub node_name: String,
     /// `synced` (exact specs in use) or `unavailable` (runtime data alone).
     pub state: String,
+    /// Why the API data is unavailable (`None` while synced).
     pub reason: Option<String>,
-    /// Live pods whose values are exact (from the API) / inferred.
+    /// Live pods whose values are exact (from the API).
     pub pods_exact: usize,
+    /// Live pods whose values are inferred (from the runtime alone).
     pub pods_inferred: usize,
+    /// Full lists of the node's pods since the start.
     pub relists: u64,
+    /// Watches started again after the first (the stream ended or failed).
     pub watch_restarts: u64,
 }

@@ -1,8 +1,9 @@
-//! The CRI status cache kept across restarts (`<stateDir>/cri-status-cache.json`,
-//! format in [`crate::cri::persist`]): restored before the first listing,
-//! so a restart asks the runtime only about sandboxes and containers that
+//! The CRI status cache kept across restarts
+//! (`<stateDir>/cri-status-cache.json`, a versioned JSON file of the
+//! runtime's status messages): restored before the first listing, so a
+//! restart asks the runtime only about sandboxes and containers that
 //! appeared while qosd was down; written off the loop after changes (at
-//! most every [`SAVE_EVERY`]) and once more when the loop ends.
+//! most every 10 s) and once more when the loop ends.
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -132,7 +133,8 @@ impl StatusStore {
     }
 
     /// False once the state directory was found unsafe.
-    pub fn enabled(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn enabled(&self) -> bool {
         !self.shared.disabled.load(Ordering::Relaxed)
     }
 
@@ -142,7 +144,7 @@ impl StatusStore {
     }
 
     /// After a listing: write the cache (on the blocking pool) if it changed
-    /// and the last write is [`SAVE_EVERY`] old.
+    /// and the last write is 10 s old.
     pub fn maybe_save(&mut self) {
         let s = &self.shared;
         let unchanged =

@@ -16,9 +16,9 @@
 //!   (the one exception, when enabled, is adding controllers to the
 //!   `cgroup.subtree_control` of the bases' ancestors below the given top).
 
+use crate::sys::page_size;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 
 use crate::sys::cgroupfs::{self as fs, CgroupFsError};
 use qosd_model::core::model::{CgroupLevel, CgroupWrite};
@@ -356,22 +356,13 @@ fn file_name(p: &Path) -> &str {
     p.file_name().and_then(|s| s.to_str()).unwrap_or("")
 }
 
-/// The page size (memory limits are kept in pages by the kernel).
-fn page_size() -> u64 {
-    static PS: OnceLock<u64> = OnceLock::new();
-    *PS.get_or_init(|| {
-        // SAFETY: sysconf has no preconditions.
-        let v = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-        if v > 0 {
-            v as u64
-        } else {
-            4096
-        }
-    })
+/// v1 memory "unlimited" as read back: `PAGE_COUNTER_MAX` pages, i.e.
+/// `i64::MAX` rounded down to a multiple of the kernel's page size
+/// (9223372036854771712 with 4 KiB pages).
+pub fn v1_memory_unlimited() -> u64 {
+    let page = page_size();
+    i64::MAX as u64 / page * page
 }
-
-/// v1 memory "unlimited" as read back (PAGE_COUNTER_MAX pages, 4 KiB pages).
-pub const V1_MEMORY_UNLIMITED: u64 = 9_223_372_036_854_771_712;
 
 fn is_memory_limit(name: &str) -> bool {
     matches!(
@@ -401,10 +392,11 @@ pub(crate) fn normalise(name: &str, value: &str) -> String {
             return "max".into();
         }
         if let Ok(n) = v.parse::<u64>() {
-            if n >= V1_MEMORY_UNLIMITED {
+            if n >= v1_memory_unlimited() {
                 return "max".into();
             }
-            return (n / page_size() * page_size()).to_string();
+            let page = page_size();
+            return (n / page * page).to_string();
         }
         return v;
     }

@@ -30,3 +30,20 @@ pub(crate) mod stoppable;
 pub mod systemd;
 pub mod thread_usage;
 pub mod watch;
+
+use std::sync::OnceLock;
+
+/// The kernel's page size in bytes (`sysconf(_SC_PAGESIZE)`), read once;
+/// 4096 if sysconf fails. Memory limits are kept in pages by the kernel.
+pub fn page_size() -> u64 {
+    static PAGE: OnceLock<u64> = OnceLock::new();
+    *PAGE.get_or_init(|| {
+        // SAFETY: sysconf has no preconditions.
+        let v = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        if v > 0 {
+            v as u64
+        } else {
+            4096
+        }
+    })
+}

@@ -63,8 +63,7 @@ pub(crate) fn parse_btime(stat: &str) -> Option<u64> {
 pub fn stats(proc_self: &Path) -> Result<ProcessStats, ProcessError> {
     // SAFETY: sysconf has no preconditions.
     let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-    // SAFETY: as above.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as u64;
+    let page = crate::sys::page_size();
     let (stat, path) = read(proc_self.join("stat"))?;
     let (utime, stime, start, vsize, rss) =
         parse_stat(&stat).ok_or(ProcessError::Format { path })?;

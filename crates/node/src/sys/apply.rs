@@ -547,6 +547,20 @@ mod tests {
     }
 
     #[test]
+    fn v1_unlimited_is_the_largest_page_multiple() {
+        let page = page_size();
+        let max = v1_memory_unlimited();
+        assert_eq!(max % page, 0);
+        assert!(max <= i64::MAX as u64 && i64::MAX as u64 - max < page);
+        if page == 4096 {
+            assert_eq!(max, 9_223_372_036_854_771_712);
+        }
+        assert_eq!(normalise("memory.limit_in_bytes", &max.to_string()), "max");
+        let below = (max - page).to_string();
+        assert_eq!(normalise("memory.limit_in_bytes", &below), below);
+    }
+
+    #[test]
     fn normalisation_table() {
         let cases = [
             ("memory.limit_in_bytes", "9223372036854771712", "max"),

@@ -5,7 +5,7 @@
 //! readers ([`signals`]), the fast memory-pressure watcher ([`watch`]),
 //! pressure stall information and its triggers ([`pressure`]), pod
 //! cgroups coming and going ([`pod_events`]), planned files written by
-//! others ([`file_watch`]), the
+//! others ([`file_watch`]), both over one inotify wrapper ([`inotify`]), the
 //! node's hugepage sizes ([`hugepages`]) and CPU topology ([`cpu_topology`]),
 //! and the systemd cgroup driver over D-Bus ([`systemd`]).
 
@@ -17,6 +17,7 @@ pub mod detect;
 pub mod fdlimit;
 pub mod file_watch;
 pub mod hugepages;
+pub mod inotify;
 pub mod input;
 pub mod kill;
 pub mod malloc;

@@ -29,9 +29,9 @@ use nix::sys::stat::{fstat, fstatat, mkdirat, FileStat, Mode, SFlag};
 use nix::unistd::{unlinkat, UnlinkatFlags};
 
 /// cgroup v1 filesystem magic.
-pub const CGROUP_SUPER_MAGIC: u64 = 0x0027_e0eb;
+pub(crate) const CGROUP_SUPER_MAGIC: u64 = 0x0027_e0eb;
 /// cgroup v2 filesystem magic.
-pub const CGROUP2_SUPER_MAGIC: u64 = 0x6367_7270;
+pub(crate) const CGROUP2_SUPER_MAGIC: u64 = 0x6367_7270;
 
 /// Why a walk to a cgroup directory was refused or failed. Every variant
 /// names the path.
@@ -77,7 +77,7 @@ pub enum WalkError {
 
 /// An open cgroup directory reached by a walk (see the module docs).
 #[derive(Debug)]
-pub struct CgroupDir {
+pub(crate) struct CgroupDir {
     fd: OwnedFd,
     path: PathBuf,
     magic: u64,
@@ -166,7 +166,7 @@ fn dir_flags() -> OFlag {
 impl CgroupDir {
     /// Open the root of a walk by path (symlinks above and at it are
     /// followed); its filesystem is what every directory below must be on.
-    pub fn open_root(root: &Path) -> Result<CgroupDir, WalkError> {
+    pub(crate) fn open_root(root: &Path) -> Result<CgroupDir, WalkError> {
         let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
         let fd = openat(AT_FDCWD, root, flags, Mode::empty()).map_err(|e| match e {
             Errno::ENOENT => WalkError::Missing {
@@ -209,7 +209,7 @@ impl CgroupDir {
     }
 
     /// Whether the walk's filesystem is a real cgroup hierarchy.
-    pub fn is_cgroupfs(&self) -> bool {
+    pub(crate) fn is_cgroupfs(&self) -> bool {
         self.magic == CGROUP_SUPER_MAGIC || self.magic == CGROUP2_SUPER_MAGIC
     }
 

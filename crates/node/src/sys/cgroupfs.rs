@@ -308,7 +308,7 @@ fn symlink_below(path: &Path, base: &Path) -> Option<PathBuf> {
 /// be at or below one of `bases` (lexically, or with symlinks resolved —
 /// see [`match_base`]) with no symlink below the base; else
 /// [`CgroupFsError::Symlink`] or [`CgroupFsError::OutsideBase`].
-pub fn check_within(path: &Path, bases: &[PathBuf]) -> Result<()> {
+pub(crate) fn check_within(path: &Path, bases: &[PathBuf]) -> Result<()> {
     match match_base(path, bases) {
         Some(_) => Ok(()),
         None => Err(outside(path, bases)),

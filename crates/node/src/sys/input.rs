@@ -162,7 +162,11 @@ fn read_opened(f: std::fs::File, path: &Path, max: u64) -> Result<Vec<u8>, Input
 }
 
 /// [`read_bytes`] as UTF-8 text.
-pub fn read_text_with(path: &Path, max: u64, symlinks: Symlinks) -> Result<String, InputError> {
+pub(crate) fn read_text_with(
+    path: &Path,
+    max: u64,
+    symlinks: Symlinks,
+) -> Result<String, InputError> {
     String::from_utf8(read_bytes(path, max, symlinks)?).map_err(|_| InputError::NotUtf8 {
         path: path.to_path_buf(),
     })
@@ -173,7 +177,7 @@ pub fn read_text_with(path: &Path, max: u64, symlinks: Symlinks) -> Result<Strin
 /// its `/proc/<pid>` directory stays that process's file even if the pid
 /// is reused meanwhile (the read then fails with `ESRCH`/`ENOENT`).
 /// `shown` is the path errors name.
-pub fn read_text_at(
+pub(crate) fn read_text_at(
     dir: &std::fs::File,
     name: &str,
     max: u64,

@@ -18,7 +18,7 @@ use crate::sys::cgroup_dir::{CgroupDir, WalkError};
 
 /// The largest pid the kernel can hand out (`PID_MAX_LIMIT` on 64-bit:
 /// `/proc/sys/kernel/pid_max` is at most 2^22).
-pub const PID_MAX_LIMIT: i64 = 1 << 22;
+pub(crate) const PID_MAX_LIMIT: i64 = 1 << 22;
 
 /// Why a kill failed.
 #[derive(Debug, thiserror::Error)]
@@ -100,7 +100,7 @@ fn open_tree(dir: &Path) -> Result<CgroupDir, KillError> {
 
 /// A pid from `cgroup.procs` that may be signalled: not 0 or 1, not above
 /// the kernel's maximum; else [`KillError::RefusedPid`] (pure).
-pub fn checked_pid(path: &Path, raw: &str) -> Result<i32, KillError> {
+pub(crate) fn checked_pid(path: &Path, raw: &str) -> Result<i32, KillError> {
     let refused = |pid| KillError::RefusedPid {
         path: path.to_path_buf(),
         pid,
@@ -225,7 +225,7 @@ fn sigkill_rounds(
 
 /// SIGTERM every process now, SIGKILL rounds after `grace` (on a
 /// background thread). Returns once the SIGTERMs are sent.
-pub fn term_then_kill(
+pub(crate) fn term_then_kill(
     dir: &Path,
     grace: Duration,
     timeout: Duration,

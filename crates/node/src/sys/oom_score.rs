@@ -76,7 +76,7 @@ fn path_within(path: &str, base: &str) -> bool {
 /// Whether a directory name in a pod cgroup is the cgroup of container
 /// `id`: `<id>` (cgroupfs driver) or `<prefix>-<id>.scope` (systemd
 /// driver: `cri-containerd-`, `crio-`, `docker-`).
-pub fn is_container_dir(name: &str, id: &str) -> bool {
+pub(crate) fn is_container_dir(name: &str, id: &str) -> bool {
     !id.is_empty()
         && (name == id
             || name

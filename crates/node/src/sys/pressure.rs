@@ -249,12 +249,12 @@ impl PressureError {
 }
 
 /// `<proc_root>/pressure/<resource>`.
-pub fn node_file(proc_root: &Path, r: Resource) -> PathBuf {
+pub(crate) fn node_file(proc_root: &Path, r: Resource) -> PathBuf {
     proc_root.join("pressure").join(r.as_str())
 }
 
 /// `<cgroup dir>/<resource>.pressure` (cgroup v2).
-pub fn cgroup_file(dir: &Path, r: Resource) -> PathBuf {
+pub(crate) fn cgroup_file(dir: &Path, r: Resource) -> PathBuf {
     dir.join(format!("{}.pressure", r.as_str()))
 }
 
@@ -350,7 +350,7 @@ pub enum ArmError {
 }
 
 /// Check a trigger against the kernel's rules before writing it.
-pub fn check_trigger(stall_us: u64, window_us: u64, privileged: bool) -> Result<(), String> {
+pub(crate) fn check_trigger(stall_us: u64, window_us: u64, privileged: bool) -> Result<(), String> {
     if !(500_000..=10_000_000).contains(&window_us) {
         return Err(format!("window {window_us} µs is outside 500ms..10s"));
     }

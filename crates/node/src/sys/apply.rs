@@ -28,8 +28,11 @@ use qosd_model::core::model::{CgroupLevel, CgroupWrite};
 /// as drift from the kubelet's values instead of as pending writes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
+    /// Write, create and enable what the plan says.
     Real,
+    /// Read and record what would be written; write nothing.
     DryRun,
+    /// Read and compare like a dry run; differences are drift.
     Audit,
 }
 
@@ -48,6 +51,7 @@ pub struct ApplyError {
     pub file: PathBuf,
     /// The planned value.
     pub value: String,
+    /// Why it failed.
     #[source]
     pub error: CgroupFsError,
 }
@@ -473,6 +477,7 @@ fn limit_rank(name: &str, value: &str) -> Option<u128> {
 /// A pod cgroup whose pod is not live.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OrphanCgroup {
+    /// The pod cgroup directory.
     pub dir: PathBuf,
     /// The pod uid in its canonical dashed form.
     pub uid: String,

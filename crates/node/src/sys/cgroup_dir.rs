@@ -39,17 +39,28 @@ pub(crate) const CGROUP2_SUPER_MAGIC: u64 = 0x6367_7270;
 pub enum WalkError {
     /// A component below the root is a symlink.
     #[error("refusing cgroup path {path}: it is a symlink, not a cgroup directory")]
-    Symlink { path: PathBuf },
+    Symlink {
+        /// The symlink.
+        path: PathBuf,
+    },
     /// A component below the root is not a directory.
     #[error("refusing cgroup path {path}: it is a {found}, not a cgroup directory")]
-    NotADirectory { path: PathBuf, found: &'static str },
+    NotADirectory {
+        /// The component.
+        path: PathBuf,
+        /// What it is instead (`regular file`, `socket`, …).
+        found: &'static str,
+    },
     /// A component below the root is on another filesystem type.
     #[error(
         "refusing cgroup path {path}: filesystem magic {found:#x}, not the hierarchy's {expected:#x}"
     )]
     Filesystem {
+        /// The component.
         path: PathBuf,
+        /// Its filesystem magic (`statfs` `f_type`).
         found: u64,
+        /// The hierarchy root's magic.
         expected: u64,
     },
     /// A component below the root is another mount of the same type.
@@ -57,20 +68,33 @@ pub enum WalkError {
         "refusing cgroup path {path}: device {found:#x} is another mount than the hierarchy's {expected:#x}"
     )]
     Mount {
+        /// The component.
         path: PathBuf,
+        /// Its device.
         found: u64,
+        /// The hierarchy root's device.
         expected: u64,
     },
     /// The path is not below the walk's root, or has `..`.
     #[error("refusing cgroup path {path}: not below {root}")]
-    NotBelow { path: PathBuf, root: PathBuf },
+    NotBelow {
+        /// The path asked for.
+        path: PathBuf,
+        /// The walk's root.
+        root: PathBuf,
+    },
     /// A component does not exist.
     #[error("cgroup path {path} does not exist")]
-    Missing { path: PathBuf },
+    Missing {
+        /// The missing component.
+        path: PathBuf,
+    },
     /// Any other failure to open.
     #[error("cannot open cgroup path {path}: {source}")]
     Io {
+        /// The component.
         path: PathBuf,
+        /// The I/O error.
         source: std::io::Error,
     },
 }

@@ -32,6 +32,7 @@ pub struct Changes {
 }
 
 impl Changes {
+    /// Nothing changed: no file written, no overflow.
     pub fn is_empty(&self) -> bool {
         self.files.is_empty() && !self.overflow
     }
@@ -50,6 +51,7 @@ pub struct FileWatch {
 }
 
 impl FileWatch {
+    /// A watch on no file yet.
     pub fn new() -> Result<FileWatch, InotifyError> {
         Ok(FileWatch {
             inotify: Watcher::new()?,
@@ -89,6 +91,7 @@ impl FileWatch {
         }
     }
 
+    /// Whether `path` is watched.
     pub fn is_watched(&self, path: &Path) -> bool {
         self.by_path.contains_key(path)
     }

@@ -14,21 +14,45 @@ use std::path::{Path, PathBuf};
 
 pub use qosd_model::core::limits::{MAX_INPUT_BYTES, MAX_MANIFEST_BYTES};
 
+/// Why an input file was not read.
 #[derive(Debug, thiserror::Error)]
 pub enum InputError {
+    /// Opening or reading failed.
     #[error("cannot read {}: {source}", path.display())]
     Io {
+        /// The file.
         path: PathBuf,
+        /// The I/O error.
         source: std::io::Error,
     },
+    /// Not a regular file (a FIFO, a device, a directory, …).
     #[error("{}: is a {kind}, not a regular file (only regular files are read)", path.display())]
-    NotRegular { path: PathBuf, kind: &'static str },
+    NotRegular {
+        /// The file.
+        path: PathBuf,
+        /// What it is instead.
+        kind: &'static str,
+    },
+    /// Larger than the size bound.
     #[error("{}: larger than {max} bytes (refused)", path.display())]
-    TooLarge { path: PathBuf, max: u64 },
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// The bound in bytes.
+        max: u64,
+    },
+    /// Read as text but not UTF-8.
     #[error("{}: not UTF-8 text", path.display())]
-    NotUtf8 { path: PathBuf },
+    NotUtf8 {
+        /// The file.
+        path: PathBuf,
+    },
+    /// A symlink where none is accepted.
     #[error("{}: is a symbolic link (refused here: a symlink is not expected)", path.display())]
-    Symlink { path: PathBuf },
+    Symlink {
+        /// The symlink.
+        path: PathBuf,
+    },
 }
 
 /// Whether the last component of an input path may be a symbolic link.

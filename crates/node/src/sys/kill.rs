@@ -23,24 +23,42 @@ pub(crate) const PID_MAX_LIMIT: i64 = 1 << 22;
 /// Why a kill failed.
 #[derive(Debug, thiserror::Error)]
 pub enum KillError {
+    /// Reading the processes or signalling them failed.
     #[error("cannot kill processes of {path}: {source}")]
     Io {
+        /// The cgroup directory or file.
         path: PathBuf,
+        /// The I/O error.
         source: std::io::Error,
     },
     /// The walk to the cgroup or one of its descendants was refused (a
     /// symlink, not a directory, another filesystem) or failed.
     #[error("refusing to kill processes of {path}: {source}")]
-    Walk { path: PathBuf, source: WalkError },
+    Walk {
+        /// The cgroup directory.
+        path: PathBuf,
+        /// Why the walk refused or failed.
+        source: WalkError,
+    },
     /// `cgroup.procs` lists a pid that is never a pod's process: 0, 1, or
     /// above the kernel's maximum (a corrupt or planted file).
     #[error("refusing to signal pid {pid} listed in {path}: not a pod process (0, 1 or above {max})", max = PID_MAX_LIMIT)]
-    RefusedPid { path: PathBuf, pid: i64 },
+    RefusedPid {
+        /// The `cgroup.procs` file.
+        path: PathBuf,
+        /// The pid listed.
+        pid: i64,
+    },
+    /// Processes were left after every SIGKILL round.
     #[error("{path}: still {left} process(es) after {rounds} SIGKILL rounds in {elapsed:?}")]
     NotEmpty {
+        /// The cgroup directory.
         path: PathBuf,
+        /// Processes left.
         left: usize,
+        /// SIGKILL rounds made.
         rounds: u32,
+        /// Time spent.
         elapsed: Duration,
     },
 }
@@ -59,9 +77,11 @@ pub enum KillMethod {
 /// Result of killing a cgroup tree.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KillReport {
+    /// How they were killed.
     pub method: KillMethod,
     /// Distinct pids signalled.
     pub signalled: usize,
+    /// Kill rounds made (1 for `cgroup.kill` and SIGTERM-then-SIGKILL).
     pub rounds: u32,
     /// When the first kill was issued.
     pub issued_at: Instant,

@@ -89,6 +89,7 @@ pub struct TrimPacer {
 }
 
 impl TrimPacer {
+    /// A pacer trimming at most once per `min_gap`.
     pub fn new(min_gap: std::time::Duration) -> Self {
         Self {
             min_gap,

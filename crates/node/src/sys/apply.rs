@@ -99,7 +99,7 @@ impl Applier {
 
     /// An applier allowed several bases (cgroup v1: the kubepods dir in each
     /// controller hierarchy, e.g. from
-    /// [`crate::sys::detect::CgroupLayout::dirs_for`]).
+    /// `CgroupLayout::dirs_for`).
     pub fn with_bases(mode: Mode, allowed_bases: Vec<PathBuf>) -> Applier {
         Applier {
             mode,
@@ -528,7 +528,7 @@ pub fn scan_orphans(
 }
 
 /// Remove a cgroup tree leaf first if no cgroup in it holds a process (see
-/// [`fs::remove_cgroup_tree_if_empty`]); only below `bases`.
+/// `cgroupfs::remove_cgroup_tree_if_empty`); only below `bases`.
 pub fn remove_cgroup_tree_if_empty(
     dir: &Path,
     bases: &[PathBuf],

@@ -418,7 +418,7 @@ pub(crate) fn open_dir(dir: &Path, bases: &[PathBuf]) -> Result<CgroupDir> {
     Ok(CgroupDir::open(walk_root(&base), &dir_n)?)
 }
 
-/// [`write`] through the walk: `file`'s directory is reached from its base
+/// [`write()`] through the walk: `file`'s directory is reached from its base
 /// without following symlinks or leaving the hierarchy's filesystem, then
 /// the file is opened relative to it. A missing directory is
 /// [`CgroupFsError::CgroupGone`].

@@ -81,7 +81,7 @@ fn hugetlb_delegated_v2(cgroupfs: &Path) -> bool {
         .unwrap_or(false)
 }
 
-/// The sizes qosd limits: [`page_sizes`] when the controller is there
+/// The sizes qosd limits: `page_sizes` when the controller is there
 /// (under the systemd driver on v2: also enabled for the root's children),
 /// else none.
 pub fn detect(

@@ -237,7 +237,7 @@ pub(crate) fn read_text_limited(path: &Path, max: u64) -> Result<String, InputEr
     read_text_with(path, max, Symlinks::Follow)
 }
 
-/// [`read_text_limited`] with the default cap ([`MAX_INPUT_BYTES`]).
+/// `read_text_limited` with the default cap ([`MAX_INPUT_BYTES`]).
 pub fn read_text(path: &Path) -> Result<String, InputError> {
     read_text_limited(path, MAX_INPUT_BYTES)
 }

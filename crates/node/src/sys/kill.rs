@@ -133,8 +133,8 @@ pub(crate) fn checked_pid(path: &Path, raw: &str) -> Result<i32, KillError> {
 }
 
 /// Every pid in a cgroup directory and its descendants, reached by the walk
-/// (see [`open_tree`]); a pid that is never a pod's process refuses the
-/// whole listing ([`checked_pid`]).
+/// (see `open_tree`); a pid that is never a pod's process refuses the
+/// whole listing (`checked_pid`).
 pub fn cgroup_tree_pids(dir: &Path) -> Result<Vec<i32>, KillError> {
     let top = open_tree(dir)?;
     let mut pids = Vec::new();

@@ -5,7 +5,7 @@
 //!   cgroup v1: root `memory.usage_in_bytes` and `total_inactive_file` of
 //!   `memory.stat`; cgroup v2 (no `memory.current` at the root): root
 //!   `memory.stat` `anon + file` as usage, `inactive_file` (as runc and the
-//!   kubelet's cadvisor do). With [`MemorySource::MemAvailable`]:
+//!   kubelet's cadvisor do). With [`MemorySource::Meminfo`]:
 //!   `MemAvailable` of /proc/meminfo instead.
 //! * `allocatableMemory.available` = allocatable − working set of the
 //!   kubepods cgroup (v1 usage − total_inactive_file, v2 memory.current −
@@ -17,7 +17,7 @@
 //!   /proc/loadavg, like the kubelet, which avoids sysinfo's truncation).
 //! * The node-level files (meminfo, loadavg, pid_max, the root's and
 //!   kubepods' memory counters) are read through descriptors kept open on
-//!   the reading thread ([`read_kept`]): one `pread` per file and pass
+//!   the reading thread (`read_kept`): one `pread` per file and pass
 //!   instead of open, stat, read, read, close.
 //! * per pod: working set of the pod cgroup and its process count; local
 //!   storage of its logs (`<podLogsDir>/<ns>_<name>_<uid>/`) and local
@@ -547,7 +547,7 @@ impl PodLocalStorage {
 
 /// Measure a pod's logs and local volumes: `<logs_dir>/<ns>_<name>_<uid>/`
 /// and `<root_dir>/pods/<uid>/volumes/<plugin>/<volume>/` for the
-/// [`LOCAL_VOLUME_PLUGINS`]. Missing directories measure as nothing.
+/// `LOCAL_VOLUME_PLUGINS`. Missing directories measure as nothing.
 pub fn pod_local_storage(
     root_dir: &Path,
     logs_dir: &Path,

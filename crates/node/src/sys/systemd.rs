@@ -3,11 +3,11 @@
 //! updated with `SetUnitProperties(runtime=true)` over D-Bus (a pure-Rust
 //! client, zbus; no libdbus), then the cgroup files are read back.
 //!
-//! * [`probe`] decides whether systemd manages the tree: `/run/systemd/system`
+//! * `probe` decides whether systemd manages the tree: `/run/systemd/system`
 //!   is a directory (sd_booted), PID 1 is `systemd`, and its manager answers
 //!   on the system bus. Otherwise qosd writes cgroupfs directly, with a
 //!   warning ([`Driver::choose`]).
-//! * [`SystemdApplier::apply`] is the applier of a systemd-driver plan: per
+//! * `SystemdApplier::apply` is the applier of a systemd-driver plan: per
 //!   slice, in plan order (parents first), it reads the planned files; a
 //!   slice that is not a unit yet is started as a transient unit with all
 //!   its properties; a unit whose files differ gets its properties set; a

@@ -117,6 +117,7 @@ pub fn plan_config(cfg: &Config, proc_root: &Path, sysfs: &Path) -> anyhow::Resu
     plan.memory_reservation_policy = cfg.memory_reservation_policy;
     plan.enforce_node_allocatable = cfg.enforce_node_allocatable.pods;
     plan.pod_pids_limit = (cfg.pod_pids_limit > 0).then_some(cfg.pod_pids_limit);
+    plan.page_size = qosd_node::sys::page_size();
     plan.hugepage_sizes = match &cfg.hugepage_sizes {
         Some(sizes) => sizes.clone(),
         None => qosd_node::sys::hugepages::detect(sysfs, &cfg.cgroupfs, version, cfg.cgroup_driver)

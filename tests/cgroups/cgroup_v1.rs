@@ -125,7 +125,7 @@ fn values_steady_state_and_drift() {
     assert_eq!(read(&mp.join("memory.limit_in_bytes")), "268435456");
     assert_eq!(
         read(&env.mem.join("kubepods/burstable/memory.limit_in_bytes")),
-        apply::V1_MEMORY_UNLIMITED.to_string()
+        apply::v1_memory_unlimited().to_string()
     );
 
     // Steady state: zero writes, and it is cheap.

@@ -16,9 +16,9 @@
 //!   (the one exception, when enabled, is adding controllers to the
 //!   `cgroup.subtree_control` of the bases' ancestors below the given top).
 
+use crate::sys::page_size;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 
 use crate::sys::cgroupfs::{self as fs, CgroupFsError};
 use qosd_model::core::model::{CgroupLevel, CgroupWrite};
@@ -28,8 +28,11 @@ use qosd_model::core::model::{CgroupLevel, CgroupWrite};
 /// as drift from the kubelet's values instead of as pending writes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
+    /// Write, create and enable what the plan says.
     Real,
+    /// Read and record what would be written; write nothing.
     DryRun,
+    /// Read and compare like a dry run; differences are drift.
     Audit,
 }
 
@@ -48,6 +51,7 @@ pub struct ApplyError {
     pub file: PathBuf,
     /// The planned value.
     pub value: String,
+    /// Why it failed.
     #[source]
     pub error: CgroupFsError,
 }
@@ -95,7 +99,7 @@ impl Applier {
 
     /// An applier allowed several bases (cgroup v1: the kubepods dir in each
     /// controller hierarchy, e.g. from
-    /// [`crate::sys::detect::CgroupLayout::dirs_for`]).
+    /// `CgroupLayout::dirs_for`).
     pub fn with_bases(mode: Mode, allowed_bases: Vec<PathBuf>) -> Applier {
         Applier {
             mode,
@@ -356,22 +360,13 @@ fn file_name(p: &Path) -> &str {
     p.file_name().and_then(|s| s.to_str()).unwrap_or("")
 }
 
-/// The page size (memory limits are kept in pages by the kernel).
-fn page_size() -> u64 {
-    static PS: OnceLock<u64> = OnceLock::new();
-    *PS.get_or_init(|| {
-        // SAFETY: sysconf has no preconditions.
-        let v = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-        if v > 0 {
-            v as u64
-        } else {
-            4096
-        }
-    })
+/// v1 memory "unlimited" as read back: `PAGE_COUNTER_MAX` pages, i.e.
+/// `i64::MAX` rounded down to a multiple of the kernel's page size
+/// (9223372036854771712 with 4 KiB pages).
+pub fn v1_memory_unlimited() -> u64 {
+    let page = page_size();
+    i64::MAX as u64 / page * page
 }
-
-/// v1 memory "unlimited" as read back (PAGE_COUNTER_MAX pages, 4 KiB pages).
-pub const V1_MEMORY_UNLIMITED: u64 = 9_223_372_036_854_771_712;
 
 fn is_memory_limit(name: &str) -> bool {
     matches!(
@@ -401,10 +396,11 @@ pub(crate) fn normalise(name: &str, value: &str) -> String {
             return "max".into();
         }
         if let Ok(n) = v.parse::<u64>() {
-            if n >= V1_MEMORY_UNLIMITED {
+            if n >= v1_memory_unlimited() {
                 return "max".into();
             }
-            return (n / page_size() * page_size()).to_string();
+            let page = page_size();
+            return (n / page * page).to_string();
         }
         return v;
     }
@@ -481,6 +477,7 @@ fn limit_rank(name: &str, value: &str) -> Option<u128> {
 /// A pod cgroup whose pod is not live.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OrphanCgroup {
+    /// The pod cgroup directory.
     pub dir: PathBuf,
     /// The pod uid in its canonical dashed form.
     pub uid: String,
@@ -531,7 +528,7 @@ pub fn scan_orphans(
 }
 
 /// Remove a cgroup tree leaf first if no cgroup in it holds a process (see
-/// [`fs::remove_cgroup_tree_if_empty`]); only below `bases`.
+/// `cgroupfs::remove_cgroup_tree_if_empty`); only below `bases`.
 pub fn remove_cgroup_tree_if_empty(
     dir: &Path,
     bases: &[PathBuf],
@@ -552,6 +549,20 @@ mod tests {
             cgroup: String::new(),
             level,
         }
+    }
+
+    #[test]
+    fn v1_unlimited_is_the_largest_page_multiple() {
+        let page = page_size();
+        let max = v1_memory_unlimited();
+        assert_eq!(max % page, 0);
+        assert!(max <= i64::MAX as u64 && i64::MAX as u64 - max < page);
+        if page == 4096 {
+            assert_eq!(max, 9_223_372_036_854_771_712);
+        }
+        assert_eq!(normalise("memory.limit_in_bytes", &max.to_string()), "max");
+        let below = (max - page).to_string();
+        assert_eq!(normalise("memory.limit_in_bytes", &below), below);
     }
 
     #[test]

@@ -29,9 +29,9 @@ use nix::sys::stat::{fstat, fstatat, mkdirat, FileStat, Mode, SFlag};
 use nix::unistd::{unlinkat, UnlinkatFlags};
 
 /// cgroup v1 filesystem magic.
-pub const CGROUP_SUPER_MAGIC: u64 = 0x0027_e0eb;
+pub(crate) const CGROUP_SUPER_MAGIC: u64 = 0x0027_e0eb;
 /// cgroup v2 filesystem magic.
-pub const CGROUP2_SUPER_MAGIC: u64 = 0x6367_7270;
+pub(crate) const CGROUP2_SUPER_MAGIC: u64 = 0x6367_7270;
 
 /// Why a walk to a cgroup directory was refused or failed. Every variant
 /// names the path.
@@ -39,17 +39,28 @@ pub const CGROUP2_SUPER_MAGIC: u64 = 0x6367_7270;
 pub enum WalkError {
     /// A component below the root is a symlink.
     #[error("refusing cgroup path {path}: it is a symlink, not a cgroup directory")]
-    Symlink { path: PathBuf },
+    Symlink {
+        /// The symlink.
+        path: PathBuf,
+    },
     /// A component below the root is not a directory.
     #[error("refusing cgroup path {path}: it is a {found}, not a cgroup directory")]
-    NotADirectory { path: PathBuf, found: &'static str },
+    NotADirectory {
+        /// The component.
+        path: PathBuf,
+        /// What it is instead (`regular file`, `socket`, …).
+        found: &'static str,
+    },
     /// A component below the root is on another filesystem type.
     #[error(
         "refusing cgroup path {path}: filesystem magic {found:#x}, not the hierarchy's {expected:#x}"
     )]
     Filesystem {
+        /// The component.
         path: PathBuf,
+        /// Its filesystem magic (`statfs` `f_type`).
         found: u64,
+        /// The hierarchy root's magic.
         expected: u64,
     },
     /// A component below the root is another mount of the same type.
@@ -57,27 +68,40 @@ pub enum WalkError {
         "refusing cgroup path {path}: device {found:#x} is another mount than the hierarchy's {expected:#x}"
     )]
     Mount {
+        /// The component.
         path: PathBuf,
+        /// Its device.
         found: u64,
+        /// The hierarchy root's device.
         expected: u64,
     },
     /// The path is not below the walk's root, or has `..`.
     #[error("refusing cgroup path {path}: not below {root}")]
-    NotBelow { path: PathBuf, root: PathBuf },
+    NotBelow {
+        /// The path asked for.
+        path: PathBuf,
+        /// The walk's root.
+        root: PathBuf,
+    },
     /// A component does not exist.
     #[error("cgroup path {path} does not exist")]
-    Missing { path: PathBuf },
+    Missing {
+        /// The missing component.
+        path: PathBuf,
+    },
     /// Any other failure to open.
     #[error("cannot open cgroup path {path}: {source}")]
     Io {
+        /// The component.
         path: PathBuf,
+        /// The I/O error.
         source: std::io::Error,
     },
 }
 
 /// An open cgroup directory reached by a walk (see the module docs).
 #[derive(Debug)]
-pub struct CgroupDir {
+pub(crate) struct CgroupDir {
     fd: OwnedFd,
     path: PathBuf,
     magic: u64,
@@ -166,7 +190,7 @@ fn dir_flags() -> OFlag {
 impl CgroupDir {
     /// Open the root of a walk by path (symlinks above and at it are
     /// followed); its filesystem is what every directory below must be on.
-    pub fn open_root(root: &Path) -> Result<CgroupDir, WalkError> {
+    pub(crate) fn open_root(root: &Path) -> Result<CgroupDir, WalkError> {
         let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
         let fd = openat(AT_FDCWD, root, flags, Mode::empty()).map_err(|e| match e {
             Errno::ENOENT => WalkError::Missing {
@@ -209,7 +233,7 @@ impl CgroupDir {
     }
 
     /// Whether the walk's filesystem is a real cgroup hierarchy.
-    pub fn is_cgroupfs(&self) -> bool {
+    pub(crate) fn is_cgroupfs(&self) -> bool {
         self.magic == CGROUP_SUPER_MAGIC || self.magic == CGROUP2_SUPER_MAGIC
     }
 

@@ -26,74 +26,145 @@ use crate::sys::cgroup_dir::{CgroupDir, WalkError};
 /// Errors of cgroupfs operations. Every variant names the path.
 #[derive(Debug, thiserror::Error)]
 pub enum CgroupFsError {
+    /// An interface file could not be read.
     #[error("cannot read {path}: {source}")]
     Read {
+        /// The file.
         path: PathBuf,
+        /// The I/O error.
         source: std::io::Error,
     },
+    /// A write failed for a reason not told apart below.
     #[error("cannot write {value:?} to {path}: {source}")]
     Write {
+        /// The file.
         path: PathBuf,
+        /// The value written.
         value: String,
+        /// The I/O error.
         source: std::io::Error,
     },
+    /// The write needs a controller the parent does not delegate (v2).
     #[error(
         "cannot write {value:?} to {path}: controller {controller} not enabled in parent's \
          cgroup.subtree_control"
     )]
     ControllerNotEnabled {
+        /// The file.
         path: PathBuf,
+        /// The value written.
         value: String,
+        /// The controller the file belongs to.
         controller: String,
     },
+    /// The cgroup exists but has no such interface file.
     #[error("cannot write {value:?} to {path}: no such interface file in this cgroup")]
-    NoSuchFile { path: PathBuf, value: String },
+    NoSuchFile {
+        /// The file.
+        path: PathBuf,
+        /// The value written.
+        value: String,
+    },
+    /// The cgroup directory does not exist (any more).
     #[error("cannot write {value:?} to {path}: the cgroup does not exist (vanished?)")]
-    CgroupGone { path: PathBuf, value: String },
+    CgroupGone {
+        /// The file.
+        path: PathBuf,
+        /// The value written.
+        value: String,
+    },
+    /// `EBUSY`: typically a memory limit below the current usage.
     #[error(
         "cannot write {value:?} to {path}: device or resource busy (limit below current usage?)"
     )]
-    Busy { path: PathBuf, value: String },
+    Busy {
+        /// The file.
+        path: PathBuf,
+        /// The value written.
+        value: String,
+    },
+    /// The path is not under any allowed cgroup base.
     #[error("refusing to touch {path}: outside the allowed cgroup base {base}")]
-    OutsideBase { path: PathBuf, base: String },
+    OutsideBase {
+        /// The path refused.
+        path: PathBuf,
+        /// The allowed base(s), as text.
+        base: String,
+    },
+    /// A component of the path inside the cgroup tree is a symlink.
     #[error("refusing to touch {path}: {link} is a symlink inside the cgroup tree")]
-    Symlink { path: PathBuf, link: PathBuf },
+    Symlink {
+        /// The path refused.
+        path: PathBuf,
+        /// The symlink found on the way.
+        link: PathBuf,
+    },
+    /// A cgroup directory could not be created.
     #[error("cannot create cgroup {path}: {source}")]
     Mkdir {
+        /// The cgroup directory.
         path: PathBuf,
+        /// The I/O error.
         source: std::io::Error,
     },
+    /// A cgroup was not removed because processes are still in it.
     #[error("refusing to remove cgroup {path}: it still has processes {pids:?}")]
-    NotEmpty { path: PathBuf, pids: Vec<i32> },
+    NotEmpty {
+        /// The cgroup directory.
+        path: PathBuf,
+        /// The pids found in it.
+        pids: Vec<i32>,
+    },
+    /// A cgroup directory could not be removed.
     #[error("cannot remove cgroup {path}: {source}")]
     Rmdir {
+        /// The cgroup directory.
         path: PathBuf,
+        /// The I/O error.
         source: std::io::Error,
     },
+    /// A controller is not in the cgroup's `cgroup.controllers` (v2).
     #[error(
         "controller {controller} is not available in {path} (cgroup.controllers: {available:?})"
     )]
     ControllerUnavailable {
+        /// The cgroup directory.
         path: PathBuf,
+        /// The controller asked for.
         controller: String,
+        /// The content of `cgroup.controllers`.
         available: String,
     },
+    /// A process list held something that is not a valid pid.
     #[error("bad pid {value:?} in {path}")]
-    BadPid { path: PathBuf, value: String },
+    BadPid {
+        /// The process list file.
+        path: PathBuf,
+        /// The offending entry.
+        value: String,
+    },
+    /// A process of the cgroup could not be signalled.
     #[error("cannot kill pid {pid} of {path}: {source}")]
     Kill {
+        /// The cgroup directory.
         path: PathBuf,
+        /// The process.
         pid: i32,
+        /// The error of `kill(2)`.
         source: std::io::Error,
     },
     /// The walk to the cgroup refused a component (symlink, not a
     /// directory, another filesystem) or failed.
     #[error(transparent)]
     Walk(#[from] WalkError),
+    /// Processes were still in the cgroup after the kill's wait.
     #[error("processes {pids:?} still in {path} after {waited:?}")]
     KillTimeout {
+        /// The cgroup directory.
         path: PathBuf,
+        /// The pids left.
         pids: Vec<i32>,
+        /// How long it waited.
         waited: Duration,
     },
 }
@@ -308,7 +379,7 @@ fn symlink_below(path: &Path, base: &Path) -> Option<PathBuf> {
 /// be at or below one of `bases` (lexically, or with symlinks resolved —
 /// see [`match_base`]) with no symlink below the base; else
 /// [`CgroupFsError::Symlink`] or [`CgroupFsError::OutsideBase`].
-pub fn check_within(path: &Path, bases: &[PathBuf]) -> Result<()> {
+pub(crate) fn check_within(path: &Path, bases: &[PathBuf]) -> Result<()> {
     match match_base(path, bases) {
         Some(_) => Ok(()),
         None => Err(outside(path, bases)),
@@ -347,7 +418,7 @@ pub(crate) fn open_dir(dir: &Path, bases: &[PathBuf]) -> Result<CgroupDir> {
     Ok(CgroupDir::open(walk_root(&base), &dir_n)?)
 }
 
-/// [`write`] through the walk: `file`'s directory is reached from its base
+/// [`write()`] through the walk: `file`'s directory is reached from its base
 /// without following symlinks or leaving the hierarchy's filesystem, then
 /// the file is opened relative to it. A missing directory is
 /// [`CgroupFsError::CgroupGone`].

@@ -13,25 +13,48 @@ pub use qosd_model::policy::cpu::topology::{CpuTopology, RawCpu, TopologyError};
 /// A sysfs read that failed, with the path and what was found.
 #[derive(Debug, thiserror::Error)]
 pub enum SysfsError {
+    /// A file or directory could not be read.
     #[error("{path}: {source}")]
     Io {
+        /// The path read.
         path: PathBuf,
+        /// The I/O error.
         source: std::io::Error,
     },
+    /// A file that holds a number held something else.
     #[error("{path}: {value:?} is not a number")]
-    NotANumber { path: PathBuf, value: String },
+    NotANumber {
+        /// The file.
+        path: PathBuf,
+        /// What it held.
+        value: String,
+    },
+    /// A CPU list could not be parsed.
     #[error("{path}: {source}")]
-    List { path: PathBuf, source: CpuSetError },
+    List {
+        /// The file.
+        path: PathBuf,
+        /// Why the list is invalid.
+        source: CpuSetError,
+    },
+    /// Two NUMA nodes claim the same CPU.
     #[error("{path}: cpu {cpu} is listed by NUMA nodes {first} and {second}")]
     TwoNodes {
+        /// The second node's `cpulist`.
         path: PathBuf,
+        /// The CPU.
         cpu: u32,
+        /// The node that listed it first.
         first: u32,
+        /// The node that listed it again.
         second: u32,
     },
+    /// What was read does not make a consistent topology.
     #[error("{root}: {source}")]
     Topology {
+        /// The sysfs root read.
         root: PathBuf,
+        /// What is inconsistent.
         source: TopologyError,
     },
 }

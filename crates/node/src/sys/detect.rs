@@ -8,15 +8,23 @@ use qosd_model::core::model::CgroupVersion;
 /// statfs f_type of a cgroup2 filesystem.
 const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
 
+/// Why the cgroup version or layout could not be told.
 #[derive(Debug, thiserror::Error)]
 pub enum DetectError {
+    /// A file or directory could not be inspected.
     #[error("cannot inspect cgroup filesystem at {path}: {source}")]
     Io {
+        /// The path inspected.
         path: PathBuf,
+        /// The I/O error.
         source: std::io::Error,
     },
+    /// Neither a cgroup v2 mount nor v1 controller directories.
     #[error("{path} is neither a cgroup v2 mount nor a directory of cgroup v1 controllers")]
-    Unknown { path: PathBuf },
+    Unknown {
+        /// The cgroup root given.
+        path: PathBuf,
+    },
 }
 
 /// Detect the cgroup version mounted at `cgroupfs`.

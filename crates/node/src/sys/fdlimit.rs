@@ -11,6 +11,7 @@ pub const FD_RESERVE: u64 = 256;
 /// The limit after [`raise_nofile`]: (soft, hard).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NofileLimit {
+    /// The soft limit now.
     pub soft: u64,
     pub(crate) hard: u64,
     /// The soft limit before it was raised.

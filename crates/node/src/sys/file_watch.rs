@@ -20,26 +20,7 @@ use std::collections::{HashMap, HashSet};
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::path::{Path, PathBuf};
 
-use nix::errno::Errno;
-use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
-
-/// Why a watch could not be set up or read.
-#[derive(Debug, thiserror::Error)]
-pub enum FileWatchError {
-    #[error("inotify: {0}")]
-    Init(Errno),
-    #[error("cannot watch {path}: {errno}")]
-    Watch { path: PathBuf, errno: Errno },
-    #[error("cannot read the inotify events: {0}")]
-    Read(Errno),
-}
-
-impl FileWatchError {
-    /// The per-user watch limit (`fs.inotify.max_user_watches`) is reached.
-    pub fn is_limit(&self) -> bool {
-        matches!(self, FileWatchError::Watch { errno, .. } if *errno == Errno::ENOSPC)
-    }
-}
+use crate::sys::inotify::{AddWatchFlags, Event, InotifyError, WatchDescriptor, Watcher};
 
 /// What changed since the last [`FileWatch::drain`].
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -51,6 +32,7 @@ pub struct Changes {
 }
 
 impl Changes {
+    /// Nothing changed: no file written, no overflow.
     pub fn is_empty(&self) -> bool {
         self.files.is_empty() && !self.overflow
     }
@@ -62,18 +44,17 @@ const MASK: AddWatchFlags = AddWatchFlags::IN_MODIFY.union(AddWatchFlags::IN_DEL
 /// polled).
 #[derive(Debug)]
 pub struct FileWatch {
-    inotify: Inotify,
+    inotify: Watcher,
     /// A watch is per inode: several paths may share one.
     by_wd: HashMap<WatchDescriptor, Vec<PathBuf>>,
     by_path: HashMap<PathBuf, WatchDescriptor>,
 }
 
 impl FileWatch {
-    pub fn new() -> Result<FileWatch, FileWatchError> {
-        let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)
-            .map_err(FileWatchError::Init)?;
+    /// A watch on no file yet.
+    pub fn new() -> Result<FileWatch, InotifyError> {
         Ok(FileWatch {
-            inotify,
+            inotify: Watcher::new()?,
             by_wd: HashMap::new(),
             by_path: HashMap::new(),
         })
@@ -83,14 +64,8 @@ impl FileWatch {
     /// write after the read is seen. Watching the same file again is cheap
     /// (the kernel returns the same watch); a path now naming another file
     /// (its cgroup made again) moves to the new file's watch.
-    pub fn watch(&mut self, path: &Path) -> Result<(), FileWatchError> {
-        let wd = self
-            .inotify
-            .add_watch(path, MASK)
-            .map_err(|errno| FileWatchError::Watch {
-                path: path.to_path_buf(),
-                errno,
-            })?;
+    pub fn watch(&mut self, path: &Path) -> Result<(), InotifyError> {
+        let wd = self.inotify.add(path, MASK)?;
         match self.by_path.get(path) {
             Some(old) if *old == wd => return Ok(()),
             Some(old) => {
@@ -111,11 +86,12 @@ impl FileWatch {
             if paths.is_empty() {
                 self.by_wd.remove(&wd);
                 // Gone already (its file was removed): nothing to undo.
-                let _ = self.inotify.rm_watch(wd);
+                let _ = self.inotify.remove(wd);
             }
         }
     }
 
+    /// Whether `path` is watched.
     pub fn is_watched(&self, path: &Path) -> bool {
         self.by_path.contains_key(path)
     }
@@ -142,24 +118,24 @@ impl FileWatch {
     /// Read every queued event (never blocks): the files written since the
     /// last call. A file whose watch ended (removed from a filesystem that
     /// reports it; not cgroupfs) is reported too, and is no longer watched.
-    pub fn drain(&mut self) -> Result<Changes, FileWatchError> {
+    pub fn drain(&mut self) -> Result<Changes, InotifyError> {
         let mut out = Changes::default();
         let mut seen = HashSet::new();
         loop {
-            let events = match self.inotify.read_events() {
-                Ok(ev) => ev,
-                Err(Errno::EAGAIN) => break,
-                Err(e) => return Err(FileWatchError::Read(e)),
-            };
+            let events = self.inotify.read_events()?;
             if events.is_empty() {
                 break;
             }
             for ev in events {
-                if ev.mask.contains(AddWatchFlags::IN_Q_OVERFLOW) {
-                    out.overflow = true;
-                    continue;
-                }
-                let Some(paths) = self.by_wd.get(&ev.wd) else {
+                let (wd, ended) = match ev {
+                    Event::Overflow => {
+                        out.overflow = true;
+                        continue;
+                    }
+                    Event::Ended(wd) => (wd, true),
+                    Event::On { wd, .. } => (wd, false),
+                };
+                let Some(paths) = self.by_wd.get(&wd) else {
                     continue;
                 };
                 for p in paths {
@@ -167,10 +143,10 @@ impl FileWatch {
                         out.files.push(p.clone());
                     }
                 }
-                if ev.mask.contains(AddWatchFlags::IN_IGNORED) {
-                    if let Some(paths) = self.by_wd.remove(&ev.wd) {
+                if ended {
+                    if let Some(paths) = self.by_wd.remove(&wd) {
                         for p in paths {
-                            if self.by_path.get(&p) == Some(&ev.wd) {
+                            if self.by_path.get(&p) == Some(&wd) {
                                 self.by_path.remove(&p);
                             }
                         }

@@ -8,15 +8,25 @@ use std::path::{Path, PathBuf};
 
 use qosd_model::core::model::CgroupVersion;
 
+/// Why the node's hugepage sizes could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum HugepagesError {
+    /// A sysfs or cgroupfs file could not be read.
     #[error("cannot read {path}: {source}")]
     Io {
+        /// The path read.
         path: PathBuf,
+        /// The I/O error.
         source: std::io::Error,
     },
+    /// A directory under `kernel/mm/hugepages` is not `hugepages-<N>kB`.
     #[error("{path}: unexpected hugepages directory name {name:?} (want hugepages-<N>kB)")]
-    BadName { path: PathBuf, name: String },
+    BadName {
+        /// The hugepages directory.
+        path: PathBuf,
+        /// The entry's name.
+        name: String,
+    },
 }
 
 /// Page sizes in bytes, ascending, from `<sysfs>/kernel/mm/hugepages`.
@@ -71,7 +81,7 @@ fn hugetlb_delegated_v2(cgroupfs: &Path) -> bool {
         .unwrap_or(false)
 }
 
-/// The sizes qosd limits: [`page_sizes`] when the controller is there
+/// The sizes qosd limits: `page_sizes` when the controller is there
 /// (under the systemd driver on v2: also enabled for the root's children),
 /// else none.
 pub fn detect(

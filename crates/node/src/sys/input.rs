@@ -14,21 +14,45 @@ use std::path::{Path, PathBuf};
 
 pub use qosd_model::core::limits::{MAX_INPUT_BYTES, MAX_MANIFEST_BYTES};
 
+/// Why an input file was not read.
 #[derive(Debug, thiserror::Error)]
 pub enum InputError {
+    /// Opening or reading failed.
     #[error("cannot read {}: {source}", path.display())]
     Io {
+        /// The file.
         path: PathBuf,
+        /// The I/O error.
         source: std::io::Error,
     },
+    /// Not a regular file (a FIFO, a device, a directory, …).
     #[error("{}: is a {kind}, not a regular file (only regular files are read)", path.display())]
-    NotRegular { path: PathBuf, kind: &'static str },
+    NotRegular {
+        /// The file.
+        path: PathBuf,
+        /// What it is instead.
+        kind: &'static str,
+    },
+    /// Larger than the size bound.
     #[error("{}: larger than {max} bytes (refused)", path.display())]
-    TooLarge { path: PathBuf, max: u64 },
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// The bound in bytes.
+        max: u64,
+    },
+    /// Read as text but not UTF-8.
     #[error("{}: not UTF-8 text", path.display())]
-    NotUtf8 { path: PathBuf },
+    NotUtf8 {
+        /// The file.
+        path: PathBuf,
+    },
+    /// A symlink where none is accepted.
     #[error("{}: is a symbolic link (refused here: a symlink is not expected)", path.display())]
-    Symlink { path: PathBuf },
+    Symlink {
+        /// The symlink.
+        path: PathBuf,
+    },
 }
 
 /// Whether the last component of an input path may be a symbolic link.
@@ -162,7 +186,11 @@ fn read_opened(f: std::fs::File, path: &Path, max: u64) -> Result<Vec<u8>, Input
 }
 
 /// [`read_bytes`] as UTF-8 text.
-pub fn read_text_with(path: &Path, max: u64, symlinks: Symlinks) -> Result<String, InputError> {
+pub(crate) fn read_text_with(
+    path: &Path,
+    max: u64,
+    symlinks: Symlinks,
+) -> Result<String, InputError> {
     String::from_utf8(read_bytes(path, max, symlinks)?).map_err(|_| InputError::NotUtf8 {
         path: path.to_path_buf(),
     })
@@ -173,7 +201,7 @@ pub fn read_text_with(path: &Path, max: u64, symlinks: Symlinks) -> Result<Strin
 /// its `/proc/<pid>` directory stays that process's file even if the pid
 /// is reused meanwhile (the read then fails with `ESRCH`/`ENOENT`).
 /// `shown` is the path errors name.
-pub fn read_text_at(
+pub(crate) fn read_text_at(
     dir: &std::fs::File,
     name: &str,
     max: u64,
@@ -209,7 +237,7 @@ pub(crate) fn read_text_limited(path: &Path, max: u64) -> Result<String, InputEr
     read_text_with(path, max, Symlinks::Follow)
 }
 
-/// [`read_text_limited`] with the default cap ([`MAX_INPUT_BYTES`]).
+/// `read_text_limited` with the default cap ([`MAX_INPUT_BYTES`]).
 pub fn read_text(path: &Path) -> Result<String, InputError> {
     read_text_limited(path, MAX_INPUT_BYTES)
 }

@@ -18,29 +18,47 @@ use crate::sys::cgroup_dir::{CgroupDir, WalkError};
 
 /// The largest pid the kernel can hand out (`PID_MAX_LIMIT` on 64-bit:
 /// `/proc/sys/kernel/pid_max` is at most 2^22).
-pub const PID_MAX_LIMIT: i64 = 1 << 22;
+pub(crate) const PID_MAX_LIMIT: i64 = 1 << 22;
 
 /// Why a kill failed.
 #[derive(Debug, thiserror::Error)]
 pub enum KillError {
+    /// Reading the processes or signalling them failed.
     #[error("cannot kill processes of {path}: {source}")]
     Io {
+        /// The cgroup directory or file.
         path: PathBuf,
+        /// The I/O error.
         source: std::io::Error,
     },
     /// The walk to the cgroup or one of its descendants was refused (a
     /// symlink, not a directory, another filesystem) or failed.
     #[error("refusing to kill processes of {path}: {source}")]
-    Walk { path: PathBuf, source: WalkError },
+    Walk {
+        /// The cgroup directory.
+        path: PathBuf,
+        /// Why the walk refused or failed.
+        source: WalkError,
+    },
     /// `cgroup.procs` lists a pid that is never a pod's process: 0, 1, or
     /// above the kernel's maximum (a corrupt or planted file).
     #[error("refusing to signal pid {pid} listed in {path}: not a pod process (0, 1 or above {max})", max = PID_MAX_LIMIT)]
-    RefusedPid { path: PathBuf, pid: i64 },
+    RefusedPid {
+        /// The `cgroup.procs` file.
+        path: PathBuf,
+        /// The pid listed.
+        pid: i64,
+    },
+    /// Processes were left after every SIGKILL round.
     #[error("{path}: still {left} process(es) after {rounds} SIGKILL rounds in {elapsed:?}")]
     NotEmpty {
+        /// The cgroup directory.
         path: PathBuf,
+        /// Processes left.
         left: usize,
+        /// SIGKILL rounds made.
         rounds: u32,
+        /// Time spent.
         elapsed: Duration,
     },
 }
@@ -59,9 +77,11 @@ pub enum KillMethod {
 /// Result of killing a cgroup tree.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KillReport {
+    /// How they were killed.
     pub method: KillMethod,
     /// Distinct pids signalled.
     pub signalled: usize,
+    /// Kill rounds made (1 for `cgroup.kill` and SIGTERM-then-SIGKILL).
     pub rounds: u32,
     /// When the first kill was issued.
     pub issued_at: Instant,
@@ -100,7 +120,7 @@ fn open_tree(dir: &Path) -> Result<CgroupDir, KillError> {
 
 /// A pid from `cgroup.procs` that may be signalled: not 0 or 1, not above
 /// the kernel's maximum; else [`KillError::RefusedPid`] (pure).
-pub fn checked_pid(path: &Path, raw: &str) -> Result<i32, KillError> {
+pub(crate) fn checked_pid(path: &Path, raw: &str) -> Result<i32, KillError> {
     let refused = |pid| KillError::RefusedPid {
         path: path.to_path_buf(),
         pid,
@@ -113,8 +133,8 @@ pub fn checked_pid(path: &Path, raw: &str) -> Result<i32, KillError> {
 }
 
 /// Every pid in a cgroup directory and its descendants, reached by the walk
-/// (see [`open_tree`]); a pid that is never a pod's process refuses the
-/// whole listing ([`checked_pid`]).
+/// (see `open_tree`); a pid that is never a pod's process refuses the
+/// whole listing (`checked_pid`).
 pub fn cgroup_tree_pids(dir: &Path) -> Result<Vec<i32>, KillError> {
     let top = open_tree(dir)?;
     let mut pids = Vec::new();
@@ -225,7 +245,7 @@ fn sigkill_rounds(
 
 /// SIGTERM every process now, SIGKILL rounds after `grace` (on a
 /// background thread). Returns once the SIGTERMs are sent.
-pub fn term_then_kill(
+pub(crate) fn term_then_kill(
     dir: &Path,
     grace: Duration,
     timeout: Duration,

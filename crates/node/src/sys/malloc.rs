@@ -25,8 +25,8 @@ pub(crate) fn operator_chose_arenas(
         })
 }
 
-/// Limit glibc's malloc to [`ARENAS`] arenas, unless the operator chose a
-/// number (see [`operator_chose_arenas`]). Call before threads start.
+/// Limit glibc's malloc to `ARENAS` arenas, unless the operator chose a
+/// number (see `operator_chose_arenas`). Call before threads start.
 /// Returns the count set, or `None` when nothing was changed (the
 /// operator's choice, or a C library without `mallopt`).
 pub fn limit_arenas() -> Option<i32> {
@@ -89,6 +89,7 @@ pub struct TrimPacer {
 }
 
 impl TrimPacer {
+    /// A pacer trimming at most once per `min_gap`.
     pub fn new(min_gap: std::time::Duration) -> Self {
         Self {
             min_gap,

@@ -41,7 +41,9 @@ pub enum Hierarchy {
 /// starting with `/`), in `hierarchy`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContainerCgroup {
+    /// The hierarchy the path is in.
     pub hierarchy: Hierarchy,
+    /// The path relative to that hierarchy's root, from `/`.
     pub path: String,
 }
 
@@ -76,7 +78,7 @@ fn path_within(path: &str, base: &str) -> bool {
 /// Whether a directory name in a pod cgroup is the cgroup of container
 /// `id`: `<id>` (cgroupfs driver) or `<prefix>-<id>.scope` (systemd
 /// driver: `cri-containerd-`, `crio-`, `docker-`).
-pub fn is_container_dir(name: &str, id: &str) -> bool {
+pub(crate) fn is_container_dir(name: &str, id: &str) -> bool {
     !id.is_empty()
         && (name == id
             || name
@@ -111,13 +113,24 @@ pub enum PidOutcome {
     /// It already holds the planned value.
     InPlace,
     /// The planned value was written over `found`.
-    Written { found: i64 },
+    Written {
+        /// The value it held before.
+        found: i64,
+    },
     /// It holds `found` (not the planned value); nothing written
     /// ([`Act::Report`]).
-    Differs { found: i64 },
+    Differs {
+        /// The value it holds.
+        found: i64,
+    },
     /// The kernel refused the write (`EACCES`/`EPERM`: lowering a value
     /// below the process's floor takes `CAP_SYS_RESOURCE`); it holds `found`.
-    Refused { found: i64, error: String },
+    Refused {
+        /// The value it holds.
+        found: i64,
+        /// The kernel's error.
+        error: String,
+    },
     /// The process exited (or its pid was reused) meanwhile.
     Gone,
     /// It is no longer in the container's cgroup: left alone.
@@ -127,14 +140,25 @@ pub enum PidOutcome {
 /// Why a process could not be checked (other than its exit).
 #[derive(Debug, thiserror::Error)]
 pub enum OomScoreError {
+    /// A `/proc/<pid>` file could not be read.
     #[error(transparent)]
     Read(InputError),
+    /// `oom_score_adj` did not hold a number.
     #[error("{path}: not an oom_score_adj value: {text:?}")]
-    Invalid { path: PathBuf, text: String },
+    Invalid {
+        /// The `oom_score_adj` file.
+        path: PathBuf,
+        /// What it held.
+        text: String,
+    },
+    /// Writing `oom_score_adj` failed.
     #[error("cannot write {value} to {path}: {source}")]
     Write {
+        /// The `oom_score_adj` file.
         path: PathBuf,
+        /// The value written.
         value: i64,
+        /// The I/O error.
         source: std::io::Error,
     },
 }

@@ -23,19 +23,7 @@ use std::collections::HashMap;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::path::{Path, PathBuf};
 
-use nix::errno::Errno;
-use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
-
-/// Why the watch could not be set up.
-#[derive(Debug, thiserror::Error)]
-pub enum PodEventsError {
-    #[error("inotify: {0}")]
-    Init(Errno),
-    #[error("cannot watch {path}: {errno}")]
-    Watch { path: PathBuf, errno: Errno },
-    #[error("cannot read the inotify events: {0}")]
-    Read(Errno),
-}
+use crate::sys::inotify::{AddWatchFlags, Event, InotifyError, WatchDescriptor, Watcher};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Level {
@@ -49,7 +37,7 @@ enum Level {
 /// polled).
 #[derive(Debug)]
 pub struct PodEvents {
-    inotify: Inotify,
+    inotify: Watcher,
     parents: Vec<PathBuf>,
     watches: HashMap<WatchDescriptor, (PathBuf, Level)>,
     /// The pod cgroups watched, by path (their watch is ended when they
@@ -66,11 +54,9 @@ const MASK: AddWatchFlags = AddWatchFlags::IN_CREATE
 impl PodEvents {
     /// Watch `parents` (kubepods first, then its QoS cgroups) and every pod
     /// cgroup already under them. Each parent must exist.
-    pub fn new(parents: &[PathBuf]) -> Result<PodEvents, PodEventsError> {
-        let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)
-            .map_err(PodEventsError::Init)?;
+    pub fn new(parents: &[PathBuf]) -> Result<PodEvents, InotifyError> {
         let mut me = PodEvents {
-            inotify,
+            inotify: Watcher::new()?,
             parents: parents.to_vec(),
             watches: HashMap::new(),
             pods: HashMap::new(),
@@ -100,14 +86,8 @@ impl PodEvents {
         }
     }
 
-    fn add(&mut self, dir: &Path, level: Level) -> Result<(), PodEventsError> {
-        let wd = self
-            .inotify
-            .add_watch(dir, MASK)
-            .map_err(|errno| PodEventsError::Watch {
-                path: dir.to_path_buf(),
-                errno,
-            })?;
+    fn add(&mut self, dir: &Path, level: Level) -> Result<(), InotifyError> {
+        let wd = self.inotify.add(dir, MASK)?;
         if level == Level::Pod {
             // The path named another directory before (a pod cgroup made
             // again): that one's watch ends.
@@ -132,7 +112,7 @@ impl PodEvents {
         self.watches.remove(&wd);
         // Already gone (a filesystem that ended it and queued IN_IGNORED):
         // nothing to undo. The IN_IGNORED this queues is skipped in drain.
-        let _ = self.inotify.rm_watch(wd);
+        let _ = self.inotify.remove(wd);
     }
 
     /// After a queue overflow (events lost): end the watches of pod
@@ -153,45 +133,43 @@ impl PodEvents {
     /// Read every queued event (never blocks): how many directories
     /// appeared or went away (a queue overflow counts as one). New pod
     /// cgroups are watched from here on.
-    pub fn drain(&mut self) -> Result<usize, PodEventsError> {
+    pub fn drain(&mut self) -> Result<usize, InotifyError> {
         let mut n = 0;
         let mut overflow = false;
         loop {
-            let events = match self.inotify.read_events() {
-                Ok(ev) => ev,
-                Err(Errno::EAGAIN) => break,
-                Err(e) => return Err(PodEventsError::Read(e)),
-            };
+            let events = self.inotify.read_events()?;
             if events.is_empty() {
                 break;
             }
             for ev in events {
-                if ev.mask.contains(AddWatchFlags::IN_Q_OVERFLOW) {
-                    n += 1;
-                    overflow = true;
-                    continue;
-                }
-                if ev.mask.contains(AddWatchFlags::IN_IGNORED) {
-                    // The watch ended: its directory went away (on a
-                    // filesystem that says so) or it was removed here.
-                    if let Some((dir, _)) = self.watches.remove(&ev.wd) {
-                        if self.pods.get(&dir) == Some(&ev.wd) {
-                            self.pods.remove(&dir);
-                        }
+                let (wd, mask, name) = match ev {
+                    Event::Overflow => {
+                        n += 1;
+                        overflow = true;
+                        continue;
                     }
-                    continue;
-                }
-                if !ev.mask.contains(AddWatchFlags::IN_ISDIR) {
+                    Event::Ended(wd) => {
+                        // The watch ended: its directory went away (on a
+                        // filesystem that says so) or it was removed here.
+                        if let Some((dir, _)) = self.watches.remove(&wd) {
+                            if self.pods.get(&dir) == Some(&wd) {
+                                self.pods.remove(&dir);
+                            }
+                        }
+                        continue;
+                    }
+                    Event::On { wd, mask, name } => (wd, mask, name),
+                };
+                if !mask.contains(AddWatchFlags::IN_ISDIR) {
                     continue;
                 }
                 n += 1;
-                let created = ev
-                    .mask
-                    .intersects(AddWatchFlags::IN_CREATE.union(AddWatchFlags::IN_MOVED_TO));
-                let Some((dir, Level::Parent)) = self.watches.get(&ev.wd).cloned() else {
+                let created =
+                    mask.intersects(AddWatchFlags::IN_CREATE.union(AddWatchFlags::IN_MOVED_TO));
+                let Some((dir, Level::Parent)) = self.watches.get(&wd).cloned() else {
                     continue;
                 };
-                let Some(name) = ev.name else {
+                let Some(name) = name else {
                     continue;
                 };
                 let child = dir.join(name);

@@ -60,8 +60,11 @@ use qosd_model::policy::evict::threshold::{EvictionConfig, Signal, ThresholdValu
 /// A pressure resource (a file under `<proc>/pressure/`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Resource {
+    /// `memory`.
     Memory,
+    /// `io`.
     Io,
+    /// `cpu`.
     Cpu,
 }
 
@@ -123,6 +126,7 @@ pub struct LineValues {
 /// A pressure file's content.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Reading {
+    /// The `some` line.
     pub some: LineValues,
     /// Absent in the node's `cpu` file of older kernels.
     pub full: Option<LineValues>,
@@ -210,14 +214,28 @@ pub enum PressureError {
     /// PSI is not there: no file (no PSI in the kernel, `psi=0`, or cgroup
     /// v1) or the kernel answers `EOPNOTSUPP` (PSI disabled).
     #[error("{path}: pressure stall information unavailable: {reason}")]
-    Unavailable { path: PathBuf, reason: String },
+    Unavailable {
+        /// The pressure file.
+        path: PathBuf,
+        /// Why it is unavailable.
+        reason: String,
+    },
+    /// The file could not be read.
     #[error("cannot read {path}: {source}")]
     Io {
+        /// The pressure file.
         path: PathBuf,
+        /// The I/O error.
         source: std::io::Error,
     },
+    /// The file did not hold pressure lines.
     #[error("{path}: {message}")]
-    Format { path: PathBuf, message: String },
+    Format {
+        /// The pressure file.
+        path: PathBuf,
+        /// What was wrong.
+        message: String,
+    },
 }
 
 impl PressureError {
@@ -249,12 +267,12 @@ impl PressureError {
 }
 
 /// `<proc_root>/pressure/<resource>`.
-pub fn node_file(proc_root: &Path, r: Resource) -> PathBuf {
+pub(crate) fn node_file(proc_root: &Path, r: Resource) -> PathBuf {
     proc_root.join("pressure").join(r.as_str())
 }
 
 /// `<cgroup dir>/<resource>.pressure` (cgroup v2).
-pub fn cgroup_file(dir: &Path, r: Resource) -> PathBuf {
+pub(crate) fn cgroup_file(dir: &Path, r: Resource) -> PathBuf {
     dir.join(format!("{}.pressure", r.as_str()))
 }
 
@@ -337,20 +355,27 @@ pub enum ArmError {
     /// Not a procfs or cgroupfs file (a fixture, a bind mount of a copy):
     /// writing there would only write text into a file.
     #[error("{path} is not a kernel pressure file (not procfs or cgroup2): no trigger")]
-    NotKernelFile { path: PathBuf },
+    NotKernelFile {
+        /// The pressure file.
+        path: PathBuf,
+    },
     /// The kernel refused the trigger.
     #[error("{path}: the kernel refused trigger {spec:?}: {reason}")]
     Refused {
+        /// The pressure file.
         path: PathBuf,
+        /// The trigger written (`some 150000 1000000`).
         spec: String,
+        /// The kernel's error.
         reason: String,
     },
+    /// The file could not be opened or read.
     #[error("{0}")]
     Pressure(#[from] PressureError),
 }
 
 /// Check a trigger against the kernel's rules before writing it.
-pub fn check_trigger(stall_us: u64, window_us: u64, privileged: bool) -> Result<(), String> {
+pub(crate) fn check_trigger(stall_us: u64, window_us: u64, privileged: bool) -> Result<(), String> {
     if !(500_000..=10_000_000).contains(&window_us) {
         return Err(format!("window {window_us} µs is outside 500ms..10s"));
     }
@@ -433,10 +458,13 @@ pub fn arm(path: &Path, line: Line, stall_us: u64, window_us: u64) -> Result<Tri
 /// (µs) of its thresholds (one trigger each).
 #[derive(Debug, Clone, PartialEq)]
 pub struct PressureTarget {
+    /// The eviction signal.
     pub signal: Signal,
+    /// The line of the file it reads.
     pub line: Line,
     /// The node's pressure file (`<proc>/pressure/memory`).
     pub file: PathBuf,
+    /// The signal's averaging window.
     pub window: Duration,
     /// Distinct, ascending.
     pub lines_us: Vec<u64>,
@@ -533,6 +561,7 @@ pub enum PressureSource {
 /// A pressure signal that may have reached a threshold: wake the pass.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PressureEvent {
+    /// The signal.
     pub signal: Signal,
     /// When the event was read.
     pub at: Instant,
@@ -540,6 +569,7 @@ pub struct PressureEvent {
     /// kernel's check period for a trigger, the time since the previous
     /// reading for a sample.
     pub gap: Option<Duration>,
+    /// A trigger fired or a sample was read.
     pub source: PressureSource,
 }
 
@@ -663,8 +693,11 @@ impl TargetState {
 /// What a reader sees of one watched pressure signal.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PressureStatus {
+    /// The signal.
     pub signal: Signal,
+    /// Triggers or polling.
     pub mode: Mode,
+    /// The signal's averaging window.
     pub window: Duration,
     /// The file's last reading (`None`: not read yet, or unavailable).
     pub reading: Option<Reading>,
@@ -694,14 +727,17 @@ pub struct PressureWatcher {
     pub signals: Vec<Signal>,
     state: Arc<Mutex<Vec<TargetState>>>,
     thread: crate::sys::stoppable::StoppableThread,
+    /// The thread's counters.
     pub stats: Arc<PressureStats>,
 }
 
 /// Why the pressure watcher could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum PressureWatchError {
+    /// The thread could not be spawned.
     #[error("cannot start the pressure watcher thread: {0}")]
     Spawn(std::io::Error),
+    /// The eventfd that stops the thread could not be made.
     #[error("eventfd: {0}")]
     EventFd(nix::Error),
 }

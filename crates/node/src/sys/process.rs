@@ -6,23 +6,37 @@ use std::path::{Path, PathBuf};
 /// What the `process_*` metrics report.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ProcessStats {
+    /// User + system CPU time, in seconds.
     pub cpu_seconds: f64,
+    /// Resident set size, in bytes.
     pub resident_bytes: u64,
+    /// Virtual memory size, in bytes.
     pub virtual_bytes: u64,
+    /// Start time, in seconds since the epoch.
     pub start_time_seconds: f64,
+    /// Open file descriptors.
     pub open_fds: u64,
+    /// The soft limit on open file descriptors.
     pub max_fds: u64,
 }
 
+/// Why the process's stats could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum ProcessError {
+    /// A /proc file or directory could not be read.
     #[error("cannot read {path}: {source}")]
     Io {
+        /// The path read.
         path: PathBuf,
+        /// The I/O error.
         source: std::io::Error,
     },
+    /// A /proc file did not hold what was expected.
     #[error("{path}: unexpected format")]
-    Format { path: PathBuf },
+    Format {
+        /// The file.
+        path: PathBuf,
+    },
 }
 
 fn read(path: PathBuf) -> Result<(String, PathBuf), ProcessError> {
@@ -63,8 +77,7 @@ pub(crate) fn parse_btime(stat: &str) -> Option<u64> {
 pub fn stats(proc_self: &Path) -> Result<ProcessStats, ProcessError> {
     // SAFETY: sysconf has no preconditions.
     let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-    // SAFETY: as above.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as u64;
+    let page = crate::sys::page_size();
     let (stat, path) = read(proc_self.join("stat"))?;
     let (utime, stime, start, vsize, rss) =
         parse_stat(&stat).ok_or(ProcessError::Format { path })?;

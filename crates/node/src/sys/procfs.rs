@@ -8,13 +8,22 @@ use std::path::{Path, PathBuf};
 /// A /proc file that cannot be read or understood.
 #[derive(Debug, thiserror::Error)]
 pub enum ProcError {
+    /// The file could not be read.
     #[error("cannot read {path}: {source}")]
     Io {
+        /// The file.
         path: PathBuf,
+        /// The I/O error.
         source: std::io::Error,
     },
+    /// The file did not hold what was expected.
     #[error("{path}: {message}")]
-    Parse { path: PathBuf, message: String },
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// What was wrong.
+        message: String,
+    },
 }
 
 /// Parse /proc/meminfo text into name → bytes (`kB` values × 1024).

@@ -5,7 +5,7 @@
 //!   cgroup v1: root `memory.usage_in_bytes` and `total_inactive_file` of
 //!   `memory.stat`; cgroup v2 (no `memory.current` at the root): root
 //!   `memory.stat` `anon + file` as usage, `inactive_file` (as runc and the
-//!   kubelet's cadvisor do). With [`MemorySource::MemAvailable`]:
+//!   kubelet's cadvisor do). With [`MemorySource::Meminfo`]:
 //!   `MemAvailable` of /proc/meminfo instead.
 //! * `allocatableMemory.available` = allocatable − working set of the
 //!   kubepods cgroup (v1 usage − total_inactive_file, v2 memory.current −
@@ -17,7 +17,7 @@
 //!   /proc/loadavg, like the kubelet, which avoids sysinfo's truncation).
 //! * The node-level files (meminfo, loadavg, pid_max, the root's and
 //!   kubepods' memory counters) are read through descriptors kept open on
-//!   the reading thread ([`read_kept`]): one `pread` per file and pass
+//!   the reading thread (`read_kept`): one `pread` per file and pass
 //!   instead of open, stat, read, read, close.
 //! * per pod: working set of the pod cgroup and its process count; local
 //!   storage of its logs (`<podLogsDir>/<ns>_<name>_<uid>/`) and local
@@ -35,15 +35,30 @@ use qosd_model::policy::evict::MemorySource;
 /// An I/O or format problem reading a signal source; names the path.
 #[derive(Debug, thiserror::Error)]
 pub enum SignalError {
+    /// A file or filesystem could not be read.
     #[error("cannot read {path}: {source}")]
     Io {
+        /// The path read.
         path: PathBuf,
+        /// The I/O error.
         source: std::io::Error,
     },
+    /// A file did not hold what was expected.
     #[error("{path}: {message}")]
-    Format { path: PathBuf, message: String },
+    Format {
+        /// The file.
+        path: PathBuf,
+        /// What was wrong.
+        message: String,
+    },
+    /// The signal cannot be read with these sources.
     #[error("{signal}: {message}")]
-    NotConfigured { signal: Signal, message: String },
+    NotConfigured {
+        /// The signal.
+        signal: Signal,
+        /// What is missing.
+        message: String,
+    },
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> SignalError + '_ {
@@ -64,6 +79,7 @@ fn fmt_err(path: &Path, message: impl Into<String>) -> SignalError {
 /// and adjust, or fill every field for tests.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SignalSources {
+    /// The cgroup version of the node.
     pub version: CgroupVersion,
     /// v1: the memory hierarchy's mount (`/sys/fs/cgroup/memory`); v2: the
     /// unified mount (`/sys/fs/cgroup`).
@@ -72,12 +88,19 @@ pub struct SignalSources {
     pub kubepods: Option<PathBuf>,
     /// Node allocatable memory; `None`: the kubepods memory limit.
     pub allocatable_memory_bytes: Option<i64>,
+    /// `/proc/meminfo`.
     pub meminfo: PathBuf,
+    /// `/proc/loadavg` (its running/total field counts processes).
     pub loadavg: PathBuf,
+    /// `/proc/sys/kernel/pid_max`.
     pub pid_max: PathBuf,
+    /// A path on the node filesystem (`None`: nodefs signals unavailable).
     pub nodefs: Option<PathBuf>,
+    /// A path on the image filesystem (`None`: the node filesystem).
     pub imagefs: Option<PathBuf>,
+    /// A path on the container filesystem (`None`: the node filesystem).
     pub containerfs: Option<PathBuf>,
+    /// How memory.available is computed (working set or `MemAvailable`).
     pub memory_source: MemorySource,
     /// The kubelet root dir whose `pods/<uid>/volumes/` hold the pods'
     /// local volumes (None: per-pod storage not measured).
@@ -489,8 +512,11 @@ pub(crate) const LOCAL_VOLUME_PLUGINS: [&str; 4] = [
 /// One measured volume directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VolumeUsage {
+    /// The volume plugin directory (`kubernetes.io~empty-dir`).
     pub plugin: String,
+    /// The volume's name.
     pub name: String,
+    /// Bytes used.
     pub bytes: u64,
     pub(crate) inodes: u64,
     /// A mount of its own (emptyDir `medium: Memory` is a tmpfs): not on
@@ -505,6 +531,7 @@ pub struct PodLocalStorage {
     pub logs: Option<(u64, u64)>,
     /// Per container (sub-directory name = container name): bytes.
     pub container_logs: Vec<(String, u64)>,
+    /// The local volumes measured.
     pub volumes: Vec<VolumeUsage>,
 }
 
@@ -520,7 +547,7 @@ impl PodLocalStorage {
 
 /// Measure a pod's logs and local volumes: `<logs_dir>/<ns>_<name>_<uid>/`
 /// and `<root_dir>/pods/<uid>/volumes/<plugin>/<volume>/` for the
-/// [`LOCAL_VOLUME_PLUGINS`]. Missing directories measure as nothing.
+/// `LOCAL_VOLUME_PLUGINS`. Missing directories measure as nothing.
 pub fn pod_local_storage(
     root_dir: &Path,
     logs_dir: &Path,

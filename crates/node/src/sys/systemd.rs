@@ -3,11 +3,11 @@
 //! updated with `SetUnitProperties(runtime=true)` over D-Bus (a pure-Rust
 //! client, zbus; no libdbus), then the cgroup files are read back.
 //!
-//! * [`probe`] decides whether systemd manages the tree: `/run/systemd/system`
+//! * `probe` decides whether systemd manages the tree: `/run/systemd/system`
 //!   is a directory (sd_booted), PID 1 is `systemd`, and its manager answers
 //!   on the system bus. Otherwise qosd writes cgroupfs directly, with a
 //!   warning ([`Driver::choose`]).
-//! * [`SystemdApplier::apply`] is the applier of a systemd-driver plan: per
+//! * `SystemdApplier::apply` is the applier of a systemd-driver plan: per
 //!   slice, in plan order (parents first), it reads the planned files; a
 //!   slice that is not a unit yet is started as a transient unit with all
 //!   its properties; a unit whose files differ gets its properties set; a
@@ -46,27 +46,48 @@ pub(crate) const SYSTEM_BUS: &str = "unix:path=/run/dbus/system_bus_socket";
 /// Errors of the systemd driver, with the unit and what was asked.
 #[derive(Debug, thiserror::Error)]
 pub enum SystemdError {
+    /// The system was not booted with systemd.
     #[error("systemd is not running: {marker} is not a directory (sd_booted)")]
-    NotBooted { marker: PathBuf },
+    NotBooted {
+        /// The directory that marks it (`/run/systemd/system`).
+        marker: PathBuf,
+    },
+    /// PID 1 is another init.
     #[error("PID 1 is {comm:?}, not systemd ({path})")]
-    Pid1 { path: PathBuf, comm: String },
+    Pid1 {
+        /// The file naming PID 1 (`/proc/1/comm`).
+        path: PathBuf,
+        /// Its command name.
+        comm: String,
+    },
+    /// The system bus could not be reached.
     #[error("cannot reach systemd on the D-Bus system bus {address}: {source}")]
     Bus {
+        /// The bus address.
         address: String,
+        /// The D-Bus error.
         #[source]
         source: Box<zbus::Error>,
     },
+    /// A systemd manager call failed.
     #[error("systemd {method} {unit}: {source}")]
     Call {
+        /// The D-Bus method.
         method: &'static str,
+        /// The unit it was about.
         unit: String,
+        /// The D-Bus error.
         #[source]
         source: Box<zbus::Error>,
     },
+    /// A unit started did not become active in time.
     #[error("systemd unit {unit} did not become active within {waited:?} (state {state})")]
     NotActive {
+        /// The unit.
         unit: String,
+        /// Its last `ActiveState`.
         state: String,
+        /// How long it waited.
         waited: Duration,
     },
 }
@@ -732,6 +753,7 @@ impl Driver {
         }
     }
 
+    /// Apply `writes` with the driver's applier.
     pub fn apply(&mut self, writes: &[CgroupWrite]) -> ApplyReport {
         match self {
             Driver::Cgroupfs(a) => a.apply(writes),
@@ -739,6 +761,7 @@ impl Driver {
         }
     }
 
+    /// The applier's mode (the systemd applier always writes).
     pub fn mode(&self) -> Mode {
         match self {
             Driver::Cgroupfs(a) => a.mode(),

@@ -13,8 +13,9 @@ pub struct ThreadUsage {
     pub voluntary_switches: u64,
     /// Involuntary ones (preempted: another task took the core).
     pub involuntary_switches: u64,
-    /// Page faults without / with I/O.
+    /// Page faults served without I/O.
     pub minor_faults: u64,
+    /// Page faults that needed I/O.
     pub major_faults: u64,
 }
 

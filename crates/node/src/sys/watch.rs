@@ -49,23 +49,35 @@ pub enum ProbeKind {
     /// `memory.current` on v2) and its `memory.stat`; `inactive_key` is
     /// `total_inactive_file` (v1) or `inactive_file` (v2).
     Usage {
+        /// The usage file.
         usage: PathBuf,
+        /// The cgroup's `memory.stat`.
         stat: PathBuf,
+        /// The `memory.stat` key of inactive file pages.
         inactive_key: &'static str,
         /// v1 `cgroup.event_control` of the same cgroup, for eventfd wake-ups.
         event_control: Option<PathBuf>,
     },
     /// v2 root: `memory.stat` anon + file − inactive_file.
-    V2RootStat { stat: PathBuf },
+    V2RootStat {
+        /// The root's `memory.stat`.
+        stat: PathBuf,
+    },
     /// `/proc/meminfo` MemAvailable (capacity − MemAvailable as working set).
-    MemAvailable { meminfo: PathBuf },
+    MemAvailable {
+        /// `/proc/meminfo`.
+        meminfo: PathBuf,
+    },
 }
 
 /// One watched signal with its line in absolute bytes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WatchTarget {
+    /// The signal.
     pub signal: Signal,
+    /// How its working set is read.
     pub probe: ProbeKind,
+    /// Its capacity, in bytes.
     pub capacity: i64,
     /// Wake when available < this (the largest hard threshold, in bytes).
     pub threshold: i64,
@@ -81,15 +93,21 @@ impl WatchTarget {
 /// Why the watcher could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum WatchError {
+    /// A file to read or arm could not be opened.
     #[error("cannot open {path}: {source}")]
     Open {
+        /// The file.
         path: PathBuf,
+        /// The I/O error.
         source: std::io::Error,
     },
+    /// A signal could not be read.
     #[error("{0}")]
     Signal(#[from] crate::sys::signals::SignalError),
+    /// The thread could not be spawned.
     #[error("cannot start the watcher thread: {0}")]
     Spawn(std::io::Error),
+    /// An eventfd could not be made.
     #[error("eventfd: {0}")]
     EventFd(nix::Error),
 }
@@ -163,7 +181,9 @@ pub fn usage_probe(version: CgroupVersion, dir: &Path) -> ProbeKind {
 /// Tunables of the poller.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WatchConfig {
+    /// The shortest poll interval (near the line).
     pub min_interval: Duration,
+    /// The longest poll interval (far from the line).
     pub max_interval: Duration,
     /// Worst ramp to plan for, bytes per second.
     pub max_ramp_bytes_per_sec: u64,
@@ -246,14 +266,18 @@ fn next_interval_up_to(distance: i64, cfg: &WatchConfig, max: Duration) -> Durat
 /// What woke the poller before the crossing was seen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WakeSource {
+    /// The poll timer.
     Poll,
+    /// A v1 memory threshold eventfd.
     EventFd,
 }
 
 /// A (possible) hard-threshold crossing, with a fresh observation.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct WatchEvent {
+    /// The signal.
     pub signal: Signal,
+    /// Its available bytes at the read.
     pub available: i64,
     pub(crate) capacity: i64,
     pub(crate) threshold: i64,
@@ -262,6 +286,7 @@ pub struct WatchEvent {
     /// Time since the previous read of the same target (the crossing
     /// happened at most this long before `at`); `None` on the first read.
     pub gap: Option<Duration>,
+    /// What woke the poller.
     pub source: WakeSource,
 }
 
@@ -513,12 +538,14 @@ impl MemcgNotifier {
 /// Counters of a running watcher (for metrics and idle-cost checks).
 #[derive(Debug, Default)]
 pub struct WatchStats {
+    /// Samples taken.
     pub polls: AtomicU64,
     /// Samples that read `memory.stat` / meminfo.
     pub exact_reads: AtomicU64,
     /// Samples below the line with its eventfd armed (nothing but usage read).
     pub quiet_polls: AtomicU64,
     pub(crate) events: AtomicU64,
+    /// Wake-ups by a threshold eventfd.
     pub eventfd_wakeups: AtomicU64,
     pub(crate) read_errors: AtomicU64,
     /// Current poll interval, µs.
@@ -530,6 +557,7 @@ pub struct Watcher {
     /// The signals watched (their hard thresholds wake the pass loop).
     pub signals: Vec<Signal>,
     thread: crate::sys::stoppable::StoppableThread,
+    /// The thread's counters.
     pub stats: Arc<WatchStats>,
 }
 

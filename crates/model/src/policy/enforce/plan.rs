@@ -34,8 +34,9 @@ pub(crate) const MIN_QUOTA_US: i64 = 1000;
 pub(crate) const MAX_QUOTA_US: i64 = (1 << 44) - 1;
 /// KEP-2570 default memory throttling factor.
 pub(crate) const DEFAULT_MEMORY_THROTTLING_FACTOR: f64 = 0.9;
-/// Page size used to round memory.high.
-pub(crate) const PAGE_SIZE: i64 = 4096;
+/// The page size [`PlanConfig::new`] assumes (bytes); the daemon sets
+/// [`PlanConfig::page_size`] from the kernel.
+pub const DEFAULT_PAGE_SIZE: u64 = 4096;
 
 /// How cgroup v1 cpu.shares become v2 cpu.weight.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
@@ -79,6 +80,9 @@ pub struct PlanConfig {
     /// Reserved cgroups to limit (`enforceNodeAllocatable` with
     /// system-reserved / kube-reserved). qosd never creates them.
     pub reserved_cgroups: Vec<ReservedCgroup>,
+    /// The kernel's page size (bytes): memory.high is rounded down to a
+    /// multiple of it.
+    pub page_size: u64,
 }
 
 impl PlanConfig {
@@ -99,6 +103,7 @@ impl PlanConfig {
             memory_reservation_policy: MemoryReservationPolicy::None,
             hugepage_sizes: Vec::new(),
             reserved_cgroups: Vec::new(),
+            page_size: DEFAULT_PAGE_SIZE,
         }
     }
 
@@ -259,14 +264,16 @@ pub(crate) fn shares_to_weight(shares: u64, formula: CpuWeightFormula) -> u64 {
 }
 
 /// KEP-2570 memory.high: `floor((req + f * (limit - req)) / page) * page`,
-/// `limit` being the pod's memory limit or node allocatable. `None` when
-/// not above the request (then not written).
-pub(crate) fn memory_high(request: i64, limit: i64, factor: f64) -> Option<i64> {
+/// `limit` being the pod's memory limit or node allocatable, `page` the
+/// page size in bytes. `None` when not above the request (then not
+/// written).
+pub(crate) fn memory_high(request: i64, limit: i64, factor: f64, page: u64) -> Option<i64> {
     if limit <= 0 {
         return None;
     }
+    let page = i64::try_from(page.max(1)).unwrap_or(i64::MAX);
     let v = (request as f64 + (limit as f64 - request as f64) * factor).floor();
-    let high = (v / PAGE_SIZE as f64) as i64 * PAGE_SIZE;
+    let high = (v / page as f64) as i64 * page;
     (high != 0 && high > request).then_some(high)
 }
 
@@ -544,7 +551,8 @@ fn pod_values(
         // without one).
         if let Some(limit) = r.memory_limit_bytes {
             if class != QosClass::Guaranteed && req != limit {
-                v.memory_high = memory_high(req, limit, cfg.memory_throttling_factor);
+                v.memory_high =
+                    memory_high(req, limit, cfg.memory_throttling_factor, cfg.page_size);
             }
         }
     }
@@ -795,18 +803,39 @@ mod tests {
 
     #[test]
     fn memory_high_table() {
-        // req 100Mi, limit 200Mi: 100Mi + 0.9*100Mi = 199229440 → page multiple
-        assert_eq!(memory_high(100 << 20, 200 << 20, 0.9), Some(199_229_440));
-        // rounding down to 4096-byte pages
-        assert_eq!(memory_high(0, 10_000, 0.9), Some(8192));
-        assert_eq!(memory_high(0, 4096, 0.9), None, "3686 rounds to 0");
-        assert_eq!(
-            memory_high(4096, 8192, 0.9),
-            None,
-            "7782 → 4096, not above the request"
-        );
-        assert_eq!(memory_high(1000, 0, 0.9), None);
-        assert_eq!(memory_high(0, 1 << 30, 0.9), Some(966_365_184));
+        const P4K: u64 = DEFAULT_PAGE_SIZE;
+        const P64K: u64 = 64 << 10;
+        const MI: i64 = 1 << 20;
+        // (request, limit, page, memory.high, why)
+        for (req, limit, page, want, why) in [
+            (100 * MI, 200 * MI, P4K, Some(199_229_440), "100Mi + 90Mi"),
+            (0, 10_000, P4K, Some(8192), "9000 → two pages"),
+            (0, 4096, P4K, None, "3686 rounds to 0"),
+            (4096, 8192, P4K, None, "7782 → 4096, not above the request"),
+            (1000, 0, P4K, None, "no limit"),
+            (0, 1024 * MI, P4K, Some(966_365_184), "0.9 GiB"),
+            (
+                100 * MI,
+                200 * MI,
+                P64K,
+                Some(199_229_440),
+                "a 64 KiB multiple",
+            ),
+            (
+                0,
+                1024 * MI,
+                P64K,
+                Some(966_328_320),
+                "0.9 GiB → 64 KiB pages",
+            ),
+            (0, 100_000, P64K, Some(65_536), "90000 → one page"),
+            (0, 65_536, P64K, None, "58982 rounds to 0"),
+            (65_536, 131_072, P64K, None, "124518 → 65536, not above"),
+            (0, 10_000, P64K, None, "9000 is under one page"),
+            (1000, 0, P64K, None, "no limit"),
+        ] {
+            assert_eq!(memory_high(req, limit, 0.9, page), want, "{why}");
+        }
     }
 
     fn node() -> NodeResources {
@@ -1013,6 +1042,25 @@ mod tests {
         assert!(!values(&pod_writes(&c, &b, QosClass::Burstable))
             .iter()
             .any(|(f, _)| f.contains("memory.m")));
+    }
+
+    #[test]
+    fn memory_high_uses_the_configured_page_size() {
+        let mut c = cfg(CgroupVersion::V2, CgroupDriver::Cgroupfs);
+        c.memory_qos = true;
+        assert_eq!(c.page_size, DEFAULT_PAGE_SIZE);
+        // 1Mi + 0.9 × 1023Mi = 966472499: 966471680 in 4 KiB pages,
+        // 966459392 in 64 KiB pages.
+        let b = pod("b", vec![container("c", "memory=1Mi", "memory=1Gi")]);
+        let high = |c: &PlanConfig| {
+            values(&pod_writes(c, &b, QosClass::Burstable))
+                .into_iter()
+                .find(|(f, _)| f.ends_with("memory.high"))
+                .map(|(_, v)| v)
+        };
+        assert_eq!(high(&c).as_deref(), Some("966471680"));
+        c.page_size = 64 << 10;
+        assert_eq!(high(&c).as_deref(), Some("966459392"));
     }
 
     #[test]

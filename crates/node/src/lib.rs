@@ -18,6 +18,8 @@
 //! Pure decisions come from `qosd_model`; this crate never imports the
 //! binary's runtime, telemetry or CLI.
 
+#![deny(missing_docs)]
+
 pub mod admitted;
 pub mod cri;
 pub mod evict;

@@ -1634,7 +1634,7 @@ mod tests {
         fn mark_evicted_after_kill(
             &self,
             _v: &qosd_model::policy::evict::manager::Victim,
-        ) -> Result<(), String> {
+        ) -> Result<(), qosd_node::kube::client::KubeError> {
             Ok(())
         }
     }

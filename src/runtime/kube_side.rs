@@ -513,13 +513,13 @@ impl ApiEvictor for KubeSide {
         Ok(())
     }
 
-    fn mark_evicted_after_kill(&self, v: &Victim) -> Result<(), String> {
+    fn mark_evicted_after_kill(&self, v: &Victim) -> Result<(), KubeError> {
         let c = &v.candidate;
         let (_, ev) = self.event_body(v);
         let timeout = self.settings.eviction_timeout.max(Duration::from_secs(5));
         let uid = self.api_uid(&c.uid);
         let now = rfc3339(SystemTime::now());
-        let mut result = Err(String::new());
+        let mut result = Ok(());
         for attempt in 0..5u32 {
             let r = self.settings.evict_rt.block_on(mark_evicted(
                 &self.client,
@@ -545,7 +545,7 @@ impl ApiEvictor for KubeSide {
                     tracing::info!(target: "qosd::eviction", uid = %uid, error = %e, "the evicted pod is no longer in the API: no status to set");
                     Ok(())
                 }
-                _ => r.map_err(|e| e.to_string()),
+                _ => r,
             };
             match wait {
                 Some(w) if attempt < 4 => std::thread::sleep(w.min(MAX_RETRY_AFTER)),

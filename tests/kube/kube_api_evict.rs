@@ -304,7 +304,10 @@ fn a_soft_eviction_never_sends_grace_zero() {
                 a => Err(ApiRefusal::Failed(format!("{a:?}"))),
             }
         }
-        fn mark_evicted_after_kill(&self, _v: &Victim) -> Result<(), String> {
+        fn mark_evicted_after_kill(
+            &self,
+            _v: &Victim,
+        ) -> Result<(), qosd_node::kube::client::KubeError> {
             Ok(())
         }
     }

@@ -129,7 +129,7 @@ pub trait ApiEvictor: Send + Sync {
     /// (status phase `Failed`, reason `Evicted`, the message, condition
     /// `DisruptionTarget`/`TerminationByKubelet`; uid-checked) and write
     /// the Event. The pod object is not deleted, as by the kubelet.
-    fn mark_evicted_after_kill(&self, v: &Victim) -> Result<(), String>;
+    fn mark_evicted_after_kill(&self, v: &Victim) -> Result<(), crate::kube::client::KubeError>;
     /// Count a path taken (metrics).
     fn count(&self, _path: &str) {}
 }
@@ -964,7 +964,10 @@ mod tests {
             self.graces.lock().unwrap().push(grace);
             self.answers.lock().unwrap().remove(0)
         }
-        fn mark_evicted_after_kill(&self, v: &Victim) -> Result<(), String> {
+        fn mark_evicted_after_kill(
+            &self,
+            v: &Victim,
+        ) -> Result<(), crate::kube::client::KubeError> {
             self.marked.lock().unwrap().push(v.candidate.uid.clone());
             Ok(())
         }

@@ -51,18 +51,8 @@ pub struct Observation {
 }
 
 impl Observation {
-    /// An instantaneous reading (bytes, inodes, processes).
-    pub fn now(available: i64, capacity: i64, at: Instant) -> Observation {
-        Observation {
-            available,
-            capacity,
-            at,
-            window_start: None,
-        }
-    }
-
     /// Whether this observation reflects only what happened after `t`.
-    pub fn after(&self, t: Instant) -> bool {
+    pub(crate) fn after(&self, t: Instant) -> bool {
         self.window_start.unwrap_or(self.at) > t
     }
 }

@@ -93,7 +93,7 @@ pub fn low_on_resource_message(
 /// in the kubelet's words: "The node had memory pressure: full stall 23.5%
 /// of 2s, threshold 10%. Pod x was using 300Mi, request is 100Mi, has
 /// larger consumption of memory. "
-pub fn stall_message(
+pub(crate) fn stall_message(
     signal: Signal,
     observed_us: i64,
     window_us: i64,

@@ -290,7 +290,7 @@ impl Threshold {
     }
 
     /// Absolute minimum reclaim against `capacity` (0 when unset).
-    pub fn min_reclaim_for(&self, capacity: i64) -> i64 {
+    pub(crate) fn min_reclaim_for(&self, capacity: i64) -> i64 {
         self.min_reclaim.map(|m| m.resolve(capacity)).unwrap_or(0)
     }
 
@@ -315,7 +315,7 @@ impl Threshold {
     }
 
     /// Whether this is a pressure threshold (a stall share over a window).
-    pub fn is_stall(&self) -> bool {
+    pub(crate) fn is_stall(&self) -> bool {
         matches!(self.value, ThresholdValue::Stall { .. })
     }
 
@@ -785,7 +785,7 @@ fn parse_signal(s: &str) -> Result<Signal, ThresholdError> {
 
 /// Parse the value of an eviction threshold (`100Mi`, `10%`). `Ok(None)`
 /// means "ignored" (`0%`, `100%`, like the kubelet).
-pub fn parse_threshold_value(
+pub(crate) fn parse_threshold_value(
     setting: &str,
     signal: Signal,
     v: &str,

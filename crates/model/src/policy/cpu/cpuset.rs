@@ -10,6 +10,7 @@ use std::fmt;
 #[error("invalid CPU list {input:?}: {reason}")]
 pub struct CpuSetError {
     pub(crate) input: String,
+    /// What is wrong with it.
     pub reason: String,
 }
 
@@ -98,6 +99,7 @@ impl CpuSet {
         self.0.contains(&cpu)
     }
 
+    /// The CPU ids, ascending.
     pub fn iter(&self) -> impl Iterator<Item = u32> + '_ {
         self.0.iter().copied()
     }

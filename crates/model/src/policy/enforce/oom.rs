@@ -36,9 +36,11 @@ pub(crate) const SYSTEM_NODE_CRITICAL: &str = "system-node-critical";
 /// One container's value in the plan.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ContainerOomScoreAdj {
+    /// The container's name.
     pub name: String,
     /// `true` for `spec.initContainers` entries (sidecars included).
     pub init: bool,
+    /// The `oom_score_adj` the kubelet gives its processes (-1000..=1000).
     pub oom_score_adj: i64,
 }
 

@@ -37,7 +37,9 @@ pub(crate) const INFINITY: u64 = u64::MAX;
 /// One unit property with its value (all resource properties are u64).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct UnitProperty {
+    /// The property's name (`MemoryMax`, `CPUWeight`, ...).
     pub name: &'static str,
+    /// The value (`u64::MAX` is systemd's `infinity`).
     pub value: u64,
 }
 
@@ -91,7 +93,9 @@ fn props_as_map<S: serde::Serializer>(p: &[UnitProperty], s: S) -> Result<S::Ok,
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{file}: value {value:?} cannot be expressed as a systemd unit property")]
 pub struct UnmappableValue {
+    /// The interface file.
     pub file: String,
+    /// The value planned for it.
     pub value: String,
 }
 

@@ -8,9 +8,13 @@ use std::fmt;
 /// A kubelet minor version whose cgroup semantics qosd reproduces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum KubeletVersion {
+    /// Kubernetes 1.33.
     V1_33,
+    /// Kubernetes 1.34.
     V1_34,
+    /// Kubernetes 1.35.
     V1_35,
+    /// Kubernetes 1.36.
     V1_36,
 }
 

@@ -18,7 +18,9 @@ pub struct ImageRecord {
     pub first_detected: Option<Instant>,
     /// `None`: never seen in use.
     pub last_used: Option<Instant>,
+    /// Size, bytes.
     pub size: u64,
+    /// Pinned by the runtime (never removed).
     pub pinned: bool,
 }
 
@@ -32,8 +34,11 @@ pub struct ImageTracker {
 /// One image as listed by the runtime.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ListedImage {
+    /// The runtime's image id.
     pub id: String,
+    /// Size, bytes.
     pub size: u64,
+    /// Pinned by the runtime (never removed).
     pub pinned: bool,
 }
 
@@ -95,6 +100,7 @@ impl ImageTracker {
         self.records.remove(id);
     }
 
+    /// Every tracked image, by id.
     pub fn records(&self) -> &BTreeMap<String, ImageRecord> {
         &self.records
     }

@@ -59,6 +59,7 @@ pub fn threshold_text(signal: Signal, value: &ThresholdValue, resolved: i64) -> 
 pub struct OverRequest<'a> {
     /// `Pod` or `Container`.
     pub kind: &'static str,
+    /// The pod's or the container's name.
     pub name: &'a str,
     /// Formatted (see [`amount_text`]).
     pub usage: String,

@@ -8,8 +8,8 @@
 //! limit is hit. (The scheduler's allocatable, which subtracts it too, is
 //! not qosd's to compute.)
 //!
-//! Detection reads an injectable proc root (`<proc>/meminfo`,
-//! `<proc>/cpuinfo`), so tests use fixture files.
+//! The capacity itself is detected by the node crate (from an injectable
+//! proc root: `<proc>/meminfo`, `<proc>/cpuinfo`) and passed in here.
 
 #[cfg(test)]
 use crate::core::quantity::Quantity;

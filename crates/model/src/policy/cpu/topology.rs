@@ -1,7 +1,7 @@
 //! The CPU topology the kubelet's CPU manager works with
 //! (pkg/kubelet/cm/cpumanager/topology: `CPUTopology`, `CPUDetails`,
 //! `Discover`): every logical CPU with its NUMA node, socket (package) and
-//! core. Pure: built from per-CPU records that [`crate::sys::cpu_topology`]
+//! core. Pure: built from per-CPU records that `qosd_node::sys::cpu_topology`
 //! reads from sysfs (or tests write by hand).
 //!
 //! Cores are identified the way cAdvisor and the kubelet do it: the logical

@@ -1,6 +1,6 @@
 //! The kubelet versions qosd knows and the rules that differ between them
 //! (`kubeletVersion` / `--kubelet-version`). docs/semantics.md §9 has the
-//! same table in prose; [`RULES`] is the source of truth and the docs test
+//! same table in prose; `RULES` is the source of truth and the docs test
 //! (`versions::tests::docs_table_lists_every_rule`) keeps them in step.
 
 use std::fmt;

@@ -12,7 +12,7 @@
 //!    holds it) exceed its own limit — "Container %s exceeded its local
 //!    ephemeral storage limit %q.".
 //!
-//! The limits come from the pod spec ([`StorageLimits::of`]); a source that
+//! The limits come from the pod spec (`StorageLimits::of`); a source that
 //! does not carry them (the CRI alone) yields none, and nothing is checked.
 
 use crate::core::model::Pod;

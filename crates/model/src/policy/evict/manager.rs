@@ -185,8 +185,8 @@ impl Victim {
 pub enum Action {
     /// Nothing to do.
     None,
-    /// Evict this pod now, then report with [`Manager::mark_released`] /
-    /// [`Manager::eviction_failed`] (or let later passes notice).
+    /// Evict this pod now; report a failure with
+    /// [`Manager::eviction_failed`] (later passes notice the release).
     Evict(Box<Victim>),
     /// Evict every one of these pods now: each is over a local-storage
     /// limit (the kubelet's `localStorageEviction` evicts all of them in one
@@ -302,7 +302,7 @@ impl Manager {
     /// Whether the pods' own stall is measured (cgroup v2 `memory.pressure`
     /// readable). When it is, a pressure threshold chooses its victim only
     /// once some pod's stall is known: the pods that stall go first
-    /// ([`rank::rank_in`]). When it is not (cgroup v1, per-cgroup PSI off),
+    /// (`rank::rank_in`). When it is not (cgroup v1, per-cgroup PSI off),
     /// the kubelet's memory order applies to every pod (node-wide).
     pub fn set_per_pod_pressure(&mut self, on: bool) {
         self.per_pod_pressure = on;

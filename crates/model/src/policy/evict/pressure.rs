@@ -267,7 +267,6 @@ impl StallSamples {
             since: first.0,
         })
     }
-
 }
 
 /// A breach the kernel reported (a trigger event): the stall within the

@@ -494,7 +494,7 @@ fn known_signals() -> String {
 
 /// Eviction settings as the user gave them, with KubeletConfiguration's
 /// field names for the config file. Flags fill the same struct through
-/// [`parse_threshold_flag`] and [`parse_assignment_flag`].
+/// [`parse_threshold_flag`] and `parse_assignment_flag`.
 ///
 /// No `deny_unknown_fields` here so it can be `#[serde(flatten)]`ed into the
 /// daemon's config struct; the outer struct should reject unknown keys.

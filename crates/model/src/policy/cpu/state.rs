@@ -36,7 +36,7 @@ pub struct CpuState {
 /// Why a checkpoint cannot be used. Messages follow the kubelet's.
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
-    /// Not a checkpoint (JSON of the wrong shape).
+    /// Not checkpoint JSON (invalid, or of the wrong shape).
     #[error("{0}")]
     Json(#[from] serde_json::Error),
     /// The checksum does not match the content.

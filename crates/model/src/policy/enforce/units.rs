@@ -94,9 +94,9 @@ fn props_as_map<S: serde::Serializer>(p: &[UnitProperty], s: S) -> Result<S::Ok,
 #[error("{file}: value {value:?} cannot be expressed as a systemd unit property")]
 pub struct UnmappableValue {
     /// The interface file.
-    pub file: String,
+    pub(crate) file: String,
     /// The value planned for it.
-    pub value: String,
+    pub(crate) value: String,
 }
 
 /// The unit name of a systemd-driver cgroup path (its last component), when

@@ -15,13 +15,13 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ImageRecord {
     /// `None`: present at the first detection ("long ago").
-    pub first_detected: Option<Instant>,
+    pub(crate) first_detected: Option<Instant>,
     /// `None`: never seen in use.
-    pub last_used: Option<Instant>,
+    pub(crate) last_used: Option<Instant>,
     /// Size, bytes.
     pub size: u64,
     /// Pinned by the runtime (never removed).
-    pub pinned: bool,
+    pub(crate) pinned: bool,
 }
 
 /// The image records, updated at every detection.

@@ -117,11 +117,11 @@ pub struct ThresholdStatus {
     /// Whether the observation crosses the line.
     pub met: bool,
     /// Observation missing or too old: state carried over, no action.
-    pub stale: bool,
+    pub(crate) stale: bool,
     /// When it was first met in the current episode.
-    pub met_since: Option<Instant>,
+    pub(crate) met_since: Option<Instant>,
     /// Met for at least its grace period (always true for a met hard one).
-    pub grace_satisfied: bool,
+    pub(crate) grace_satisfied: bool,
 }
 
 /// The pod chosen for eviction and everything the evictor should log.

@@ -212,7 +212,7 @@ pub struct WindowStall {
     /// growth since the first sample inside the window).
     pub stall_us: u64,
     /// When the proven part starts (the first sample inside the window).
-    pub since: std::time::Instant,
+    pub(crate) since: std::time::Instant,
 }
 
 /// The most samples a window keeps (a fast sampler stays bounded).

@@ -218,7 +218,8 @@ pub(crate) const SYSTEM_CRITICAL_PRIORITY: i32 = 2_000_000_000;
 /// Kubernetes QoS class.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 pub enum QosClass {
-    /// CPU and memory limits set, with requests equal to them (on every container, or on the pod-level resources).
+    /// CPU and memory limits set, with requests equal to them (on every container, or on the
+    /// pod-level resources).
     Guaranteed,
     /// Neither Guaranteed nor BestEffort.
     Burstable,

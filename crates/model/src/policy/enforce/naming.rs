@@ -65,7 +65,8 @@ pub struct CgroupLayout {
 }
 
 impl CgroupLayout {
-    /// The kubelet's defaults: cgroupfs at `/sys/fs/cgroup`, `--cgroup-root` `/`, v1 controllers under their own names.
+    /// The kubelet's defaults: cgroupfs at `/sys/fs/cgroup`, `--cgroup-root` `/`, v1 controllers
+    /// under their own names.
     pub fn new(version: CgroupVersion, driver: CgroupDriver) -> CgroupLayout {
         CgroupLayout {
             version,

@@ -63,7 +63,8 @@ pub struct PlanConfig {
     pub cpu_weight_formula: CpuWeightFormula,
     /// MemoryQoS (KEP-2570, cgroup v2 only): memory.min / memory.high.
     pub memory_qos: bool,
-    /// `memoryThrottlingFactor` (kubelet default 0.9): where memory.high sits between the request and the limit (MemoryQoS).
+    /// `memoryThrottlingFactor` (kubelet default 0.9): where memory.high sits between the request
+    /// and the limit (MemoryQoS).
     pub memory_throttling_factor: f64,
     /// `--qos-reserved memory=N%`.
     pub qos_reserved_memory_percent: Option<u32>,

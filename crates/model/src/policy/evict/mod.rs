@@ -15,7 +15,8 @@ pub mod threshold;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Backend {
-    /// Kill locally: `cgroup.kill` or SIGKILL to every process of the pod cgroup, then clean up through the runtime.
+    /// Kill locally: `cgroup.kill` or SIGKILL to every process of the pod cgroup, then clean up
+    /// through the runtime.
     Kill,
     /// Stop and remove the pod through the container runtime (CRI).
     Cri,

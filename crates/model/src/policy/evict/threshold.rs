@@ -30,7 +30,8 @@ use crate::core::quantity::Quantity;
 pub enum Signal {
     /// `memory.available`: memory capacity − working set, bytes.
     MemoryAvailable,
-    /// `allocatableMemory.available`: allocatable memory − working set of the kubepods cgroup, bytes.
+    /// `allocatableMemory.available`: allocatable memory − working set of the kubepods cgroup,
+    /// bytes.
     AllocatableMemoryAvailable,
     /// `nodefs.available`: available bytes of the node filesystem.
     NodeFsAvailable,
@@ -306,7 +307,8 @@ pub struct Threshold {
     pub signal: Signal,
     /// Hard or soft.
     pub kind: ThresholdKind,
-    /// The line: met when the available amount falls below it (for a pressure signal: when the stall reaches it).
+    /// The line: met when the available amount falls below it (for a pressure signal: when the
+    /// stall reaches it).
     pub value: ThresholdValue,
     /// Zero for hard thresholds.
     pub grace_period: Duration,

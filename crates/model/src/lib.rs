@@ -12,5 +12,7 @@
 //! table test. Cargo enforces it: this crate depends on no async runtime,
 //! system-call or network crate.
 
+#![deny(missing_docs)]
+
 pub mod core;
 pub mod policy;

@@ -10,7 +10,7 @@ pub struct Backoff {
     /// The delay after the first failure.
     pub first: Duration,
     /// The cap.
-    pub max: Duration,
+    pub(crate) max: Duration,
 }
 
 impl Backoff {

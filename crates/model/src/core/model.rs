@@ -19,14 +19,18 @@ pub type ResourceList = BTreeMap<String, Quantity>;
 /// `resources.requests` / `resources.limits` of a container or a pod.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ResourceRequirements {
+    /// `requests`: resource name → requested quantity.
     pub requests: ResourceList,
+    /// `limits`: resource name → limit.
     pub limits: ResourceList,
 }
 
 /// One container (app or init) of a pod.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Container {
+    /// The container's name, unique within the pod.
     pub name: String,
+    /// Its `resources` (requests and limits).
     pub resources: ResourceRequirements,
     /// Init containers only: `restartPolicy: Always` makes it a restartable
     /// sidecar, which keeps running beside the app containers.
@@ -48,13 +52,18 @@ pub enum PodOrigin {
 /// A pod, with just the fields qosd needs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Pod {
+    /// `metadata.uid` (or one qosd derived, see `uid_derived`).
     pub uid: String,
     /// True when the manifest had no uid and qosd derived one from
     /// namespace/name (deterministically), so output can say so.
     pub uid_derived: bool,
+    /// `metadata.namespace`.
     pub namespace: String,
+    /// `metadata.name`.
     pub name: String,
+    /// The app containers (`spec.containers`).
     pub containers: Vec<Container>,
+    /// The init containers (`spec.initContainers`), restartable sidecars included.
     pub init_containers: Vec<Container>,
     /// Pod-level `spec.resources` (KEP-2837); when set it decides QoS and sizing.
     pub pod_resources: Option<ResourceRequirements>,
@@ -62,9 +71,13 @@ pub struct Pod {
     pub overhead: ResourceList,
     /// `spec.priority` (0 when unset, like the API server's default).
     pub priority: i32,
+    /// `spec.priorityClassName`, if set.
     pub priority_class_name: Option<String>,
+    /// `spec.terminationGracePeriodSeconds`, if set.
     pub termination_grace_period_seconds: Option<i64>,
+    /// `metadata.annotations`.
     pub annotations: BTreeMap<String, String>,
+    /// Where the pod came from.
     pub origin: PodOrigin,
     /// Set by sources that know the class better than the resources say
     /// (CRI: the cgroup parent's QoS segment). `None`: classify from resources.
@@ -85,6 +98,7 @@ pub struct Pod {
 /// admitted ones. Decided by the pod's source; the model only carries it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Resize {
+    /// Where the resize stands.
     pub state: ResizeState,
     /// The condition's message (why Deferred, Infeasible or Error), if any.
     pub message: Option<String>,
@@ -116,6 +130,7 @@ pub enum ResizeState {
 }
 
 impl ResizeState {
+    /// The state's name, as printed (`NotObserved`, `Deferred`, ...).
     pub fn as_str(self) -> &'static str {
         match self {
             ResizeState::NotObserved => "NotObserved",
@@ -136,6 +151,7 @@ impl fmt::Display for ResizeState {
 /// One pod volume (the fields local-storage eviction needs).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Volume {
+    /// The volume's name, unique within the pod.
     pub name: String,
     /// `emptyDir`, if the volume is one.
     pub empty_dir: Option<EmptyDir>,
@@ -146,6 +162,7 @@ pub struct Volume {
 pub struct EmptyDir {
     /// `medium: Memory` (a tmpfs; not local ephemeral storage).
     pub memory: bool,
+    /// `sizeLimit`, if set.
     pub size_limit: Option<Quantity>,
 }
 
@@ -201,12 +218,17 @@ pub(crate) const SYSTEM_CRITICAL_PRIORITY: i32 = 2_000_000_000;
 /// Kubernetes QoS class.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 pub enum QosClass {
+    /// CPU and memory limits set, with requests equal to them (on every container, or on the
+    /// pod-level resources).
     Guaranteed,
+    /// Neither Guaranteed nor BestEffort.
     Burstable,
+    /// No CPU or memory request or limit at all.
     BestEffort,
 }
 
 impl QosClass {
+    /// The class name as Kubernetes spells it (`Guaranteed`, `Burstable`, `BestEffort`).
     pub fn as_str(self) -> &'static str {
         match self {
             QosClass::Guaranteed => "Guaranteed",
@@ -235,11 +257,14 @@ impl fmt::Display for QosClass {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum CgroupVersion {
+    /// cgroup v1 (one hierarchy per controller).
     V1,
+    /// cgroup v2 (the unified hierarchy).
     V2,
 }
 
 impl CgroupVersion {
+    /// `v1` or `v2`.
     pub fn as_str(self) -> &'static str {
         match self {
             CgroupVersion::V1 => "v1",
@@ -258,7 +283,9 @@ impl fmt::Display for CgroupVersion {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum CgroupDriver {
+    /// `cgroupfs`: plain directory names (`kubepods/burstable/pod<uid>`).
     Cgroupfs,
+    /// `systemd`: slice units (`kubepods-burstable-pod<uid>.slice`).
     Systemd,
 }
 
@@ -284,8 +311,11 @@ pub enum CgroupLevel {
     /// A reserved cgroup (system-reserved / kube-reserved): written, never
     /// created.
     Reserved,
+    /// The node-level cgroup (`kubepods`).
     Node,
+    /// A QoS-level cgroup (`burstable`, `besteffort`).
     Qos,
+    /// A pod cgroup (`pod<uid>`).
     Pod,
 }
 
@@ -306,6 +336,7 @@ pub struct CgroupWrite {
     /// `kubepods/burstable/pod<uid>` (or the systemd slice path).
     #[serde(skip)]
     pub cgroup: String,
+    /// The level of that cgroup.
     #[serde(skip)]
     pub level: CgroupLevel,
 }
@@ -315,7 +346,9 @@ pub struct CgroupWrite {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ValueSource {
+    /// From the pod spec the API server holds.
     Exact,
+    /// Rebuilt from what the container runtime reports.
     Inferred,
 }
 

@@ -8,32 +8,43 @@
 //! limit is hit. (The scheduler's allocatable, which subtracts it too, is
 //! not qosd's to compute.)
 //!
-//! Detection reads an injectable proc root (`<proc>/meminfo`,
-//! `<proc>/cpuinfo`), so tests use fixture files.
+//! The capacity itself is detected by the node crate (from an injectable
+//! proc root: `<proc>/meminfo`, `<proc>/cpuinfo`) and passed in here.
 
 #[cfg(test)]
 use crate::core::quantity::Quantity;
 
+/// Why node resources could not be computed.
 #[derive(Debug, thiserror::Error)]
 pub enum NodeError {
+    /// A reserved-resources list was rejected.
     #[error("invalid reserved resources {value:?}: {message}")]
-    Reserved { value: String, message: String },
+    Reserved {
+        /// The list as given.
+        value: String,
+        /// What is wrong with it.
+        message: String,
+    },
 }
 
 /// Capacity and allocatable of the node, in millicores and bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct NodeResources {
     pub(crate) capacity_cpu_millis: i64,
+    /// Memory capacity of the node, bytes.
     pub capacity_memory_bytes: i64,
     /// capacity − reserved: the kubepods cgroup's values.
     pub enforced_cpu_millis: i64,
+    /// Memory capacity − reserved, bytes (never negative): the kubepods cgroup's value.
     pub enforced_memory_bytes: i64,
 }
 
 /// Reserved resources (`--system-reserved`/`--kube-reserved`), summed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Reserved {
+    /// Reserved CPU, millicores.
     pub cpu_millis: i64,
+    /// Reserved memory, bytes.
     pub memory_bytes: i64,
 }
 

@@ -21,6 +21,7 @@ use crate::core::resources::{
 /// A pod's class and the human reason for it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Classification {
+    /// The pod's QoS class.
     pub class: QosClass,
     /// e.g. "container app: memory request 100Mi != limit 200Mi".
     pub reason: String,

@@ -22,6 +22,7 @@ use std::fmt;
 #[error("invalid quantity {value:?}: {reason}")]
 pub struct QuantityError {
     pub(crate) value: String,
+    /// What is wrong with it.
     pub reason: &'static str,
 }
 
@@ -309,10 +310,12 @@ impl Quantity {
         ceil_div(self.nanos, NANO).clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
     }
 
+    /// Whether the value is exactly zero.
     pub fn is_zero(&self) -> bool {
         self.nanos == 0
     }
 
+    /// Whether the value is below zero.
     pub fn is_negative(&self) -> bool {
         self.nanos < 0
     }

@@ -9,7 +9,9 @@
 use crate::core::model::{Container, Pod, ResourceList, ResourceRequirements};
 use crate::core::quantity::Quantity;
 
+/// The `cpu` resource name.
 pub const CPU: &str = "cpu";
+/// The `memory` resource name.
 pub const MEMORY: &str = "memory";
 pub(crate) const EPHEMERAL_STORAGE: &str = "ephemeral-storage";
 
@@ -21,8 +23,10 @@ pub(crate) const EPHEMERAL_STORAGE: &str = "ephemeral-storage";
 pub struct PodResources {
     pub(crate) cpu_request_millis: i64,
     pub(crate) cpu_limit_millis: Option<i64>,
+    /// Memory request, bytes (the summed requests, rounded up).
     pub memory_request_bytes: i64,
     pub(crate) memory_limit_bytes: Option<i64>,
+    /// `ephemeral-storage` request, bytes.
     pub ephemeral_storage_request_bytes: i64,
     pub(crate) ephemeral_storage_limit_bytes: Option<i64>,
 }

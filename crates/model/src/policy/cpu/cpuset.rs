@@ -10,6 +10,7 @@ use std::fmt;
 #[error("invalid CPU list {input:?}: {reason}")]
 pub struct CpuSetError {
     pub(crate) input: String,
+    /// What is wrong with it.
     pub reason: String,
 }
 
@@ -28,9 +29,8 @@ impl CpuSet {
 
     /// Parse a CPU list. Empty (or only whitespace) is the empty set; a
     /// trailing newline (sysfs) is accepted; every element is `N` or `A-B`
-    /// with `A <= B`, like the Go `cpuset.Parse`.
-    /// Parse the kernel's list format (`0-3,8`); ids above [`MAX_CPU_ID`]
-    /// are refused.
+    /// with `A <= B`, like the Go `cpuset.Parse`. Ids above 65535 are
+    /// refused.
     pub fn parse(s: &str) -> Result<CpuSet, CpuSetError> {
         let err = |reason: String| CpuSetError {
             input: s.to_string(),
@@ -98,6 +98,7 @@ impl CpuSet {
         self.0.contains(&cpu)
     }
 
+    /// The CPU ids, ascending.
     pub fn iter(&self) -> impl Iterator<Item = u32> + '_ {
         self.0.iter().copied()
     }

@@ -32,12 +32,15 @@ use crate::core::resources::{container_request, pod_level_resources_set, CPU};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum PolicyName {
+    /// `none`: every container runs on all CPUs (the kubelet's default).
     #[default]
     None,
+    /// `static`: Guaranteed containers with integral CPU requests get exclusive CPUs.
     Static,
 }
 
 impl PolicyName {
+    /// Parse `cpuManagerPolicy` (`none`, `static`; empty means `none`).
     pub fn parse(s: &str) -> Result<PolicyName, PolicyError> {
         match s {
             "none" | "" => Ok(PolicyName::None),
@@ -137,39 +140,82 @@ impl PolicyOptions {
 /// Why the policy cannot start. Messages are the kubelet's where it has one.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PolicyError {
+    /// `cpuManagerPolicy` is neither `none` nor `static`.
     #[error("unknown policy: \"{0}\"")]
     UnknownPolicy(String),
+    /// A `cpuManagerPolicyOptions` key the static policy does not know.
     #[error("unknown CPU Manager Policy option: {0:?}")]
     UnknownOption(String),
+    /// An option whose value is not a Go boolean.
     #[error("bad value for option {name:?}: strconv.ParseBool: parsing {value:?}: invalid syntax")]
-    BadOptionValue { name: String, value: String },
+    BadOptionValue {
+        /// The option.
+        name: String,
+        /// Its value.
+        value: String,
+    },
+    /// An option flag entry that is not `key=value`.
     #[error("bad policy option {0:?}: expected key=value")]
     BadOptionSyntax(String),
+    /// `align-by-socket` on a machine with more sockets than NUMA nodes.
     #[error("Align by socket is not compatible with hardware where number of sockets are more than number of NUMA")]
     AlignBySocketHardware,
+    /// The static policy without any CPU reservation.
     #[error("[cpumanager] unable to determine reserved CPU resources for static policy")]
     ReservationMissing,
+    /// A CPU reservation of zero with the static policy.
     #[error("[cpumanager] the static policy requires systemreserved.cpu + kubereserved.cpu to be greater than zero")]
     ReservationZero,
+    /// Fewer (or more) CPUs reserved than wanted.
     #[error("[cpumanager] unable to reserve the required amount of CPUs (size of {reserved} did not equal {wanted})")]
-    ReserveSize { reserved: String, wanted: usize },
+    ReserveSize {
+        /// The CPUs reserved.
+        reserved: String,
+        /// How many were wanted.
+        wanted: usize,
+    },
+    /// A reserved CPU id the topology does not have.
     #[error("[cpumanager] unable to build the reserved physical CPUs from the reserved set: unknown CPU ID: {0}")]
     ReservedUnknownCpu(u32),
+    /// The checkpoint was written by another policy.
     #[error("configured policy {configured:?} differs from state checkpoint policy {found:?}")]
-    PolicyMismatch { configured: String, found: String },
+    PolicyMismatch {
+        /// The policy configured.
+        configured: String,
+        /// The policy in the checkpoint.
+        found: String,
+    },
+    /// The checkpoint's shared pool is empty.
     #[error("default cpuset cannot be empty")]
     EmptyDefault,
+    /// Reserved CPUs missing from the checkpoint's shared pool.
     #[error("not all reserved cpus: \"{reserved}\" are present in defaultCpuSet: \"{default}\"")]
-    ReservedNotInDefault { reserved: String, default: String },
-    #[error("pod: {pod}, container: {container} cpuset: \"{cpus}\" overlaps with default cpuset \"{default}\"")]
-    Overlap {
-        pod: String,
-        container: String,
-        cpus: String,
+    ReservedNotInDefault {
+        /// The reserved CPUs.
+        reserved: String,
+        /// The checkpoint's shared pool.
         default: String,
     },
+    /// An exclusive assignment that overlaps the shared pool.
+    #[error("pod: {pod}, container: {container} cpuset: \"{cpus}\" overlaps with default cpuset \"{default}\"")]
+    Overlap {
+        /// The pod's uid.
+        pod: String,
+        /// The container's name.
+        container: String,
+        /// Its CPUs.
+        cpus: String,
+        /// The shared pool.
+        default: String,
+    },
+    /// The checkpoint covers other CPUs than the machine has.
     #[error("current set of available CPUs \"{available}\" doesn't match with CPUs in state \"{state}\"")]
-    CpusChanged { available: String, state: String },
+    CpusChanged {
+        /// The machine's CPUs.
+        available: String,
+        /// The CPUs in the checkpoint.
+        state: String,
+    },
 }
 
 /// The number of reserved CPUs (cpu_manager.go `NewManager` and the
@@ -241,6 +287,7 @@ pub struct CpuPod {
 }
 
 impl CpuPod {
+    /// The CPU manager's view of `pod`; `arrival` orders pods (earlier first, ties by uid).
     pub fn from_pod(pod: &Pod, arrival: i64) -> CpuPod {
         let guaranteed =
             classify(pod).class == QosClass::Guaranteed && !pod_level_resources_set(pod);
@@ -342,6 +389,7 @@ impl StaticPolicy {
         Ok(p)
     }
 
+    /// The reserved CPUs (never given exclusively).
     pub fn reserved(&self) -> &CpuSet {
         &self.reserved
     }
@@ -484,12 +532,16 @@ impl StaticPolicy {
 /// One container's cpuset in a plan.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ContainerCpus {
+    /// The pod's uid.
     pub pod_uid: String,
+    /// The pod's `namespace/name`.
     pub pod: String,
+    /// The container's name.
     pub container: String,
     pub(crate) kind: ContainerKind,
     /// The CPU list (`2-3`).
     pub cpus: String,
+    /// Whether the CPUs are the container's own (a state entry), not the shared pool.
     pub exclusive: bool,
 }
 
@@ -497,19 +549,28 @@ pub struct ContainerCpus {
 /// refuse it at admission); its containers stay on the shared pool.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Refused {
+    /// The pod's uid.
     pub pod_uid: String,
+    /// The pod's `namespace/name`.
     pub pod: String,
+    /// The container whose allocation failed.
     pub container: String,
+    /// Why (the kubelet's admission message).
     pub error: String,
 }
 
 /// The CPU manager's decision for a set of pods.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct CpuPlan {
+    /// The policy that decided.
     pub policy: PolicyName,
+    /// The reserved CPUs (a CPU list).
     pub reserved: String,
+    /// The shared pool (`defaultCpuSet`) after the assignment (a CPU list).
     pub shared_pool: String,
+    /// Every container's cpuset, pods in arrival order.
     pub cpusets: Vec<ContainerCpus>,
+    /// Pods whose exclusive CPUs could not be allocated.
     pub refused: Vec<Refused>,
     /// `pod_uid/container` of state entries dropped because the container is gone.
     pub released: Vec<String>,

@@ -25,28 +25,48 @@ pub(crate) type Assignments = BTreeMap<String, BTreeMap<String, CpuSet>>;
 /// The CPU manager's state.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CpuState {
+    /// `policyName` of the checkpoint.
     pub policy_name: String,
     /// The shared pool (reserved CPUs included).
     pub default: CpuSet,
+    /// The exclusive assignments: pod uid → container name → CPUs.
     pub entries: Assignments,
 }
 
 /// Why a checkpoint cannot be used. Messages follow the kubelet's.
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
+    /// Not checkpoint JSON (invalid, or of the wrong shape).
     #[error("{0}")]
     Json(#[from] serde_json::Error),
+    /// The checksum does not match the content.
     #[error("checkpoint is corrupted (checksum {found}, computed {computed})")]
-    Corrupt { found: u64, computed: u64 },
+    Corrupt {
+        /// The checksum in the file.
+        found: u64,
+        /// The checksum of the content.
+        computed: u64,
+    },
+    /// `defaultCpuSet` is not a CPU list.
     #[error("could not parse default cpu set {value:?}: {source}")]
-    DefaultSet { value: String, source: CpuSetError },
+    DefaultSet {
+        /// The value in the file.
+        value: String,
+        /// Why it does not parse.
+        source: CpuSetError,
+    },
+    /// An entry's value is not a CPU list.
     #[error(
         "could not parse cpuset {value:?} for container {container:?} in pod {pod:?}: {source}"
     )]
     Entry {
+        /// The pod's uid.
         pod: String,
+        /// The container's name.
         container: String,
+        /// The value in the file.
         value: String,
+        /// Why it does not parse.
         source: CpuSetError,
     },
 }
@@ -198,6 +218,7 @@ impl CpuState {
         self.entries.get(pod).and_then(|m| m.get(container))
     }
 
+    /// Record the exclusive CPUs of one container.
     pub fn set(&mut self, pod: &str, container: &str, cpus: CpuSet) {
         self.entries
             .entry(pod.to_string())

@@ -1,7 +1,7 @@
 //! The CPU topology the kubelet's CPU manager works with
 //! (pkg/kubelet/cm/cpumanager/topology: `CPUTopology`, `CPUDetails`,
 //! `Discover`): every logical CPU with its NUMA node, socket (package) and
-//! core. Pure: built from per-CPU records that [`crate::sys::cpu_topology`]
+//! core. Pure: built from per-CPU records that `qosd_node::sys::cpu_topology`
 //! reads from sysfs (or tests write by hand).
 //!
 //! Cores are identified the way cAdvisor and the kubelet do it: the logical
@@ -17,6 +17,7 @@ use super::cpuset::CpuSet;
 /// One logical CPU as sysfs describes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RawCpu {
+    /// The logical CPU id.
     pub cpu: u32,
     /// `topology/physical_package_id` (the socket).
     pub package: u32,
@@ -41,8 +42,10 @@ pub struct CpuInfo {
 /// Why a topology cannot be built.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TopologyError {
+    /// No CPU at all.
     #[error("could not detect number of cpus")]
     NoCpus,
+    /// The same CPU id twice.
     #[error("cpu {0} is listed twice")]
     Duplicate(u32),
 }
@@ -63,6 +66,7 @@ impl Details {
         )
     }
 
+    /// Every CPU in the set.
     pub fn cpus(&self) -> CpuSet {
         self.0.keys().copied().collect()
     }
@@ -95,18 +99,22 @@ impl Details {
         self.ids(|i| i.socket)
     }
 
+    /// The CPUs on the given NUMA nodes.
     pub fn cpus_in_numa_nodes(&self, ids: &[u32]) -> CpuSet {
         self.cpus_where(|i| ids.contains(&i.numa))
     }
 
+    /// The CPUs on the given sockets.
     pub fn cpus_in_sockets(&self, ids: &[u32]) -> CpuSet {
         self.cpus_where(|i| ids.contains(&i.socket))
     }
 
+    /// The CPUs of the given cores (machine-unique core ids).
     pub fn cpus_in_cores(&self, ids: &[u32]) -> CpuSet {
         self.cpus_where(|i| ids.contains(&i.core))
     }
 
+    /// The sockets with CPUs on the given NUMA nodes.
     pub fn sockets_in_numa_nodes(&self, ids: &[u32]) -> BTreeSet<u32> {
         self.ids_where(|i| ids.contains(&i.numa), |i| i.socket)
     }
@@ -127,10 +135,15 @@ impl Details {
 /// The machine's CPU topology (the kubelet's `CPUTopology`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CpuTopology {
+    /// Logical CPUs.
     pub num_cpus: usize,
+    /// Physical cores (CPUs sharing NUMA node, socket and `core_id`).
     pub num_cores: usize,
+    /// Sockets (physical packages).
     pub num_sockets: usize,
+    /// NUMA nodes.
     pub num_numa_nodes: usize,
+    /// The placement of every CPU.
     pub details: Details,
 }
 

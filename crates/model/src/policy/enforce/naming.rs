@@ -33,6 +33,7 @@ pub(crate) const KUBEPODS: &str = "kubepods";
 /// Directory names of the v1 controllers under the cgroupfs mount.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct V1ControllerDirs {
+    /// The cpu controller's directory (`cpu`, or `cpu,cpuacct` where co-mounted).
     pub cpu: String,
     pub(crate) memory: String,
     pub(crate) pids: String,
@@ -51,7 +52,9 @@ impl Default for V1ControllerDirs {
 /// Where and how the kubepods hierarchy is laid out.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CgroupLayout {
+    /// cgroup v1 or v2.
     pub version: CgroupVersion,
+    /// The kubelet's `cgroupDriver`: how cgroups are named.
     pub driver: CgroupDriver,
     /// Mount point of the cgroup filesystem (`/sys/fs/cgroup`).
     pub cgroupfs: PathBuf,
@@ -62,6 +65,8 @@ pub struct CgroupLayout {
 }
 
 impl CgroupLayout {
+    /// The kubelet's defaults: cgroupfs at `/sys/fs/cgroup`, `--cgroup-root` `/`, v1 controllers
+    /// under their own names.
     pub fn new(version: CgroupVersion, driver: CgroupDriver) -> CgroupLayout {
         CgroupLayout {
             version,
@@ -72,11 +77,13 @@ impl CgroupLayout {
         }
     }
 
+    /// Set the cgroup filesystem's mount point.
     pub fn with_cgroupfs(mut self, p: impl Into<PathBuf>) -> Self {
         self.cgroupfs = p.into();
         self
     }
 
+    /// Set `--cgroup-root`.
     pub fn with_cgroup_root(mut self, r: impl Into<String>) -> Self {
         self.cgroup_root = r.into();
         self

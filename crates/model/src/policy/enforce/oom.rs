@@ -29,26 +29,28 @@ use crate::core::resources::{aggregate_container_request, CPU, MEMORY};
 /// kubelet `guaranteedOOMScoreAdj`.
 pub const GUARANTEED_OOM_SCORE_ADJ: i64 = -997;
 /// kubelet `besteffortOOMScoreAdj`.
-pub const BESTEFFORT_OOM_SCORE_ADJ: i64 = 1000;
+pub(crate) const BESTEFFORT_OOM_SCORE_ADJ: i64 = 1000;
 /// The priority class whose critical pods get the Guaranteed value.
-pub const SYSTEM_NODE_CRITICAL: &str = "system-node-critical";
+pub(crate) const SYSTEM_NODE_CRITICAL: &str = "system-node-critical";
 
 /// One container's value in the plan.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ContainerOomScoreAdj {
+    /// The container's name.
     pub name: String,
     /// `true` for `spec.initContainers` entries (sidecars included).
     pub init: bool,
+    /// The `oom_score_adj` the kubelet gives its processes (-1000..=1000).
     pub oom_score_adj: i64,
 }
 
 /// kubelet `IsCriticalPod`: static, mirror, or priority ≥ system-critical.
-pub fn is_critical_pod(pod: &Pod) -> bool {
+pub(crate) fn is_critical_pod(pod: &Pod) -> bool {
     pod.is_static_or_mirror() || pod.priority >= SYSTEM_CRITICAL_PRIORITY
 }
 
 /// kubelet `IsNodeCriticalPod`: critical and in `system-node-critical`.
-pub fn is_node_critical_pod(pod: &Pod) -> bool {
+pub(crate) fn is_node_critical_pod(pod: &Pod) -> bool {
     is_critical_pod(pod) && pod.priority_class_name.as_deref() == Some(SYSTEM_NODE_CRITICAL)
 }
 
@@ -99,7 +101,7 @@ fn burstable_formula(request: i128, capacity: i128) -> i128 {
 /// the pod's QoS class) on a machine with `memory_capacity_bytes` of RAM.
 /// A capacity ≤ 0 (never on a real node; the kubelet would divide by zero)
 /// is taken as 1 byte.
-pub fn container_oom_score_adj(
+pub(crate) fn container_oom_score_adj(
     pod: &Pod,
     class: QosClass,
     container: &Container,
@@ -151,7 +153,7 @@ pub fn container_oom_score_adj(
 
 /// Every container's value, app containers first, then init containers
 /// (the order of the pod spec).
-pub fn pod_oom_score_adjs(
+pub(crate) fn pod_oom_score_adjs(
     pod: &Pod,
     class: QosClass,
     memory_capacity_bytes: i64,

@@ -21,6 +21,7 @@ pub struct Misplaced {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{}", self.message())]
 pub struct ParentMismatch {
+    /// The misplaced pods.
     pub pods: Vec<Misplaced>,
     /// The configured `cgroupRoot` and `cgroupDriver`.
     pub(crate) cgroup_root: String,
@@ -64,9 +65,13 @@ pub struct Reported<'a> {
     /// `namespace` and `name` (put together only for a misplaced pod: the
     /// check runs at every reconcile).
     pub namespace: &'a str,
+    /// The pod's name (see `namespace`).
     pub name: &'a str,
+    /// The pod's uid.
     pub uid: &'a str,
+    /// The QoS class qosd gives the pod.
     pub class: QosClass,
+    /// The cgroup parent the runtime reports for the pod's sandbox.
     pub parent: &'a str,
 }
 

@@ -52,15 +52,20 @@ pub enum CpuWeightFormula {
 /// Everything the planner needs besides the pods.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PlanConfig {
+    /// Where and how cgroups are named.
     pub layout: CgroupLayout,
+    /// Node capacity and allocatable.
     pub node: NodeResources,
     /// `--cpu-cfs-quota-period` in µs (100000).
     pub cpu_cfs_period_us: u64,
     /// `--cpu-cfs-quota` (true): when false pods get quota -1 / `max`.
     pub enforce_cpu_limits: bool,
+    /// How cpu.shares become cpu.weight on cgroup v2.
     pub cpu_weight_formula: CpuWeightFormula,
     /// MemoryQoS (KEP-2570, cgroup v2 only): memory.min / memory.high.
     pub memory_qos: bool,
+    /// `memoryThrottlingFactor` (kubelet default 0.9): where memory.high sits between the request
+    /// and the limit (MemoryQoS).
     pub memory_throttling_factor: f64,
     /// `--qos-reserved memory=N%`.
     pub qos_reserved_memory_percent: Option<u32>,

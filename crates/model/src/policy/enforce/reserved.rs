@@ -20,8 +20,11 @@ use crate::policy::enforce::hugepages;
 /// The keys of `enforceNodeAllocatable`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
 pub struct EnforceNodeAllocatable {
+    /// `pods`: kubepods gets node allocatable (otherwise capacity).
     pub pods: bool,
+    /// `system-reserved`: enforce `--system-reserved` on `systemReservedCgroup`.
     pub system_reserved: bool,
+    /// `kube-reserved`: enforce `--kube-reserved` on `kubeReservedCgroup`.
     pub kube_reserved: bool,
 }
 

@@ -37,7 +37,9 @@ pub(crate) const INFINITY: u64 = u64::MAX;
 /// One unit property with its value (all resource properties are u64).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct UnitProperty {
+    /// The property's name (`MemoryMax`, `CPUWeight`, ...).
     pub name: &'static str,
+    /// The value (`u64::MAX` is systemd's `infinity`).
     pub value: u64,
 }
 
@@ -91,8 +93,10 @@ fn props_as_map<S: serde::Serializer>(p: &[UnitProperty], s: S) -> Result<S::Ok,
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{file}: value {value:?} cannot be expressed as a systemd unit property")]
 pub struct UnmappableValue {
-    pub file: String,
-    pub value: String,
+    /// The interface file.
+    pub(crate) file: String,
+    /// The value planned for it.
+    pub(crate) value: String,
 }
 
 /// The unit name of a systemd-driver cgroup path (its last component), when

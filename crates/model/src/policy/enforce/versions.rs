@@ -1,6 +1,6 @@
 //! The kubelet versions qosd knows and the rules that differ between them
 //! (`kubeletVersion` / `--kubelet-version`). docs/semantics.md §9 has the
-//! same table in prose; [`RULES`] is the source of truth and the docs test
+//! same table in prose; `RULES` is the source of truth and the docs test
 //! (`versions::tests::docs_table_lists_every_rule`) keeps them in step.
 
 use std::fmt;
@@ -8,9 +8,13 @@ use std::fmt;
 /// A kubelet minor version whose cgroup semantics qosd reproduces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum KubeletVersion {
+    /// Kubernetes 1.33.
     V1_33,
+    /// Kubernetes 1.34.
     V1_34,
+    /// Kubernetes 1.35.
     V1_35,
+    /// Kubernetes 1.36.
     V1_36,
 }
 

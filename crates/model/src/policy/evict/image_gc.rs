@@ -15,11 +15,13 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ImageRecord {
     /// `None`: present at the first detection ("long ago").
-    pub first_detected: Option<Instant>,
+    pub(crate) first_detected: Option<Instant>,
     /// `None`: never seen in use.
-    pub last_used: Option<Instant>,
+    pub(crate) last_used: Option<Instant>,
+    /// Size, bytes.
     pub size: u64,
-    pub pinned: bool,
+    /// Pinned by the runtime (never removed).
+    pub(crate) pinned: bool,
 }
 
 /// The image records, updated at every detection.
@@ -32,8 +34,11 @@ pub struct ImageTracker {
 /// One image as listed by the runtime.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ListedImage {
+    /// The runtime's image id.
     pub id: String,
+    /// Size, bytes.
     pub size: u64,
+    /// Pinned by the runtime (never removed).
     pub pinned: bool,
 }
 
@@ -95,6 +100,7 @@ impl ImageTracker {
         self.records.remove(id);
     }
 
+    /// Every tracked image, by id.
     pub fn records(&self) -> &BTreeMap<String, ImageRecord> {
         &self.records
     }

@@ -12,7 +12,7 @@
 //!    holds it) exceed its own limit — "Container %s exceeded its local
 //!    ephemeral storage limit %q.".
 //!
-//! The limits come from the pod spec ([`StorageLimits::of`]); a source that
+//! The limits come from the pod spec (`StorageLimits::of`); a source that
 //! does not carry them (the CRI alone) yields none, and nothing is checked.
 
 use crate::core::model::Pod;
@@ -64,6 +64,7 @@ impl StorageLimits {
         }
     }
 
+    /// Whether the pod sets no local-storage limit at all.
     pub fn is_empty(&self) -> bool {
         self.containers.is_empty() && self.pod.is_none() && self.empty_dirs.is_empty()
     }
@@ -72,6 +73,7 @@ impl StorageLimits {
 /// Measured storage of one container.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct ContainerStorage {
+    /// The container's name.
     pub name: String,
     /// Writable layer, bytes (None: not reported).
     pub rootfs_bytes: Option<u64>,
@@ -82,6 +84,7 @@ pub struct ContainerStorage {
 /// Per-container and per-volume storage of a pod.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct StorageDetail {
+    /// Every container's storage.
     pub containers: Vec<ContainerStorage>,
     /// (volume name, bytes) of every emptyDir found on disk.
     pub volumes: Vec<(String, u64)>,
@@ -92,8 +95,11 @@ pub struct StorageDetail {
 /// Which limit a pod broke.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LimitKind {
+    /// An emptyDir over its `sizeLimit`.
     EmptyDir,
+    /// The pod over the sum of its containers' `ephemeral-storage` limits.
     Pod,
+    /// A container over its `ephemeral-storage` limit.
     Container,
 }
 

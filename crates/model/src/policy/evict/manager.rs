@@ -40,6 +40,7 @@ pub struct Observation {
     /// Available amount (may be negative for over-committed signals; the
     /// kubelet floors memory working set at 0, so memory is ≤ capacity).
     pub available: i64,
+    /// Capacity (the signal's total; for a pressure signal the window, µs).
     pub capacity: i64,
     /// When it was measured.
     pub at: Instant,
@@ -51,18 +52,8 @@ pub struct Observation {
 }
 
 impl Observation {
-    /// An instantaneous reading (bytes, inodes, processes).
-    pub fn now(available: i64, capacity: i64, at: Instant) -> Observation {
-        Observation {
-            available,
-            capacity,
-            at,
-            window_start: None,
-        }
-    }
-
     /// Whether this observation reflects only what happened after `t`.
-    pub fn after(&self, t: Instant) -> bool {
+    pub(crate) fn after(&self, t: Instant) -> bool {
         self.window_start.unwrap_or(self.at) > t
     }
 }
@@ -116,29 +107,39 @@ impl Default for ManagerOptions {
 /// The status of one configured threshold in a pass.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ThresholdStatus {
+    /// The threshold.
     pub threshold: Threshold,
+    /// Its signal's latest observation, if any.
     pub observed: Option<Observation>,
     /// Absolute threshold against the observed capacity (plus min-reclaim
     /// when the threshold was already met).
     pub line: Option<i64>,
+    /// Whether the observation crosses the line.
     pub met: bool,
     /// Observation missing or too old: state carried over, no action.
-    pub stale: bool,
+    pub(crate) stale: bool,
     /// When it was first met in the current episode.
-    pub met_since: Option<Instant>,
+    pub(crate) met_since: Option<Instant>,
     /// Met for at least its grace period (always true for a met hard one).
-    pub grace_satisfied: bool,
+    pub(crate) grace_satisfied: bool,
 }
 
 /// The pod chosen for eviction and everything the evictor should log.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Victim {
+    /// The pod.
     pub candidate: Candidate,
+    /// The signal under pressure (`nodefs.available` for a local-storage limit).
     pub signal: Signal,
+    /// The threshold that was met (a synthetic hard one for a local-storage limit).
     pub threshold: Threshold,
+    /// Hard or soft.
     pub kind: ThresholdKind,
+    /// The observed available amount (for a local-storage limit: the usage, bytes).
     pub observed: i64,
+    /// The observed capacity (0 for a local-storage limit).
     pub capacity: i64,
+    /// The threshold against that capacity (for a local-storage limit: the limit, bytes).
     pub threshold_value: i64,
     /// Grace to give the pod: 1 s for hard thresholds and local-storage
     /// limits (the kubelet's immediateEvictionGracePeriodSeconds), for soft
@@ -147,8 +148,11 @@ pub struct Victim {
     /// 1-based position: in the ranking (a threshold's victim is always
     /// the first), or among the pass's local-storage victims.
     pub rank: usize,
+    /// The pod's usage of the resource under pressure (`None`: not measured).
     pub usage: Option<u64>,
+    /// The pod's request of that resource (0 where there is none).
     pub request: i64,
+    /// Why the pod was ranked where it was.
     pub reason: String,
     /// Why: a threshold, or a local-storage limit.
     pub cause: Cause,
@@ -181,8 +185,8 @@ impl Victim {
 pub enum Action {
     /// Nothing to do.
     None,
-    /// Evict this pod now, then report with [`Manager::mark_released`] /
-    /// [`Manager::eviction_failed`] (or let later passes notice).
+    /// Evict this pod now; report a failure with
+    /// [`Manager::eviction_failed`] (later passes notice the release).
     Evict(Box<Victim>),
     /// Evict every one of these pods now: each is over a local-storage
     /// limit (the kubelet's `localStorageEviction` evicts all of them in one
@@ -190,7 +194,12 @@ pub enum Action {
     /// failure with [`Manager::eviction_failed`].
     EvictAll(Vec<Victim>),
     /// A previous victim's resources are not released yet.
-    WaitingForRelease { uid: String, since: Instant },
+    WaitingForRelease {
+        /// The victim's uid.
+        uid: String,
+        /// When it was chosen.
+        since: Instant,
+    },
     /// A threshold calls for an eviction but the data does not allow one
     /// (stale or missing data, no evictable pod). Logged at warn.
     Blocked(String),
@@ -199,9 +208,13 @@ pub enum Action {
 /// The result of a pass.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Decision {
+    /// When the pass ran.
     pub at: Instant,
+    /// Every configured threshold's status.
     pub thresholds: Vec<ThresholdStatus>,
+    /// The node conditions in force after the pass.
     pub conditions: Vec<NodeCondition>,
+    /// What to do.
     pub action: Action,
     /// Warnings and explanations for this pass (stale data, timeouts…).
     pub notes: Vec<String>,
@@ -270,6 +283,7 @@ pub struct Manager {
 }
 
 impl Manager {
+    /// A manager with nothing observed and no victim.
     pub fn new(config: EvictionConfig, opts: ManagerOptions) -> Manager {
         let n = config.thresholds.len();
         Manager {
@@ -288,12 +302,13 @@ impl Manager {
     /// Whether the pods' own stall is measured (cgroup v2 `memory.pressure`
     /// readable). When it is, a pressure threshold chooses its victim only
     /// once some pod's stall is known: the pods that stall go first
-    /// ([`rank::rank_in`]). When it is not (cgroup v1, per-cgroup PSI off),
+    /// (`rank::rank_in`). When it is not (cgroup v1, per-cgroup PSI off),
     /// the kubelet's memory order applies to every pod (node-wide).
     pub fn set_per_pod_pressure(&mut self, on: bool) {
         self.per_pod_pressure = on;
     }
 
+    /// The eviction configuration.
     pub fn config(&self) -> &EvictionConfig {
         &self.config
     }

@@ -16,7 +16,7 @@ pub fn resource_name(s: Signal) -> &'static str {
 }
 
 /// An observed amount of `signal`'s resource as the kubelet prints it: bytes
-/// as a BinarySI quantity ([`canonical_bytes`], e.g. `80Mi`, `1536Ki`),
+/// as a BinarySI quantity (`canonical_bytes`, e.g. `80Mi`, `1536Ki`),
 /// inodes and pids as plain numbers.
 pub fn amount_text(signal: Signal, v: i64) -> String {
     if signal.is_bytes() {
@@ -27,7 +27,7 @@ pub fn amount_text(signal: Signal, v: i64) -> String {
 }
 
 /// A threshold's quantity as the kubelet prints it. Deliberately not
-/// [`canonical_bytes`] alone: the kubelet prints a threshold given as a
+/// `canonical_bytes` alone: the kubelet prints a threshold given as a
 /// quantity in the format it was written in (`500M` stays `500M`), and qosd
 /// keeps only its value — so a multiple of 1024 prints BinarySI, anything
 /// else with the largest decimal suffix that divides it exactly (what the
@@ -59,6 +59,7 @@ pub fn threshold_text(signal: Signal, value: &ThresholdValue, resolved: i64) -> 
 pub struct OverRequest<'a> {
     /// `Pod` or `Container`.
     pub kind: &'static str,
+    /// The pod's or the container's name.
     pub name: &'a str,
     /// Formatted (see [`amount_text`]).
     pub usage: String,
@@ -93,7 +94,7 @@ pub fn low_on_resource_message(
 /// in the kubelet's words: "The node had memory pressure: full stall 23.5%
 /// of 2s, threshold 10%. Pod x was using 300Mi, request is 100Mi, has
 /// larger consumption of memory. "
-pub fn stall_message(
+pub(crate) fn stall_message(
     signal: Signal,
     observed_us: i64,
     window_us: i64,

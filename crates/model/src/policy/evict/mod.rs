@@ -15,14 +15,19 @@ pub mod threshold;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Backend {
+    /// Kill locally: `cgroup.kill` or SIGKILL to every process of the pod cgroup, then clean up
+    /// through the runtime.
     Kill,
+    /// Stop and remove the pod through the container runtime (CRI).
     Cri,
     /// The Kubernetes Eviction API (src/kube), local kill as fall-back.
     Api,
+    /// Decide and log only; evict nothing.
     DryRun,
 }
 
 impl Backend {
+    /// The backend's name (`kill`, `cri`, `api`, `dry-run`).
     pub fn as_str(self) -> &'static str {
         match self {
             Backend::Kill => "kill",

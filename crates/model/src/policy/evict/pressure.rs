@@ -37,11 +37,11 @@ use crate::policy::evict::threshold::{Signal, ThresholdError, ThresholdValue};
 /// averaging period, the shortest window an unprivileged process may arm a
 /// trigger on (kernels ≥ 6.5 accept multiples of 2 s from tasks without
 /// `CAP_SYS_RESOURCE`, which `qosd.service` does not have).
-pub const DEFAULT_WINDOW: Duration = Duration::from_secs(2);
+pub(crate) const DEFAULT_WINDOW: Duration = Duration::from_secs(2);
 /// The shortest window the kernel's triggers accept.
-pub const MIN_WINDOW: Duration = Duration::from_millis(500);
+pub(crate) const MIN_WINDOW: Duration = Duration::from_millis(500);
 /// The longest window the kernel's triggers accept.
-pub const MAX_WINDOW: Duration = Duration::from_secs(10);
+pub(crate) const MAX_WINDOW: Duration = Duration::from_secs(10);
 
 /// What a pressure threshold value may look like (for error messages).
 pub const ALLOWED: &str = "<share>%[/<window>]: a share of the window in (0%, 100%] and a Go duration 500ms..10s (default 2s), e.g. 10%/2s";
@@ -135,7 +135,7 @@ pub fn stall_us(share: f64, window: Duration) -> u64 {
 /// Check that every threshold of one signal names the same window: hard
 /// and soft thresholds are levels on one measurement. Returns the window
 /// of each signal.
-pub fn windows(
+pub(crate) fn windows(
     hard: &BTreeMap<Signal, ThresholdValue>,
     soft: &BTreeMap<Signal, ThresholdValue>,
 ) -> Result<BTreeMap<Signal, Duration>, ThresholdError> {
@@ -173,15 +173,15 @@ pub fn windows(
 /// share of the largest pod's are "stalling" and are evicted first, in the
 /// kubelet's memory order among themselves; pods below it (or unmeasured)
 /// follow in the same order.
-pub const STALLING_SHARE_OF_MAX: f64 = 0.25;
+pub(crate) const STALLING_SHARE_OF_MAX: f64 = 0.25;
 
 /// A pod's stall is ignored below this (parts per million of the sample
 /// interval): 0.1 %, noise from a page fault or two.
-pub const STALL_NOISE_PPM: u32 = 1_000;
+pub(crate) const STALL_NOISE_PPM: u32 = 1_000;
 
 /// Whether a pod with `ppm` of stall counts as stalling among pods whose
 /// largest stall is `max_ppm`.
-pub fn is_stalling(ppm: Option<u32>, max_ppm: u32) -> bool {
+pub(crate) fn is_stalling(ppm: Option<u32>, max_ppm: u32) -> bool {
     match ppm {
         Some(p) => {
             p >= STALL_NOISE_PPM && f64::from(p) >= STALLING_SHARE_OF_MAX * f64::from(max_ppm)
@@ -191,7 +191,7 @@ pub fn is_stalling(ppm: Option<u32>, max_ppm: u32) -> bool {
 }
 
 /// A stall share in parts per million as a percentage text (`82.5%`).
-pub fn ppm_text(ppm: u32) -> String {
+pub(crate) fn ppm_text(ppm: u32) -> String {
     let pct = f64::from(ppm) / 10_000.0;
     format!("{}%", (pct * 10.0).round() / 10.0)
 }
@@ -212,7 +212,7 @@ pub struct WindowStall {
     /// growth since the first sample inside the window).
     pub stall_us: u64,
     /// When the proven part starts (the first sample inside the window).
-    pub since: std::time::Instant,
+    pub(crate) since: std::time::Instant,
 }
 
 /// The most samples a window keeps (a fast sampler stays bounded).
@@ -225,11 +225,6 @@ impl StallSamples {
             window,
             samples: Default::default(),
         }
-    }
-
-    /// The window measured.
-    pub fn window(&self) -> Duration {
-        self.window
     }
 
     /// Add a reading of the counter at `at` (readings may come from
@@ -271,11 +266,6 @@ impl StallSamples {
             stall_us: last.1.saturating_sub(first.1),
             since: first.0,
         })
-    }
-
-    /// Forget every sample.
-    pub fn clear(&mut self) {
-        self.samples.clear();
     }
 }
 

@@ -34,12 +34,16 @@ use crate::policy::evict::threshold::{Signal, SignalResource};
 /// filesystem under pressure (see [`DiskLayout`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct PodStats {
+    /// Memory working set, bytes.
     #[serde(default)]
     pub memory_working_set_bytes: Option<u64>,
+    /// Local ephemeral storage in use, bytes (the pod's total).
     #[serde(default)]
     pub ephemeral_storage_bytes: Option<u64>,
+    /// Inodes in use (the pod's total).
     #[serde(default)]
     pub inodes: Option<u64>,
+    /// Processes (pids) in the pod.
     #[serde(default)]
     pub processes: Option<u64>,
     /// The share of the last sample interval during which at least one of
@@ -52,16 +56,19 @@ pub struct PodStats {
     /// Containers' writable layers (CRI `writable_layer`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rootfs_bytes: Option<u64>,
+    /// Inodes of the writable layers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rootfs_inodes: Option<u64>,
     /// Container logs (`<podLogsDir>/<ns>_<name>_<uid>/`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub logs_bytes: Option<u64>,
+    /// Inodes of the container logs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub logs_inodes: Option<u64>,
     /// Local (disk-backed) volumes under `<rootDir>/pods/<uid>/volumes/`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub volumes_bytes: Option<u64>,
+    /// Inodes of the local volumes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub volumes_inodes: Option<u64>,
 }
@@ -160,14 +167,23 @@ impl PodStats {
 /// Everything the ranking (and the evictor) needs about one pod.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Candidate {
+    /// The pod's uid.
     pub uid: String,
+    /// The pod's namespace.
     pub namespace: String,
+    /// The pod's name.
     pub name: String,
+    /// The pod's QoS class.
     pub qos: QosClass,
+    /// `spec.priority`.
     pub priority: i32,
+    /// A static or mirror pod (never evicted).
     pub static_or_mirror: bool,
+    /// The pod's effective memory request, bytes.
     pub memory_request_bytes: i64,
+    /// The pod's effective `ephemeral-storage` request, bytes.
     pub ephemeral_storage_request_bytes: i64,
+    /// `spec.terminationGracePeriodSeconds`, if set.
     pub termination_grace_period_seconds: Option<i64>,
     /// CRI sandbox id, when the pod came from the runtime.
     pub sandbox_id: Option<String>,
@@ -175,6 +191,7 @@ pub struct Candidate {
     /// hierarchy's first, then others such as pids/freezer). Used by the
     /// kill backend and the per-pod signals.
     pub cgroup_dirs: Vec<PathBuf>,
+    /// Measured usage (`None`: no stats).
     pub stats: Option<PodStats>,
     /// Local-storage limits from the pod's spec (empty when the source does
     /// not carry them: the CRI alone does not).
@@ -281,15 +298,20 @@ impl Candidate {
 pub struct Ranked {
     /// 1-based position: 1 is evicted first.
     pub rank: usize,
+    /// The pod.
     pub candidate: Candidate,
+    /// Its usage of the signal's resource (`None`: not measured).
     pub usage: Option<u64>,
+    /// Its request of that resource (0 where there is none).
     pub request: i64,
+    /// Why it sits here, for output.
     pub reason: String,
 }
 
 /// The eviction order for a signal, plus the pods that are never evicted.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Ranking {
+    /// The evictable pods, first victim first.
     pub order: Vec<Ranked>,
     /// (candidate, reason), sorted by uid.
     pub never_evicted: Vec<(Candidate, String)>,

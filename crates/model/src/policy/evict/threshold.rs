@@ -28,14 +28,24 @@ use crate::core::quantity::Quantity;
 /// An eviction signal (kubelet's `evictionapi.Signal`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Signal {
+    /// `memory.available`: memory capacity − working set, bytes.
     MemoryAvailable,
+    /// `allocatableMemory.available`: allocatable memory − working set of the kubepods cgroup,
+    /// bytes.
     AllocatableMemoryAvailable,
+    /// `nodefs.available`: available bytes of the node filesystem.
     NodeFsAvailable,
+    /// `nodefs.inodesFree`: free inodes of the node filesystem.
     NodeFsInodesFree,
+    /// `imagefs.available`: available bytes of the image filesystem.
     ImageFsAvailable,
+    /// `imagefs.inodesFree`: free inodes of the image filesystem.
     ImageFsInodesFree,
+    /// `containerfs.available`: available bytes of the filesystem holding the writable layers.
     ContainerFsAvailable,
+    /// `containerfs.inodesFree`: free inodes of the filesystem holding the writable layers.
     ContainerFsInodesFree,
+    /// `pid.available`: `pid_max` − running tasks.
     PidAvailable,
     /// qosd's own: the share of time at least one task stalled on memory
     /// over a window (the `some` line of `/proc/pressure/memory`). Not a
@@ -50,6 +60,7 @@ pub enum Signal {
 /// The resource a signal measures, which decides the ranking used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum SignalResource {
+    /// Bytes of memory.
     Memory,
     /// Time stalled on memory (pressure stall information): ranked like
     /// memory, restricted to the pods that stall where that is measured.
@@ -58,6 +69,7 @@ pub enum SignalResource {
     Disk,
     /// Inodes of a filesystem.
     Inodes,
+    /// Process ids.
     Pids,
 }
 
@@ -65,12 +77,18 @@ pub enum SignalResource {
 #[allow(clippy::enum_variant_names)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
 pub enum NodeCondition {
+    /// A memory or memory pressure threshold is met (or was, within the
+    /// pressure transition period).
     MemoryPressure,
+    /// A disk or inode threshold is met (or was, within the transition period).
     DiskPressure,
+    /// A `pid.available` threshold is met (or was, within the transition
+    /// period).
     PIDPressure,
 }
 
 impl NodeCondition {
+    /// The condition's name (`MemoryPressure`, `DiskPressure`, `PIDPressure`).
     pub fn as_str(self) -> &'static str {
         match self {
             NodeCondition::MemoryPressure => "MemoryPressure",
@@ -104,6 +122,7 @@ impl Signal {
         Signal::PidAvailable,
     ];
 
+    /// The signal's name as the kubelet spells it (`memory.available`, ...).
     pub fn as_str(self) -> &'static str {
         match self {
             Signal::MemoryAvailable => "memory.available",
@@ -136,6 +155,7 @@ impl Signal {
         Signal::ALL.into_iter().find(|sig| sig.as_str() == s)
     }
 
+    /// What the signal measures.
     pub fn resource(self) -> SignalResource {
         match self {
             Signal::MemoryAvailable | Signal::AllocatableMemoryAvailable => SignalResource::Memory,
@@ -150,6 +170,7 @@ impl Signal {
         }
     }
 
+    /// The node condition the signal drives.
     pub fn node_condition(self) -> NodeCondition {
         match self.resource() {
             SignalResource::Memory | SignalResource::MemoryStall => NodeCondition::MemoryPressure,
@@ -193,7 +214,12 @@ pub enum ThresholdValue {
     /// `window` stalled, in (0, 1], met when reached. The observation's
     /// capacity is the window in microseconds, its value the stalled
     /// microseconds ([`crate::policy::evict::pressure`]).
-    Stall { share: f64, window: Duration },
+    Stall {
+        /// The share of the window, in (0, 1].
+        share: f64,
+        /// The window.
+        window: Duration,
+    },
 }
 
 impl ThresholdValue {
@@ -252,11 +278,14 @@ fn round_pct(p: f64) -> f64 {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ThresholdKind {
+    /// Acts as soon as met (`evictionHard`).
     Hard,
+    /// Acts after being met for its grace period (`evictionSoft`).
     Soft,
 }
 
 impl ThresholdKind {
+    /// `hard` or `soft`.
     pub fn as_str(self) -> &'static str {
         match self {
             ThresholdKind::Hard => "hard",
@@ -274,8 +303,12 @@ impl fmt::Display for ThresholdKind {
 /// One eviction threshold.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Threshold {
+    /// The signal observed.
     pub signal: Signal,
+    /// Hard or soft.
     pub kind: ThresholdKind,
+    /// The line: met when the available amount falls below it (for a pressure signal: when the
+    /// stall reaches it).
     pub value: ThresholdValue,
     /// Zero for hard thresholds.
     pub grace_period: Duration,
@@ -290,7 +323,7 @@ impl Threshold {
     }
 
     /// Absolute minimum reclaim against `capacity` (0 when unset).
-    pub fn min_reclaim_for(&self, capacity: i64) -> i64 {
+    pub(crate) fn min_reclaim_for(&self, capacity: i64) -> i64 {
         self.min_reclaim.map(|m| m.resolve(capacity)).unwrap_or(0)
     }
 
@@ -315,7 +348,7 @@ impl Threshold {
     }
 
     /// Whether this is a pressure threshold (a stall share over a window).
-    pub fn is_stall(&self) -> bool {
+    pub(crate) fn is_stall(&self) -> bool {
         matches!(self.value, ThresholdValue::Stall { .. })
     }
 
@@ -355,54 +388,102 @@ impl fmt::Display for Threshold {
 /// Why a threshold setting was rejected. Every variant names the offending value.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ThresholdError {
+    /// A signal name the kubelet does not know.
     #[error("unknown eviction signal {signal:?} (known: {known})", known = known_signals())]
-    UnknownSignal { signal: String },
+    UnknownSignal {
+        /// The name given.
+        signal: String,
+    },
+    /// An entry without the `<` operator.
     #[error("{setting}: bad operator in {statement:?}: eviction thresholds take the form <signal><<value>, e.g. memory.available<100Mi")]
-    BadOperator { setting: String, statement: String },
+    BadOperator {
+        /// The setting (flag or field).
+        setting: String,
+        /// The entry.
+        statement: String,
+    },
+    /// An entry that is not of the expected form.
     #[error("{setting}: malformed entry {statement:?} (expected {expected})")]
     Malformed {
+        /// The setting (flag or field).
         setting: String,
+        /// The entry.
         statement: String,
+        /// The form expected.
         expected: &'static str,
     },
+    /// A signal set twice in one setting.
     #[error("{setting}: {signal} given twice ({first:?} and {second:?})")]
     Duplicate {
+        /// The setting (flag or field).
         setting: String,
+        /// The signal.
         signal: String,
+        /// Its first value.
         first: String,
+        /// Its second value.
         second: String,
     },
+    /// A value that is not a quantity.
     #[error("{setting}: bad quantity {value:?} for {signal}: {reason}")]
     BadQuantity {
+        /// The setting (flag or field).
         setting: String,
+        /// The signal.
         signal: String,
+        /// The value given.
         value: String,
+        /// Why it does not parse.
         reason: String,
     },
+    /// A percentage that does not parse or is out of range.
     #[error("{setting}: bad percentage {value:?} for {signal}: {reason}")]
     BadPercentage {
+        /// The setting (flag or field).
         setting: String,
+        /// The signal.
         signal: String,
+        /// The value given.
         value: String,
+        /// Why it is rejected.
         reason: String,
     },
+    /// A value that must be above zero.
     #[error("{setting}: {signal} must be positive, got {value:?}")]
     NotPositive {
+        /// The setting (flag or field).
         setting: String,
+        /// The signal.
         signal: String,
+        /// The value given.
         value: String,
     },
+    /// A duration that does not parse.
     #[error("{setting}: bad duration {value:?}{for_signal}: {reason}", for_signal = signal.as_ref().map(|s| format!(" for {s}")).unwrap_or_default())]
     BadDuration {
+        /// The setting (flag or field).
         setting: String,
+        /// The signal, when the duration belongs to one.
         signal: Option<String>,
+        /// The value given.
         value: String,
+        /// Why it does not parse.
         reason: String,
     },
+    /// A soft threshold without a grace period.
     #[error("soft eviction threshold {statement:?} has no grace period: add {signal}=<duration> to --eviction-soft-grace-period (evictionSoftGracePeriod)")]
-    SoftWithoutGrace { signal: String, statement: String },
+    SoftWithoutGrace {
+        /// The signal.
+        signal: String,
+        /// The soft threshold.
+        statement: String,
+    },
+    /// A negative `evictionMaxPodGracePeriod`.
     #[error("eviction-max-pod-grace-period must be >= 0, got {value}")]
-    NegativeMaxPodGrace { value: i64 },
+    NegativeMaxPodGrace {
+        /// The value given, seconds.
+        value: i64,
+    },
 }
 
 fn known_signals() -> String {
@@ -415,7 +496,7 @@ fn known_signals() -> String {
 
 /// Eviction settings as the user gave them, with KubeletConfiguration's
 /// field names for the config file. Flags fill the same struct through
-/// [`parse_threshold_flag`] and [`parse_assignment_flag`].
+/// [`parse_threshold_flag`] and `parse_assignment_flag`.
 ///
 /// No `deny_unknown_fields` here so it can be `#[serde(flatten)]`ed into the
 /// daemon's config struct; the outer struct should reject unknown keys.
@@ -426,10 +507,13 @@ pub struct RawEvictionConfig {
     /// hard thresholds at all.
     #[serde(default)]
     pub eviction_hard: Option<BTreeMap<String, String>>,
+    /// `evictionSoft`: signal → threshold.
     #[serde(default)]
     pub eviction_soft: BTreeMap<String, String>,
+    /// `evictionSoftGracePeriod`: signal → Go duration.
     #[serde(default)]
     pub eviction_soft_grace_period: BTreeMap<String, String>,
+    /// `evictionMinimumReclaim`: signal → quantity or percentage.
     #[serde(default)]
     pub eviction_minimum_reclaim: BTreeMap<String, String>,
     /// Seconds (the kubelet's int32).
@@ -785,7 +869,7 @@ fn parse_signal(s: &str) -> Result<Signal, ThresholdError> {
 
 /// Parse the value of an eviction threshold (`100Mi`, `10%`). `Ok(None)`
 /// means "ignored" (`0%`, `100%`, like the kubelet).
-pub fn parse_threshold_value(
+pub(crate) fn parse_threshold_value(
     setting: &str,
     signal: Signal,
     v: &str,

@@ -13,9 +13,9 @@
 //!    lists and scalars replace, `null` removes) — so a drop-in's partial
 //!    `evictionHard` keeps the other (defaulted) thresholds;
 //! 3. of the result, the fields qosd has a field for are taken (see
-//!    [`crate::settings::kubelet_fields`], from the settings declared
+//!    `settings::kubelet_fields`, from the settings declared
 //!    with a kubelet field); every other field is reported as not modelled
-//!    by qosd ([`NOT_MODELLED`], [`OUTSIDE_SCOPE`], or unknown): a warning
+//!    by qosd (`NOT_MODELLED`, `OUTSIDE_SCOPE`, or unknown): a warning
 //!    in `qosd config check` / `config show` and the daemon's log. An empty string means "unset" as in the kubelet
 //!    (`containerRuntimeEndpoint: ""` → the default socket).
 //!
@@ -155,7 +155,7 @@ pub enum NotModelledKind {
     Effect,
     /// Outside qosd's scope (server, auth, registration, logging …).
     OutsideScope,
-    /// A [`NOT_MODELLED`] field at the kubelet's default (or the zero
+    /// A `NOT_MODELLED` field at the kubelet's default (or the zero
     /// value the kubelet defaults): nothing differs from what qosd does.
     AtDefault,
     /// Not a KubeletConfiguration field qosd knows (the kubelet itself

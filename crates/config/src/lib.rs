@@ -6,10 +6,10 @@
 //! so an operator can paste them from a kubelet config; the other fields are
 //! qosd's own. Loading happens in two steps:
 //!
-//! 1. the YAML is read into [`RawConfig`] (every field optional, scalars kept
+//! 1. the YAML is read into `RawConfig` (every field optional, scalars kept
 //!    as text, unknown fields rejected so a typo never silently disables
 //!    eviction);
-//! 2. command-line [`Overrides`] replace raw fields, then [`validate`] turns
+//! 2. command-line [`Overrides`] replace raw fields, then `validate` turns
 //!    the raw text into a typed [`Config`], collecting *every* bad value as an
 //!    [`InvalidValue`] naming the field, the value and what is allowed.
 //!
@@ -616,7 +616,7 @@ pub(crate) fn reserved_sum(
 }
 
 impl Config {
-    /// `systemReserved` + `kubeReserved`, summed (see [`reserved_sum`]); a
+    /// `systemReserved` + `kubeReserved`, summed (see `reserved_sum`); a
     /// validated config's sum is in range.
     pub fn reserved(
         &self,

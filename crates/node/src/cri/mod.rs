@@ -10,7 +10,12 @@
 //!   requests, limits and a QoS class (docs/cri.md).
 
 /// Code generated from `proto/runtime/v1/cri.proto` (package `runtime.v1`).
-#[allow(clippy::all, clippy::pedantic, missing_docs)]
+#[allow(
+    clippy::all,
+    clippy::pedantic,
+    missing_docs,
+    rustdoc::invalid_html_tags
+)]
 pub mod proto {
     tonic::include_proto!("runtime.v1");
 }

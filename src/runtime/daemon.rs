@@ -421,8 +421,8 @@ pub(crate) struct Daemon<S> {
     recheck_at: Option<tokio::time::Instant>,
     /// Container processes' `oom_score_adj` (CRI source only).
     oom: Option<crate::runtime::oom_score::OomScores>,
-    /// When the last `oom_score_adj` pass ran ([`oom_rescan_due`]).
-    oom_checked_at: Option<Instant>,
+    /// Reconciles since the last `oom_score_adj` pass ([`oom_rescan_due`]).
+    oom_idle_turns: u32,
 }
 
 impl<S: PodSource> Daemon<S> {
@@ -495,7 +495,7 @@ impl<S: PodSource> Daemon<S> {
             recheck_restored: restored_containers > 0,
             recheck_at: None,
             oom,
-            oom_checked_at: None,
+            oom_idle_turns: 0,
         }
     }
 
@@ -872,15 +872,16 @@ impl<S: PodSource> Daemon<S> {
             self.clock.now(),
         );
         if let Some(oom) = self.oom.as_mut() {
-            let now = self.clock.now();
             let live = self.gate.live_epoch().is_some();
-            if new_listing || oom_rescan_due(self.oom_checked_at, now, live) {
-                self.oom_checked_at = Some(now);
+            if new_listing || oom_rescan_due(self.oom_idle_turns, live) {
+                self.oom_idle_turns = 0;
                 report.oom_score_adj = Some(oom.pass(
                     self.reconciler.mode(),
                     self.reconciler.config(),
                     &listing.live,
                 ));
+            } else {
+                self.oom_idle_turns += 1;
             }
         }
         if let (Some(cpu), Some(client)) = (self.cpu.as_mut(), self.source.cri()) {
@@ -1141,17 +1142,27 @@ pub(crate) enum Tick {
 
 /// Container processes' `oom_score_adj` are checked at every new listing
 /// (a container started or changed: its processes are new) and otherwise
-/// on the listing's safety-net cadence: every [`RESYNC`] (the kubelet's
-/// one-minute cadence), or every [`RESYNC_LIVE`] while the runtime's event
-/// stream is live (each container start arrives as an event and a new
-/// listing). A value changed later by hand or by the process itself is
-/// put back then. The kubelet sets it once, when a container starts; a
-/// pass reads every container's processes, more than the rest of an idle
-/// reconcile costs (BENCHMARKS.md, "Idle CPU").
-fn oom_rescan_due(last: Option<Instant>, now: Instant, live: bool) -> bool {
-    let every = if live { RESYNC_LIVE } else { RESYNC };
-    last.is_none_or(|at| now.saturating_duration_since(at) >= every)
+/// at every [`OOM_RESCAN_TURNS`]th reconcile (once a minute at the default
+/// 10 s `reconcileInterval`), or every [`OOM_RESCAN_TURNS_LIVE`]th while
+/// the runtime's event stream is live (once every 10 minutes: each
+/// container start arrives as an event and a new listing). A value changed
+/// later by hand or by the process itself is put back then. The kubelet
+/// sets it once, when a container starts; a pass reads every container's
+/// processes, more than the rest of an idle reconcile costs (BENCHMARKS.md,
+/// "Idle CPU").
+fn oom_rescan_due(idle_turns: u32, live: bool) -> bool {
+    let every = if live {
+        OOM_RESCAN_TURNS_LIVE
+    } else {
+        OOM_RESCAN_TURNS
+    };
+    idle_turns + 1 >= every
 }
+
+/// See [`oom_rescan_due`].
+const OOM_RESCAN_TURNS: u32 = 6;
+/// See [`oom_rescan_due`].
+const OOM_RESCAN_TURNS_LIVE: u32 = 60;
 
 /// Reconciles after planned files are written (drift), at most every
 /// [`DRIFT_SPACING`]: a writer fighting qosd gets a correction a second,
@@ -1837,25 +1848,15 @@ mod tests {
 
     #[test]
     fn oom_rescan_waits_longer_while_the_event_stream_is_live() {
-        let t0 = Instant::now();
-        assert!(oom_rescan_due(None, t0, true), "never checked");
-        assert!(!oom_rescan_due(
-            Some(t0),
-            t0 + RESYNC - Duration::from_millis(1),
-            false
-        ));
-        assert!(oom_rescan_due(Some(t0), t0 + RESYNC, false));
-        assert!(!oom_rescan_due(Some(t0), t0 + RESYNC, true));
-        assert!(!oom_rescan_due(
-            Some(t0),
-            t0 + RESYNC_LIVE - Duration::from_millis(1),
-            true
-        ));
-        assert!(oom_rescan_due(Some(t0), t0 + RESYNC_LIVE, true));
+        assert!(!oom_rescan_due(OOM_RESCAN_TURNS - 2, false));
+        assert!(oom_rescan_due(OOM_RESCAN_TURNS - 1, false));
+        assert!(!oom_rescan_due(OOM_RESCAN_TURNS - 1, true));
+        assert!(!oom_rescan_due(OOM_RESCAN_TURNS_LIVE - 2, true));
+        assert!(oom_rescan_due(OOM_RESCAN_TURNS_LIVE - 1, true));
     }
 
     #[tokio::test]
-    async fn oom_score_adj_is_checked_at_a_new_listing_and_on_the_resync_cadence() {
+    async fn oom_score_adj_is_checked_at_a_new_listing_and_every_sixth_reconcile() {
         let mut h = Harness::new();
         let proc_root = tempfile::tempdir().unwrap();
         h.daemon.oom = Some(crate::runtime::oom_score::OomScores::new(
@@ -1864,23 +1865,19 @@ mod tests {
         ));
         assert_eq!(h.tick(Tick::Reconcile).await, Step::Wait);
         assert_eq!(h.observer.oom_passes, 1, "a new listing is checked");
-        let step = Duration::from_secs(10);
-        for turn in 1..(RESYNC.as_secs() / 10) {
-            h.clock.advance(step);
+        for turn in 1..OOM_RESCAN_TURNS {
+            h.clock.advance(Duration::from_secs(1));
             assert_eq!(h.tick(Tick::Reconcile).await, Step::Wait);
             assert_eq!(h.observer.oom_passes, 1, "turn {turn} reuses the check");
         }
-        h.clock.advance(step);
+        h.clock.advance(Duration::from_secs(1));
         assert_eq!(h.tick(Tick::Reconcile).await, Step::Wait);
         assert_eq!(h.observer.oom_passes, 2, "the rescan turn");
-        // (Without a live event stream the listing is taken afresh then
-        // too; the live cadence: `oom_rescan_waits_longer_…`.)
-        let listings = h.observer.reconciled;
+        assert_eq!(h.observer.reconciled, 1, "one listing only");
         // A changed listing is checked at once.
-        h.clock.advance(step);
         h.source.set(|f| f.fingerprint = vec!["b".into()]);
         assert_eq!(h.tick(Tick::Reconcile).await, Step::Wait);
-        assert_eq!(h.observer.reconciled, listings + 1);
+        assert_eq!(h.observer.reconciled, 2);
         assert_eq!(h.observer.oom_passes, 3);
     }
 

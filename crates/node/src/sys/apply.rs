@@ -16,11 +16,11 @@
 //!   (the one exception, when enabled, is adding controllers to the
 //!   `cgroup.subtree_control` of the bases' ancestors below the given top).
 
-use crate::sys::page_size;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use crate::sys::cgroupfs::{self as fs, CgroupFsError};
+use crate::sys::page_size;
 use qosd_model::core::model::{CgroupLevel, CgroupWrite};
 
 /// Real writes, a dry run (reads, records, writes nothing), or an audit

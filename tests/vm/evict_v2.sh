@@ -193,14 +193,6 @@ res "ORDER$order"
 res "PEAK_CURRENT $peak"
 # The Guaranteed pod outlives the evictions by a few reconcile passes: three
 # more counted in qosd_reconciles_total (at most 60 s), or until it dies.
-reconciles() {
-    for _ in 1 2 3 4 5; do
-        n=$(http_get /metrics | tr -d '\r' | awk '$1 == "qosd_reconciles_total" { print int($2); exit }')
-        [ -n "$n" ] && { echo "$n"; return; }
-        sleep 0.1
-    done
-    echo 0
-}
 r0=$(reconciles)
 t4=$(now_ms)
 until [ "$(reconciles)" -ge $((r0 + 3)) ] || dead "$PID_guaranteed"; do

@@ -27,7 +27,7 @@ use std::time::Duration;
 use serde_json::Value;
 use vm::Results;
 
-const SCRIPT: &str = include_str!("evict_v2.sh");
+const SCRIPT: &str = concat!(include_str!("lib.sh"), include_str!("evict_v2.sh"));
 const MI: u64 = 1024 * 1024;
 const G_UID: &str = "e71c7000-0001-4000-8000-000000000001";
 const B_UID: &str = "e71c7000-0002-4000-8000-000000000002";

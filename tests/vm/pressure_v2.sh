@@ -57,15 +57,6 @@ status() {
     done
 }
 evictions() { status && grep -o '"backend":' /tmp/status.json | wc -l; }
-# qosd_reconciles_total (retried: a short read has no counter; 0 at last).
-reconciles() {
-    for _ in 1 2 3 4 5; do
-        n=$(http_get /metrics | tr -d '\r' | awk '$1 == "qosd_reconciles_total" { print int($2); exit }')
-        [ -n "$n" ] && { echo "$n"; return; }
-        sleep 0.1
-    done
-    echo 0
-}
 # Resident KiB of a pid (0 once it is gone).
 rss_kib() {
     n=$(awk '/^VmRSS:/ { print $2; exit }' "/proc/$1/status" 2>/dev/null)

@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use vm::Results;
 
-const SCRIPT: &str = include_str!("pressure_v2.sh");
+const SCRIPT: &str = concat!(include_str!("lib.sh"), include_str!("pressure_v2.sh"));
 const G_UID: &str = "9e55c000-0001-4000-8000-000000000001";
 const B_UID: &str = "9e55c000-0002-4000-8000-000000000002";
 const BE_UID: &str = "9e55c000-0003-4000-8000-000000000003";

@@ -201,14 +201,6 @@ done
 res "DAEMON.POD_BACK $(cat $QOSW) $(($(now_ms) - t3))"
 # Let the pass that recreated it finish its writes: one more pass counted
 # in qosd_reconciles_total (at most 15 s).
-reconciles() {
-    for _ in 1 2 3 4 5; do
-        n=$(http_get /metrics | tr -d '\r' | awk '$1 == "qosd_reconciles_total" { print int($2); exit }')
-        [ -n "$n" ] && { echo "$n"; return; }
-        sleep 0.1
-    done
-    echo 0
-}
 r0=$(reconciles)
 t3=$(now_ms)
 until [ "$(reconciles)" -gt "$r0" ]; do

@@ -28,7 +28,7 @@ use std::time::Duration;
 use serde_json::Value;
 use vm::Results;
 
-const SCRIPT: &str = include_str!("run_v2.sh");
+const SCRIPT: &str = concat!(include_str!("lib.sh"), include_str!("run_v2.sh"));
 const PAGE: u64 = 4096;
 
 /// (file, value) pairs of a JSON list of writes.
